@@ -1,0 +1,386 @@
+//! The CLI verbs that talk to a running switch, and how their answers are printed.
+
+use anyhow::{Result, bail};
+use comfy_table::{CellAlignment, Table};
+
+use crate::client::{self, Client, Target};
+use crate::config::{PortKind, PortSpec};
+use crate::proto::*;
+
+/// Arguments of `sluice port add`.
+#[derive(Debug, clap::Args)]
+pub struct PortAddArgs {
+    /// Port name; for a TAP, the interface name (1–15 bytes).
+    pub name: String,
+    /// Kind of port.
+    #[arg(long = "type", value_enum, default_value = "tap")]
+    pub kind: KindArg,
+    /// Create the TAP inside this network namespace (an `ip netns` name).
+    #[arg(long, value_name = "NS")]
+    pub netns: Option<String>,
+    /// Access port of this VLAN (default 1).
+    #[arg(long, value_name = "VID", conflicts_with = "trunk")]
+    pub vlan: Option<u16>,
+    /// Trunk port carrying these VLANs tagged, e.g. 10,20.
+    #[arg(long, value_name = "VID,…", value_delimiter = ',')]
+    pub trunk: Option<Vec<u16>>,
+    /// Native VLAN of a trunk (untagged frames belong to it).
+    #[arg(long, value_name = "VID", requires = "trunk")]
+    pub native: Option<u16>,
+    /// MTU (default: the switch's).
+    #[arg(long)]
+    pub mtu: Option<u16>,
+    /// Turn checksum/TSO offloads off: the switch cuts GSO frames for this port in
+    /// software and completes checksums.
+    #[arg(long)]
+    pub no_offload: bool,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// Port kinds on the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum KindArg {
+    /// A TAP device.
+    Tap,
+}
+
+/// Arguments of `sluice stats`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct StatsArgs {
+    /// Show one port in detail.
+    pub port: Option<String>,
+    /// Print JSON (schema in docs/stats-json.md).
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub reset: Option<StatsSub>,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// `sluice stats reset`.
+#[derive(Debug, clap::Subcommand)]
+pub enum StatsSub {
+    /// Zero every counter of the switch.
+    Reset {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+fn table() -> Table {
+    let mut t = Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+    t
+}
+
+fn right(t: &mut Table, from: usize) {
+    for i in from..t.column_count() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+/// `1234567` → `1.23M`.
+pub fn si(n: u64) -> String {
+    let f = n as f64;
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}M", f / 1e6),
+        _ => format!("{:.2}G", f / 1e9),
+    }
+}
+
+/// Bytes as `12.3 MB`.
+pub fn bytes(n: u64) -> String {
+    let f = n as f64;
+    match n {
+        0..1_000 => format!("{n} B"),
+        1_000..1_000_000 => format!("{:.1} kB", f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", f / 1e6),
+        _ => format!("{:.2} GB", f / 1e9),
+    }
+}
+
+pub fn switch_list(json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    for (name, path) in client::running() {
+        let Ok(mut c) = Client::connect(&path) else { continue };
+        if let Ok(s) = c.call::<SwitchSummary>(&Request::Hello) {
+            rows.push((s, path));
+        } else {
+            let _ = name;
+        }
+    }
+    if json {
+        let v: Vec<_> = rows.iter().map(|(s, p)| serde_json::json!({"switch": s, "socket": p})).collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no switch is running");
+        return Ok(());
+    }
+    let mut t = table();
+    t.set_header(["SWITCH", "MODE", "PID", "PORTS", "MTU", "LOSSLESS", "LOOP", "SOCKET"]);
+    for (s, p) in rows {
+        t.add_row([
+            s.name,
+            s.mode,
+            s.pid.to_string(),
+            s.ports.to_string(),
+            s.mtu.to_string(),
+            if s.lossless { "yes" } else { "no" }.into(),
+            if s.poll { "poll" } else { "event" }.into(),
+            p.display().to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+pub fn switch_stop(target: &Target) -> Result<()> {
+    let mut c = Client::for_target(target)?;
+    let s: SwitchSummary = c.call(&Request::Hello)?;
+    c.call_value(&Request::Shutdown)?;
+    // Wait until the daemon has gone (its socket stops answering).
+    let path = client::resolve(target)?;
+    for _ in 0..100 {
+        if std::os::unix::net::UnixStream::connect(&path).is_err() {
+            println!("switch {} stopped", s.name);
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    bail!("switch {} did not stop within 5 s (pid {})", s.name, s.pid)
+}
+
+pub fn port_add(a: PortAddArgs) -> Result<()> {
+    let spec = PortSpec {
+        name: a.name,
+        kind: match a.kind {
+            KindArg::Tap => PortKind::Tap,
+        },
+        netns: a.netns,
+        mtu: a.mtu,
+        offload: !a.no_offload,
+        vlan: a.vlan,
+        trunk: a.trunk,
+        native: a.native,
+    };
+    spec.validate().map_err(anyhow::Error::msg)?;
+    let mut c = Client::for_target(&a.target)?;
+    let name = spec.name.clone();
+    c.call_value(&Request::PortAdd { port: spec })?;
+    println!("port {name} added");
+    Ok(())
+}
+
+pub fn port_del(target: &Target, name: String) -> Result<()> {
+    let mut c = Client::for_target(target)?;
+    c.call_value(&Request::PortDel { name: name.clone() })?;
+    println!("port {name} deleted");
+    Ok(())
+}
+
+pub fn port_list(target: &Target, json: bool) -> Result<()> {
+    let mut c = Client::for_target(target)?;
+    let r: StatsReport = c.call(&Request::PortList)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let mut t = table();
+    t.set_header(["PORT", "TYPE", "NETNS", "VLAN", "MTU", "OFFLOAD", "STATE"]);
+    for p in &r.ports {
+        t.add_row([
+            p.name.clone(),
+            p.kind.clone(),
+            p.netns.clone().unwrap_or_else(|| "-".into()),
+            p.vlan.clone(),
+            p.mtu.to_string(),
+            if p.offload { "on" } else { "off" }.into(),
+            match &p.failed {
+                Some(why) => format!("failed: {why}"),
+                None if p.held > 0 => "paused".into(),
+                None => "up".into(),
+            },
+        ]);
+    }
+    println!("switch {}: {} port(s)", r.switch.name, r.ports.len());
+    if !r.ports.is_empty() {
+        println!("{t}");
+    }
+    Ok(())
+}
+
+pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
+    let mut c = Client::for_target(target)?;
+    let mut r: FibReport = c.call(&Request::FibShow)?;
+    if let Some(v) = vlan {
+        r.entries.retain(|e| e.vlan == v);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let mut t = table();
+    t.set_header(["VLAN", "MAC", "PORT", "AGE"]);
+    for e in &r.entries {
+        t.add_row([
+            e.vlan.to_string(),
+            e.mac.clone(),
+            e.port.clone(),
+            e.age_s.map_or("static".into(), |a| format!("{a:.0}s")),
+        ]);
+    }
+    right(&mut t, 3);
+    println!(
+        "{} entries (max {}, aging {} s, {} moves, {} refused when full)",
+        r.summary.entries, r.summary.max_entries, r.summary.aging_s, r.summary.moves, r.summary.full_refusals
+    );
+    if !r.entries.is_empty() {
+        println!("{t}");
+    }
+    Ok(())
+}
+
+pub fn fib_add(target: &Target, mac: String, port: String, vlan: u16) -> Result<()> {
+    Client::for_target(target)?.call_value(&Request::FibAdd { mac, vlan, port })?;
+    Ok(())
+}
+
+pub fn fib_del(target: &Target, mac: String, vlan: u16) -> Result<()> {
+    Client::for_target(target)?.call_value(&Request::FibDel { mac, vlan })?;
+    Ok(())
+}
+
+pub fn stats(a: StatsArgs) -> Result<()> {
+    if let Some(StatsSub::Reset { target }) = a.reset {
+        let t = if target.switch.is_some() || target.socket.is_some() { target } else { a.target };
+        Client::for_target(&t)?.call_value(&Request::StatsReset)?;
+        println!("counters reset");
+        return Ok(());
+    }
+    let mut c = Client::for_target(&a.target)?;
+    let r: StatsReport = c.call(&Request::Stats { port: a.port.clone() })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    print!("{}", render_stats(&r, a.port.is_some()));
+    Ok(())
+}
+
+/// The stats table (or one port's details) as text.
+pub fn render_stats(r: &StatsReport, detail: bool) -> String {
+    let s = &r.switch;
+    let mut out = format!(
+        "switch {} ({}, {}, {}): {} port(s), counters of the last {:.1} s\n",
+        s.name,
+        s.mode,
+        if s.lossless { "lossless" } else { "lossy" },
+        if s.poll { "polling" } else { "event-driven" },
+        r.ports.len(),
+        r.counters_age_s
+    );
+    if detail {
+        for p in &r.ports {
+            out += &render_port(p);
+        }
+        return out;
+    }
+    let mut t = table();
+    t.set_header([
+        "PORT",
+        "VLAN",
+        "RX FRAMES",
+        "RX BYTES",
+        "TX FRAMES",
+        "TX BYTES",
+        "GSO IN",
+        "GSO OUT",
+        "FLOODED",
+        "DROPS",
+        "KERNEL DROPS",
+        "QUEUED",
+    ]);
+    for p in &r.ports {
+        let c = &p.counters;
+        let drops = c.rx_drops.total() + c.tx_drops.total();
+        t.add_row([
+            p.name.clone(),
+            p.vlan.clone(),
+            si(c.rx_frames),
+            bytes(c.rx_bytes),
+            si(c.tx_frames),
+            bytes(c.tx_bytes),
+            si(c.rx_gso),
+            format!(
+                "{}{}",
+                si(c.tx_gso),
+                if c.tx_segmented > 0 { format!("+{}cut", si(c.tx_segmented)) } else { String::new() }
+            ),
+            si(c.flooded),
+            si(drops),
+            p.device_drops.map_or("-".into(), |d| format!("{}/{}", si(d.to_guest), si(d.from_guest))),
+            p.queued.to_string(),
+        ]);
+    }
+    right(&mut t, 2);
+    out += &t.to_string();
+    out += "\nDROPS: dropped by the switch (see `sluice stats PORT` for causes). KERNEL DROPS: \
+dropped by the TAP device in the kernel, to guest / from guest.\n";
+    out
+}
+
+fn render_port(p: &PortStats) -> String {
+    let c = &p.counters;
+    let mut t = table();
+    let mut row = |k: &str, v: String| {
+        t.add_row([k.to_string(), v]);
+    };
+    row(
+        "port",
+        format!("{} ({}, {}, MTU {}, offload {})", p.name, p.kind, p.vlan, p.mtu, if p.offload { "on" } else { "off" }),
+    );
+    if let Some(ns) = &p.netns {
+        row("netns", ns.clone());
+    }
+    if let Some(f) = &p.failed {
+        row("FAILED", f.clone());
+    }
+    row("rx frames / bytes", format!("{} / {}", c.rx_frames, c.rx_bytes));
+    row("  GSO frames", c.rx_gso.to_string());
+    row("  forwarded / flooded", format!("{} / {}", c.forwarded, c.flooded));
+    row("  copies to outputs", c.copies.to_string());
+    for cause in sluice_switch::DropCause::ALL {
+        let n = c.rx_drops.get(cause);
+        if n > 0 {
+            row(&format!("  dropped: {}", cause.name()), n.to_string());
+        }
+    }
+    row("  held (lossless)", format!("{} now, {} pauses", p.held, c.pauses));
+    row("tx offered", c.tx_offered.to_string());
+    row("tx frames / bytes", format!("{} / {}", c.tx_frames, c.tx_bytes));
+    row("  GSO whole", c.tx_gso.to_string());
+    row("  GSO cut in software", format!("{} frames → {} segments", c.tx_segmented, c.tx_segments));
+    row("  checksums completed", c.tx_csum_filled.to_string());
+    for cause in sluice_switch::DropCause::ALL {
+        let n = c.tx_drops.get(cause);
+        if n > 0 {
+            row(&format!("  dropped: {}", cause.name()), n.to_string());
+        }
+    }
+    row("  queued", p.queued.to_string());
+    if let Some(d) = p.device_drops {
+        row("kernel drops to guest", d.to_guest.to_string());
+        row("kernel drops from guest", d.from_guest.to_string());
+    }
+    format!("{t}\n")
+}

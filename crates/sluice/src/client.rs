@@ -1,0 +1,129 @@
+//! Finding a running switch and talking to it over its control socket.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::de::DeserializeOwned;
+
+use crate::paths;
+use crate::proto::{PROTOCOL, Request, Response, SwitchSummary};
+
+/// How the user chose a switch on the command line.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Target {
+    /// The switch to talk to, by name (its socket is /run/sluice/NAME.sock). Default: the
+    /// only running switch.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub switch: Option<String>,
+    /// The switch's control socket, when it is not in the default place.
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "switch")]
+    pub socket: Option<PathBuf>,
+}
+
+/// A connection to a switch daemon.
+pub struct Client {
+    stream: BufReader<UnixStream>,
+    path: PathBuf,
+}
+
+impl Client {
+    /// Connects to the socket at `path`.
+    pub fn connect(path: &Path) -> Result<Client> {
+        let s = UnixStream::connect(path).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                    "no switch is listening there; start one with `sluice switch run --config FILE` or `sluice lab up`"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "the control socket is owner-only: run as the user who started the switch (root)"
+                }
+                _ => "",
+            };
+            anyhow!("cannot reach the switch at {}: {e}. {hint}", path.display())
+        })?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Client { stream: BufReader::new(s), path: path.into() })
+    }
+
+    /// Connects to the switch the user chose.
+    pub fn for_target(t: &Target) -> Result<Client> {
+        let path = resolve(t)?;
+        let mut c = Client::connect(&path)?;
+        let hello: SwitchSummary = c.call(&Request::Hello)?;
+        if hello.protocol != PROTOCOL {
+            bail!(
+                "the switch at {} speaks control protocol {} and this sluice speaks {PROTOCOL}: use the sluice binary that started it ({})",
+                path.display(),
+                hello.protocol,
+                hello.version
+            );
+        }
+        Ok(c)
+    }
+
+    /// Sends a request and decodes the answer's data.
+    pub fn call<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
+        let v = self.call_value(req)?;
+        serde_json::from_value(v).context("the switch sent an answer this sluice does not understand")
+    }
+
+    /// Sends a request and returns the answer's raw data (null when there is none).
+    pub fn call_value(&mut self, req: &Request) -> Result<serde_json::Value> {
+        let mut line = serde_json::to_string(req)?;
+        line.push('\n');
+        self.stream
+            .get_mut()
+            .write_all(line.as_bytes())
+            .with_context(|| format!("sending to {}", self.path.display()))?;
+        let mut answer = String::new();
+        self.stream.read_line(&mut answer).with_context(|| format!("reading from {}", self.path.display()))?;
+        if answer.is_empty() {
+            bail!("the switch at {} closed the connection without answering", self.path.display());
+        }
+        let r: Response = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
+        if !r.ok {
+            bail!("{}", r.error.unwrap_or_else(|| "the switch refused the request".into()));
+        }
+        Ok(r.data.unwrap_or(serde_json::Value::Null))
+    }
+}
+
+/// Running switches: (name, socket) for every socket in the runtime directory that answers.
+pub fn running() -> Vec<(String, PathBuf)> {
+    let Ok(dir) = std::fs::read_dir(paths::run_dir()) else { return vec![] };
+    let mut v: Vec<(String, PathBuf)> = dir
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| UnixStream::connect(p).is_ok())
+        .filter_map(|p| Some((p.file_stem()?.to_string_lossy().into_owned(), p)))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The socket the user means.
+pub fn resolve(t: &Target) -> Result<PathBuf> {
+    if let Some(s) = &t.socket {
+        return Ok(s.clone());
+    }
+    if let Some(n) = &t.switch {
+        return Ok(paths::socket_for(n));
+    }
+    let r = running();
+    match r.len() {
+        0 => bail!(
+            "no switch is running (no live socket in {}); start one with `sluice switch run --config FILE` or `sluice lab up`",
+            paths::run_dir().display()
+        ),
+        1 => Ok(r[0].1.clone()),
+        _ => bail!(
+            "{} switches are running ({}); choose one with --switch NAME",
+            r.len(),
+            r.iter().map(|x| x.0.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}

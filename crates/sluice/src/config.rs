@@ -1,0 +1,380 @@
+//! The switch configuration file (TOML) and the port description shared with the CLI.
+//!
+//! Every refusal names the file, the line and column, and what to change. Unknown keys are
+//! refused too, so a misspelt setting never silently falls back to its default.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sluice_switch::{SwitchConfig, VlanMode};
+use sluice_wire::MacAddr;
+use toml::Spanned;
+
+use crate::paths;
+
+/// A configuration error located in its file.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The file read.
+    pub file: PathBuf,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub col: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+            if let Some(c) = self.col {
+                write!(f, ":{c}")?;
+            }
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The kinds of port sluice can attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortKind {
+    /// A TAP device for a container, namespace or VM.
+    #[default]
+    Tap,
+}
+
+/// One port, as a `[[port]]` table or `sluice port add` describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Port name; for a TAP, the interface name (1–15 bytes).
+    pub name: String,
+    /// Kind of port.
+    #[serde(rename = "type", default)]
+    pub kind: PortKind,
+    /// Network namespace (an `ip netns` name) to create the TAP in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// MTU; the switch's by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+    /// Checksum and TSO offloads (GSO frames cross whole). When false the switch cuts GSO
+    /// frames and completes checksums for this port in software.
+    #[serde(default = "yes")]
+    pub offload: bool,
+    /// Access port of this VLAN (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Trunk port carrying these VLANs tagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk: Option<Vec<u16>>,
+    /// Native VLAN of a trunk: its frames cross untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<u16>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn check_vid(v: u16) -> Result<u16, String> {
+    if (1..=4094).contains(&v) { Ok(v) } else { Err(format!("VLAN {v} is out of range: use 1 to 4094")) }
+}
+
+impl PortSpec {
+    /// A TAP port with default settings.
+    pub fn tap(name: &str) -> Self {
+        PortSpec {
+            name: name.into(),
+            kind: PortKind::Tap,
+            netns: None,
+            mtu: None,
+            offload: true,
+            vlan: None,
+            trunk: None,
+            native: None,
+        }
+    }
+
+    /// Checks the description and returns its VLAN membership.
+    pub fn validate(&self) -> Result<VlanMode, String> {
+        crate::sys::tun::check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        if let Some(m) = self.mtu
+            && !sluice_switch::switch_mtu_range().contains(&m)
+        {
+            return Err(format!("port {:?}: MTU {m} is out of range: use 68 to 9000", self.name));
+        }
+        let at = |e: String| format!("port {:?}: {e}", self.name);
+        match (&self.vlan, &self.trunk) {
+            (Some(_), Some(_)) => Err(at("set either `vlan` (access port) or `trunk` (trunk port), not both".into())),
+            (_, None) if self.native.is_some() => {
+                Err(at("`native` applies to trunk ports only; add `trunk = [...]`".into()))
+            }
+            (v, None) => Ok(VlanMode::Access(check_vid(v.unwrap_or(1)).map_err(at)?)),
+            (None, Some(list)) => {
+                for &v in list {
+                    check_vid(v).map_err(at)?;
+                }
+                let native = self.native.map(check_vid).transpose().map_err(at)?;
+                Ok(VlanMode::Trunk { allowed: list.iter().copied().collect(), native })
+            }
+        }
+    }
+}
+
+/// A static MAC table entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticMac {
+    /// The station's address.
+    pub mac: String,
+    /// Its VLAN (default 1).
+    #[serde(default = "one")]
+    pub vlan: u16,
+    /// The port it is behind.
+    pub port: String,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// Transport mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Ports known by MAC address; any EtherType.
+    L2,
+}
+
+impl Mode {
+    /// The mode as the config file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::L2 => "l2",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchFile {
+    name: Spanned<String>,
+    mode: Option<Spanned<String>>,
+    mtu: Option<Spanned<u16>>,
+    mac_aging: Option<Spanned<u64>>,
+    lossless: Option<bool>,
+    queue_len: Option<Spanned<usize>>,
+    batch: Option<Spanned<usize>>,
+    mac_table_size: Option<Spanned<usize>>,
+    poll: Option<bool>,
+    socket: Option<PathBuf>,
+    #[serde(default)]
+    port: Vec<Spanned<PortSpec>>,
+    #[serde(default)]
+    mac: Vec<Spanned<StaticMac>>,
+}
+
+/// A validated switch configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Switch name.
+    pub name: String,
+    /// Transport mode.
+    pub mode: Mode,
+    /// Core settings.
+    pub core: SwitchConfig,
+    /// Busy-poll instead of sleeping in epoll (costs a core).
+    pub poll: bool,
+    /// Control socket path.
+    pub socket: PathBuf,
+    /// Ports to attach at start.
+    pub ports: Vec<PortSpec>,
+    /// Static MAC entries.
+    pub macs: Vec<(u16, MacAddr, String)>,
+}
+
+/// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
+pub fn check_switch_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok { Ok(()) } else { Err(format!("switch name {name:?} must be 1 to 32 letters, digits, '-', '_' or '.'")) }
+}
+
+/// Reads and validates a configuration file.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.into(),
+        line: None,
+        col: None,
+        message: format!("cannot read the configuration: {e}"),
+    })?;
+    parse(&text, path)
+}
+
+/// Validates configuration text read from `path`.
+pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+    let err = |span: Option<Range<usize>>, message: String| {
+        let (line, col) = match span {
+            Some(s) => {
+                let (l, c) = line_col(text, s.start);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
+        ConfigError { file: path.into(), line, col, message }
+    };
+    let f: SwitchFile = toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+
+    check_switch_name(f.name.get_ref()).map_err(|m| err(Some(f.name.span()), m))?;
+    let mode = match &f.mode {
+        None => Mode::L2,
+        Some(m) if m.get_ref() == "l2" => Mode::L2,
+        Some(m) if m.get_ref() == "l3" => {
+            return Err(err(Some(m.span()), "mode \"l3\" is not available yet; use mode = \"l2\"".into()));
+        }
+        Some(m) => return Err(err(Some(m.span()), format!("unknown mode {:?}; use \"l2\"", m.get_ref()))),
+    };
+    let mut core = SwitchConfig::default();
+    if let Some(m) = &f.mtu {
+        if !sluice_switch::switch_mtu_range().contains(m.get_ref()) {
+            return Err(err(Some(m.span()), format!("MTU {} is out of range: use 68 to 9000", m.get_ref())));
+        }
+        core.mtu = *m.get_ref();
+    }
+    if let Some(a) = &f.mac_aging {
+        if *a.get_ref() == 0 || *a.get_ref() > 1_000_000 {
+            return Err(err(Some(a.span()), "mac_aging is in seconds: use 1 to 1000000".into()));
+        }
+        core.aging_ms = a.get_ref() * 1000;
+    }
+    core.lossless = f.lossless.unwrap_or(false);
+    for (field, target, max) in [
+        (&f.queue_len, &mut core.queue_len, 65536usize),
+        (&f.batch, &mut core.batch, 1024),
+        (&f.mac_table_size, &mut core.fib_max, 1 << 20),
+    ] {
+        if let Some(v) = field {
+            if *v.get_ref() == 0 || *v.get_ref() > max {
+                return Err(err(Some(v.span()), format!("value {} is out of range: use 1 to {max}", v.get_ref())));
+            }
+            *target = *v.get_ref();
+        }
+    }
+    let name = f.name.into_inner();
+    let mut ports: Vec<PortSpec> = Vec::new();
+    for p in &f.port {
+        p.get_ref().validate().map_err(|m| err(Some(p.span()), m))?;
+        if ports.iter().any(|q| q.name == p.get_ref().name) {
+            return Err(err(Some(p.span()), format!("port {:?} is listed twice", p.get_ref().name)));
+        }
+        ports.push(p.get_ref().clone());
+    }
+    let mut macs = Vec::new();
+    for m in &f.mac {
+        let e = m.get_ref();
+        let mac: MacAddr = e
+            .mac
+            .parse()
+            .map_err(|_| err(Some(m.span()), format!("{:?} is not a MAC address (aa:bb:cc:dd:ee:ff)", e.mac)))?;
+        check_vid(e.vlan).map_err(|x| err(Some(m.span()), x))?;
+        if !ports.iter().any(|p| p.name == e.port) {
+            return Err(err(Some(m.span()), format!("MAC entry names port {:?}, which is not configured", e.port)));
+        }
+        macs.push((e.vlan, mac, e.port.clone()));
+    }
+    Ok(Settings {
+        socket: f.socket.unwrap_or_else(|| paths::socket_for(&name)),
+        name,
+        mode,
+        core,
+        poll: f.poll.unwrap_or(false),
+        ports,
+        macs,
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(before.len(), |i| before.len() - i - 1) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Settings, ConfigError> {
+        parse(s, Path::new("sw.toml"))
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let s = parse_str(
+            r#"
+name = "sw0"
+mode = "l2"
+mtu = 8992
+mac_aging = 60
+lossless = true
+
+[[port]]
+name = "tap0"
+netns = "blue"
+vlan = 10
+
+[[port]]
+name = "tap1"
+trunk = [10, 20]
+native = 1
+offload = false
+
+[[mac]]
+mac = "02:00:00:00:00:01"
+vlan = 10
+port = "tap0"
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.name, "sw0");
+        assert_eq!(s.core.mtu, 8992);
+        assert_eq!(s.core.aging_ms, 60_000);
+        assert!(s.core.lossless);
+        assert_eq!(s.ports.len(), 2);
+        assert!(!s.ports[1].offload);
+        assert_eq!(s.ports[1].validate().unwrap().to_string(), "trunk 10,20 native 1");
+        assert_eq!(s.socket, PathBuf::from("/run/sluice/sw0.sock"));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse_str("name = \"sw0\"\nmtu = 70000\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str("name = \"sw0\"\nmtu = 9100\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.to_string().starts_with("sw.toml:2:"), "{e}");
+        let e = parse_str("name = \"sw0\"\nlosless = true\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("losless"), "{e}");
+        let e = parse_str("name = \"sw0\"\n\n[[port]]\nname = \"t0\"\nvlan = 5000\n").unwrap_err();
+        assert!(e.line.is_some_and(|l| (3..=5).contains(&l)), "{e}");
+        assert!(e.message.contains("5000"), "{e}");
+        let e = parse_str("name = \"sw0\"\nmode = \"l7\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nvlan = 2\ntrunk = [3]\n").unwrap_err();
+        assert!(e.message.contains("not both"), "{e}");
+        let e = parse_str("name = \"sw/0\"\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+    }
+}

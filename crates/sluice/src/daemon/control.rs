@@ -1,0 +1,265 @@
+//! The control server: reads JSON requests from the unix socket, runs them on the datapath
+//! thread as jobs, and writes the answers. Every refused request is logged with its reason.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+
+use anyhow::{Context, Result, anyhow};
+use sluice_wire::MacAddr;
+use tracing::{debug, warn};
+
+use super::datapath::{Datapath, Job};
+use crate::config::{PortKind, PortSpec, Settings};
+use crate::port::tap::TapPort;
+use crate::proto::*;
+use crate::sys::epoll::EventFd;
+use crate::sys::netns;
+
+/// A handle for running jobs on the datapath thread.
+#[derive(Clone)]
+pub struct Jobs {
+    tx: Sender<Job>,
+    wake: Arc<EventFd>,
+}
+
+impl Jobs {
+    /// Wraps the job channel and the datapath's wake-up.
+    pub fn new(tx: Sender<Job>, wake: Arc<EventFd>) -> Self {
+        Jobs { tx, wake }
+    }
+
+    /// Runs `f` on the datapath and waits for its result.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce(&mut Datapath) -> T + Send + 'static) -> Result<T> {
+        let (rtx, rrx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Box::new(move |dp: &mut Datapath| {
+                let _ = rtx.send(f(dp));
+            }))
+            .map_err(|_| anyhow!("the datapath has stopped"))?;
+        self.wake.notify();
+        rrx.recv().map_err(|_| anyhow!("the datapath stopped before answering"))
+    }
+
+    /// Asks the datapath to stop.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_stop()));
+        self.wake.notify();
+    }
+}
+
+/// Creates the device behind a port (in its namespace, if it names one).
+pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<TapPort> {
+    spec.validate().map_err(anyhow::Error::msg)?;
+    match spec.kind {
+        PortKind::Tap => {
+            if let Some(ns) = &spec.netns
+                && !netns::exists(ns)
+            {
+                anyhow::bail!("network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)");
+            }
+            let name = spec.name.clone();
+            let offload = spec.offload;
+            let mtu = spec.mtu.unwrap_or(default_mtu);
+            netns::run_in(spec.netns.as_deref(), move || TapPort::create(&name, offload, mtu))
+                .with_context(|| format!("creating TAP {:?}", spec.name))
+        }
+    }
+}
+
+/// The control socket server.
+pub struct Server {
+    /// The switch's settings at start.
+    pub settings: Settings,
+    /// Jobs for the datapath.
+    pub jobs: Jobs,
+}
+
+impl Server {
+    /// Serves connections until the process ends; each connection on its own thread.
+    pub fn serve(self, listener: UnixListener) {
+        let me = Arc::new(self);
+        for conn in listener.incoming() {
+            match conn {
+                Ok(stream) => {
+                    let me = me.clone();
+                    let _ = std::thread::Builder::new().name("control-conn".into()).spawn(move || me.handle(stream));
+                }
+                Err(e) => warn!("control socket accept failed: {e}"),
+            }
+        }
+    }
+
+    fn handle(&self, stream: UnixStream) {
+        let mut out = match stream.try_clone() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let resp = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => {
+                    debug!(?req, "control request");
+                    let what = format!("{req:?}");
+                    match self.execute(req) {
+                        Ok(data) => Response { ok: true, error: None, data },
+                        Err(e) => {
+                            let msg = format!("{e:#}");
+                            warn!(request = %what, "refused: {msg}");
+                            Response { ok: false, error: Some(msg), data: None }
+                        }
+                    }
+                }
+                Err(e) => Response { ok: false, error: Some(format!("malformed request: {e}")), data: None },
+            };
+            let mut text = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
+            text.push('\n');
+            if out.write_all(text.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
+        let s = &self.settings;
+        let v = match req {
+            Request::Hello => {
+                let st = self.settings.clone();
+                let summary = self.jobs.run(move |dp| summary(dp, &st))?;
+                serde_json::to_value(summary)?
+            }
+            Request::PortAdd { port } => {
+                let exists = {
+                    let n = port.name.clone();
+                    self.jobs.run(move |dp| dp.switch().port_id(&n).is_some())?
+                };
+                if exists {
+                    anyhow::bail!(
+                        "a port named {:?} is already attached; choose another name or delete it first",
+                        port.name
+                    );
+                }
+                let dev = create_port(&port, s.core.mtu)?;
+                self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
+                return Ok(None);
+            }
+            Request::PortDel { name } => {
+                self.jobs.run(move |dp| dp.detach(&name))??;
+                return Ok(None);
+            }
+            Request::PortList | Request::Stats { port: None } => {
+                let report = self.stats(None)?;
+                serde_json::to_value(report)?
+            }
+            Request::Stats { port: Some(p) } => serde_json::to_value(self.stats(Some(p))?)?,
+            Request::StatsReset => {
+                self.jobs.run(|dp| dp.reset_counters())?;
+                return Ok(None);
+            }
+            Request::FibShow => serde_json::to_value(self.jobs.run(fib_report)?)?,
+            Request::FibAdd { mac, vlan, port } => {
+                let mac: MacAddr =
+                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                self.jobs.run(move |dp| dp.switch_mut().add_static_mac(vlan, mac, &port))??;
+                return Ok(None);
+            }
+            Request::FibDel { mac, vlan } => {
+                let m: MacAddr =
+                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                if !self.jobs.run(move |dp| dp.switch_mut().fib_mut().remove(vlan, m))? {
+                    anyhow::bail!("no MAC entry {mac} in VLAN {vlan}");
+                }
+                return Ok(None);
+            }
+            Request::Shutdown => {
+                self.jobs.shutdown();
+                return Ok(None);
+            }
+        };
+        Ok(Some(v))
+    }
+
+    fn stats(&self, port: Option<String>) -> Result<StatsReport> {
+        let st = self.settings.clone();
+        self.jobs.run(move |dp| {
+            let ports: Vec<PortStats> = dp
+                .switch()
+                .ports()
+                .into_iter()
+                .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
+                .map(|p| PortStats {
+                    netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
+                    name: p.name,
+                    kind: p.kind.into(),
+                    vlan: p.vlan.to_string(),
+                    mtu: p.mtu,
+                    offload: p.caps.offload,
+                    queued: p.queued,
+                    held: p.held,
+                    failed: p.failed,
+                    counters: p.counters,
+                    device_drops: p.device_drops,
+                })
+                .collect();
+            if let Some(n) = &port
+                && ports.is_empty()
+            {
+                return Err(anyhow!("no port named {n:?} is attached (see `sluice port list`)"));
+            }
+            Ok(StatsReport {
+                switch: summary(dp, &st),
+                uptime_s: dp.uptime().as_secs_f64(),
+                counters_age_s: dp.counters_age().as_secs_f64(),
+                ports,
+                fib: fib_summary(dp),
+            })
+        })?
+    }
+}
+
+fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
+    SwitchSummary {
+        protocol: PROTOCOL,
+        version: env!("CARGO_PKG_VERSION").into(),
+        name: s.name.clone(),
+        mode: s.mode.as_str().into(),
+        pid: std::process::id(),
+        lossless: s.core.lossless,
+        poll: dp.polling(),
+        mtu: s.core.mtu,
+        ports: dp.switch().port_ids().count(),
+    }
+}
+
+fn fib_summary(dp: &Datapath) -> FibSummary {
+    let f = dp.switch().fib();
+    FibSummary {
+        entries: f.len(),
+        max_entries: dp.switch().config().fib_max,
+        aging_s: f.aging_ms() / 1000,
+        moves: f.moves,
+        full_refusals: f.full_refusals,
+    }
+}
+
+fn fib_report(dp: &mut Datapath) -> FibReport {
+    let now = dp.uptime().as_millis() as u64;
+    let entries = dp
+        .switch()
+        .fib()
+        .entries()
+        .into_iter()
+        .map(|(vlan, mac, e)| FibEntryReport {
+            vlan,
+            mac: mac.to_string(),
+            port: dp.switch().port_name(e.port).unwrap_or("?").to_string(),
+            is_static: e.is_static,
+            age_s: (!e.is_static).then(|| now.saturating_sub(e.last_seen_ms) as f64 / 1000.0),
+        })
+        .collect();
+    FibReport { summary: fib_summary(dp), entries }
+}

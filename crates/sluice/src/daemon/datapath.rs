@@ -1,0 +1,189 @@
+//! The datapath thread: one epoll loop over every port's descriptor and a wake-up
+//! eventfd for control jobs. Event-driven by default; `poll = true` spins on epoll with a
+//! zero timeout instead (lower latency, one core busy).
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use sluice_switch::{PortConfig, PortId, Switch};
+use tracing::{info, warn};
+
+use crate::config::PortSpec;
+use crate::port::tap::TapPort;
+use crate::sys::epoll::{Epoll, Event, EventFd};
+
+/// Work sent from the control thread, run on the datapath thread between batches.
+pub type Job = Box<dyn FnOnce(&mut Datapath) + Send>;
+
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// The datapath: the switch, its ports' descriptors, and the event loop.
+pub struct Datapath {
+    sw: Switch,
+    epoll: Epoll,
+    wake: Arc<EventFd>,
+    jobs: Receiver<Job>,
+    fds: HashMap<PortId, RawFd>,
+    specs: HashMap<PortId, PortSpec>,
+    poll: bool,
+    started: Instant,
+    counters_reset: Instant,
+    stop: bool,
+}
+
+impl Datapath {
+    /// A datapath for `sw` taking jobs from `jobs`.
+    pub fn new(sw: Switch, jobs: Receiver<Job>, poll: bool) -> Result<Self> {
+        let epoll = Epoll::new().context("epoll_create1")?;
+        let wake = Arc::new(EventFd::new().context("eventfd")?);
+        epoll.add(wake.as_raw_fd(), WAKE_TOKEN, true, false)?;
+        Ok(Datapath {
+            sw,
+            epoll,
+            wake,
+            jobs,
+            fds: HashMap::new(),
+            specs: HashMap::new(),
+            poll,
+            started: Instant::now(),
+            counters_reset: Instant::now(),
+            stop: false,
+        })
+    }
+
+    /// The eventfd that wakes this loop.
+    pub fn waker(&self) -> Arc<EventFd> {
+        self.wake.clone()
+    }
+
+    /// The switch.
+    pub fn switch(&self) -> &Switch {
+        &self.sw
+    }
+
+    /// The switch, for changes.
+    pub fn switch_mut(&mut self) -> &mut Switch {
+        &mut self.sw
+    }
+
+    /// The description a port was attached with.
+    pub fn spec(&self, id: PortId) -> Option<&PortSpec> {
+        self.specs.get(&id)
+    }
+
+    /// Whether the loop busy-polls.
+    pub fn polling(&self) -> bool {
+        self.poll
+    }
+
+    /// Seconds since start.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Seconds since the counters were reset.
+    pub fn counters_age(&self) -> Duration {
+        self.counters_reset.elapsed()
+    }
+
+    /// Zeroes counters.
+    pub fn reset_counters(&mut self) {
+        self.sw.reset_counters();
+        self.counters_reset = Instant::now();
+    }
+
+    /// Ends the loop after the current job.
+    pub fn request_stop(&mut self) {
+        self.stop = true;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Attaches a TAP port and starts watching it.
+    pub fn attach(&mut self, spec: PortSpec, port: TapPort) -> Result<PortId> {
+        let vlan = spec.validate().map_err(anyhow::Error::msg)?;
+        let fd = port.raw_fd();
+        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu }, Box::new(port))?;
+        let interest = self.sw.interest(id);
+        if let Err(e) = self.epoll.add(fd, u64::from(id), interest.read, interest.write) {
+            let _ = self.sw.remove_port(&spec.name);
+            return Err(e).context("watching the port's descriptor");
+        }
+        self.fds.insert(id, fd);
+        info!(port = %spec.name, netns = spec.netns.as_deref().unwrap_or("-"), vlan = %self.sw.port_info(id).map(|p| p.vlan.to_string()).unwrap_or_default(), offload = spec.offload, "port added");
+        self.specs.insert(id, spec);
+        Ok(id)
+    }
+
+    /// Detaches a port; its device goes away when its descriptor closes.
+    pub fn detach(&mut self, name: &str) -> Result<()> {
+        let (id, port) = self.sw.remove_port(name)?;
+        if let Some(fd) = self.fds.remove(&id) {
+            let _ = self.epoll.delete(fd);
+        }
+        self.specs.remove(&id);
+        drop(port);
+        info!(port = %name, "port deleted");
+        Ok(())
+    }
+
+    /// Runs until a stop is requested.
+    pub fn run(mut self) -> Result<()> {
+        let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut events: Vec<Event> = Vec::with_capacity(256);
+        let mut next_expire = Instant::now() + Duration::from_secs(1);
+        while !self.stop {
+            let timeout = if self.poll { 0 } else { 1000 };
+            self.epoll.wait(&mut buf, timeout, &mut events)?;
+            let now = self.now_ms();
+            for ev in &events {
+                if ev.token == WAKE_TOKEN {
+                    self.wake.drain();
+                    while let Ok(job) = self.jobs.try_recv() {
+                        job(&mut self);
+                    }
+                    continue;
+                }
+                let id = ev.token as PortId;
+                if ev.writable {
+                    self.sw.on_writable(id);
+                }
+                if ev.readable {
+                    self.sw.on_readable(id, now);
+                }
+            }
+            self.apply_interest();
+            if Instant::now() >= next_expire {
+                self.sw.expire(self.now_ms());
+                next_expire = Instant::now() + Duration::from_secs(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_interest(&mut self) {
+        let Datapath { sw, epoll, fds, .. } = self;
+        let mut failed = Vec::new();
+        sw.take_interest_changes(|id, i| {
+            if let Some(&fd) = fds.get(&id) {
+                let _ = epoll.modify(fd, u64::from(id), i.read, i.write);
+            }
+            if !i.read && !i.write {
+                failed.push(id);
+            }
+        });
+        for id in failed {
+            if let Some(p) = self.sw.port_info(id)
+                && let Some(why) = &p.failed
+            {
+                warn!(port = %p.name, "port stopped: {why}; delete it with `sluice port del {}`", p.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! `sluice switch run`: the switch daemon.
+//!
+//! Three threads: the datapath (one epoll loop that owns the [`sluice_switch::Switch`] and
+//! every port's descriptor), the control server (accepts CLI connections on the unix socket
+//! and turns requests into jobs for the datapath), and the main thread, which waits for
+//! SIGINT/SIGTERM or a shutdown request and then removes the socket. The datapath never
+//! blocks on anything but epoll; device creation (which may enter another network
+//! namespace) happens on the control side.
+
+mod control;
+mod datapath;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::mpsc;
+
+use anyhow::{Context, Result, bail};
+use sluice_switch::Switch;
+use tracing::info;
+
+use crate::config::Settings;
+pub use datapath::Datapath;
+
+/// Runs the switch described by `s` in the foreground until stopped.
+pub fn run(s: Settings) -> Result<()> {
+    if let Some(dir) = s.socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    if s.socket.exists() {
+        if UnixStream::connect(&s.socket).is_ok() {
+            bail!(
+                "switch {:?} is already running (its socket {} answers); stop it first or choose another name",
+                s.name,
+                s.socket.display()
+            );
+        }
+        std::fs::remove_file(&s.socket).with_context(|| format!("removing stale socket {}", s.socket.display()))?;
+    }
+
+    let signals = block_signals();
+    let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
+    let (tx, rx) = mpsc::channel();
+    let mut dp = Datapath::new(sw, rx, s.poll).context("starting the datapath")?;
+    for p in &s.ports {
+        let port = control::create_port(p, s.core.mtu)?;
+        dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
+    }
+    for (vlan, mac, port) in &s.macs {
+        dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
+    }
+    let waker = dp.waker();
+
+    let listener = bind_owner_only(&s)?;
+    info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
+
+    let jobs = control::Jobs::new(tx, waker);
+    let ctl = control::Server { settings: s.clone(), jobs: jobs.clone() };
+    std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
+    let sig_jobs = jobs.clone();
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let sig = wait_signal(&signals);
+        info!(signal = sig, "stopping");
+        sig_jobs.shutdown();
+    })?;
+
+    let result = std::thread::Builder::new()
+        .name("datapath".into())
+        .spawn(move || dp.run())?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))?;
+    let _ = std::fs::remove_file(&s.socket);
+    info!(switch = %s.name, "switch stopped");
+    result
+}
+
+fn bind_owner_only(s: &Settings) -> Result<UnixListener> {
+    // Bind with a restrictive umask so the socket is never reachable by others, even
+    // briefly; then make the mode explicit.
+    // SAFETY: umask only changes this process's file-creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(&s.socket);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let l = l.with_context(|| format!("binding the control socket {}", s.socket.display()))?;
+    std::fs::set_permissions(&s.socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local, initialized set; pthread_sigmask affects this
+    // thread and is inherited by the threads spawned after it, so only sigwait sees them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}

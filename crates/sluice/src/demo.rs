@@ -1,0 +1,170 @@
+//! `sluice demo`: a lab of two guests, ping (IPv4 and IPv6) and a TCP transfer between them
+//! through the switch, then the switch's counters. Needs nothing but sluice and iproute2:
+//! the pings and the transfer run on threads that enter the guests' namespaces.
+
+use std::io::{Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::client::Client;
+use crate::lab::{self, UpArgs};
+use crate::proto::{Request, StatsReport};
+use crate::sys::netns;
+
+/// Arguments of `sluice demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Megabytes to send through the switch.
+    #[arg(long, default_value_t = 1000)]
+    pub megabytes: u64,
+    /// MTU of the lab.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u16,
+    /// Leave the lab running afterwards (remove it with `sluice lab down --name demo`).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Runs the demo.
+pub fn run(a: DemoArgs) -> Result<()> {
+    const NAME: &str = "demo";
+    if lab::LabState::load(NAME).is_ok() {
+        println!("removing the previous demo lab");
+        lab::down(NAME)?;
+    }
+    println!("== building a lab: a switch and two guests (network namespaces attached by TAP)");
+    let s = lab::up(&UpArgs {
+        name: NAME.into(),
+        guests: 2,
+        mtu: a.mtu,
+        switch: None,
+        lossless: false,
+        poll: false,
+        no_offload: false,
+        json: false,
+    })?;
+    print!("{}", lab::render(&s));
+    let result = show(&s, &a);
+    if a.keep {
+        println!(
+            "\nthe lab stays up: try `sluice lab exec g1 -- ping 10.77.0.2`, `sluice stats`; remove it with `sluice lab down --name demo`"
+        );
+    } else {
+        lab::down(NAME)?;
+        println!("\nlab removed");
+    }
+    result
+}
+
+fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
+    let g1 = s.guest("g1")?.clone();
+    let g2 = s.guest("g2")?.clone();
+    let ip4: IpAddr = g2.ipv4.split('/').next().unwrap_or_default().parse()?;
+    let ip6: IpAddr = g2.ipv6.split('/').next().unwrap_or_default().parse()?;
+
+    println!("\n== ping from g1 to g2");
+    for dst in [ip4, ip6] {
+        let rtts = netns::run_in(Some(&g1.netns), move || ping(dst, 3))?;
+        let shown: Vec<String> = rtts.iter().map(|d| format!("{:.0} µs", d.as_secs_f64() * 1e6)).collect();
+        println!("  {dst}: 3 echoes answered, round trips {}", shown.join(", "));
+    }
+
+    println!("\n== TCP transfer g1 → g2: {} MB", a.megabytes);
+    let total = a.megabytes * 1_000_000;
+    let listener = netns::run_in(Some(&g2.netns), move || TcpListener::bind(SocketAddr::new(ip4, 7777)))?;
+    let receiver = std::thread::spawn(move || -> std::io::Result<(u64, bool)> {
+        let (mut c, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut got, mut intact) = (0u64, true);
+        loop {
+            let n = c.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            intact &= buf[..n].iter().enumerate().all(|(i, &b)| b == pattern(got + i as u64));
+            got += n as u64;
+        }
+        Ok((got, intact))
+    });
+    let start = Instant::now();
+    netns::run_in(Some(&g1.netns), move || {
+        let mut c = TcpStream::connect_timeout(&SocketAddr::new(ip4, 7777), Duration::from_secs(5))?;
+        let chunk: Vec<u8> = (0..(1u64 << 20) * 251).map(pattern).collect();
+        let mut sent = 0u64;
+        while sent < total {
+            let off = (sent % 251) as usize;
+            let n = ((total - sent) as usize).min(1 << 20);
+            c.write_all(&chunk[off..off + n])?;
+            sent += n as u64;
+        }
+        c.shutdown(std::net::Shutdown::Write)
+    })
+    .context("sending")?;
+    let (got, intact) = receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let secs = start.elapsed().as_secs_f64();
+    if got != total || !intact {
+        bail!(
+            "the transfer arrived damaged: {got} of {total} bytes, content {}",
+            if intact { "intact" } else { "corrupted" }
+        );
+    }
+    println!("  {} bytes arrived intact in {:.2} s: {:.2} Gbit/s", got, secs, got as f64 * 8.0 / secs / 1e9);
+
+    println!("\n== the switch's counters (`sluice stats --switch {}`)", s.switch);
+    let mut c = Client::connect(&s.socket)?;
+    let r: StatsReport = c.call(&Request::Stats { port: None })?;
+    print!("{}", crate::cli::render_stats(&r, false));
+    Ok(())
+}
+
+fn pattern(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// Sends `count` ICMP echo requests to `dst` and returns the round trips.
+fn ping(dst: IpAddr, count: u16) -> std::io::Result<Vec<Duration>> {
+    let (domain, proto, req_type, reply_type) = match dst {
+        IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4, 8u8, 0u8),
+        IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6, 128, 129),
+    };
+    let sock = Socket::new(domain, Type::RAW, Some(proto))?;
+    sock.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let id = (std::process::id() & 0xffff) as u16;
+    let addr = SockAddr::from(SocketAddr::new(dst, 0));
+    let mut rtts = Vec::new();
+    for seq in 1..=count {
+        let mut pkt = vec![req_type, 0, 0, 0];
+        pkt.extend_from_slice(&id.to_be_bytes());
+        pkt.extend_from_slice(&seq.to_be_bytes());
+        pkt.extend((0..56).map(|i| i as u8));
+        if dst.is_ipv4() {
+            let c = sluice_wire::checksum::fold(sluice_wire::checksum::sum(&pkt, 0));
+            pkt[2..4].copy_from_slice(&c.to_be_bytes());
+        }
+        let start = Instant::now();
+        sock.send_to(&pkt, &addr)?;
+        loop {
+            let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
+            let n = sock
+                .recv(&mut buf)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("no echo reply from {dst} within 2 s ({e})")))?;
+            // SAFETY: recv initialized the first `n` bytes.
+            let b: Vec<u8> = buf[..n].iter().map(|x| unsafe { x.assume_init() }).collect();
+            let icmp = if dst.is_ipv4() { &b[((b[0] & 0x0f) as usize * 4).min(b.len())..] } else { &b[..] };
+            if icmp.len() >= 8
+                && icmp[0] == reply_type
+                && icmp[4..6] == id.to_be_bytes()
+                && icmp[6..8] == seq.to_be_bytes()
+            {
+                rtts.push(start.elapsed());
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(rtts)
+}

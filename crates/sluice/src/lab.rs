@@ -1,0 +1,473 @@
+//! `sluice lab`: throw-away guests in network namespaces, attached by TAP to a switch.
+//!
+//! A lab's state file (/run/sluice/labs/NAME.json) is written before each thing the lab
+//! creates, so `sluice lab down` finds and removes everything — and only what — the lab
+//! made, even after a crash. Tests and studies build their topologies with the same code.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::client::Client;
+use crate::config::PortSpec;
+use crate::paths;
+use crate::proto::Request;
+use crate::sys::netns;
+
+/// `sluice lab …`
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCmd {
+    /// Create guests attached to a switch, starting the switch if needed.
+    ///
+    /// Each guest is a network namespace `sluice-LAB-gN` holding a TAP `LAB-gN` with
+    /// 10.77.0.N/24 and fd77::N/64 (usable at once: no DAD wait). The switch is the one
+    /// named by --switch, else a switch named after the lab, started in the background
+    /// if it is not running (its log: /run/sluice/labs/LAB.log).
+    #[command(verbatim_doc_comment)]
+    Up(UpArgs),
+    /// Remove everything a lab made: its guests, their ports, and the switch if the lab
+    /// started it.
+    Down {
+        /// The lab (default: the only one).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Run a command inside a guest's namespace, e.g. `sluice lab exec g1 -- ping 10.77.0.2`.
+    Exec {
+        /// The lab (default: the only one).
+        #[arg(long)]
+        name: Option<String>,
+        /// Guest: g1, g2, … (or its namespace name).
+        guest: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// List labs and their guests.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Arguments of `sluice lab up`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpArgs {
+    /// Lab name: 1 to 10 lowercase letters, digits or '-'.
+    #[arg(long, default_value = "lab")]
+    pub name: String,
+    /// Number of guests (1 to 99).
+    #[arg(long, default_value_t = 2)]
+    pub guests: u32,
+    /// MTU of the switch and the guests' interfaces.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u16,
+    /// Use this running switch instead of one named after the lab.
+    #[arg(long, value_name = "NAME")]
+    pub switch: Option<String>,
+    /// Start the switch in lossless mode.
+    #[arg(long)]
+    pub lossless: bool,
+    /// Start the switch busy-polling.
+    #[arg(long)]
+    pub poll: bool,
+    /// Turn offloads off on the guests' ports (software segmentation).
+    #[arg(long)]
+    pub no_offload: bool,
+    /// Print the guest table as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One guest of a lab.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Guest {
+    /// Short name, g1…
+    pub guest: String,
+    /// Network namespace.
+    pub netns: String,
+    /// TAP interface (inside the namespace) and switch port name.
+    pub tap: String,
+    /// IPv4 address with prefix.
+    pub ipv4: String,
+    /// IPv6 address with prefix.
+    pub ipv6: String,
+    /// The lab created the namespace.
+    pub created_netns: bool,
+    /// The lab attached the port.
+    pub added_port: bool,
+}
+
+/// What a lab made, as kept on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabState {
+    /// Lab name.
+    pub name: String,
+    /// Switch name.
+    pub switch: String,
+    /// Its control socket.
+    pub socket: PathBuf,
+    /// The lab started the switch (and will stop it).
+    pub started_switch: bool,
+    /// The switch daemon's pid, if the lab started it.
+    pub switch_pid: Option<u32>,
+    /// MTU.
+    pub mtu: u16,
+    /// Guests.
+    pub guests: Vec<Guest>,
+}
+
+fn state_path(name: &str) -> PathBuf {
+    paths::labs_dir().join(format!("{name}.json"))
+}
+
+impl LabState {
+    fn save(&self) -> Result<()> {
+        let dir = paths::labs_dir();
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tmp = dir.join(format!(".{}.json.tmp", self.name));
+        fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        fs::rename(&tmp, state_path(&self.name))?;
+        Ok(())
+    }
+
+    /// Reads lab `name`'s state.
+    pub fn load(name: &str) -> Result<LabState> {
+        let p = state_path(name);
+        let text = fs::read(&p).map_err(|_| {
+            let labs = list_names();
+            anyhow!(
+                "no lab named {name:?}{}",
+                if labs.is_empty() { " (no lab is up)".to_string() } else { format!(" (labs: {})", labs.join(", ")) }
+            )
+        })?;
+        serde_json::from_slice(&text).with_context(|| format!("reading lab state {}", p.display()))
+    }
+
+    /// The guest called `g` (g1, its namespace or its TAP).
+    pub fn guest(&self, g: &str) -> Result<&Guest> {
+        self.guests.iter().find(|x| x.guest == g || x.netns == g || x.tap == g).ok_or_else(|| {
+            anyhow!(
+                "lab {} has no guest {g:?} (guests: {})",
+                self.name,
+                self.guests.iter().map(|g| g.guest.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+
+    fn switch_alive(&self) -> bool {
+        UnixStream::connect(&self.socket).is_ok()
+    }
+}
+
+fn list_names() -> Vec<String> {
+    let Ok(d) = fs::read_dir(paths::labs_dir()) else { return vec![] };
+    let mut v: Vec<String> = d
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json").filter(|s| !s.starts_with('.')).map(String::from)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn pick(name: Option<String>) -> Result<String> {
+    if let Some(n) = name {
+        return Ok(n);
+    }
+    let labs = list_names();
+    match labs.len() {
+        0 => bail!("no lab is up; create one with `sluice lab up`"),
+        1 => Ok(labs[0].clone()),
+        _ => bail!("{} labs are up ({}); choose one with --name", labs.len(), labs.join(", ")),
+    }
+}
+
+/// Runs `sluice lab …`.
+pub fn run(cmd: LabCmd) -> Result<()> {
+    match cmd {
+        LabCmd::Up(a) => {
+            let json = a.json;
+            let s = up(&a)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", render(&s));
+            }
+        }
+        LabCmd::Down { name } => {
+            let name = pick(name)?;
+            down(&name)?;
+            println!("lab {name} removed");
+        }
+        LabCmd::Exec { name, guest, cmd } => {
+            let s = LabState::load(&pick(name)?)?;
+            let g = s.guest(&guest)?;
+            let err = Command::new("ip").args(["netns", "exec", &g.netns]).args(&cmd).exec();
+            bail!("cannot run `ip netns exec {} {}`: {err}", g.netns, cmd.join(" "));
+        }
+        LabCmd::List { json } => {
+            let labs: Vec<LabState> = list_names().iter().filter_map(|n| LabState::load(n).ok()).collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&labs)?);
+            } else if labs.is_empty() {
+                println!("no lab is up");
+            } else {
+                for s in &labs {
+                    print!("{}", render(s));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The guest table.
+pub fn render(s: &LabState) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_header(["GUEST", "NAMESPACE", "TAP", "IPV4", "IPV6"]);
+    for g in &s.guests {
+        t.add_row([&g.guest, &g.netns, &g.tap, &g.ipv4, &g.ipv6]);
+    }
+    format!(
+        "lab {} on switch {}{} (MTU {}):\n{t}\n",
+        s.name,
+        s.switch,
+        if s.started_switch {
+            format!(", started by the lab, pid {}", s.switch_pid.unwrap_or(0))
+        } else {
+            String::new()
+        },
+        s.mtu
+    )
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 10
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-');
+    if ok { Ok(()) } else { bail!("lab name {name:?} must be 1 to 10 lowercase letters, digits or '-'") }
+}
+
+/// Runs a command, failing with its stderr.
+pub fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}: is it installed?", args[0]))?;
+    if !out.status.success() {
+        bail!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Creates a lab; on failure removes what it had made.
+pub fn up(a: &UpArgs) -> Result<LabState> {
+    check_name(&a.name)?;
+    if !(1..=99).contains(&a.guests) {
+        bail!("--guests must be 1 to 99");
+    }
+    if !sluice_switch::switch_mtu_range().contains(&a.mtu) {
+        bail!("--mtu {} is out of range: use 68 to 9000", a.mtu);
+    }
+    if let Ok(old) = LabState::load(&a.name) {
+        let alive = old.switch_alive() || old.guests.iter().any(|g| g.created_netns && netns::exists(&g.netns));
+        if alive {
+            bail!(
+                "lab {} is already up; remove it with `sluice lab down --name {}` or pick another --name",
+                a.name,
+                a.name
+            );
+        }
+        let _ = fs::remove_file(state_path(&a.name));
+    }
+    let switch = a.switch.clone().unwrap_or_else(|| a.name.clone());
+    let mut s = LabState {
+        name: a.name.clone(),
+        socket: paths::socket_for(&switch),
+        switch,
+        started_switch: false,
+        switch_pid: None,
+        mtu: a.mtu,
+        guests: Vec::new(),
+    };
+    s.save()?;
+    match build(&mut s, a) {
+        Ok(()) => Ok(s),
+        Err(e) => {
+            let _ = down(&s.name);
+            Err(e)
+        }
+    }
+}
+
+fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
+    if !s.switch_alive() {
+        if a.switch.is_some() {
+            bail!("switch {:?} is not running", s.switch);
+        }
+        start_switch(s, a)?;
+    }
+    let mut client = Client::connect(&s.socket)?;
+    for i in 1..=a.guests {
+        let g = Guest {
+            guest: format!("g{i}"),
+            netns: format!("sluice-{}-g{i}", s.name),
+            tap: format!("{}-g{i}", s.name),
+            ipv4: format!("10.77.0.{i}/24"),
+            ipv6: format!("fd77::{i:x}/64"),
+            created_netns: false,
+            added_port: false,
+        };
+        if netns::exists(&g.netns) {
+            bail!(
+                "network namespace {} already exists and is not this lab's; remove it or pick another lab --name",
+                g.netns
+            );
+        }
+        s.guests.push(g.clone());
+        let idx = s.guests.len() - 1;
+        s.guests[idx].created_netns = true;
+        s.save()?;
+        sh(&["ip", "netns", "add", &g.netns])?;
+        netns::run_in(Some(&g.netns), || {
+            for k in ["default", "all"] {
+                fs::write(format!("/proc/sys/net/ipv6/conf/{k}/accept_dad"), "0")?;
+            }
+            Ok(())
+        })?;
+        sh(&["ip", "-n", &g.netns, "link", "set", "lo", "up"])?;
+        s.guests[idx].added_port = true;
+        s.save()?;
+        let mut spec = PortSpec::tap(&g.tap);
+        spec.netns = Some(g.netns.clone());
+        spec.mtu = Some(a.mtu);
+        spec.offload = !a.no_offload;
+        client.call_value(&Request::PortAdd { port: spec })?;
+        sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
+        sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
+    }
+    Ok(())
+}
+
+fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
+    let dir = paths::labs_dir();
+    let conf = dir.join(format!("{}.toml", s.name));
+    let log = dir.join(format!("{}.log", s.name));
+    let mut f = fs::File::create(&conf)?;
+    writeln!(f, "# written by `sluice lab up --name {}`", s.name)?;
+    writeln!(f, "name = {:?}\nmode = \"l2\"\nmtu = {}\nlossless = {}\npoll = {}", s.switch, a.mtu, a.lossless, a.poll)?;
+    writeln!(f, "socket = {:?}", s.socket.display().to_string())?;
+    drop(f);
+    let logf = fs::File::create(&log)?;
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let child = Command::new(exe)
+        .args(["switch", "run", "--config"])
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf)
+        .process_group(0)
+        .spawn()
+        .context("starting the switch daemon")?;
+    s.started_switch = true;
+    s.switch_pid = Some(child.id());
+    s.save()?;
+    let pid = child.id();
+    // The daemon outlives this command; it is reaped by init once we exit.
+    std::mem::forget(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if s.switch_alive() {
+            return Ok(());
+        }
+        if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            bail!("the switch daemon exited at start:\n{}", text.trim());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("the switch daemon did not open its socket within 10 s (log: {})", log.display())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Removes lab `name`: ports, namespaces, and the switch if the lab started it.
+pub fn down(name: &str) -> Result<()> {
+    let s = LabState::load(name)?;
+    let mut problems = Vec::new();
+    let mut client = if s.switch_alive() { Client::connect(&s.socket).ok() } else { None };
+    for g in s.guests.iter().rev() {
+        if g.added_port
+            && !s.started_switch
+            && let Some(c) = client.as_mut()
+            && let Err(e) = c.call_value(&Request::PortDel { name: g.tap.clone() })
+            && !e.to_string().contains("no port named")
+        {
+            problems.push(format!("port {}: {e}", g.tap));
+        }
+        if g.created_netns
+            && netns::exists(&g.netns)
+            && let Err(e) = sh(&["ip", "netns", "del", &g.netns])
+        {
+            problems.push(e.to_string());
+        }
+    }
+    if s.started_switch {
+        if let Some(c) = client.as_mut() {
+            let _ = c.call_value(&Request::Shutdown);
+        }
+        if let Some(pid) = s.switch_pid {
+            stop_pid(pid, &s.name);
+        }
+    }
+    for ext in ["json", "toml", "log"] {
+        let _ = fs::remove_file(paths::labs_dir().join(format!("{}.{ext}", s.name)));
+    }
+    if problems.is_empty() { Ok(()) } else { bail!("lab {name} removed with problems: {}", problems.join("; ")) }
+}
+
+/// Waits for the lab's daemon to exit; terminates it if it does not (only if the process
+/// is still the sluice daemon started for this lab).
+fn stop_pid(pid: u32, lab: &str) {
+    let ours = || {
+        fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("switch") && c.contains(&format!("labs/{lab}.toml"))
+            })
+            .unwrap_or(false)
+            && !is_zombie(pid)
+    };
+    for sig in [0, libc::SIGTERM, libc::SIGKILL] {
+        if sig != 0 && ours() {
+            // SAFETY: kill(2) on a pid we just checked is our daemon.
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if !ours() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! `sluice`: a user-space virtual switch for Linux hosts and their guests.
+
+mod cli;
+mod client;
+mod config;
+mod daemon;
+mod demo;
+mod lab;
+mod paths;
+mod port;
+mod proto;
+mod sys;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::client::Target;
+
+/// A user-space virtual switch for Linux hosts and their guests.
+///
+/// sluice connects guests — network namespaces, containers, VMs — to each other through TAP
+/// ports, switching at Layer 2 with MAC learning, VLANs, jumbo frames and GSO offloads, in
+/// lossy or lossless mode. One daemon runs per switch (`sluice switch run`); the other
+/// commands talk to it over its control socket.
+///
+/// First steps:
+///   sluice demo                     build a two-guest lab, ping, transfer, show counters
+///   sluice lab up --guests 3        keep a lab running; then `sluice stats`, `sluice fib show`
+///   sluice lab exec g1 -- ping 10.77.0.2
+///   sluice lab down
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, verbatim_doc_comment, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run or list switch daemons.
+    #[command(subcommand)]
+    Switch(SwitchCmd),
+    /// Attach, detach and list ports of a running switch.
+    #[command(subcommand)]
+    Port(PortCmd),
+    /// Show and edit the MAC forwarding table.
+    #[command(subcommand)]
+    Fib(FibCmd),
+    /// Show per-port counters (`sluice stats reset` zeroes them).
+    Stats(cli::StatsArgs),
+    /// Throw-away guests in network namespaces, attached to a switch.
+    #[command(subcommand)]
+    Lab(lab::LabCmd),
+    /// Show sluice at work: a two-guest lab, ping, a TCP transfer, the counters.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum SwitchCmd {
+    /// Run a switch in the foreground, as described by a TOML file.
+    ///
+    /// The control socket is /run/sluice/NAME.sock (mode 0600) unless the file sets
+    /// `socket`. Stop with Ctrl-C, SIGTERM or `sluice switch stop`. Logs go to stderr;
+    /// RUST_LOG=debug shows every control request. See docs/config.md for the format.
+    #[command(verbatim_doc_comment)]
+    Run {
+        /// The switch's configuration file.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+        /// Busy-poll the ports instead of sleeping until one is ready: lower latency, but
+        /// one core stays 100% busy.
+        #[arg(long)]
+        poll: bool,
+    },
+    /// List running switches.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a running switch (its ports and their TAP devices go with it).
+    Stop {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PortCmd {
+    /// Create a TAP port and attach it.
+    ///
+    /// Examples:
+    ///   sluice port add tap0 --netns blue            access port of VLAN 1
+    ///   sluice port add tap1 --vlan 10 --mtu 8992    access port of VLAN 10, jumbo frames
+    ///   sluice port add tap2 --trunk 10,20 --native 1
+    #[command(verbatim_doc_comment)]
+    Add(cli::PortAddArgs),
+    /// Detach a port and delete its TAP device.
+    Del {
+        /// Port name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List ports with their VLAN, MTU and offloads.
+    List {
+        /// Print JSON (same schema as `sluice stats --json`).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum FibCmd {
+    /// Show the MAC table: VLAN, MAC, port, static or age.
+    Show {
+        /// Only this VLAN.
+        #[arg(long)]
+        vlan: Option<u16>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Add a static entry (never ages, never moves).
+    Add {
+        /// Station MAC address, aa:bb:cc:dd:ee:ff.
+        mac: String,
+        /// Port the station is behind.
+        port: String,
+        /// VLAN of the entry.
+        #[arg(long, default_value_t = 1)]
+        vlan: u16,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove an entry.
+    Del {
+        /// Station MAC address.
+        mac: String,
+        /// VLAN of the entry.
+        #[arg(long, default_value_t = 1)]
+        vlan: u16,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Switch(SwitchCmd::Run { config, poll }) => {
+            let mut s = config::load(&config)?;
+            s.poll |= poll;
+            daemon::run(s)?;
+        }
+        Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,
+        Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
+        Cmd::Port(PortCmd::Add(a)) => cli::port_add(a)?,
+        Cmd::Port(PortCmd::Del { name, target }) => cli::port_del(&target, name)?,
+        Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
+        Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
+        Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
+        Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
+        Cmd::Stats(a) => cli::stats(a)?,
+        Cmd::Lab(c) => lab::run(c)?,
+        Cmd::Demo(a) => demo::run(a)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

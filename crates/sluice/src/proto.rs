@@ -1,0 +1,176 @@
+//! The control protocol: one JSON object per line over the switch's unix socket, one
+//! response line per request. The `--json` outputs of the CLI are these responses' data.
+
+use serde::{Deserialize, Serialize};
+use sluice_switch::PortCounters;
+use sluice_switch::port::DeviceDrops;
+
+use crate::config::PortSpec;
+
+/// Version of this protocol; a client refuses a daemon that speaks another.
+pub const PROTOCOL: u32 = 1;
+
+/// A request to the daemon.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    /// Who are you? Answered with [`SwitchSummary`].
+    Hello,
+    /// Attach a port.
+    PortAdd {
+        /// The port.
+        port: PortSpec,
+    },
+    /// Detach a port.
+    PortDel {
+        /// Its name.
+        name: String,
+    },
+    /// Answered with a [`StatsReport`] without counters.
+    PortList,
+    /// Answered with the MAC table ([`FibReport`]).
+    FibShow,
+    /// Add a static MAC entry.
+    FibAdd {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+        /// Port.
+        port: String,
+    },
+    /// Remove a MAC entry.
+    FibDel {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+    },
+    /// Counters of every port, or one.
+    Stats {
+        /// Only this port.
+        port: Option<String>,
+    },
+    /// Zero every counter.
+    StatsReset,
+    /// Stop the switch.
+    Shutdown,
+}
+
+/// The daemon's answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Response {
+    /// The request succeeded.
+    pub ok: bool,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer's payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+/// Answer to [`Request::Hello`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SwitchSummary {
+    /// Protocol version.
+    pub protocol: u32,
+    /// sluice version.
+    pub version: String,
+    /// Switch name.
+    pub name: String,
+    /// Transport mode ("l2").
+    pub mode: String,
+    /// Daemon process id.
+    pub pid: u32,
+    /// Lossless mode.
+    pub lossless: bool,
+    /// Busy-polling datapath.
+    pub poll: bool,
+    /// Default MTU.
+    pub mtu: u16,
+    /// Attached ports.
+    pub ports: usize,
+}
+
+/// Counters and state of one port (the `ports[]` items of `sluice stats --json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PortStats {
+    /// Port name.
+    pub name: String,
+    /// Kind ("tap").
+    pub kind: String,
+    /// Network namespace of its device, if not the switch's.
+    pub netns: Option<String>,
+    /// VLAN membership, as `access 10` or `trunk 10,20 native 1`.
+    pub vlan: String,
+    /// MTU.
+    pub mtu: u16,
+    /// Offloads on (GSO frames cross whole).
+    pub offload: bool,
+    /// Frames waiting in its output queue.
+    pub queued: usize,
+    /// Frames from it waiting for room at an output (lossless mode): 0 or 1.
+    pub held: usize,
+    /// Why the port stopped working, if it did.
+    pub failed: Option<String>,
+    /// The switch's counters for the port.
+    pub counters: PortCounters,
+    /// Drops counted by the device underneath (the TAP in the kernel).
+    pub device_drops: Option<DeviceDrops>,
+}
+
+/// Answer to [`Request::Stats`] and [`Request::PortList`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatsReport {
+    /// The switch.
+    pub switch: SwitchSummary,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// Seconds since counters were last reset.
+    pub counters_age_s: f64,
+    /// Ports, in the order they were attached.
+    pub ports: Vec<PortStats>,
+    /// MAC table summary.
+    pub fib: FibSummary,
+}
+
+/// MAC table summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FibSummary {
+    /// Entries now.
+    pub entries: usize,
+    /// Capacity.
+    pub max_entries: usize,
+    /// Aging time, seconds.
+    pub aging_s: u64,
+    /// Stations seen moving between ports.
+    pub moves: u64,
+    /// Stations not learned because the table was full.
+    pub full_refusals: u64,
+}
+
+/// One MAC table entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FibEntryReport {
+    /// VLAN.
+    pub vlan: u16,
+    /// Station address.
+    pub mac: String,
+    /// Port name.
+    pub port: String,
+    /// Configured rather than learned.
+    #[serde(rename = "static")]
+    pub is_static: bool,
+    /// Seconds since last seen (learned entries).
+    pub age_s: Option<f64>,
+}
+
+/// Answer to [`Request::FibShow`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FibReport {
+    /// Summary.
+    pub summary: FibSummary,
+    /// Entries sorted by VLAN and address.
+    pub entries: Vec<FibEntryReport>,
+}

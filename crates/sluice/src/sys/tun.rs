@@ -1,0 +1,168 @@
+//! TAP devices with virtio net headers: creation, offload flags, MTU, link state, and the
+//! read/writev calls the TAP port uses.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::cvt;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const IFF_TAP: i16 = 0x0002;
+const IFF_NO_PI: i16 = 0x1000;
+const IFF_VNET_HDR: i16 = 0x4000;
+const IFF_TUN_EXCL: i16 = -0x8000; // 0x8000 as a C short
+const TUN_F_CSUM: u32 = 0x01;
+const TUN_F_TSO4: u32 = 0x02;
+const TUN_F_TSO6: u32 = 0x04;
+const TUN_F_TSO_ECN: u32 = 0x08;
+const TUN_F_USO4: u32 = 0x20;
+const TUN_F_USO6: u32 = 0x40;
+const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
+const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+const SIOCSIFMTU: libc::c_ulong = 0x8922;
+
+/// `struct ifreq`: a name and a 24-byte union, of which we use the short flags and the
+/// int MTU.
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    data: [u8; 24],
+}
+
+impl IfReq {
+    fn new(name: &str) -> Self {
+        let mut r = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
+        r.name[..name.len()].copy_from_slice(name.as_bytes());
+        r
+    }
+}
+
+/// Checks an interface name the way the kernel will.
+pub fn check_ifname(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(format!("interface name {name:?} must be 1 to 15 bytes long"));
+    }
+    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        return Err(format!("interface name {name:?} may not contain '/', ':' or spaces"));
+    }
+    Ok(())
+}
+
+/// A TAP device opened by sluice.
+pub struct Tap {
+    /// The queue's file descriptor (non-blocking).
+    pub fd: OwnedFd,
+    /// /proc/net/dev of the namespace the device was created in, for its drop counters.
+    pub stats: Option<File>,
+}
+
+/// Creates TAP device `name` in the calling thread's network namespace with a 12-byte
+/// virtio header, the given offloads and MTU, and sets it up. Fails if a device of that
+/// name exists (sluice never takes over an interface it did not create).
+pub fn create_tap(name: &str, offload: bool, mtu: u16) -> io::Result<Tap> {
+    check_ifname(name).map_err(io::Error::other)?;
+    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
+    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+        .map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot open /dev/net/tun ({e}); is the tun module loaded and are you root?"))
+    })?;
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+
+    let mut req = IfReq::new(name);
+    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is (40 bytes).
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) }).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EEXIST) {
+            io::Error::new(e.kind(), format!("an interface named {name:?} already exists; pick another name"))
+        } else {
+            io::Error::new(e.kind(), format!("cannot create TAP {name:?}: {e}"))
+        }
+    })?;
+    let hdr: libc::c_int = 12;
+    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
+    set_offload(fd.as_raw_fd(), offload)?;
+
+    let sock = control_socket()?;
+    let mut req = IfReq::new(name);
+    req.data[..4].copy_from_slice(&i32::from(mtu).to_ne_bytes());
+    // SAFETY: SIOCSIFMTU reads a `struct ifreq` with the MTU in its union.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFMTU, &mut req) })
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot set MTU {mtu} on {name:?}: {e}")))?;
+    let mut req = IfReq::new(name);
+    // SAFETY: SIOCGIFFLAGS fills the flags of a `struct ifreq`.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) })?;
+    let flags = i16::from_ne_bytes([req.data[0], req.data[1]]) | libc::IFF_UP as i16;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: SIOCSIFFLAGS reads the flags of a `struct ifreq`.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &mut req) })?;
+
+    // /proc/thread-self/net is the namespace of this thread: keep it open to read the
+    // device's counters later from any thread.
+    let stats = File::open("/proc/thread-self/net/dev").ok();
+    Ok(Tap { fd, stats })
+}
+
+fn set_offload(fd: RawFd, offload: bool) -> io::Result<()> {
+    let base = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    let tries: &[libc::c_ulong] = if offload { &[(base | TUN_F_USO4 | TUN_F_USO6) as _, base as _] } else { &[0] };
+    let mut last = Ok(0);
+    for &flags in tries {
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        last = cvt(unsafe { libc::ioctl(fd, TUNSETOFFLOAD, flags) });
+        if last.is_ok() {
+            break;
+        }
+    }
+    last.map(|_| ())
+}
+
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2); the descriptor is owned below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `s` is fresh and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(s) })
+}
+
+/// Reads one frame (virtio header first). `Ok(None)` when none is waiting.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(n as usize))
+}
+
+/// Writes one frame given as byte runs. `Ok(false)` when the device cannot take it now.
+pub fn writev(fd: RawFd, parts: &[&[u8]]) -> io::Result<bool> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 4];
+    let n = parts.len().min(4);
+    for (v, p) in iov.iter_mut().zip(parts) {
+        v.iov_base = p.as_ptr() as *mut libc::c_void;
+        v.iov_len = p.len();
+    }
+    loop {
+        // SAFETY: the first `n` iovecs point at live slices borrowed for this call; writev
+        // only reads through them.
+        let r = unsafe { libc::writev(fd, iov.as_ptr(), n as i32) };
+        if r >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}

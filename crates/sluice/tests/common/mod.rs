@@ -1,0 +1,283 @@
+//! Helpers for sluice's integration tests: labs built by the real binary, commands run in
+//! guest namespaces, counters read back as JSON. Everything a test creates has a name
+//! unique to the test process and is removed when the guard drops, even on failure.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Root is needed for namespaces and TAPs; without it the test says so and passes.
+pub fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let ok = unsafe { libc::geteuid() } == 0;
+    if !ok {
+        eprintln!("skipped: needs root (network namespaces and TAP devices)");
+    }
+    ok
+}
+
+static INIT: Once = Once::new();
+
+/// Isolates this test process's switches and labs in their own runtime directory.
+pub fn init() {
+    INIT.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("sluice-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // SAFETY: set once, before any test thread reads the environment concurrently
+        // through a child process spawn of ours (Once serializes the first callers).
+        unsafe { std::env::set_var("SLUICE_RUN_DIR", &dir) };
+    });
+}
+
+pub fn run_dir() -> PathBuf {
+    init();
+    PathBuf::from(std::env::var_os("SLUICE_RUN_DIR").unwrap())
+}
+
+/// A unique lab name for `tag` (at most 10 characters).
+pub fn unique(tag: &str) -> String {
+    format!("{}{}", &tag[..tag.len().min(5)], std::process::id() % 100_000)
+}
+
+pub fn sluice(args: &[&str]) -> Output {
+    init();
+    Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("run sluice")
+}
+
+pub fn sluice_ok(args: &[&str]) -> String {
+    let o = sluice(args);
+    assert!(
+        o.status.success(),
+        "sluice {args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs a shell command in namespace `ns`.
+pub fn ns_sh(ns: &str, cmd: &str) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", cmd])
+        .stdin(Stdio::null())
+        .output()
+        .expect("ip netns exec")
+}
+
+pub fn ns_ok(ns: &str, cmd: &str) -> String {
+    let o = ns_sh(ns, cmd);
+    assert!(
+        o.status.success(),
+        "in {ns}: `{cmd}` failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn ns_spawn(ns: &str, cmd: &str) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", cmd])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn in namespace")
+}
+
+pub fn sh_ok(cmd: &str) -> String {
+    let o = Command::new("sh").args(["-c", cmd]).output().expect("sh");
+    assert!(o.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// A lab made by `sluice lab up`, removed by `sluice lab down` on drop.
+pub struct Lab {
+    pub name: String,
+    pub state: Value,
+    extra_ns: Vec<String>,
+}
+
+impl Lab {
+    pub fn up(tag: &str, args: &[&str]) -> Lab {
+        let name = unique(tag);
+        let mut a = vec!["lab", "up", "--json", "--name", &name];
+        a.extend_from_slice(args);
+        let out = sluice_ok(&a);
+        let state: Value = serde_json::from_str(&out).expect("lab up --json");
+        Lab { name, state, extra_ns: vec![] }
+    }
+
+    pub fn ns(&self, guest: usize) -> String {
+        self.state["guests"][guest - 1]["netns"].as_str().unwrap().to_string()
+    }
+
+    pub fn tap(&self, guest: usize) -> String {
+        self.state["guests"][guest - 1]["tap"].as_str().unwrap().to_string()
+    }
+
+    pub fn ip4(&self, guest: usize) -> String {
+        format!("10.77.0.{guest}")
+    }
+
+    pub fn ip6(&self, guest: usize) -> String {
+        format!("fd77::{guest:x}")
+    }
+
+    /// Adds a guest by hand: a namespace of our own and `sluice port add` with `port_args`.
+    pub fn add_guest(&mut self, short: &str, port_args: &[&str], ip4: Option<&str>) -> (String, String) {
+        let ns = format!("sluice-{}-{short}", self.name);
+        let tap = format!("{}-{short}", self.name);
+        sh_ok(&format!("ip netns add {ns}"));
+        self.extra_ns.push(ns.clone());
+        let mut a = vec!["port", "add", &tap, "--netns", &ns, "--switch", &self.name];
+        a.extend_from_slice(port_args);
+        sluice_ok(&a);
+        ns_ok(&ns, "ip link set lo up");
+        if let Some(ip) = ip4 {
+            ns_ok(&ns, &format!("ip addr add {ip}/24 dev {tap}"));
+        }
+        (ns, tap)
+    }
+
+    pub fn stats(&self) -> Value {
+        serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &self.name])).unwrap()
+    }
+
+    pub fn port(&self, name: &str) -> Value {
+        self.stats()["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no port {name}"))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let o = sluice(&["lab", "down", "--name", &self.name]);
+        if !o.status.success() {
+            eprintln!("lab down {}: {}", self.name, String::from_utf8_lossy(&o.stderr));
+        }
+        for ns in &self.extra_ns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// Checks the accounting rules of sluice's counters on every port.
+pub fn assert_conserved(stats: &Value) {
+    let mut copies = 0;
+    let mut offered = 0;
+    for p in stats["ports"].as_array().unwrap() {
+        let c = &p["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap();
+        let sum = |k: &str| c[k].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>();
+        assert_eq!(
+            n("rx_frames"),
+            n("forwarded") + n("flooded") + sum("rx_drops") + p["held"].as_u64().unwrap(),
+            "ingress accounting of {}: {c}",
+            p["name"]
+        );
+        assert_eq!(
+            n("tx_offered"),
+            n("tx_frames") + sum("tx_drops") + p["queued"].as_u64().unwrap(),
+            "egress accounting of {}: {c}",
+            p["name"]
+        );
+        copies += n("copies");
+        offered += n("tx_offered");
+    }
+    assert_eq!(copies, offered);
+}
+
+/// Path of the raw-frame helper.
+pub fn rawframe() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rawframe.py")
+}
+
+/// Starts a raw-frame listener in `ns` on `iface` and waits until it is bound.
+pub fn listen_raw(ns: &str, iface: &str, ethertype: u16, seconds: f64) -> Child {
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, "python3"])
+        .arg(rawframe())
+        .args(["recv", iface, &ethertype.to_string(), &seconds.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::BufRead;
+    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "rawframe listener did not start");
+    c
+}
+
+/// Frames a listener received: (vlan or None, frame bytes).
+pub fn received(c: Child) -> Vec<(Option<u16>, Vec<u8>)> {
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (tci, hex) = l.split_once(' ')?;
+            let bytes = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            Some((tci.parse().ok(), bytes))
+        })
+        .collect()
+}
+
+pub fn send_raw(ns: &str, iface: &str, frames: &[Vec<u8>]) {
+    let hex: Vec<String> = frames.iter().map(|f| f.iter().map(|b| format!("{b:02x}")).collect()).collect();
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "python3"])
+        .arg(rawframe())
+        .args(["send", iface])
+        .args(&hex)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rawframe send: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The MAC address of `iface` in `ns`.
+pub fn mac_of(ns: &str, iface: &str) -> [u8; 6] {
+    let s = ns_ok(ns, &format!("cat /sys/class/net/{iface}/address"));
+    let v: Vec<u8> = s.trim().split(':').map(|x| u8::from_str_radix(x, 16).unwrap()).collect();
+    v.try_into().unwrap()
+}
+
+pub fn frame(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    if let Some(v) = vlan {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&v.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Waits until `f` holds, up to `secs` (a bound, not an assertion on timing).
+pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}

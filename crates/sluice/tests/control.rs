@@ -1,0 +1,133 @@
+//! The daemon and its CLI: config errors with line numbers, the verbs against a running
+//! switch, ports added and removed while traffic flows, labs side by side and cleaned up.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn a_bad_config_is_refused_with_its_line_number() {
+    let dir = std::env::temp_dir().join(format!("sluice-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.toml");
+    std::fs::write(&f, "name = \"bad\"\nmtu = 1500\n\n[[port]]\nname = \"t0\"\nvlan = 4095\n").unwrap();
+    let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{}:4", f.display())) || err.contains(&format!("{}:6", f.display())), "{err}");
+    assert!(err.contains("4095"), "{err}");
+    std::fs::write(&f, "name = \"bad\"\nmtu = 1500\nmac_agign = 30\n").unwrap();
+    let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{}:3", f.display())) && err.contains("mac_agign"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn cli_verbs_show_ports_fib_and_counters() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("verbs", &["--guests", "2"]);
+    ns_ok(&lab.ns(1), &format!("ping -c 1 -W 2 {}", lab.ip4(2)));
+    let list = sluice_ok(&["port", "list", "--switch", &lab.name]);
+    assert!(list.contains(&lab.tap(1)) && list.contains("access 1"), "{list}");
+    let fib = sluice_ok(&["fib", "show", "--switch", &lab.name]);
+    let m1 = mac_of(&lab.ns(1), &lab.tap(1)).iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    assert!(fib.contains(&m1), "learned MAC of g1 in\n{fib}");
+    let table = sluice_ok(&["stats", "--switch", &lab.name]);
+    assert!(table.contains("RX FRAMES") && table.contains(&lab.tap(2)), "{table}");
+    let detail = sluice_ok(&["stats", &lab.tap(1), "--switch", &lab.name]);
+    assert!(detail.contains("rx frames"), "{detail}");
+    assert!(lab.port(&lab.tap(1))["counters"]["rx_frames"].as_u64().unwrap() > 0);
+    sluice_ok(&["fib", "add", "02:00:00:00:00:99", &lab.tap(2), "--switch", &lab.name]);
+    assert!(sluice_ok(&["fib", "show", "--switch", &lab.name]).contains("02:00:00:00:00:99"));
+    sluice_ok(&["stats", "reset", "--switch", &lab.name]);
+    assert_eq!(lab.port(&lab.tap(1))["counters"]["rx_frames"], 0);
+    let o = sluice(&["port", "del", "nosuch", "--switch", &lab.name]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no port named"));
+    let o = sluice(&["stats", "--switch", "nosuchswitch"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no switch is listening"));
+    // The control socket is owner-only.
+    let sock = run_dir().join(format!("{}.sock", lab.name));
+    let mode =
+        std::fs::metadata(&sock).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777).unwrap();
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn ports_come_and_go_while_iperf3_runs_between_two_other_guests() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("churn", &["--guests", "2"]);
+    let extra_ns = format!("sluice-{}-x", lab.name);
+    sh_ok(&format!("ip netns add {extra_ns}"));
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+    let _c = Cleanup(extra_ns.clone());
+    let server = ns_spawn(&lab.ns(2), "timeout 40 iperf3 -s -1");
+    assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()));
+    let client = ns_spawn(&lab.ns(1), &format!("iperf3 -c {} -t 6 -i 1 -J", lab.ip4(2)));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for i in 0..6 {
+        let tap = format!("{}-x{i}", lab.name);
+        sluice_ok(&["port", "add", &tap, "--netns", &extra_ns, "--switch", &lab.name]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        sluice_ok(&["port", "del", &tap, "--switch", &lab.name]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait_with_output();
+    assert!(out.status.success(), "iperf3 failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    for iv in v["intervals"].as_array().unwrap() {
+        let b = iv["sum"]["bytes"].as_u64().unwrap();
+        assert!(b > 0, "an interval moved nothing (stall): {iv}");
+    }
+    let ports = lab.stats()["ports"].as_array().unwrap().len();
+    assert_eq!(ports, 2, "the extra ports are gone");
+    assert!(!ns_ok(&extra_ns, "ip -o link").contains("-x"), "their TAPs are gone");
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn two_labs_coexist_and_down_removes_only_their_own() {
+    if !root() {
+        return;
+    }
+    let a = Lab::up("coa", &["--guests", "2"]);
+    let b = Lab::up("cob", &["--guests", "2"]);
+    ns_ok(&a.ns(1), &format!("ping -c 1 -W 2 {}", a.ip4(2)));
+    ns_ok(&b.ns(1), &format!("ping -c 1 -W 2 {}", b.ip4(2)));
+    let a_ns = [a.ns(1), a.ns(2)];
+    let b_name = b.name.clone();
+    drop(a);
+    let netns = sh_ok("ip netns list");
+    assert!(!a_ns.iter().any(|n| netns.contains(n.as_str())), "lab a's namespaces are gone: {netns}");
+    assert!(netns.contains(&b.ns(1)), "lab b untouched: {netns}");
+    ns_ok(&b.ns(1), &format!("ping -c 1 -W 2 {}", b.ip4(2)));
+    let o = sluice(&["lab", "up", "--name", &b_name]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("already up"));
+}
+
+#[test]
+fn lab_down_after_the_switch_died_still_cleans_up() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("crash", &["--guests", "2"]);
+    let pid = lab.state["switch_pid"].as_u64().unwrap();
+    sh_ok(&format!("kill -9 {pid}"));
+    assert!(wait_for(5, || !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
+        || std::fs::read(format!("/proc/{pid}/cmdline")).map(|c| c.is_empty()).unwrap_or(true)));
+    let names = [lab.ns(1), lab.ns(2)];
+    drop(lab);
+    let netns = sh_ok("ip netns list");
+    assert!(!names.iter().any(|n| netns.contains(n.as_str())), "{netns}");
+}

@@ -1,0 +1,157 @@
+//! Per-port counters and the causes of drops.
+//!
+//! Accounting rules, which tests check after every run:
+//! - On ingress, every received frame has exactly one fate:
+//!   `rx_frames = forwarded + flooded + rx_drops.total() + held`.
+//! - On egress, every copy offered to a port has exactly one fate:
+//!   `tx_offered = tx_frames + tx_drops.total() + queued`.
+//! - Across the switch, the copies made on ingress are the copies offered on egress:
+//!   `Σ copies = Σ tx_offered` (a flooded frame makes one copy per output).
+//!
+//! (`held` and `queued` are gauges kept beside the counters; [`Switch::port_info`] reports
+//! them.)
+//!
+//! [`Switch::port_info`]: crate::Switch::port_info
+
+use serde::{Deserialize, Serialize};
+
+/// Why the switch dropped a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropCause {
+    /// The output queue was full (lossy mode only).
+    QueueFull,
+    /// Not a valid frame: shorter than an Ethernet header, a broken virtio header, a
+    /// group source address, or headers a GSO frame cannot be cut by.
+    Malformed,
+    /// The port does not accept the frame's VLAN, or the destination is not in it.
+    VlanFilter,
+    /// Larger than the output's MTU (for a GSO frame: segment size plus headers).
+    OverMtu,
+    /// No port to deliver to: the destination's port is gone, or no other port is in the
+    /// frame's VLAN.
+    UnknownPort,
+    /// The destination sits behind the port the frame came from.
+    SamePort,
+    /// The output's device refused the frame with an error.
+    TxError,
+}
+
+impl DropCause {
+    /// Every cause, in display order.
+    pub const ALL: [DropCause; 7] = [
+        DropCause::QueueFull,
+        DropCause::Malformed,
+        DropCause::VlanFilter,
+        DropCause::OverMtu,
+        DropCause::UnknownPort,
+        DropCause::SamePort,
+        DropCause::TxError,
+    ];
+
+    /// The cause's name as it appears in counters and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropCause::QueueFull => "queue_full",
+            DropCause::Malformed => "malformed",
+            DropCause::VlanFilter => "vlan_filter",
+            DropCause::OverMtu => "over_mtu",
+            DropCause::UnknownPort => "unknown_port",
+            DropCause::SamePort => "same_port",
+            DropCause::TxError => "tx_error",
+        }
+    }
+}
+
+/// Frames dropped, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCounts {
+    /// See [`DropCause::QueueFull`].
+    pub queue_full: u64,
+    /// See [`DropCause::Malformed`].
+    pub malformed: u64,
+    /// See [`DropCause::VlanFilter`].
+    pub vlan_filter: u64,
+    /// See [`DropCause::OverMtu`].
+    pub over_mtu: u64,
+    /// See [`DropCause::UnknownPort`].
+    pub unknown_port: u64,
+    /// See [`DropCause::SamePort`].
+    pub same_port: u64,
+    /// See [`DropCause::TxError`].
+    pub tx_error: u64,
+}
+
+impl DropCounts {
+    /// Counts one drop.
+    pub fn add(&mut self, cause: DropCause) {
+        *self.get_mut(cause) += 1;
+    }
+
+    /// The count for one cause.
+    pub fn get(&self, cause: DropCause) -> u64 {
+        match cause {
+            DropCause::QueueFull => self.queue_full,
+            DropCause::Malformed => self.malformed,
+            DropCause::VlanFilter => self.vlan_filter,
+            DropCause::OverMtu => self.over_mtu,
+            DropCause::UnknownPort => self.unknown_port,
+            DropCause::SamePort => self.same_port,
+            DropCause::TxError => self.tx_error,
+        }
+    }
+
+    fn get_mut(&mut self, cause: DropCause) -> &mut u64 {
+        match cause {
+            DropCause::QueueFull => &mut self.queue_full,
+            DropCause::Malformed => &mut self.malformed,
+            DropCause::VlanFilter => &mut self.vlan_filter,
+            DropCause::OverMtu => &mut self.over_mtu,
+            DropCause::UnknownPort => &mut self.unknown_port,
+            DropCause::SamePort => &mut self.same_port,
+            DropCause::TxError => &mut self.tx_error,
+        }
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        DropCause::ALL.iter().map(|&c| self.get(c)).sum()
+    }
+}
+
+/// Counters of one port. Ingress counters describe frames the port's guest sent into the
+/// switch; egress counters, frames the switch sent to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounters {
+    /// Frames received from the port.
+    pub rx_frames: u64,
+    /// Bytes received (Ethernet frames, GSO frames counted whole).
+    pub rx_bytes: u64,
+    /// Received frames that were GSO frames (up to 64 KiB, to be cut later or never).
+    pub rx_gso: u64,
+    /// Received frames sent to one known destination.
+    pub forwarded: u64,
+    /// Received frames flooded (broadcast, multicast, unknown unicast).
+    pub flooded: u64,
+    /// Copies offered to outputs by this port's received frames.
+    pub copies: u64,
+    /// Received frames dropped before reaching any output, by cause.
+    pub rx_drops: DropCounts,
+    /// Copies offered to this port as an output.
+    pub tx_offered: u64,
+    /// Frames transmitted to the port (a software-segmented GSO frame counts once).
+    pub tx_frames: u64,
+    /// Bytes transmitted (GSO frames counted whole, before segmentation).
+    pub tx_bytes: u64,
+    /// GSO frames transmitted whole (the output took the offload).
+    pub tx_gso: u64,
+    /// GSO frames cut into segments in software because the output has no offloads.
+    pub tx_segmented: u64,
+    /// Segments produced by software segmentation.
+    pub tx_segments: u64,
+    /// Partial checksums completed in software for an output without offloads.
+    pub tx_csum_filled: u64,
+    /// Copies dropped at this output, by cause.
+    pub tx_drops: DropCounts,
+    /// Times this port's input was paused because an output was full (lossless mode).
+    pub pauses: u64,
+}

@@ -1,0 +1,170 @@
+//! The Layer 2 forwarding table: (VLAN, MAC) → port, learned from source addresses and
+//! forgotten after the aging time; static entries never age and are never moved by
+//! learning.
+//!
+//! Times are milliseconds from an arbitrary origin supplied by the caller; the table
+//! holds no clock. The table is bounded: when full, new stations are not learned (their
+//! frames are flooded) and the refusal is counted.
+
+use std::collections::HashMap;
+
+use sluice_wire::MacAddr;
+
+use crate::switch::PortId;
+
+/// One table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FibEntry {
+    /// Port the station is behind.
+    pub port: PortId,
+    /// When a frame from the station was last seen (ms), for aging.
+    pub last_seen_ms: u64,
+    /// Configured, not learned: never ages, never moves.
+    pub is_static: bool,
+}
+
+/// The learning table.
+pub struct Fib {
+    map: HashMap<(u16, MacAddr), FibEntry>,
+    max_entries: usize,
+    aging_ms: u64,
+    /// Stations not learned because the table was full.
+    pub full_refusals: u64,
+    /// Stations that moved from one port to another.
+    pub moves: u64,
+}
+
+impl Fib {
+    /// A table holding at most `max_entries`, forgetting learned entries after `aging_ms`.
+    pub fn new(max_entries: usize, aging_ms: u64) -> Self {
+        Fib { map: HashMap::with_capacity(max_entries.min(1 << 16)), max_entries, aging_ms, full_refusals: 0, moves: 0 }
+    }
+
+    /// The aging time in milliseconds.
+    pub fn aging_ms(&self) -> u64 {
+        self.aging_ms
+    }
+
+    /// Changes the aging time.
+    pub fn set_aging_ms(&mut self, aging_ms: u64) {
+        self.aging_ms = aging_ms;
+    }
+
+    /// Records that `mac` on `vlan` was seen on `port` at `now_ms`.
+    pub fn learn(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64) {
+        if mac.is_multicast() || mac.is_zero() {
+            return;
+        }
+        let len = self.map.len();
+        match self.map.get_mut(&(vlan, mac)) {
+            Some(e) if e.is_static => {}
+            Some(e) => {
+                if e.port != port {
+                    self.moves += 1;
+                    e.port = port;
+                }
+                e.last_seen_ms = now_ms;
+            }
+            None if len >= self.max_entries => self.full_refusals += 1,
+            None => {
+                self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
+            }
+        }
+    }
+
+    /// The port behind `mac` on `vlan`, if known and not expired.
+    pub fn lookup(&self, vlan: u16, mac: MacAddr, now_ms: u64) -> Option<PortId> {
+        let e = self.map.get(&(vlan, mac))?;
+        (e.is_static || now_ms.saturating_sub(e.last_seen_ms) <= self.aging_ms).then_some(e.port)
+    }
+
+    /// Adds or replaces a static entry.
+    pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
+        self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true });
+    }
+
+    /// Removes an entry (static or learned); true if there was one.
+    pub fn remove(&mut self, vlan: u16, mac: MacAddr) -> bool {
+        self.map.remove(&(vlan, mac)).is_some()
+    }
+
+    /// Forgets learned entries older than the aging time.
+    pub fn expire(&mut self, now_ms: u64) {
+        let aging = self.aging_ms;
+        self.map.retain(|_, e| e.is_static || now_ms.saturating_sub(e.last_seen_ms) <= aging);
+    }
+
+    /// Forgets every entry pointing at `port` (the port was removed).
+    pub fn forget_port(&mut self, port: PortId) {
+        self.map.retain(|_, e| e.port != port);
+    }
+
+    /// Forgets learned entries, keeping static ones.
+    pub fn flush_learned(&mut self) {
+        self.map.retain(|_, e| e.is_static);
+    }
+
+    /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.
+    pub fn entries(&self) -> Vec<(u16, MacAddr, FibEntry)> {
+        let mut v: Vec<_> = self.map.iter().map(|(&(vl, m), &e)| (vl, m, e)).collect();
+        v.sort_by_key(|&(vl, m, _)| (vl, m));
+        v
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+
+    #[test]
+    fn learns_moves_and_ages() {
+        let mut f = Fib::new(16, 1000);
+        f.learn(1, A, 3, 0);
+        assert_eq!(f.lookup(1, A, 500), Some(3));
+        assert_eq!(f.lookup(2, A, 500), None, "VLANs have separate tables");
+        f.learn(1, A, 4, 600);
+        assert_eq!(f.moves, 1);
+        assert_eq!(f.lookup(1, A, 1500), Some(4));
+        assert_eq!(f.lookup(1, A, 1601), None);
+        f.expire(1601);
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn static_entries_neither_age_nor_move() {
+        let mut f = Fib::new(16, 10);
+        f.add_static(1, A, 7);
+        f.learn(1, A, 8, 5);
+        f.expire(1_000_000);
+        assert_eq!(f.lookup(1, A, 1_000_000), Some(7));
+    }
+
+    #[test]
+    fn full_table_refuses_and_counts() {
+        let mut f = Fib::new(1, 1000);
+        f.learn(1, A, 1, 0);
+        f.learn(1, MacAddr([2, 0, 0, 0, 0, 0xb]), 1, 0);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f.full_refusals, 1);
+    }
+
+    #[test]
+    fn never_learns_group_addresses() {
+        let mut f = Fib::new(4, 1000);
+        f.learn(1, MacAddr::BROADCAST, 1, 0);
+        f.learn(1, MacAddr([1, 0, 0x5e, 0, 0, 1]), 1, 0);
+        assert!(f.is_empty());
+    }
+}

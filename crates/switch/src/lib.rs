@@ -1,0 +1,38 @@
+//! The sluice forwarding core.
+//!
+//! This crate decides what happens to every frame and owns nothing that touches the
+//! operating system: no sockets, no file descriptors, no clock. A driver (the daemon's event
+//! loop, or a test) owns the [`Switch`], tells it which port is readable or writable and
+//! what time it is, and applies the read/write interest the switch asks for. Ports are the
+//! [`Port`] trait; [`mem::MemPort`] is an in-memory port for tests and benchmarks.
+//!
+//! The pipeline for each received frame is: validate (virtio header, Ethernet header) →
+//! VLAN ingress rule → learn the source → look up the destination (or flood) → VLAN egress
+//! and MTU rules per output → enqueue into the output's bounded queue → transmit in
+//! batches. Frames live in a preallocated [`pool::FramePool`]; nothing is allocated per
+//! frame once the switch is warm.
+//!
+//! Invariant kept by every path: each received frame is counted exactly once by its fate
+//! (forwarded, or dropped with a cause), and each copy offered to an output is counted
+//! exactly once as transmitted, dropped with a cause, or still queued. See
+//! [`counters::PortCounters`].
+
+pub mod counters;
+pub mod fib;
+pub mod mem;
+pub mod pool;
+pub mod port;
+pub mod queue;
+mod switch;
+pub mod vlan;
+
+pub use counters::{DropCause, PortCounters};
+pub use fib::{Fib, FibEntry};
+pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
+pub use switch::{Interest, PortConfig, PortId, PortInfo, Switch, SwitchConfig, SwitchError};
+pub use vlan::VlanMode;
+
+/// The MTUs a switch or port may have.
+pub fn switch_mtu_range() -> std::ops::RangeInclusive<u16> {
+    switch::MTU_RANGE
+}

@@ -1,0 +1,142 @@
+//! An in-memory port, for tests and benchmarks of the forwarding core.
+//!
+//! The test keeps a [`MemHandle`] to inject frames and collect what the switch sent; the
+//! switch owns the [`MemPort`]. A transmit limit makes the port report
+//! [`TxOutcome::Full`], which is how tests exercise the lossless rule. In `repeat` mode
+//! the port produces the same frame again and again and counts what it is sent without
+//! storing it, so that forwarding can be measured without allocation.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_wire::{VNET_HDR_LEN, VnetHdr};
+
+use crate::port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
+
+#[derive(Default)]
+struct Inner {
+    rx: VecDeque<Vec<u8>>,
+    repeat: Option<(Vec<u8>, u64)>,
+    tx: Vec<(VnetHdr, Vec<u8>)>,
+    record: bool,
+    tx_count: u64,
+    tx_limit: Option<usize>,
+}
+
+/// The switch's side of an in-memory port.
+pub struct MemPort {
+    inner: Arc<Mutex<Inner>>,
+    caps: PortCaps,
+}
+
+/// The test's side of an in-memory port.
+#[derive(Clone)]
+pub struct MemHandle {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// A new in-memory port with the given capabilities, recording what it is sent.
+pub fn mem_port(caps: PortCaps) -> (MemPort, MemHandle) {
+    let inner = Arc::new(Mutex::new(Inner { record: true, ..Inner::default() }));
+    (MemPort { inner: inner.clone(), caps }, MemHandle { inner })
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemHandle {
+    /// Queues a frame for the switch to receive, with its virtio header.
+    pub fn inject(&self, vnet: VnetHdr, frame: &[u8]) {
+        let mut bytes = vec![0u8; VNET_HDR_LEN];
+        let mut h = [0u8; VNET_HDR_LEN];
+        vnet.emit(&mut h);
+        bytes.copy_from_slice(&h);
+        bytes.extend_from_slice(frame);
+        lock(&self.inner).rx.push_back(bytes);
+    }
+
+    /// Queues raw bytes (virtio header and frame, possibly malformed).
+    pub fn inject_raw(&self, bytes: &[u8]) {
+        lock(&self.inner).rx.push_back(bytes.to_vec());
+    }
+
+    /// Makes the port produce `frame` `times` times without storing copies.
+    pub fn repeat(&self, vnet: VnetHdr, frame: &[u8], times: u64) {
+        let mut h = [0u8; VNET_HDR_LEN];
+        vnet.emit(&mut h);
+        let mut bytes = h.to_vec();
+        bytes.extend_from_slice(frame);
+        lock(&self.inner).repeat = Some((bytes, times));
+    }
+
+    /// Stops storing transmitted frames (they are still counted).
+    pub fn stop_recording(&self) {
+        lock(&self.inner).record = false;
+    }
+
+    /// Frames received by the switch not yet read.
+    pub fn pending(&self) -> usize {
+        let i = lock(&self.inner);
+        i.rx.len() + i.repeat.as_ref().map_or(0, |r| r.1 as usize)
+    }
+
+    /// Takes the frames the switch sent (virtio header, Ethernet frame).
+    pub fn take_sent(&self) -> Vec<(VnetHdr, Vec<u8>)> {
+        std::mem::take(&mut lock(&self.inner).tx)
+    }
+
+    /// Frames sent to this port so far.
+    pub fn sent_count(&self) -> u64 {
+        lock(&self.inner).tx_count
+    }
+
+    /// Makes `send` report Full while `limit` frames are stored and not taken.
+    pub fn set_tx_limit(&self, limit: Option<usize>) {
+        lock(&self.inner).tx_limit = limit;
+    }
+}
+
+impl Port for MemPort {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn caps(&self) -> PortCaps {
+        self.caps
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
+        let mut i = lock(&self.inner);
+        if let Some((bytes, left)) = i.repeat.as_mut()
+            && *left > 0
+        {
+            *left -= 1;
+            let n = bytes.len().min(buf.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            return Ok(Some(n.saturating_sub(VNET_HDR_LEN)));
+        }
+        let Some(bytes) = i.rx.pop_front() else { return Ok(None) };
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        if n < VNET_HDR_LEN {
+            buf[n..VNET_HDR_LEN].fill(0);
+        }
+        Ok(Some(n.saturating_sub(VNET_HDR_LEN)))
+    }
+
+    fn send(&mut self, frame: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
+        let mut i = lock(&self.inner);
+        if i.tx_limit.is_some_and(|l| i.tx.len() >= l) {
+            return Ok(TxOutcome::Full);
+        }
+        i.tx_count += 1;
+        if i.record {
+            let mut bytes = vec![0u8; frame.len()];
+            frame.copy_frame_to(&mut bytes);
+            let vnet = VnetHdr::parse(&frame.vnet).unwrap_or_default();
+            i.tx.push((vnet, bytes));
+        }
+        Ok(TxOutcome::Sent)
+    }
+}

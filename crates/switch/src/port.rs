@@ -1,0 +1,125 @@
+//! The one trait every attachment implements, and the frame view it transmits.
+//!
+//! A port moves whole frames, each preceded by a 12-byte virtio_net_hdr that carries its
+//! offload state (GSO type and segment size, partial checksum). Ports that have no such
+//! header (a raw socket without offloads) write a zeroed one on receive and ignore it on
+//! transmit, after the switch has made sure the frame needs no offload.
+//!
+//! "Cannot take more now" is a first-class outcome of [`Port::send`] ([`TxOutcome::Full`]),
+//! not an error: the lossless rule is built on it.
+
+use std::io;
+
+use sluice_wire::VNET_HDR_LEN;
+
+/// What a port can do, declared once when it is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortCaps {
+    /// Accepts GSO frames and frames with a partial checksum (virtio header offloads).
+    /// When false the switch segments GSO frames and completes checksums before sending.
+    pub offload: bool,
+    /// Its sender can be held back: not reading from it makes the sender stop rather than
+    /// lose frames (vhost-user queues; not a TAP, whose kernel side drops when full).
+    pub lossless_input: bool,
+}
+
+/// Result of offering one frame to a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxOutcome {
+    /// The port took the frame.
+    Sent,
+    /// The port cannot take a frame now; the switch keeps it and asks for write readiness.
+    Full,
+}
+
+/// A frame on its way out, as up to four byte runs that the port writes in order.
+///
+/// The switch keeps frames untagged internally, so the 802.1Q tag an output needs is
+/// inserted here, between the MAC addresses and the rest, without copying the frame.
+#[derive(Clone, Copy, Debug)]
+pub struct OutFrame<'a> {
+    /// The virtio_net_hdr describing this frame's offload state for this output.
+    pub vnet: [u8; VNET_HDR_LEN],
+    /// Destination and source MAC addresses (12 bytes).
+    pub macs: &'a [u8],
+    /// The 802.1Q tag to insert after the MAC addresses, if this output wants one.
+    pub tag: Option<[u8; 4]>,
+    /// EtherType onwards.
+    pub rest: &'a [u8],
+}
+
+impl OutFrame<'_> {
+    /// Length of the Ethernet frame (without the virtio header).
+    pub fn len(&self) -> usize {
+        self.macs.len() + self.tag.map_or(0, |_| 4) + self.rest.len()
+    }
+
+    /// True for a frame with no bytes (never produced by the switch).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the Ethernet frame (without the virtio header) into `out`, returning its
+    /// length, or `None` if `out` is too small. For ports that need one contiguous buffer.
+    pub fn copy_frame_to(&self, out: &mut [u8]) -> Option<usize> {
+        let len = self.len();
+        let out = out.get_mut(..len)?;
+        let (m, rest) = out.split_at_mut(self.macs.len());
+        m.copy_from_slice(self.macs);
+        let rest = match self.tag {
+            Some(tag) => {
+                let (t, r) = rest.split_at_mut(4);
+                t.copy_from_slice(&tag);
+                r
+            }
+            None => rest,
+        };
+        rest.copy_from_slice(self.rest);
+        Some(len)
+    }
+}
+
+/// A port failed in a way the switch cannot retry.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The port's device is gone or closed (for a TAP: the interface was deleted).
+    #[error("the port's device is gone: {0}")]
+    Gone(#[source] io::Error),
+    /// An I/O error that loses this one frame; the port stays attached.
+    #[error("I/O error on the port: {0}")]
+    Io(#[source] io::Error),
+}
+
+/// A switch attachment: TAP, uplink, vhost-user, tunnel, or an in-memory test port.
+pub trait Port: Send {
+    /// Short name of the attachment kind ("tap", "mem", …) for display.
+    fn kind(&self) -> &'static str;
+
+    /// What this port can do. Must not change while attached.
+    fn caps(&self) -> PortCaps;
+
+    /// Receives one frame into `buf`: the virtio header in `buf[..12]` (zeroed if the port
+    /// has none), the Ethernet frame from `buf[12..]`. Returns the frame's length without
+    /// the header, or `Ok(None)` when nothing is waiting.
+    fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError>;
+
+    /// Offers one frame. [`TxOutcome::Full`] leaves the frame with the switch.
+    fn send(&mut self, frame: &OutFrame<'_>) -> Result<TxOutcome, PortError>;
+
+    /// Frames the port's own device dropped (for a TAP: the kernel's drop counters),
+    /// reported beside the switch's counters so users see where loss happens.
+    fn device_drops(&self) -> Option<DeviceDrops> {
+        None
+    }
+}
+
+/// Drop counters kept by the device underneath a port, outside the switch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceDrops {
+    /// Frames the device dropped on their way towards the guest (for a TAP: the
+    /// interface's receive drops, e.g. the guest's backlog was full).
+    pub to_guest: u64,
+    /// Frames the device dropped on their way from the guest into the switch (for a TAP:
+    /// the interface's transmit drops — the switch did not read them in time).
+    pub from_guest: u64,
+}
