@@ -42,6 +42,9 @@ Options:
   --pin           pin the iperf3/sockperf clients to CPU 0 and the servers to CPU 1
                   (taskset), for every path alike. Default: no pinning for anything.
                   Switch daemons are never pinned.
+  --wait-idle S   before starting, wait up to S seconds for the machine to be quiet
+                  (at most 10% of all CPUs busy over 1 s; default 0: do not wait). The
+                  load seen before the run is reported either way.
   --out FILE      also write the report to FILE
   -h, --help      this help
 
@@ -72,8 +75,11 @@ MTU=1500
 PIN=0
 OUT=""
 PATHS_ARG=""
-CMDLINE=$(printf '%q ' "$0" "$@")
-CMDLINE=${CMDLINE% }
+CMDLINE=$0
+for a in "$@"; do
+    if [[ $a =~ ^[A-Za-z0-9_./,:=@%+-]+$ ]]; then CMDLINE+=" $a"; else CMDLINE+=" $(printf '%q' "$a")"; fi
+done
+WAIT_IDLE=0
 
 die() { echo "switch-paths: $*" >&2; exit 2; }
 
@@ -89,15 +95,19 @@ while (($#)); do
         --mtu) (($# >= 2)) || die "--mtu needs a value"; MTU=$2; shift 2 ;;
         --mtu=*) MTU=${1#*=}; shift ;;
         --pin) PIN=1; shift ;;
+        --wait-idle) (($# >= 2)) || die "--wait-idle needs a value"; WAIT_IDLE=$2; shift 2 ;;
+        --wait-idle=*) WAIT_IDLE=${1#*=}; shift ;;
         --out) (($# >= 2)) || die "--out needs a value"; OUT=$2; shift 2 ;;
         --out=*) OUT=${1#*=}; shift ;;
         *) die "unknown option: $1 (see --help)" ;;
     esac
 done
 
-[[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 600)) || die "--duration must be 1..600"
-[[ $REPS =~ ^[0-9]+$ ]] && ((REPS >= 1 && REPS <= 50)) || die "--reps must be 1..50"
-[[ $MTU =~ ^[0-9]+$ ]] && ((MTU >= 576 && MTU <= 9000)) || die "--mtu must be 576..9000"
+int_in() { [[ $1 =~ ^[0-9]+$ ]] && (($1 >= $2 && $1 <= $3)); }
+int_in "$DURATION" 1 600 || die "--duration must be 1..600"
+int_in "$REPS" 1 50 || die "--reps must be 1..50"
+int_in "$MTU" 576 9000 || die "--mtu must be 576..9000"
+int_in "$WAIT_IDLE" 0 3600 || die "--wait-idle must be 0..3600"
 
 PATHS=()
 if [[ -z $PATHS_ARG ]]; then
@@ -138,6 +148,7 @@ OVSDIR=""                       # private OVS run/db/log directory
 OVS_NS=""                       # namespace our ovs-vswitchd runs in
 OVS_BR=""                       # bridge this run added (to delete)
 OVS_TAPS=()                     # TAP names OVS created for us
+OVS_MODE_NOTE=""
 SLUICE_LAB=""                   # sluice lab this run brought up
 SLUICE_BIN=${SLUICE:-sluice}
 CLK_TCK=$(getconf CLK_TCK)
@@ -164,7 +175,7 @@ appctl() { ovs timeout $((OVS_TIMEOUT + 5)) ovs-appctl --timeout=$OVS_TIMEOUT "$
 alive() {  # pid exists and is not a zombie
     local st
     [[ -r /proc/$1/stat ]] || return 1
-    st=$(<"/proc/$1/stat") 2>/dev/null || return 1
+    st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
     st=${st##*) }
     [[ ${st:0:1} != Z ]]
 }
@@ -188,7 +199,7 @@ ns_del() {  # delete a namespace we created, after stopping what we ran in it
     [[ -e /run/netns/$ns ]] || return 0
     for pid in $(ip netns pids "$ns" 2>/dev/null); do stop_pid "$pid"; done
     ip netns del "$ns" 2>/dev/null || true
-    for pid in "${CREATED_NS[@]}"; do [[ $pid != "$ns" ]] && left+=("$pid"); done
+    for pid in "${CREATED_NS[@]}"; do if [[ $pid != "$ns" ]]; then left+=("$pid"); fi; done
     CREATED_NS=("${left[@]}")
 }
 
@@ -218,7 +229,7 @@ ovs_teardown() {
     # OVS makes its TAPs persistent; if the daemon died before deleting them, they
     # live on in a guest namespace (deleted below) or here: remove only ours.
     for t in "${OVS_TAPS[@]}"; do
-        ip link show "$t" >/dev/null 2>&1 && ip link del "$t" 2>/dev/null || true
+        if ip link show "$t" >/dev/null 2>&1; then ip link del "$t" 2>/dev/null || true; fi
     done
     OVS_TAPS=()
     OVS_PRIVATE=0
@@ -271,12 +282,12 @@ host_busy() {  # busy jiffies of all CPUs: user nice system irq softirq steal
 }
 
 proc_ticks() {  # utime+stime (all threads) summed over the pids given
-    local sum=0 pid s f
+    local sum=0 pid s fields
     for pid in "$@"; do
-        s=$(<"/proc/$pid/stat") 2>/dev/null || continue
+        s=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
         s=${s##*) }
-        read -ra f <<<"$s"
-        sum=$((sum + f[11] + f[12]))
+        read -ra fields <<<"$s"
+        sum=$((sum + fields[11] + fields[12]))
     done
     echo "$sum"
 }
@@ -380,10 +391,15 @@ setup_ovs() {  # tso(true|false)
             SKIP[$path]="no ovs-vswitchd running but a kernel OVS datapath exists; not starting one"
             return 1
         fi
-        if ! out=$(ovs_start_private "$tso" 2>&1); then
-            SKIP[$path]="could not start OVS ($out; logs in $TMP/ovs)"
+        if ! ovs_start_private "$tso" >"$TMP/$path-ovs-start.log" 2>&1; then
+            SKIP[$path]="could not start OVS: $(tail -n 3 "$TMP/$path-ovs-start.log" | tr '\n' ' ')"
             return 1
         fi
+    fi
+    if ((OVS_PRIVATE)); then
+        OVS_MODE_NOTE="Daemons: ovsdb-server and ovs-vswitchd started by this script for each ovs path (private database and run directory under /tmp, ovs-vswitchd in a private network namespace, default options: no --mlockall, no affinity), stopped afterwards; /etc/openvswitch was not touched."
+    else
+        OVS_MODE_NOTE="Daemons: the ovs-vswitchd that was already running (its database; a bridge was added and deleted afterwards)."
     fi
     OVS_BR=${ID}br
     OVS_TAPS=("${ID}t1" "${ID}t2")
@@ -411,7 +427,11 @@ setup_ovs() {  # tso(true|false)
         awk -F': ' '/^(tx-checksumming|scatter-gather|tcp-segmentation-offload|generic-segmentation-offload|generic-receive-offload):/ { split($2, v, " "); printf "%s%s=%s", sep, $1, v[1]; sep=", " }')
     vnet=$(ip -n "$G1" -d link show "$t" | grep -o 'vnet_hdr [a-z]*' || true)
     OVSINFO[$path]="guest TAP: ${vnet:-vnet_hdr ?}, ${flags:-ethtool -k unavailable}"
-    OVSINFO[$path,pmd]=$(appctl dpif-netdev/pmd-rxq-show 2>&1 | tr '\n' ' ' | sed 's/  */ /g;s/ $//')
+    if appctl dpif-netdev/pmd-rxq-show 2>&1 | grep -q 'pmd thread'; then
+        OVSINFO[$path,pmd]="pmd-rxq-show: $(appctl dpif-netdev/pmd-rxq-show 2>&1 | tr '\n' ' ' | sed 's/  */ /g;s/ $//')"
+    else
+        OVSINFO[$path,pmd]="pmd-rxq-show lists no PMD thread"
+    fi
     OVSINFO[$path,tso]=$(vsctl get Open_vSwitch . other_config:userspace-tso-enable 2>/dev/null | tr -d '"')
 }
 
@@ -448,8 +468,8 @@ switch_pids() {
     case $SWITCH in
         ovs)
             local pidf=/var/run/openvswitch/ovs-vswitchd.pid
-            ((OVS_PRIVATE)) && pidf=$OVSDIR/ovs-vswitchd.pid
-            [[ -r $pidf ]] && cat "$pidf"
+            if ((OVS_PRIVATE)); then pidf=$OVSDIR/ovs-vswitchd.pid; fi
+            if [[ -r $pidf ]]; then cat "$pidf"; fi
             ;;
         sluice) pgrep -f "sluice switch run.*$SLUICE_LAB" || true ;;
         *) ;;
@@ -486,17 +506,16 @@ iperf_ok() {  # json: received bytes > 0 and no error
 }
 
 measure_single() {  # path rep
-    local path=$1 rep=$2 j=$TMP/$1-r$2-single.json b0 b1 s0 s1 pids bytes gbps gb
+    local path=$1 rep=$2 j=$TMP/$1-r$2-single.json b0 b1 s0 s1 bytes gbps gb
     iperf_server 5201 "$TMP/$path-r$rep-single-srv.log"
     if ! wait_listen "$G2" 5201; then
         note "$path: iperf3 server did not start"; return 0
     fi
-    pids=$(switch_pids)
-    # shellcheck disable=SC2086
-    s0=$(proc_ticks $pids); b0=$(host_busy)
+    local -a pids
+    mapfile -t pids < <(switch_pids)
+    s0=$(proc_ticks "${pids[@]}"); b0=$(host_busy)
     iperf_client 5201 "$j" || true
-    # shellcheck disable=SC2086
-    b1=$(host_busy); s1=$(proc_ticks $pids)
+    b1=$(host_busy); s1=$(proc_ticks "${pids[@]}")
     wait "${BG_PIDS[-1]}" 2>/dev/null || true
     if ! iperf_ok "$j"; then
         note "$path (rep $rep): single-stream iperf3 failed: $(jq -r '.error // empty' "$j" 2>/dev/null || head -c 200 "$j")"
@@ -507,13 +526,13 @@ measure_single() {  # path rep
     gb=$(awk -v b="$bytes" 'BEGIN { print b / 1e9 }')
     add_result "$path" single "$gbps"
     add_result "$path" hostcpu "$(awk -v d=$((b1 - b0)) -v hz="$CLK_TCK" -v gb="$gb" 'BEGIN { print d / hz / gb }')"
-    if [[ -n $pids ]]; then
+    if ((${#pids[@]})); then
         add_result "$path" swcpu "$(awk -v d=$((s1 - s0)) -v hz="$CLK_TCK" -v gb="$gb" 'BEGIN { print d / hz / gb }')"
     fi
 }
 
 measure_multi() {  # path rep: 10 servers, 10 clients at once
-    local path=$1 rep=$2 i port sum=0 ok=1 cpids=() j
+    local path=$1 rep=$2 i sum=0 ok=1 cpids=() j
     local first=${#BG_PIDS[@]}
     for i in {0..9}; do
         iperf_server $((5301 + i)) "$TMP/$path-r$rep-multi$i-srv.log"
@@ -539,8 +558,7 @@ measure_multi() {  # path rep: 10 servers, 10 clients at once
             note "$path (rep $rep): stream $i of 10 failed: $(jq -r '.error // empty' "$j" 2>/dev/null || head -c 200 "$j")"
         fi
     done
-    ((ok)) && add_result "$path" multi "$(awk -v s="$sum" 'BEGIN { print s / 1e9 }')"
-    return 0
+    if ((ok)); then add_result "$path" multi "$(awk -v s="$sum" 'BEGIN { print s / 1e9 }')"; fi
 }
 
 measure_rr() {  # path rep: sockperf TCP ping-pong, 200 bytes, round trip
@@ -571,8 +589,11 @@ measure_rr() {  # path rep: sockperf TCP ping-pong, 200 bytes, round trip
 # ---------------------------------------------------------------- header facts
 version_of() {  # first line of a tool's version, or "not installed"
     local t=$1; shift
+    local out
     if command -v "$t" >/dev/null 2>&1; then
-        timeout 10 "$t" "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' | grep -m1 -v '^\s*$' || echo "?"
+        out=$(timeout 10 "$t" "$@" 2>&1 || true)
+        out=$(printf '%s\n' "$out" | sed 's/\x1b\[[0-9;]*m//g' | awk 'NF && !done { print; done = 1 }')
+        echo "${out:-?}"
     else
         echo "not installed"
     fi
@@ -595,6 +616,14 @@ V_SOCKPERF=$(version_of sockperf --version)
 V_OVS=$(version_of ovs-vswitchd --version)
 V_SLUICE=$(version_of "$SLUICE_BIN" --version)
 BG_BUSY=$(background_busy)
+if ((WAIT_IDLE > 0 && BG_BUSY > 10)); then
+    log "switch-paths: machine ${BG_BUSY}% busy; waiting up to ${WAIT_IDLE}s for it to be quiet…"
+    deadline=$((SECONDS + WAIT_IDLE))
+    while ((BG_BUSY > 10 && SECONDS < deadline)); do
+        sleep 4
+        BG_BUSY=$(background_busy)
+    done
+fi
 if ((PIN)); then
     PLACEMENT="clients (iperf3 -c, sockperf pp) pinned to CPU 0, servers (iperf3 -s, sockperf sr) pinned to CPU 1 with taskset, for every path; switch daemons (ovs-vswitchd, sluice) and kernel softirq work not pinned"
 else
@@ -608,9 +637,9 @@ log "switch-paths: ${PATHS[*]}; ${DURATION}s per measurement, $REPS rep(s), MTU 
 for ((rep = 1; rep <= REPS; rep++)); do
     for ((k = 0; k < NP; k++)); do
         path=${PATHS[k]}
-        [[ -n ${SKIP[$path]:-} ]] && continue
+        if [[ -n ${SKIP[$path]:-} ]]; then continue; fi
         tag="[$((k + 1))/$NP] $path"
-        ((REPS > 1)) && tag+=" (rep $rep/$REPS)"
+        if ((REPS > 1)); then tag+=" (rep $rep/$REPS)"; fi
         log "$tag: setting up…"
         if ! setup_path "$path"; then
             [[ -n ${SKIP[$path]:-} ]] || SKIP[$path]="setup failed"
@@ -630,6 +659,12 @@ for ((rep = 1; rep <= REPS; rep++)); do
         measure_multi "$path" "$rep"
         log "$tag: 200-byte TCP request-response…"
         measure_rr "$path" "$rep"
+        if [[ $SWITCH == ovs ]]; then
+            # who forwarded: the "main thread" section of pmd-stats-show (non-PMD ports)
+            n=$(appctl dpif-netdev/pmd-stats-show 2>/dev/null |
+                awk '/^main thread/ { m = 1; next } /^pmd thread/ { m = 0 } m && /packets received:/ { print $3 }')
+            OVSINFO[$path,pmd]+="; pmd-stats-show: main thread received ${n:-?} packets"
+        fi
         if [[ $SWITCH == ovs ]] && ((OVS_PRIVATE)); then
             n=$(grep -c 'Too big' "$OVSDIR/ovs-vswitchd.log" 2>/dev/null || true)
             ((${n:-0} == 0)) || note "$path: ovs-vswitchd logged ${n} 'Dropped packet: Too big' line(s)"
@@ -642,19 +677,19 @@ for ((rep = 1; rep <= REPS; rep++)); do
 done
 
 # ---------------------------------------------------------------- report
-# summary path metric fmt -> "median" or "median (min–max)"; sets global MED
+# summary path metric fmt: sets CELL ("median" or "median (min–max)" or n/a) and MED
 summary() {
-    local vals=${R[$1,$2]:-} f=$3
-    MED=""
-    if [[ -z ${vals// /} ]]; then echo "n/a"; return; fi
+    local vals=${R[$1,$2]:-} f=$3 lo hi n
+    MED="" CELL="n/a"
+    if [[ -z ${vals// /} ]]; then return 0; fi
     # shellcheck disable=SC2086
     read -r MED lo hi n < <(printf '%s\n' $vals | sort -g | awk '
         { a[NR] = $1 }
         END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[1], a[NR], NR }')
     if ((n > 1)); then
-        printf '%s (%s–%s)' "$(fmt "$MED" "$f")" "$(fmt "$lo" "$f")" "$(fmt "$hi" "$f")"
+        CELL="$(fmt "$MED" "$f") ($(fmt "$lo" "$f")–$(fmt "$hi" "$f"))"
     else
-        fmt "$MED" "$f"
+        CELL=$(fmt "$MED" "$f")
     fi
 }
 
@@ -684,8 +719,8 @@ report() {
         fi
         row="| $p"
         for m in "${METRICS[@]}"; do
-            cell=$(summary "$p" "$m" "${FMT[$m]}")
-            summary "$p" "$m" "${FMT[$m]}" >/dev/null  # sets MED in this shell
+            summary "$p" "$m" "${FMT[$m]}"
+            cell=$CELL
             MEDIAN[$p,$m]=$MED
             if [[ $m == swcpu && $cell == n/a ]]; then
                 case $p in direct|linux-bridge) cell="— (kernel)" ;; esac
@@ -718,14 +753,14 @@ report() {
     echo "- RR: sockperf ping-pong --tcp -m 200 with --full-rtt: the average ROUND TRIP in µs (sockperf without --full-rtt prints half of it as 'avg-latency')."
     echo "- CPU s/GB host: busy jiffies of all CPUs (/proc/stat user+nice+system+irq+softirq+steal) during the single-stream run ÷ GB (1e9 bytes) received; includes client, server, kernel and switch. Switch CPU: utime+stime of the switch process (all threads) over the same run; for direct and linux-bridge the forwarding is kernel softirq work, counted in the host column only."
     for p in "${PATHS[@]}"; do
-        [[ -n ${SKIP[$p]:-} ]] && echo "- $p: skipped — ${SKIP[$p]}"
+        if [[ -n ${SKIP[$p]:-} ]]; then echo "- $p: skipped — ${SKIP[$p]}"; fi
     done
     for p in ovs-user ovs-user-tso; do
         [[ -n ${OVSINFO[$p]:-} ]] || continue
-        echo "- $p: userspace-tso-enable=${OVSINFO[$p,tso]:-?}; ${OVSINFO[$p]}; pmd-rxq-show: \"${OVSINFO[$p,pmd]:-}\"${OVSINFO[$p,log]:+; vswitchd warnings: ${OVSINFO[$p,log]}}"
+        echo "- $p: userspace-tso-enable=${OVSINFO[$p,tso]:-?}; ${OVSINFO[$p]}; ${OVSINFO[$p,pmd]:-}${OVSINFO[$p,log]:+; vswitchd warnings: ${OVSINFO[$p,log]}}"
     done
     if [[ -n ${OVSINFO[ovs-user]:-}${OVSINFO[ovs-user-tso]:-} ]]; then
-        echo "- OVS settings: bridge datapath_type=netdev, two Interface type=tap with mtu_request=$MTU (OVS creates the TAPs, then each is moved into a guest namespace), default NORMAL flow (MAC learning), userspace-tso-enable set before ovs-vswitchd starts, a fresh daemon per ovs path; nothing else changed. pmd-cpu-mask/n-rxq do not apply: TAP ports are not PMD ports, so no PMD thread is created and their queues are polled by the ovs-vswitchd main thread (pmd-rxq-show above is empty)."
+        echo "- OVS settings: bridge datapath_type=netdev, two Interface type=tap with mtu_request=$MTU (OVS creates the TAPs, then each is moved into a guest namespace), default NORMAL flow (MAC learning), userspace-tso-enable set before ovs-vswitchd starts, a fresh daemon per ovs path; nothing else changed. pmd-cpu-mask/n-rxq do not apply: TAP ports are not PMD ports, so no PMD thread is created and their queues are polled by the ovs-vswitchd main thread (see pmd-rxq-show/pmd-stats-show above). ${OVS_MODE_NOTE:-}"
     fi
     for m in "${NOTES[@]}"; do echo "- $m"; done
 }

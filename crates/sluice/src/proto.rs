@@ -131,6 +131,8 @@ pub struct StatsReport {
     pub counters_age_s: f64,
     /// Ports, in the order they were attached.
     pub ports: Vec<PortStats>,
+    /// Counters of ports removed since the last reset, added up.
+    pub departed: PortCounters,
     /// MAC table summary.
     pub fib: FibSummary,
 }

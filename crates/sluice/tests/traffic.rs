@@ -107,7 +107,7 @@ fn broadcast_reaches_every_guest_and_non_ip_frames_pass() {
 }
 
 fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-data-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let d = std::env::temp_dir().join(format!("sluice-data-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

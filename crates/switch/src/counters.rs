@@ -6,12 +6,15 @@
 //! - On egress, every copy offered to a port has exactly one fate:
 //!   `tx_offered = tx_frames + tx_drops.total() + queued`.
 //! - Across the switch, the copies made on ingress are the copies offered on egress:
-//!   `Σ copies = Σ tx_offered` (a flooded frame makes one copy per output).
+//!   `Σ copies = Σ tx_offered` (a flooded frame makes one copy per output), where the sums
+//!   include the ports removed since the last reset ([`Switch::departed`]). Frames still
+//!   queued for a port when it is removed count as its `unknown_port` drops.
 //!
 //! (`held` and `queued` are gauges kept beside the counters; [`Switch::port_info`] reports
 //! them.)
 //!
 //! [`Switch::port_info`]: crate::Switch::port_info
+//! [`Switch::departed`]: crate::Switch::departed
 
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +115,13 @@ impl DropCounts {
         }
     }
 
+    /// Adds another set of drop counts to this one.
+    pub fn accumulate(&mut self, o: &DropCounts) {
+        for c in DropCause::ALL {
+            *self.get_mut(c) += o.get(c);
+        }
+    }
+
     /// All drops.
     pub fn total(&self) -> u64 {
         DropCause::ALL.iter().map(|&c| self.get(c)).sum()
@@ -154,4 +164,26 @@ pub struct PortCounters {
     pub tx_drops: DropCounts,
     /// Times this port's input was paused because an output was full (lossless mode).
     pub pauses: u64,
+}
+
+impl PortCounters {
+    /// Adds another port's counters to these (for the totals of removed ports).
+    pub fn accumulate(&mut self, o: &PortCounters) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_gso += o.rx_gso;
+        self.forwarded += o.forwarded;
+        self.flooded += o.flooded;
+        self.copies += o.copies;
+        self.rx_drops.accumulate(&o.rx_drops);
+        self.tx_offered += o.tx_offered;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_gso += o.tx_gso;
+        self.tx_segmented += o.tx_segmented;
+        self.tx_segments += o.tx_segments;
+        self.tx_csum_filled += o.tx_csum_filled;
+        self.tx_drops.accumulate(&o.tx_drops);
+        self.pauses += o.pauses;
+    }
 }

@@ -174,6 +174,8 @@ pub struct Switch {
     held_count: usize,
     /// The driver's clock at the last call that told it (ms).
     now_ms: u64,
+    /// Counters of ports removed since the last reset.
+    departed: PortCounters,
 }
 
 impl fmt::Debug for Switch {
@@ -201,6 +203,7 @@ impl Switch {
             interest_changed: Vec::new(),
             held_count: 0,
             now_ms: 0,
+            departed: PortCounters::default(),
         })
     }
 
@@ -249,12 +252,15 @@ impl Switch {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
         while let Some(fid) = slot.queue.pop() {
+            slot.counters.tx_drops.add(DropCause::UnknownPort);
             self.pool.release(fid);
         }
         if let Some(fid) = slot.held.take() {
+            slot.counters.rx_drops.add(DropCause::UnknownPort);
             self.pool.release(fid);
             self.held_count -= 1;
         }
+        self.departed.accumulate(&slot.counters);
         self.fib.forget_port(id);
         self.settle();
         Ok((id, slot.port))
@@ -318,8 +324,14 @@ impl Switch {
         Ok(())
     }
 
+    /// Counters of the ports removed since the last reset, added up.
+    pub fn departed(&self) -> &PortCounters {
+        &self.departed
+    }
+
     /// Zeroes every port's counters (queued and held frames stay).
     pub fn reset_counters(&mut self) {
+        self.departed = PortCounters::default();
         for s in self.ports.iter_mut().flatten() {
             s.counters = PortCounters::default();
         }

@@ -332,6 +332,8 @@ fn removing_a_port_forgets_it_and_releases_its_frames() {
     assert_eq!(sw.port_info(p[2].0).unwrap().queued, 1);
     sw.remove_port("p3").unwrap();
     assert!(sw.remove_port("p3").is_err());
+    assert_eq!(sw.departed().tx_drops.unknown_port, 1, "the frame queued for p3");
+    assert_conserved(&sw);
     assert!(sw.port_id("p3").is_none());
     send(&mut sw, p[0].0, &p[0].1, &eth(mac(3), mac(1), 0x0800, 28), 0);
     assert_eq!(p[1].1.take_sent().len(), 2, "unknown again: flooded to the remaining port");

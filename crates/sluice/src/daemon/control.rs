@@ -215,6 +215,7 @@ impl Server {
                 uptime_s: dp.uptime().as_secs_f64(),
                 counters_age_s: dp.counters_age().as_secs_f64(),
                 ports,
+                departed: *dp.switch().departed(),
                 fib: fib_summary(dp),
             })
         })?
