@@ -188,10 +188,19 @@ stop_pid() {  # stop one process we started: TERM, then KILL after 3 s
     kill -KILL "$pid" 2>/dev/null || true
 }
 
+SETUP_ERR=""
+must() {  # one setup step: on failure remember what failed (for the skip note)
+    local err
+    if ! err=$("$@" 2>&1); then
+        SETUP_ERR="'$*' failed: ${err//$'\n'/ }"
+        return 1
+    fi
+}
+
 ns_add() {
-    ip netns add "$1"
+    must ip netns add "$1" || return 1
     CREATED_NS+=("$1")
-    ip -n "$1" link set lo up
+    must ip -n "$1" link set lo up
 }
 
 ns_del() {  # delete a namespace we created, after stopping what we ran in it
@@ -317,31 +326,31 @@ fmt() { awk -v v="$1" -v f="$2" 'BEGIN { printf f, v }'; }
 # when the path cannot run.
 
 guest_addr() {  # ns dev v4 v6
-    ip -n "$1" link set "$2" mtu "$MTU" up
-    ip -n "$1" addr add "$3" dev "$2"
-    ip -n "$1" addr add "$4" dev "$2" nodad
+    must ip -n "$1" link set "$2" mtu "$MTU" up &&
+        must ip -n "$1" addr add "$3" dev "$2" &&
+        must ip -n "$1" addr add "$4" dev "$2" nodad
 }
 
 setup_direct() {
     G1=$ID-g1 G2=$ID-g2 ADDR2=10.231.1.2 SWITCH=none
-    ns_add "$G1"; ns_add "$G2"
-    ip -n "$G1" link add eth0 mtu "$MTU" type veth peer name eth0 mtu "$MTU" netns "$G2"
-    guest_addr "$G1" eth0 10.231.1.1/24 fd31:1::1/64
-    guest_addr "$G2" eth0 10.231.1.2/24 fd31:1::2/64
+    ns_add "$G1" && ns_add "$G2" &&
+        must ip -n "$G1" link add eth0 mtu "$MTU" type veth peer name eth0 mtu "$MTU" netns "$G2" &&
+        guest_addr "$G1" eth0 10.231.1.1/24 fd31:1::1/64 &&
+        guest_addr "$G2" eth0 10.231.1.2/24 fd31:1::2/64
 }
 
 setup_linux_bridge() {
     local sw=$ID-sw i
     G1=$ID-g1 G2=$ID-g2 ADDR2=10.231.2.2 SWITCH=none
-    ns_add "$sw"; ns_add "$G1"; ns_add "$G2"
-    ip -n "$sw" link add br0 mtu "$MTU" type bridge stp_state 0 forward_delay 0
+    ns_add "$sw" && ns_add "$G1" && ns_add "$G2" || return 1
+    must ip -n "$sw" link add br0 mtu "$MTU" type bridge stp_state 0 forward_delay 0 || return 1
     for i in 1 2; do
-        ip -n "$sw" link add "p$i" mtu "$MTU" type veth peer name eth0 mtu "$MTU" netns "$ID-g$i"
-        ip -n "$sw" link set "p$i" master br0 up
+        must ip -n "$sw" link add "p$i" mtu "$MTU" type veth peer name eth0 mtu "$MTU" netns "$ID-g$i" &&
+            must ip -n "$sw" link set "p$i" master br0 up || return 1
     done
-    ip -n "$sw" link set br0 up
-    guest_addr "$G1" eth0 10.231.2.1/24 fd31:2::1/64
-    guest_addr "$G2" eth0 10.231.2.2/24 fd31:2::2/64
+    must ip -n "$sw" link set br0 up &&
+        guest_addr "$G1" eth0 10.231.2.1/24 fd31:2::1/64 &&
+        guest_addr "$G2" eth0 10.231.2.2/24 fd31:2::2/64
 }
 
 ovs_system_running() {  # an ovs-vswitchd answers on the default run directory
@@ -356,17 +365,23 @@ ovs_start_private() {  # tso(true|false): fresh ovsdb-server + ovs-vswitchd of o
     rm -rf "$OVSDIR"; mkdir -p "$OVSDIR"
     OVS_PRIVATE=1
     OVS_NS=$ID-ovs
-    ns_add "$OVS_NS"
+    ns_add "$OVS_NS" || { echo "$SETUP_ERR"; return 1; }
     [[ -r $schema ]] || { echo "no $schema"; return 1; }
     ovs ovsdb-tool create "$OVSDIR/conf.db" "$schema" || return 1
-    ovs timeout 30 ovsdb-server "$OVSDIR/conf.db" --remote="punix:$OVSDIR/db.sock" \
-        --pidfile --detach --no-chdir --log-file >/dev/null 2>&1 || return 1
+    if ! ovs timeout 30 ovsdb-server "$OVSDIR/conf.db" --remote="punix:$OVSDIR/db.sock" \
+        --pidfile --detach --no-chdir --log-file >"$OVSDIR/ovsdb-server.out" 2>&1; then
+        echo "ovsdb-server did not start: $(tail -n 2 "$OVSDIR/ovsdb-server.out" | tr '\n' ' ')"
+        return 1
+    fi
     vsctl --no-wait init || return 1
     # Set before ovs-vswitchd starts: the setting is read once (false -> true at run
     # time takes effect for ports added later; true -> false needs a restart).
     vsctl --no-wait set Open_vSwitch . "other_config:userspace-tso-enable=$tso" || return 1
-    ovs timeout 30 ip netns exec "$OVS_NS" ovs-vswitchd "unix:$OVSDIR/db.sock" \
-        --pidfile --detach --no-chdir --log-file >/dev/null 2>&1 || return 1
+    if ! ovs timeout 30 ip netns exec "$OVS_NS" ovs-vswitchd "unix:$OVSDIR/db.sock" \
+        --pidfile --detach --no-chdir --log-file >"$OVSDIR/ovs-vswitchd.out" 2>&1; then
+        echo "ovs-vswitchd did not start: $(tail -n 2 "$OVSDIR/ovs-vswitchd.out" | tr '\n' ' ')"
+        return 1
+    fi
 }
 
 setup_ovs() {  # tso(true|false)
@@ -397,9 +412,9 @@ setup_ovs() {  # tso(true|false)
         fi
     fi
     if ((OVS_PRIVATE)); then
-        OVS_MODE_NOTE="Daemons: ovsdb-server and ovs-vswitchd started by this script for each ovs path (private database and run directory under /tmp, ovs-vswitchd in a private network namespace, default options: no --mlockall, no affinity), stopped afterwards; /etc/openvswitch was not touched."
+        OVS_MODE_NOTE="Daemons: a fresh ovsdb-server and ovs-vswitchd started by this script for each ovs path, with userspace-tso-enable written to the database before ovs-vswitchd starts (OVS 3.1 reads it once: false→true at run time applies only to ports added later, true→false needs a restart); private database and run directory under /tmp, ovs-vswitchd in a private network namespace, default daemon options (no --mlockall, no CPU affinity); stopped afterwards, /etc/openvswitch not touched."
     else
-        OVS_MODE_NOTE="Daemons: the ovs-vswitchd that was already running (its database; a bridge was added and deleted afterwards)."
+        OVS_MODE_NOTE="Daemons: the ovs-vswitchd that was already running (its database and its userspace-tso-enable setting; a bridge was added and deleted afterwards)."
     fi
     OVS_BR=${ID}br
     OVS_TAPS=("${ID}t1" "${ID}t2")
@@ -410,15 +425,15 @@ setup_ovs() {  # tso(true|false)
         SKIP[$path]="ovs-vsctl add-br/add-port failed: $(tr '\n' ' ' <"$TMP/$path-vsctl.log")"
         return 1
     fi
-    ns_add "$G1"; ns_add "$G2"
+    ns_add "$G1" && ns_add "$G2" || return 1
     for i in 1 2; do
         t=${ID}t$i
         if [[ -n $OVS_NS ]]; then
-            ip -n "$OVS_NS" link set "$t" netns "$ID-g$i"
+            must ip -n "$OVS_NS" link set "$t" netns "$ID-g$i" || return 1
         else
-            ip link set "$t" netns "$ID-g$i"
+            must ip link set "$t" netns "$ID-g$i" || return 1
         fi
-        guest_addr "$ID-g$i" "$t" "10.231.3.$i/24" "fd31:3::$i/64"
+        guest_addr "$ID-g$i" "$t" "10.231.3.$i/24" "fd31:3::$i/64" || return 1
     done
     # What the guest sees on its TAP (OVS opens it with IFF_VNET_HDR and sets the
     # TAP's offloads from userspace-tso-enable).
@@ -432,7 +447,8 @@ setup_ovs() {  # tso(true|false)
     else
         OVSINFO[$path,pmd]="pmd-rxq-show lists no PMD thread"
     fi
-    OVSINFO[$path,tso]=$(vsctl get Open_vSwitch . other_config:userspace-tso-enable 2>/dev/null | tr -d '"')
+    OVSINFO[$path,tso]=$(vsctl --if-exists get Open_vSwitch . other_config:userspace-tso-enable 2>/dev/null | tr -d '"' || true)
+    OVSINFO[$path,tso]=${OVSINFO[$path,tso]:-false (default)}
 }
 
 sluice_available() {
@@ -641,8 +657,9 @@ for ((rep = 1; rep <= REPS; rep++)); do
         tag="[$((k + 1))/$NP] $path"
         if ((REPS > 1)); then tag+=" (rep $rep/$REPS)"; fi
         log "$tag: setting up…"
+        SETUP_ERR=""
         if ! setup_path "$path"; then
-            [[ -n ${SKIP[$path]:-} ]] || SKIP[$path]="setup failed"
+            [[ -n ${SKIP[$path]:-} ]] || SKIP[$path]="setup failed: ${SETUP_ERR:-?}"
             log "$tag: skipped — ${SKIP[$path]}"
             teardown_path
             continue
@@ -760,7 +777,7 @@ report() {
         echo "- $p: userspace-tso-enable=${OVSINFO[$p,tso]:-?}; ${OVSINFO[$p]}; ${OVSINFO[$p,pmd]:-}${OVSINFO[$p,log]:+; vswitchd warnings: ${OVSINFO[$p,log]}}"
     done
     if [[ -n ${OVSINFO[ovs-user]:-}${OVSINFO[ovs-user-tso]:-} ]]; then
-        echo "- OVS settings: bridge datapath_type=netdev, two Interface type=tap with mtu_request=$MTU (OVS creates the TAPs, then each is moved into a guest namespace), default NORMAL flow (MAC learning), userspace-tso-enable set before ovs-vswitchd starts, a fresh daemon per ovs path; nothing else changed. pmd-cpu-mask/n-rxq do not apply: TAP ports are not PMD ports, so no PMD thread is created and their queues are polled by the ovs-vswitchd main thread (see pmd-rxq-show/pmd-stats-show above). ${OVS_MODE_NOTE:-}"
+        echo "- OVS settings: bridge datapath_type=netdev, two Interface type=tap with mtu_request=$MTU (OVS creates the TAPs, then each is moved into a guest namespace), default NORMAL flow (MAC learning); nothing else changed. pmd-cpu-mask/n-rxq do not apply: TAP ports are not PMD ports, so no PMD thread is created and their queues are polled by the ovs-vswitchd main thread (see pmd-rxq-show/pmd-stats-show above). ${OVS_MODE_NOTE:-}"
     fi
     for m in "${NOTES[@]}"; do echo "- $m"; done
 }

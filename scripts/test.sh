@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole sluice test suite, as the README's second command and CI run it.
+#
+# Needs root (the integration tests build network namespaces and TAP devices) and a
+# Debian-like host. Installs the tools the tests drive if any is missing — and always
+# under CI=true — then checks formatting and lints and runs every test with an optimized
+# build (the integration tests move hundreds of megabytes through the switch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 tshark python3 procps)
+TOOLS=(ip ping nc iperf3 tshark python3 ss)
+
+missing=()
+for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
+    [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "warning: not root: the integration tests will skip themselves" >&2
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --release -- -D warnings
+echo "== cargo test (release)"
+cargo test --workspace --release
