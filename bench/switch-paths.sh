@@ -42,14 +42,27 @@ Options:
   --pin           pin the iperf3/sockperf clients to CPU 0 and the servers to CPU 1
                   (taskset), for every path alike. Default: no pinning for anything.
                   Switch daemons are never pinned.
-  --wait-idle S   before starting, wait up to S seconds for the machine to be quiet
-                  (at most 10% of all CPUs busy over 1 s; default 0: do not wait). The
-                  load seen before the run is reported either way.
+  --wait-idle S   before the run and before each path, wait up to S seconds for the
+                  machine to be quiet (at most 10% of all CPUs busy over 1 s; default
+                  0: do not wait). The load seen is reported either way, and a path
+                  that started on a busy machine gets a note.
   --out FILE      also write the report to FILE
+  --keep-logs     keep the raw outputs (iperf3 JSON, sockperf, OVS logs) in
+                  /tmp/switch-paths.swpPID.* (always kept when the run fails)
   -h, --help      this help
 
 Environment:
   SLUICE          the sluice binary (default: `sluice` on PATH)
+
+Examples:
+  bench/switch-paths.sh --duration 5                      # every path, quick
+  bench/switch-paths.sh --reps 3 --wait-idle 300 --out report.md
+  bench/switch-paths.sh --paths linux-bridge,sluice,sluice-poll --pin --mtu 9000
+
+Guests: namespaces swpPID-g1/-g2 with 10.231.N.1/24 and 10.231.N.2/24 (fd31:N::1/64,
+fd31:N::2/64; N = 1 direct, 2 linux-bridge, 3 ovs), the Linux bridge in swpPID-sw;
+sluice's lab makes sluice-swpPID-g1/-g2 with 10.77.0.1/24 and 10.77.0.2/24. Traffic
+runs guest 1 (client) → guest 2 (server) over IPv4.
 
 Needs root, iproute2, iperf3, sockperf, jq, ethtool (and taskset for --pin,
 openvswitch-switch for the ovs paths). Progress goes to stderr, the report to stdout.
@@ -63,7 +76,10 @@ daemon restart, which this script does not do to a daemon it did not start). Oth
 the script starts its own ovsdb-server and ovs-vswitchd with a private database and run
 directory in a temporary directory, inside a private network namespace (so OVS's TAP
 devices and its ovs-netdev device are never in the host's namespace), fresh for each
-ovs path, and stops them afterwards; /etc/openvswitch is not touched.
+ovs path, and stops them afterwards; /etc/openvswitch is not touched (ovs-ctl is not
+used: it writes the system database and may modprobe, or rmmod the bridge module).
+TAP ports are not PMD ports: the ovs-vswitchd main thread polls them, so pmd-cpu-mask
+and n-rxq change nothing here; userspace TSO is what matters (see the report's notes).
 EOF
 }
 
@@ -80,6 +96,7 @@ for a in "$@"; do
     if [[ $a =~ ^[A-Za-z0-9_./,:=@%+-]+$ ]]; then CMDLINE+=" $a"; else CMDLINE+=" $(printf '%q' "$a")"; fi
 done
 WAIT_IDLE=0
+KEEP_LOGS=0
 
 die() { echo "switch-paths: $*" >&2; exit 2; }
 
@@ -95,6 +112,7 @@ while (($#)); do
         --mtu) (($# >= 2)) || die "--mtu needs a value"; MTU=$2; shift 2 ;;
         --mtu=*) MTU=${1#*=}; shift ;;
         --pin) PIN=1; shift ;;
+        --keep-logs) KEEP_LOGS=1; shift ;;
         --wait-idle) (($# >= 2)) || die "--wait-idle needs a value"; WAIT_IDLE=$2; shift 2 ;;
         --wait-idle=*) WAIT_IDLE=${1#*=}; shift ;;
         --out) (($# >= 2)) || die "--out needs a value"; OUT=$2; shift 2 ;;
@@ -245,7 +263,16 @@ ovs_teardown() {
 }
 
 sluice_teardown() {
+    local ns pid sw
     if [[ -n $SLUICE_LAB ]]; then
+        # stop our own leftovers (iperf3/sockperf) in the lab's guests, never the switch
+        sw=" $(switch_pids | tr '\n' ' ') "
+        for ns in "sluice-$SLUICE_LAB-g1" "sluice-$SLUICE_LAB-g2"; do
+            [[ -e /run/netns/$ns ]] || continue
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do
+                if [[ $sw != *" $pid "* ]]; then stop_pid "$pid"; fi
+            done
+        done
         timeout 60 "$SLUICE_BIN" lab down --name "$SLUICE_LAB" >>"$TMP/sluice.log" 2>&1 ||
             log "warning: 'sluice lab down --name $SLUICE_LAB' failed (see $TMP/sluice.log)"
         SLUICE_LAB=""
@@ -266,10 +293,10 @@ cleanup() {
     trap - EXIT INT TERM ERR
     set +e
     teardown_path
-    if ((rc == 0)); then
+    if ((rc == 0 && !KEEP_LOGS)); then
         rm -rf "$TMP"
     else
-        log "switch-paths: exit status $rc; logs kept in $TMP"
+        log "switch-paths: exit status $rc; raw outputs kept in $TMP"
     fi
     exit "$rc"
 }
@@ -449,6 +476,9 @@ setup_ovs() {  # tso(true|false)
     fi
     OVSINFO[$path,tso]=$(vsctl --if-exists get Open_vSwitch . other_config:userspace-tso-enable 2>/dev/null | tr -d '"' || true)
     OVSINFO[$path,tso]=${OVSINFO[$path,tso]:-false (default)}
+    if [[ $tso == false ]] && ((MTU > 1500)); then
+        OVSINFO[$path]+="; MTU $MTU without userspace TSO: OVS 3.1 sizes a TAP's receive buffer from the MTU it reads from the device, which fails once the TAP is in another namespace (\"failed to set MTU … No such device\"), so it falls back to 1500 and drops larger frames: TCP stalls (ping -s 1400 passes, -s 1480 does not)"
+    fi
 }
 
 sluice_available() {
@@ -521,6 +551,12 @@ iperf_ok() {  # json: received bytes > 0 and no error
     jq -e '(.error // null) == null and .end.sum_received.bytes > 0' "$1" >/dev/null 2>&1
 }
 
+iperf_why() {  # json: why a run gave no result
+    jq -r 'if (.error // "") != "" then .error
+           else "received \(.end.sum_received.bytes // 0) bytes (sent \(.end.sum_sent.bytes // 0), \(.end.sum_sent.retransmits // 0) retransmits)" end' \
+        "$1" 2>/dev/null || head -c 200 "$1" | tr '\n' ' '
+}
+
 measure_single() {  # path rep
     local path=$1 rep=$2 j=$TMP/$1-r$2-single.json b0 b1 s0 s1 bytes gbps gb
     iperf_server 5201 "$TMP/$path-r$rep-single-srv.log"
@@ -534,7 +570,7 @@ measure_single() {  # path rep
     b1=$(host_busy); s1=$(proc_ticks "${pids[@]}")
     wait "${BG_PIDS[-1]}" 2>/dev/null || true
     if ! iperf_ok "$j"; then
-        note "$path (rep $rep): single-stream iperf3 failed: $(jq -r '.error // empty' "$j" 2>/dev/null || head -c 200 "$j")"
+        note "$path (rep $rep): single-stream iperf3 failed: $(iperf_why "$j")"
         return 0
     fi
     bytes=$(jq '.end.sum_received.bytes' "$j")
@@ -548,7 +584,7 @@ measure_single() {  # path rep
 }
 
 measure_multi() {  # path rep: 10 servers, 10 clients at once
-    local path=$1 rep=$2 i sum=0 ok=1 cpids=() j
+    local path=$1 rep=$2 i sum=0 failed=0 why="" cpids=() j
     local first=${#BG_PIDS[@]}
     for i in {0..9}; do
         iperf_server $((5301 + i)) "$TMP/$path-r$rep-multi$i-srv.log"
@@ -570,11 +606,15 @@ measure_multi() {  # path rep: 10 servers, 10 clients at once
         if iperf_ok "$j"; then
             sum=$(awk -v s="$sum" -v v="$(jq '.end.sum_received.bits_per_second' "$j")" 'BEGIN { print s + v }')
         else
-            ok=0
-            note "$path (rep $rep): stream $i of 10 failed: $(jq -r '.error // empty' "$j" 2>/dev/null || head -c 200 "$j")"
+            failed=$((failed + 1))
+            [[ -n $why ]] || why="stream $i: $(iperf_why "$j")"
         fi
     done
-    if ((ok)); then add_result "$path" multi "$(awk -v s="$sum" 'BEGIN { print s / 1e9 }')"; fi
+    if ((failed == 0)); then
+        add_result "$path" multi "$(awk -v s="$sum" 'BEGIN { print s / 1e9 }')"
+    else
+        note "$path (rep $rep): $failed of 10 streams failed, no 10-stream figure (first: $why)"
+    fi
 }
 
 measure_rr() {  # path rep: sockperf TCP ping-pong, 200 bytes, round trip
@@ -631,21 +671,25 @@ V_IPERF=$(version_of iperf3 -v)
 V_SOCKPERF=$(version_of sockperf --version)
 V_OVS=$(version_of ovs-vswitchd --version)
 V_SLUICE=$(version_of "$SLUICE_BIN" --version)
-BG_BUSY=$(background_busy)
-if ((WAIT_IDLE > 0 && BG_BUSY > 10)); then
-    log "switch-paths: machine ${BG_BUSY}% busy; waiting up to ${WAIT_IDLE}s for it to be quiet…"
-    deadline=$((SECONDS + WAIT_IDLE))
-    while ((BG_BUSY > 10 && SECONDS < deadline)); do
-        sleep 4
-        BG_BUSY=$(background_busy)
-    done
-fi
+quiet_check() {  # what: sample the load; with --wait-idle wait for ≤10%; sets BUSY
+    BUSY=$(background_busy)
+    if ((WAIT_IDLE > 0 && BUSY > 10)); then
+        log "switch-paths: machine ${BUSY}% busy before $1; waiting up to ${WAIT_IDLE}s for it to be quiet…"
+        local deadline=$((SECONDS + WAIT_IDLE))
+        while ((BUSY > 10 && SECONDS < deadline)); do
+            sleep 4
+            BUSY=$(background_busy)
+        done
+    fi
+}
+quiet_check "the run"
+BG_BUSY=$BUSY
 if ((PIN)); then
     PLACEMENT="clients (iperf3 -c, sockperf pp) pinned to CPU 0, servers (iperf3 -s, sockperf sr) pinned to CPU 1 with taskset, for every path; switch daemons (ovs-vswitchd, sluice) and kernel softirq work not pinned"
 else
     PLACEMENT="no pinning: clients, servers and switch daemons placed by the scheduler, for every path"
 fi
-((BG_BUSY <= 10)) || note "the machine was ${BG_BUSY}% busy in a 1 s sample before the run: figures (CPU s/GB above all) include that background load"
+MAX_BUSY=$BG_BUSY
 
 # ---------------------------------------------------------------- run
 NP=${#PATHS[@]}
@@ -657,6 +701,11 @@ for ((rep = 1; rep <= REPS; rep++)); do
         tag="[$((k + 1))/$NP] $path"
         if ((REPS > 1)); then tag+=" (rep $rep/$REPS)"; fi
         log "$tag: setting up…"
+        if ((k > 0 || rep > 1)); then quiet_check "$path"; fi
+        if ((BUSY > MAX_BUSY)); then MAX_BUSY=$BUSY; fi
+        if ((BUSY > 10)); then
+            note "$path (rep $rep): the machine was ${BUSY}% busy in a 1 s sample just before this path: its figures (CPU s/GB above all) include that background load"
+        fi
         SETUP_ERR=""
         if ! setup_path "$path"; then
             [[ -n ${SKIP[$path]:-} ]] || SKIP[$path]="setup failed: ${SETUP_ERR:-?}"
@@ -725,7 +774,7 @@ report() {
     echo "- command: \`$CMDLINE\`"
     echo "- placement: $PLACEMENT"
     echo "- per measurement: ${DURATION} s; repetitions: $REPS$( ((REPS > 1)) && echo ' (cells: median (min–max))'); MTU: $MTU"
-    echo "- background load before the run: ${BG_BUSY}% of all CPUs busy (1 s sample)"
+    echo "- background load (other processes), 1 s samples of all CPUs before each path: ${BG_BUSY}% before the run, ${MAX_BUSY}% at most"
     echo
     echo "| path | single-stream Gbit/s | 10-stream Gbit/s | RR round trip µs | CPU s/GB host | switch CPU s/GB |"
     echo "|---|--:|--:|--:|--:|--:|"
