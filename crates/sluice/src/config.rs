@@ -176,12 +176,18 @@ struct SwitchFile {
     batch: Option<Spanned<usize>>,
     mac_table_size: Option<Spanned<usize>>,
     poll: Option<bool>,
+    datapath_nice: Option<Spanned<i32>>,
     socket: Option<PathBuf>,
     #[serde(default)]
     port: Vec<Spanned<PortSpec>>,
     #[serde(default)]
     mac: Vec<Spanned<StaticMac>>,
 }
+
+/// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
+/// datapath) forward in softirq context, ahead of every task; a user-space switch sharing
+/// cores with busy guests needs more than a fair share to keep up with them.
+pub const DEFAULT_DATAPATH_NICE: i32 = -10;
 
 /// A validated switch configuration.
 #[derive(Clone, Debug)]
@@ -194,6 +200,8 @@ pub struct Settings {
     pub core: SwitchConfig,
     /// Busy-poll instead of sleeping in epoll (costs a core).
     pub poll: bool,
+    /// Scheduling niceness of the datapath thread.
+    pub datapath_nice: i32,
     /// Control socket path.
     pub socket: PathBuf,
     /// Ports to attach at start.
@@ -271,6 +279,13 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             *target = *v.get_ref();
         }
     }
+    let datapath_nice = match &f.datapath_nice {
+        None => DEFAULT_DATAPATH_NICE,
+        Some(n) if (-20..=19).contains(n.get_ref()) => *n.get_ref(),
+        Some(n) => {
+            return Err(err(Some(n.span()), format!("datapath_nice {} is out of range: use -20 to 19", n.get_ref())));
+        }
+    };
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
@@ -299,6 +314,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         mode,
         core,
         poll: f.poll.unwrap_or(false),
+        datapath_nice,
         ports,
         macs,
     })

@@ -459,8 +459,7 @@ fn stop_pid(pid: u32, lab: &str) {
     };
     for sig in [0, libc::SIGTERM, libc::SIGKILL] {
         if sig != 0 && ours() {
-            // SAFETY: kill(2) on a pid we just checked is our daemon.
-            unsafe { libc::kill(pid as i32, sig) };
+            let _ = crate::sys::kill(pid, sig);
         }
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {

@@ -117,7 +117,11 @@ impl Port for MemPort {
             return Ok(Some(n.saturating_sub(VNET_HDR_LEN)));
         }
         let Some(bytes) = i.rx.pop_front() else { return Ok(None) };
-        let n = bytes.len().min(buf.len());
+        if bytes.len() > buf.len() {
+            // As a TAP does: the frame is consumed and the read fails.
+            return Err(PortError::Io(std::io::Error::from_raw_os_error(14)));
+        }
+        let n = bytes.len();
         buf[..n].copy_from_slice(&bytes[..n]);
         if n < VNET_HDR_LEN {
             buf[n..VNET_HDR_LEN].fill(0);

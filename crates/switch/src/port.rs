@@ -85,7 +85,8 @@ pub enum PortError {
     /// The port's device is gone or closed (for a TAP: the interface was deleted).
     #[error("the port's device is gone: {0}")]
     Gone(#[source] io::Error),
-    /// An I/O error that loses this one frame; the port stays attached.
+    /// An I/O error that loses this one frame (on receive: a frame the device consumed
+    /// but could not hand over, e.g. larger than the buffer); the port stays attached.
     #[error("I/O error on the port: {0}")]
     Io(#[source] io::Error),
 }

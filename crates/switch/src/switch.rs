@@ -388,8 +388,13 @@ impl Switch {
                     break;
                 }
                 Err(PortError::Io(_)) => {
+                    // The device consumed a frame it could not hand over (for a TAP: one
+                    // larger than the buffer): it entered the switch and is lost here.
                     self.pool.release(fid);
-                    break;
+                    let c = &mut self.ports[id as usize].as_mut().expect("checked above").counters;
+                    c.rx_frames += 1;
+                    c.rx_drops.add(DropCause::Malformed);
+                    n += 1;
                 }
                 Err(PortError::Gone(e)) => {
                     self.pool.release(fid);

@@ -235,11 +235,12 @@ fn malformed_frames_are_counted_and_dropped() {
     h.inject_raw(&raw); // checksum offsets beyond the frame
     h.inject_raw(&[0u8; 5]); // shorter than the virtio header
     h.inject(VnetHdr::default(), &eth(BCAST, BCAST, 0x0800, 100)); // group source
+    h.inject(VnetHdr::default(), &eth(BCAST, mac(1), 0x0800, 70_000)); // larger than any buffer
     let (mut v, f) = tcp4(mac(2), mac(1), 3000, Some(1000));
     v.gso_type = VnetHdr::GSO_TCPV6; // says IPv6, carries IPv4
     h.inject(v, &f);
     while sw.on_readable(a, 0) {}
-    assert_eq!(sw.port_info(a).unwrap().counters.rx_drops.malformed, 6);
+    assert_eq!(sw.port_info(a).unwrap().counters.rx_drops.malformed, 7);
     assert!(p[1].1.take_sent().is_empty());
     // The switch still forwards afterwards.
     send(&mut sw, a, h, &eth(BCAST, mac(1), 0x0800, 100), 0);

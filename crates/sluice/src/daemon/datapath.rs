@@ -30,6 +30,7 @@ pub struct Datapath {
     fds: HashMap<PortId, RawFd>,
     specs: HashMap<PortId, PortSpec>,
     poll: bool,
+    nice: i32,
     started: Instant,
     counters_reset: Instant,
     stop: bool,
@@ -37,7 +38,7 @@ pub struct Datapath {
 
 impl Datapath {
     /// A datapath for `sw` taking jobs from `jobs`.
-    pub fn new(sw: Switch, jobs: Receiver<Job>, poll: bool) -> Result<Self> {
+    pub fn new(sw: Switch, jobs: Receiver<Job>, poll: bool, nice: i32) -> Result<Self> {
         let epoll = Epoll::new().context("epoll_create1")?;
         let wake = Arc::new(EventFd::new().context("eventfd")?);
         epoll.add(wake.as_raw_fd(), WAKE_TOKEN, true, false)?;
@@ -49,6 +50,7 @@ impl Datapath {
             fds: HashMap::new(),
             specs: HashMap::new(),
             poll,
+            nice,
             started: Instant::now(),
             counters_reset: Instant::now(),
             stop: false,
@@ -135,6 +137,11 @@ impl Datapath {
 
     /// Runs until a stop is requested.
     pub fn run(mut self) -> Result<()> {
+        if self.nice != 0
+            && let Err(e) = crate::sys::set_thread_nice(self.nice)
+        {
+            warn!("cannot set the datapath's niceness to {} ({e}); it gets a fair share of the CPU", self.nice);
+        }
         let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         let mut events: Vec<Event> = Vec::with_capacity(256);
         let mut next_expire = Instant::now() + Duration::from_secs(1);

@@ -40,7 +40,7 @@ pub fn run(s: Settings) -> Result<()> {
     let signals = block_signals();
     let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
     let (tx, rx) = mpsc::channel();
-    let mut dp = Datapath::new(sw, rx, s.poll).context("starting the datapath")?;
+    let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
     for p in &s.ports {
         let port = control::create_port(p, s.core.mtu)?;
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;

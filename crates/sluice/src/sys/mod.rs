@@ -12,3 +12,20 @@ use std::io;
 pub(crate) fn cvt<T: PartialOrd + Default>(ret: T) -> io::Result<T> {
     if ret < T::default() { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
+
+/// Sets the scheduling niceness of the calling thread (Linux applies `setpriority` per
+/// thread when given a thread id).
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority on our own thread id; no pointers involved.
+    cvt(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) })?;
+    Ok(())
+}
+
+/// Sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill(2) has no memory-safety preconditions; the caller decides the target.
+    cvt(unsafe { libc::kill(pid as libc::pid_t, sig) })?;
+    Ok(())
+}
