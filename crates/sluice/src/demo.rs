@@ -79,13 +79,15 @@ fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
     let receiver = std::thread::spawn(move || -> std::io::Result<(u64, bool)> {
         let (mut c, _) = listener.accept()?;
         let mut buf = vec![0u8; 1 << 20];
+        let expected = pattern_block();
         let (mut got, mut intact) = (0u64, true);
         loop {
             let n = c.read(&mut buf)?;
             if n == 0 {
                 break;
             }
-            intact &= buf[..n].iter().enumerate().all(|(i, &b)| b == pattern(got + i as u64));
+            let off = (got % 251) as usize;
+            intact &= buf[..n] == expected[off..off + n];
             got += n as u64;
         }
         Ok((got, intact))
@@ -93,7 +95,7 @@ fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
     let start = Instant::now();
     netns::run_in(Some(&g1.netns), move || {
         let mut c = TcpStream::connect_timeout(&SocketAddr::new(ip4, 7777), Duration::from_secs(5))?;
-        let chunk: Vec<u8> = (0..(1u64 << 20) * 251).map(pattern).collect();
+        let chunk = pattern_block();
         let mut sent = 0u64;
         while sent < total {
             let off = (sent % 251) as usize;
@@ -121,8 +123,10 @@ fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn pattern(i: u64) -> u8 {
-    (i % 251) as u8
+/// The transfer's content: byte i is i mod 251 (a prime, so no block size lines up with
+/// it). The block holds 1 MiB from any starting phase.
+fn pattern_block() -> Vec<u8> {
+    (0..(1usize << 20) + 251).map(|i| (i % 251) as u8).collect()
 }
 
 /// Sends `count` ICMP echo requests to `dst` and returns the round trips.

@@ -111,3 +111,25 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn a_lossless_switch_carries_tcp_without_dropping_for_full_queues() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("lossl", &["--guests", "3", "--lossless"]);
+    let server = ns_spawn(&lab.ns(3), "timeout 30 iperf3 -s -1");
+    assert!(wait_for(10, || ns_sh(&lab.ns(3), "ss -ltn | grep -q :5201").status.success()));
+    // Two senders into one receiver, so its queue is contended.
+    let other = ns_spawn(&lab.ns(2), &format!("ping -f -c 20000 -s 1400 {} >/dev/null", lab.ip4(3)));
+    ns_ok(&lab.ns(1), &format!("iperf3 -c {} -t 3", lab.ip4(3)));
+    let _ = server.wait_with_output();
+    let _ = other.wait_with_output();
+    let s = lab.stats();
+    assert_eq!(s["switch"]["lossless"], true);
+    for p in s["ports"].as_array().unwrap() {
+        assert_eq!(p["counters"]["tx_drops"]["queue_full"], 0, "{p}");
+    }
+    assert!(lab.port(&lab.tap(3))["counters"]["tx_gso"].as_u64().unwrap() > 0);
+    assert_conserved(&s);
+}
