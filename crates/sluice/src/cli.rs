@@ -339,6 +339,11 @@ dropped by the TAP device in the kernel, to guest / from guest.\n";
     out
 }
 
+/// The causes with a non-zero count, by name.
+fn nonzero(d: &sluice_switch::counters::DropCounts) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    sluice_switch::DropCause::ALL.into_iter().map(|c| (c.name(), d.get(c))).filter(|&(_, n)| n > 0)
+}
+
 fn render_port(p: &PortStats) -> String {
     let c = &p.counters;
     let mut t = table();
@@ -359,11 +364,8 @@ fn render_port(p: &PortStats) -> String {
     row("  GSO frames", c.rx_gso.to_string());
     row("  forwarded / flooded", format!("{} / {}", c.forwarded, c.flooded));
     row("  copies to outputs", c.copies.to_string());
-    for cause in sluice_switch::DropCause::ALL {
-        let n = c.rx_drops.get(cause);
-        if n > 0 {
-            row(&format!("  dropped: {}", cause.name()), n.to_string());
-        }
+    for (cause, n) in nonzero(&c.rx_drops) {
+        row(&format!("  dropped: {cause}"), n.to_string());
     }
     row("  held (lossless)", format!("{} now, {} pauses", p.held, c.pauses));
     row("tx offered", c.tx_offered.to_string());
@@ -371,11 +373,8 @@ fn render_port(p: &PortStats) -> String {
     row("  GSO whole", c.tx_gso.to_string());
     row("  GSO cut in software", format!("{} frames → {} segments", c.tx_segmented, c.tx_segments));
     row("  checksums completed", c.tx_csum_filled.to_string());
-    for cause in sluice_switch::DropCause::ALL {
-        let n = c.tx_drops.get(cause);
-        if n > 0 {
-            row(&format!("  dropped: {}", cause.name()), n.to_string());
-        }
+    for (cause, n) in nonzero(&c.tx_drops) {
+        row(&format!("  dropped: {cause}"), n.to_string());
     }
     row("  queued", p.queued.to_string());
     if let Some(d) = p.device_drops {

@@ -21,6 +21,7 @@ struct Inner {
     record: bool,
     tx_count: u64,
     tx_limit: Option<usize>,
+    gone: bool,
 }
 
 /// The switch's side of an in-memory port.
@@ -91,6 +92,11 @@ impl MemHandle {
         lock(&self.inner).tx_count
     }
 
+    /// Makes the port's device disappear: every later receive and send fails for good.
+    pub fn vanish(&self) {
+        lock(&self.inner).gone = true;
+    }
+
     /// Makes `send` report Full while `limit` frames are stored and not taken.
     pub fn set_tx_limit(&self, limit: Option<usize>) {
         lock(&self.inner).tx_limit = limit;
@@ -108,6 +114,9 @@ impl Port for MemPort {
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         let mut i = lock(&self.inner);
+        if i.gone {
+            return Err(PortError::Gone(std::io::Error::from_raw_os_error(77)));
+        }
         if let Some((bytes, left)) = i.repeat.as_mut()
             && *left > 0
         {
@@ -131,6 +140,9 @@ impl Port for MemPort {
 
     fn send(&mut self, frame: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
         let mut i = lock(&self.inner);
+        if i.gone {
+            return Err(PortError::Gone(std::io::Error::from_raw_os_error(77)));
+        }
         if i.tx_limit.is_some_and(|l| i.tx.len() >= l) {
             return Ok(TxOutcome::Full);
         }

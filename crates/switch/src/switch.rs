@@ -514,7 +514,10 @@ impl Switch {
             let d = self.dests[i];
             let out = self.ports[d as usize].as_mut().expect("destinations are live");
             out.counters.tx_offered += 1;
-            if meta.l3_max > u32::from(out.mtu) {
+            if out.failed.is_some() {
+                // Failed while this frame was being placed (its flush hit a dead device).
+                out.counters.tx_drops.add(DropCause::TxError);
+            } else if meta.l3_max > u32::from(out.mtu) {
                 out.counters.tx_drops.add(DropCause::OverMtu);
             } else if !out.queue.push(fid) {
                 out.counters.tx_drops.add(DropCause::QueueFull);

@@ -346,3 +346,24 @@ fn removing_a_port_forgets_it_and_releases_its_frames() {
         .is_err()
     );
 }
+
+#[test]
+fn a_port_whose_device_vanishes_is_failed_and_the_rest_keep_forwarding() {
+    let (mut sw, p) = three_ports();
+    send(&mut sw, p[2].0, &p[2].1, &eth(BCAST, mac(3), 0x0806, 28), 0);
+    send(&mut sw, p[1].0, &p[1].1, &eth(BCAST, mac(2), 0x0806, 28), 0);
+    p[2].1.vanish();
+    send(&mut sw, p[0].0, &p[0].1, &eth(mac(3), mac(1), 0x0800, 60), 1);
+    let info = sw.port_info(p[2].0).unwrap();
+    assert!(info.failed.is_some());
+    assert_eq!(info.counters.tx_drops.tx_error, 1, "the frame that found it gone");
+    assert_eq!(sw.interest(p[2].0), Interest { read: false, write: false });
+    // Later frames for it are dropped and counted; broadcasts skip it; others still work.
+    send(&mut sw, p[0].0, &p[0].1, &eth(mac(3), mac(1), 0x0800, 60), 2);
+    assert_eq!(sw.port_info(p[0].0).unwrap().counters.rx_drops.unknown_port, 1);
+    send(&mut sw, p[0].0, &p[0].1, &eth(BCAST, mac(1), 0x0806, 28), 3);
+    send(&mut sw, p[0].0, &p[0].1, &eth(mac(2), mac(1), 0x0800, 60), 4);
+    assert_eq!(p[1].1.take_sent().len(), 2 + 1, "ARP of p3, the broadcast and the unicast");
+    assert!(!sw.on_readable(p[2].0, 5), "a failed port is not read");
+    assert_conserved(&sw);
+}
