@@ -1,5 +1,6 @@
 //! `sluice`: a user-space virtual switch for Linux hosts and their guests.
 
+mod bench;
 mod cli;
 mod client;
 mod config;
@@ -55,6 +56,10 @@ enum Cmd {
     Lab(lab::LabCmd),
     /// Show sluice at work: a two-guest lab, ping, a TCP transfer, the counters.
     Demo(demo::DemoArgs),
+    /// The workload modeler: RR, CRR and streaming workloads from uperf profiles, with the
+    /// studies' metrics (transactions/s, MB/s, latency percentiles, CPU per transaction).
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -182,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Stats(a) => cli::stats(a)?,
         Cmd::Lab(c) => lab::run(c)?,
         Cmd::Demo(a) => demo::run(a)?,
+        Cmd::Bench(c) => bench::run_cmd(c)?,
     }
     Ok(ExitCode::SUCCESS)
 }

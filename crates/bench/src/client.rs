@@ -1,0 +1,439 @@
+//! `sluice bench run`: drives a profile against a server and measures it.
+//!
+//! One thread per connection of each group runs the group's transactions literally; the
+//! server mirrors them. All threads start together behind a barrier; the run's time is from
+//! that start until the last thread has finished (including the short drain of
+//! server-driven timed loops, whose iterations are counted, so rates and counts agree).
+
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
+use crate::profile::{FlowOp, FlowOpKind, Group, Profile, Repeat, Transaction};
+use crate::result::{FlowOpStat, RunResult, SideCounts};
+use crate::script::{ConnScript, Rng, derive, is_io};
+use crate::server::{read_n, write_n};
+
+/// Why a run could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The server cannot be reached.
+    #[error("cannot reach the bench server at {addr}: {source}; start it there with `sluice bench serve`")]
+    Connect {
+        /// Where we tried.
+        addr: String,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The server refused or failed the request.
+    #[error("the bench server refused: {0}")]
+    Server(String),
+    /// The profile cannot be run.
+    #[error("{0}")]
+    Profile(String),
+    /// The run failed part-way.
+    #[error("{what}: {source}")]
+    Io {
+        /// What we were doing.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Io { what, source }
+}
+
+/// Called with (elapsed seconds, transactions so far, bytes so far) for interval lines.
+pub type IntervalFn = Arc<dyn Fn(f64, u64, u64) + Send + Sync>;
+
+/// How to run.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// The server's control address (host:port).
+    pub server: String,
+    /// Processes whose CPU counts as guest besides this one (e.g. a local server).
+    pub guest_pids: Vec<u32>,
+    /// The switch daemon on the path, for the switch CPU column.
+    pub switch_pid: Option<u32>,
+    /// Called every `interval` with (elapsed s, transactions so far, bytes so far).
+    pub interval: Option<(Duration, IntervalFn)>,
+}
+
+#[derive(Default)]
+struct Shared {
+    transactions: AtomicU64,
+    bytes: AtomicU64,
+    failed: Mutex<Option<String>>,
+}
+
+#[derive(Default)]
+struct ThreadStats {
+    counts: SideCounts,
+    latency: Option<Histogram<u64>>,
+    /// (flowop label, count, total ns) in flowop order.
+    flowops: Vec<(String, u64, u128)>,
+}
+
+/// Runs `profile` against the server and returns what it measured.
+pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError> {
+    let scripts: Vec<ConnScript> =
+        profile.groups.iter().map(derive).collect::<Result<_, _>>().map_err(|e| BenchError::Profile(e.to_string()))?;
+    let addr = opts
+        .server
+        .to_socket_addrs()
+        .map_err(|source| BenchError::Connect { addr: opts.server.clone(), source })?
+        .next()
+        .ok_or_else(|| BenchError::Connect { addr: opts.server.clone(), source: io::Error::other("no address") })?;
+    let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+    let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
+    ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
+        .map_err(io_err("control connection"))?;
+    let (server_pid, same_host) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => (pid, b == boot_id()),
+        Some(ServerMsg::Hello { protocol, version, .. }) => {
+            return Err(BenchError::Server(format!(
+                "it speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL} (sluice {}): run the same sluice version on both ends",
+                env!("CARGO_PKG_VERSION")
+            )));
+        }
+        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
+        _ => return Err(BenchError::Server("it did not answer hello; is that port a sluice bench server?".into())),
+    };
+    ch.send(&ClientMsg::Run { profile_xml: profile.to_xml() }).map_err(io_err("control connection"))?;
+    let ports = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Ready { ports }) if ports.len() == profile.groups.len() => ports,
+        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
+        other => return Err(BenchError::Server(format!("unexpected answer to run: {other:?}"))),
+    };
+
+    let nthreads: usize = profile.groups.iter().map(|g| g.count as usize).sum();
+    let barrier = Arc::new(Barrier::new(nthreads + 1));
+    let shared = Arc::new(Shared::default());
+    let mut handles = Vec::with_capacity(nthreads);
+    for ((g, script), port) in profile.groups.iter().zip(&scripts).zip(&ports) {
+        let data = SocketAddr::new(addr.ip(), *port);
+        for _ in 0..g.count {
+            let (g, script, barrier, shared) = (g.clone(), script.clone(), barrier.clone(), shared.clone());
+            let h = std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    barrier.wait();
+                    let r = run_thread(&g, &script, data, &shared);
+                    if let Err(e) = &r {
+                        shared.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+                    }
+                    r.unwrap_or_default()
+                })
+                .map_err(io_err("starting a client thread"))?;
+            handles.push(h);
+        }
+    }
+
+    let mut guests = vec![std::process::id()];
+    guests.extend(opts.guest_pids.iter().copied());
+    if same_host {
+        guests.push(server_pid);
+    }
+    guests.sort_unstable();
+    guests.dedup();
+    let cpu0 = crate::cpu::sample(&guests, opts.switch_pid).ok();
+    barrier.wait();
+    let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = opts.interval.clone().map(|(every, f)| {
+        let (shared, done) = (shared.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut next = start + every;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                if Instant::now() >= next {
+                    f(
+                        start.elapsed().as_secs_f64(),
+                        shared.transactions.load(Ordering::Relaxed),
+                        shared.bytes.load(Ordering::Relaxed),
+                    );
+                    next += every;
+                }
+            }
+        })
+    });
+    let stats: Vec<ThreadStats> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let duration_s = start.elapsed().as_secs_f64();
+    let cpu1 = crate::cpu::sample(&guests, opts.switch_pid).ok();
+    done.store(true, Ordering::Relaxed);
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    if let Some(why) = shared.failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let _ = ch.send(&ClientMsg::Done);
+        return Err(BenchError::Io { what: "a data connection failed".into(), source: io::Error::other(why) });
+    }
+    ch.send(&ClientMsg::Done).map_err(io_err("control connection"))?;
+    let (server, server_cpu) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Counts { counts, cpu_s }) => (counts, cpu_s),
+        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
+        other => return Err(BenchError::Server(format!("unexpected answer to done: {other:?}"))),
+    };
+
+    let mut cpu = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => crate::cpu::split(&a, &b),
+        _ => Default::default(),
+    };
+    if !same_host {
+        // The server's host is not ours: its CPU is what it reported, and ours holds none.
+        cpu.guest_s += server_cpu;
+    }
+    Ok(merge(profile, duration_s, stats, server, cpu))
+}
+
+fn merge(
+    profile: &Profile,
+    duration_s: f64,
+    stats: Vec<ThreadStats>,
+    server: SideCounts,
+    cpu: crate::result::CpuSplit,
+) -> RunResult {
+    let mut client = SideCounts::default();
+    let mut hist: Option<Histogram<u64>> = None;
+    let mut flowops: Vec<(String, u64, u128)> = Vec::new();
+    for s in stats {
+        client.transactions += s.counts.transactions;
+        client.bytes_sent += s.counts.bytes_sent;
+        client.bytes_received += s.counts.bytes_received;
+        client.connections += s.counts.connections;
+        if let Some(h) = s.latency {
+            match hist.as_mut() {
+                Some(acc) => {
+                    let _ = acc.add(&h);
+                }
+                None => hist = Some(h),
+            }
+        }
+        for (label, n, ns) in s.flowops {
+            match flowops.iter_mut().find(|f| f.0 == label) {
+                Some(f) => {
+                    f.1 += n;
+                    f.2 += ns;
+                }
+                None => flowops.push((label, n, ns)),
+            }
+        }
+    }
+    RunResult {
+        profile: profile.name.clone(),
+        conns: profile.conns(),
+        duration_s,
+        client,
+        server,
+        latency: hist.as_ref().map(crate::report::latency_from_histogram).unwrap_or_default(),
+        flowops: flowops
+            .into_iter()
+            .map(|(flowop, count, ns)| FlowOpStat {
+                flowop,
+                count,
+                mean_us: if count > 0 { ns as f64 / count as f64 / 1e3 } else { 0.0 },
+            })
+            .collect(),
+        cpu,
+        completion: None,
+    }
+}
+
+struct Conn {
+    s: TcpStream,
+    rng: Rng,
+}
+
+/// Runs one thread's copy of a group's transactions.
+fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared) -> Result<ThreadStats, BenchError> {
+    let mut st =
+        ThreadStats { latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).ok(), ..ThreadStats::default() };
+    let mut conn: Option<Conn> = None;
+    let out = vec![0xa5u8; 256 * 1024];
+    let mut inp = vec![0u8; 256 * 1024];
+    let labels: Vec<Vec<usize>> = g
+        .transactions
+        .iter()
+        .map(|t| {
+            t.flowops
+                .iter()
+                .map(|f| {
+                    let label = f.to_string();
+                    match st.flowops.iter().position(|x| x.0 == label) {
+                        Some(i) => i,
+                        None => {
+                            st.flowops.push((label, 0, 0));
+                            st.flowops.len() - 1
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect();
+
+    for (ti, t) in g.transactions.iter().enumerate() {
+        let has_io = t.flowops.iter().any(|f| is_io(f.kind));
+        let opens_or_closes = t.flowops.iter().any(|f| matches!(f.kind, FlowOpKind::Connect | FlowOpKind::Disconnect));
+        let start = Instant::now();
+        let pace = t.rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
+        let mut i = 0u64;
+        loop {
+            match t.repeat {
+                Repeat::Iterations(n) if i >= n => break,
+                Repeat::Duration(d) if start.elapsed() >= d => break,
+                _ => {}
+            }
+            if let Some(p) = pace {
+                let due = start + p.mul_f64(i as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            let t0 = Instant::now();
+            for (fi, f) in t.flowops.iter().enumerate() {
+                let f0 = Instant::now();
+                step(f, script, addr, &mut conn, &mut st.counts, shared, &out, &mut inp)?;
+                let e = &mut st.flowops[labels[ti][fi]];
+                e.1 += 1;
+                e.2 += f0.elapsed().as_nanos();
+            }
+            if has_io {
+                st.counts.transactions += 1;
+                shared.transactions.fetch_add(1, Ordering::Relaxed);
+                if let Some(h) = st.latency.as_mut() {
+                    let _ = h.record((t0.elapsed().as_nanos() as u64).max(1));
+                }
+            }
+            i += 1;
+        }
+        if matches!(t.repeat, Repeat::Duration(_)) && !opens_or_closes && has_io && conn.is_some() {
+            finish_timed(t, script, &mut conn, &mut st.counts, shared, &out, &mut inp)?;
+        }
+    }
+    Ok(st)
+}
+
+/// Ends a timed loop on an open connection: half-close so the server stops, then (if the
+/// server sends first) read the iterations it had already started until end-of-file.
+fn finish_timed(
+    t: &Transaction,
+    script: &ConnScript,
+    conn: &mut Option<Conn>,
+    counts: &mut SideCounts,
+    shared: &Shared,
+    out: &[u8],
+    inp: &mut [u8],
+) -> Result<(), BenchError> {
+    let Some(c) = conn.as_mut() else { return Ok(()) };
+    c.s.shutdown(std::net::Shutdown::Write).map_err(io_err("half-closing a data connection"))?;
+    let server_driven =
+        t.flowops.iter().find(|f| is_io(f.kind)).is_some_and(|f| matches!(f.kind, FlowOpKind::Read | FlowOpKind::Recv));
+    if !server_driven {
+        return Ok(());
+    }
+    let _ = (script, out);
+    // Only reads remain in a server-driven timed loop (script::derive checked it).
+    'drain: loop {
+        for (k, f) in t.flowops.iter().enumerate() {
+            if !matches!(f.kind, FlowOpKind::Read | FlowOpKind::Recv) {
+                continue;
+            }
+            for rep in 0..f.count.max(1) {
+                let size = f.size.clone().unwrap_or(crate::profile::Size::Fixed(0));
+                let n = c.rng.size(&size);
+                let got = read_n(&mut c.s, inp, n).map_err(io_err("draining a data connection"))?;
+                counts.bytes_received += got;
+                shared.bytes.fetch_add(got, Ordering::Relaxed);
+                if got < n {
+                    if k == 0 && rep == 0 && got == 0 {
+                        break 'drain;
+                    }
+                    return Err(BenchError::Io {
+                        what: "draining a data connection".into(),
+                        source: io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed mid-transaction"),
+                    });
+                }
+            }
+        }
+        counts.transactions += 1;
+        shared.transactions.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step(
+    f: &FlowOp,
+    script: &ConnScript,
+    addr: SocketAddr,
+    conn: &mut Option<Conn>,
+    counts: &mut SideCounts,
+    shared: &Shared,
+    out: &[u8],
+    inp: &mut [u8],
+) -> Result<(), BenchError> {
+    for _ in 0..f.count.max(1) {
+        match f.kind {
+            FlowOpKind::Connect => {
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                    .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+                s.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
+                let mut rng = Rng::new(0);
+                if script.seeded {
+                    let seed = seed();
+                    s.write_all(&seed.to_le_bytes()).map_err(io_err("sending the connection's seed"))?;
+                    rng = Rng::new(seed);
+                }
+                counts.connections += 1;
+                *conn = Some(Conn { s, rng });
+            }
+            FlowOpKind::Disconnect => *conn = None,
+            FlowOpKind::Write | FlowOpKind::Send => {
+                let c = conn.as_mut().ok_or_else(|| BenchError::Profile("write without a connection".into()))?;
+                let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
+                write_n(&mut c.s, out, n).map_err(io_err(format!("{f}")))?;
+                counts.bytes_sent += n;
+                shared.bytes.fetch_add(n, Ordering::Relaxed);
+            }
+            FlowOpKind::Read | FlowOpKind::Recv => {
+                let c = conn.as_mut().ok_or_else(|| BenchError::Profile("read without a connection".into()))?;
+                let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
+                let got = read_n(&mut c.s, inp, n).map_err(io_err(format!("{f}")))?;
+                counts.bytes_received += got;
+                shared.bytes.fetch_add(got, Ordering::Relaxed);
+                if got < n {
+                    return Err(BenchError::Io {
+                        what: format!("{f}"),
+                        source: io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the server closed the connection mid-transaction",
+                        ),
+                    });
+                }
+            }
+            FlowOpKind::Think => std::thread::sleep(f.think.unwrap_or_default()),
+            FlowOpKind::Nop | FlowOpKind::Accept => {}
+        }
+    }
+    Ok(())
+}
+
+/// A per-connection seed: time and thread mixed, no global state.
+fn seed() -> u64 {
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let id = format!("{:?}", std::thread::current().id());
+    let mut r = Rng::new(t ^ id.bytes().fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))));
+    r.next_u64()
+}

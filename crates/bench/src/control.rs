@@ -1,0 +1,109 @@
+//! The control connection between `sluice bench run` and `sluice bench serve`: one JSON
+//! object per line each way.
+//!
+//! client → `hello` → server answers `hello` (or `error` on a version mismatch);
+//! client → `run` (profile text) → server answers `ready` (a data port per group);
+//! client runs the data connections, then → `done` → server answers `counts`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+use serde::{Deserialize, Serialize};
+
+use crate::result::SideCounts;
+
+/// Version of the control protocol; both ends must speak the same.
+pub const PROTOCOL: u32 = 1;
+
+/// Default control port (uperf's).
+pub const DEFAULT_PORT: u16 = 20000;
+
+/// Messages from the client.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ClientMsg {
+    /// Opening: who the client is.
+    Hello {
+        /// Control protocol version.
+        protocol: u32,
+        /// sluice version.
+        version: String,
+    },
+    /// Prepare a run of this profile.
+    Run {
+        /// profile.xml text, variables already substituted.
+        profile_xml: String,
+    },
+    /// The client's data connections are finished.
+    Done,
+}
+
+/// Messages from the server.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ServerMsg {
+    /// Opening: who the server is.
+    Hello {
+        /// Control protocol version.
+        protocol: u32,
+        /// sluice version.
+        version: String,
+        /// Server process id.
+        pid: u32,
+        /// /proc/sys/kernel/random/boot_id: equal to the client's when both run on one host.
+        boot_id: String,
+    },
+    /// Data listeners are open, one port per group in profile order.
+    Ready {
+        /// Ports.
+        ports: Vec<u16>,
+    },
+    /// The server's side of the run.
+    Counts {
+        /// What the server counted.
+        counts: SideCounts,
+        /// CPU seconds the server process used between `ready` and `counts`.
+        cpu_s: f64,
+    },
+    /// The request was refused.
+    Error {
+        /// Why, and what to do.
+        message: String,
+    },
+}
+
+/// This host's boot id (empty if unreadable).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// A JSON-lines channel over a TCP stream.
+pub struct Channel {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Channel {
+    /// Wraps a connected stream.
+    pub fn new(s: TcpStream) -> std::io::Result<Self> {
+        Ok(Channel { writer: s.try_clone()?, reader: BufReader::new(s) })
+    }
+
+    /// Sends one message.
+    pub fn send<T: Serialize>(&mut self, m: &T) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(m).map_err(std::io::Error::other)?;
+        line.push('\n');
+        self.writer.write_all(line.as_bytes())
+    }
+
+    /// Receives one message; `Ok(None)` at end of stream.
+    pub fn recv<T: for<'de> Deserialize<'de>>(&mut self) -> std::io::Result<Option<T>> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        serde_json::from_str(&line).map(Some).map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("malformed control message: {e}"))
+        })
+    }
+}

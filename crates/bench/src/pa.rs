@@ -1,0 +1,187 @@
+//! Partition-aggregate (zOVN, seed 004): one aggregator sends a query to each of N workers,
+//! each answers with S bytes, and a query completes when every answer has arrived. The
+//! figure of merit is the query completion time.
+//!
+//! Each worker is an ordinary `sluice bench serve`: the aggregator asks each for a
+//! request-response run (query bytes in, S bytes out) and then drives all N data
+//! connections in lock-step from one thread: write the query to every worker, then read
+//! every answer. Both ends count as in any run, so counts stay exact.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::client::BenchError;
+use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
+use crate::profile::parse;
+use crate::result::{Completion, RunResult, SideCounts};
+use crate::server::{read_n, write_n};
+
+/// How to run a partition-aggregate workload.
+#[derive(Clone, Debug)]
+pub struct PaOptions {
+    /// The workers' control addresses (host:port), one `sluice bench serve` each.
+    pub workers: Vec<String>,
+    /// Query size in bytes.
+    pub query: u64,
+    /// Answer size in bytes (each worker).
+    pub response: u64,
+    /// How long to keep querying.
+    pub duration: Duration,
+    /// Processes whose CPU counts as guest besides this one.
+    pub guest_pids: Vec<u32>,
+    /// The switch daemon on the path.
+    pub switch_pid: Option<u32>,
+}
+
+fn worker_profile(query: u64, response: u64, duration: Duration) -> String {
+    format!(
+        r#"<?xml version="1.0"?>
+<profile name="pa-worker">
+  <group nthreads="1">
+    <transaction iterations="1"><flowop type="connect" options="remotehost=worker protocol=tcp tcp_nodelay"/></transaction>
+    <transaction duration="{}ms"><flowop type="write" options="size={query}"/><flowop type="read" options="size={response}"/></transaction>
+    <transaction iterations="1"><flowop type="disconnect"/></transaction>
+  </group>
+</profile>"#,
+        duration.as_millis()
+    )
+}
+
+struct Worker {
+    ch: Channel,
+    data: TcpStream,
+    pid: u32,
+    same_host: bool,
+}
+
+fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
+    move |source| BenchError::Io { what: what.to_string(), source }
+}
+
+fn open_worker(addr: &str, profile_xml: &str) -> Result<Worker, BenchError> {
+    let sa: SocketAddr = addr
+        .to_socket_addrs()
+        .map_err(|source| BenchError::Connect { addr: addr.into(), source })?
+        .next()
+        .ok_or_else(|| BenchError::Connect { addr: addr.into(), source: std::io::Error::other("no address") })?;
+    let s = TcpStream::connect_timeout(&sa, Duration::from_secs(5))
+        .map_err(|source| BenchError::Connect { addr: addr.into(), source })?;
+    let mut ch = Channel::new(s).map_err(io_err("control connection"))?;
+    ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
+        .map_err(io_err("control connection"))?;
+    let (pid, same_host) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => (pid, b == boot_id()),
+        Some(ServerMsg::Hello { protocol, version, .. }) => {
+            return Err(BenchError::Server(format!(
+                "worker {addr} speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL}: run the same sluice version on both ends"
+            )));
+        }
+        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(format!("worker {addr}: {message}"))),
+        _ => return Err(BenchError::Server(format!("worker {addr} did not answer hello"))),
+    };
+    ch.send(&ClientMsg::Run { profile_xml: profile_xml.into() }).map_err(io_err("control connection"))?;
+    let port = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Ready { ports }) if ports.len() == 1 => ports[0],
+        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(format!("worker {addr}: {message}"))),
+        other => return Err(BenchError::Server(format!("worker {addr}: unexpected answer {other:?}"))),
+    };
+    let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), port), Duration::from_secs(5))
+        .map_err(|source| BenchError::Connect { addr: format!("{}:{port}", sa.ip()), source })?;
+    data.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
+    Ok(Worker { ch, data, pid, same_host })
+}
+
+/// Runs the workload and returns its result, with `completion` filled.
+pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
+    if o.workers.is_empty() {
+        return Err(BenchError::Profile("partition-aggregate needs at least one worker (--workers HOST,HOST…)".into()));
+    }
+    let xml = worker_profile(o.query, o.response, o.duration);
+    // Checked here so a bad size is reported once, not by every worker.
+    parse(&xml, "pa", &|_| None).map_err(|e| BenchError::Profile(e.to_string()))?;
+    let mut workers = o.workers.iter().map(|w| open_worker(w, &xml)).collect::<Result<Vec<_>, _>>()?;
+
+    let mut guests = vec![std::process::id()];
+    guests.extend(o.guest_pids.iter().copied());
+    guests.extend(workers.iter().filter(|w| w.same_host).map(|w| w.pid));
+    guests.sort_unstable();
+    guests.dedup();
+    let cpu0 = crate::cpu::sample(&guests, o.switch_pid).ok();
+
+    let out = vec![0x3cu8; 256 * 1024];
+    let mut inp = vec![0u8; 256 * 1024];
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+        .map_err(|e| BenchError::Profile(format!("histogram: {e}")))?;
+    let mut client = SideCounts { connections: workers.len() as u64, ..SideCounts::default() };
+    let mut queries = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < o.duration {
+        let t0 = Instant::now();
+        for w in workers.iter_mut() {
+            write_n(&mut w.data, &out, o.query).map_err(io_err("sending a query"))?;
+        }
+        for w in workers.iter_mut() {
+            let got = read_n(&mut w.data, &mut inp, o.response).map_err(io_err("reading an answer"))?;
+            if got < o.response {
+                return Err(BenchError::Io {
+                    what: "reading an answer".into(),
+                    source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a worker closed mid-answer"),
+                });
+            }
+        }
+        let _ = hist.record((t0.elapsed().as_nanos() as u64).max(1));
+        queries += 1;
+    }
+    let n = workers.len() as u64;
+    client.transactions = queries * n;
+    client.bytes_sent = queries * n * o.query;
+    client.bytes_received = queries * n * o.response;
+    for w in workers.iter_mut() {
+        w.data.shutdown(std::net::Shutdown::Write).map_err(io_err("half-closing a data connection"))?;
+    }
+    let duration_s = start.elapsed().as_secs_f64();
+    let cpu1 = crate::cpu::sample(&guests, o.switch_pid).ok();
+
+    let mut server = SideCounts::default();
+    let mut remote_cpu = 0.0;
+    for w in workers.iter_mut() {
+        w.ch.send(&ClientMsg::Done).map_err(io_err("control connection"))?;
+        match w.ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+            Some(ServerMsg::Counts { counts, cpu_s }) => {
+                server.transactions += counts.transactions;
+                server.bytes_sent += counts.bytes_sent;
+                server.bytes_received += counts.bytes_received;
+                server.connections += counts.connections;
+                if !w.same_host {
+                    remote_cpu += cpu_s;
+                }
+            }
+            Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
+            other => return Err(BenchError::Server(format!("unexpected answer to done: {other:?}"))),
+        }
+    }
+    let mut cpu = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => crate::cpu::split(&a, &b),
+        _ => Default::default(),
+    };
+    cpu.guest_s += remote_cpu;
+    let latency = crate::report::latency_from_histogram(&hist);
+    Ok(RunResult {
+        profile: "pa".into(),
+        conns: workers.len() as u32,
+        duration_s,
+        client,
+        server,
+        latency,
+        flowops: vec![],
+        cpu,
+        completion: Some(Completion {
+            queries,
+            mean_us: latency.mean_us,
+            p50_us: latency.p50_us,
+            p99_us: latency.p99_us,
+        }),
+    })
+}

@@ -1,0 +1,292 @@
+//! `sluice bench serve`: runs the mirror of each client's flowops, one run at a time.
+//!
+//! For every run the server opens one data listener per group, accepts every connection
+//! the client's threads make, and runs the group's connection script mirrored on a thread
+//! per connection, counting what it moved. Timed loops end as docs/architecture.md
+//! describes: at end-of-file at the loop head (client-driven) or when the client's
+//! half-close is seen there (server-driven).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
+use crate::profile::parse;
+use crate::result::SideCounts;
+use crate::script::{ConnScript, Io, Rng, Times, derive};
+
+/// What the server counts, shared by its connection threads.
+#[derive(Default)]
+struct Counters {
+    transactions: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+    connections: AtomicU64,
+    active: Mutex<u64>,
+    idle: Condvar,
+}
+
+impl Counters {
+    fn snapshot(&self) -> SideCounts {
+        SideCounts {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Serves runs on `listener` until the process ends. `log` receives one line per event.
+pub fn serve(listener: TcpListener, log: Arc<dyn Fn(String) + Send + Sync>) -> io::Result<()> {
+    let busy = Arc::new(Mutex::new(()));
+    for conn in listener.incoming() {
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                log(format!("accept failed: {e}"));
+                continue;
+            }
+        };
+        let (busy, log) = (busy.clone(), log.clone());
+        std::thread::spawn(move || {
+            let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            if let Err(e) = control(stream, &busy, &*log) {
+                log(format!("client {peer}: {e}"));
+            }
+        });
+    }
+    Ok(())
+}
+
+fn control(stream: TcpStream, busy: &Mutex<()>, log: &dyn Fn(String)) -> io::Result<()> {
+    let peer = stream.peer_addr()?;
+    let local = stream.local_addr()?;
+    let mut ch = Channel::new(stream)?;
+    match ch.recv::<ClientMsg>()? {
+        Some(ClientMsg::Hello { protocol, version }) if protocol == PROTOCOL => {
+            ch.send(&ServerMsg::Hello {
+                protocol: PROTOCOL,
+                version: env!("CARGO_PKG_VERSION").into(),
+                pid: std::process::id(),
+                boot_id: boot_id(),
+            })?;
+            log(format!("client {peer} (sluice {version}) connected"));
+        }
+        Some(ClientMsg::Hello { protocol, version }) => {
+            let message = format!(
+                "this server speaks bench protocol {PROTOCOL} (sluice {}) and the client {protocol} (sluice {version}): run the same sluice version on both ends",
+                env!("CARGO_PKG_VERSION")
+            );
+            ch.send(&ServerMsg::Error { message: message.clone() })?;
+            return Err(io::Error::other(message));
+        }
+        _ => return Err(io::Error::other("the client did not start with hello")),
+    }
+    // The previous client's control thread may still be closing: wait a little before
+    // calling the server busy.
+    let mut guard = busy.try_lock().ok();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while guard.is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        guard = busy.try_lock().ok();
+    }
+    let Some(_guard) = guard else {
+        let message = "the server is busy with another client's run; try again when it has finished".to_string();
+        ch.send(&ServerMsg::Error { message: message.clone() })?;
+        return Err(io::Error::other(message));
+    };
+    while let Some(msg) = ch.recv::<ClientMsg>()? {
+        let ClientMsg::Run { profile_xml } = msg else {
+            ch.send(&ServerMsg::Error { message: "expected a run request".into() })?;
+            continue;
+        };
+        match prepare(&profile_xml, local) {
+            Err(message) => ch.send(&ServerMsg::Error { message })?,
+            Ok(run) => {
+                ch.send(&ServerMsg::Ready { ports: run.ports.clone() })?;
+                let cpu0 = crate::cpu::self_seconds().unwrap_or(0.0);
+                match ch.recv::<ClientMsg>()? {
+                    Some(ClientMsg::Done) => {}
+                    _ => {
+                        run.stop();
+                        return Err(io::Error::other("the client went away during a run"));
+                    }
+                }
+                let counts = run.finish(Duration::from_secs(30));
+                let cpu_s = (crate::cpu::self_seconds().unwrap_or(0.0) - cpu0).max(0.0);
+                log(format!(
+                    "run done: {} transactions, {} bytes in, {} bytes out, {} connections",
+                    counts.transactions, counts.bytes_received, counts.bytes_sent, counts.connections
+                ));
+                ch.send(&ServerMsg::Counts { counts, cpu_s })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Run {
+    ports: Vec<u16>,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+}
+
+impl Run {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for a in &self.addrs {
+            // Wake the acceptor blocked in accept().
+            let _ = TcpStream::connect_timeout(a, Duration::from_secs(1));
+        }
+    }
+
+    /// Stops accepting and waits (up to `limit`) for every connection to finish.
+    fn finish(&self, limit: Duration) -> SideCounts {
+        self.stop();
+        let c = &self.counters;
+        let active = c.active.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = c.idle.wait_timeout_while(active, limit, |n| *n > 0);
+        c.snapshot()
+    }
+}
+
+fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
+    let profile = parse(xml, "profile sent by the client", &|_| None).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let (mut ports, mut addrs) = (Vec::new(), Vec::new());
+    for g in &profile.groups {
+        let script = Arc::new(derive(g).map_err(|e| e.to_string())?);
+        let l = TcpListener::bind(SocketAddr::new(local.ip(), 0))
+            .map_err(|e| format!("cannot open a data listener: {e}"))?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        ports.push(addr.port());
+        addrs.push(addr);
+        let (stop, counters) = (stop.clone(), counters.clone());
+        std::thread::spawn(move || accept_loop(l, script, stop, counters));
+    }
+    Ok(Run { ports, addrs, stop, counters })
+}
+
+fn accept_loop(l: TcpListener, script: Arc<ConnScript>, stop: Arc<AtomicBool>, c: Arc<Counters>) {
+    for conn in l.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(s) = conn else { continue };
+        c.connections.fetch_add(1, Ordering::Relaxed);
+        *c.active.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        let (script, c) = (script.clone(), c.clone());
+        std::thread::spawn(move || {
+            let _ = mirror(s, &script, &c);
+            let mut n = c.active.lock().unwrap_or_else(|p| p.into_inner());
+            *n -= 1;
+            if *n == 0 {
+                c.idle.notify_all();
+            }
+        });
+    }
+}
+
+/// Buffer for one write or read call.
+const CHUNK: usize = 256 * 1024;
+
+/// Runs one connection's script, mirrored.
+fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()> {
+    s.set_nodelay(script.nodelay)?;
+    let mut rng = Rng::new(0);
+    if script.seeded {
+        let mut seed = [0u8; 8];
+        s.read_exact(&mut seed)?;
+        rng = Rng::new(u64::from_le_bytes(seed));
+    }
+    let out = vec![0x5au8; CHUNK];
+    let mut inp = vec![0u8; CHUNK];
+    for seg in &script.segments {
+        let mut pass = 0u64;
+        loop {
+            match seg.times {
+                Times::Once if pass == 1 => break,
+                Times::Count(n) if pass == n => break,
+                Times::Timed if seg.server_driven() && peer_half_closed(&s)? => break,
+                _ => {}
+            }
+            let mut eof_at_head = false;
+            for (i, io) in seg.steps.iter().enumerate() {
+                // The server does the mirror: the client's write is our read.
+                match io.mirrored() {
+                    Io::Read(size) => {
+                        let n = rng.size(&size);
+                        let got = read_n(&mut s, &mut inp, n)?;
+                        c.bytes_received.fetch_add(got, Ordering::Relaxed);
+                        if got < n {
+                            if i == 0 && got == 0 && seg.times == Times::Timed {
+                                eof_at_head = true;
+                                break;
+                            }
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "the client closed mid-transaction",
+                            ));
+                        }
+                    }
+                    Io::Write(size) => {
+                        let n = rng.size(&size);
+                        write_n(&mut s, &out, n)?;
+                        c.bytes_sent.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+            }
+            if eof_at_head {
+                break;
+            }
+            if seg.counts {
+                c.transactions.fetch_add(1, Ordering::Relaxed);
+            }
+            pass += 1;
+        }
+    }
+    Ok(())
+}
+
+/// True when the peer has shut down its sending side (checked without blocking).
+fn peer_half_closed(s: &TcpStream) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+}
+
+/// Reads exactly `n` bytes (or until end of stream); returns how many arrived.
+pub(crate) fn read_n(s: &mut TcpStream, buf: &mut [u8], n: u64) -> io::Result<u64> {
+    let mut got = 0u64;
+    while got < n {
+        let want = ((n - got) as usize).min(buf.len());
+        match s.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(k) => got += k as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Writes `n` bytes from a repeating buffer.
+pub(crate) fn write_n(s: &mut TcpStream, buf: &[u8], n: u64) -> io::Result<()> {
+    let mut left = n;
+    while left > 0 {
+        let k = (left as usize).min(buf.len());
+        s.write_all(&buf[..k])?;
+        left -= k as u64;
+    }
+    Ok(())
+}
