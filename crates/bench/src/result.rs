@@ -81,7 +81,9 @@ pub struct RunResult {
     pub profile: String,
     /// Concurrent connections (threads of the profile's groups, summed).
     pub conns: u32,
-    /// Measured wall-clock seconds (the timed transactions only).
+    /// Wall-clock seconds from the common start of all client threads to the last one
+    /// finishing (connects and the drain of server-driven timed loops included, so that
+    /// rates and counts describe the same transactions).
     pub duration_s: f64,
     /// The client's counts.
     pub client: SideCounts,
@@ -91,7 +93,7 @@ pub struct RunResult {
     pub latency: Latency,
     /// Per-flowop averages (filled with `-a`).
     pub flowops: Vec<FlowOpStat>,
-    /// CPU during the timed part.
+    /// CPU over the same interval as `duration_s`.
     pub cpu: CpuSplit,
     /// Partition-aggregate completion times, for `pa`.
     pub completion: Option<Completion>,

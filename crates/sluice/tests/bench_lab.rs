@@ -1,0 +1,89 @@
+//! `sluice bench` between guests attached to a sluice switch: partition-aggregate with five
+//! workers in five namespaces, and a request-response run whose CPU split finds the switch.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+struct Servers(Vec<std::process::Child>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn serve_in(ns: &[String]) -> Servers {
+    let s = Servers(
+        ns.iter()
+            .map(|n| {
+                std::process::Command::new("ip")
+                    .args(["netns", "exec", n, BIN, "bench", "serve"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    for n in ns {
+        assert!(wait_for(10, || ns_sh(n, "ss -ltn | grep -q :20000").status.success()), "server in {n}");
+    }
+    s
+}
+
+#[test]
+fn partition_aggregate_with_five_workers_in_five_namespaces() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("pa", &["--guests", "6"]);
+    let workers: Vec<String> = (2..=6).map(|g| lab.ns(g)).collect();
+    let _servers = serve_in(&workers);
+    let list = (2..=6).map(|g| lab.ip4(g)).collect::<Vec<_>>().join(",");
+    let out = ns_ok(
+        &lab.ns(1),
+        &format!("{BIN} bench run -m pa --workers {list} --response 4mtu --duration 2 --json --switch {}", lab.name),
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = &v["results"][0];
+    let q = r["completion"]["queries"].as_u64().unwrap();
+    assert!(q > 0, "{r}");
+    assert!(r["completion"]["p99_us"].as_f64().unwrap() >= r["completion"]["p50_us"].as_f64().unwrap());
+    assert_eq!(r["conns"], 5);
+    assert_eq!(r["client"]["transactions"].as_u64().unwrap(), 5 * q, "one answer per worker per query");
+    assert_eq!(r["client"]["transactions"], r["server"]["transactions"]);
+    assert_eq!(r["client"]["bytes_received"].as_u64().unwrap(), 5 * q * 6000);
+    assert_eq!(r["client"]["bytes_received"], r["server"]["bytes_sent"]);
+    assert_eq!(r["client"]["bytes_sent"], r["server"]["bytes_received"]);
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn request_response_across_the_switch_agrees_on_both_ends() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("rrsw", &["--guests", "2"]);
+    let _servers = serve_in(&[lab.ns(2)]);
+    let out = ns_ok(
+        &lab.ns(1),
+        &format!(
+            "{BIN} bench run --to {} -m rr1c-200x1000 --duration 2 --conns 1,4 --json --switch {}",
+            lab.ip4(2),
+            lab.name
+        ),
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{r}");
+        assert_eq!(r["client"]["bytes_sent"], r["server"]["bytes_received"]);
+        assert!(r["client"]["transactions"].as_u64().unwrap() > 0);
+    }
+    let g2 = lab.port(&lab.tap(2));
+    assert!(g2["counters"]["tx_frames"].as_u64().unwrap() > 0, "the traffic crossed the switch");
+}
