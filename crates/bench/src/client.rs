@@ -6,7 +6,7 @@
 //! server-driven timed loops, whose iterations are counted, so rates and counts agree).
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -250,9 +250,95 @@ fn merge(
     }
 }
 
+enum Sock {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
 struct Conn {
-    s: TcpStream,
+    s: Sock,
     rng: Rng,
+}
+
+/// How long a UDP read waits for its datagram before the run fails as lossy.
+const UDP_WAIT: Duration = Duration::from_secs(2);
+
+impl Conn {
+    fn open(addr: SocketAddr, script: &ConnScript) -> Result<Conn, BenchError> {
+        let s = if script.udp {
+            let local: SocketAddr =
+                if addr.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("literal");
+            let u = UdpSocket::bind(local).map_err(io_err("opening a UDP socket"))?;
+            u.connect(addr).map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+            u.set_read_timeout(Some(UDP_WAIT)).map_err(io_err("setting a UDP timeout"))?;
+            Sock::Udp(u)
+        } else {
+            let t = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+            t.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
+            Sock::Tcp(t)
+        };
+        let mut c = Conn { s, rng: Rng::new(0) };
+        if script.seeded {
+            let seed = seed();
+            c.send_raw(&seed.to_le_bytes()).map_err(io_err("sending the connection's seed"))?;
+            c.rng = Rng::new(seed);
+        }
+        Ok(c)
+    }
+
+    fn send_raw(&mut self, b: &[u8]) -> io::Result<()> {
+        match &mut self.s {
+            Sock::Tcp(t) => t.write_all(b),
+            Sock::Udp(u) => u.send(b).map(|_| ()),
+        }
+    }
+
+    /// Writes `n` bytes (one datagram for UDP).
+    fn write(&mut self, out: &[u8], n: u64) -> io::Result<()> {
+        match &mut self.s {
+            Sock::Tcp(t) => write_n(t, out, n),
+            Sock::Udp(u) => u.send(&out[..(n as usize).min(out.len())]).map(|_| ()),
+        }
+    }
+
+    /// Reads `n` bytes (TCP, fewer only at end of stream) or one datagram (UDP).
+    fn read(&mut self, inp: &mut [u8], n: u64) -> io::Result<u64> {
+        match &mut self.s {
+            Sock::Tcp(t) => read_n(t, inp, n),
+            Sock::Udp(u) => match u.recv(inp) {
+                Ok(k) => Ok(k as u64),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "no UDP datagram within {} s: datagrams are being lost (UDP has no retransmission)",
+                            UDP_WAIT.as_secs()
+                        ),
+                    ))
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// Tells the server a timed loop is over: half-close (TCP) or an empty datagram (UDP).
+    fn end_loop(&mut self) -> io::Result<()> {
+        match &mut self.s {
+            Sock::Tcp(t) => t.shutdown(std::net::Shutdown::Write),
+            Sock::Udp(u) => u.send(&[]).map(|_| ()),
+        }
+    }
+}
+
+/// Closing a UDP "connection" says goodbye with an empty datagram, wherever it happens
+/// (disconnect, a new connect, or the end of the thread's program).
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Sock::Udp(u) = &self.s {
+            let _ = u.send(&[]);
+        }
+    }
 }
 
 /// Runs one thread's copy of a group's transactions.
@@ -336,7 +422,7 @@ fn finish_timed(
     inp: &mut [u8],
 ) -> Result<(), BenchError> {
     let Some(c) = conn.as_mut() else { return Ok(()) };
-    c.s.shutdown(std::net::Shutdown::Write).map_err(io_err("half-closing a data connection"))?;
+    c.end_loop().map_err(io_err("ending a timed loop on a data connection"))?;
     let server_driven =
         t.flowops.iter().find(|f| is_io(f.kind)).is_some_and(|f| matches!(f.kind, FlowOpKind::Read | FlowOpKind::Recv));
     if !server_driven {
@@ -352,7 +438,7 @@ fn finish_timed(
             for rep in 0..f.count.max(1) {
                 let size = f.size.clone().unwrap_or(crate::profile::Size::Fixed(0));
                 let n = c.rng.size(&size);
-                let got = read_n(&mut c.s, inp, n).map_err(io_err("draining a data connection"))?;
+                let got = c.read(inp, n).map_err(io_err("draining a data connection"))?;
                 counts.bytes_received += got;
                 shared.bytes.fetch_add(got, Ordering::Relaxed);
                 if got < n {
@@ -386,33 +472,25 @@ fn step(
     for _ in 0..f.count.max(1) {
         match f.kind {
             FlowOpKind::Connect => {
-                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-                    .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
-                s.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
-                let mut rng = Rng::new(0);
-                if script.seeded {
-                    let seed = seed();
-                    s.write_all(&seed.to_le_bytes()).map_err(io_err("sending the connection's seed"))?;
-                    rng = Rng::new(seed);
-                }
+                drop(conn.take());
+                *conn = Some(Conn::open(addr, script)?);
                 counts.connections += 1;
-                *conn = Some(Conn { s, rng });
             }
-            FlowOpKind::Disconnect => *conn = None,
+            FlowOpKind::Disconnect => drop(conn.take()),
             FlowOpKind::Write | FlowOpKind::Send => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("write without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                write_n(&mut c.s, out, n).map_err(io_err(format!("{f}")))?;
+                c.write(out, n).map_err(io_err(format!("{f}")))?;
                 counts.bytes_sent += n;
                 shared.bytes.fetch_add(n, Ordering::Relaxed);
             }
             FlowOpKind::Read | FlowOpKind::Recv => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("read without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                let got = read_n(&mut c.s, inp, n).map_err(io_err(format!("{f}")))?;
+                let got = c.read(inp, n).map_err(io_err(format!("{f}")))?;
                 counts.bytes_received += got;
                 shared.bytes.fetch_add(got, Ordering::Relaxed);
-                if got < n {
+                if got < n && !script.udp {
                     return Err(BenchError::Io {
                         what: format!("{f}"),
                         source: io::Error::new(

@@ -36,8 +36,21 @@
 //! variable, an unknown element, attribute, flowop type or option, an option that does not
 //! apply to its flowop, a missing or duplicated setting, a number out of range.
 //!
+//! Differences from uperf, all on the side of saying what is meant:
+//! - `m` is minutes (uperf reads any unit starting with `m`, `10m` included, as
+//!   milliseconds); `h` is hours (uperf has none).
+//! - A transaction must say `iterations` or `duration` (uperf runs it once); a group must say
+//!   `nthreads` or `nprocs`, not both.
+//! - A variable may be part of a value (`size=${kb}k`) and its name keeps its case; uperf
+//!   lowercases the whole file and substitutes whole values only. An undefined variable is
+//!   an error (uperf keeps the text).
+//! - uperf's other flowops (`sendfile`, `sendfilev`), options (`wndsz`, `conn`, `busy`, …)
+//!   and group `name`s are refused, as are sizes with `b`, `t` or a fraction, and `k`
+//!   suffixes on counts.
+//!
 //! Guarantees:
-//! - [`parse`] never panics, on any input, and never recurses on the input's nesting.
+//! - [`parse`] never panics, on any input; it reads only the four levels of a profile
+//!   however deeply the input nests, and refuses the first thing out of place.
 //! - A profile [`parse`] accepts satisfies the invariants documented on each type (counts
 //!   in range, every `read`/`write`/`send`/`recv` has a size, every `think` a duration, and so
 //!   on), so the engine need not re-check them.
@@ -61,6 +74,9 @@ pub const MAX_SIZE: u64 = 1 << 30;
 
 /// The longest duration a transaction or a think may last: 365 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// [`MAX_DURATION`] as messages state it.
+const MAX_DURATION_TEXT: &str = "8760h (365 days)";
 
 /// The highest `rate` a transaction may ask for: one transaction per nanosecond.
 pub const MAX_RATE: f64 = 1e9;
@@ -716,8 +732,7 @@ fn duration_from_str(s: &str) -> Result<Duration, String> {
     if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
         return Err(format!("\"{}\" is not a duration; {hint}", shorten(s)));
     }
-    let too_long =
-        || format!("\"{}\" is too long a duration; the limit is {}", shorten(s), format_duration(MAX_DURATION));
+    let too_long = || format!("\"{}\" is too long a duration; the limit is {}", shorten(s), MAX_DURATION_TEXT);
     let whole = int
         .bytes()
         .try_fold(0u128, |acc, d| acc.checked_mul(10)?.checked_add(u128::from(d - b'0')))
@@ -800,6 +815,7 @@ struct Reader<'s> {
 }
 
 /// The element an error is about.
+#[derive(Clone)]
 struct At {
     line: u32,
     element: String,
@@ -853,7 +869,7 @@ impl Reader<'_> {
                 NodeType::Text => {
                     let text = c.text().unwrap_or_default().trim();
                     if !text.is_empty() {
-                        let here = At { line: self.line(c.range().start), ..self.clone_at(at) };
+                        let here = At { line: self.line(c.range().start), ..at.clone() };
                         return Err(self.err(
                             &here,
                             None,
@@ -865,10 +881,6 @@ impl Reader<'_> {
             }
         }
         Ok(out)
-    }
-
-    fn clone_at(&self, at: &At) -> At {
-        At { line: at.line, element: at.element.clone(), tag: at.tag.clone() }
     }
 
     /// Refuses any attribute not in `allowed`.
@@ -980,7 +992,7 @@ impl Reader<'_> {
             return Err(self.err(at, Some(attribute), format!("\"{}\" is zero; give a positive duration", shorten(v))));
         }
         if d > MAX_DURATION {
-            let msg = format!("\"{}\" is longer than the limit of {}", shorten(v), format_duration(MAX_DURATION));
+            let msg = format!("\"{}\" is longer than the limit of {}", shorten(v), MAX_DURATION_TEXT);
             return Err(self.err(at, Some(attribute), msg));
         }
         Ok(d)
@@ -1040,7 +1052,7 @@ impl Reader<'_> {
                     let v = need("8k")?;
                     let size = size_from_str(v).map_err(|m| bad(format!("size: {m}")))?;
                     if size.min() == 0 {
-                        return Err(bad(format!("size \"{}\" can be zero; sizes start at 1 byte", shorten(v))));
+                        return Err(bad(format!("size \"{}\" includes 0 bytes; sizes start at 1 byte", shorten(v))));
                     }
                     if size.max() > MAX_SIZE {
                         return Err(bad(format!("size \"{}\" is above the limit of 1g", shorten(v))));
@@ -1088,7 +1100,7 @@ impl Reader<'_> {
                         let msg = format!(
                             "duration \"{}\" is out of range; give a positive duration up to {}",
                             shorten(v),
-                            format_duration(MAX_DURATION)
+                            MAX_DURATION_TEXT
                         );
                         return Err(bad(msg));
                     }

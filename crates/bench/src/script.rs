@@ -68,7 +68,12 @@ pub struct ConnScript {
     pub seeded: bool,
     /// TCP_NODELAY on both ends.
     pub nodelay: bool,
+    /// Datagrams (protocol=udp) instead of a TCP stream.
+    pub udp: bool,
 }
+
+/// Largest UDP payload (IPv4).
+pub const MAX_DATAGRAM: u64 = 65_507;
 
 /// A profile shape the engine cannot run with exact counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +124,7 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
     let mut open: Option<(u32, Vec<Segment>)> = None;
     let mut nodelay = false;
     let mut seeded = false;
+    let mut udp: Option<bool> = None;
 
     for t in &group.transactions {
         let has_io = t.flowops.iter().any(|f| is_io(f.kind));
@@ -131,11 +137,20 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
                     "accept on the client side is not supported yet; the server accepts every connect".into(),
                 ));
             }
-            if f.kind == FlowOpKind::Connect && f.conn.protocol == Protocol::Udp {
-                return Err(err(f.line, "flowop", "protocol=udp is not supported yet; use protocol=tcp".into()));
-            }
             if f.kind == FlowOpKind::Connect {
                 nodelay |= f.conn.tcp_nodelay;
+                match (udp, f.conn.protocol == Protocol::Udp) {
+                    (None, u) => udp = Some(u),
+                    (Some(a), b) if a != b => {
+                        return Err(err(
+                            f.line,
+                            "flowop",
+                            "a group's connects must all use the same protocol; put TCP and UDP in separate groups"
+                                .into(),
+                        ));
+                    }
+                    _ => {}
+                }
             }
             if matches!(f.size, Some(Size::Rand { .. })) {
                 seeded = true;
@@ -237,7 +252,34 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
         ));
     }
     check_timed(&first, first_line)?;
-    Ok(ConnScript { segments: first, seeded, nodelay })
+    let udp = udp.unwrap_or(false);
+    if udp {
+        check_udp(group, &first, first_line)?;
+    }
+    Ok(ConnScript { segments: first, seeded, nodelay, udp })
+}
+
+fn check_udp(group: &Group, segs: &[Segment], line: u32) -> Result<(), ScriptError> {
+    for f in group.transactions.iter().flat_map(|t| &t.flowops) {
+        if let Some(size) = &f.size
+            && is_io(f.kind)
+            && (size.max() > MAX_DATAGRAM || size.min() == 0)
+        {
+            return Err(ScriptError {
+                line: f.line,
+                element: "flowop",
+                message: format!("a UDP datagram carries 1 to {MAX_DATAGRAM} bytes; size {size} does not fit"),
+            });
+        }
+    }
+    if segs.iter().any(|s| s.times == Times::Timed && s.server_driven()) {
+        return Err(ScriptError {
+            line,
+            element: "flowop",
+            message: "a timed UDP transaction must start with a write (the server only answers datagrams)".into(),
+        });
+    }
+    Ok(())
 }
 
 fn check_timed(segs: &[Segment], line: u32) -> Result<(), ScriptError> {

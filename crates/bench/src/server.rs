@@ -6,8 +6,9 @@
 //! describes: at end-of-file at the loop head (client-driven) or when the client's
 //! half-close is seen there (server-driven).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -162,12 +163,19 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
     let (mut ports, mut addrs) = (Vec::new(), Vec::new());
     for g in &profile.groups {
         let script = Arc::new(derive(g).map_err(|e| e.to_string())?);
+        let (stop, counters) = (stop.clone(), counters.clone());
+        if script.udp {
+            let u = UdpSocket::bind(SocketAddr::new(local.ip(), 0))
+                .map_err(|e| format!("cannot open a UDP data socket: {e}"))?;
+            ports.push(u.local_addr().map_err(|e| e.to_string())?.port());
+            std::thread::spawn(move || udp_loop(u, &script, &stop, &counters));
+            continue;
+        }
         let l = TcpListener::bind(SocketAddr::new(local.ip(), 0))
             .map_err(|e| format!("cannot open a data listener: {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         ports.push(addr.port());
         addrs.push(addr);
-        let (stop, counters) = (stop.clone(), counters.clone());
         std::thread::spawn(move || accept_loop(l, script, stop, counters));
     }
     Ok(Run { ports, addrs, stop, counters })
@@ -190,6 +198,108 @@ fn accept_loop(l: TcpListener, script: Arc<ConnScript>, stop: Arc<AtomicBool>, c
                 c.idle.notify_all();
             }
         });
+    }
+}
+
+/// Where one UDP peer is in its connection script.
+struct Peer {
+    seg: usize,
+    step: usize,
+    pass: u64,
+    rng: Rng,
+    awaiting_seed: bool,
+}
+
+fn add_active(c: &Counters, delta: i64) {
+    let mut n = c.active.lock().unwrap_or_else(|p| p.into_inner());
+    *n = n.saturating_add_signed(delta);
+    if *n == 0 {
+        c.idle.notify_all();
+    }
+}
+
+/// Serves a UDP group: every datagram is fed to its sender's script. A zero-length
+/// datagram ends a timed loop, or the connection when no timed loop is running.
+fn udp_loop(u: UdpSocket, script: &ConnScript, stop: &AtomicBool, c: &Counters) {
+    let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut peers: HashMap<SocketAddr, Peer> = HashMap::new();
+    let mut buf = vec![0u8; 65_536];
+    let out = vec![0x5au8; 65_536];
+    loop {
+        let (n, from) = match u.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                if stop.load(Ordering::SeqCst) && peers.is_empty() {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let p = peers.entry(from).or_insert_with(|| {
+            c.connections.fetch_add(1, Ordering::Relaxed);
+            add_active(c, 1);
+            Peer { seg: 0, step: 0, pass: 0, rng: Rng::new(0), awaiting_seed: script.seeded }
+        });
+        if p.awaiting_seed {
+            p.rng = Rng::new(u64::from_le_bytes(buf[..n.min(8)].try_into().unwrap_or([0; 8])));
+            p.awaiting_seed = false;
+            continue;
+        }
+        if !feed(p, script, &u, from, n, &out, c) {
+            peers.remove(&from);
+            add_active(c, -1);
+        }
+    }
+}
+
+/// Advances a UDP peer's script by one received datagram of `n` bytes and sends whatever
+/// the script writes next. Returns false when the peer has disconnected.
+fn feed(p: &mut Peer, script: &ConnScript, u: &UdpSocket, to: SocketAddr, n: usize, out: &[u8], c: &Counters) -> bool {
+    let mut datagram = Some(n);
+    loop {
+        let Some(seg) = script.segments.get(p.seg) else {
+            // Script done: only the client's goodbye (a zero-length datagram) is expected.
+            return datagram != Some(0);
+        };
+        if p.step == seg.steps.len() {
+            p.step = 0;
+            p.pass += 1;
+            if seg.counts {
+                c.transactions.fetch_add(1, Ordering::Relaxed);
+            }
+            let done = match seg.times {
+                Times::Once => true,
+                Times::Count(k) => p.pass == k,
+                Times::Timed => false,
+            };
+            if done {
+                p.seg += 1;
+                p.pass = 0;
+            }
+            continue;
+        }
+        match seg.steps[p.step].mirrored() {
+            Io::Read(_) => match datagram.take() {
+                None => return true,
+                Some(0) if seg.times == Times::Timed && p.step == 0 => {
+                    p.seg += 1;
+                    p.pass = 0;
+                }
+                Some(0) => return false,
+                Some(len) => {
+                    c.bytes_received.fetch_add(len as u64, Ordering::Relaxed);
+                    p.step += 1;
+                }
+            },
+            Io::Write(size) => {
+                let k = (p.rng.size(&size) as usize).min(out.len());
+                if u.send_to(&out[..k], to).is_ok() {
+                    c.bytes_sent.fetch_add(k as u64, Ordering::Relaxed);
+                }
+                p.step += 1;
+            }
+        }
     }
 }
 

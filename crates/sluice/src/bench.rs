@@ -235,16 +235,20 @@ fn bench_run(a: RunArgs) -> Result<()> {
     if a.switch.is_some() && switch.is_none() {
         bail!("switch {:?} is not running (or its socket does not answer)", a.switch.as_deref().unwrap_or_default());
     }
-    let series = if a.conns.is_empty() { vec![profile.conns()] } else { a.conns.clone() };
+    // Without --conns the profile's own thread counts stand.
+    let series: Vec<Option<u32>> =
+        if a.conns.is_empty() { vec![None] } else { a.conns.iter().map(|&n| Some(n)).collect() };
     let interactive = std::io::stderr().is_terminal() && !a.json && !a.csv;
     let mut results = Vec::new();
     for n in series {
-        if n == 0 {
-            bail!("--conns must be at least 1");
+        if let Some(n) = n {
+            if n == 0 {
+                bail!("--conns must be at least 1");
+            }
+            profile.set_conns(n);
         }
-        profile.set_conns(n);
         if interactive {
-            eprintln!("running {} with {n} connection(s) against {server}…", profile.name);
+            eprintln!("running {} with {} connection(s) against {server}…", profile.name, profile.conns());
         }
         let opts = RunOptions {
             server: server.clone(),

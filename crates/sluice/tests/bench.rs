@@ -248,3 +248,40 @@ fn unreachable_and_mismatched_servers_say_what_to_do() {
     let _ = fake.join();
     assert!(!ok && err.contains("same sluice version") && err.contains("99"), "{err}");
 }
+
+#[test]
+fn udp_request_response_and_per_datagram_connections() {
+    let srv = Server::start();
+    let p = write_profile(
+        "udp.xml",
+        r#"<?xml version="1.0"?>
+<profile name="udp-rr">
+  <group nthreads="2">
+    <transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/></transaction>
+    <transaction duration="1s">
+      <flowop type="write" options="size=200"/>
+      <flowop type="read" options="size=1000"/>
+    </transaction>
+    <transaction iterations="1"><flowop type="disconnect"/></transaction>
+  </group>
+  <group nthreads="1">
+    <transaction iterations="300">
+      <flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/>
+      <flowop type="write" options="size=rand(64,512)"/>
+      <flowop type="read" options="size=8k"/>
+      <flowop type="disconnect"/>
+    </transaction>
+  </group>
+</profile>"#,
+    );
+    let rs = run_json(&["--to", &srv.to(), "-m", p.to_str().unwrap()]);
+    let r = &rs[0];
+    assert_counts_agree(r);
+    assert_eq!(r["client"]["connections"].as_u64().unwrap(), 2 + 300);
+    let too_big = write_profile(
+        "udp-big.xml",
+        r#"<profile name="x"><group nthreads="1"><transaction iterations="1"><flowop type="connect" options="remotehost=h protocol=udp"/><flowop type="write" options="size=100k"/></transaction></group></profile>"#,
+    );
+    let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", too_big.to_str().unwrap()]);
+    assert!(!ok && err.contains("65507"), "{err}");
+}
