@@ -8,6 +8,8 @@
 //! every answer. Both ends count as in any run, so counts stay exact.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -33,9 +35,28 @@ pub struct PaOptions {
     pub guest_pids: Vec<u32>,
     /// The switch daemon on the path.
     pub switch_pid: Option<u32>,
+    /// Background streaming flows from the aggregator to the workers (spread over them),
+    /// running while the queries run. Their 64 KiB writes count as transactions too.
+    pub background: u32,
 }
 
-fn worker_profile(query: u64, response: u64, duration: Duration) -> String {
+/// Size of one background write.
+const BACKGROUND_WRITE: u64 = 64 * 1024;
+
+fn worker_profile(query: u64, response: u64, duration: Duration, background: u32) -> String {
+    let bg = if background > 0 {
+        format!(
+            r#"
+  <group nthreads="{background}">
+    <transaction iterations="1"><flowop type="connect" options="remotehost=worker protocol=tcp"/></transaction>
+    <transaction duration="{}ms"><flowop type="write" options="size={BACKGROUND_WRITE}"/></transaction>
+    <transaction iterations="1"><flowop type="disconnect"/></transaction>
+  </group>"#,
+            duration.as_millis()
+        )
+    } else {
+        String::new()
+    };
     format!(
         r#"<?xml version="1.0"?>
 <profile name="pa-worker">
@@ -43,7 +64,7 @@ fn worker_profile(query: u64, response: u64, duration: Duration) -> String {
     <transaction iterations="1"><flowop type="connect" options="remotehost=worker protocol=tcp tcp_nodelay"/></transaction>
     <transaction duration="{}ms"><flowop type="write" options="size={query}"/><flowop type="read" options="size={response}"/></transaction>
     <transaction iterations="1"><flowop type="disconnect"/></transaction>
-  </group>
+  </group>{bg}
 </profile>"#,
         duration.as_millis()
     )
@@ -52,6 +73,8 @@ fn worker_profile(query: u64, response: u64, duration: Duration) -> String {
 struct Worker {
     ch: Channel,
     data: TcpStream,
+    /// The worker's background sink, when it has background flows.
+    background: Option<SocketAddr>,
     pid: u32,
     same_host: bool,
 }
@@ -61,6 +84,7 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
 }
 
 fn open_worker(addr: &str, profile_xml: &str) -> Result<Worker, BenchError> {
+    // (the profile has a second group when this worker sinks background flows)
     let sa: SocketAddr = addr
         .to_socket_addrs()
         .map_err(|source| BenchError::Connect { addr: addr.into(), source })?
@@ -82,15 +106,17 @@ fn open_worker(addr: &str, profile_xml: &str) -> Result<Worker, BenchError> {
         _ => return Err(BenchError::Server(format!("worker {addr} did not answer hello"))),
     };
     ch.send(&ClientMsg::Run { profile_xml: profile_xml.into() }).map_err(io_err("control connection"))?;
-    let port = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Ready { ports }) if ports.len() == 1 => ports[0],
+    let (port, background) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        Some(ServerMsg::Ready { ports }) if !ports.is_empty() => {
+            (ports[0], ports.get(1).map(|&p| SocketAddr::new(sa.ip(), p)))
+        }
         Some(ServerMsg::Error { message }) => return Err(BenchError::Server(format!("worker {addr}: {message}"))),
         other => return Err(BenchError::Server(format!("worker {addr}: unexpected answer {other:?}"))),
     };
     let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), port), Duration::from_secs(5))
         .map_err(|source| BenchError::Connect { addr: format!("{}:{port}", sa.ip()), source })?;
     data.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
-    Ok(Worker { ch, data, pid, same_host })
+    Ok(Worker { ch, data, background, pid, same_host })
 }
 
 /// Runs the workload and returns its result, with `completion` filled.
@@ -98,10 +124,26 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     if o.workers.is_empty() {
         return Err(BenchError::Profile("partition-aggregate needs at least one worker (--workers HOST,HOST…)".into()));
     }
-    let xml = worker_profile(o.query, o.response, o.duration);
-    // Checked here so a bad size is reported once, not by every worker.
-    parse(&xml, "pa", &|_| None).map_err(|e| BenchError::Profile(e.to_string()))?;
-    let mut workers = o.workers.iter().map(|w| open_worker(w, &xml)).collect::<Result<Vec<_>, _>>()?;
+    let n = o.workers.len() as u32;
+    let share = |i: usize| o.background / n + u32::from((i as u32) < o.background % n);
+    let mut workers = Vec::with_capacity(o.workers.len());
+    for (i, w) in o.workers.iter().enumerate() {
+        let xml = worker_profile(o.query, o.response, o.duration, share(i));
+        // Checked here so a bad size is reported once, clearly.
+        parse(&xml, "pa", &|_| None).map_err(|e| BenchError::Profile(e.to_string()))?;
+        workers.push(open_worker(w, &xml)?);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut flows = Vec::new();
+    for (i, w) in workers.iter().enumerate() {
+        for _ in 0..share(i) {
+            let addr = w.background.ok_or_else(|| BenchError::Server("a worker opened no background sink".into()))?;
+            let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+            let stop = stop.clone();
+            flows.push(std::thread::spawn(move || background_flow(s, &stop)));
+        }
+    }
 
     let mut guests = vec![std::process::id()];
     guests.extend(o.guest_pids.iter().copied());
@@ -138,6 +180,16 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     client.transactions = queries * n;
     client.bytes_sent = queries * n * o.query;
     client.bytes_received = queries * n * o.response;
+    stop.store(true, Ordering::Relaxed);
+    for f in flows {
+        let (t, b) = f
+            .join()
+            .map_err(|_| BenchError::Profile("a background flow panicked".into()))?
+            .map_err(io_err("a background flow"))?;
+        client.transactions += t;
+        client.bytes_sent += b;
+        client.connections += 1;
+    }
     for w in workers.iter_mut() {
         w.data.shutdown(std::net::Shutdown::Write).map_err(io_err("half-closing a data connection"))?;
     }
@@ -184,4 +236,16 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
             p99_us: latency.p99_us,
         }),
     })
+}
+
+/// Streams 64 KiB writes until told to stop, then half-closes; returns (writes, bytes).
+fn background_flow(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<(u64, u64)> {
+    let buf = vec![0x6bu8; BACKGROUND_WRITE as usize];
+    let mut writes = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        write_n(&mut s, &buf, BACKGROUND_WRITE)?;
+        writes += 1;
+    }
+    s.shutdown(std::net::Shutdown::Write)?;
+    Ok((writes, writes * BACKGROUND_WRITE))
 }

@@ -432,7 +432,7 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// Reads a duration: a number (`30`, `2.5`, `.5`) with an optional unit `ns`, `us` (or
-/// `µs`), `ms`, `s`, `m` (minutes), `h`, in any ASCII case; no unit means seconds.
+/// `µs`), `ms`, `s`, `min`, `h`, in any ASCII case; no unit means seconds.
 /// Surrounding whitespace is ignored; fractions below a nanosecond are dropped. `None` if
 /// the text is not such a duration or does not fit a [`Duration`].
 pub fn parse_duration(s: &str) -> Option<Duration> {
@@ -717,14 +717,21 @@ fn duration_from_str(s: &str) -> Result<Duration, String> {
         ("us", 1_000),
         ("µs", 1_000),
         ("ns", 1),
-        ("m", 60_000_000_000),
+        ("min", 60_000_000_000),
         ("h", 3_600_000_000_000),
     ];
     let s = s.trim();
-    let hint = "write a number with an optional unit ns, us, ms, s, m (minutes) or h, e.g. 300s or 10ms";
+    let hint = "write a number with an optional unit ns, us, ms, s, min or h, e.g. 300s or 10ms";
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
     let unit_lc = unit.to_ascii_lowercase();
+    if unit_lc == "m" {
+        // uperf reads a bare `m` as milliseconds, people as minutes: refuse to guess.
+        return Err(format!(
+            "\"{}\" is ambiguous: uperf reads the unit m as milliseconds; write {number}ms or {number}min",
+            shorten(s)
+        ));
+    }
     let Some(&(_, unit_ns)) = NS.iter().find(|(u, _)| *u == unit_lc) else {
         return Err(format!("\"{}\" is not a duration: unknown unit \"{}\"; {hint}", shorten(s), shorten(unit)));
     };
@@ -1482,7 +1489,7 @@ mod tests {
             ("250us", Duration::from_micros(250)),
             ("250µs", Duration::from_micros(250)),
             ("7ns", Duration::from_nanos(7)),
-            ("5m", Duration::from_secs(300)),
+            ("5min", Duration::from_secs(300)),
             ("2h", Duration::from_secs(7200)),
             ("1.5s", Duration::from_millis(1500)),
             (".5ms", Duration::from_micros(500)),
@@ -1495,7 +1502,9 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(parse_duration(s), Some(want), "{s}");
         }
+        assert!(duration_from_str("10m").unwrap_err().contains("ambiguous"), "bare m is refused");
         for s in [
+            "10m",
             "",
             "s",
             ".",
@@ -1629,7 +1638,7 @@ mod tests {
 </group>
 <group nprocs="2">
 <transaction iterations="1"><flowop type="accept" options="port=5001"/><flowop type="connect"/></transaction>
-<transaction duration="1m"><flowop type="think" options="duration=1s"/></transaction>
+<transaction duration="1min"><flowop type="think" options="duration=1s"/></transaction>
 </group>
 </profile>"#);
         assert_eq!(p.conns(), 5);

@@ -54,7 +54,7 @@ pub struct RunArgs {
     /// A profile.xml file, or a built-in profile's name (`sluice bench profiles`).
     #[arg(short = 'm', long = "profile", value_name = "PROFILE")]
     pub profile: String,
-    /// Replaces every timed transaction's duration (seconds, or with a unit: 500ms, 2m).
+    /// Replaces every timed transaction's duration (seconds, or with a unit: 500ms, 2min).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<String>,
     /// Connections: replaces the groups' thread counts; a list runs the series.
@@ -86,6 +86,9 @@ pub struct RunArgs {
     /// `-m pa`: bytes of each query.
     #[arg(long, default_value = "64")]
     pub query: String,
+    /// `-m pa`: background streaming flows to the workers while the queries run.
+    #[arg(long, default_value_t = 0)]
+    pub background: u32,
 }
 
 /// Runs `sluice bench …`.
@@ -177,7 +180,7 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
     }
     let duration = match &a.duration {
         Some(d) => parse_duration(d)
-            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, m or h"))?,
+            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, min or h"))?,
         None => Duration::from_secs(20),
     };
     let workers = a
@@ -196,6 +199,7 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
         duration,
         guest_pids: vec![],
         switch_pid: switch,
+        background: a.background,
     };
     let r = sluice_bench::pa::run_pa(&o)?;
     let results = [r];
@@ -223,7 +227,7 @@ fn bench_run(a: RunArgs) -> Result<()> {
     profile.set_remotehost(&host);
     if let Some(d) = &a.duration {
         let d = parse_duration(d)
-            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, m or h"))?;
+            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, min or h"))?;
         profile.set_duration(d);
     }
     let server = if host.contains(':') {
@@ -254,9 +258,17 @@ fn bench_run(a: RunArgs) -> Result<()> {
             server: server.clone(),
             guest_pids: vec![],
             switch_pid: switch,
-            interval: interval_printer(a.interval),
+            interval: match a.interval {
+                Some(_) => interval_printer(a.interval),
+                None if interactive => progress_bar(&profile),
+                None => None,
+            },
         };
-        let mut r = run(&profile, &opts)?;
+        let r = run(&profile, &opts);
+        if interactive && a.interval.is_none() {
+            eprint!("\r\x1b[K");
+        }
+        let mut r = r?;
         if !a.all_stats {
             r.flowops.clear();
         }
@@ -277,6 +289,38 @@ fn bench_run(a: RunArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A one-line progress bar on stderr (terminals only), against the longest group's timed
+/// transactions.
+fn progress_bar(p: &Profile) -> Option<(Duration, sluice_bench::client::IntervalFn)> {
+    use sluice_bench::profile::Repeat;
+    let total = p
+        .groups
+        .iter()
+        .map(|g| {
+            g.transactions
+                .iter()
+                .filter_map(|t| if let Repeat::Duration(d) = t.repeat { Some(d.as_secs_f64()) } else { None })
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max);
+    if total < 2.0 {
+        return None;
+    }
+    let f: sluice_bench::client::IntervalFn = Arc::new(move |t: f64, tx: u64, _bytes: u64| {
+        let done = (t / total).clamp(0.0, 1.0);
+        let filled = (done * 30.0) as usize;
+        eprint!(
+            "\r  [{}{}] {:>5.1}/{:.0} s  {:>10.0} tx/s",
+            "#".repeat(filled),
+            "-".repeat(30 - filled),
+            t.min(total),
+            total,
+            tx as f64 / t.max(1e-9)
+        );
+    });
+    Some((Duration::from_millis(500), f))
 }
 
 /// Prints an interval line every `secs` seconds of a run (state is per run).
