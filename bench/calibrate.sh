@@ -188,17 +188,31 @@ port_free() { [[ -z $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
 
 wait_listen() {  # ns port: wait up to 5 s for a TCP listener
     for _ in {1..50}; do
-        [[ -n $(in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null) ]] && return 0
+        listening "$1" "$2" && return 0
         sleep 0.1
     done
     return 1
 }
 
+listening() { [[ -n $(in_ns "$1" ss -Hltn "sport = :$2" 2>/dev/null) ]]; }
+
 server() {  # ns port log cmd…: start a bounded server in the background, wait for it
-    local ns=$1 port=$2 out=$3; shift 3
-    in_ns "$ns" timeout "$BOUND" "$@" >"$out" 2>&1 &
-    BG_PIDS+=($!)
+    local ns=$1 port=$2 out=$3 pre=() pid; shift 3
+    # The port must be free: a server left over from an earlier measurement would be
+    # measured instead (and its own time limit would cut the run short).
+    for _ in {1..50}; do listening "$ns" "$port" || break; sleep 0.1; done
+    if listening "$ns" "$port"; then
+        log "calibrate: port $port${ns:+ in $ns} is still in use; not starting '$*'"
+        return 1
+    fi
+    [[ -z $ns ]] || pre=(ip netns exec "$ns")
+    # A simple command in the background, not a function: $! is then the process itself
+    # (ip netns exec execs timeout), so stop_pid reaches it; timeout passes TERM on.
+    "${pre[@]}" timeout "$BOUND" "$@" >"$out" 2>&1 &
+    pid=$!
+    BG_PIDS+=("$pid")
     wait_listen "$ns" "$port" || { log "calibrate: '$*' did not listen on :$port (log: $out)"; return 1; }
+    alive "$pid" || { log "calibrate: '$*' exited at once (log: $out)"; return 1; }
 }
 
 cpu_sample() { awk '$1 == "cpu" { b = $2+$3+$4+$7+$8+$9; print b, b + $5 + $6; exit }' /proc/stat; }
@@ -459,7 +473,7 @@ report() {
     for p in "${PATHS[@]}"; do
         echo "## $p"
         echo
-        echo "| test | reference | reference | sluice bench | sluice / reference |"
+        echo "| test | reference tool | reference | sluice bench | sluice / reference |"
         echo "|---|---|--:|--:|--:|"
         for t in rr str; do
             if [[ $t == rr ]]; then
@@ -506,7 +520,7 @@ report() {
         echo "Within 10% (median ratio 0.90–1.10): $(join "${inside[@]}")."
     fi
     if ((${#out[@]})); then
-        echo "Outside 10%: $(join "${out[@]}") — see the investigation below, if any."
+        echo "Outside 10%: $(join "${out[@]}") — these need explaining before sluice bench figures on such a path are trusted."
     else
         echo "No gap beyond 10%: on these paths the modeler is not the bottleneck."
     fi

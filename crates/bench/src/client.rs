@@ -346,8 +346,10 @@ fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared)
     let mut st =
         ThreadStats { latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).ok(), ..ThreadStats::default() };
     let mut conn: Option<Conn> = None;
-    let out = vec![0xa5u8; 256 * 1024];
-    let mut inp = vec![0u8; 256 * 1024];
+    let out = crate::buf::IoBuf::filled(256 * 1024, 0xa5);
+    let out = out.as_slice();
+    let mut inp = crate::buf::IoBuf::new(256 * 1024);
+    let inp = inp.as_mut_slice();
     let labels: Vec<Vec<usize>> = g
         .transactions
         .iter()
@@ -389,7 +391,7 @@ fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared)
             let t0 = Instant::now();
             for (fi, f) in t.flowops.iter().enumerate() {
                 let f0 = Instant::now();
-                step(f, script, addr, &mut conn, &mut st.counts, shared, &out, &mut inp)?;
+                step(f, script, addr, &mut conn, &mut st.counts, shared, out, inp)?;
                 let e = &mut st.flowops[labels[ti][fi]];
                 e.1 += 1;
                 e.2 += f0.elapsed().as_nanos();
@@ -404,7 +406,7 @@ fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared)
             i += 1;
         }
         if matches!(t.repeat, Repeat::Duration(_)) && !opens_or_closes && has_io && conn.is_some() {
-            finish_timed(t, script, &mut conn, &mut st.counts, shared, &out, &mut inp)?;
+            finish_timed(t, script, &mut conn, &mut st.counts, shared, out, inp)?;
         }
     }
     Ok(st)
@@ -480,14 +482,14 @@ fn step(
             FlowOpKind::Write | FlowOpKind::Send => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("write without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                c.write(out, n).map_err(io_err(format!("{f}")))?;
+                c.write(out, n).map_err(|source| BenchError::Io { what: f.to_string(), source })?;
                 counts.bytes_sent += n;
                 shared.bytes.fetch_add(n, Ordering::Relaxed);
             }
             FlowOpKind::Read | FlowOpKind::Recv => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("read without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                let got = c.read(inp, n).map_err(io_err(format!("{f}")))?;
+                let got = c.read(inp, n).map_err(|source| BenchError::Io { what: f.to_string(), source })?;
                 counts.bytes_received += got;
                 shared.bytes.fetch_add(got, Ordering::Relaxed);
                 if got < n && !script.udp {

@@ -13,6 +13,7 @@
 //! - [`control`], [`client`], [`server`]: the engine.
 //! - [`builtin`]: the studies' workloads as profiles; [`pa`]: partition-aggregate.
 
+pub mod buf;
 pub mod builtin;
 pub mod client;
 pub mod control;

@@ -152,8 +152,10 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     guests.dedup();
     let cpu0 = crate::cpu::sample(&guests, o.switch_pid).ok();
 
-    let out = vec![0x3cu8; 256 * 1024];
-    let mut inp = vec![0u8; 256 * 1024];
+    let out = crate::buf::IoBuf::filled(256 * 1024, 0x3c);
+    let out = out.as_slice();
+    let mut inp = crate::buf::IoBuf::new(256 * 1024);
+    let inp = inp.as_mut_slice();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
         .map_err(|e| BenchError::Profile(format!("histogram: {e}")))?;
     let mut client = SideCounts { connections: workers.len() as u64, ..SideCounts::default() };
@@ -162,10 +164,10 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     while start.elapsed() < o.duration {
         let t0 = Instant::now();
         for w in workers.iter_mut() {
-            write_n(&mut w.data, &out, o.query).map_err(io_err("sending a query"))?;
+            write_n(&mut w.data, out, o.query).map_err(io_err("sending a query"))?;
         }
         for w in workers.iter_mut() {
-            let got = read_n(&mut w.data, &mut inp, o.response).map_err(io_err("reading an answer"))?;
+            let got = read_n(&mut w.data, inp, o.response).map_err(io_err("reading an answer"))?;
             if got < o.response {
                 return Err(BenchError::Io {
                     what: "reading an answer".into(),
@@ -240,10 +242,11 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
 
 /// Streams 64 KiB writes until told to stop, then half-closes; returns (writes, bytes).
 fn background_flow(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<(u64, u64)> {
-    let buf = vec![0x6bu8; BACKGROUND_WRITE as usize];
+    let buf = crate::buf::IoBuf::filled(BACKGROUND_WRITE as usize, 0x6b);
+    let buf = buf.as_slice();
     let mut writes = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        write_n(&mut s, &buf, BACKGROUND_WRITE)?;
+        write_n(&mut s, buf, BACKGROUND_WRITE)?;
         writes += 1;
     }
     s.shutdown(std::net::Shutdown::Write)?;

@@ -223,10 +223,12 @@ fn add_active(c: &Counters, delta: i64) {
 fn udp_loop(u: UdpSocket, script: &ConnScript, stop: &AtomicBool, c: &Counters) {
     let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
     let mut peers: HashMap<SocketAddr, Peer> = HashMap::new();
-    let mut buf = vec![0u8; 65_536];
-    let out = vec![0x5au8; 65_536];
+    let mut buf = crate::buf::IoBuf::new(65_536);
+    let buf = buf.as_mut_slice();
+    let out = crate::buf::IoBuf::filled(65_536, 0x5a);
+    let out = out.as_slice();
     loop {
-        let (n, from) = match u.recv_from(&mut buf) {
+        let (n, from) = match u.recv_from(buf) {
             Ok(x) => x,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 if stop.load(Ordering::SeqCst) && peers.is_empty() {
@@ -246,7 +248,7 @@ fn udp_loop(u: UdpSocket, script: &ConnScript, stop: &AtomicBool, c: &Counters) 
             p.awaiting_seed = false;
             continue;
         }
-        if !feed(p, script, &u, from, n, &out, c) {
+        if !feed(p, script, &u, from, n, out, c) {
             peers.remove(&from);
             add_active(c, -1);
         }
@@ -315,8 +317,10 @@ fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()>
         s.read_exact(&mut seed)?;
         rng = Rng::new(u64::from_le_bytes(seed));
     }
-    let out = vec![0x5au8; CHUNK];
-    let mut inp = vec![0u8; CHUNK];
+    let out = crate::buf::IoBuf::filled(CHUNK, 0x5a);
+    let out = out.as_slice();
+    let mut inp = crate::buf::IoBuf::new(CHUNK);
+    let inp = inp.as_mut_slice();
     for seg in &script.segments {
         let mut pass = 0u64;
         loop {
@@ -332,7 +336,7 @@ fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()>
                 match io.mirrored() {
                     Io::Read(size) => {
                         let n = rng.size(&size);
-                        let got = read_n(&mut s, &mut inp, n)?;
+                        let got = read_n(&mut s, inp, n)?;
                         c.bytes_received.fetch_add(got, Ordering::Relaxed);
                         if got < n {
                             if i == 0 && got == 0 && seg.times == Times::Timed {
@@ -347,7 +351,7 @@ fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()>
                     }
                     Io::Write(size) => {
                         let n = rng.size(&size);
-                        write_n(&mut s, &out, n)?;
+                        write_n(&mut s, out, n)?;
                         c.bytes_sent.fetch_add(n, Ordering::Relaxed);
                     }
                 }

@@ -203,6 +203,7 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
     };
     let r = sluice_bench::pa::run_pa(&o)?;
     let results = [r];
+    crate::sys::default_sigpipe();
     if a.json {
         println!("{}", report::render_json(&results));
     } else if a.csv {
@@ -274,6 +275,7 @@ fn bench_run(a: RunArgs) -> Result<()> {
         }
         results.push(r);
     }
+    crate::sys::default_sigpipe();
     if a.json {
         println!("{}", report::render_json(&results));
     } else if a.csv {

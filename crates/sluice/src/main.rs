@@ -170,6 +170,17 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if matches!(
+        cli.cmd,
+        Cmd::Stats(_)
+            | Cmd::Port(PortCmd::List { .. })
+            | Cmd::Fib(FibCmd::Show { .. })
+            | Cmd::Switch(SwitchCmd::List { .. })
+            | Cmd::Lab(lab::LabCmd::List { .. })
+            | Cmd::Bench(bench::BenchCmd::Profiles { .. })
+    ) {
+        sys::default_sigpipe();
+    }
     match cli.cmd {
         Cmd::Switch(SwitchCmd::Run { config, poll }) => {
             let mut s = config::load(&config)?;

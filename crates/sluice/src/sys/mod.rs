@@ -29,3 +29,12 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid as libc::pid_t, sig) })?;
     Ok(())
 }
+
+/// Restores the default SIGPIPE action, so that printing into a closed pipe (`| head`) ends
+/// the process quietly, as other command-line tools do, instead of a panic. Only for
+/// commands whose remaining work is printing: the Rust runtime ignores SIGPIPE so that
+/// socket writes fail with EPIPE instead, which the daemons rely on.
+pub fn default_sigpipe() {
+    // SAFETY: installs the default disposition for one signal; no handler code runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
