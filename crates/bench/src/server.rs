@@ -163,16 +163,18 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
     let (mut ports, mut addrs) = (Vec::new(), Vec::new());
     for g in &profile.groups {
         let script = Arc::new(derive(g).map_err(|e| e.to_string())?);
+        // A connect's `port=` names the data port; otherwise the server picks one.
+        let port = g.transactions.iter().flat_map(|t| &t.flowops).find_map(|f| f.conn.port).unwrap_or(0);
         let (stop, counters) = (stop.clone(), counters.clone());
         if script.udp {
-            let u = UdpSocket::bind(SocketAddr::new(local.ip(), 0))
+            let u = UdpSocket::bind(SocketAddr::new(local.ip(), port))
                 .map_err(|e| format!("cannot open a UDP data socket: {e}"))?;
             ports.push(u.local_addr().map_err(|e| e.to_string())?.port());
             std::thread::spawn(move || udp_loop(u, &script, &stop, &counters));
             continue;
         }
-        let l = TcpListener::bind(SocketAddr::new(local.ip(), 0))
-            .map_err(|e| format!("cannot open a data listener: {e}"))?;
+        let l = TcpListener::bind(SocketAddr::new(local.ip(), port))
+            .map_err(|e| format!("cannot open a data listener on port {port}: {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         ports.push(addr.port());
         addrs.push(addr);

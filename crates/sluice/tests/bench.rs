@@ -136,6 +136,12 @@ fn rand_sizes_stay_in_range_and_match_on_both_ends() {
     assert_counts_agree(r);
     let c = &r["client"];
     assert_eq!(c["transactions"], 800);
+    // A connect's port= is the data port the server listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let text = std::fs::read_to_string(&p).unwrap().replace("protocol=tcp", &format!("protocol=tcp port={port}"));
+    let p2 = write_profile("rand-port.xml", &text);
+    let rs = run_json(&["--to", &srv.to(), "-m", p2.to_str().unwrap()]);
+    assert_counts_agree(&rs[0]);
     let sent = c["bytes_sent"].as_u64().unwrap();
     let recvd = c["bytes_received"].as_u64().unwrap();
     assert!((800 * 100..=800 * 200).contains(&sent), "{sent}");
