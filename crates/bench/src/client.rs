@@ -69,6 +69,58 @@ pub struct RunOptions {
     pub interval: Option<(Duration, IntervalFn)>,
 }
 
+/// An open control connection to a bench server that has said hello.
+pub(crate) struct Session {
+    /// The control channel.
+    pub ch: Channel,
+    /// The server's process id.
+    pub pid: u32,
+    /// The server runs on this host (its CPU is visible in /proc here).
+    pub same_host: bool,
+}
+
+impl Session {
+    /// Connects to the server at `addr` and checks protocol versions.
+    pub fn open(addr: SocketAddr) -> Result<Session, BenchError> {
+        let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+        let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
+        ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
+            .map_err(io_err("control connection"))?;
+        match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+            Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => {
+                Ok(Session { ch, pid, same_host: b == boot_id() })
+            }
+            Some(ServerMsg::Hello { protocol, version, .. }) => Err(BenchError::Server(format!(
+                "{addr} speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL} (sluice {}): run the same sluice version on both ends",
+                env!("CARGO_PKG_VERSION")
+            ))),
+            Some(ServerMsg::Error { message }) => Err(BenchError::Server(message)),
+            _ => Err(BenchError::Server(format!("{addr} did not answer hello; is that port a sluice bench server?"))),
+        }
+    }
+
+    /// Asks for a run of `profile_xml`; returns its data ports (one per group).
+    pub fn start(&mut self, profile_xml: &str, groups: usize) -> Result<Vec<u16>, BenchError> {
+        self.ch.send(&ClientMsg::Run { profile_xml: profile_xml.into() }).map_err(io_err("control connection"))?;
+        match self.ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+            Some(ServerMsg::Ready { ports }) if ports.len() == groups => Ok(ports),
+            Some(ServerMsg::Error { message }) => Err(BenchError::Server(message)),
+            other => Err(BenchError::Server(format!("unexpected answer to run: {other:?}"))),
+        }
+    }
+
+    /// Ends the run and returns the server's counts and CPU seconds.
+    pub fn finish(&mut self) -> Result<(SideCounts, f64), BenchError> {
+        self.ch.send(&ClientMsg::Done).map_err(io_err("control connection"))?;
+        match self.ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+            Some(ServerMsg::Counts { counts, cpu_s }) => Ok((counts, cpu_s)),
+            Some(ServerMsg::Error { message }) => Err(BenchError::Server(message)),
+            other => Err(BenchError::Server(format!("unexpected answer to done: {other:?}"))),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     transactions: AtomicU64,
@@ -94,28 +146,9 @@ pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError
         .map_err(|source| BenchError::Connect { addr: opts.server.clone(), source })?
         .next()
         .ok_or_else(|| BenchError::Connect { addr: opts.server.clone(), source: io::Error::other("no address") })?;
-    let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
-    let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
-    ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
-        .map_err(io_err("control connection"))?;
-    let (server_pid, same_host) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => (pid, b == boot_id()),
-        Some(ServerMsg::Hello { protocol, version, .. }) => {
-            return Err(BenchError::Server(format!(
-                "it speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL} (sluice {}): run the same sluice version on both ends",
-                env!("CARGO_PKG_VERSION")
-            )));
-        }
-        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
-        _ => return Err(BenchError::Server("it did not answer hello; is that port a sluice bench server?".into())),
-    };
-    ch.send(&ClientMsg::Run { profile_xml: profile.to_xml() }).map_err(io_err("control connection"))?;
-    let ports = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Ready { ports }) if ports.len() == profile.groups.len() => ports,
-        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
-        other => return Err(BenchError::Server(format!("unexpected answer to run: {other:?}"))),
-    };
+    let mut srv = Session::open(addr)?;
+    let ports = srv.start(&profile.to_xml(), profile.groups.len())?;
+    let (server_pid, same_host) = (srv.pid, srv.same_host);
 
     let nthreads: usize = profile.groups.iter().map(|g| g.count as usize).sum();
     let barrier = Arc::new(Barrier::new(nthreads + 1));
@@ -176,15 +209,10 @@ pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError
         let _ = t.join();
     }
     if let Some(why) = shared.failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        let _ = ch.send(&ClientMsg::Done);
+        let _ = srv.finish();
         return Err(BenchError::Io { what: "a data connection failed".into(), source: io::Error::other(why) });
     }
-    ch.send(&ClientMsg::Done).map_err(io_err("control connection"))?;
-    let (server, server_cpu) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Counts { counts, cpu_s }) => (counts, cpu_s),
-        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
-        other => return Err(BenchError::Server(format!("unexpected answer to done: {other:?}"))),
-    };
+    let (server, server_cpu) = srv.finish()?;
 
     let mut cpu = match (cpu0, cpu1) {
         (Some(a), Some(b)) => crate::cpu::split(&a, &b),

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::client::BenchError;
-use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
+use crate::client::{BenchError, Session};
 use crate::profile::parse;
 use crate::result::{Completion, RunResult, SideCounts};
 use crate::server::{read_n, write_n};
@@ -71,52 +70,28 @@ fn worker_profile(query: u64, response: u64, duration: Duration, background: u32
 }
 
 struct Worker {
-    ch: Channel,
+    srv: Session,
     data: TcpStream,
     /// The worker's background sink, when it has background flows.
     background: Option<SocketAddr>,
-    pid: u32,
-    same_host: bool,
 }
 
 fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
     move |source| BenchError::Io { what: what.to_string(), source }
 }
 
-fn open_worker(addr: &str, profile_xml: &str) -> Result<Worker, BenchError> {
-    // (the profile has a second group when this worker sinks background flows)
+fn open_worker(addr: &str, profile_xml: &str, groups: usize) -> Result<Worker, BenchError> {
     let sa: SocketAddr = addr
         .to_socket_addrs()
         .map_err(|source| BenchError::Connect { addr: addr.into(), source })?
         .next()
         .ok_or_else(|| BenchError::Connect { addr: addr.into(), source: std::io::Error::other("no address") })?;
-    let s = TcpStream::connect_timeout(&sa, Duration::from_secs(5))
-        .map_err(|source| BenchError::Connect { addr: addr.into(), source })?;
-    let mut ch = Channel::new(s).map_err(io_err("control connection"))?;
-    ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
-        .map_err(io_err("control connection"))?;
-    let (pid, same_host) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => (pid, b == boot_id()),
-        Some(ServerMsg::Hello { protocol, version, .. }) => {
-            return Err(BenchError::Server(format!(
-                "worker {addr} speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL}: run the same sluice version on both ends"
-            )));
-        }
-        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(format!("worker {addr}: {message}"))),
-        _ => return Err(BenchError::Server(format!("worker {addr} did not answer hello"))),
-    };
-    ch.send(&ClientMsg::Run { profile_xml: profile_xml.into() }).map_err(io_err("control connection"))?;
-    let (port, background) = match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-        Some(ServerMsg::Ready { ports }) if !ports.is_empty() => {
-            (ports[0], ports.get(1).map(|&p| SocketAddr::new(sa.ip(), p)))
-        }
-        Some(ServerMsg::Error { message }) => return Err(BenchError::Server(format!("worker {addr}: {message}"))),
-        other => return Err(BenchError::Server(format!("worker {addr}: unexpected answer {other:?}"))),
-    };
-    let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), port), Duration::from_secs(5))
-        .map_err(|source| BenchError::Connect { addr: format!("{}:{port}", sa.ip()), source })?;
+    let mut srv = Session::open(sa)?;
+    let ports = srv.start(profile_xml, groups)?;
+    let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), ports[0]), Duration::from_secs(5))
+        .map_err(|source| BenchError::Connect { addr: format!("{}:{}", sa.ip(), ports[0]), source })?;
     data.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
-    Ok(Worker { ch, data, background, pid, same_host })
+    Ok(Worker { srv, data, background: ports.get(1).map(|&p| SocketAddr::new(sa.ip(), p)) })
 }
 
 /// Runs the workload and returns its result, with `completion` filled.
@@ -131,7 +106,8 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
         let xml = worker_profile(o.query, o.response, o.duration, share(i));
         // Checked here so a bad size is reported once, clearly.
         parse(&xml, "pa", &|_| None).map_err(|e| BenchError::Profile(e.to_string()))?;
-        workers.push(open_worker(w, &xml)?);
+        // A worker that sinks background flows has a second group.
+        workers.push(open_worker(w, &xml, if share(i) > 0 { 2 } else { 1 })?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut flows = Vec::new();
@@ -147,7 +123,7 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
 
     let mut guests = vec![std::process::id()];
     guests.extend(o.guest_pids.iter().copied());
-    guests.extend(workers.iter().filter(|w| w.same_host).map(|w| w.pid));
+    guests.extend(workers.iter().filter(|w| w.srv.same_host).map(|w| w.srv.pid));
     guests.sort_unstable();
     guests.dedup();
     let cpu0 = crate::cpu::sample(&guests, o.switch_pid).ok();
@@ -201,19 +177,13 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     let mut server = SideCounts::default();
     let mut remote_cpu = 0.0;
     for w in workers.iter_mut() {
-        w.ch.send(&ClientMsg::Done).map_err(io_err("control connection"))?;
-        match w.ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
-            Some(ServerMsg::Counts { counts, cpu_s }) => {
-                server.transactions += counts.transactions;
-                server.bytes_sent += counts.bytes_sent;
-                server.bytes_received += counts.bytes_received;
-                server.connections += counts.connections;
-                if !w.same_host {
-                    remote_cpu += cpu_s;
-                }
-            }
-            Some(ServerMsg::Error { message }) => return Err(BenchError::Server(message)),
-            other => return Err(BenchError::Server(format!("unexpected answer to done: {other:?}"))),
+        let (counts, cpu_s) = w.srv.finish()?;
+        server.transactions += counts.transactions;
+        server.bytes_sent += counts.bytes_sent;
+        server.bytes_received += counts.bytes_received;
+        server.connections += counts.connections;
+        if !w.srv.same_host {
+            remote_cpu += cpu_s;
         }
     }
     let mut cpu = match (cpu0, cpu1) {
