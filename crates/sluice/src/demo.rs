@@ -1,5 +1,6 @@
-//! `sluice demo`: a lab of two guests, ping (IPv4 and IPv6) and a TCP transfer between them
-//! through the switch, then the switch's counters. Needs nothing but sluice and iproute2:
+//! `sluice demo`: a lab of two guests, ping (IPv4 and IPv6), a TCP transfer and a short
+//! `sluice bench` request-response run between them through the switch, then the switch's
+//! counters. Needs nothing but sluice and iproute2:
 //! the pings and the transfer run on threads that enter the guests' namespaces.
 
 use std::io::{Read, Write};
@@ -116,10 +117,47 @@ fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
     }
     println!("  {} bytes arrived intact in {:.2} s: {:.2} Gbit/s", got, secs, got as f64 * 8.0 / secs / 1e9);
 
+    println!("\n== the workload modeler: request-response 200/1000 bytes, g1 → g2 (`sluice bench`)");
+    bench_step(ip4, &g1.netns, &g2.netns, s)?;
+
     println!("\n== the switch's counters (`sluice stats --switch {}`)", s.switch);
     let mut c = Client::connect(&s.socket)?;
     let r: StatsReport = c.call(&Request::Stats { port: None })?;
     print!("{}", crate::cli::render_stats(&r, false));
+    Ok(())
+}
+
+/// Runs seed 003's rr1c-200x1000 for 2 s at 1 and 10 connections: a bench server on a
+/// thread inside g2's namespace, the client inside g1's (threads inherit the namespace).
+fn bench_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabState) -> Result<()> {
+    use sluice_bench::{client, report, server};
+    // Spawned from inside g2's namespace, so that the data sockets it opens are there too.
+    netns::run_in(Some(server_ns), move || {
+        let listener = TcpListener::bind(SocketAddr::new(server_ip, 20000))?;
+        std::thread::spawn(move || server::serve(listener, std::sync::Arc::new(|_line: String| {})));
+        Ok(())
+    })?;
+    let mut profile = crate::bench::load_profile("rr1c-200x1000", Some(&server_ip.to_string()))?;
+    profile.set_duration(Duration::from_secs(2));
+    let switch_pid = Client::connect(&s.socket)
+        .and_then(|mut c| c.call::<crate::proto::SwitchSummary>(&Request::Hello))
+        .ok()
+        .map(|h| h.pid);
+    let mut results = Vec::new();
+    for conns in [1, 10] {
+        profile.set_conns(conns);
+        let p = profile.clone();
+        let opts = client::RunOptions {
+            server: SocketAddr::new(server_ip, 20000).to_string(),
+            guest_pids: vec![],
+            switch_pid,
+            interval: None,
+        };
+        let mut r = netns::run_in(Some(client_ns), move || client::run(&p, &opts).map_err(std::io::Error::other))?;
+        r.flowops.clear();
+        results.push(r);
+    }
+    print!("{}", report::render_table(&results, report::Per::Transaction));
     Ok(())
 }
 

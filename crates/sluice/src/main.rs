@@ -27,7 +27,7 @@ use crate::client::Target;
 /// commands talk to it over its control socket.
 ///
 /// First steps:
-///   sluice demo                     build a two-guest lab, ping, transfer, show counters
+///   sluice demo                     a two-guest lab: ping, transfer, bench, counters
 ///   sluice lab up --guests 3        keep a lab running; then `sluice stats`, `sluice fib show`
 ///   sluice lab exec g1 -- ping 10.77.0.2
 ///   sluice lab down
@@ -54,7 +54,8 @@ enum Cmd {
     /// Throw-away guests in network namespaces, attached to a switch.
     #[command(subcommand)]
     Lab(lab::LabCmd),
-    /// Show sluice at work: a two-guest lab, ping, a TCP transfer, the counters.
+    /// Show sluice at work: a two-guest lab, ping, a TCP transfer, a workload-modeler run,
+    /// the counters.
     Demo(demo::DemoArgs),
     /// The workload modeler: RR, CRR and streaming workloads from uperf profiles, with the
     /// studies' metrics (transactions/s, MB/s, latency percentiles, CPU per transaction).
