@@ -28,18 +28,21 @@ pub struct DemoArgs {
     /// Leave the lab running afterwards (remove it with `sluice lab down --name demo`).
     #[arg(long)]
     pub keep: bool,
+    /// Name of the demo's lab.
+    #[arg(long, default_value = "demo")]
+    pub name: String,
 }
 
 /// Runs the demo.
 pub fn run(a: DemoArgs) -> Result<()> {
-    const NAME: &str = "demo";
-    if lab::LabState::load(NAME).is_ok() {
+    let name = a.name.as_str();
+    if lab::LabState::load(name).is_ok() {
         println!("removing the previous demo lab");
-        lab::down(NAME)?;
+        lab::down(name)?;
     }
     println!("== building a lab: a switch and two guests (network namespaces attached by TAP)");
     let s = lab::up(&UpArgs {
-        name: NAME.into(),
+        name: name.into(),
         guests: 2,
         mtu: a.mtu,
         switch: None,
@@ -52,10 +55,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let result = show(&s, &a);
     if a.keep {
         println!(
-            "\nthe lab stays up: try `sluice lab exec g1 -- ping 10.77.0.2`, `sluice stats`; remove it with `sluice lab down --name demo`"
+            "\nthe lab stays up: try `sluice lab exec g1 -- ping 10.77.0.2`, `sluice stats`; remove it with `sluice lab down --name {name}`"
         );
     } else {
-        lab::down(NAME)?;
+        lab::down(name)?;
         println!("\nlab removed");
     }
     result

@@ -131,3 +131,16 @@ fn lab_down_after_the_switch_died_still_cleans_up() {
     let netns = sh_ok("ip netns list");
     assert!(!names.iter().any(|n| netns.contains(n.as_str())), "{netns}");
 }
+
+#[test]
+fn the_demo_runs_end_to_end_and_leaves_nothing() {
+    if !root() {
+        return;
+    }
+    let name = unique("demo");
+    let out = sluice_ok(&["demo", "--megabytes", "100", "--name", &name]);
+    for step in ["echoes answered", "arrived intact", "client/server counts agree", "RX FRAMES", "lab removed"] {
+        assert!(out.contains(step), "demo output lacks {step:?}:\n{out}");
+    }
+    assert!(!sh_ok("ip netns list").contains(&format!("sluice-{name}-")), "the demo's namespaces are gone");
+}
