@@ -157,6 +157,19 @@ fn split_host_port(to: &str) -> (String, u16) {
     (to.trim_matches(['[', ']']).to_string(), DEFAULT_PORT)
 }
 
+/// `host:port`, with an IPv6 host in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
+/// Reads `--duration`.
+fn duration_arg(d: Option<&str>) -> Result<Option<Duration>> {
+    d.map(|d| {
+        parse_duration(d).with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, min or h"))
+    })
+    .transpose()
+}
+
 fn switch_pid(name: Option<&str>) -> Option<u32> {
     let target = Target { switch: name.map(String::from), socket: None };
     let mut c = Client::for_target(&target).ok()?;
@@ -178,17 +191,13 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
     if a.workers.is_empty() {
         bail!("-m pa needs its workers: --workers HOST,HOST,… (each running `sluice bench serve`; the study uses 5)");
     }
-    let duration = match &a.duration {
-        Some(d) => parse_duration(d)
-            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, min or h"))?,
-        None => Duration::from_secs(20),
-    };
+    let duration = duration_arg(a.duration.as_deref())?.unwrap_or(Duration::from_secs(20));
     let workers = a
         .workers
         .iter()
         .map(|w| {
             let (h, p) = split_host_port(w);
-            if h.contains(':') { format!("[{h}]:{p}") } else { format!("{h}:{p}") }
+            host_port(&h, p)
         })
         .collect();
     let switch = switch_pid(a.switch.as_deref());
@@ -226,16 +235,10 @@ fn bench_run(a: RunArgs) -> Result<()> {
             .context("the profile names no remotehost; say where the server is with --to HOST")?,
     };
     profile.set_remotehost(&host);
-    if let Some(d) = &a.duration {
-        let d = parse_duration(d)
-            .with_context(|| format!("--duration {d:?}: use seconds, or a number with ms, s, min or h"))?;
+    if let Some(d) = duration_arg(a.duration.as_deref())? {
         profile.set_duration(d);
     }
-    let server = if host.contains(':') {
-        format!("[{host}]:{}", port.unwrap_or(DEFAULT_PORT))
-    } else {
-        format!("{host}:{}", port.unwrap_or(DEFAULT_PORT))
-    };
+    let server = host_port(&host, port.unwrap_or(DEFAULT_PORT));
     let switch = switch_pid(a.switch.as_deref());
     if a.switch.is_some() && switch.is_none() {
         bail!("switch {:?} is not running (or its socket does not answer)", a.switch.as_deref().unwrap_or_default());
