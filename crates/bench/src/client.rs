@@ -6,7 +6,8 @@
 //! server-driven timed loops, whose iterations are counted, so rates and counts agree).
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ use hdrhistogram::Histogram;
 use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
 use crate::profile::{FlowOp, FlowOpKind, Group, Profile, Repeat, Transaction};
 use crate::result::{FlowOpStat, RunResult, SideCounts};
-use crate::script::{ConnScript, Rng, derive, is_io};
-use crate::server::{read_n, write_n};
+use crate::script::{ConnScript, Rng, derive, is_io, opens};
+use crate::server::{read_n, wait_readable, write_n};
 
 /// Why a run could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,8 @@ pub(crate) struct Session {
     pub pid: u32,
     /// The server runs on this host (its CPU is visible in /proc here).
     pub same_host: bool,
+    /// Our end of the control connection: the address the server sees us by.
+    pub local: SocketAddr,
 }
 
 impl Session {
@@ -84,12 +87,13 @@ impl Session {
     pub fn open(addr: SocketAddr) -> Result<Session, BenchError> {
         let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+        let local = ctrl.local_addr().map_err(io_err("control connection"))?;
         let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
         ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
             .map_err(io_err("control connection"))?;
         match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
             Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => {
-                Ok(Session { ch, pid, same_host: b == boot_id() })
+                Ok(Session { ch, pid, same_host: b == boot_id(), local })
             }
             Some(ServerMsg::Hello { protocol, version, .. }) => Err(BenchError::Server(format!(
                 "{addr} speaks bench protocol {protocol} (sluice {version}) and this client {PROTOCOL} (sluice {}): run the same sluice version on both ends",
@@ -149,20 +153,27 @@ pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError
     let mut srv = Session::open(addr)?;
     let ports = srv.start(&profile.to_xml(), profile.groups.len())?;
     let (server_pid, same_host) = (srv.pid, srv.same_host);
+    let backs: Vec<Option<Arc<TcpListener>>> = profile
+        .groups
+        .iter()
+        .zip(&scripts)
+        .map(|(g, script)| script.reverse.then(|| back_listener(g, srv.local).map(Arc::new)).transpose())
+        .collect::<Result<_, _>>()?;
 
     let nthreads: usize = profile.groups.iter().map(|g| g.count as usize).sum();
     let barrier = Arc::new(Barrier::new(nthreads + 1));
     let shared = Arc::new(Shared::default());
     let mut handles = Vec::with_capacity(nthreads);
-    for ((g, script), port) in profile.groups.iter().zip(&scripts).zip(&ports) {
+    for (((g, script), port), back) in profile.groups.iter().zip(&scripts).zip(&ports).zip(&backs) {
         let data = SocketAddr::new(addr.ip(), *port);
         for _ in 0..g.count {
             let (g, script, barrier, shared) = (g.clone(), script.clone(), barrier.clone(), shared.clone());
+            let mut link = Link { data, back: back.clone(), bell: None };
             let h = std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn(move || {
                     barrier.wait();
-                    let r = run_thread(&g, &script, data, &shared);
+                    let r = run_thread(&g, &script, &mut link, &shared);
                     if let Err(e) = &r {
                         shared.failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
                     }
@@ -278,6 +289,74 @@ fn merge(
     }
 }
 
+/// Where a client thread's connections come from.
+struct Link {
+    /// The server's data port for the group: `connect` goes here; for a reverse group
+    /// the thread's doorbell does.
+    data: SocketAddr,
+    /// A reverse group's listener, which the server connects back to.
+    back: Option<Arc<TcpListener>>,
+    /// A reverse group's doorbell: one byte on it asks the server for one connection.
+    bell: Option<TcpStream>,
+}
+
+/// How long an `accept` waits for the server to connect back.
+const ACCEPT_WAIT: Duration = Duration::from_secs(10);
+
+/// Opens the listener of a reverse group on the address the server knows us by, on the
+/// port its `accept` names (or any). Shared by the group's threads; non-blocking, so an
+/// accept can wait with a limit.
+fn back_listener(g: &Group, local: SocketAddr) -> Result<TcpListener, BenchError> {
+    let port = g
+        .transactions
+        .iter()
+        .flat_map(|t| &t.flowops)
+        .filter(|f| f.kind == FlowOpKind::Accept)
+        .find_map(|f| f.conn.port)
+        .unwrap_or(0);
+    let l = TcpListener::bind(SocketAddr::new(local.ip(), port)).map_err(|source| BenchError::Io {
+        what: format!("opening the listener for accept on {}:{port}", local.ip()),
+        source,
+    })?;
+    // Every thread of the group may have one connection pending at once.
+    let backlog = g.count.clamp(128, 4096) as libc::c_int;
+    // SAFETY: listen(2) on a socket we own; a second listen only resizes the backlog.
+    if unsafe { libc::listen(l.as_raw_fd(), backlog) } != 0 {
+        return Err(io_err("sizing the accept backlog")(io::Error::last_os_error()));
+    }
+    l.set_nonblocking(true).map_err(io_err("opening the listener for accept"))?;
+    Ok(l)
+}
+
+/// Accepts one connection on a shared non-blocking listener, waiting at most `limit`.
+fn accept_within(l: &TcpListener, limit: Duration) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the server did not connect back to port {} within {} s; a firewall between the server and this host may refuse it",
+                            l.local_addr().map(|a| a.port()).unwrap_or(0),
+                            limit.as_secs()
+                        ),
+                    ));
+                }
+                wait_readable(l.as_raw_fd(), left)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 enum Sock {
     Tcp(TcpStream),
     Udp(UdpSocket),
@@ -306,6 +385,31 @@ impl Conn {
             t.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
             Sock::Tcp(t)
         };
+        Conn::opened(s, script)
+    }
+
+    /// A client-side `accept`: rings the doorbell (opening it on first use, with the
+    /// listener's port) and takes the connection the server makes back.
+    fn accept(link: &mut Link, script: &ConnScript) -> Result<Conn, BenchError> {
+        let back = link.back.as_ref().ok_or_else(|| BenchError::Profile("accept in a group that connects".into()))?;
+        if link.bell.is_none() {
+            let mut b = TcpStream::connect_timeout(&link.data, Duration::from_secs(10))
+                .map_err(|source| BenchError::Connect { addr: link.data.to_string(), source })?;
+            let port = back.local_addr().map_err(io_err("reading the accept listener's port"))?.port();
+            b.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
+            b.write_all(&port.to_le_bytes()).map_err(io_err("asking the server to connect back"))?;
+            link.bell = Some(b);
+        }
+        if let Some(b) = link.bell.as_mut() {
+            b.write_all(&[1]).map_err(io_err("asking the server to connect back"))?;
+        }
+        let t = accept_within(back, ACCEPT_WAIT).map_err(io_err("accept"))?;
+        t.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
+        Conn::opened(Sock::Tcp(t), script)
+    }
+
+    /// A newly opened connection: sends the seed first if the group draws sizes.
+    fn opened(s: Sock, script: &ConnScript) -> Result<Conn, BenchError> {
         let mut c = Conn { s, rng: Rng::new(0) };
         if script.seeded {
             let seed = seed();
@@ -370,7 +474,7 @@ impl Drop for Conn {
 }
 
 /// Runs one thread's copy of a group's transactions.
-fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared) -> Result<ThreadStats, BenchError> {
+fn run_thread(g: &Group, script: &ConnScript, link: &mut Link, shared: &Shared) -> Result<ThreadStats, BenchError> {
     let mut st =
         ThreadStats { latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).ok(), ..ThreadStats::default() };
     let mut conn: Option<Conn> = None;
@@ -400,7 +504,7 @@ fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared)
 
     for (ti, t) in g.transactions.iter().enumerate() {
         let has_io = t.flowops.iter().any(|f| is_io(f.kind));
-        let opens_or_closes = t.flowops.iter().any(|f| matches!(f.kind, FlowOpKind::Connect | FlowOpKind::Disconnect));
+        let opens_or_closes = t.flowops.iter().any(|f| opens(f.kind) || f.kind == FlowOpKind::Disconnect);
         let start = Instant::now();
         let pace = t.rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
         let mut i = 0u64;
@@ -419,7 +523,7 @@ fn run_thread(g: &Group, script: &ConnScript, addr: SocketAddr, shared: &Shared)
             let t0 = Instant::now();
             for (fi, f) in t.flowops.iter().enumerate() {
                 let f0 = Instant::now();
-                step(f, script, addr, &mut conn, &mut st.counts, shared, out, inp)?;
+                step(f, script, link, &mut conn, &mut st.counts, shared, out, inp)?;
                 let e = &mut st.flowops[labels[ti][fi]];
                 e.1 += 1;
                 e.2 += f0.elapsed().as_nanos();
@@ -492,7 +596,7 @@ fn finish_timed(
 fn step(
     f: &FlowOp,
     script: &ConnScript,
-    addr: SocketAddr,
+    link: &mut Link,
     conn: &mut Option<Conn>,
     counts: &mut SideCounts,
     shared: &Shared,
@@ -503,7 +607,12 @@ fn step(
         match f.kind {
             FlowOpKind::Connect => {
                 drop(conn.take());
-                *conn = Some(Conn::open(addr, script)?);
+                *conn = Some(Conn::open(link.data, script)?);
+                counts.connections += 1;
+            }
+            FlowOpKind::Accept => {
+                drop(conn.take());
+                *conn = Some(Conn::accept(link, script)?);
                 counts.connections += 1;
             }
             FlowOpKind::Disconnect => drop(conn.take()),
@@ -531,7 +640,7 @@ fn step(
                 }
             }
             FlowOpKind::Think => std::thread::sleep(f.think.unwrap_or_default()),
-            FlowOpKind::Nop | FlowOpKind::Accept => {}
+            FlowOpKind::Nop => {}
         }
     }
     Ok(())

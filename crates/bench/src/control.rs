@@ -4,6 +4,11 @@
 //! client → `hello` → server answers `hello` (or `error` on a version mismatch);
 //! client → `run` (profile text) → server answers `ready` (a data port per group);
 //! client runs the data connections, then → `done` → server answers `counts`.
+//!
+//! For a group that opens with a client-side `accept`, the group's data port takes
+//! doorbells instead of data connections: each client thread connects once, sends the
+//! port it listens on (2 bytes, little-endian), then one byte per connection it wants;
+//! the server connects back to the doorbell's address at that port for each byte.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -13,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::result::SideCounts;
 
 /// Version of the control protocol; both ends must speak the same.
-pub const PROTOCOL: u32 = 1;
+/// 2: groups that open connections with a client-side `accept` are served through
+/// doorbell connections (see `server`).
+pub const PROTOCOL: u32 = 2;
 
 /// Default control port (uperf's).
 pub const DEFAULT_PORT: u16 = 20000;

@@ -57,7 +57,8 @@ pub struct SideCounts {
     pub bytes_sent: u64,
     /// Payload bytes read.
     pub bytes_received: u64,
-    /// Connections opened (client) or accepted (server).
+    /// Connections opened (client `connect`) or accepted (client `accept`), or the
+    /// server's mirror of those.
     pub connections: u64,
 }
 

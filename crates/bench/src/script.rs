@@ -70,6 +70,9 @@ pub struct ConnScript {
     pub nodelay: bool,
     /// Datagrams (protocol=udp) instead of a TCP stream.
     pub udp: bool,
+    /// The group opens its connections with a client-side `accept`: the server connects
+    /// back to the client (TCP only). Once open, the connection runs the same script.
+    pub reverse: bool,
 }
 
 /// Largest UDP payload (IPv4).
@@ -93,6 +96,11 @@ impl fmt::Display for ScriptError {
 }
 
 impl std::error::Error for ScriptError {}
+
+/// True for flowops that open a connection: `connect`, or `accept` (the server connects).
+pub(crate) fn opens(k: FlowOpKind) -> bool {
+    matches!(k, FlowOpKind::Connect | FlowOpKind::Accept)
+}
 
 /// True for flowops that move data.
 pub(crate) fn is_io(k: FlowOpKind) -> bool {
@@ -125,19 +133,35 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
     let mut nodelay = false;
     let mut seeded = false;
     let mut udp: Option<bool> = None;
+    let mut reverse: Option<(u32, bool)> = None;
 
     for t in &group.transactions {
         let has_io = t.flowops.iter().any(|f| is_io(f.kind));
-        let opens_or_closes = t.flowops.iter().any(|f| matches!(f.kind, FlowOpKind::Connect | FlowOpKind::Disconnect));
+        let opens_or_closes = t.flowops.iter().any(|f| opens(f.kind) || f.kind == FlowOpKind::Disconnect);
         for f in &t.flowops {
-            if f.kind == FlowOpKind::Accept {
-                return Err(err(
-                    f.line,
-                    "flowop",
-                    "accept on the client side is not supported yet; the server accepts every connect".into(),
-                ));
-            }
-            if f.kind == FlowOpKind::Connect {
+            if opens(f.kind) {
+                let rev = f.kind == FlowOpKind::Accept;
+                match reverse {
+                    None => reverse = Some((f.line, rev)),
+                    Some((line, r)) if r != rev => {
+                        return Err(err(
+                            f.line,
+                            "flowop",
+                            format!(
+                                "a group opens all its connections one way: this {} differs from line {line}; put connects and accepts in separate groups",
+                                f.kind
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+                if rev && f.conn.protocol == Protocol::Udp {
+                    return Err(err(
+                        f.line,
+                        "flowop",
+                        "accept works over TCP only (a UDP server cannot open a connection to the client); use connect with protocol=udp".into(),
+                    ));
+                }
                 nodelay |= f.conn.tcp_nodelay;
                 match (udp, f.conn.protocol == Protocol::Udp) {
                     (None, u) => udp = Some(u),
@@ -176,7 +200,7 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
                 return Err(err(
                     line,
                     "flowop",
-                    "reads and writes need a connection: add a connect flowop before them".into(),
+                    "reads and writes need a connection: add a connect (or accept) flowop before them".into(),
                 ));
             }
             continue;
@@ -189,13 +213,14 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
         let mut once: Vec<Io> = Vec::new();
         for f in &t.flowops {
             match f.kind {
-                FlowOpKind::Connect => {
+                k if opens(k) => {
                     if open.is_some() {
                         return Err(err(
                             f.line,
                             "flowop",
-                            "connect while a connection is open: one connection per thread at a time; disconnect first"
-                                .into(),
+                            format!(
+                                "{k} while a connection is open: one connection per thread at a time; disconnect first"
+                            ),
                         ));
                     }
                     open = Some((f.line, Vec::new()));
@@ -215,7 +240,7 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
                         return Err(err(
                             f.line,
                             "flowop",
-                            "reads and writes need a connection: add a connect flowop before them".into(),
+                            "reads and writes need a connection: add a connect (or accept) flowop before them".into(),
                         ));
                     }
                     push_io(&mut once, f);
@@ -240,14 +265,14 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
         scripts.push(s);
     }
     let Some((first_line, first)) = scripts.first().cloned() else {
-        return Err(err(group.line, "group", "the group never connects: add a connect flowop".into()));
+        return Err(err(group.line, "group", "the group never connects: add a connect (or accept) flowop".into()));
     };
     if let Some((line, _)) = scripts.iter().find(|(_, s)| *s != first) {
         return Err(err(
             *line,
             "flowop",
             format!(
-                "this connect is followed by other flowops than the connect on line {first_line}; put each connection pattern in a group of its own"
+                "this connection is followed by other flowops than the one opened on line {first_line}; put each connection pattern in a group of its own"
             ),
         ));
     }
@@ -256,7 +281,7 @@ pub fn derive(group: &Group) -> Result<ConnScript, ScriptError> {
     if udp {
         check_udp(group, &first, first_line)?;
     }
-    Ok(ConnScript { segments: first, seeded, nodelay, udp })
+    Ok(ConnScript { segments: first, seeded, nodelay, udp, reverse: reverse.is_some_and(|(_, r)| r) })
 }
 
 fn check_udp(group: &Group, segs: &[Segment], line: u32) -> Result<(), ScriptError> {
@@ -411,6 +436,15 @@ mod tests {
         assert!(e.message.contains("need a connection"), "{e}");
         let e = derive(&group(r#"<profile name="x"><group nthreads="1"><transaction iterations="1"><flowop type="nop"/></transaction></group></profile>"#)).unwrap_err();
         assert_eq!(e.element, "group");
+    }
+
+    #[test]
+    fn accept_opens_a_reverse_connection_with_the_same_script() {
+        let s = derive(&group(&RR.replace(r#"type="connect" options="remotehost=h"#, r#"type="accept" options=""#)))
+            .unwrap();
+        assert!(s.reverse && s.nodelay);
+        assert_eq!(s.segments, derive(&group(RR)).unwrap().segments);
+        assert!(!derive(&group(RR)).unwrap().reverse);
     }
 
     #[test]

@@ -5,16 +5,22 @@
 //! per connection, counting what it moved. Timed loops end as docs/architecture.md
 //! describes: at end-of-file at the loop head (client-driven) or when the client's
 //! half-close is seen there (server-driven).
+//!
+//! A group whose client opens its connections with `accept` is served in reverse: each
+//! client thread opens a *doorbell* connection to the group's listener and names its own
+//! listening port; every byte it then sends asks the server to connect back once, and
+//! the connection runs the same mirrored script.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
+use crate::profile::FlowOpKind;
 use crate::profile::parse;
 use crate::result::SideCounts;
 use crate::script::{ConnScript, Io, Rng, Times, derive};
@@ -163,8 +169,15 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
     let (mut ports, mut addrs) = (Vec::new(), Vec::new());
     for g in &profile.groups {
         let script = Arc::new(derive(g).map_err(|e| e.to_string())?);
-        // A connect's `port=` names the data port; otherwise the server picks one.
-        let port = g.transactions.iter().flat_map(|t| &t.flowops).find_map(|f| f.conn.port).unwrap_or(0);
+        // A connect's `port=` names the data port; otherwise the server picks one. (An
+        // accept's `port=` is the client's.)
+        let port = g
+            .transactions
+            .iter()
+            .flat_map(|t| &t.flowops)
+            .filter(|f| f.kind == FlowOpKind::Connect)
+            .find_map(|f| f.conn.port)
+            .unwrap_or(0);
         let (stop, counters) = (stop.clone(), counters.clone());
         if script.udp {
             let u = UdpSocket::bind(SocketAddr::new(local.ip(), port))
@@ -189,11 +202,13 @@ fn accept_loop(l: TcpListener, script: Arc<ConnScript>, stop: Arc<AtomicBool>, c
             break;
         }
         let Ok(s) = conn else { continue };
-        c.connections.fetch_add(1, Ordering::Relaxed);
+        if !script.reverse {
+            c.connections.fetch_add(1, Ordering::Relaxed);
+        }
         *c.active.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let (script, c) = (script.clone(), c.clone());
         std::thread::spawn(move || {
-            let _ = mirror(s, &script, &c);
+            let _ = if script.reverse { connect_back(s, &script, &c) } else { mirror(s, &script, &c) };
             let mut n = c.active.lock().unwrap_or_else(|p| p.into_inner());
             *n -= 1;
             if *n == 0 {
@@ -307,6 +322,27 @@ fn feed(p: &mut Peer, script: &ConnScript, u: &UdpSocket, to: SocketAddr, n: usi
     }
 }
 
+/// Serves one client thread of a reverse group: reads the port it listens on from its
+/// doorbell, then connects back once per byte rung, running the mirror script on each
+/// connection in turn, until the doorbell closes.
+fn connect_back(mut bell: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()> {
+    let mut port = [0u8; 2];
+    bell.read_exact(&mut port)?;
+    let to = SocketAddr::new(bell.peer_addr()?.ip(), u16::from_le_bytes(port));
+    let mut ring = [0u8; 1];
+    loop {
+        match bell.read(&mut ring) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        let s = TcpStream::connect_timeout(&to, Duration::from_secs(10))?;
+        c.connections.fetch_add(1, Ordering::Relaxed);
+        mirror(s, script, c)?;
+    }
+}
+
 /// Buffer for one write or read call.
 const CHUNK: usize = 256 * 1024;
 
@@ -372,13 +408,30 @@ fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()>
 
 /// True when the peer has shut down its sending side (checked without blocking).
 fn peer_half_closed(s: &TcpStream) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
+    let revents = poll1(s.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP, 0)?;
+    Ok(revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+}
+
+/// Waits up to `limit` for `fd` to become readable; true if it did.
+pub(crate) fn wait_readable(fd: RawFd, limit: Duration) -> io::Result<bool> {
+    let ms = limit.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
+    Ok(poll1(fd, libc::POLLIN, ms)? != 0)
+}
+
+/// poll(2) on one descriptor; returns its revents (0 on timeout).
+fn poll1(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) -> io::Result<libc::c_short> {
+    let mut p = libc::pollfd { fd, events, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd on the stack, for the duration of the call.
+        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        if r >= 0 {
+            return Ok(p.revents);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
-    Ok(p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
 /// Reads exactly `n` bytes (or until end of stream); returns how many arrived.

@@ -21,9 +21,10 @@ use crate::proto::{Request, SwitchSummary};
 pub enum BenchCmd {
     /// Serve bench clients, one run after another, until stopped.
     Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "0.0.0.0")]
-        listen: IpAddr,
+        /// Address to listen on [default: :: (IPv6 and IPv4), or 0.0.0.0 on a host
+        /// without IPv6].
+        #[arg(long)]
+        listen: Option<IpAddr>,
         /// Control port.
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
@@ -95,9 +96,15 @@ pub struct RunArgs {
 pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Serve { listen, port } => {
-            let l = TcpListener::bind((listen, port))
-                .with_context(|| format!("cannot listen on {listen}:{port} (is another server running there?)"))?;
-            eprintln!("sluice bench server listening on {listen}:{port}; Ctrl-C stops it");
+            let listen = listen.unwrap_or_else(|| {
+                // A dual-stack socket serves IPv4 clients too (as IPv4-mapped addresses).
+                let any6 = IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED);
+                if TcpListener::bind((any6, 0)).is_ok() { any6 } else { IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED) }
+            });
+            let at = std::net::SocketAddr::from((listen, port));
+            let l = TcpListener::bind(at)
+                .with_context(|| format!("cannot listen on {at} (is another server running there?)"))?;
+            eprintln!("sluice bench server listening on {at}; Ctrl-C stops it");
             server::serve(l, Arc::new(|line: String| tracing::info!("{line}")))?;
             Ok(())
         }

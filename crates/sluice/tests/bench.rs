@@ -291,3 +291,59 @@ fn udp_request_response_and_per_datagram_connections() {
     let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", too_big.to_str().unwrap()]);
     assert!(!ok && err.contains("65507"), "{err}");
 }
+
+#[test]
+fn client_side_accept_has_the_server_connect_back() {
+    let srv = Server::start();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = write_profile(
+        "accept.xml",
+        &format!(
+            r#"<?xml version="1.0"?>
+<profile name="reverse">
+  <group nthreads="3">
+    <transaction iterations="1"><flowop type="accept" options="protocol=tcp tcp_nodelay"/></transaction>
+    <transaction duration="1s">
+      <flowop type="write" options="size=200"/>
+      <flowop type="read" options="size=1000"/>
+    </transaction>
+    <transaction iterations="1"><flowop type="disconnect"/></transaction>
+  </group>
+  <group nthreads="2">
+    <transaction iterations="150">
+      <flowop type="accept" options="port={port}"/>
+      <flowop type="write" options="size=rand(10,100)"/>
+      <flowop type="read" options="size=8k"/>
+      <flowop type="disconnect"/>
+    </transaction>
+  </group>
+  <group nthreads="1">
+    <transaction iterations="1"><flowop type="accept"/></transaction>
+    <transaction duration="1s"><flowop type="read" options="size=30k"/></transaction>
+  </group>
+</profile>"#
+        ),
+    );
+    let rs = run_json(&["--to", &srv.to(), "-m", p.to_str().unwrap()]);
+    let r = &rs[0];
+    assert_counts_agree(r);
+    // 3 + 1 long-lived connections and one per CRR transaction, each opened by the server.
+    assert_eq!(r["client"]["connections"].as_u64().unwrap(), 3 + 2 * 150 + 1, "{r}");
+
+    let mixed = write_profile(
+        "accept-mixed.xml",
+        r#"<profile name="x"><group nthreads="1"><transaction iterations="2">
+<flowop type="connect" options="remotehost=h"/><flowop type="disconnect"/>
+<flowop type="accept"/><flowop type="write" options="size=1"/><flowop type="disconnect"/>
+</transaction></group></profile>"#,
+    );
+    let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", mixed.to_str().unwrap()]);
+    assert!(!ok && err.contains("line 3") && err.contains("separate groups"), "{err}");
+    let udp = write_profile(
+        "accept-udp.xml",
+        r#"<profile name="x"><group nthreads="1"><transaction iterations="1">
+<flowop type="accept" options="protocol=udp"/><flowop type="write" options="size=1"/></transaction></group></profile>"#,
+    );
+    let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", udp.to_str().unwrap()]);
+    assert!(!ok && err.contains("TCP only"), "{err}");
+}

@@ -1,5 +1,6 @@
 //! `sluice bench` between guests attached to a sluice switch: partition-aggregate with five
-//! workers in five namespaces, and a request-response run whose CPU split finds the switch.
+//! workers in five namespaces, a request-response run whose CPU split finds the switch, and
+//! a server that connects back to its client (client-side `accept`) over IPv6.
 
 mod common;
 
@@ -98,4 +99,34 @@ fn request_response_across_the_switch_agrees_on_both_ends() {
     }
     let g2 = lab.port(&lab.tap(2));
     assert!(g2["counters"]["tx_frames"].as_u64().unwrap() > 0, "the traffic crossed the switch");
+}
+
+#[test]
+fn the_server_connects_back_across_the_switch_over_ipv6() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("acc6", &["--guests", "2"]);
+    let _servers = serve_in(&[lab.ns(2)]);
+    let p = std::env::temp_dir().join(format!("{}.xml", unique("accept")));
+    std::fs::write(
+        &p,
+        r#"<profile name="accept-crr"><group nthreads="2"><transaction duration="2s">
+<flowop type="accept" options="tcp_nodelay"/><flowop type="write" options="size=64"/>
+<flowop type="read" options="size=8k"/><flowop type="disconnect"/>
+</transaction></group></profile>"#,
+    )
+    .unwrap();
+    let out = ns_sh(&lab.ns(1), &format!("{BIN} bench run --to [{}] -m {} --json", lab.ip6(2), p.display()));
+    let _ = std::fs::remove_file(&p);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let r = &v["results"][0];
+    let t = r["client"]["transactions"].as_u64().unwrap();
+    assert!(t > 0, "{r}");
+    assert_eq!(r["client"]["connections"].as_u64().unwrap(), t, "one connection per transaction: {r}");
+    assert_eq!(r["client"]["connections"], r["server"]["connections"], "{r}");
+    assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{r}");
+    assert_eq!(r["client"]["bytes_received"].as_u64().unwrap(), 8192 * t, "{r}");
+    assert_conserved(&lab.stats());
 }
