@@ -138,14 +138,20 @@ pub fn load_profile(m: &str, to_host: Option<&str>) -> Result<Profile> {
     let Some(text) = builtin::get(m) else {
         bail!("no profile file {m:?} and no built-in profile of that name; built-ins: {}", builtin::names());
     };
-    let host = to_host.unwrap_or("127.0.0.1").to_string();
+    builtin_profile(m, text, to_host.unwrap_or("127.0.0.1"))
+}
+
+/// Parses a built-in profile's text with its variables filled: the server `host`, a 20 s
+/// duration and one connection (the callers replace the last two as they need).
+pub fn builtin_profile(name: &str, text: &str, host: &str) -> Result<Profile> {
+    let host = host.to_string();
     let lookup = move |v: &str| match v {
         "h" => Some(host.clone()),
         "d" => Some("20s".into()),
         "n" => Some("1".into()),
         _ => std::env::var(v).ok(),
     };
-    Ok(parse(text, m, &lookup)?)
+    Ok(parse(text, name, &lookup)?)
 }
 
 fn split_host_port(to: &str) -> (String, u16) {
@@ -165,7 +171,7 @@ fn split_host_port(to: &str) -> (String, u16) {
 }
 
 /// `host:port`, with an IPv6 host in brackets.
-fn host_port(host: &str, port: u16) -> String {
+pub fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 

@@ -10,6 +10,7 @@ mod lab;
 mod paths;
 mod port;
 mod proto;
+mod study;
 mod sys;
 
 use std::path::PathBuf;
@@ -61,6 +62,11 @@ enum Cmd {
     /// studies' metrics (transactions/s, MB/s, latency percentiles, CPU per transaction).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Compare network paths the way the reference studies did: build them from
+    /// namespaces (sluice, Linux bridge, router, direct veth), run the workloads through
+    /// each, and write tables of rates and CPU per unit with ratios, CSV and charts.
+    #[command(subcommand)]
+    Study(study::StudyCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -179,6 +185,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Switch(SwitchCmd::List { .. })
             | Cmd::Lab(lab::LabCmd::List { .. })
             | Cmd::Bench(bench::BenchCmd::Profiles { .. })
+            | Cmd::Study(study::StudyCmd::List | study::StudyCmd::Show { .. })
     ) {
         sys::default_sigpipe();
     }
@@ -200,6 +207,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Lab(c) => lab::run(c)?,
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,
+        Cmd::Study(c) => return study::run_cmd(c),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,3 +38,46 @@ pub fn default_sigpipe() {
     // SAFETY: installs the default disposition for one signal; no handler code runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+/// Pins the calling thread (and the threads it starts later) to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` was checked against its size.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: a valid set of the size we pass, for the calling thread (pid 0).
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
+/// Set by [`catch_interrupts`]'s handler when SIGINT or SIGTERM arrives.
+pub static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM set [`INTERRUPTED`] instead of ending the process, so that a
+/// long job can stop cleanly (remove what it made, keep what it measured).
+pub fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only stores to an atomic; `sa` is fully
+        // initialized (zeroed, then handler and empty mask set).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_interrupt as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// True when running as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,291 @@
+//! The compared paths, built from network namespaces: a client guest and a server guest
+//! joined by the thing a study compares (docs/architecture.md, "The study runner").
+//!
+//! Every path gets namespaces of its own (`ID-PATH-c`, `-s`, and `-r` or `-sw`), so paths
+//! coexist with the same addresses: client 10.231.0.1 / fd31::1, server 10.231.0.2 /
+//! fd31::2 (the router path: two subnets, 10.231.1.0/24 and 10.231.2.0/24; the sluice
+//! paths: the lab's 10.77.0.1 and .2). A [`Topology`] removes what it made when dropped —
+//! only that — and a bench server runs in its server namespace while it lives.
+
+use std::net::IpAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::lab::{self, sh};
+use crate::sys::netns;
+
+use super::spec::Family;
+
+/// Why a known path cannot run on this host (or in this version), if it cannot.
+pub fn unavailable(path: &str) -> Option<String> {
+    match path {
+        "sluice-l3" => Some("sluice has no Layer 3 mode yet (issue 5); the path is skipped".into()),
+        "ovs" => Some(if which("ovs-vswitchd") {
+            "the study does not build Open vSwitch paths yet; bench/switch-paths.sh compares it".into()
+        } else {
+            "Open vSwitch is not installed (apt-get install openvswitch-switch); the path is skipped".into()
+        }),
+        _ => None,
+    }
+}
+
+fn which(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// A built path with a bench server running on its server side.
+pub struct Topology {
+    /// The path's name.
+    pub path: String,
+    /// Namespace the client runs in.
+    pub client_ns: String,
+    /// Namespace the bench server runs in.
+    pub server_ns: String,
+    server_v4: IpAddr,
+    server_v6: IpAddr,
+    /// The switch process whose CPU is the "switch" column (sluice paths).
+    pub switch_pid: Option<u32>,
+    /// The bench server process.
+    server: Option<Child>,
+    /// Namespaces this topology created, deleted on drop.
+    created: Vec<String>,
+    /// The sluice lab this topology brought up, taken down on drop.
+    lab: Option<String>,
+}
+
+impl Topology {
+    /// The server's address in `family`.
+    pub fn server_addr(&self, family: Family) -> IpAddr {
+        match family {
+            Family::Ipv4 => self.server_v4,
+            Family::Ipv6 => self.server_v6,
+        }
+    }
+
+    /// The bench server's process id.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|c| c.id())
+    }
+
+    fn new(path: &str, client_ns: String, server_ns: String, v4: &str, v6: &str) -> Topology {
+        Topology {
+            path: path.into(),
+            client_ns,
+            server_ns,
+            server_v4: v4.parse().expect("literal address"),
+            server_v6: v6.parse().expect("literal address"),
+            switch_pid: None,
+            server: None,
+            created: Vec::new(),
+            lab: None,
+        }
+    }
+
+    /// Creates a namespace and remembers it for removal.
+    fn netns(&mut self, name: &str) -> Result<()> {
+        if netns::exists(name) {
+            bail!("network namespace {name} already exists and is not this study's; remove it or run the study again");
+        }
+        sh(&["ip", "netns", "add", name])?;
+        self.created.push(name.into());
+        sh(&["ip", "-n", name, "link", "set", "lo", "up"])?;
+        // IPv6 addresses usable at once, without duplicate address detection.
+        netns::run_in(Some(name), || {
+            for k in ["default", "all"] {
+                std::fs::write(format!("/proc/sys/net/ipv6/conf/{k}/accept_dad"), "0")?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Starts `sluice bench serve` in the server namespace (on CPU 1 if `pin`) and waits
+    /// until it listens.
+    fn start_server(&mut self, pin: bool) -> Result<()> {
+        let exe = std::env::current_exe().context("finding the sluice executable")?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.server_ns]);
+        if pin {
+            cmd.args(["taskset", "-c", "1"]);
+        }
+        let child = cmd
+            .arg(exe)
+            .args(["bench", "serve"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the bench server")?;
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let up = netns::run_in(Some(&self.server_ns), || {
+                Ok(std::net::TcpStream::connect(("127.0.0.1", sluice_bench::control::DEFAULT_PORT)).is_ok())
+            })?;
+            if up {
+                return Ok(());
+            }
+            if let Some(Ok(Some(st))) = self.server.as_mut().map(|c| c.try_wait()) {
+                bail!("the bench server in {} exited at start ({st}); is port 20000 taken there?", self.server_ns);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("the bench server in {} did not listen within 10 s", self.server_ns)
+    }
+
+    /// Stops the bench server (a run in flight then fails at once).
+    pub fn stop_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.stop_server();
+        if let Some(l) = self.lab.take()
+            && let Err(e) = lab::down(&l)
+        {
+            eprintln!("warning: removing lab {l}: {e:#}");
+        }
+        for ns in self.created.drain(..).rev() {
+            // Stop anything still running in it (only our namespaces, only their processes).
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse::<u32>().ok()) {
+                    let _ = crate::sys::kill(pid, libc::SIGKILL);
+                }
+            }
+            if let Err(e) = sh(&["ip", "netns", "del", &ns]) {
+                eprintln!("warning: {e:#}");
+            }
+        }
+    }
+}
+
+/// Builds `path` with interfaces of `mtu`; `id` prefixes its names (unique per study
+/// run), `index` tells the paths of one run apart. With `pin` the bench server runs on
+/// CPU 1.
+pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<Topology> {
+    if let Some(why) = unavailable(path) {
+        bail!("{path}: {why}");
+    }
+    let ns = |role: &str| format!("{id}-{path}-{role}");
+    let mut t = match path {
+        "direct" => {
+            let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            direct(&mut t, mtu)?;
+            t
+        }
+        "linux-bridge" => {
+            let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            bridge(&mut t, &ns("sw"), mtu)?;
+            t
+        }
+        "router" => {
+            let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.2.2", "fd31:2::2");
+            router(&mut t, &ns("r"), mtu)?;
+            t
+        }
+        "sluice-l2" | "sluice-l2-lossless" => {
+            // Lab names are at most 10 characters: the study's id is short and unique.
+            let name = format!("{}{index}", id.trim_start_matches("sst"));
+            let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
+            let mut t =
+                Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2");
+            let s = lab::up(&lab::UpArgs {
+                name: name.clone(),
+                guests: 2,
+                mtu,
+                switch: None,
+                lossless: path == "sluice-l2-lossless",
+                poll: false,
+                no_offload: false,
+                json: false,
+            })?;
+            t.lab = Some(name);
+            t.switch_pid = s.switch_pid;
+            t
+        }
+        other => bail!("unknown path {other:?}"),
+    };
+    tune_client(&t.client_ns)?;
+    t.start_server(pin)?;
+    Ok(t)
+}
+
+/// Adds `v4` and `v6` (with prefixes) to `dev` in `ns` and brings it up at `mtu`.
+fn address(ns: &str, dev: &str, mtu: u16, v4: &str, v6: &str) -> Result<()> {
+    sh(&["ip", "-n", ns, "link", "set", dev, "mtu", &mtu.to_string(), "up"])?;
+    sh(&["ip", "-n", ns, "addr", "add", v4, "dev", dev])?;
+    sh(&["ip", "-n", ns, "addr", "add", v6, "dev", dev, "nodad"])
+}
+
+/// A veth pair from `a`'s `dev_a` to `b`'s `dev_b`, created inside the namespaces (never
+/// in the host's, so names cannot clash).
+fn veth(a: &str, dev_a: &str, b: &str, dev_b: &str, mtu: u16) -> Result<()> {
+    let m = mtu.to_string();
+    sh(&["ip", "-n", a, "link", "add", dev_a, "mtu", &m, "type", "veth", "peer", "name", dev_b, "mtu", &m, "netns", b])
+}
+
+fn direct(t: &mut Topology, mtu: u16) -> Result<()> {
+    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    t.netns(&c)?;
+    t.netns(&s)?;
+    veth(&c, "eth0", &s, "eth0", mtu)?;
+    address(&c, "eth0", mtu, "10.231.0.1/24", "fd31::1/64")?;
+    address(&s, "eth0", mtu, "10.231.0.2/24", "fd31::2/64")
+}
+
+fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
+    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    t.netns(sw)?;
+    t.netns(&c)?;
+    t.netns(&s)?;
+    let m = mtu.to_string();
+    sh(&["ip", "-n", sw, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+    for (i, g) in [(1, &c), (2, &s)] {
+        let p = format!("p{i}");
+        veth(sw, &p, g, "eth0", mtu)?;
+        sh(&["ip", "-n", sw, "link", "set", &p, "master", "br0", "up"])?;
+    }
+    sh(&["ip", "-n", sw, "link", "set", "br0", "up"])?;
+    address(&c, "eth0", mtu, "10.231.0.1/24", "fd31::1/64")?;
+    address(&s, "eth0", mtu, "10.231.0.2/24", "fd31::2/64")
+}
+
+fn router(t: &mut Topology, r: &str, mtu: u16) -> Result<()> {
+    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    t.netns(r)?;
+    t.netns(&c)?;
+    t.netns(&s)?;
+    netns::run_in(Some(r), || {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")?;
+        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+    })
+    .context("turning on forwarding in the router namespace")?;
+    veth(r, "r1", &c, "eth0", mtu)?;
+    veth(r, "r2", &s, "eth0", mtu)?;
+    address(r, "r1", mtu, "10.231.1.254/24", "fd31:1::fe/64")?;
+    address(r, "r2", mtu, "10.231.2.254/24", "fd31:2::fe/64")?;
+    address(&c, "eth0", mtu, "10.231.1.1/24", "fd31:1::1/64")?;
+    address(&s, "eth0", mtu, "10.231.2.2/24", "fd31:2::2/64")?;
+    for (g, v4, v6) in [(&c, "10.231.1.254", "fd31:1::fe"), (&s, "10.231.2.254", "fd31:2::fe")] {
+        sh(&["ip", "-n", g, "route", "add", "default", "via", v4])?;
+        sh(&["ip", "-n", g, "-6", "route", "add", "default", "via", v6])?;
+    }
+    Ok(())
+}
+
+/// Lets a client namespace open connections fast for long CRR runs: reuse TIME_WAIT
+/// ports for new connections and use a wide port range.
+fn tune_client(ns: &str) -> Result<()> {
+    netns::run_in(Some(ns), || {
+        std::fs::write("/proc/sys/net/ipv4/tcp_tw_reuse", "1")?;
+        std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "10000 65000")
+    })
+    .with_context(|| format!("tuning the client namespace {ns}"))
+}

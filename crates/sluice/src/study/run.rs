@@ -1,0 +1,483 @@
+//! Walking a study's matrix: building paths, running cells interleaved across paths,
+//! recording each finished cell at once, and resuming where a run stopped.
+//!
+//! The output directory holds `study.json` ([`StudyFile`]: the resolved study, the options
+//! and one entry per run) and `cells.jsonl` (one [`CellRecord`] per finished cell, appended
+//! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again.
+
+use std::collections::HashSet;
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use sluice_bench::client::{RunOptions, run};
+use sluice_bench::result::RunResult;
+
+use super::paths::{self, Topology};
+use super::spec::{Family, Study, Workload};
+use crate::sys::{INTERRUPTED, netns};
+
+/// How a study is run (from the command line; kept for a resume).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    /// Seconds per cell.
+    pub duration_s: u32,
+    /// Repetitions per cell.
+    pub reps: u32,
+    /// The comparison's baseline path.
+    pub baseline: String,
+    /// Pin clients to CPU 0 and servers to CPU 1.
+    pub pin: bool,
+    /// A `--quick` look.
+    pub quick: bool,
+}
+
+/// One run (the first, or a resume) of a study.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// 1 for the first run, then one more per resume.
+    pub run: u32,
+    /// When it started (RFC 3339, UTC).
+    pub started: String,
+    /// The host it ran on.
+    pub host: HostInfo,
+    /// Paths skipped in this run, with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Where the numbers came from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Host name.
+    pub hostname: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// sluice version.
+    pub sluice: String,
+    /// Fraction of all CPUs busy over a second before the run.
+    pub load_before: f64,
+}
+
+/// `study.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StudyFile {
+    /// The study as resolved at the first run (profile texts included).
+    pub study: Study,
+    /// The options of the first run.
+    pub options: Options,
+    /// Every run so far.
+    pub runs: Vec<RunInfo>,
+}
+
+/// What identifies a cell.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CellKey {
+    /// Path.
+    pub path: String,
+    /// Workload name.
+    pub workload: String,
+    /// Connections.
+    pub conns: u32,
+    /// MTU.
+    pub mtu: u16,
+    /// Address family.
+    pub family: Family,
+    /// Repetition, from 1.
+    pub rep: u32,
+}
+
+/// One line of `cells.jsonl`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CellRecord {
+    /// The cell.
+    #[serde(flatten)]
+    pub key: CellKey,
+    /// The run that measured it.
+    pub run: u32,
+    /// When it finished (RFC 3339, UTC).
+    pub at: String,
+    /// What the modeler measured.
+    pub result: RunResult,
+}
+
+/// How a run ended.
+pub enum Outcome {
+    /// Every cell has a result.
+    Complete,
+    /// Stopped by a signal; `cells.jsonl` holds what finished.
+    Interrupted,
+}
+
+/// The cells of a study, in the order they run (see the module doc and the architecture
+/// notes): MTU-major (paths are built once per MTU), then repetition, workload,
+/// connections and family, with the paths rotating one place per cell.
+pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
+    let mut cells = Vec::new();
+    let mut turn = 0usize;
+    for &mtu in &study.mtus {
+        for rep in 1..=reps {
+            for w in &study.workloads {
+                for &conns in &study.conns {
+                    for &family in &study.families {
+                        for i in 0..paths.len() {
+                            let path = paths[(i + turn) % paths.len()].clone();
+                            cells.push(CellKey { path, workload: w.name.clone(), conns, mtu, family, rep });
+                        }
+                        turn += 1;
+                    }
+                }
+            }
+        }
+    }
+    cells
+}
+
+/// Reads `cells.jsonl` (a torn last line, from a crash mid-write, is ignored).
+pub fn load_cells(dir: &Path) -> Result<Vec<CellRecord>> {
+    let p = dir.join("cells.jsonl");
+    let text = match fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match serde_json::from_str(l) {
+            Ok(r) => out.push(r),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => bail!("{}:{}: not a cell record: {e}", p.display(), i + 1),
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `study.json`.
+pub fn load_study_file(dir: &Path) -> Result<StudyFile> {
+    let p = dir.join("study.json");
+    let text = fs::read(&p).with_context(|| format!("{} is not a study directory (no study.json)", dir.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("reading {}", p.display()))
+}
+
+/// Writes `study.json` atomically.
+pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
+    let tmp = dir.join(".study.json.tmp");
+    fs::write(&tmp, serde_json::to_vec_pretty(f)?)?;
+    fs::rename(&tmp, dir.join("study.json"))?;
+    Ok(())
+}
+
+/// Now, as RFC 3339 UTC.
+pub fn now_rfc3339() -> String {
+    let s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (days, rem) = (s / 86_400, s % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Facts about this host for the report.
+pub fn host_info() -> HostInfo {
+    let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    let cpu_model = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_default();
+    HostInfo {
+        hostname: read("/proc/sys/kernel/hostname"),
+        cpus: sluice_bench::cpu::ncpus(),
+        cpu_model,
+        kernel: read("/proc/sys/kernel/osrelease"),
+        sluice: env!("CARGO_PKG_VERSION").into(),
+        load_before: sluice_bench::cpu::host_load(Duration::from_secs(1)).unwrap_or(0.0),
+    }
+}
+
+/// Seconds of overhead per cell beyond its duration (connects, the drain, the CPU
+/// samples), for the estimate before the first cell has run.
+const CELL_OVERHEAD_S: f64 = 1.0;
+/// Seconds to build one path, for the estimate.
+const BUILD_S: f64 = 1.5;
+
+/// Formats seconds as `1h02m`, `4m10s` or `12s`.
+pub fn hms(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// An estimate of the time `cells` take, with `npaths` paths built per MTU.
+pub fn estimate(cells: &[CellKey], duration_s: u32, mtus: usize, npaths: usize) -> f64 {
+    cells.len() as f64 * (f64::from(duration_s) + CELL_OVERHEAD_S) + (mtus * npaths) as f64 * BUILD_S
+}
+
+/// Runs every cell of `sf` not yet in `dir/cells.jsonl`, as run `run`.
+pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -> Result<Outcome> {
+    let study = &sf.study;
+    let o = &sf.options;
+    let done: HashSet<CellKey> = load_cells(dir)?.into_iter().map(|r| r.key).collect();
+    let todo: Vec<CellKey> = plan(study, paths_here, o.reps).into_iter().filter(|c| !done.contains(c)).collect();
+    let total = todo.len();
+    if total == 0 {
+        eprintln!("every cell already has a result");
+        return Ok(Outcome::Complete);
+    }
+    let mtus: HashSet<u16> = todo.iter().map(|c| c.mtu).collect();
+    eprintln!(
+        "{} cells to run ({} s each), about {} in all; Ctrl-C stops and keeps what finished",
+        total,
+        o.duration_s,
+        hms(estimate(&todo, o.duration_s, mtus.len(), paths_here.len()))
+    );
+    let mut log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("cells.jsonl"))
+        .with_context(|| format!("opening {}", dir.join("cells.jsonl").display()))?;
+
+    // A watcher stops the bench servers when a signal arrives, so a cell in flight ends
+    // at once (its connections fail) instead of running out its duration.
+    let servers: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (servers, stop_watch) = (servers.clone(), stop_watch.clone());
+        std::thread::spawn(move || {
+            while !stop_watch.load(Ordering::Relaxed) {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    for &pid in servers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                        let _ = crate::sys::kill(pid, libc::SIGKILL);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+
+    let id = format!("sst{}", std::process::id());
+    let started = Instant::now();
+    let mut ran = 0usize;
+    let mut outcome = Outcome::Complete;
+    let mut failures = 0usize;
+    'mtus: for &mtu in &study.mtus {
+        let cells: Vec<&CellKey> = todo.iter().filter(|c| c.mtu == mtu).collect();
+        if cells.is_empty() {
+            continue;
+        }
+        let needed: Vec<&String> = paths_here.iter().filter(|p| cells.iter().any(|c| &c.path == *p)).collect();
+        let mut topos: Vec<Topology> = Vec::new();
+        for (i, p) in needed.iter().enumerate() {
+            eprintln!("building {p} at MTU {mtu}…");
+            match paths::build(p, &id, i, mtu, o.pin) {
+                Ok(t) => topos.push(t),
+                Err(e) => {
+                    drop(topos);
+                    stop_watch.store(true, Ordering::Relaxed);
+                    let _ = watcher.join();
+                    return Err(e.context(format!("building path {p} at MTU {mtu}")));
+                }
+            }
+        }
+        *servers.lock().unwrap_or_else(|p| p.into_inner()) = topos.iter().filter_map(|t| t.server_pid()).collect();
+        for cell in cells {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                outcome = Outcome::Interrupted;
+                break 'mtus;
+            }
+            let topo = topos.iter().find(|t| t.path == cell.path).expect("built above");
+            let w = study.workloads.iter().find(|w| w.name == cell.workload).expect("planned from the study");
+            let elapsed = started.elapsed().as_secs_f64();
+            let left = if ran > 0 {
+                elapsed / ran as f64 * (total - ran) as f64
+            } else {
+                estimate(&todo[ran..], o.duration_s, 0, 0)
+            };
+            eprint!(
+                "[{:>w$}/{total}] {:>6} left  rep {}/{}  MTU {mtu}  {}  {} conn{}  {}  {:<20}",
+                ran + 1,
+                hms(left),
+                cell.rep,
+                o.reps,
+                cell.workload,
+                cell.conns,
+                if cell.conns == 1 { "" } else { "s" },
+                cell.family,
+                cell.path,
+                w = total.to_string().len()
+            );
+            let r = run_cell(topo, w, cell, o);
+            ran += 1;
+            match r {
+                Ok(result) => {
+                    eprintln!("{}", summary(&result));
+                    let rec = CellRecord { key: cell.clone(), run: run_no, at: now_rfc3339(), result };
+                    let mut line = serde_json::to_string(&rec)?;
+                    line.push('\n');
+                    log.write_all(line.as_bytes()).context("writing cells.jsonl")?;
+                    log.sync_data().context("writing cells.jsonl")?;
+                }
+                Err(_) if INTERRUPTED.load(Ordering::Relaxed) => {
+                    eprintln!("interrupted");
+                    outcome = Outcome::Interrupted;
+                    break 'mtus;
+                }
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("FAILED: {e:#}");
+                }
+            }
+        }
+        drop(topos);
+    }
+    stop_watch.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    if failures > 0 && matches!(outcome, Outcome::Complete) {
+        eprintln!("{failures} cell(s) failed; `sluice study resume {}` runs them again", dir.display());
+    }
+    Ok(outcome)
+}
+
+/// One line of what a cell measured.
+fn summary(r: &RunResult) -> String {
+    let bytes = r.client.bytes_sent + r.client.bytes_received;
+    if r.client.transactions > 0 && bytes / r.client.transactions >= STREAM_BYTES_PER_TX {
+        format!("{:>10.1} MB/s", r.mb_per_s())
+    } else {
+        format!("{:>10.0} tx/s", r.tps())
+    }
+}
+
+/// A workload moving at least this many bytes per transaction is reported per MB
+/// (streaming), otherwise per transaction, as `sluice bench run` does.
+pub const STREAM_BYTES_PER_TX: u64 = 16 * 1024;
+
+/// Runs one cell: the workload from the client namespace against the path's server.
+fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Result<RunResult> {
+    let host = topo.server_addr(cell.family).to_string();
+    let mut profile = if w.builtin {
+        crate::bench::builtin_profile(&w.name, &w.text, &host)?
+    } else {
+        let env = |v: &str| std::env::var(v).ok();
+        sluice_bench::profile::parse(&w.text, &w.source, &env)?
+    };
+    profile.set_remotehost(&host);
+    profile.set_duration(Duration::from_secs(u64::from(o.duration_s)));
+    profile.set_conns(cell.conns);
+    let opts = RunOptions {
+        server: crate::bench::host_port(&host, sluice_bench::control::DEFAULT_PORT),
+        guest_pids: topo.server_pid().into_iter().collect(),
+        switch_pid: topo.switch_pid,
+        interval: None,
+    };
+    let pin = o.pin;
+    let r = netns::run_in(Some(&topo.client_ns), move || {
+        if pin {
+            crate::sys::pin_to_cpu(0)?;
+        }
+        run(&profile, &opts).map_err(std::io::Error::other)
+    })?;
+    if !sluice_bench::report::counts_agree(&r) {
+        bail!("client and server counts differ: {:?} vs {:?}", r.client, r.server);
+    }
+    Ok(r)
+}
+
+/// A fresh output directory for `study`: `study-NAME-YYYYMMDD-HHMMSS` here.
+pub fn default_out(study: &Study) -> PathBuf {
+    let t = now_rfc3339().replace(['-', ':'], "");
+    PathBuf::from(format!("study-{}-{}-{}", study.name, &t[..8], &t[9..15]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn study() -> Study {
+        super::super::spec::parse(
+            r#"name = "t"
+baseline = "direct"
+paths = ["direct", "linux-bridge", "router"]
+workloads = ["rr-200x1000", "crr-64x8k"]
+conns = [1, 10]
+mtus = [1500, 9000]
+families = ["ipv4", "ipv6"]
+reps = 2
+"#,
+            "t.toml",
+            Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_plan_covers_the_matrix_once_and_interleaves_paths() {
+        let s = study();
+        let cells = plan(&s, &s.paths, s.reps);
+        assert_eq!(cells.len(), 3 * 2 * 2 * 2 * 2 * 2);
+        let set: HashSet<_> = cells.iter().cloned().collect();
+        assert_eq!(set.len(), cells.len(), "no cell twice");
+        // Consecutive groups of three are one cell on each path, starting on a new path.
+        for (i, g) in cells.chunks(3).enumerate() {
+            let ps: HashSet<_> = g.iter().map(|c| &c.path).collect();
+            assert_eq!(ps.len(), 3);
+            assert_eq!(g[0].path, s.paths[i % 3]);
+        }
+        // MTU-major: all 1500 cells first.
+        let first9000 = cells.iter().position(|c| c.mtu == 9000).unwrap();
+        assert!(cells[first9000..].iter().all(|c| c.mtu == 9000));
+    }
+
+    #[test]
+    fn dates_and_durations_print_plainly() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'));
+        assert_eq!(hms(12.0), "12s");
+        assert_eq!(hms(250.0), "4m10s");
+        assert_eq!(hms(3720.0), "1h02m");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("sluice-cells-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let rec = CellRecord {
+            key: CellKey {
+                path: "direct".into(),
+                workload: "w".into(),
+                conns: 1,
+                mtu: 1500,
+                family: Family::Ipv4,
+                rep: 1,
+            },
+            run: 1,
+            at: now_rfc3339(),
+            result: RunResult::default(),
+        };
+        let line = serde_json::to_string(&rec).unwrap();
+        fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();
+        assert_eq!(load_cells(&dir).unwrap().len(), 1);
+        fs::write(dir.join("cells.jsonl"), format!("garbage\n{line}\n")).unwrap();
+        assert!(load_cells(&dir).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,378 @@
+//! The study file: which paths to compare, with which workloads, at which connection
+//! counts, MTUs and address families, how often and for how long (docs/study.md).
+//!
+//! Invariants of a [`Study`] that [`parse`] returns: every path is known and named once;
+//! the baseline is one of the paths; every workload is a built-in profile or a profile.xml
+//! that parses (its text is kept, so a resumed study runs what the first run ran); every
+//! list is non-empty and every number is in range. Errors name the file and line.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// Paths a study can compare: (name, what it is).
+pub const PATHS: &[(&str, &str)] = &[
+    ("direct", "a veth pair between the two guests: the dedicated adapter (seed 001's OSA)"),
+    ("linux-bridge", "the kernel's bridge in a switch namespace, a veth to each guest"),
+    ("router", "a router namespace forwarding between two subnets: the studies' router guest (seed 000)"),
+    ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
+    ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
+    ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002; not built yet: skipped)"),
+    ("ovs", "Open vSwitch, user-space datapath with TSO (not built into study yet: skipped)"),
+];
+
+/// The built-in studies: (name, study file text).
+pub const BUILTINS: &[(&str, &str)] = &[
+    ("vswitch-vs-router", include_str!("builtin/vswitch-vs-router.toml")),
+    ("dedicated-vs-vswitch", include_str!("builtin/dedicated-vs-vswitch.toml")),
+    ("layer2-vs-layer3", include_str!("builtin/layer2-vs-layer3.toml")),
+];
+
+/// An address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// IPv4.
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::Ipv4 => "IPv4",
+            Family::Ipv6 => "IPv6",
+        })
+    }
+}
+
+/// One workload: a built-in profile or a profile.xml, with its text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// The name the report uses: the built-in's name or the file's stem.
+    pub name: String,
+    /// As written in the study file.
+    pub source: String,
+    /// The profile.xml text (for a built-in, its text with `$h`, `$d`, `$n` unexpanded).
+    pub text: String,
+    /// A built-in profile (its variables are filled by the runner).
+    pub builtin: bool,
+}
+
+/// A checked study.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Study {
+    /// Short name (used in directory names).
+    pub name: String,
+    /// One-line title for the report.
+    pub title: String,
+    /// What it answers and what the seed found (a paragraph for the report).
+    pub about: String,
+    /// The path every other path is compared with.
+    pub baseline: String,
+    /// Paths, in report order.
+    pub paths: Vec<String>,
+    /// Workloads, in report order.
+    pub workloads: Vec<Workload>,
+    /// Concurrent connections.
+    pub conns: Vec<u32>,
+    /// MTUs of every interface on the path.
+    pub mtus: Vec<u16>,
+    /// Address families.
+    pub families: Vec<Family>,
+    /// Repetitions of every cell.
+    pub reps: u32,
+    /// Seconds of each run's timed transactions.
+    pub duration_s: u32,
+}
+
+/// A study file that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct SpecError {
+    /// The file (or built-in name).
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Spanned<String>,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    about: String,
+    baseline: Spanned<String>,
+    paths: Spanned<Vec<Spanned<String>>>,
+    workloads: Spanned<Vec<Spanned<String>>>,
+    #[serde(default = "default_conns")]
+    conns: Spanned<Vec<Spanned<u32>>>,
+    #[serde(default = "default_mtus")]
+    mtus: Spanned<Vec<Spanned<u16>>>,
+    #[serde(default = "default_families")]
+    families: Spanned<Vec<Spanned<String>>>,
+    #[serde(default = "default_reps")]
+    reps: Spanned<u32>,
+    #[serde(default = "default_duration")]
+    duration: Spanned<u32>,
+}
+
+fn default_conns() -> Spanned<Vec<Spanned<u32>>> {
+    Spanned::new(0..0, vec![Spanned::new(0..0, 1)])
+}
+fn default_mtus() -> Spanned<Vec<Spanned<u16>>> {
+    Spanned::new(0..0, vec![Spanned::new(0..0, 1500)])
+}
+fn default_families() -> Spanned<Vec<Spanned<String>>> {
+    Spanned::new(0..0, vec![Spanned::new(0..0, "ipv4".into())])
+}
+fn default_reps() -> Spanned<u32> {
+    Spanned::new(0..0, 3)
+}
+fn default_duration() -> Spanned<u32> {
+    Spanned::new(0..0, 20)
+}
+
+/// Largest connection count a cell may ask for.
+pub const MAX_CONNS: u32 = 1000;
+
+/// Finds a built-in study's text.
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTINS.iter().find(|b| b.0 == name).map(|b| b.1)
+}
+
+/// Parses and checks a study. `file` names it in errors; `dir` is where relative
+/// profile paths are looked up.
+pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
+    let line_of = |pos: usize| text[..pos.min(text.len())].matches('\n').count() + 1;
+    let err = |span: std::ops::Range<usize>, message: String| SpecError {
+        file: file.into(),
+        line: line_of(span.start),
+        message,
+    };
+    let raw: Raw = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(s.start));
+        SpecError { file: file.into(), line, message: e.message().trim().to_string() }
+    })?;
+
+    let name = raw.name.get_ref().clone();
+    let name_ok = !name.is_empty()
+        && name.len() <= 40
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !name_ok {
+        return Err(err(raw.name.span(), "name must be 1 to 40 lowercase letters, digits, '-' or '_'".into()));
+    }
+
+    let mut paths: Vec<String> = Vec::new();
+    for p in raw.paths.get_ref() {
+        let n = p.get_ref();
+        if !PATHS.iter().any(|k| k.0 == n) {
+            return Err(err(p.span(), format!("unknown path {n:?}; known paths: {}", path_names())));
+        }
+        if paths.contains(n) {
+            return Err(err(p.span(), format!("path {n:?} is listed twice")));
+        }
+        paths.push(n.clone());
+    }
+    if paths.is_empty() {
+        return Err(err(raw.paths.span(), format!("paths is empty; name one or more of: {}", path_names())));
+    }
+    let baseline = raw.baseline.get_ref().clone();
+    if !paths.contains(&baseline) {
+        return Err(err(
+            raw.baseline.span(),
+            format!("baseline {baseline:?} is not one of the study's paths ({})", paths.join(", ")),
+        ));
+    }
+
+    let mut workloads: Vec<Workload> = Vec::new();
+    for w in raw.workloads.get_ref() {
+        let src = w.get_ref();
+        let wl = workload(src, dir).map_err(|m| err(w.span(), m))?;
+        if workloads.iter().any(|x| x.name == wl.name) {
+            return Err(err(w.span(), format!("workload {:?} is listed twice", wl.name)));
+        }
+        workloads.push(wl);
+    }
+    if workloads.is_empty() {
+        return Err(err(
+            raw.workloads.span(),
+            format!(
+                "workloads is empty; name built-in profiles ({}) or profile.xml files",
+                sluice_bench::builtin::names()
+            ),
+        ));
+    }
+
+    let mut conns = Vec::new();
+    for c in raw.conns.get_ref() {
+        if !(1..=MAX_CONNS).contains(c.get_ref()) {
+            return Err(err(c.span(), format!("conns {} is out of range: use 1 to {MAX_CONNS}", c.get_ref())));
+        }
+        conns.push(*c.get_ref());
+    }
+    let mut mtus = Vec::new();
+    for m in raw.mtus.get_ref() {
+        if !(1280..=9000).contains(m.get_ref()) {
+            return Err(err(
+                m.span(),
+                format!("mtu {} is out of range: use 1280 (IPv6's minimum) to 9000", m.get_ref()),
+            ));
+        }
+        mtus.push(*m.get_ref());
+    }
+    let mut families = Vec::new();
+    for f in raw.families.get_ref() {
+        let fam = match f.get_ref().to_ascii_lowercase().as_str() {
+            "ipv4" | "inet" | "4" => Family::Ipv4,
+            "ipv6" | "inet6" | "6" => Family::Ipv6,
+            other => return Err(err(f.span(), format!("unknown address family {other:?}: use ipv4 or ipv6"))),
+        };
+        families.push(fam);
+    }
+    for (list, empty) in [
+        (raw.conns.span(), conns.is_empty()),
+        (raw.mtus.span(), mtus.is_empty()),
+        (raw.families.span(), families.is_empty()),
+    ] {
+        if empty {
+            return Err(err(list, "this list is empty; give at least one value".into()));
+        }
+    }
+    let reps = *raw.reps.get_ref();
+    if !(1..=50).contains(&reps) {
+        return Err(err(raw.reps.span(), format!("reps {reps} is out of range: use 1 to 50")));
+    }
+    let duration_s = *raw.duration.get_ref();
+    if !(1..=3600).contains(&duration_s) {
+        return Err(err(raw.duration.span(), format!("duration {duration_s} is out of range: use 1 to 3600 seconds")));
+    }
+    Ok(Study {
+        title: if raw.title.is_empty() { name.clone() } else { raw.title },
+        name,
+        about: raw.about.trim().to_string(),
+        baseline,
+        paths,
+        workloads,
+        conns,
+        mtus,
+        families,
+        reps,
+        duration_s,
+    })
+}
+
+fn path_names() -> String {
+    PATHS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+}
+
+/// Resolves a workload: a built-in profile name, or a profile.xml file (relative to `dir`).
+fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
+    if let Some(text) = sluice_bench::builtin::get(src) {
+        return Ok(Workload { name: src.into(), source: src.into(), text: text.into(), builtin: true });
+    }
+    if src == "pa" {
+        return Err("workload \"pa\" needs a worker topology that studies do not build yet (the lossless-pa study will); use it with `sluice bench run -m pa`".into());
+    }
+    let p = if Path::new(src).is_absolute() { Path::new(src).to_path_buf() } else { dir.join(src) };
+    if !p.exists() {
+        return Err(format!(
+            "unknown workload {src:?}: not a built-in profile ({}) and no file {}",
+            sluice_bench::builtin::names(),
+            p.display()
+        ));
+    }
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("reading workload {}: {e}", p.display()))?;
+    let env = |v: &str| std::env::var(v).ok();
+    sluice_bench::profile::parse(&text, &p.display().to_string(), &env)
+        .map_err(|e| format!("workload {src:?}: {e}"))?;
+    let name = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| src.into());
+    Ok(Workload { name, source: src.into(), text, builtin: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Study, SpecError> {
+        parse(text, "t.toml", Path::new("/nonexistent"))
+    }
+
+    const OK: &str = r#"name = "tiny"
+baseline = "direct"
+paths = ["direct", "linux-bridge"]
+workloads = ["rr-200x1000"]
+conns = [1, 10]
+mtus = [1500, 8992]
+families = ["ipv4", "ipv6"]
+reps = 2
+duration = 3
+"#;
+
+    #[test]
+    fn a_good_study_parses_with_its_lists() {
+        let s = p(OK).unwrap();
+        assert_eq!(s.paths, ["direct", "linux-bridge"]);
+        assert_eq!(s.conns, [1, 10]);
+        assert_eq!(s.mtus, [1500, 8992]);
+        assert_eq!(s.families, [Family::Ipv4, Family::Ipv6]);
+        assert_eq!((s.reps, s.duration_s), (2, 3));
+        assert!(s.workloads[0].builtin && s.workloads[0].text.contains("<profile"));
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_fault() {
+        let cases = [
+            (OK.replace("\"linux-bridge\"]", "\"linux-bridge\", \"hub\"]"), 3, "unknown path \"hub\""),
+            (OK.replace("rr-200x1000", "rr-9"), 4, "unknown workload \"rr-9\""),
+            (OK.replace("baseline = \"direct\"", "baseline = \"router\""), 2, "not one of the study's paths"),
+            (OK.replace("mtus = [1500, 8992]", "mtus = [1500, 9500]"), 6, "9500"),
+            (OK.replace("\"ipv6\"", "\"ipx\""), 7, "ipx"),
+            (OK.replace("reps = 2", "reps = 0"), 8, "reps 0"),
+            (OK.replace("duration = 3", "duraton = 3"), 9, "duraton"),
+            (OK.replace("conns = [1, 10]", "conns = [1, 1001]"), 5, "1001"),
+            (OK.replace("\"linux-bridge\"]", "\"direct\"]"), 3, "twice"),
+            (OK.replace("rr-200x1000", "pa"), 4, "worker topology"),
+        ];
+        for (text, line, want) in cases {
+            let e = p(&text).unwrap_err();
+            assert_eq!(e.line, line, "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+            assert!(e.to_string().starts_with(&format!("t.toml:{line}: ")), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_builtin_study_parses() {
+        for (name, text) in BUILTINS {
+            let s = parse(text, name, Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&s.name, name);
+            assert!(!s.about.is_empty());
+        }
+    }
+
+    #[test]
+    fn profile_files_are_read_relative_to_the_study() {
+        let dir = std::env::temp_dir().join(format!("sluice-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("mine.xml"),
+            r#"<profile name="mine"><group nthreads="1"><transaction iterations="5"><flowop type="connect" options="remotehost=h"/><flowop type="write" options="size=1"/><flowop type="disconnect"/></transaction></group></profile>"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("bad.xml"), "<profile name=\"x\"><group>").unwrap();
+        let s = parse(&OK.replace("\"rr-200x1000\"", "\"mine.xml\""), "t.toml", &dir).unwrap();
+        assert_eq!(s.workloads[0].name, "mine");
+        assert!(!s.workloads[0].builtin);
+        let e = parse(&OK.replace("\"rr-200x1000\"", "\"bad.xml\""), "t.toml", &dir).unwrap_err();
+        assert_eq!(e.line, 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

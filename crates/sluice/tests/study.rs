@@ -1,0 +1,203 @@
+//! `sluice study` end to end: a tiny study builds its paths from namespaces, runs, and
+//! writes the table, the CSV and charts that decode; a study naming an unknown path or
+//! workload is refused with the name and line; an interrupted study resumes without
+//! repeating finished cells, and leaves nothing behind either time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-study-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn study_file(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("s.toml");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// Namespaces a study run by process `pid` would have made.
+fn leftovers(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("sst{pid}-")) || n.starts_with(&format!("sluice-st{pid}")))
+        .map(String::from)
+        .collect()
+}
+
+fn cells(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("cells.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_tiny_study_writes_its_table_csv_and_charts() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("tiny");
+    let f = study_file(
+        &d,
+        r#"name = "tiny"
+baseline = "direct"
+paths = ["direct", "linux-bridge"]
+workloads = ["rr-200x1000"]
+conns = [2]
+mtus = [1500]
+reps = 1
+duration = 1
+"#,
+    );
+    let out = d.join("out");
+    let child = Command::new(BIN)
+        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("[2/2]"), "progress per cell: {err}");
+    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| **direct** (baseline) |"), "{report}");
+    assert!(report.contains("| transactions/s |"), "{report}");
+    assert!(report.contains("*linux-bridge / direct*: transactions/s"), "{report}");
+    assert!(report.contains("*% difference*: CPU µs/transaction total"), "{report}");
+    assert!(report.contains("2 CPUs") || report.contains(" CPUs ("), "host facts: {report}");
+
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "header and one row per cell: {csv}");
+    assert!(lines[0].starts_with("run,at,path,workload,conns,mtu,family,rep"));
+    let ncols = lines[0].split(',').count();
+    for l in &lines[1..] {
+        assert_eq!(l.split(',').count(), ncols, "{l}");
+    }
+    // Both ends agreed on every cell, and each moved transactions.
+    for c in cells(&out) {
+        let r = &c["result"];
+        assert!(r["client"]["transactions"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{c}");
+    }
+
+    let png = out.join("charts/rr-200x1000-mtu1500-ipv4.png");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1200, 480));
+    assert!(buf.iter().any(|&b| b != 255), "the chart is not blank");
+
+    // The report can be written again from the cells alone.
+    let o = Command::new(BIN).args(["study", "report", out.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn unknown_paths_and_workloads_are_refused_by_name_and_line() {
+    let d = scratch("bad");
+    let good = "name = \"bad\"\nbaseline = \"direct\"\npaths = [\"direct\", \"linux-bridge\"]\nworkloads = [\"rr-200x1000\"]\n";
+    for (body, want) in [
+        (good.replace("\"linux-bridge\"]", "\"hub\"]"), "s.toml:3: unknown path \"hub\""),
+        (good.replace("rr-200x1000", "rr-999"), "s.toml:4: unknown workload \"rr-999\""),
+    ] {
+        let f = study_file(&d, &body);
+        let o =
+            Command::new(BIN).args(["study", "run", f.to_str().unwrap(), "--out"]).arg(d.join("o")).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(err.contains(want), "{err}");
+        assert!(!d.join("o").exists(), "nothing is made for a refused study");
+    }
+    let o = Command::new(BIN).args(["study", "run", "no-such-study"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("vswitch-vs-router"), "lists the built-ins: {err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn an_interrupted_study_resumes_without_repeating_cells() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("resume");
+    let f = study_file(
+        &d,
+        r#"name = "resume"
+baseline = "direct"
+paths = ["direct", "sluice-l2"]
+workloads = ["rr-200x1000"]
+conns = [1]
+mtus = [1500]
+reps = 3
+duration = 2
+"#,
+    );
+    let out = d.join("out");
+    let child = Command::new(BIN)
+        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cells(&out).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!cells(&out).is_empty(), "a first cell finished");
+    crate_kill(pid, libc::SIGINT);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("sluice study resume"), "says how to resume: {err}");
+    let first = cells(&out);
+    assert!(!first.is_empty() && first.len() < 6, "{} cells", first.len());
+    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+    assert!(out.join("report.md").exists(), "the report of what finished");
+
+    let o = Command::new(BIN).args(["study", "resume", out.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let all = cells(&out);
+    assert_eq!(all.len(), 6, "every cell once");
+    assert_eq!(&all[..first.len()], &first[..], "finished cells kept as they were");
+    assert!(all[first.len()..].iter().all(|c| c["run"] == 2), "the rest measured by run 2");
+    let keys: std::collections::HashSet<String> =
+        all.iter().map(|c| format!("{}/{}/{}", c["path"], c["rep"], c["conns"])).collect();
+    assert_eq!(keys.len(), 6, "no cell repeated");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Run 2 (resumed)"), "{report}");
+    let o = Command::new(BIN).args(["study", "resume", out.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(cells(&out).len(), 6, "a finished study runs nothing more");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn crate_kill(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
