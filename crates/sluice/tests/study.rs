@@ -201,3 +201,44 @@ fn crate_kill(pid: u32, sig: i32) {
     // SAFETY: kill(2) on the child we started.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
+
+#[test]
+fn the_ovs_path_runs_when_installed_and_is_skipped_with_the_reason_otherwise() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("ovs");
+    let f = study_file(
+        &d,
+        r#"name = "ovs"
+baseline = "direct"
+paths = ["direct", "ovs"]
+workloads = ["rr-200x1000"]
+reps = 1
+duration = 1
+"#,
+    );
+    let out = d.join("out");
+    let o = Command::new(BIN)
+        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    if have("ovs-vswitchd") {
+        let ovs: Vec<Value> = cells(&out).into_iter().filter(|c| c["path"] == "ovs").collect();
+        assert_eq!(ovs.len(), 1, "{err}");
+        let r = &ovs[0]["result"];
+        assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{r}");
+        assert!(r["cpu"]["switch_s"].as_f64().unwrap() > 0.0, "ovs-vswitchd's CPU is the switch column: {r}");
+        assert!(report.contains("**ovs**"), "{report}");
+    } else {
+        assert!(err.contains("skipping ovs: Open vSwitch is not installed"), "{err}");
+        assert!(report.contains("skipped `ovs`: Open vSwitch is not installed"), "{report}");
+        assert_eq!(cells(&out).len(), 1, "the other path still ran");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

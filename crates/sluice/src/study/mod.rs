@@ -3,11 +3,12 @@
 //! charts (docs/architecture.md, "The study runner"; the file format in docs/study.md).
 //!
 //! - [`spec`]: the study file and the built-in studies.
-//! - [`paths`]: one builder per compared path.
+//! - [`paths`]: one builder per compared path ([`ovs`]: Open vSwitch's daemons).
 //! - [`run`]: the matrix, interleaving, recording, resume.
 //! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG.
 
 pub mod chart;
+pub mod ovs;
 pub mod paths;
 pub mod report;
 pub mod run;

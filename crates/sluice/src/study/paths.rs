@@ -4,7 +4,7 @@
 //! Every path gets namespaces of its own (`ID-PATH-c`, `-s`, and `-r` or `-sw`), so paths
 //! coexist with the same addresses: client 10.231.0.1 / fd31::1, server 10.231.0.2 /
 //! fd31::2 (the router path: two subnets, 10.231.1.0/24 and 10.231.2.0/24; the sluice
-//! paths: the lab's 10.77.0.1 and .2). A [`Topology`] removes what it made when dropped —
+//! paths: the lab's 10.77.0.1 and .2; `ovs` is in `ovs.rs`). A [`Topology`] removes what it made when dropped —
 //! only that — and a bench server runs in its server namespace while it lives.
 
 use std::net::IpAddr;
@@ -22,16 +22,13 @@ use super::spec::Family;
 pub fn unavailable(path: &str) -> Option<String> {
     match path {
         "sluice-l3" => Some("sluice has no Layer 3 mode yet (issue 5); the path is skipped".into()),
-        "ovs" => Some(if which("ovs-vswitchd") {
-            "the study does not build Open vSwitch paths yet; bench/switch-paths.sh compares it".into()
-        } else {
-            "Open vSwitch is not installed (apt-get install openvswitch-switch); the path is skipped".into()
-        }),
+        "ovs" => super::ovs::unavailable(),
         _ => None,
     }
 }
 
-fn which(tool: &str) -> bool {
+/// True if `tool` is an executable on the PATH.
+pub(super) fn which(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
@@ -53,6 +50,8 @@ pub struct Topology {
     created: Vec<String>,
     /// The sluice lab this topology brought up, taken down on drop.
     lab: Option<String>,
+    /// The Open vSwitch daemons this topology started, stopped on drop.
+    ovs: Option<super::ovs::Ovs>,
 }
 
 impl Topology {
@@ -80,6 +79,7 @@ impl Topology {
             server: None,
             created: Vec::new(),
             lab: None,
+            ovs: None,
         }
     }
 
@@ -147,6 +147,7 @@ impl Topology {
 impl Drop for Topology {
     fn drop(&mut self) {
         self.stop_server();
+        drop(self.ovs.take());
         if let Some(l) = self.lab.take()
             && let Err(e) = lab::down(&l)
         {
@@ -183,6 +184,11 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
         "linux-bridge" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
             bridge(&mut t, &ns("sw"), mtu)?;
+            t
+        }
+        "ovs" => {
+            let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            ovs(&mut t, &ns("sw"), &format!("{id}-{index}"), mtu)?;
             t
         }
         "router" => {
@@ -255,6 +261,33 @@ fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
     sh(&["ip", "-n", sw, "link", "set", "br0", "up"])?;
     address(&c, "eth0", mtu, "10.231.0.1/24", "fd31::1/64")?;
     address(&s, "eth0", mtu, "10.231.0.2/24", "fd31::2/64")
+}
+
+fn ovs(t: &mut Topology, sw: &str, tag: &str, mtu: u16) -> Result<()> {
+    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    t.netns(sw)?;
+    t.netns(&c)?;
+    t.netns(&s)?;
+    let taps = ["ovst1", "ovst2"];
+    let o = super::ovs::Ovs::start(tag, sw, &taps, mtu)?;
+    t.switch_pid = o.vswitchd_pid;
+    t.ovs = Some(o);
+    for (tap, g, v4, v6) in [(taps[0], &c, "10.231.0.1/24", "fd31::1/64"), (taps[1], &s, "10.231.0.2/24", "fd31::2/64")]
+    {
+        sh(&["ip", "-n", sw, "link", "set", tap, "netns", g])?;
+        address(g, tap, mtu, v4, v6)?;
+    }
+    Ok(())
+}
+
+/// True if device `dev` exists in namespace `ns`.
+pub(super) fn link_exists(ns: &str, dev: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", ns, "link", "show", dev])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn router(t: &mut Topology, r: &str, mtu: u16) -> Result<()> {

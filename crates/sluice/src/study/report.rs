@@ -212,7 +212,7 @@ pub fn num(v: f64) -> String {
 
 fn stat_cell(s: &Stat, runs: &BTreeSet<u32>) -> String {
     let mut out = num(s.median);
-    if s.n > 1 {
+    if s.n > 1 && s.min != s.max {
         let _ = write!(out, " ({}–{})", num(s.min), num(s.max));
     }
     let later: Vec<String> = runs.iter().filter(|r| **r > 1).map(|r| r.to_string()).collect();

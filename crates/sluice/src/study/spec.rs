@@ -19,8 +19,8 @@ pub const PATHS: &[(&str, &str)] = &[
     ("router", "a router namespace forwarding between two subnets: the studies' router guest (seed 000)"),
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
-    ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002; not built yet: skipped)"),
-    ("ovs", "Open vSwitch, user-space datapath with TSO (not built into study yet: skipped)"),
+    ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
+    ("ovs", "Open vSwitch, user-space datapath with TSO"),
 ];
 
 /// The built-in studies: (name, study file text).
