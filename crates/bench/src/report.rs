@@ -65,6 +65,15 @@ pub enum Per {
     Megabyte,
 }
 
+impl Per {
+    /// How the studies normalize a workload that moved `bytes` of payload in
+    /// `transactions`: per megabyte when a transaction moves 16 KiB or more (streaming),
+    /// per transaction otherwise (request-response).
+    pub fn for_volume(transactions: u64, bytes: u64) -> Per {
+        if transactions > 0 && bytes / transactions >= 16 * 1024 { Per::Megabyte } else { Per::Transaction }
+    }
+}
+
 /// Renders `results` in `format`; `per` only matters for [`Format::Table`] (JSON and CSV carry both
 /// normalizations).
 pub fn render(results: &[RunResult], format: Format, per: Per) -> String {

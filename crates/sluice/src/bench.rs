@@ -299,8 +299,7 @@ fn bench_run(a: RunArgs) -> Result<()> {
     } else {
         let bytes: u64 = results.iter().map(|r| r.client.bytes_sent + r.client.bytes_received).sum();
         let tx: u64 = results.iter().map(|r| r.client.transactions).sum();
-        // Streaming moves tens of kilobytes per transaction or more: report it per megabyte.
-        let per = if tx > 0 && bytes / tx >= 16 * 1024 { Per::Megabyte } else { Per::Transaction };
+        let per = Per::for_volume(tx, bytes);
         print!("{}", report::render_table(&results, per));
         if switch.is_none() {
             println!("(no sluice switch found on this host: the switch CPU column is 0; name one with --switch)");

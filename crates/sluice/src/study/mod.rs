@@ -189,7 +189,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         bail!("--pin needs at least 2 CPUs");
     }
     eprintln!("study {} → {}", sf.study.name, dir.display());
-    let host = run::host_info();
+    let host = run::host_info(&here);
     if host.load_before > 0.25 {
         eprintln!(
             "warning: the host is busy ({:.0}% of its CPUs before the start); the numbers will say more about the load than the paths",

@@ -14,7 +14,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::run::{CellRecord, STREAM_BYTES_PER_TX, StudyFile};
+use sluice_bench::report::Per;
+
+use super::run::{CellRecord, StudyFile};
 use super::spec::Family;
 
 /// Median, minimum and maximum of the repetitions.
@@ -111,7 +113,7 @@ pub fn tables(sf: &StudyFile, cells: &[CellRecord]) -> Vec<Table> {
         let (tx, bytes) = of_w.iter().fold((0u64, 0u64), |(t, b), c| {
             (t + c.result.client.transactions, b + c.result.client.bytes_sent + c.result.client.bytes_received)
         });
-        let per_mb = tx > 0 && bytes / tx >= STREAM_BYTES_PER_TX;
+        let per_mb = Per::for_volume(tx, bytes) == Per::Megabyte;
         for &mtu in &s.mtus {
             for &family in &s.families {
                 let here: Vec<&&CellRecord> =
@@ -310,6 +312,9 @@ pub fn markdown(sf: &StudyFile, cells: &[CellRecord], tables: &[Table], charts: 
             h.sluice,
             h.load_before * 100.0
         );
+        if !h.ovs.is_empty() {
+            let _ = writeln!(md, "  - {}", h.ovs);
+        }
         for (p, why) in &r.skipped {
             let _ = writeln!(md, "  - skipped `{p}`: {why}");
         }

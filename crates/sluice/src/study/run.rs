@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sluice_bench::client::{RunOptions, run};
+use sluice_bench::report::Per;
 use sluice_bench::result::RunResult;
 
 use super::paths::{self, Topology};
@@ -65,6 +66,9 @@ pub struct HostInfo {
     pub sluice: String,
     /// Fraction of all CPUs busy over a second before the run.
     pub load_before: f64,
+    /// Open vSwitch's version, when the study has the ovs path and OVS is installed.
+    #[serde(default)]
+    pub ovs: String,
 }
 
 /// `study.json`.
@@ -193,8 +197,8 @@ pub fn now_rfc3339() -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Facts about this host for the report.
-pub fn host_info() -> HostInfo {
+/// Facts about this host for the report (`paths`: the study's paths that run).
+pub fn host_info(paths: &[String]) -> HostInfo {
     let read = |p: &str| fs::read_to_string(p).unwrap_or_default().trim().to_string();
     let cpu_model = read("/proc/cpuinfo")
         .lines()
@@ -207,7 +211,18 @@ pub fn host_info() -> HostInfo {
         kernel: read("/proc/sys/kernel/osrelease"),
         sluice: env!("CARGO_PKG_VERSION").into(),
         load_before: sluice_bench::cpu::host_load(Duration::from_secs(1)).unwrap_or(0.0),
+        ovs: if paths.iter().any(|p| p == "ovs") { ovs_version() } else { String::new() },
     }
+}
+
+/// The first line of `ovs-vswitchd --version`, e.g. "ovs-vswitchd (Open vSwitch) 3.1.0".
+fn ovs_version() -> String {
+    std::process::Command::new("ovs-vswitchd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Seconds of overhead per cell beyond its duration (connects, the drain, the CPU
@@ -358,17 +373,11 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
 
 /// One line of what a cell measured.
 fn summary(r: &RunResult) -> String {
-    let bytes = r.client.bytes_sent + r.client.bytes_received;
-    if r.client.transactions > 0 && bytes / r.client.transactions >= STREAM_BYTES_PER_TX {
-        format!("{:>10.1} MB/s", r.mb_per_s())
-    } else {
-        format!("{:>10.0} tx/s", r.tps())
+    match Per::for_volume(r.client.transactions, r.client.bytes_sent + r.client.bytes_received) {
+        Per::Megabyte => format!("{:>10.1} MB/s", r.mb_per_s()),
+        Per::Transaction => format!("{:>10.0} tx/s", r.tps()),
     }
 }
-
-/// A workload moving at least this many bytes per transaction is reported per MB
-/// (streaming), otherwise per transaction, as `sluice bench run` does.
-pub const STREAM_BYTES_PER_TX: u64 = 16 * 1024;
 
 /// Runs one cell: the workload from the client namespace against the path's server.
 fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Result<RunResult> {
