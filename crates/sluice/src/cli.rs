@@ -15,7 +15,8 @@ pub struct PortAddArgs {
     /// Kind of port.
     #[arg(long = "type", value_enum, default_value = "tap")]
     pub kind: KindArg,
-    /// Create the TAP inside this network namespace (an `ip netns` name).
+    /// TAP: create it inside this network namespace (an `ip netns` name); uplink: the
+    /// namespace its interface is in.
     #[arg(long, value_name = "NS")]
     pub netns: Option<String>,
     /// Access port of this VLAN (default 1).
@@ -41,8 +42,10 @@ pub struct PortAddArgs {
 /// Port kinds on the command line.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum KindArg {
-    /// A TAP device.
+    /// A TAP device, created for the port.
     Tap,
+    /// An existing host interface (NAME) connecting the switch to the LAN.
+    Uplink,
 }
 
 /// Arguments of `sluice stats`.
@@ -165,6 +168,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         name: a.name,
         kind: match a.kind {
             KindArg::Tap => PortKind::Tap,
+            KindArg::Uplink => PortKind::Uplink,
         },
         netns: a.netns,
         mtu: a.mtu,

@@ -49,6 +49,8 @@ pub enum PortKind {
     /// A TAP device for a container, namespace or VM.
     #[default]
     Tap,
+    /// A host interface (named by the port's name) connecting the switch to the LAN.
+    Uplink,
 }
 
 /// One port, as a `[[port]]` table or `sluice port add` describes it.
@@ -60,7 +62,8 @@ pub struct PortSpec {
     /// Kind of port.
     #[serde(rename = "type", default)]
     pub kind: PortKind,
-    /// Network namespace (an `ip netns` name) to create the TAP in.
+    /// Network namespace (an `ip netns` name) to create the TAP in, or that the uplink's
+    /// interface is in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<String>,
     /// MTU; the switch's by default.

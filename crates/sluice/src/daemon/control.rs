@@ -12,7 +12,9 @@ use tracing::{debug, warn};
 
 use super::datapath::{Datapath, Job};
 use crate::config::{PortKind, PortSpec, Settings};
+use crate::port::Attachment;
 use crate::port::tap::TapPort;
+use crate::port::uplink::UplinkPort;
 use crate::proto::*;
 use crate::sys::epoll::EventFd;
 use crate::sys::netns;
@@ -50,20 +52,26 @@ impl Jobs {
 }
 
 /// Creates the device behind a port (in its namespace, if it names one).
-pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<TapPort> {
+pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<Attachment> {
     spec.validate().map_err(anyhow::Error::msg)?;
+    if let Some(ns) = &spec.netns
+        && !netns::exists(ns)
+    {
+        anyhow::bail!("network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)");
+    }
+    let name = spec.name.clone();
+    let offload = spec.offload;
     match spec.kind {
         PortKind::Tap => {
-            if let Some(ns) = &spec.netns
-                && !netns::exists(ns)
-            {
-                anyhow::bail!("network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)");
-            }
-            let name = spec.name.clone();
-            let offload = spec.offload;
             let mtu = spec.mtu.unwrap_or(default_mtu);
-            netns::run_in(spec.netns.as_deref(), move || TapPort::create(&name, offload, mtu))
-                .with_context(|| format!("creating TAP {:?}", spec.name))
+            let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::create(&name, offload, mtu))
+                .with_context(|| format!("creating TAP {:?}", spec.name))?;
+            Ok(Attachment { fd: tap.raw_fd(), port: Box::new(tap) })
+        }
+        PortKind::Uplink => {
+            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, offload))
+                .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
+            Ok(Attachment { fd: up.raw_fd(), port: Box::new(up) })
         }
     }
 }

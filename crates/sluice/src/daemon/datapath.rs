@@ -13,7 +13,7 @@ use sluice_switch::{PortConfig, PortId, Switch};
 use tracing::{info, warn};
 
 use crate::config::PortSpec;
-use crate::port::tap::TapPort;
+use crate::port::Attachment;
 use crate::sys::epoll::{Epoll, Event, EventFd};
 
 /// Work sent from the control thread, run on the datapath thread between batches.
@@ -107,11 +107,11 @@ impl Datapath {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Attaches a TAP port and starts watching it.
-    pub fn attach(&mut self, spec: PortSpec, port: TapPort) -> Result<PortId> {
+    /// Attaches a port and starts watching it.
+    pub fn attach(&mut self, spec: PortSpec, a: Attachment) -> Result<PortId> {
         let vlan = spec.validate().map_err(anyhow::Error::msg)?;
-        let fd = port.raw_fd();
-        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu }, Box::new(port))?;
+        let fd = a.fd;
+        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu }, a.port)?;
         let interest = self.sw.interest(id);
         if let Err(e) = self.epoll.add(fd, u64::from(id), interest.read, interest.write) {
             let _ = self.sw.remove_port(&spec.name);
@@ -123,7 +123,8 @@ impl Datapath {
         Ok(id)
     }
 
-    /// Detaches a port; its device goes away when its descriptor closes.
+    /// Detaches a port; a TAP goes away when its descriptor closes, an uplink's interface
+    /// stays (only our socket on it closes).
     pub fn detach(&mut self, name: &str) -> Result<()> {
         let (id, port) = self.sw.remove_port(name)?;
         if let Some(fd) = self.fds.remove(&id) {

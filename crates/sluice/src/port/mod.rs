@@ -2,3 +2,16 @@
 //! decisions are in `sluice_switch`.
 
 pub mod tap;
+pub mod uplink;
+
+use std::os::fd::RawFd;
+
+use sluice_switch::Port;
+
+/// A port ready to attach, with the descriptor the event loop watches for it.
+pub struct Attachment {
+    /// The port.
+    pub port: Box<dyn Port>,
+    /// Its readiness descriptor (owned by the port).
+    pub fd: RawFd,
+}

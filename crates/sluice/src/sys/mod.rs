@@ -4,6 +4,7 @@
 
 pub mod epoll;
 pub mod netns;
+pub mod packet;
 pub mod tun;
 
 use std::io;

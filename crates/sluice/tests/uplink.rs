@@ -1,0 +1,138 @@
+//! The uplink port: guests and a host on the "LAN" (a namespace behind a veth pair whose
+//! other end the switch opens with AF_PACKET) reach each other over IPv4 and IPv6; a
+//! 100 MB transfer arrives intact with offloads on (GSO frames whole) and off (cut in
+//! software); VLAN tags the kernel strips on the uplink are restored, and guests' frames
+//! leave on it tagged.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// The LAN: namespace `…-lan` with the external host (10.77.0.200, fd77::c8) on `eth0`,
+/// and namespace `…-up` holding `up0`, the veth end the switch opens. Removed on drop.
+struct Lan {
+    up_ns: String,
+    lan_ns: String,
+}
+
+impl Lan {
+    fn new(lab: &Lab) -> Lan {
+        let (up_ns, lan_ns) = (format!("sluice-{}-up", lab.name), format!("sluice-{}-lan", lab.name));
+        let l = Lan { up_ns, lan_ns };
+        sh_ok(&format!("ip netns add {}", l.up_ns));
+        sh_ok(&format!("ip netns add {}", l.lan_ns));
+        sh_ok(&format!("ip -n {} link add up0 type veth peer name eth0 netns {}", l.up_ns, l.lan_ns));
+        sh_ok(&format!("ip -n {} link set up0 up", l.up_ns));
+        ns_ok(&l.lan_ns, "sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0");
+        ns_ok(&l.lan_ns, "ip link set lo up && ip link set eth0 up");
+        ns_ok(&l.lan_ns, "ip addr add 10.77.0.200/24 dev eth0 && ip addr add fd77::c8/64 dev eth0 nodad");
+        l
+    }
+
+    fn attach(&self, lab: &Lab, extra: &[&str]) {
+        let mut a = vec!["port", "add", "up0", "--type", "uplink", "--netns", &self.up_ns, "--switch", &lab.name];
+        a.extend_from_slice(extra);
+        sluice_ok(&a);
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for ns in [&self.lan_ns, &self.up_ns] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+fn transfer_100mb(lab: &Lab, lan: &Lan, port: u16) {
+    let dir = std::env::temp_dir().join(format!("sluice-uplink-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("src");
+    sh_ok(&format!("head -c 100000000 /dev/urandom > {}", src.display()));
+    let want = sh_ok(&format!("sha256sum < {}", src.display()));
+    let sink = ns_spawn(&lan.lan_ns, &format!("timeout 120 nc -l -N {port} | sha256sum"));
+    assert!(wait_for(10, || ns_sh(&lan.lan_ns, &format!("ss -ltn | grep -q :{port}")).status.success()));
+    ns_ok(&lab.ns(1), &format!("timeout 120 nc -N 10.77.0.200 {port} < {}", src.display()));
+    let out = sink.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want, "sha256 of what arrived on the LAN");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn guests_and_the_lan_reach_each_other_and_transfers_arrive_intact() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("upl", &["--guests", "2"]);
+    let lan = Lan::new(&lab);
+    lan.attach(&lab, &[]);
+    ns_ok(&lab.ns(1), "ping -c 2 -W 2 10.77.0.200");
+    ns_ok(&lab.ns(2), "ping -6 -c 2 -W 2 fd77::c8");
+    ns_ok(&lan.lan_ns, &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+    ns_ok(&lan.lan_ns, &format!("ping -6 -c 2 -W 2 {}", lab.ip6(1)));
+
+    sluice_ok(&["stats", "reset", "--switch", &lab.name]);
+    transfer_100mb(&lab, &lan, 5001);
+    let up = lab.port("up0");
+    assert_eq!(up["kind"], "uplink", "{up}");
+    assert!(up["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames left whole on the uplink: {up}");
+    assert_eq!(up["counters"]["tx_segmented"], 0, "{up}");
+    assert_conserved(&lab.stats());
+
+    // Offloads off on the uplink: the switch cuts the guest's GSO frames itself.
+    sluice_ok(&["port", "del", "up0", "--switch", &lab.name]);
+    assert!(ns_sh(&lan.up_ns, "ip link show up0").status.success(), "deleting the port leaves the interface");
+    lan.attach(&lab, &["--no-offload"]);
+    sluice_ok(&["stats", "reset", "--switch", &lab.name]);
+    transfer_100mb(&lab, &lan, 5002);
+    let up = lab.port("up0");
+    assert!(up["counters"]["tx_segmented"].as_u64().unwrap() > 0, "segmented in software: {up}");
+    assert_eq!(up["counters"]["tx_gso"], 0, "{up}");
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn vlan_tags_cross_the_uplink_both_ways() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::up("uplv", &["--guests", "1"]); // g1: access VLAN 1
+    let lan = Lan::new(&lab);
+    lan.attach(&lab, &["--trunk", "10", "--native", "1"]);
+    let (a10, a10tap) = lab.add_guest("a10", &["--vlan", "10"], None);
+    let lanmac = mac_of(&lan.lan_ns, "eth0");
+    let payload = b"a tagged frame from the LAN, through the uplink";
+
+    // Tagged 10 from the LAN (the kernel strips the tag before the switch's socket sees
+    // it): it reaches the VLAN 10 guest only.
+    let l10 = listen_raw(&a10, &a10tap, 0x88b5, 2.5);
+    let l1 = listen_raw(&lab.ns(1), &lab.tap(1), 0x88b5, 2.5);
+    send_raw(&lan.lan_ns, "eth0", &[frame([0xff; 6], lanmac, Some(10), 0x88b5, payload)]);
+    assert_eq!(received(l10), vec![(None, frame([0xff; 6], lanmac, None, 0x88b5, payload))]);
+    assert!(received(l1).is_empty(), "VLAN 10 leaked to VLAN 1");
+
+    // From the VLAN 10 guest: tagged 10 on the LAN; from VLAN 1: untagged (native).
+    let a10mac = mac_of(&a10, &a10tap);
+    let g1mac = mac_of(&lab.ns(1), &lab.tap(1));
+    let ll = listen_raw(&lan.lan_ns, "eth0", 0x88b5, 2.5);
+    send_raw(&a10, &a10tap, &[frame([0xff; 6], a10mac, None, 0x88b5, payload)]);
+    send_raw(&lab.ns(1), &lab.tap(1), &[frame([0xff; 6], g1mac, None, 0x88b5, payload)]);
+    let got = received(ll);
+    assert!(got.contains(&(Some(10), frame([0xff; 6], a10mac, None, 0x88b5, payload))), "{got:?}");
+    assert!(got.contains(&(None, frame([0xff; 6], g1mac, None, 0x88b5, payload))), "{got:?}");
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn an_uplink_that_does_not_exist_is_refused_with_what_to_do() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("uplx", &["--guests", "1"]);
+    let o = sluice(&["port", "add", "nosuchif0", "--type", "uplink", "--switch", &lab.name]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no network interface \"nosuchif0\"") && err.contains("--netns"), "{err}");
+}
