@@ -35,6 +35,12 @@ pub struct PortAddArgs {
     /// software and completes checksums.
     #[arg(long)]
     pub no_offload: bool,
+    /// Isolate the port: it exchanges frames with uplinks only, never other guests.
+    #[arg(long)]
+    pub isolated: bool,
+    /// Anti-spoofing: drop (and count) frames from any other source MAC address.
+    #[arg(long, value_name = "MAC")]
+    pub mac: Option<String>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -176,6 +182,8 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         vlan: a.vlan,
         trunk: a.trunk,
         native: a.native,
+        isolated: a.isolated,
+        mac: a.mac,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;

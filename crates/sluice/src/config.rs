@@ -82,6 +82,12 @@ pub struct PortSpec {
     /// Native VLAN of a trunk: its frames cross untagged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native: Option<u16>,
+    /// Isolated: the port exchanges frames with uplinks only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolated: bool,
+    /// Anti-spoofing: the only source MAC address the port may send from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 fn yes() -> bool {
@@ -104,12 +110,37 @@ impl PortSpec {
             vlan: None,
             trunk: None,
             native: None,
+            isolated: false,
+            mac: None,
         }
+    }
+
+    /// The port's security settings, checked.
+    pub fn policy(&self) -> Result<sluice_switch::PortPolicy, String> {
+        let mac = match &self.mac {
+            None => None,
+            Some(m) => Some(m.parse::<MacAddr>().map_err(|_| {
+                format!("port {:?}: mac {m:?} is not a MAC address; write it as 02:00:00:00:00:01", self.name)
+            })?),
+        };
+        if let Some(m) = mac
+            && (m.is_multicast() || m.0 == [0; 6])
+        {
+            return Err(format!("port {:?}: mac {m} is not a station address (group or all-zero)", self.name));
+        }
+        if self.isolated && self.kind == PortKind::Uplink {
+            return Err(format!(
+                "port {:?}: an uplink cannot be isolated (isolated ports talk only to uplinks)",
+                self.name
+            ));
+        }
+        Ok(sluice_switch::PortPolicy { uplink: self.kind == PortKind::Uplink, isolated: self.isolated, mac })
     }
 
     /// Checks the description and returns its VLAN membership.
     pub fn validate(&self) -> Result<VlanMode, String> {
         crate::sys::tun::check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        self.policy()?;
         if let Some(m) = self.mtu
             && !sluice_switch::switch_mtu_range().contains(&m)
         {

@@ -136,3 +136,43 @@ fn an_uplink_that_does_not_exist_is_refused_with_what_to_do() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no network interface \"nosuchif0\"") && err.contains("--netns"), "{err}");
 }
+
+#[test]
+fn an_isolated_guest_reaches_the_lan_but_no_other_guest() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::up("upli", &["--guests", "1"]);
+    let lan = Lan::new(&lab);
+    lan.attach(&lab, &[]);
+    let (iso, _) = lab.add_guest("iso", &["--isolated"], Some("10.77.0.11"));
+    ns_ok(&iso, "ping -c 2 -W 2 10.77.0.200");
+    ns_ok(&lan.lan_ns, "ping -c 2 -W 2 10.77.0.11");
+    assert!(!ns_sh(&iso, &format!("ping -c 2 -W 1 {}", lab.ip4(1))).status.success(), "isolated guest reached g1");
+    assert!(!ns_sh(&lab.ns(1), "ping -c 2 -W 1 10.77.0.11").status.success(), "g1 reached the isolated guest");
+    ns_ok(&lab.ns(1), "ping -c 2 -W 2 10.77.0.200");
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn a_guest_forging_a_mac_is_dropped_and_counted() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::up("uplm", &["--guests", "1"]);
+    let (sp, tap) = lab.add_guest("sp", &["--mac", "02:00:00:00:00:55"], Some("10.77.0.12"));
+    ns_ok(&sp, &format!("ip link set dev {tap} address 02:00:00:00:00:55"));
+    ns_ok(&sp, &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
+    // (Frames the TAP sent with its first, random address before it took the allowed one
+    // were already dropped.)
+    let before = lab.port(&tap)["counters"]["rx_drops"]["spoofed_mac"].as_u64().unwrap();
+    // The guest takes another address: its frames no longer pass.
+    ns_ok(&sp, &format!("ip link set dev {tap} address 02:00:00:00:00:66 && ip neigh flush dev {tap}"));
+    assert!(!ns_sh(&sp, &format!("ping -c 2 -W 1 {}", lab.ip4(1))).status.success(), "forged MAC passed");
+    let dropped = lab.port(&tap)["counters"]["rx_drops"]["spoofed_mac"].as_u64().unwrap();
+    assert!(dropped >= before + 2, "forged frames counted: {before} → {dropped}");
+    assert_conserved(&lab.stats());
+    let o = sluice(&["port", "add", "bad0", "--mac", "zz", "--switch", &lab.name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not a MAC address"), "{err}");
+}

@@ -37,11 +37,15 @@ pub enum DropCause {
     SamePort,
     /// The output's device refused the frame with an error.
     TxError,
+    /// Between an isolated port and a port other than an uplink.
+    Isolated,
+    /// The source MAC address is not the one the port is allowed (anti-spoofing).
+    SpoofedMac,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 7] = [
+    pub const ALL: [DropCause; 9] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -49,6 +53,8 @@ impl DropCause {
         DropCause::UnknownPort,
         DropCause::SamePort,
         DropCause::TxError,
+        DropCause::Isolated,
+        DropCause::SpoofedMac,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -61,6 +67,8 @@ impl DropCause {
             DropCause::UnknownPort => "unknown_port",
             DropCause::SamePort => "same_port",
             DropCause::TxError => "tx_error",
+            DropCause::Isolated => "isolated",
+            DropCause::SpoofedMac => "spoofed_mac",
         }
     }
 }
@@ -82,6 +90,12 @@ pub struct DropCounts {
     pub same_port: u64,
     /// See [`DropCause::TxError`].
     pub tx_error: u64,
+    /// See [`DropCause::Isolated`].
+    #[serde(default)]
+    pub isolated: u64,
+    /// See [`DropCause::SpoofedMac`].
+    #[serde(default)]
+    pub spoofed_mac: u64,
 }
 
 impl DropCounts {
@@ -100,6 +114,8 @@ impl DropCounts {
             DropCause::UnknownPort => self.unknown_port,
             DropCause::SamePort => self.same_port,
             DropCause::TxError => self.tx_error,
+            DropCause::Isolated => self.isolated,
+            DropCause::SpoofedMac => self.spoofed_mac,
         }
     }
 
@@ -112,6 +128,8 @@ impl DropCounts {
             DropCause::UnknownPort => &mut self.unknown_port,
             DropCause::SamePort => &mut self.same_port,
             DropCause::TxError => &mut self.tx_error,
+            DropCause::Isolated => &mut self.isolated,
+            DropCause::SpoofedMac => &mut self.spoofed_mac,
         }
     }
 

@@ -29,7 +29,7 @@ pub mod vlan;
 pub use counters::{DropCause, PortCounters};
 pub use fib::{Fib, FibEntry};
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
-pub use switch::{Interest, PortConfig, PortId, PortInfo, Switch, SwitchConfig, SwitchError};
+pub use switch::{Interest, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError};
 pub use vlan::VlanMode;
 
 /// The MTUs a switch or port may have.

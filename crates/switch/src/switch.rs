@@ -59,6 +59,27 @@ pub struct PortConfig {
     pub vlan: VlanMode,
     /// MTU; the switch's when `None`.
     pub mtu: Option<u16>,
+    /// Security settings.
+    pub policy: PortPolicy,
+}
+
+/// What a port may do, beyond its VLANs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortPolicy {
+    /// The port leads to the LAN: isolated ports may still exchange frames with it.
+    pub uplink: bool,
+    /// The port exchanges frames with uplinks only (the reference switch's port isolation).
+    pub isolated: bool,
+    /// The only source MAC address the port may send from; frames from any other are
+    /// dropped and counted (`spoofed_mac`). Any address when `None`.
+    pub mac: Option<MacAddr>,
+}
+
+impl PortPolicy {
+    /// Isolation allows frames between ports with these policies.
+    fn may_talk(&self, other: &PortPolicy) -> bool {
+        (!self.isolated && !other.isolated) || self.uplink || other.uplink
+    }
 }
 
 /// Read/write readiness the switch wants from a port's device.
@@ -120,6 +141,7 @@ struct PortSlot {
     caps: PortCaps,
     vlan: VlanMode,
     mtu: u16,
+    policy: PortPolicy,
     counters: PortCounters,
     queue: FrameQueue,
     /// Segments of the queue's head frame already sent (software segmentation resumed
@@ -234,6 +256,7 @@ impl Switch {
             caps,
             vlan: cfg.vlan,
             mtu,
+            policy: cfg.policy,
             counters: PortCounters::default(),
             queue: FrameQueue::new(self.cfg.queue_len),
             seg_done: 0,
@@ -464,6 +487,12 @@ impl Switch {
             return;
         };
         let src = MacAddr(buf[meta.start as usize + 6..meta.start as usize + 12].try_into().unwrap_or_default());
+        if slot.policy.mac.is_some_and(|m| m != src) {
+            // Before learning: a forged address must not move the real owner's entry.
+            slot.counters.rx_drops.add(DropCause::SpoofedMac);
+            self.pool.release(fid);
+            return;
+        }
         *self.pool.meta_mut(fid) = meta;
         self.fib.learn(meta.vlan, src, id, now_ms);
         if let Placement::Held = self.forward(id, fid, now_ms) {
@@ -542,6 +571,7 @@ impl Switch {
     /// Fills `self.dests` with the outputs of a frame to `dst` on `vlan` from `from`.
     fn destinations(&mut self, from: PortId, vlan: u16, dst: MacAddr, now_ms: u64) -> Decision {
         self.dests.clear();
+        let policy = self.slot(from).map(|s| s.policy).unwrap_or_default();
         if !dst.is_multicast()
             && let Some(p) = self.fib.lookup(vlan, dst, now_ms)
         {
@@ -552,6 +582,7 @@ impl Switch {
                 None => Decision::Drop(DropCause::UnknownPort),
                 Some(s) if s.failed.is_some() => Decision::Drop(DropCause::UnknownPort),
                 Some(s) if !s.vlan.is_member(vlan) => Decision::Drop(DropCause::VlanFilter),
+                Some(s) if !policy.may_talk(&s.policy) => Decision::Drop(DropCause::Isolated),
                 Some(_) => {
                     self.dests.push(p);
                     Decision::Unicast
@@ -563,6 +594,7 @@ impl Switch {
                 && i as PortId != from
                 && s.failed.is_none()
                 && s.vlan.is_member(vlan)
+                && policy.may_talk(&s.policy)
             {
                 self.dests.push(i as PortId);
             }

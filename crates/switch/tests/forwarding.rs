@@ -340,7 +340,7 @@ fn removing_a_port_forgets_it_and_releases_its_frames() {
     assert_eq!(p[1].1.take_sent().len(), 2, "unknown again: flooded to the remaining port");
     assert!(
         sw.add_port(
-            sluice_switch::PortConfig { name: "p1".into(), vlan: access(1), mtu: None },
+            sluice_switch::PortConfig { name: "p1".into(), vlan: access(1), mtu: None, policy: Default::default() },
             Box::new(sluice_switch::mem::mem_port(OFFLOAD).0)
         )
         .is_err()
@@ -365,5 +365,54 @@ fn a_port_whose_device_vanishes_is_failed_and_the_rest_keep_forwarding() {
     send(&mut sw, p[0].0, &p[0].1, &eth(mac(2), mac(1), 0x0800, 60), 4);
     assert_eq!(p[1].1.take_sent().len(), 2 + 1, "ARP of p3, the broadcast and the unicast");
     assert!(!sw.on_readable(p[2].0, 5), "a failed port is not read");
+    assert_conserved(&sw);
+}
+
+#[test]
+fn an_isolated_port_reaches_the_uplink_only() {
+    use sluice_switch::PortPolicy;
+    let mut sw = Switch::new(cfg()).unwrap();
+    let up = add_with(&mut sw, "up", PortPolicy { uplink: true, ..Default::default() });
+    let iso = add_with(&mut sw, "iso", PortPolicy { isolated: true, ..Default::default() });
+    let other = add_with(&mut sw, "other", PortPolicy::default());
+    // A broadcast from the isolated port floods to the uplink only.
+    send(&mut sw, iso.0, &iso.1, &eth(BCAST, mac(2), 0x0806, 28), 0);
+    assert_eq!(up.1.take_sent().len(), 1);
+    assert!(other.1.take_sent().is_empty(), "isolated port's flood reached a guest");
+    // A broadcast from another guest does not reach the isolated port.
+    send(&mut sw, other.0, &other.1, &eth(BCAST, mac(3), 0x0806, 28), 1);
+    assert_eq!(up.1.take_sent().len(), 1);
+    assert!(iso.1.take_sent().is_empty());
+    // Unicast between them (both learned) is dropped and counted; the uplink still talks
+    // to both.
+    send(&mut sw, other.0, &other.1, &eth(mac(2), mac(3), 0x0800, 50), 2);
+    assert!(iso.1.take_sent().is_empty());
+    assert_eq!(sw.port_info(other.0).unwrap().counters.rx_drops.isolated, 1);
+    send(&mut sw, up.0, &up.1, &eth(mac(2), mac(1), 0x0800, 50), 3);
+    assert_eq!(iso.1.take_sent().len(), 1);
+    send(&mut sw, iso.0, &iso.1, &eth(mac(1), mac(2), 0x0800, 50), 4);
+    assert_eq!(up.1.take_sent().len(), 1);
+    assert_conserved(&sw);
+}
+
+#[test]
+fn a_forged_source_mac_is_dropped_before_it_is_learned() {
+    use sluice_switch::PortPolicy;
+    let mut sw = Switch::new(cfg()).unwrap();
+    let a = add_with(&mut sw, "a", PortPolicy { mac: Some(sluice_wire::MacAddr(mac(1))), ..Default::default() });
+    let b = add_with(&mut sw, "b", PortPolicy::default());
+    // b announces mac(2); a forges mac(2) as its source.
+    send(&mut sw, b.0, &b.1, &eth(BCAST, mac(2), 0x0806, 28), 0);
+    a.1.take_sent();
+    send(&mut sw, a.0, &a.1, &eth(BCAST, mac(2), 0x0806, 28), 1);
+    assert!(b.1.take_sent().is_empty(), "forged frame forwarded");
+    assert_eq!(sw.port_info(a.0).unwrap().counters.rx_drops.spoofed_mac, 1);
+    assert!(
+        sw.fib().entries().iter().any(|e| e.1 == sluice_wire::MacAddr(mac(2)) && e.2.port == b.0),
+        "the real owner keeps its entry"
+    );
+    // Its own address passes.
+    send(&mut sw, a.0, &a.1, &eth(BCAST, mac(1), 0x0806, 28), 2);
+    assert_eq!(b.1.take_sent().len(), 1);
     assert_conserved(&sw);
 }

@@ -111,7 +111,8 @@ impl Datapath {
     pub fn attach(&mut self, spec: PortSpec, a: Attachment) -> Result<PortId> {
         let vlan = spec.validate().map_err(anyhow::Error::msg)?;
         let fd = a.fd;
-        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu }, a.port)?;
+        let policy = spec.policy().map_err(anyhow::Error::msg)?;
+        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu, policy }, a.port)?;
         let interest = self.sw.interest(id);
         if let Err(e) = self.epoll.add(fd, u64::from(id), interest.read, interest.write) {
             let _ = self.sw.remove_port(&spec.name);

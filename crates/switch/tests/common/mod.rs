@@ -95,7 +95,14 @@ pub fn trunk(allowed: &[u16], native: Option<u16>) -> VlanMode {
 /// Adds a memory port named `name`.
 pub fn add(sw: &mut Switch, name: &str, vlan: VlanMode, mtu: Option<u16>, caps: PortCaps) -> (u32, MemHandle) {
     let (p, h) = mem_port(caps);
-    let id = sw.add_port(PortConfig { name: name.into(), vlan, mtu }, Box::new(p)).unwrap();
+    let id = sw.add_port(PortConfig { name: name.into(), vlan, mtu, policy: Default::default() }, Box::new(p)).unwrap();
+    (id, h)
+}
+
+/// Adds a memory port with a security policy.
+pub fn add_with(sw: &mut Switch, name: &str, policy: sluice_switch::PortPolicy) -> (u32, MemHandle) {
+    let (p, h) = mem_port(OFFLOAD);
+    let id = sw.add_port(PortConfig { name: name.into(), vlan: access(1), mtu: None, policy }, Box::new(p)).unwrap();
     (id, h)
 }
 
