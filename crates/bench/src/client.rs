@@ -307,13 +307,7 @@ const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 /// port its `accept` names (or any). Shared by the group's threads; non-blocking, so an
 /// accept can wait with a limit.
 fn back_listener(g: &Group, local: SocketAddr) -> Result<TcpListener, BenchError> {
-    let port = g
-        .transactions
-        .iter()
-        .flat_map(|t| &t.flowops)
-        .filter(|f| f.kind == FlowOpKind::Accept)
-        .find_map(|f| f.conn.port)
-        .unwrap_or(0);
+    let port = g.port_of(FlowOpKind::Accept).unwrap_or(0);
     let l = TcpListener::bind(SocketAddr::new(local.ip(), port)).map_err(|source| BenchError::Io {
         what: format!("opening the listener for accept on {}:{port}", local.ip()),
         source,

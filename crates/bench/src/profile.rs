@@ -106,6 +106,14 @@ pub struct Group {
     pub line: u32,
 }
 
+impl Group {
+    /// The `port=` of the group's first `kind` flowop that names one: for `connect`, the
+    /// server's data port; for `accept`, the client's listening port.
+    pub fn port_of(&self, kind: FlowOpKind) -> Option<u16> {
+        self.transactions.iter().flat_map(|t| &t.flowops).filter(|f| f.kind == kind).find_map(|f| f.conn.port)
+    }
+}
+
 /// One `<transaction>`: its flowops in order, repeated as `repeat` says.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Transaction {

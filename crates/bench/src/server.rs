@@ -169,15 +169,8 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
     let (mut ports, mut addrs) = (Vec::new(), Vec::new());
     for g in &profile.groups {
         let script = Arc::new(derive(g).map_err(|e| e.to_string())?);
-        // A connect's `port=` names the data port; otherwise the server picks one. (An
-        // accept's `port=` is the client's.)
-        let port = g
-            .transactions
-            .iter()
-            .flat_map(|t| &t.flowops)
-            .filter(|f| f.kind == FlowOpKind::Connect)
-            .find_map(|f| f.conn.port)
-            .unwrap_or(0);
+        // A connect's `port=` names the data port; otherwise the server picks one.
+        let port = g.port_of(FlowOpKind::Connect).unwrap_or(0);
         let (stop, counters) = (stop.clone(), counters.clone());
         if script.udp {
             let u = UdpSocket::bind(SocketAddr::new(local.ip(), port))

@@ -36,6 +36,17 @@ fn leftovers(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Starts `sluice study run FILE --out OUT` with stdout and stderr piped.
+fn spawn_study(file: &Path, out: &Path) -> std::process::Child {
+    Command::new(BIN)
+        .args(["study", "run", file.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn cells(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("cells.jsonl"))
         .unwrap_or_default()
@@ -65,13 +76,7 @@ duration = 1
 "#,
     );
     let out = d.join("out");
-    let child = Command::new(BIN)
-        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_study(&f, &out);
     let pid = child.id();
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -157,13 +162,7 @@ duration = 2
 "#,
     );
     let out = d.join("out");
-    let child = Command::new(BIN)
-        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_study(&f, &out);
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(60);
     while cells(&out).is_empty() && Instant::now() < deadline {
@@ -220,11 +219,7 @@ duration = 1
 "#,
     );
     let out = d.join("out");
-    let o = Command::new(BIN)
-        .args(["study", "run", f.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = spawn_study(&f, &out).wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
