@@ -200,10 +200,31 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     run::save_study_file(dir, &sf)?;
     crate::sys::catch_interrupts();
     let t0 = Instant::now();
-    let outcome = run::execute(dir, &sf, run_no, &here)?;
+    let done = run::execute(dir, &sf, run_no, &here)?;
+    if !done.unbuilt.is_empty()
+        && let Some(r) = sf.runs.last_mut()
+    {
+        r.skipped.extend(done.unbuilt.iter().map(|(p, why)| (p.clone(), format!("could not be built at {why}"))));
+        run::save_study_file(dir, &sf)?;
+    }
     let cells = run::load_cells(dir)?;
     let report = report::write_all(dir, &sf, &cells)?;
-    match outcome {
+    match done.outcome {
+        Outcome::Complete if !done.unbuilt.is_empty() => {
+            eprintln!(
+                "finished without {} (could not be built; see the warnings above and the report {}); `sluice study resume {}` tries again",
+                {
+                    let mut names: Vec<&str> = done.unbuilt.iter().map(|(p, _)| p.as_str()).collect();
+                    names.sort_unstable();
+                    names.dedup();
+                    names.join(", ")
+                },
+                report.display(),
+                dir.display()
+            );
+            println!("{}", report.display());
+            Ok(ExitCode::FAILURE)
+        }
         Outcome::Complete => {
             eprintln!("done in {}; report: {}", run::hms(t0.elapsed().as_secs_f64()), report.display());
             println!("{}", report.display());

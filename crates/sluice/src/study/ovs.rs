@@ -53,14 +53,26 @@ impl Ovs {
         let out = cmd.output().with_context(|| format!("cannot run {}", args[0]))?;
         if !out.status.success() {
             bail!(
-                "`{}` failed: {}{} (logs in {})",
+                "`{}` failed: {}{}{}",
                 args.join(" "),
                 String::from_utf8_lossy(&out.stderr).trim(),
                 String::from_utf8_lossy(&out.stdout).trim(),
-                self.dir.display()
+                self.log_tail()
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The last lines of ovs-vswitchd's log, for an error message (the directory goes
+    /// away with the daemons).
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("ovs-vswitchd.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().rev().take(3).collect();
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!("; ovs-vswitchd's log ends: {}", lines.into_iter().rev().collect::<Vec<_>>().join(" | "))
+        }
     }
 
     fn vsctl(&self, args: &[&str]) -> Result<String> {
@@ -118,7 +130,7 @@ impl Ovs {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !taps.iter().all(|t| super::paths::link_exists(ns, t)) {
             if Instant::now() > deadline {
-                bail!("Open vSwitch did not create its TAP ports within 10 s (logs in {})", o.dir.display());
+                bail!("Open vSwitch did not create its TAP ports within 10 s{}", o.log_tail());
             }
             std::thread::sleep(Duration::from_millis(50));
         }

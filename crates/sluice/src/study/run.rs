@@ -115,10 +115,19 @@ pub struct CellRecord {
 
 /// How a run ended.
 pub enum Outcome {
-    /// Every cell has a result.
+    /// Every cell it could run was run.
     Complete,
     /// Stopped by a signal; `cells.jsonl` holds what finished.
     Interrupted,
+}
+
+/// What `execute` reports besides the outcome.
+pub struct Executed {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Paths that could not be built at some MTU, with the error (their cells did not run;
+    /// a resume tries them again).
+    pub unbuilt: Vec<(String, String)>,
 }
 
 /// The cells of a study, in the order they run (see the module doc and the architecture
@@ -247,7 +256,7 @@ pub fn estimate(cells: &[CellKey], duration_s: u32, mtus: usize, npaths: usize) 
 }
 
 /// Runs every cell of `sf` not yet in `dir/cells.jsonl`, as run `run`.
-pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -> Result<Outcome> {
+pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -> Result<Executed> {
     let study = &sf.study;
     let o = &sf.options;
     let done: HashSet<CellKey> = load_cells(dir)?.into_iter().map(|r| r.key).collect();
@@ -255,7 +264,7 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
     let total = todo.len();
     if total == 0 {
         eprintln!("every cell already has a result");
-        return Ok(Outcome::Complete);
+        return Ok(Executed { outcome: Outcome::Complete, unbuilt: vec![] });
     }
     let mtus: HashSet<u16> = todo.iter().map(|c| c.mtu).collect();
     eprintln!(
@@ -293,6 +302,7 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
     let mut ran = 0usize;
     let mut outcome = Outcome::Complete;
     let mut failures = 0usize;
+    let mut unbuilt = Vec::new();
     'mtus: for &mtu in &study.mtus {
         let cells: Vec<&CellKey> = todo.iter().filter(|c| c.mtu == mtu).collect();
         if cells.is_empty() {
@@ -305,10 +315,10 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
             match paths::build(p, &id, i, mtu, o.pin) {
                 Ok(t) => topos.push(t),
                 Err(e) => {
-                    drop(topos);
-                    stop_watch.store(true, Ordering::Relaxed);
-                    let _ = watcher.join();
-                    return Err(e.context(format!("building path {p} at MTU {mtu}")));
+                    eprintln!(
+                        "warning: cannot build {p} at MTU {mtu}: {e:#}; its cells are skipped (a resume tries again)"
+                    );
+                    unbuilt.push(((*p).clone(), format!("MTU {mtu}: {e:#}")));
                 }
             }
         }
@@ -318,7 +328,10 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
                 outcome = Outcome::Interrupted;
                 break 'mtus;
             }
-            let topo = topos.iter().find(|t| t.path == cell.path).expect("built above");
+            let Some(topo) = topos.iter().find(|t| t.path == cell.path) else {
+                ran += 1;
+                continue;
+            };
             let w = study.workloads.iter().find(|w| w.name == cell.workload).expect("planned from the study");
             let elapsed = started.elapsed().as_secs_f64();
             let left = if ran > 0 {
@@ -368,7 +381,7 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
     if failures > 0 && matches!(outcome, Outcome::Complete) {
         eprintln!("{failures} cell(s) failed; `sluice study resume {}` runs them again", dir.display());
     }
-    Ok(outcome)
+    Ok(Executed { outcome, unbuilt })
 }
 
 /// One line of what a cell measured.
