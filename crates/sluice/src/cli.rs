@@ -41,6 +41,10 @@ pub struct PortAddArgs {
     /// Anti-spoofing: drop (and count) frames from any other source MAC address.
     #[arg(long, value_name = "MAC")]
     pub mac: Option<String>,
+    /// Anti-spoofing: the only source IP addresses the port's packets and ARP may carry,
+    /// e.g. 10.0.0.5,fd00::5 (0.0.0.0 and :: always pass, for DHCP and DAD).
+    #[arg(long = "ip", value_name = "ADDR,…", value_delimiter = ',')]
+    pub ips: Vec<String>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -184,6 +188,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         native: a.native,
         isolated: a.isolated,
         mac: a.mac,
+        ips: a.ips,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;

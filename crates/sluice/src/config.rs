@@ -88,6 +88,9 @@ pub struct PortSpec {
     /// Anti-spoofing: the only source MAC address the port may send from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
+    /// Anti-spoofing: the only source IP addresses the port's IP packets and ARP may carry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -112,6 +115,7 @@ impl PortSpec {
             native: None,
             isolated: false,
             mac: None,
+            ips: Vec::new(),
         }
     }
 
@@ -134,7 +138,16 @@ impl PortSpec {
                 self.name
             ));
         }
-        Ok(sluice_switch::PortPolicy { uplink: self.kind == PortKind::Uplink, isolated: self.isolated, mac })
+        let ips = self
+            .ips
+            .iter()
+            .map(|a| {
+                a.parse::<std::net::IpAddr>().map_err(|_| {
+                    format!("port {:?}: ips: {a:?} is not an IPv4 or IPv6 address (no prefix length)", self.name)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(sluice_switch::PortPolicy { uplink: self.kind == PortKind::Uplink, isolated: self.isolated, mac, ips })
     }
 
     /// Checks the description and returns its VLAN membership.

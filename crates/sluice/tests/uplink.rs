@@ -176,3 +176,26 @@ fn a_guest_forging_a_mac_is_dropped_and_counted() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not a MAC address"), "{err}");
 }
+
+#[test]
+fn a_guest_forging_an_ip_address_is_dropped_and_counted() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::up("upla", &["--guests", "1"]);
+    let (g, tap) = lab.add_guest("ip", &["--ip", "10.77.0.13"], Some("10.77.0.13"));
+    ns_ok(&g, &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
+    let before = lab.port(&tap)["counters"]["rx_drops"]["spoofed_ip"].as_u64().unwrap();
+    ns_ok(&g, &format!("ip addr add 10.77.0.14/24 dev {tap}"));
+    assert!(
+        !ns_sh(&g, &format!("ping -c 2 -W 1 -I 10.77.0.14 {}", lab.ip4(1))).status.success(),
+        "a packet from an address the port is not allowed passed"
+    );
+    let after = lab.port(&tap)["counters"]["rx_drops"]["spoofed_ip"].as_u64().unwrap();
+    assert!(after >= before + 2, "forged packets counted: {before} → {after}");
+    ns_ok(&g, &format!("ping -c 1 -W 2 -I 10.77.0.13 {}", lab.ip4(1)));
+    assert_conserved(&lab.stats());
+    let o = sluice(&["port", "add", "bad1", "--ip", "10.0.0.1/24", "--switch", &lab.name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not an IPv4 or IPv6 address"), "{err}");
+}

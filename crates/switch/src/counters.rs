@@ -41,11 +41,13 @@ pub enum DropCause {
     Isolated,
     /// The source MAC address is not the one the port is allowed (anti-spoofing).
     SpoofedMac,
+    /// The source IP address (or ARP sender address) is not one the port is allowed.
+    SpoofedIp,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 9] = [
+    pub const ALL: [DropCause; 10] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -55,6 +57,7 @@ impl DropCause {
         DropCause::TxError,
         DropCause::Isolated,
         DropCause::SpoofedMac,
+        DropCause::SpoofedIp,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -69,6 +72,7 @@ impl DropCause {
             DropCause::TxError => "tx_error",
             DropCause::Isolated => "isolated",
             DropCause::SpoofedMac => "spoofed_mac",
+            DropCause::SpoofedIp => "spoofed_ip",
         }
     }
 }
@@ -96,6 +100,9 @@ pub struct DropCounts {
     /// See [`DropCause::SpoofedMac`].
     #[serde(default)]
     pub spoofed_mac: u64,
+    /// See [`DropCause::SpoofedIp`].
+    #[serde(default)]
+    pub spoofed_ip: u64,
 }
 
 impl DropCounts {
@@ -116,6 +123,7 @@ impl DropCounts {
             DropCause::TxError => self.tx_error,
             DropCause::Isolated => self.isolated,
             DropCause::SpoofedMac => self.spoofed_mac,
+            DropCause::SpoofedIp => self.spoofed_ip,
         }
     }
 
@@ -130,6 +138,7 @@ impl DropCounts {
             DropCause::TxError => &mut self.tx_error,
             DropCause::Isolated => &mut self.isolated,
             DropCause::SpoofedMac => &mut self.spoofed_mac,
+            DropCause::SpoofedIp => &mut self.spoofed_ip,
         }
     }
 

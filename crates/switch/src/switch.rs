@@ -64,7 +64,7 @@ pub struct PortConfig {
 }
 
 /// What a port may do, beyond its VLANs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortPolicy {
     /// The port leads to the LAN: isolated ports may still exchange frames with it.
     pub uplink: bool,
@@ -73,13 +73,44 @@ pub struct PortPolicy {
     /// The only source MAC address the port may send from; frames from any other are
     /// dropped and counted (`spoofed_mac`). Any address when `None`.
     pub mac: Option<MacAddr>,
+    /// The only source IP addresses the port's IPv4 and IPv6 packets (and ARP sender
+    /// addresses) may carry, besides the unspecified 0.0.0.0 and `::` (DHCP, duplicate
+    /// address detection); others are dropped and counted (`spoofed_ip`). Any address
+    /// when empty. Non-IP frames are not affected.
+    pub ips: Vec<std::net::IpAddr>,
 }
 
 impl PortPolicy {
-    /// Isolation allows frames between ports with these policies.
-    fn may_talk(&self, other: &PortPolicy) -> bool {
-        (!self.isolated && !other.isolated) || self.uplink || other.uplink
+    /// The frame (untagged, from its Ethernet header) carries a source IP address the
+    /// port may use, or none at all.
+    fn allows_source_ip(&self, frame: &[u8]) -> bool {
+        if self.ips.is_empty() {
+            return true;
+        }
+        let ethertype = frame.get(12..14).map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
+        let src: std::net::IpAddr = match ethertype {
+            0x0800 => match frame.get(26..30) {
+                Some(a) => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(),
+                None => return false,
+            },
+            // ARP for IPv4 over Ethernet: the sender protocol address.
+            0x0806 => match frame.get(28..32) {
+                Some(a) => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(),
+                None => return false,
+            },
+            0x86dd => match frame.get(22..38).and_then(|a| <[u8; 16]>::try_from(a).ok()) {
+                Some(a) => std::net::Ipv6Addr::from(a).into(),
+                None => return false,
+            },
+            _ => return true,
+        };
+        src.is_unspecified() || self.ips.contains(&src)
     }
+}
+
+/// Isolation between ports whose (isolated, uplink) flags are `a` and `b`.
+fn may_talk(a: (bool, bool), b: (bool, bool)) -> bool {
+    (!a.0 && !b.0) || a.1 || b.1
 }
 
 /// Read/write readiness the switch wants from a port's device.
@@ -493,6 +524,12 @@ impl Switch {
             self.pool.release(fid);
             return;
         }
+        let frame = &buf[meta.start as usize..(meta.start + meta.len) as usize];
+        if !slot.policy.allows_source_ip(frame) {
+            slot.counters.rx_drops.add(DropCause::SpoofedIp);
+            self.pool.release(fid);
+            return;
+        }
         *self.pool.meta_mut(fid) = meta;
         self.fib.learn(meta.vlan, src, id, now_ms);
         if let Placement::Held = self.forward(id, fid, now_ms) {
@@ -571,7 +608,7 @@ impl Switch {
     /// Fills `self.dests` with the outputs of a frame to `dst` on `vlan` from `from`.
     fn destinations(&mut self, from: PortId, vlan: u16, dst: MacAddr, now_ms: u64) -> Decision {
         self.dests.clear();
-        let policy = self.slot(from).map(|s| s.policy).unwrap_or_default();
+        let me = self.slot(from).map_or((false, false), |s| (s.policy.isolated, s.policy.uplink));
         if !dst.is_multicast()
             && let Some(p) = self.fib.lookup(vlan, dst, now_ms)
         {
@@ -582,7 +619,7 @@ impl Switch {
                 None => Decision::Drop(DropCause::UnknownPort),
                 Some(s) if s.failed.is_some() => Decision::Drop(DropCause::UnknownPort),
                 Some(s) if !s.vlan.is_member(vlan) => Decision::Drop(DropCause::VlanFilter),
-                Some(s) if !policy.may_talk(&s.policy) => Decision::Drop(DropCause::Isolated),
+                Some(s) if !may_talk(me, (s.policy.isolated, s.policy.uplink)) => Decision::Drop(DropCause::Isolated),
                 Some(_) => {
                     self.dests.push(p);
                     Decision::Unicast
@@ -594,7 +631,7 @@ impl Switch {
                 && i as PortId != from
                 && s.failed.is_none()
                 && s.vlan.is_member(vlan)
-                && policy.may_talk(&s.policy)
+                && may_talk(me, (s.policy.isolated, s.policy.uplink))
             {
                 self.dests.push(i as PortId);
             }

@@ -416,3 +416,40 @@ fn a_forged_source_mac_is_dropped_before_it_is_learned() {
     assert_eq!(b.1.take_sent().len(), 1);
     assert_conserved(&sw);
 }
+
+#[test]
+fn source_ips_outside_the_ports_list_are_dropped() {
+    use sluice_switch::PortPolicy;
+    let mut sw = Switch::new(cfg()).unwrap();
+    let ips = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+    let a = add_with(&mut sw, "a", PortPolicy { ips, ..Default::default() });
+    let b = add_with(&mut sw, "b", PortPolicy::default());
+    let with = |ethertype: u16, at: usize, addr: &[u8]| {
+        let mut f = eth(BCAST, mac(1), ethertype, 60);
+        f[at..at + addr.len()].copy_from_slice(addr);
+        f
+    };
+    let mut fd00_1 = [0u8; 16];
+    fd00_1[0] = 0xfd;
+    fd00_1[15] = 1;
+    let mut fd00_2 = fd00_1;
+    fd00_2[15] = 2;
+    let cases: [(Vec<u8>, bool); 8] = [
+        (with(0x0800, 26, &[10, 0, 0, 1]), true),
+        (with(0x0800, 26, &[10, 0, 0, 2]), false),
+        (with(0x0800, 26, &[0, 0, 0, 0]), true),
+        (with(0x0806, 28, &[10, 0, 0, 1]), true),
+        (with(0x0806, 28, &[10, 0, 0, 9]), false),
+        (with(0x86dd, 22, &fd00_1), true),
+        (with(0x86dd, 22, &fd00_2), false),
+        (eth(BCAST, mac(1), 0x88b5, 60), true),
+    ];
+    let mut dropped = 0;
+    for (i, (f, pass)) in cases.iter().enumerate() {
+        send(&mut sw, a.0, &a.1, f, i as u64);
+        assert_eq!(b.1.take_sent().len(), usize::from(*pass), "case {i}");
+        dropped += u64::from(!pass);
+    }
+    assert_eq!(sw.port_info(a.0).unwrap().counters.rx_drops.spoofed_ip, dropped);
+    assert_conserved(&sw);
+}
