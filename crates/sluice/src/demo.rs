@@ -49,6 +49,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         lossless: false,
         poll: false,
         no_offload: false,
+        lan: false,
         json: false,
     })?;
     print!("{}", lab::render(&s));

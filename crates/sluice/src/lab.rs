@@ -82,6 +82,10 @@ pub struct UpArgs {
     /// Turn offloads off on the guests' ports (software segmentation).
     #[arg(long)]
     pub no_offload: bool,
+    /// Add a LAN: an external host `lan` (10.77.0.200, fd77::c8) in a namespace of its
+    /// own, reached through the switch's uplink port (a veth end opened with AF_PACKET).
+    #[arg(long)]
+    pub lan: bool,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -121,8 +125,11 @@ pub struct LabState {
     pub switch_pid: Option<u32>,
     /// MTU.
     pub mtu: u16,
-    /// Guests.
+    /// Guests (with `--lan`, the external host `lan` last; its "TAP" is the uplink port).
     pub guests: Vec<Guest>,
+    /// Other namespaces the lab created (the uplink's side of the LAN), removed by `down`.
+    #[serde(default)]
+    pub extra_netns: Vec<String>,
 }
 
 fn state_path(name: &str) -> PathBuf {
@@ -236,7 +243,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
 pub fn render(s: &LabState) -> String {
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::NOTHING);
-    t.set_header(["GUEST", "NAMESPACE", "TAP", "IPV4", "IPV6"]);
+    t.set_header(["GUEST", "NAMESPACE", "PORT", "IPV4", "IPV6"]);
     for g in &s.guests {
         t.add_row([&g.guest, &g.netns, &g.tap, &g.ipv4, &g.ipv6]);
     }
@@ -303,6 +310,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         switch_pid: None,
         mtu: a.mtu,
         guests: Vec::new(),
+        extra_netns: Vec::new(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -360,6 +368,60 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
+    if a.lan {
+        add_lan(s, &mut client, a.mtu)?;
+    }
+    Ok(())
+}
+
+/// The external host `lan` behind the uplink: namespace `sluice-LAB-lan` with `eth0`,
+/// whose veth peer `LAB-up` sits in namespace `sluice-LAB-up` and is the switch's uplink.
+fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16) -> Result<()> {
+    let (up_ns, lan_ns, port) =
+        (format!("sluice-{}-up", s.name), format!("sluice-{}-lan", s.name), format!("{}-up", s.name));
+    for ns in [&up_ns, &lan_ns] {
+        if netns::exists(ns) {
+            bail!("network namespace {ns} already exists and is not this lab's; remove it or pick another lab --name");
+        }
+    }
+    s.extra_netns.push(up_ns.clone());
+    s.save()?;
+    sh(&["ip", "netns", "add", &up_ns])?;
+    let g = Guest {
+        guest: "lan".into(),
+        netns: lan_ns.clone(),
+        tap: port.clone(),
+        ipv4: "10.77.0.200/24".into(),
+        ipv6: "fd77::c8/64".into(),
+        created_netns: true,
+        added_port: false,
+    };
+    s.guests.push(g.clone());
+    s.save()?;
+    sh(&["ip", "netns", "add", &lan_ns])?;
+    netns::run_in(Some(&lan_ns), || {
+        for k in ["default", "all"] {
+            fs::write(format!("/proc/sys/net/ipv6/conf/{k}/accept_dad"), "0")?;
+        }
+        Ok(())
+    })?;
+    let m = mtu.to_string();
+    sh(&[
+        "ip", "-n", &up_ns, "link", "add", &port, "mtu", &m, "type", "veth", "peer", "name", "eth0", "mtu", &m,
+        "netns", &lan_ns,
+    ])?;
+    sh(&["ip", "-n", &up_ns, "link", "set", &port, "up"])?;
+    sh(&["ip", "-n", &lan_ns, "link", "set", "lo", "up"])?;
+    sh(&["ip", "-n", &lan_ns, "link", "set", "eth0", "up"])?;
+    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv4, "dev", "eth0"])?;
+    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv6, "dev", "eth0", "nodad"])?;
+    let idx = s.guests.len() - 1;
+    s.guests[idx].added_port = true;
+    s.save()?;
+    let mut spec = PortSpec::tap(&port);
+    spec.kind = crate::config::PortKind::Uplink;
+    spec.netns = Some(up_ns);
+    client.call_value(&Request::PortAdd { port: spec })?;
     Ok(())
 }
 
@@ -427,6 +489,13 @@ pub fn down(name: &str) -> Result<()> {
         if g.created_netns
             && netns::exists(&g.netns)
             && let Err(e) = sh(&["ip", "netns", "del", &g.netns])
+        {
+            problems.push(e.to_string());
+        }
+    }
+    for ns in s.extra_netns.iter().rev() {
+        if netns::exists(ns)
+            && let Err(e) = sh(&["ip", "netns", "del", ns])
         {
             problems.push(e.to_string());
         }

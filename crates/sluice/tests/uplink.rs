@@ -199,3 +199,24 @@ fn a_guest_forging_an_ip_address_is_dropped_and_counted() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not an IPv4 or IPv6 address"), "{err}");
 }
+
+#[test]
+fn lab_up_with_a_lan_builds_the_external_host_and_down_removes_it() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("lanl", &["--guests", "2", "--lan"]);
+    let lan = &lab.state["guests"][2];
+    assert_eq!(lan["guest"], "lan", "{}", lab.state);
+    let lan_ns = lan["netns"].as_str().unwrap().to_string();
+    let up_ns = format!("sluice-{}-up", lab.name);
+    assert_eq!(lab.port(lan["tap"].as_str().unwrap())["kind"], "uplink");
+    ns_ok(&lab.ns(1), "ping -c 1 -W 2 10.77.0.200");
+    ns_ok(&lan_ns, &format!("ping -6 -c 1 -W 2 {}", lab.ip6(2)));
+    let out = sluice_ok(&["lab", "exec", "lan", "--name", &lab.name, "--", "ip", "-br", "addr", "show", "eth0"]);
+    assert!(out.contains("10.77.0.200/24"), "{out}");
+    sluice_ok(&["lab", "down", "--name", &lab.name]);
+    for ns in [&lan_ns, &up_ns] {
+        assert!(!std::path::Path::new(&format!("/run/netns/{ns}")).exists(), "{ns} left behind");
+    }
+}

@@ -210,6 +210,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 lossless: path == "sluice-l2-lossless",
                 poll: false,
                 no_offload: false,
+                lan: false,
                 json: false,
             })?;
             t.lab = Some(name);
