@@ -1,48 +1,37 @@
-//! The uplink port: guests and a host on the "LAN" (a namespace behind a veth pair whose
-//! other end the switch opens with AF_PACKET) reach each other over IPv4 and IPv6; a
+//! The uplink port, through `sluice lab up --lan`: guests and a host on the "LAN" (a
+//! namespace behind a veth pair whose other end the switch opens with AF_PACKET) reach each other over IPv4 and IPv6; a
 //! 100 MB transfer arrives intact with offloads on (GSO frames whole) and off (cut in
 //! software); VLAN tags the kernel strips on the uplink are restored, and guests' frames
 //! leave on it tagged.
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 
-/// The LAN: namespace `…-lan` with the external host (10.77.0.200, fd77::c8) on `eth0`,
-/// and namespace `…-up` holding `up0`, the veth end the switch opens. Removed on drop.
+/// The LAN side of a lab made with `--lan`: the external host's namespace (10.77.0.200,
+/// fd77::c8 on `eth0`), and the uplink port with the namespace its interface is in. The
+/// lab removes them.
 struct Lan {
-    up_ns: String,
     lan_ns: String,
+    up_ns: String,
+    port: String,
 }
 
 impl Lan {
-    fn new(lab: &Lab) -> Lan {
-        let (up_ns, lan_ns) = (format!("sluice-{}-up", lab.name), format!("sluice-{}-lan", lab.name));
-        let l = Lan { up_ns, lan_ns };
-        sh_ok(&format!("ip netns add {}", l.up_ns));
-        sh_ok(&format!("ip netns add {}", l.lan_ns));
-        sh_ok(&format!("ip -n {} link add up0 type veth peer name eth0 netns {}", l.up_ns, l.lan_ns));
-        sh_ok(&format!("ip -n {} link set up0 up", l.up_ns));
-        ns_ok(&l.lan_ns, "sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0");
-        ns_ok(&l.lan_ns, "ip link set lo up && ip link set eth0 up");
-        ns_ok(&l.lan_ns, "ip addr add 10.77.0.200/24 dev eth0 && ip addr add fd77::c8/64 dev eth0 nodad");
-        l
+    fn of(lab: &Lab) -> Lan {
+        Lan {
+            lan_ns: format!("sluice-{}-lan", lab.name),
+            up_ns: format!("sluice-{}-up", lab.name),
+            port: format!("{}-up", lab.name),
+        }
     }
 
-    fn attach(&self, lab: &Lab, extra: &[&str]) {
-        let mut a = vec!["port", "add", "up0", "--type", "uplink", "--netns", &self.up_ns, "--switch", &lab.name];
+    /// Attaches the uplink again with other settings.
+    fn reattach(&self, lab: &Lab, extra: &[&str]) {
+        sluice_ok(&["port", "del", &self.port, "--switch", &lab.name]);
+        let mut a = vec!["port", "add", &self.port, "--type", "uplink", "--netns", &self.up_ns, "--switch", &lab.name];
         a.extend_from_slice(extra);
         sluice_ok(&a);
-    }
-}
-
-impl Drop for Lan {
-    fn drop(&mut self) {
-        for ns in [&self.lan_ns, &self.up_ns] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
     }
 }
 
@@ -65,9 +54,8 @@ fn guests_and_the_lan_reach_each_other_and_transfers_arrive_intact() {
     if !root() {
         return;
     }
-    let lab = Lab::up("upl", &["--guests", "2"]);
-    let lan = Lan::new(&lab);
-    lan.attach(&lab, &[]);
+    let lab = Lab::up("upl", &["--guests", "2", "--lan"]);
+    let lan = Lan::of(&lab);
     ns_ok(&lab.ns(1), "ping -c 2 -W 2 10.77.0.200");
     ns_ok(&lab.ns(2), "ping -6 -c 2 -W 2 fd77::c8");
     ns_ok(&lan.lan_ns, &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
@@ -75,19 +63,21 @@ fn guests_and_the_lan_reach_each_other_and_transfers_arrive_intact() {
 
     sluice_ok(&["stats", "reset", "--switch", &lab.name]);
     transfer_100mb(&lab, &lan, 5001);
-    let up = lab.port("up0");
+    let up = lab.port(&lan.port);
     assert_eq!(up["kind"], "uplink", "{up}");
     assert!(up["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames left whole on the uplink: {up}");
     assert_eq!(up["counters"]["tx_segmented"], 0, "{up}");
     assert_conserved(&lab.stats());
 
     // Offloads off on the uplink: the switch cuts the guest's GSO frames itself.
-    sluice_ok(&["port", "del", "up0", "--switch", &lab.name]);
-    assert!(ns_sh(&lan.up_ns, "ip link show up0").status.success(), "deleting the port leaves the interface");
-    lan.attach(&lab, &["--no-offload"]);
+    lan.reattach(&lab, &["--no-offload"]);
+    assert!(
+        ns_sh(&lan.up_ns, &format!("ip link show {}", lan.port)).status.success(),
+        "deleting the port left the interface"
+    );
     sluice_ok(&["stats", "reset", "--switch", &lab.name]);
     transfer_100mb(&lab, &lan, 5002);
-    let up = lab.port("up0");
+    let up = lab.port(&lan.port);
     assert!(up["counters"]["tx_segmented"].as_u64().unwrap() > 0, "segmented in software: {up}");
     assert_eq!(up["counters"]["tx_gso"], 0, "{up}");
     assert_conserved(&lab.stats());
@@ -98,9 +88,9 @@ fn vlan_tags_cross_the_uplink_both_ways() {
     if !root() {
         return;
     }
-    let mut lab = Lab::up("uplv", &["--guests", "1"]); // g1: access VLAN 1
-    let lan = Lan::new(&lab);
-    lan.attach(&lab, &["--trunk", "10", "--native", "1"]);
+    let mut lab = Lab::up("uplv", &["--guests", "1", "--lan"]); // g1: access VLAN 1
+    let lan = Lan::of(&lab);
+    lan.reattach(&lab, &["--trunk", "10", "--native", "1"]);
     let (a10, a10tap) = lab.add_guest("a10", &["--vlan", "10"], None);
     let lanmac = mac_of(&lan.lan_ns, "eth0");
     let payload = b"a tagged frame from the LAN, through the uplink";
@@ -142,9 +132,8 @@ fn an_isolated_guest_reaches_the_lan_but_no_other_guest() {
     if !root() {
         return;
     }
-    let mut lab = Lab::up("upli", &["--guests", "1"]);
-    let lan = Lan::new(&lab);
-    lan.attach(&lab, &[]);
+    let mut lab = Lab::up("upli", &["--guests", "1", "--lan"]);
+    let lan = Lan::of(&lab);
     let (iso, _) = lab.add_guest("iso", &["--isolated"], Some("10.77.0.11"));
     ns_ok(&iso, "ping -c 2 -W 2 10.77.0.200");
     ns_ok(&lan.lan_ns, "ping -c 2 -W 2 10.77.0.11");
