@@ -272,6 +272,30 @@ pub fn fib_add(target: &Target, mac: String, port: String, vlan: u16) -> Result<
     Ok(())
 }
 
+/// `sluice grant add|del`.
+pub fn grant(target: &Target, req: Request) -> Result<()> {
+    Client::for_target(target)?.call_value(&req)?;
+    Ok(())
+}
+
+/// `sluice grant list`.
+pub fn grant_list(target: &Target, json: bool) -> Result<()> {
+    let v = Client::for_target(target)?.call_value(&Request::GrantList)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if v["enforced"] != true {
+        println!("grants are not enforced on this switch: any port may join any VLAN");
+    } else if v["grants"].as_object().is_none_or(|m| m.is_empty()) {
+        println!("grants are enforced and no port has any: every port add will be refused");
+    } else {
+        for (port, vlans) in v["grants"].as_object().into_iter().flatten() {
+            let list: Vec<String> = vlans.as_array().into_iter().flatten().map(|x| x.to_string()).collect();
+            println!("{port:16} VLAN {}", list.join(","));
+        }
+    }
+    Ok(())
+}
+
 pub fn fib_del(target: &Target, mac: String, vlan: u16) -> Result<()> {
     Client::for_target(target)?.call_value(&Request::FibDel { mac, vlan })?;
     Ok(())

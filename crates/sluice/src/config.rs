@@ -177,6 +177,44 @@ impl PortSpec {
     }
 }
 
+/// Which VLANs each port may join, when grants are on (the reference switch's GRANT):
+/// port name → VLANs.
+pub type Grants = std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>;
+
+/// A `[[grant]]` table: `port` may join `vlans`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// The port's name.
+    pub port: String,
+    /// VLANs it may join.
+    pub vlans: Vec<u16>,
+}
+
+impl PortSpec {
+    /// Checks that every VLAN the port joins (access VLAN; trunk list and native) is
+    /// granted to it.
+    pub fn check_grants(&self, grants: &Grants) -> Result<(), String> {
+        let vlans: Vec<u16> = match self.validate()? {
+            VlanMode::Access(v) => vec![v],
+            VlanMode::Trunk { allowed, native } => allowed.iter().chain(native).collect(),
+        };
+        let granted = grants.get(&self.name);
+        let missing: Vec<String> =
+            vlans.iter().filter(|v| !granted.is_some_and(|g| g.contains(v))).map(|v| v.to_string()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "port {:?} is not granted VLAN {}; grant it first with `sluice grant add {} --vlan {}` (or a [[grant]] table in the switch's config)",
+            self.name,
+            missing.join(", "),
+            self.name,
+            missing.join(",")
+        ))
+    }
+}
+
 /// A static MAC table entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -229,6 +267,9 @@ struct SwitchFile {
     port: Vec<Spanned<PortSpec>>,
     #[serde(default)]
     mac: Vec<Spanned<StaticMac>>,
+    grants: Option<bool>,
+    #[serde(default)]
+    grant: Vec<Spanned<Grant>>,
 }
 
 /// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
@@ -255,6 +296,8 @@ pub struct Settings {
     pub ports: Vec<PortSpec>,
     /// Static MAC entries.
     pub macs: Vec<(u16, MacAddr, String)>,
+    /// VLAN grants, when enforced (`grants = true`); `None`: any port may join any VLAN.
+    pub grants: Option<Grants>,
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -333,12 +376,36 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             return Err(err(Some(n.span()), format!("datapath_nice {} is out of range: use -20 to 19", n.get_ref())));
         }
     };
+    let grants = match f.grants {
+        Some(true) => {
+            let mut g = Grants::new();
+            for t in &f.grant {
+                for &v in &t.get_ref().vlans {
+                    check_vid(v).map_err(|m| err(Some(t.span()), format!("grant for {:?}: {m}", t.get_ref().port)))?;
+                }
+                g.entry(t.get_ref().port.clone()).or_default().extend(t.get_ref().vlans.iter().copied());
+            }
+            Some(g)
+        }
+        _ => {
+            if let Some(t) = f.grant.first() {
+                return Err(err(
+                    Some(t.span()),
+                    "[[grant]] tables take effect only with `grants = true` at the top of the file".into(),
+                ));
+            }
+            None
+        }
+    };
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
         p.get_ref().validate().map_err(|m| err(Some(p.span()), m))?;
         if ports.iter().any(|q| q.name == p.get_ref().name) {
             return Err(err(Some(p.span()), format!("port {:?} is listed twice", p.get_ref().name)));
+        }
+        if let Some(g) = &grants {
+            p.get_ref().check_grants(g).map_err(|m| err(Some(p.span()), m))?;
         }
         ports.push(p.get_ref().clone());
     }
@@ -364,6 +431,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         datapath_nice,
         ports,
         macs,
+        grants,
     })
 }
 

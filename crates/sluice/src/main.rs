@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::client::Target;
+use crate::proto::Request;
 
 /// A user-space virtual switch for Linux hosts and their guests.
 ///
@@ -67,6 +68,42 @@ enum Cmd {
     /// each, and write tables of rates and CPU per unit with ratios, CSV and charts.
     #[command(subcommand)]
     Study(study::StudyCmd),
+    /// Which VLANs each port may join, on a switch with `grants = true` (the reference
+    /// switch's GRANT): a port on an ungranted VLAN is refused.
+    #[command(subcommand)]
+    Grant(GrantCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum GrantCmd {
+    /// Let PORT join VLANs (the port need not exist yet).
+    Add {
+        /// Port name.
+        port: String,
+        /// VLANs, e.g. 10,20.
+        #[arg(long = "vlan", value_name = "VID,…", value_delimiter = ',', required = true)]
+        vlans: Vec<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take VLANs back from PORT (all of them without --vlan); refused while the port uses them.
+    Del {
+        /// Port name.
+        port: String,
+        /// VLANs, e.g. 10,20.
+        #[arg(long = "vlan", value_name = "VID,…", value_delimiter = ',')]
+        vlans: Vec<u16>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show the grants.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -208,6 +245,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,
         Cmd::Study(c) => return study::run_cmd(c),
+        Cmd::Grant(GrantCmd::Add { port, vlans, target }) => cli::grant(&target, Request::GrantAdd { port, vlans })?,
+        Cmd::Grant(GrantCmd::Del { port, vlans, target }) => cli::grant(&target, Request::GrantDel { port, vlans })?,
+        Cmd::Grant(GrantCmd::List { json, target }) => cli::grant_list(&target, json)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -55,6 +55,22 @@ pub enum Request {
     StatsReset,
     /// Stop the switch.
     Shutdown,
+    /// Grant a port VLANs (switches with `grants = true`).
+    GrantAdd {
+        /// The port's name (it need not be attached yet).
+        port: String,
+        /// VLANs to grant.
+        vlans: Vec<u16>,
+    },
+    /// Take VLANs back from a port; all of them when `vlans` is empty.
+    GrantDel {
+        /// The port's name.
+        port: String,
+        /// VLANs to revoke.
+        vlans: Vec<u16>,
+    },
+    /// Answered with the grants: `{"enforced": bool, "grants": {port: [vlans]}}`.
+    GrantList,
 }
 
 /// The daemon's answer.

@@ -144,3 +144,83 @@ fn the_demo_runs_end_to_end_and_leaves_nothing() {
     }
     assert!(!sh_ok("ip netns list").contains(&format!("sluice-{name}-")), "the demo's namespaces are gone");
 }
+
+/// A switch daemon run from a config file, stopped (and its namespace removed) on drop.
+struct Daemon {
+    child: std::process::Child,
+    ns: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.ns]).output();
+    }
+}
+
+#[test]
+fn grants_decide_which_vlans_a_port_may_join() {
+    if !root() {
+        return;
+    }
+    let name = unique("grant");
+    let conf = run_dir().join(format!("{name}.toml"));
+    std::fs::write(
+        &conf,
+        format!("name = \"{name}\"\ngrants = true\n\n[[grant]]\nport = \"{name}-a\"\nvlans = [10]\n"),
+    )
+    .unwrap();
+    let ns = format!("sluice-{name}-ns");
+    sh_ok(&format!("ip netns add {ns}"));
+    let child = std::process::Command::new(BIN)
+        .args(["switch", "run", "--config", conf.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _d = Daemon { child, ns: ns.clone() };
+    assert!(wait_for(10, || run_dir().join(format!("{name}.sock")).exists()));
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+
+    let o = sluice(&["port", "add", &a, "--vlan", "20", "--netns", &ns, "--switch", &name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not granted VLAN 20") && err.contains("sluice grant add"), "{err}");
+    sluice_ok(&["port", "add", &a, "--vlan", "10", "--netns", &ns, "--switch", &name]);
+    let o = sluice(&["grant", "del", &a, "--switch", &name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("attached"), "a grant in use cannot be revoked: {err}");
+
+    sluice_ok(&["grant", "add", &b, "--vlan", "20", "--switch", &name]);
+    let o = sluice(&["port", "add", &b, "--trunk", "20,30", "--netns", &ns, "--switch", &name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not granted VLAN 30"), "{err}");
+    sluice_ok(&["port", "add", &b, "--trunk", "20", "--netns", &ns, "--switch", &name]);
+
+    let v: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["grant", "list", "--json", "--switch", &name])).unwrap();
+    assert_eq!(v["enforced"], true);
+    assert_eq!(v["grants"][&a], serde_json::json!([10]));
+    assert_eq!(v["grants"][&b], serde_json::json!([20]));
+    sluice_ok(&["port", "del", &b, "--switch", &name]);
+    sluice_ok(&["grant", "del", &b, "--switch", &name]);
+    let v: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["grant", "list", "--json", "--switch", &name])).unwrap();
+    assert!(v["grants"].get(&b).is_none(), "{v}");
+}
+
+#[test]
+fn grant_tables_without_grants_on_are_refused() {
+    let dir = std::env::temp_dir().join(format!("sluice-grant-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("g.toml");
+    std::fs::write(&f, "name = \"g\"\n\n[[grant]]\nport = \"t0\"\nvlans = [10]\n").unwrap();
+    let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(":3") && err.contains("grants = true"), "{err}");
+    std::fs::write(&f, "name = \"g\"\ngrants = true\n\n[[port]]\nname = \"t0\"\nvlan = 10\n").unwrap();
+    let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(":4") && err.contains("not granted VLAN 10"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -82,6 +82,8 @@ pub struct Server {
     pub settings: Settings,
     /// Jobs for the datapath.
     pub jobs: Jobs,
+    /// VLAN grants as they are now (`None`: not enforced).
+    pub grants: std::sync::Mutex<Option<crate::config::Grants>>,
 }
 
 impl Server {
@@ -151,6 +153,9 @@ impl Server {
                         port.name
                     );
                 }
+                if let Some(g) = self.grants.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    port.check_grants(g).map_err(anyhow::Error::msg)?;
+                }
                 let dev = create_port(&port, s.core.mtu)?;
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 return Ok(None);
@@ -186,6 +191,64 @@ impl Server {
             Request::Shutdown => {
                 self.jobs.shutdown();
                 return Ok(None);
+            }
+            Request::GrantAdd { port, vlans } => {
+                for &v in &vlans {
+                    if !(1..=4094).contains(&v) {
+                        anyhow::bail!("VLAN {v} is out of range: use 1 to 4094");
+                    }
+                }
+                let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(g) = g.as_mut() else {
+                    anyhow::bail!(
+                        "switch {} does not enforce grants (any port may join any VLAN); set `grants = true` in its config to use them",
+                        s.name
+                    );
+                };
+                g.entry(port.clone()).or_default().extend(vlans.iter().copied());
+                tracing::info!(port = %port, vlans = ?vlans, "VLANs granted");
+                return Ok(None);
+            }
+            Request::GrantDel { port, vlans } => {
+                let in_use = {
+                    let n = port.clone();
+                    self.jobs.run(move |dp| {
+                        let id = dp.switch().port_id(&n)?;
+                        dp.spec(id).cloned()
+                    })?
+                };
+                let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(g) = g.as_mut() else {
+                    anyhow::bail!("switch {} does not enforce grants; there is nothing to revoke", s.name);
+                };
+                let mut after = g.get(&port).cloned().unwrap_or_default();
+                if vlans.is_empty() {
+                    after.clear();
+                } else {
+                    for v in &vlans {
+                        after.remove(v);
+                    }
+                }
+                if let Some(spec) = in_use {
+                    let mut trial = g.clone();
+                    trial.insert(port.clone(), after.clone());
+                    if spec.check_grants(&trial).is_err() {
+                        anyhow::bail!(
+                            "port {port:?} is attached and uses a VLAN being revoked; delete it or move it to a granted VLAN first"
+                        );
+                    }
+                }
+                if after.is_empty() {
+                    g.remove(&port);
+                } else {
+                    g.insert(port.clone(), after);
+                }
+                tracing::info!(port = %port, vlans = ?vlans, "grant revoked");
+                return Ok(None);
+            }
+            Request::GrantList => {
+                let g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                serde_json::json!({ "enforced": g.is_some(), "grants": g.clone().unwrap_or_default() })
             }
         };
         Ok(Some(v))

@@ -54,7 +54,8 @@ pub fn run(s: Settings) -> Result<()> {
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
     let jobs = control::Jobs::new(tx, waker);
-    let ctl = control::Server { settings: s.clone(), jobs: jobs.clone() };
+    let ctl =
+        control::Server { settings: s.clone(), jobs: jobs.clone(), grants: std::sync::Mutex::new(s.grants.clone()) };
     std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
     let sig_jobs = jobs.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
