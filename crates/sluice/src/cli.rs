@@ -45,6 +45,10 @@ pub struct PortAddArgs {
     /// e.g. 10.0.0.5,fd00::5 (0.0.0.0 and :: always pass, for DHCP and DAD).
     #[arg(long = "ip", value_name = "ADDR,…", value_delimiter = ',')]
     pub ips: Vec<String>,
+    /// Make this port a mirror: it gets a copy of every frame these ports receive and are
+    /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
+    #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
+    pub mirror: Vec<String>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -189,6 +193,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         isolated: a.isolated,
         mac: a.mac,
         ips: a.ips,
+        mirror: a.mirror,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;

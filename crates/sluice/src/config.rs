@@ -91,6 +91,9 @@ pub struct PortSpec {
     /// Anti-spoofing: the only source IP addresses the port's IP packets and ARP may carry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ips: Vec<String>,
+    /// Make this port a mirror of these ports: it gets a copy of all their traffic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -116,6 +119,7 @@ impl PortSpec {
             isolated: false,
             mac: None,
             ips: Vec::new(),
+            mirror: Vec::new(),
         }
     }
 
@@ -147,7 +151,13 @@ impl PortSpec {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(sluice_switch::PortPolicy { uplink: self.kind == PortKind::Uplink, isolated: self.isolated, mac, ips })
+        Ok(sluice_switch::PortPolicy {
+            uplink: self.kind == PortKind::Uplink,
+            isolated: self.isolated,
+            mac,
+            ips,
+            mirror_of: self.mirror.clone(),
+        })
     }
 
     /// Checks the description and returns its VLAN membership.

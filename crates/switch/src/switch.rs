@@ -78,6 +78,11 @@ pub struct PortPolicy {
     /// address detection); others are dropped and counted (`spoofed_ip`). Any address
     /// when empty. Non-IP frames are not affected.
     pub ips: Vec<std::net::IpAddr>,
+    /// Makes this port a mirror of the named ports: it gets a copy of every frame they
+    /// receive and are sent (in the VLANs it is a member of), always lossy, so a slow
+    /// mirror never holds traffic back. A port has at most one mirror. Names of ports
+    /// attached later count from when they attach.
+    pub mirror_of: Vec<String>,
 }
 
 impl PortPolicy {
@@ -164,6 +169,16 @@ pub enum SwitchError {
     /// A VLAN id out of range.
     #[error("VLAN {0} is out of range: use 1 to 4094")]
     BadVlan(u16),
+    /// A port that already has a mirror, or a mirror of itself.
+    #[error("port {port:?} cannot be mirrored to {mirror:?}: {why}")]
+    BadMirror {
+        /// The watched port.
+        port: String,
+        /// The mirror.
+        mirror: String,
+        /// Why not.
+        why: &'static str,
+    },
 }
 
 struct PortSlot {
@@ -173,6 +188,8 @@ struct PortSlot {
     vlan: VlanMode,
     mtu: u16,
     policy: PortPolicy,
+    /// The mirror port that gets copies of this port's traffic.
+    mirrored_to: Option<PortId>,
     counters: PortCounters,
     queue: FrameQueue,
     /// Segments of the queue's head frame already sent (software segmentation resumed
@@ -276,6 +293,31 @@ impl Switch {
         }
         check_vlans(&cfg.vlan)?;
         let id = self.ports.len() as PortId;
+        // Mirrors: the ports this one watches, and the mirror that watches it.
+        let mut watched = Vec::new();
+        for n in &cfg.policy.mirror_of {
+            let bad = |why| SwitchError::BadMirror { port: n.clone(), mirror: cfg.name.clone(), why };
+            if *n == cfg.name {
+                return Err(bad("a port cannot mirror itself"));
+            }
+            if let Some(w) = self.port_id(n) {
+                if self.slot(w).is_some_and(|s| s.mirrored_to.is_some()) {
+                    return Err(bad("it already has a mirror"));
+                }
+                watched.push(w);
+            }
+        }
+        let mirrored_to = self
+            .ports
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.as_ref().is_some_and(|p| p.policy.mirror_of.contains(&cfg.name)))
+            .map(|(i, _)| i as PortId);
+        for w in watched {
+            if let Some(s) = self.slot_mut(w) {
+                s.mirrored_to = Some(id);
+            }
+        }
         self.pool.grow(self.cfg.queue_len + 1);
         self.dests.reserve(self.ports.len() + 1);
         self.dirty.reserve(self.ports.len() + 1);
@@ -288,6 +330,7 @@ impl Switch {
             vlan: cfg.vlan,
             mtu,
             policy: cfg.policy,
+            mirrored_to,
             counters: PortCounters::default(),
             queue: FrameQueue::new(self.cfg.queue_len),
             seg_done: 0,
@@ -315,6 +358,11 @@ impl Switch {
             self.held_count -= 1;
         }
         self.departed.accumulate(&slot.counters);
+        for s in self.ports.iter_mut().flatten() {
+            if s.mirrored_to == Some(id) {
+                s.mirrored_to = None;
+            }
+        }
         self.fib.forget_port(id);
         self.settle();
         Ok((id, slot.port))
@@ -558,6 +606,9 @@ impl Switch {
             self.pool.release(fid);
             return Placement::Placed;
         }
+        // Copies for mirrors come after the real outputs; they never hold a frame back.
+        let real = self.dests.len();
+        self.add_mirrors(from, meta.vlan, real);
         // An output whose queue filled up during this batch gets a chance to send before
         // the frame is held or dropped for want of room.
         for i in 0..self.dests.len() {
@@ -567,7 +618,7 @@ impl Switch {
             }
         }
         if self.cfg.lossless {
-            let blocked = self.dests.iter().any(|&d| {
+            let blocked = self.dests[..real].iter().any(|&d| {
                 let s = self.ports[d as usize].as_ref().expect("destinations are live");
                 meta.l3_max <= u32::from(s.mtu) && s.queue.is_full()
             });
@@ -603,6 +654,21 @@ impl Switch {
         }
         self.pool.release(fid);
         Placement::Placed
+    }
+
+    /// Appends to `self.dests` the mirrors of the frame's input and of its first `real`
+    /// outputs, once each, if they are live members of `vlan` and not already outputs.
+    fn add_mirrors(&mut self, from: PortId, vlan: u16, real: usize) {
+        for k in 0..=real {
+            let p = if k == real { from } else { self.dests[k] };
+            let Some(m) = self.slot(p).and_then(|s| s.mirrored_to) else { continue };
+            let ok = m != from
+                && !self.dests.contains(&m)
+                && self.slot(m).is_some_and(|s| s.failed.is_none() && s.vlan.is_member(vlan));
+            if ok {
+                self.dests.push(m);
+            }
+        }
     }
 
     /// Fills `self.dests` with the outputs of a frame to `dst` on `vlan` from `from`.

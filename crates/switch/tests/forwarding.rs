@@ -453,3 +453,37 @@ fn source_ips_outside_the_ports_list_are_dropped() {
     assert_eq!(sw.port_info(a.0).unwrap().counters.rx_drops.spoofed_ip, dropped);
     assert_conserved(&sw);
 }
+
+#[test]
+fn a_mirror_gets_a_copy_of_each_frame_its_ports_receive_and_are_sent() {
+    use sluice_switch::PortPolicy;
+    let mut sw = Switch::new(cfg()).unwrap();
+    let a = add_with(&mut sw, "a", PortPolicy::default());
+    let b = add_with(&mut sw, "b", PortPolicy::default());
+    let c = add_with(&mut sw, "c", PortPolicy::default());
+    let m = add_with(&mut sw, "m", PortPolicy { mirror_of: vec!["a".into()], ..Default::default() });
+    // Learn b and c.
+    send(&mut sw, b.0, &b.1, &eth(BCAST, mac(2), 0x0806, 28), 0);
+    send(&mut sw, c.0, &c.1, &eth(BCAST, mac(3), 0x0806, 28), 0);
+    for h in [&a.1, &b.1, &c.1, &m.1] {
+        h.take_sent();
+    }
+    // a → b (a receives): one copy; b → a (a is sent): one copy; b → c: none.
+    send(&mut sw, a.0, &a.1, &eth(mac(2), mac(1), 0x0800, 50), 1);
+    send(&mut sw, b.0, &b.1, &eth(mac(1), mac(2), 0x0800, 50), 2);
+    send(&mut sw, b.0, &b.1, &eth(mac(3), mac(2), 0x0800, 50), 3);
+    assert_eq!(m.1.take_sent().len(), 2);
+    assert_eq!(b.1.take_sent().len(), 1);
+    assert_eq!(a.1.take_sent().len(), 1);
+    // A second mirror of the same port, or a mirror of itself, is refused.
+    let (p, _) = sluice_switch::mem::mem_port(OFFLOAD);
+    let policy = PortPolicy { mirror_of: vec!["a".into()], ..Default::default() };
+    let e =
+        sw.add_port(sluice_switch::PortConfig { name: "m2".into(), vlan: access(1), mtu: None, policy }, Box::new(p));
+    assert!(e.unwrap_err().to_string().contains("already has a mirror"));
+    // Removing the mirror stops the copies.
+    sw.remove_port("m").unwrap();
+    send(&mut sw, a.0, &a.1, &eth(mac(2), mac(1), 0x0800, 50), 4);
+    assert_eq!(b.1.take_sent().len(), 1);
+    assert_conserved(&sw);
+}
