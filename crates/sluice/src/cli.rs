@@ -49,6 +49,9 @@ pub struct PortAddArgs {
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
     pub mirror: Vec<String>,
+    /// Uplink: up to two backup interfaces that take over when the active one is down.
+    #[arg(long = "backup", value_name = "IFACE,…", value_delimiter = ',')]
+    pub backups: Vec<String>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -194,6 +197,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         mac: a.mac,
         ips: a.ips,
         mirror: a.mirror,
+        backups: a.backups,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;

@@ -94,6 +94,10 @@ pub struct PortSpec {
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
+    /// Uplink only: up to two backup interfaces (same namespace) that take over, in order,
+    /// when the active one is down or loses carrier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -120,6 +124,7 @@ impl PortSpec {
             mac: None,
             ips: Vec::new(),
             mirror: Vec::new(),
+            backups: Vec::new(),
         }
     }
 
@@ -164,6 +169,20 @@ impl PortSpec {
     pub fn validate(&self) -> Result<VlanMode, String> {
         crate::sys::tun::check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
         self.policy()?;
+        if !self.backups.is_empty() {
+            if self.kind != PortKind::Uplink {
+                return Err(format!("port {:?}: `backups` applies to uplink ports only", self.name));
+            }
+            if self.backups.len() > 2 {
+                return Err(format!("port {:?}: at most two backups (three devices in all)", self.name));
+            }
+            for b in &self.backups {
+                crate::sys::tun::check_ifname(b).map_err(|e| format!("port {:?}: backup {e}", self.name))?;
+                if *b == self.name || self.backups.iter().filter(|x| *x == b).count() > 1 {
+                    return Err(format!("port {:?}: backup {b:?} is listed twice", self.name));
+                }
+            }
+        }
         if let Some(m) = self.mtu
             && !sluice_switch::switch_mtu_range().contains(&m)
         {

@@ -50,6 +50,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         poll: false,
         no_offload: false,
         lan: false,
+        uplinks: 1,
         json: false,
     })?;
     print!("{}", lab::render(&s));

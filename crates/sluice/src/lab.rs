@@ -86,6 +86,10 @@ pub struct UpArgs {
     /// own, reached through the switch's uplink port (a veth end opened with AF_PACKET).
     #[arg(long)]
     pub lan: bool,
+    /// With --lan: how many uplink interfaces lead to the LAN (1 to 3); the first is
+    /// active, the others are backups that take over when it goes down.
+    #[arg(long, default_value_t = 1, requires = "lan", value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub uplinks: u8,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -369,14 +373,16 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
     if a.lan {
-        add_lan(s, &mut client, a.mtu)?;
+        add_lan(s, &mut client, a.mtu, a.uplinks)?;
     }
     Ok(())
 }
 
 /// The external host `lan` behind the uplink: namespace `sluice-LAB-lan` with `eth0`,
 /// whose veth peer `LAB-up` sits in namespace `sluice-LAB-up` and is the switch's uplink.
-fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16) -> Result<()> {
+/// With `uplinks` > 1, `eth0`, `eth1`… are joined by a bridge `br0` that holds the host's
+/// addresses, and `LAB-up2`, `LAB-up3` are the uplink's backups.
+fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8) -> Result<()> {
     let (up_ns, lan_ns, port) =
         (format!("sluice-{}-up", s.name), format!("sluice-{}-lan", s.name), format!("{}-up", s.name));
     for ns in [&up_ns, &lan_ns] {
@@ -406,21 +412,53 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16) -> Result<()> {
         Ok(())
     })?;
     let m = mtu.to_string();
-    sh(&[
-        "ip", "-n", &up_ns, "link", "add", &port, "mtu", &m, "type", "veth", "peer", "name", "eth0", "mtu", &m,
-        "netns", &lan_ns,
-    ])?;
-    sh(&["ip", "-n", &up_ns, "link", "set", &port, "up"])?;
+    let mut backups = Vec::new();
     sh(&["ip", "-n", &lan_ns, "link", "set", "lo", "up"])?;
-    sh(&["ip", "-n", &lan_ns, "link", "set", "eth0", "up"])?;
-    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv4, "dev", "eth0"])?;
-    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv6, "dev", "eth0", "nodad"])?;
+    let host_dev = if uplinks > 1 { "br0" } else { "eth0" };
+    if uplinks > 1 {
+        sh(&[
+            "ip",
+            "-n",
+            &lan_ns,
+            "link",
+            "add",
+            "br0",
+            "mtu",
+            &m,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])?;
+    }
+    for i in 0..uplinks {
+        let up_dev = if i == 0 { port.clone() } else { format!("{port}{}", i + 1) };
+        let lan_dev = format!("eth{i}");
+        sh(&[
+            "ip", "-n", &up_ns, "link", "add", &up_dev, "mtu", &m, "type", "veth", "peer", "name", &lan_dev, "mtu", &m,
+            "netns", &lan_ns,
+        ])?;
+        sh(&["ip", "-n", &up_ns, "link", "set", &up_dev, "up"])?;
+        if uplinks > 1 {
+            sh(&["ip", "-n", &lan_ns, "link", "set", &lan_dev, "master", "br0"])?;
+        }
+        sh(&["ip", "-n", &lan_ns, "link", "set", &lan_dev, "up"])?;
+        if i > 0 {
+            backups.push(up_dev);
+        }
+    }
+    sh(&["ip", "-n", &lan_ns, "link", "set", host_dev, "up"])?;
+    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv4, "dev", host_dev])?;
+    sh(&["ip", "-n", &lan_ns, "addr", "add", &g.ipv6, "dev", host_dev, "nodad"])?;
     let idx = s.guests.len() - 1;
     s.guests[idx].added_port = true;
     s.save()?;
     let mut spec = PortSpec::tap(&port);
     spec.kind = crate::config::PortKind::Uplink;
     spec.netns = Some(up_ns);
+    spec.backups = backups;
     client.call_value(&Request::PortAdd { port: spec })?;
     Ok(())
 }

@@ -209,3 +209,31 @@ fn lab_up_with_a_lan_builds_the_external_host_and_down_removes_it() {
         assert!(!std::path::Path::new(&format!("/run/netns/{ns}")).exists(), "{ns} left behind");
     }
 }
+
+#[test]
+fn traffic_moves_to_a_backup_uplink_when_the_active_one_goes_down() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("uplf", &["--guests", "1", "--lan", "--uplinks", "2"]);
+    let lan = Lan::of(&lab);
+    let server = ns_spawn(&lan.lan_ns, "timeout 30 iperf3 -s -1");
+    assert!(wait_for(10, || ns_sh(&lan.lan_ns, "ss -ltn | grep -q :5201").status.success()));
+    let client = ns_spawn(&lab.ns(1), "iperf3 -c 10.77.0.200 -t 8 -i 1 -J");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    ns_ok(&lan.up_ns, &format!("ip link set {} down", lan.port));
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait_with_output();
+    assert!(out.status.success(), "iperf3 failed: {}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let intervals = v["intervals"].as_array().unwrap();
+    let last = intervals.last().unwrap()["sum"]["bytes"].as_u64().unwrap();
+    assert!(
+        last > 0,
+        "traffic resumed on the backup: {:?}",
+        intervals.iter().map(|i| &i["sum"]["bytes"]).collect::<Vec<_>>()
+    );
+    let up = lab.port(&lan.port);
+    assert_eq!(up["counters"]["failovers"], 1, "{up}");
+    assert_conserved(&lab.stats());
+}

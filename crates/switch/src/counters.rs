@@ -191,6 +191,9 @@ pub struct PortCounters {
     pub tx_drops: DropCounts,
     /// Times this port's input was paused because an output was full (lossless mode).
     pub pauses: u64,
+    /// Times an uplink moved to a backup device.
+    #[serde(default)]
+    pub failovers: u64,
 }
 
 impl PortCounters {
@@ -212,5 +215,6 @@ impl PortCounters {
         self.tx_csum_filled += o.tx_csum_filled;
         self.tx_drops.accumulate(&o.tx_drops);
         self.pauses += o.pauses;
+        self.failovers += o.failovers;
     }
 }

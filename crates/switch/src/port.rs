@@ -112,6 +112,13 @@ pub trait Port: Send {
     fn device_drops(&self) -> Option<DeviceDrops> {
         None
     }
+
+    /// Called about once a second: a port that watches its device (an uplink and its
+    /// backups) checks it here, and returns what it did about a change, if anything
+    /// (e.g. "eth1 lost carrier; now on eth2"), which the switch counts as a failover.
+    fn tick(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Drop counters kept by the device underneath a port, outside the switch.

@@ -447,6 +447,24 @@ impl Switch {
         self.fib.expire(now_ms);
     }
 
+    /// Lets every port check its device (see [`Port::tick`]); hands each change to `f`
+    /// with the port's name, and counts it as a failover.
+    pub fn tick_ports(&mut self, mut f: impl FnMut(&str, &str)) {
+        let mut moved = Vec::new();
+        for (i, s) in self.ports.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            if let Some(what) = s.port.tick() {
+                s.counters.failovers += 1;
+                f(&s.name, &what);
+                moved.push(i as PortId);
+            }
+        }
+        // Stations learned behind a port that changed device are learned anew.
+        for id in moved {
+            self.fib.forget_port(id);
+        }
+    }
+
     /// Hands the ports whose wanted interest changed since the last call to `f`.
     pub fn take_interest_changes(&mut self, mut f: impl FnMut(PortId, Interest)) {
         for i in 0..self.interest_changed.len() {

@@ -69,7 +69,8 @@ pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<Attachment> {
             Ok(Attachment { fd: tap.raw_fd(), port: Box::new(tap) })
         }
         PortKind::Uplink => {
-            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, offload))
+            let backups = spec.backups.clone();
+            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
             Ok(Attachment { fd: up.raw_fd(), port: Box::new(up) })
         }

@@ -170,6 +170,7 @@ impl Datapath {
             self.apply_interest();
             if Instant::now() >= next_expire {
                 self.sw.expire(self.now_ms());
+                self.sw.tick_ports(|port, what| warn!(port = %port, "uplink failover: {what}"));
                 next_expire = Instant::now() + Duration::from_secs(1);
             }
         }

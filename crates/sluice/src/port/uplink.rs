@@ -15,10 +15,16 @@ use sluice_wire::{VNET_HDR_LEN, VnetHdr};
 
 use crate::sys::packet::{self, PacketSocket};
 
-/// A host interface attached as the switch's uplink.
+/// A host interface attached as the switch's uplink, with up to two backups.
 pub struct UplinkPort {
     sock: PacketSocket,
     offload: bool,
+    /// (name, ifindex) of the primary device and its backups, in order of preference.
+    devices: Vec<(String, i32)>,
+    /// The device the socket is bound to.
+    active: usize,
+    /// A move to another device made on an I/O error, reported at the next tick.
+    pending: Option<String>,
 }
 
 impl UplinkPort {
@@ -26,21 +32,68 @@ impl UplinkPort {
     /// `sys::netns::run_in`). With `offload` the switch sends it GSO frames whole and
     /// partial checksums; without, it segments and completes them first (received frames
     /// carry their offload state either way).
-    pub fn open(ifname: &str, offload: bool) -> io::Result<Self> {
-        let sock = packet::open(ifname)?;
-        Ok(UplinkPort { offload: offload && sock.vnet, sock })
+    /// `backups` are devices of the same namespace that take over, in order, when the
+    /// active one is down or loses carrier.
+    pub fn open(ifname: &str, backups: &[String], offload: bool) -> io::Result<Self> {
+        let mut devices = vec![(ifname.to_string(), packet::ifindex(ifname)?)];
+        for b in backups {
+            devices.push((b.clone(), packet::ifindex(b)?));
+        }
+        let sock = packet::open(&devices.iter().map(|d| d.1).collect::<Vec<_>>())?;
+        let mut port = UplinkPort { offload: offload && sock.vnet, sock, devices, active: 0, pending: None };
+        // Start on the first device that is up, if the primary is not.
+        if !port.usable(0)
+            && let Some(i) = (1..port.devices.len()).find(|&i| port.usable(i))
+        {
+            port.sock.bind(port.devices[i].1)?;
+            port.active = i;
+        }
+        Ok(port)
+    }
+
+    /// Moves to the next usable device if the active one is not; says what it did.
+    fn failover(&mut self) -> Option<String> {
+        if self.devices.len() < 2 || self.usable(self.active) {
+            return None;
+        }
+        let n = self.devices.len();
+        let next = (1..n).map(|k| (self.active + k) % n).find(|&i| self.usable(i))?;
+        let from = self.devices[self.active].0.clone();
+        match self.sock.bind(self.devices[next].1) {
+            Ok(()) => {
+                self.active = next;
+                Some(format!("{from} is down or has no carrier; now on {}", self.devices[next].0))
+            }
+            Err(e) => Some(format!("{from} is down; moving to {} failed: {e}", self.devices[next].0)),
+        }
+    }
+
+    /// An I/O error of the active device: a device that went down (or away) makes the port
+    /// move to a backup, if one is usable; `Ok(())` means try again. A device that is only
+    /// down, with nowhere to go, is waited for; one that is gone fails the port.
+    fn on_error(&mut self, e: io::Error) -> Result<(), PortError> {
+        match e.raw_os_error() {
+            Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV) => {
+                if let Some(what) = self.failover() {
+                    self.pending = Some(what);
+                    return Ok(());
+                }
+                if e.raw_os_error() == Some(libc::ENETDOWN) { Ok(()) } else { Err(PortError::Gone(e)) }
+            }
+            Some(libc::EBADF) => Err(PortError::Gone(e)),
+            _ => Err(PortError::Io(e)),
+        }
+    }
+
+    /// Device `i` is up and has carrier.
+    fn usable(&self, i: usize) -> bool {
+        let want = (libc::IFF_UP | libc::IFF_RUNNING) as i16;
+        crate::sys::tun::link_flags(self.sock.fd.as_raw_fd(), &self.devices[i].0).is_ok_and(|f| f & want == want)
     }
 
     /// The descriptor the event loop watches.
     pub fn raw_fd(&self) -> RawFd {
         self.sock.fd.as_raw_fd()
-    }
-}
-
-fn classify(e: io::Error) -> PortError {
-    match e.raw_os_error() {
-        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV | libc::EBADF) => PortError::Gone(e),
-        _ => PortError::Io(e),
     }
 }
 
@@ -81,7 +134,11 @@ impl Port for UplinkPort {
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         let fd = self.sock.fd.as_raw_fd();
         let (got, len) = if self.sock.vnet {
-            match packet::recv(fd, buf).map_err(classify)? {
+            let r = match packet::recv(fd, buf) {
+                Ok(r) => r,
+                Err(e) => return self.on_error(e).map(|()| None),
+            };
+            match r {
                 None => return Ok(None),
                 Some(r) => {
                     // The last two bytes (num_buffers) mean nothing here.
@@ -91,7 +148,11 @@ impl Port for UplinkPort {
                 }
             }
         } else {
-            let Some(r) = packet::recv(fd, &mut buf[VNET_HDR_LEN..]).map_err(classify)? else { return Ok(None) };
+            let r = match packet::recv(fd, &mut buf[VNET_HDR_LEN..]) {
+                Ok(r) => r,
+                Err(e) => return self.on_error(e).map(|()| None),
+            };
+            let Some(r) = r else { return Ok(None) };
             buf[..VNET_HDR_LEN].fill(0);
             let len = r.len;
             (r, len)
@@ -102,6 +163,10 @@ impl Port for UplinkPort {
                 .map(Some)
                 .ok_or_else(|| PortError::Io(io::Error::other("a tagged frame does not fit the switch's buffer"))),
         }
+    }
+
+    fn tick(&mut self) -> Option<String> {
+        self.pending.take().or_else(|| self.failover())
     }
 
     fn send(&mut self, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
@@ -120,10 +185,21 @@ impl Port for UplinkPort {
         }
         parts[n] = f.rest;
         n += 1;
-        match packet::send(self.sock.fd.as_raw_fd(), &parts[..n]).map_err(classify)? {
-            true => Ok(TxOutcome::Sent),
-            false => Ok(TxOutcome::Full),
+        for _ in 0..2 {
+            match packet::send(self.sock.fd.as_raw_fd(), &parts[..n]) {
+                Ok(true) => return Ok(TxOutcome::Sent),
+                Ok(false) => return Ok(TxOutcome::Full),
+                Err(e) => {
+                    let down = e.raw_os_error() == Some(libc::ENETDOWN);
+                    self.on_error(e)?;
+                    if down && self.pending.is_none() {
+                        // Down, nowhere to go: the frame is lost, the port stays.
+                        return Err(PortError::Io(io::Error::from_raw_os_error(libc::ENETDOWN)));
+                    }
+                }
+            }
         }
+        Err(PortError::Io(io::Error::other("the uplink's devices are down")))
     }
 }
 

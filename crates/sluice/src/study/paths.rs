@@ -211,6 +211,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 poll: false,
                 no_offload: false,
                 lan: false,
+                uplinks: 1,
                 json: false,
             })?;
             t.lab = Some(name);

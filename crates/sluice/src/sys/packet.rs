@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
-/// An open AF_PACKET socket on one interface.
+/// An open AF_PACKET socket, bound to one interface at a time.
 pub struct PacketSocket {
     /// The socket (non-blocking).
     pub fd: OwnedFd,
@@ -28,11 +28,8 @@ fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io:
     Ok(())
 }
 
-/// Opens a packet socket on interface `ifname` of the calling thread's namespace, asking
-/// for virtio headers. Received frames need them even when nothing is sent with offloads:
-/// a frame from a local stack may carry a partial checksum that only the header tells of.
-/// A kernel that refuses them (before 6.2) gives a socket without (`vnet = false`).
-pub fn open(ifname: &str) -> io::Result<PacketSocket> {
+/// The index of interface `ifname` in the calling thread's namespace.
+pub fn ifindex(ifname: &str) -> io::Result<i32> {
     let cname = CString::new(ifname).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
     // SAFETY: a NUL-terminated name.
     let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
@@ -42,6 +39,15 @@ pub fn open(ifname: &str) -> io::Result<PacketSocket> {
             format!("no network interface {ifname:?} here (see `ip link`; name its namespace with --netns)"),
         ));
     }
+    Ok(ifindex)
+}
+
+/// Opens a packet socket bound to the first of `ifindexes` (interfaces of the calling
+/// thread's namespace), each of them promiscuous, asking for virtio headers. Received
+/// frames need them even when nothing is sent with offloads: a frame from a local stack
+/// may carry a partial checksum that only the header tells of. A kernel that refuses them
+/// (before 6.2) gives a socket without (`vnet = false`).
+pub fn open(ifindexes: &[i32]) -> io::Result<PacketSocket> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain socket(2) call; the result is checked and owned below.
     let raw = cvt(unsafe {
@@ -58,25 +64,36 @@ pub fn open(ifname: &str) -> io::Result<PacketSocket> {
     for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
         let _ = setopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, &(4 << 20) as &libc::c_int);
     }
-    // SAFETY: sockaddr_ll is plain data; zeroed then filled.
-    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = ifindex;
-    // SAFETY: a valid sockaddr_ll of the size passed.
-    cvt(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    })?;
-    // SAFETY: packet_mreq is plain data; zeroed then filled.
-    let mut mr: libc::packet_mreq = unsafe { zeroed() };
-    mr.mr_ifindex = ifindex;
-    mr.mr_type = libc::PACKET_MR_PROMISC as u16;
-    setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)?;
-    Ok(PacketSocket { fd, vnet })
+    let sock = PacketSocket { fd, vnet };
+    sock.bind(*ifindexes.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no interface"))?)?;
+    for &ifindex in ifindexes {
+        // SAFETY: packet_mreq is plain data; zeroed then filled.
+        let mut mr: libc::packet_mreq = unsafe { zeroed() };
+        mr.mr_ifindex = ifindex;
+        mr.mr_type = libc::PACKET_MR_PROMISC as u16;
+        setopt(sock.fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mr)?;
+    }
+    Ok(sock)
+}
+
+impl PacketSocket {
+    /// Binds (or binds again) to interface `ifindex`: frames are read from and sent to it.
+    pub fn bind(&self, ifindex: i32) -> io::Result<()> {
+        // SAFETY: sockaddr_ll is plain data; zeroed then filled.
+        let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: a valid sockaddr_ll of the size passed.
+        cvt(unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
+    }
 }
 
 /// What one receive produced.

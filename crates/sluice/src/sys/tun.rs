@@ -40,6 +40,16 @@ impl IfReq {
     }
 }
 
+/// The flags (`IFF_UP`, `IFF_RUNNING`, …) of interface `name` in the network namespace
+/// of socket `sock` (any socket of that namespace will do).
+pub fn link_flags(sock: RawFd, name: &str) -> io::Result<i16> {
+    check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut req = IfReq::new(name);
+    // SAFETY: SIOCGIFFLAGS fills the flags of a `struct ifreq`, which `req` is.
+    cvt(unsafe { libc::ioctl(sock, SIOCGIFFLAGS, &mut req) })?;
+    Ok(i16::from_ne_bytes([req.data[0], req.data[1]]))
+}
+
 /// Checks an interface name the way the kernel will.
 pub fn check_ifname(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
