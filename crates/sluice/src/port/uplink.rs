@@ -32,6 +32,7 @@ impl UplinkPort {
     /// `sys::netns::run_in`). With `offload` the switch sends it GSO frames whole and
     /// partial checksums; without, it segments and completes them first (received frames
     /// carry their offload state either way).
+    ///
     /// `backups` are devices of the same namespace that take over, in order, when the
     /// active one is down or loses carrier.
     pub fn open(ifname: &str, backups: &[String], offload: bool) -> io::Result<Self> {
