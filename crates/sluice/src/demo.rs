@@ -41,18 +41,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         lab::down(name)?;
     }
     println!("== building a lab: a switch and two guests (network namespaces attached by TAP)");
-    let s = lab::up(&UpArgs {
-        name: name.into(),
-        guests: 2,
-        mtu: a.mtu,
-        switch: None,
-        lossless: false,
-        poll: false,
-        no_offload: false,
-        lan: false,
-        uplinks: 1,
-        json: false,
-    })?;
+    let s = lab::up(&UpArgs::two_guests(name, a.mtu))?;
     print!("{}", lab::render(&s));
     let result = show(&s, &a);
     if a.keep {

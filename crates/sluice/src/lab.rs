@@ -95,6 +95,25 @@ pub struct UpArgs {
     pub json: bool,
 }
 
+impl UpArgs {
+    /// A lab of two guests with every other setting at its default (for the demo and
+    /// the studies, which build labs without a command line).
+    pub fn two_guests(name: &str, mtu: u16) -> UpArgs {
+        UpArgs {
+            name: name.into(),
+            guests: 2,
+            mtu,
+            switch: None,
+            lossless: false,
+            poll: false,
+            no_offload: false,
+            lan: false,
+            uplinks: 1,
+            json: false,
+        }
+    }
+}
+
 /// One guest of a lab.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Guest {

@@ -203,16 +203,8 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             let mut t =
                 Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2");
             let s = lab::up(&lab::UpArgs {
-                name: name.clone(),
-                guests: 2,
-                mtu,
-                switch: None,
                 lossless: path == "sluice-l2-lossless",
-                poll: false,
-                no_offload: false,
-                lan: false,
-                uplinks: 1,
-                json: false,
+                ..lab::UpArgs::two_guests(&name, mtu)
             })?;
             t.lab = Some(name);
             t.switch_pid = s.switch_pid;
