@@ -42,7 +42,9 @@ pub struct PortAddArgs {
     #[arg(long, value_name = "MAC")]
     pub mac: Option<String>,
     /// Anti-spoofing: the only source IP addresses the port's packets and ARP may carry,
-    /// e.g. 10.0.0.5,fd00::5 (0.0.0.0 and :: always pass, for DHCP and DAD).
+    /// e.g. 10.0.0.5,fd00::5 (0.0.0.0 and :: always pass, for DHCP and DAD); `learn`
+    /// locks the first address of each family the port uses. In Layer 3 mode these are
+    /// also the addresses the port is reached at (a guest port without any learns them).
     #[arg(long = "ip", value_name = "ADDR,…", value_delimiter = ',')]
     pub ips: Vec<String>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
@@ -418,7 +420,17 @@ fn render_port(p: &PortStats) -> String {
         row(&format!("  dropped: {cause}"), n.to_string());
     }
     row("  held (lossless)", format!("{} now, {} pauses", p.held, c.pauses));
+    if c.consumed > 0 || c.generated > 0 || p.resolving > 0 {
+        row("  ARP/ND taken by the switch", c.consumed.to_string());
+        row("  waiting for resolution", p.resolving.to_string());
+    }
+    if c.failovers > 0 {
+        row("  failovers", c.failovers.to_string());
+    }
     row("tx offered", c.tx_offered.to_string());
+    if c.generated > 0 {
+        row("  written by the switch", format!("{} (ARP/ND answers and requests, announcements)", c.generated));
+    }
     row("tx frames / bytes", format!("{} / {}", c.tx_frames, c.tx_bytes));
     row("  GSO whole", c.tx_gso.to_string());
     row("  GSO cut in software", format!("{} frames → {} segments", c.tx_segmented, c.tx_segments));

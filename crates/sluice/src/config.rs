@@ -88,8 +88,10 @@ pub struct PortSpec {
     /// Anti-spoofing: the only source MAC address the port may send from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
-    /// Anti-spoofing: the only source IP addresses the port's IP packets and ARP may carry.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Anti-spoofing: the only source IP addresses the port's IP packets and ARP may carry;
+    /// `"learn"` locks the first address of each family the port uses. In Layer 3 mode,
+    /// also the addresses the port is reached at (a guest port without any learns them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub ips: Vec<String>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -102,6 +104,20 @@ pub struct PortSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// A string or a list of strings (`ips = "learn"` or `ips = ["10.0.0.5", "fd00::5"]`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 fn check_vid(v: u16) -> Result<u16, String> {
@@ -147,12 +163,17 @@ impl PortSpec {
                 self.name
             ));
         }
+        let learn_ips = self.ips.iter().any(|a| a == "learn");
         let ips = self
             .ips
             .iter()
+            .filter(|a| *a != "learn")
             .map(|a| {
                 a.parse::<std::net::IpAddr>().map_err(|_| {
-                    format!("port {:?}: ips: {a:?} is not an IPv4 or IPv6 address (no prefix length)", self.name)
+                    format!(
+                        "port {:?}: ips: {a:?} is not an IPv4 or IPv6 address (no prefix length) or \"learn\"",
+                        self.name
+                    )
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -161,6 +182,7 @@ impl PortSpec {
             isolated: self.isolated,
             mac,
             ips,
+            learn_ips,
             mirror_of: self.mirror.clone(),
         })
     }
@@ -267,6 +289,9 @@ fn one() -> u16 {
 pub enum Mode {
     /// Ports known by MAC address; any EtherType.
     L2,
+    /// Ports known by IP address; the switch answers ARP and neighbour discovery and
+    /// forwards IPv4 and IPv6 by destination address.
+    L3,
 }
 
 impl Mode {
@@ -274,6 +299,15 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::L2 => "l2",
+            Mode::L3 => "l3",
+        }
+    }
+
+    /// The forwarding core's mode.
+    pub fn core(self) -> sluice_switch::Mode {
+        match self {
+            Mode::L2 => sluice_switch::Mode::L2,
+            Mode::L3 => sluice_switch::Mode::L3,
         }
     }
 }
@@ -283,6 +317,7 @@ impl Mode {
 struct SwitchFile {
     name: Spanned<String>,
     mode: Option<Spanned<String>>,
+    router_mac: Option<Spanned<String>>,
     mtu: Option<Spanned<u16>>,
     mac_aging: Option<Spanned<u64>>,
     lossless: Option<bool>,
@@ -367,12 +402,21 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     let mode = match &f.mode {
         None => Mode::L2,
         Some(m) if m.get_ref() == "l2" => Mode::L2,
-        Some(m) if m.get_ref() == "l3" => {
-            return Err(err(Some(m.span()), "mode \"l3\" is not available yet; use mode = \"l2\"".into()));
-        }
-        Some(m) => return Err(err(Some(m.span()), format!("unknown mode {:?}; use \"l2\"", m.get_ref()))),
+        Some(m) if m.get_ref() == "l3" => Mode::L3,
+        Some(m) => return Err(err(Some(m.span()), format!("unknown mode {:?}; use \"l2\" or \"l3\"", m.get_ref()))),
     };
-    let mut core = SwitchConfig::default();
+    let mut core = SwitchConfig { mode: mode.core(), ..SwitchConfig::default() };
+    if let Some(r) = &f.router_mac {
+        match r.get_ref().parse::<MacAddr>() {
+            Ok(m) if !m.is_multicast() && !m.is_zero() => core.router_mac = m,
+            _ => {
+                return Err(err(
+                    Some(r.span()),
+                    format!("router_mac {:?} is not a station MAC address; write it as 02:00:00:00:00:01", r.get_ref()),
+                ));
+            }
+        }
+    }
     if let Some(m) = &f.mtu {
         if !sluice_switch::switch_mtu_range().contains(m.get_ref()) {
             return Err(err(Some(m.span()), format!("MTU {} is out of range: use 68 to 9000", m.get_ref())));
@@ -436,6 +480,22 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         if let Some(g) = &grants {
             p.get_ref().check_grants(g).map_err(|m| err(Some(p.span()), m))?;
         }
+        if mode == Mode::L3 {
+            let mine = p.get_ref().policy().map_err(|m| err(Some(p.span()), m))?.ips;
+            for q in &ports {
+                if let Some(ip) = q.policy().map_err(|m| err(Some(p.span()), m))?.ips.iter().find(|a| mine.contains(a))
+                {
+                    return Err(err(
+                        Some(p.span()),
+                        format!(
+                            "port {:?}: {ip} already belongs to port {:?}; in Layer 3 mode an address belongs to one port",
+                            p.get_ref().name,
+                            q.name
+                        ),
+                    ));
+                }
+            }
+        }
         ports.push(p.get_ref().clone());
     }
     let mut macs = Vec::new();
@@ -477,6 +537,26 @@ mod tests {
 
     fn parse_str(s: &str) -> Result<Settings, ConfigError> {
         parse(s, Path::new("sw.toml"))
+    }
+
+    #[test]
+    fn layer_3_mode_takes_addresses_or_learns_them_and_refuses_one_address_twice() {
+        let s = parse_str(
+            "name = \"sw\"\nmode = \"l3\"\nrouter_mac = \"02:00:00:00:99:01\"\n[[port]]\nname = \"a\"\nips = [\"10.0.0.1\", \"fd00::1\"]\n[[port]]\nname = \"b\"\nips = \"learn\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.mode, Mode::L3);
+        assert_eq!(s.core.mode, sluice_switch::Mode::L3);
+        assert_eq!(s.core.router_mac.to_string(), "02:00:00:00:99:01");
+        let b = s.ports[1].policy().unwrap();
+        assert!(b.learn_ips && b.ips.is_empty());
+        let e = parse_str("name = \"sw\"\nmode = \"l3\"\n[[port]]\nname = \"a\"\nips = [\"10.0.0.1\"]\n[[port]]\nname = \"b\"\nips = [\"10.0.0.2\", \"10.0.0.1\"]\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("10.0.0.1 already belongs to port \"a\""), "{e}");
+        let e = parse_str("name = \"sw\"\nrouter_mac = \"01:00:00:00:00:01\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("router_mac"), "{e}");
     }
 
     #[test]

@@ -90,9 +90,33 @@ pub struct UpArgs {
     /// active, the others are backups that take over when it goes down.
     #[arg(long, default_value_t = 1, requires = "lan", value_parser = clap::value_parser!(u8).range(1..=3))]
     pub uplinks: u8,
+    /// Transport mode of the switch the lab starts: l2 (ports known by MAC address) or l3
+    /// (ports known by IP address: each guest's port owns its two addresses, the switch
+    /// answers ARP and neighbour discovery, and on the LAN every guest sits behind the
+    /// uplink's MAC). A running switch of the other mode is refused.
+    #[arg(long, value_enum, default_value = "l2")]
+    pub mode: ModeArg,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--mode` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Layer 2: ports known by MAC address.
+    L2,
+    /// Layer 3: ports known by IP address.
+    L3,
+}
+
+impl ModeArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            ModeArg::L2 => "l2",
+            ModeArg::L3 => "l3",
+        }
+    }
 }
 
 impl UpArgs {
@@ -109,6 +133,7 @@ impl UpArgs {
             no_offload: false,
             lan: false,
             uplinks: 1,
+            mode: ModeArg::L2,
             json: false,
         }
     }
@@ -153,6 +178,13 @@ pub struct LabState {
     /// Other namespaces the lab created (the uplink's side of the LAN), removed by `down`.
     #[serde(default)]
     pub extra_netns: Vec<String>,
+    /// The switch's transport mode, "l2" or "l3".
+    #[serde(default = "l2")]
+    pub mode: String,
+}
+
+fn l2() -> String {
+    "l2".into()
 }
 
 fn state_path(name: &str) -> PathBuf {
@@ -271,9 +303,10 @@ pub fn render(s: &LabState) -> String {
         t.add_row([&g.guest, &g.netns, &g.tap, &g.ipv4, &g.ipv6]);
     }
     format!(
-        "lab {} on switch {}{} (MTU {}):\n{t}\n",
+        "lab {} on switch {} ({}){} (MTU {}):\n{t}\n",
         s.name,
         s.switch,
+        if s.mode == "l3" { "Layer 3" } else { "Layer 2" },
         if s.started_switch {
             format!(", started by the lab, pid {}", s.switch_pid.unwrap_or(0))
         } else {
@@ -334,6 +367,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         mtu: a.mtu,
         guests: Vec::new(),
         extra_netns: Vec::new(),
+        mode: a.mode.as_str().into(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -353,6 +387,16 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         start_switch(s, a)?;
     }
     let mut client = Client::connect(&s.socket)?;
+    let running: crate::proto::SwitchSummary = client.call(&Request::Hello)?;
+    if running.mode != a.mode.as_str() {
+        bail!(
+            "switch {:?} runs in {} mode, not {}; use --mode {} with it, or another switch",
+            s.switch,
+            running.mode,
+            a.mode.as_str(),
+            running.mode
+        );
+    }
     for i in 1..=a.guests {
         let g = Guest {
             guest: format!("g{i}"),
@@ -387,6 +431,10 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         spec.netns = Some(g.netns.clone());
         spec.mtu = Some(a.mtu);
         spec.offload = !a.no_offload;
+        if a.mode == ModeArg::L3 {
+            // The addresses the guest is reached at, before it has said anything.
+            spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{i:x}")];
+        }
         client.call_value(&Request::PortAdd { port: spec })?;
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
@@ -488,7 +536,15 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     let log = dir.join(format!("{}.log", s.name));
     let mut f = fs::File::create(&conf)?;
     writeln!(f, "# written by `sluice lab up --name {}`", s.name)?;
-    writeln!(f, "name = {:?}\nmode = \"l2\"\nmtu = {}\nlossless = {}\npoll = {}", s.switch, a.mtu, a.lossless, a.poll)?;
+    writeln!(
+        f,
+        "name = {:?}\nmode = {:?}\nmtu = {}\nlossless = {}\npoll = {}",
+        s.switch,
+        a.mode.as_str(),
+        a.mtu,
+        a.lossless,
+        a.poll
+    )?;
     writeln!(f, "socket = {:?}", s.socket.display().to_string())?;
     drop(f);
     let logf = fs::File::create(&log)?;

@@ -128,6 +128,9 @@ pub struct PortStats {
     pub queued: usize,
     /// Frames from it waiting for room at an output (lossless mode): 0 or 1.
     pub held: usize,
+    /// Frames from it waiting for their next hop's address (Layer 3 mode).
+    #[serde(default)]
+    pub resolving: usize,
     /// Why the port stopped working, if it did.
     pub failed: Option<String>,
     /// The switch's counters for the port.

@@ -2,16 +2,17 @@
 //!
 //! Accounting rules, which tests check after every run:
 //! - On ingress, every received frame has exactly one fate:
-//!   `rx_frames = forwarded + flooded + rx_drops.total() + held`.
+//!   `rx_frames = forwarded + flooded + consumed + rx_drops.total() + held + resolving`.
 //! - On egress, every copy offered to a port has exactly one fate:
 //!   `tx_offered = tx_frames + tx_drops.total() + queued`.
-//! - Across the switch, the copies made on ingress are the copies offered on egress:
-//!   `Σ copies = Σ tx_offered` (a flooded frame makes one copy per output), where the sums
-//!   include the ports removed since the last reset ([`Switch::departed`]). Frames still
-//!   queued for a port when it is removed count as its `unknown_port` drops.
+//! - Across the switch, the copies made on ingress plus the frames the switch wrote itself
+//!   are the copies offered on egress: `Σ copies + Σ generated = Σ tx_offered` (a flooded
+//!   frame makes one copy per output), where the sums include the ports removed since the
+//!   last reset ([`Switch::departed`]). Frames still queued for a port when it is removed
+//!   count as its `unknown_port` drops.
 //!
-//! (`held` and `queued` are gauges kept beside the counters; [`Switch::port_info`] reports
-//! them.)
+//! (`held`, `resolving` and `queued` are gauges kept beside the counters;
+//! [`Switch::port_info`] reports them.)
 //!
 //! [`Switch::port_info`]: crate::Switch::port_info
 //! [`Switch::departed`]: crate::Switch::departed
@@ -43,11 +44,19 @@ pub enum DropCause {
     SpoofedMac,
     /// The source IP address (or ARP sender address) is not one the port is allowed.
     SpoofedIp,
+    /// Layer 3 mode: neither IPv4, IPv6 nor ARP.
+    NotIp,
+    /// Layer 3 mode: no port leads to the destination — no guest owns the address and
+    /// there is no uplink, or a frame on the LAN was not addressed to the guests.
+    NoRoute,
+    /// Layer 3 mode: the next hop's MAC address could not be learned in time (or too
+    /// many frames were already waiting for resolution).
+    Unresolved,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 10] = [
+    pub const ALL: [DropCause; 13] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -58,6 +67,9 @@ impl DropCause {
         DropCause::Isolated,
         DropCause::SpoofedMac,
         DropCause::SpoofedIp,
+        DropCause::NotIp,
+        DropCause::NoRoute,
+        DropCause::Unresolved,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -73,6 +85,9 @@ impl DropCause {
             DropCause::Isolated => "isolated",
             DropCause::SpoofedMac => "spoofed_mac",
             DropCause::SpoofedIp => "spoofed_ip",
+            DropCause::NotIp => "not_ip",
+            DropCause::NoRoute => "no_route",
+            DropCause::Unresolved => "unresolved",
         }
     }
 }
@@ -103,6 +118,15 @@ pub struct DropCounts {
     /// See [`DropCause::SpoofedIp`].
     #[serde(default)]
     pub spoofed_ip: u64,
+    /// See [`DropCause::NotIp`].
+    #[serde(default)]
+    pub not_ip: u64,
+    /// See [`DropCause::NoRoute`].
+    #[serde(default)]
+    pub no_route: u64,
+    /// See [`DropCause::Unresolved`].
+    #[serde(default)]
+    pub unresolved: u64,
 }
 
 impl DropCounts {
@@ -124,6 +148,9 @@ impl DropCounts {
             DropCause::Isolated => self.isolated,
             DropCause::SpoofedMac => self.spoofed_mac,
             DropCause::SpoofedIp => self.spoofed_ip,
+            DropCause::NotIp => self.not_ip,
+            DropCause::NoRoute => self.no_route,
+            DropCause::Unresolved => self.unresolved,
         }
     }
 
@@ -139,6 +166,9 @@ impl DropCounts {
             DropCause::Isolated => &mut self.isolated,
             DropCause::SpoofedMac => &mut self.spoofed_mac,
             DropCause::SpoofedIp => &mut self.spoofed_ip,
+            DropCause::NotIp => &mut self.not_ip,
+            DropCause::NoRoute => &mut self.no_route,
+            DropCause::Unresolved => &mut self.unresolved,
         }
     }
 
@@ -171,10 +201,18 @@ pub struct PortCounters {
     pub flooded: u64,
     /// Copies offered to outputs by this port's received frames.
     pub copies: u64,
+    /// Received frames addressed to the switch itself and taken by it: ARP and neighbour
+    /// discovery messages it answered or learned from (Layer 3 mode).
+    #[serde(default)]
+    pub consumed: u64,
     /// Received frames dropped before reaching any output, by cause.
     pub rx_drops: DropCounts,
-    /// Copies offered to this port as an output.
+    /// Copies offered to this port as an output (including `generated`).
     pub tx_offered: u64,
+    /// Frames the switch wrote itself for this port: ARP and neighbour discovery answers
+    /// and requests (Layer 3 mode), announcements after an uplink failover.
+    #[serde(default)]
+    pub generated: u64,
     /// Frames transmitted to the port (a software-segmented GSO frame counts once).
     pub tx_frames: u64,
     /// Bytes transmitted (GSO frames counted whole, before segmentation).
@@ -205,6 +243,8 @@ impl PortCounters {
         self.forwarded += o.forwarded;
         self.flooded += o.flooded;
         self.copies += o.copies;
+        self.consumed += o.consumed;
+        self.generated += o.generated;
         self.rx_drops.accumulate(&o.rx_drops);
         self.tx_offered += o.tx_offered;
         self.tx_frames += o.tx_frames;

@@ -19,6 +19,7 @@
 
 pub mod counters;
 pub mod fib;
+pub mod l3;
 pub mod mem;
 pub mod pool;
 pub mod port;
@@ -28,8 +29,11 @@ pub mod vlan;
 
 pub use counters::{DropCause, PortCounters};
 pub use fib::{Fib, FibEntry};
+pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
-pub use switch::{Interest, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError};
+pub use switch::{
+    DEFAULT_ROUTER_MAC, Interest, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError,
+};
 pub use vlan::VlanMode;
 
 /// The MTUs a switch or port may have.

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sluice_wire::{VNET_HDR_LEN, VnetHdr};
+use sluice_wire::{MacAddr, VNET_HDR_LEN, VnetHdr};
 
 use crate::port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 
@@ -22,6 +22,8 @@ struct Inner {
     tx_count: u64,
     tx_limit: Option<usize>,
     gone: bool,
+    mac: Option<MacAddr>,
+    tick: Option<String>,
 }
 
 /// The switch's side of an in-memory port.
@@ -97,6 +99,16 @@ impl MemHandle {
         lock(&self.inner).gone = true;
     }
 
+    /// Gives the port's device a MAC address (as an uplink's interface has).
+    pub fn set_mac(&self, mac: Option<MacAddr>) {
+        lock(&self.inner).mac = mac;
+    }
+
+    /// Makes the port's next tick report a device change (as an uplink's failover does).
+    pub fn change_device(&self, what: &str) {
+        lock(&self.inner).tick = Some(what.to_string());
+    }
+
     /// Makes `send` report Full while `limit` frames are stored and not taken.
     pub fn set_tx_limit(&self, limit: Option<usize>) {
         lock(&self.inner).tx_limit = limit;
@@ -110,6 +122,14 @@ impl Port for MemPort {
 
     fn caps(&self) -> PortCaps {
         self.caps
+    }
+
+    fn mac(&self) -> Option<MacAddr> {
+        lock(&self.inner).mac
+    }
+
+    fn tick(&mut self) -> Option<String> {
+        lock(&self.inner).tick.take()
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {

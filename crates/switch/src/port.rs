@@ -113,6 +113,13 @@ pub trait Port: Send {
         None
     }
 
+    /// The device's own MAC address, if it has one that matters to the switch (an uplink's
+    /// interface: in Layer 3 mode the guests appear behind it on the LAN). May change after
+    /// [`Port::tick`] reports a change.
+    fn mac(&self) -> Option<sluice_wire::MacAddr> {
+        None
+    }
+
     /// Called about once a second: a port that watches its device (an uplink and its
     /// backups) checks it here, and returns what it did about a change, if anything
     /// (e.g. "eth1 lost carrier; now on eth2"), which the switch counts as a failover.

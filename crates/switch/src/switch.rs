@@ -12,10 +12,14 @@
 
 use std::fmt;
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use sluice_wire::neigh::{self, NdFields, Neigh};
 use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, parse_ethernet};
 
 use crate::counters::{DropCause, PortCounters};
 use crate::fib::Fib;
+use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
 use crate::port::{DeviceDrops, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use crate::queue::FrameQueue;
@@ -40,13 +44,30 @@ pub struct SwitchConfig {
     pub queue_len: usize,
     /// Frames read from one port before others get a turn.
     pub batch: usize,
-    /// Maximum MAC table entries.
+    /// Maximum MAC table entries (and, in Layer 3 mode, LAN neighbour entries).
     pub fib_max: usize,
+    /// Layer 2 or Layer 3 forwarding.
+    pub mode: Mode,
+    /// Layer 3 mode: the switch's own MAC address on the guests' side (on the uplink it
+    /// uses the uplink device's).
+    pub router_mac: MacAddr,
 }
+
+/// The switch's guest-side MAC address in Layer 3 mode unless configured otherwise.
+pub const DEFAULT_ROUTER_MAC: MacAddr = MacAddr([0x02, 0x73, 0x6c, 0x75, 0x69, 0x01]);
 
 impl Default for SwitchConfig {
     fn default() -> Self {
-        SwitchConfig { mtu: 1500, aging_ms: 300_000, lossless: false, queue_len: 256, batch: 64, fib_max: 8192 }
+        SwitchConfig {
+            mtu: 1500,
+            aging_ms: 300_000,
+            lossless: false,
+            queue_len: 256,
+            batch: 64,
+            fib_max: 8192,
+            mode: Mode::L2,
+            router_mac: DEFAULT_ROUTER_MAC,
+        }
     }
 }
 
@@ -76,8 +97,12 @@ pub struct PortPolicy {
     /// The only source IP addresses the port's IPv4 and IPv6 packets (and ARP sender
     /// addresses) may carry, besides the unspecified 0.0.0.0 and `::` (DHCP, duplicate
     /// address detection); others are dropped and counted (`spoofed_ip`). Any address
-    /// when empty. Non-IP frames are not affected.
-    pub ips: Vec<std::net::IpAddr>,
+    /// when empty (unless `learn_ips`). Non-IP frames are not affected. In Layer 3 mode
+    /// these are also the addresses the port is reached at.
+    pub ips: Vec<IpAddr>,
+    /// The first source address of each family the port uses is added to `ips` and then
+    /// locked. In Layer 3 mode a guest port without `ips` learns them.
+    pub learn_ips: bool,
     /// Makes this port a mirror of the named ports: it gets a copy of every frame they
     /// receive and are sent (in the VLANs it is a member of), always lossy, so a slow
     /// mirror never holds traffic back. A port has at most one mirror. Names of ports
@@ -85,31 +110,44 @@ pub struct PortPolicy {
     pub mirror_of: Vec<String>,
 }
 
+/// What the source-address check decided.
+enum SourceCheck {
+    Allowed,
+    /// Allowed, and the port's first address of its family: to be locked.
+    Learn(IpAddr),
+    Spoofed,
+}
+
 impl PortPolicy {
-    /// The frame (untagged, from its Ethernet header) carries a source IP address the
-    /// port may use, or none at all.
-    fn allows_source_ip(&self, frame: &[u8]) -> bool {
-        if self.ips.is_empty() {
-            return true;
+    /// Checks the source address `src` a frame claims. `link_local_ok` lets IPv6
+    /// link-local sources through (Layer 3 mode never forwards by them).
+    fn check_source(&self, src: IpAddr, link_local_ok: bool) -> SourceCheck {
+        if self.ips.is_empty() && !self.learn_ips {
+            return SourceCheck::Allowed;
         }
-        let ethertype = frame.get(12..14).map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
-        let src: std::net::IpAddr = match ethertype {
-            0x0800 => match frame.get(26..30) {
-                Some(a) => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(),
-                None => return false,
-            },
-            // ARP for IPv4 over Ethernet: the sender protocol address.
-            0x0806 => match frame.get(28..32) {
-                Some(a) => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(),
-                None => return false,
-            },
-            0x86dd => match frame.get(22..38).and_then(|a| <[u8; 16]>::try_from(a).ok()) {
-                Some(a) => std::net::Ipv6Addr::from(a).into(),
-                None => return false,
-            },
-            _ => return true,
-        };
-        src.is_unspecified() || self.ips.contains(&src)
+        let link_local = matches!(src, IpAddr::V6(a) if a.is_unicast_link_local());
+        if src.is_unspecified() || (link_local && link_local_ok) || self.ips.contains(&src) {
+            return SourceCheck::Allowed;
+        }
+        if self.learn_ips && !link_local && !self.ips.iter().any(|a| a.is_ipv4() == src.is_ipv4()) {
+            return SourceCheck::Learn(src);
+        }
+        SourceCheck::Spoofed
+    }
+}
+
+/// The source address an untagged frame claims: an IPv4 or IPv6 source, or an ARP sender
+/// address. `None` for other frames, or when the header is cut short (`Some(None)` means
+/// "an IP or ARP frame too short to say").
+fn claimed_source(frame: &[u8]) -> Option<Option<IpAddr>> {
+    let ethertype = frame.get(12..14).map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
+    let v4 = |at: usize| frame.get(at..at + 4).map(|a| IpAddr::from(Ipv4Addr::new(a[0], a[1], a[2], a[3])));
+    match ethertype {
+        0x0800 => Some(v4(26)),
+        // ARP for IPv4 over Ethernet: the sender protocol address.
+        0x0806 => Some(v4(28)),
+        0x86dd => Some(frame.get(22..38).and_then(|a| <[u8; 16]>::try_from(a).ok()).map(IpAddr::from)),
+        _ => None,
     }
 }
 
@@ -148,6 +186,8 @@ pub struct PortInfo {
     pub queued: usize,
     /// 1 when a frame it sent waits for room at an output (input paused), else 0.
     pub held: usize,
+    /// Frames it sent that wait for their next hop's address (Layer 3 mode).
+    pub resolving: usize,
     /// Drops counted by the device underneath, outside the switch.
     pub device_drops: Option<DeviceDrops>,
     /// The port's device failed and it is no longer serviced.
@@ -169,6 +209,14 @@ pub enum SwitchError {
     /// A VLAN id out of range.
     #[error("VLAN {0} is out of range: use 1 to 4094")]
     BadVlan(u16),
+    /// An address another port already owns (Layer 3 mode).
+    #[error("{ip} already belongs to port {owner:?}; an address can belong to one port only")]
+    AddressInUse {
+        /// The address.
+        ip: IpAddr,
+        /// The port that owns it.
+        owner: String,
+    },
     /// A port that already has a mirror, or a mirror of itself.
     #[error("port {port:?} cannot be mirrored to {mirror:?}: {why}")]
     BadMirror {
@@ -190,6 +238,11 @@ struct PortSlot {
     policy: PortPolicy,
     /// The mirror port that gets copies of this port's traffic.
     mirrored_to: Option<PortId>,
+    /// The device's own MAC address, if it has one (an uplink): the switch's source
+    /// address there in Layer 3 mode.
+    dev_mac: Option<MacAddr>,
+    /// Layer 3 mode: the MAC address of the guest behind the port (its frames' source).
+    guest_mac: Option<MacAddr>,
     counters: PortCounters,
     queue: FrameQueue,
     /// Segments of the queue's head frame already sent (software segmentation resumed
@@ -217,6 +270,18 @@ enum Decision {
     Drop(DropCause),
     Unicast,
     Flood,
+    /// Layer 3: the next hop behind port `out` has address `ip`, whose MAC is not known yet.
+    Park {
+        out: PortId,
+        ip: IpAddr,
+    },
+}
+
+/// A frame an uplink sends after a failover.
+#[derive(Clone, Copy)]
+enum Announce {
+    Rarp(MacAddr),
+    Address(IpAddr, MacAddr),
 }
 
 enum Placement {
@@ -231,7 +296,7 @@ enum Sent {
     Gone(String),
 }
 
-/// A Layer 2 switch.
+/// A Layer 2 (or, configured so, Layer 3) switch.
 pub struct Switch {
     cfg: SwitchConfig,
     ports: Vec<Option<PortSlot>>,
@@ -246,6 +311,8 @@ pub struct Switch {
     now_ms: u64,
     /// Counters of ports removed since the last reset.
     departed: PortCounters,
+    /// Layer 3 mode's tables (empty in Layer 2 mode).
+    l3: L3Tables,
 }
 
 impl fmt::Debug for Switch {
@@ -260,8 +327,13 @@ impl Switch {
         if !MTU_RANGE.contains(&cfg.mtu) {
             return Err(SwitchError::BadMtu(cfg.mtu));
         }
+        let fib_max = cfg.fib_max;
         let mut pool = FramePool::new();
         pool.grow(1);
+        if cfg.mode == Mode::L3 {
+            // Frames waiting for resolution, and the replies the switch writes.
+            pool.grow(MAX_PENDING + 8);
+        }
         Ok(Switch {
             fib: Fib::new(cfg.fib_max, cfg.aging_ms),
             cfg,
@@ -274,6 +346,7 @@ impl Switch {
             held_count: 0,
             now_ms: 0,
             departed: PortCounters::default(),
+            l3: L3Tables::new(fib_max),
         })
     }
 
@@ -293,6 +366,16 @@ impl Switch {
         }
         check_vlans(&cfg.vlan)?;
         let id = self.ports.len() as PortId;
+        let mut cfg = cfg;
+        if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
+            for ip in &cfg.policy.ips {
+                if let Some(&o) = self.l3.owners.get(ip) {
+                    let owner = self.port_name(o).unwrap_or("?").to_string();
+                    return Err(SwitchError::AddressInUse { ip: *ip, owner });
+                }
+            }
+            cfg.policy.learn_ips |= cfg.policy.ips.is_empty();
+        }
         // Mirrors: the ports this one watches, and the mirror that watches it.
         let mut watched = Vec::new();
         for n in &cfg.policy.mirror_of {
@@ -323,14 +406,22 @@ impl Switch {
         self.dirty.reserve(self.ports.len() + 1);
         self.interest_changed.reserve(self.ports.len() + 1);
         let caps = port.caps();
+        let dev_mac = port.mac();
+        if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
+            for ip in &cfg.policy.ips {
+                self.l3.owners.insert(*ip, id);
+            }
+        }
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
             caps,
             vlan: cfg.vlan,
             mtu,
+            guest_mac: cfg.policy.mac,
             policy: cfg.policy,
             mirrored_to,
+            dev_mac,
             counters: PortCounters::default(),
             queue: FrameQueue::new(self.cfg.queue_len),
             seg_done: 0,
@@ -357,6 +448,22 @@ impl Switch {
             self.pool.release(fid);
             self.held_count -= 1;
         }
+        // Frames it sent that waited for resolution are lost with it; frames waiting to
+        // reach it are lost to their senders.
+        let mut i = 0;
+        while i < self.l3.pending.len() {
+            let p = self.l3.pending[i];
+            if p.from == id || p.out == id {
+                self.l3.pending.remove(i);
+                self.pool.release(p.fid);
+                let c =
+                    if p.from == id { &mut slot.counters } else { &mut self.slot_mut(p.from).expect("live").counters };
+                c.rx_drops.add(DropCause::UnknownPort);
+            } else {
+                i += 1;
+            }
+        }
+        self.l3.owners.retain(|_, &mut p| p != id);
         self.departed.accumulate(&slot.counters);
         for s in self.ports.iter_mut().flatten() {
             if s.mirrored_to == Some(id) {
@@ -391,6 +498,7 @@ impl Switch {
             counters: s.counters,
             queued: s.queue.len(),
             held: usize::from(s.held.is_some()),
+            resolving: self.l3.pending.iter().filter(|p| p.from == id).count(),
             device_drops: s.port.device_drops(),
             failed: s.failed.clone(),
         })
@@ -441,10 +549,39 @@ impl Switch {
         self.fib.moves = 0;
     }
 
-    /// Forgets MAC entries older than the aging time.
+    /// Forgets MAC entries (and LAN neighbours) older than the aging time, and drops frames
+    /// that waited too long for address resolution.
     pub fn expire(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
         self.fib.expire(now_ms);
+        if self.cfg.mode == Mode::L3 {
+            self.l3.expire(now_ms, self.cfg.aging_ms);
+            let mut i = 0;
+            while i < self.l3.pending.len() {
+                let p = self.l3.pending[i];
+                if now_ms.saturating_sub(p.since_ms) >= RESOLVE_MS {
+                    self.l3.pending.remove(i);
+                    self.pool.release(p.fid);
+                    if let Some(s) = self.slot_mut(p.from) {
+                        s.counters.rx_drops.add(DropCause::Unresolved);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// Layer 3 mode: the addresses guest ports own, as (address, port), sorted.
+    pub fn ip_owners(&self) -> Vec<(IpAddr, PortId)> {
+        let mut v: Vec<_> = self.l3.owners.iter().map(|(&ip, &p)| (ip, p)).collect();
+        v.sort();
+        v
+    }
+
+    /// Layer 3 mode: LAN neighbours learned on the uplink, as (VLAN, address, MAC), sorted.
+    pub fn neighbours(&self) -> Vec<(u16, IpAddr, MacAddr)> {
+        self.l3.neighbours()
     }
 
     /// Lets every port check its device (see [`Port::tick`]); hands each change to `f`
@@ -459,9 +596,108 @@ impl Switch {
                 moved.push(i as PortId);
             }
         }
-        // Stations learned behind a port that changed device are learned anew.
+        // Stations learned behind a port that changed device are learned anew, and the
+        // stations on this side announce themselves through it.
         for id in moved {
             self.fib.forget_port(id);
+            if let Some(s) = self.slot_mut(id) {
+                s.dev_mac = s.port.mac();
+            }
+            if self.cfg.mode == Mode::L3 {
+                self.l3.forget_neighbours();
+            }
+            self.announce(id);
+        }
+        self.settle();
+    }
+
+    /// Sends, through port `to` (an uplink that just changed device), a frame from every
+    /// station on this side so the LAN's switches learn the new path at once: in Layer 2
+    /// mode a RARP announcement from each learned MAC address (as QEMU and Open vSwitch's
+    /// bonds do), in Layer 3 mode a gratuitous ARP or unsolicited neighbour advertisement
+    /// for each guest address, from the uplink's MAC.
+    fn announce(&mut self, to: PortId) {
+        let Some(out) = self.slot(to) else { return };
+        let vlan_of = |m: &VlanMode| match m {
+            VlanMode::Access(v) => Some(*v),
+            VlanMode::Trunk { native, .. } => *native,
+        };
+        let mut frames: Vec<(u16, Announce)> = Vec::new();
+        match self.cfg.mode {
+            Mode::L2 => {
+                for (vlan, mac, e) in self.fib.entries() {
+                    if e.port != to && out.vlan.is_member(vlan) {
+                        frames.push((vlan, Announce::Rarp(mac)));
+                    }
+                }
+            }
+            Mode::L3 => {
+                let mac = out.dev_mac.unwrap_or(self.cfg.router_mac);
+                for (ip, p) in self.ip_owners() {
+                    let Some(vlan) = self.slot(p).and_then(|s| vlan_of(&s.vlan)) else { continue };
+                    if out.vlan.is_member(vlan) {
+                        frames.push((vlan, Announce::Address(ip, mac)));
+                    }
+                }
+            }
+        }
+        for (vlan, a) in frames {
+            self.emit(to, vlan, |buf| match a {
+                Announce::Rarp(mac) => neigh::write_rarp_announce(buf, mac),
+                Announce::Address(IpAddr::V4(ip), mac) => {
+                    neigh::write_arp(buf, 1, MacAddr::BROADCAST, mac, ip, MacAddr::default(), ip)
+                }
+                Announce::Address(IpAddr::V6(ip), mac) => {
+                    let m = NdFields {
+                        advert: true,
+                        solicited: false,
+                        src: ip,
+                        dst: neigh::ALL_NODES,
+                        target: ip,
+                        lla: mac,
+                    };
+                    neigh::write_nd(buf, neigh::multicast_mac(neigh::ALL_NODES), mac, &m)
+                }
+            });
+            if self.slot(to).is_some_and(|s| s.queue.is_full()) {
+                self.flush_port(to);
+            }
+        }
+    }
+
+    /// Queues a frame the switch writes itself (`write` fills the buffer and returns the
+    /// frame's length) for port `out` on `vlan`; counted as `generated` and `tx_offered`
+    /// there. Nothing is sent when the frame pool is exhausted.
+    fn emit(&mut self, out: PortId, vlan: u16, write: impl FnOnce(&mut [u8]) -> Option<usize>) {
+        if self.slot(out).is_none_or(|s| s.failed.is_some()) {
+            return;
+        }
+        let Some(fid) = self.pool.alloc() else { return };
+        let buf = self.pool.buf_mut(fid);
+        buf[..VNET_HDR_LEN].fill(0);
+        let Some(len) = write(&mut buf[VNET_HDR_LEN..]) else {
+            self.pool.release(fid);
+            return;
+        };
+        *self.pool.meta_mut(fid) = crate::pool::FrameMeta {
+            start: VNET_HDR_LEN as u32,
+            len: len as u32,
+            vnet: VnetHdr::default(),
+            vlan,
+            pcp: 0,
+            l3_max: (len - ETH_HDR_LEN) as u32,
+        };
+        let s = self.slot_mut(out).expect("checked above");
+        s.counters.tx_offered += 1;
+        s.counters.generated += 1;
+        if s.queue.push(fid) {
+            if !s.dirty {
+                s.dirty = true;
+                self.dirty.push(out);
+            }
+        } else {
+            s.counters.tx_drops.add(DropCause::QueueFull);
+            self.pool.release(fid);
         }
     }
 
@@ -590,15 +826,25 @@ impl Switch {
             self.pool.release(fid);
             return;
         }
-        let frame = &buf[meta.start as usize..(meta.start + meta.len) as usize];
-        if !slot.policy.allows_source_ip(frame) {
-            slot.counters.rx_drops.add(DropCause::SpoofedIp);
-            self.pool.release(fid);
+        *self.pool.meta_mut(fid) = meta;
+        if self.cfg.mode == Mode::L3 {
+            self.ingress_l3(id, fid, src, now_ms);
             return;
         }
-        *self.pool.meta_mut(fid) = meta;
+        let frame = self.pool.frame(fid);
+        if let Some(claimed) = claimed_source(frame)
+            && !self.source_ok(id, claimed, false)
+        {
+            self.drop_rx(id, fid, DropCause::SpoofedIp);
+            return;
+        }
         self.fib.learn(meta.vlan, src, id, now_ms);
-        if let Placement::Held = self.forward(id, fid, now_ms) {
+        self.place(id, fid, now_ms);
+    }
+
+    /// Forwards a received frame, holding it at its input if it must wait for room.
+    fn place(&mut self, id: PortId, fid: u32, now_ms: u64) {
+        if let Placement::Held = self.forward(id, fid, now_ms, true) {
             let s = self.ports[id as usize].as_mut().expect("caller checked");
             s.held = Some(fid);
             s.counters.pauses += 1;
@@ -607,14 +853,207 @@ impl Switch {
         }
     }
 
-    /// Decides the outputs of frame `fid` from port `from` and places copies in their
-    /// queues, or reports that it must be held (lossless mode, an output full).
-    fn forward(&mut self, from: PortId, fid: u32, now_ms: u64) -> Placement {
+    /// Counts a received frame's drop and frees it.
+    fn drop_rx(&mut self, id: PortId, fid: u32, cause: DropCause) {
+        if let Some(s) = self.slot_mut(id) {
+            s.counters.rx_drops.add(cause);
+        }
+        self.pool.release(fid);
+    }
+
+    /// Applies port `id`'s source-address rule to `claimed` (an IP frame's source, `None`
+    /// when cut short), locking a learned address. False: the frame is to be dropped.
+    fn source_ok(&mut self, id: PortId, claimed: Option<IpAddr>, link_local_ok: bool) -> bool {
+        let Some(s) = self.slot(id) else { return false };
+        if s.policy.ips.is_empty() && !s.policy.learn_ips {
+            return true;
+        }
+        let Some(src) = claimed else { return false };
+        match s.policy.check_source(src, link_local_ok) {
+            SourceCheck::Allowed => true,
+            SourceCheck::Spoofed => false,
+            SourceCheck::Learn(ip) => {
+                if self.cfg.mode == Mode::L3 {
+                    if self.l3.owners.get(&ip).is_some_and(|&o| o != id) {
+                        return false;
+                    }
+                    self.l3.owners.insert(ip, id);
+                }
+                self.slot_mut(id).expect("live").policy.ips.push(ip);
+                true
+            }
+        }
+    }
+
+    /// Layer 3 ingress, after the VLAN and MAC checks: address resolution is answered
+    /// here; IP packets go on to forwarding; anything else is dropped.
+    fn ingress_l3(&mut self, id: PortId, fid: u32, src: MacAddr, now_ms: u64) {
         let meta = *self.pool.meta(fid);
         let frame = self.pool.frame(fid);
-        let dst = MacAddr(frame[..6].try_into().unwrap_or_default());
-        let decision = self.destinations(from, meta.vlan, dst, now_ms);
+        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        if !matches!(ethertype, 0x0800 | 0x0806 | 0x86dd) {
+            self.drop_rx(id, fid, DropCause::NotIp);
+            return;
+        }
+        let msg = neigh::parse_neigh(frame);
+        let endpoints = neigh::ip_endpoints(frame);
+        if (ethertype == 0x0806 && msg.is_none()) || (ethertype != 0x0806 && endpoints.is_none()) {
+            self.drop_rx(id, fid, DropCause::Malformed);
+            return;
+        }
+        let uplink = self.slot(id).is_some_and(|s| s.policy.uplink);
+        if !uplink {
+            let claimed = match msg {
+                Some(Neigh::ArpRequest { sender_ip, .. } | Neigh::ArpReply { sender_ip, .. }) => sender_ip.into(),
+                _ => endpoints.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |e| e.0),
+            };
+            if !self.source_ok(id, Some(claimed), true) {
+                self.drop_rx(id, fid, DropCause::SpoofedIp);
+                return;
+            }
+            let s = self.slot_mut(id).expect("live");
+            if s.guest_mac != Some(src) {
+                s.guest_mac = Some(src);
+                self.resolved(id, None, now_ms);
+            }
+        }
+        match msg {
+            Some(m) => {
+                self.slot_mut(id).expect("live").counters.consumed += 1;
+                self.pool.release(fid);
+                self.answer(id, meta.vlan, src, m, now_ms);
+            }
+            None => self.place(id, fid, now_ms),
+        }
+    }
+
+    /// Answers or learns from an address-resolution message that port `from` sent.
+    fn answer(&mut self, from: PortId, vlan: u16, eth_src: MacAddr, m: Neigh, now_ms: u64) {
+        let Some(s) = self.slot(from) else { return };
+        let uplink = s.policy.uplink;
+        let me = if uplink { s.dev_mac.unwrap_or(self.cfg.router_mac) } else { self.cfg.router_mac };
+        // Whether to answer for `target`: on the uplink, for guests' addresses only; on a
+        // guest port, for any address but the guest's own.
+        let answers = |sw: &Switch, target: IpAddr| {
+            if uplink { sw.owner_in(vlan, target).is_some() } else { sw.l3.owners.get(&target) != Some(&from) }
+        };
+        match m {
+            Neigh::ArpRequest { sender_mac, sender_ip, target } => {
+                if uplink && !sender_ip.is_unspecified() {
+                    self.learn_neighbour(from, vlan, sender_ip.into(), sender_mac, now_ms);
+                }
+                let probe = sender_ip.is_unspecified() || sender_ip == target;
+                if (uplink || !probe) && answers(self, target.into()) {
+                    self.emit(from, vlan, |b| neigh::write_arp(b, 2, sender_mac, me, target, sender_mac, sender_ip));
+                }
+            }
+            Neigh::ArpReply { sender_mac, sender_ip } => {
+                if uplink {
+                    self.learn_neighbour(from, vlan, sender_ip.into(), sender_mac, now_ms);
+                }
+            }
+            Neigh::Solicit { src, target, lla } => {
+                if uplink && !src.is_unspecified() {
+                    self.learn_neighbour(from, vlan, src.into(), lla.unwrap_or(eth_src), now_ms);
+                }
+                if (uplink || !src.is_unspecified()) && answers(self, target.into()) {
+                    let (dst, dst_mac, solicited) = if src.is_unspecified() {
+                        (neigh::ALL_NODES, neigh::multicast_mac(neigh::ALL_NODES), false)
+                    } else {
+                        (src, lla.unwrap_or(eth_src), true)
+                    };
+                    let f = NdFields { advert: true, solicited, src: target, dst, target, lla: me };
+                    self.emit(from, vlan, |b| neigh::write_nd(b, dst_mac, me, &f));
+                }
+            }
+            Neigh::Advert { target, lla } => {
+                if uplink {
+                    self.learn_neighbour(from, vlan, target.into(), lla.unwrap_or(eth_src), now_ms);
+                }
+            }
+        }
+    }
+
+    /// The live guest port in `vlan` that owns `ip`.
+    fn owner_in(&self, vlan: u16, ip: IpAddr) -> Option<PortId> {
+        let p = *self.l3.owners.get(&ip)?;
+        self.slot(p).filter(|s| s.failed.is_none() && s.vlan.is_member(vlan)).map(|_| p)
+    }
+
+    /// Records a LAN neighbour heard on uplink `port` and sends what waited for it.
+    fn learn_neighbour(&mut self, port: PortId, vlan: u16, ip: IpAddr, mac: MacAddr, now_ms: u64) {
+        self.l3.learn(vlan, ip, mac, now_ms);
+        self.resolved(port, Some(ip), now_ms);
+    }
+
+    /// Forwards the frames waiting for `ip` behind port `out` (any address: the guest's
+    /// MAC became known).
+    fn resolved(&mut self, out: PortId, ip: Option<IpAddr>, now_ms: u64) {
+        let mut i = 0;
+        while i < self.l3.pending.len() {
+            let p = self.l3.pending[i];
+            if p.out == out && ip.is_none_or(|ip| ip == p.ip) {
+                self.l3.pending.remove(i);
+                // Its input may already hold a frame: this one is placed without holding.
+                self.forward(p.from, p.fid, now_ms, false);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Parks frame `fid` from `from` until `ip` behind `out` is resolved, asking for it
+    /// unless it was asked for recently.
+    fn park(&mut self, from: PortId, fid: u32, out: PortId, ip: IpAddr, vlan: u16, now_ms: u64) -> bool {
+        if self.l3.pending.len() >= MAX_PENDING {
+            return false;
+        }
+        let ask = !self.l3.asked_recently(out, ip, now_ms);
+        self.l3.pending.push(Pending { from, out, ip, fid, since_ms: now_ms });
+        if !ask {
+            return true;
+        }
+        let Some(s) = self.slot(out) else { return true };
+        let me = if s.policy.uplink { s.dev_mac.unwrap_or(self.cfg.router_mac) } else { self.cfg.router_mac };
+        // Asked in the name of the packet's source, so the answer also teaches the target
+        // where that source is.
+        let Some((src, _)) = neigh::ip_endpoints(self.pool.frame(fid)) else { return true };
+        match (src, ip) {
+            (IpAddr::V4(s4), IpAddr::V4(t4)) => {
+                self.emit(out, vlan, |b| neigh::write_arp(b, 1, MacAddr::BROADCAST, me, s4, MacAddr::default(), t4));
+            }
+            (IpAddr::V6(s6), IpAddr::V6(t6)) => {
+                let dst = neigh::solicited_node(t6);
+                let f = NdFields { advert: false, solicited: false, src: s6, dst, target: t6, lla: me };
+                self.emit(out, vlan, |b| neigh::write_nd(b, neigh::multicast_mac(dst), me, &f));
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Decides the outputs of frame `fid` from port `from` and places copies in their
+    /// queues, or reports that it must be held (lossless mode, an output full).
+    /// A frame placed with `may_hold` false is dropped rather than held when an output is
+    /// full.
+    fn forward(&mut self, from: PortId, fid: u32, now_ms: u64, may_hold: bool) -> Placement {
+        let meta = *self.pool.meta(fid);
+        let decision = match self.cfg.mode {
+            Mode::L2 => {
+                let frame = self.pool.frame(fid);
+                let dst = MacAddr(frame[..6].try_into().unwrap_or_default());
+                self.destinations(from, meta.vlan, dst, now_ms)
+            }
+            Mode::L3 => self.l3_destinations(from, fid, meta.vlan, now_ms),
+        };
         let cause = match decision {
+            Decision::Park { out, ip } => {
+                if self.park(from, fid, out, ip, meta.vlan, now_ms) {
+                    // The pending list keeps the frame (and its reference) until then.
+                    return Placement::Placed;
+                }
+                Some(DropCause::Unresolved)
+            }
             Decision::Drop(cause) => Some(cause),
             _ if self.dests.is_empty() => Some(DropCause::UnknownPort),
             _ => None,
@@ -635,7 +1074,7 @@ impl Switch {
                 self.flush_port(d);
             }
         }
-        if self.cfg.lossless {
+        if self.cfg.lossless && may_hold {
             let blocked = self.dests[..real].iter().any(|&d| {
                 let s = self.ports[d as usize].as_ref().expect("destinations are live");
                 meta.l3_max <= u32::from(s.mtu) && s.queue.is_full()
@@ -710,6 +1149,11 @@ impl Switch {
                 }
             };
         }
+        self.flood(from, vlan, me)
+    }
+
+    /// Fills `self.dests` with every live port of `vlan` but `from` that `from` may talk to.
+    fn flood(&mut self, from: PortId, vlan: u16, me: (bool, bool)) -> Decision {
         for (i, p) in self.ports.iter().enumerate() {
             if let Some(s) = p
                 && i as PortId != from
@@ -721,6 +1165,57 @@ impl Switch {
             }
         }
         Decision::Flood
+    }
+
+    /// Layer 3: fills `self.dests` with the output of IP frame `fid` from `from` and writes
+    /// the next hop's MAC address into it. Group destinations (broadcast, multicast) are
+    /// flooded; unicast goes to the guest port owning the destination address, or else out
+    /// the uplink to the LAN host of that address.
+    fn l3_destinations(&mut self, from: PortId, fid: u32, vlan: u16, now_ms: u64) -> Decision {
+        self.dests.clear();
+        let Some(s) = self.slot(from) else { return Decision::Drop(DropCause::UnknownPort) };
+        let me = (s.policy.isolated, s.policy.uplink);
+        let from_mac = s.dev_mac.unwrap_or(self.cfg.router_mac);
+        let frame = self.pool.frame(fid);
+        let dst_mac = MacAddr(frame[..6].try_into().unwrap_or_default());
+        if dst_mac.is_multicast() {
+            return self.flood(from, vlan, me);
+        }
+        // On the LAN the guests all sit behind the uplink's address; frames for other
+        // hosts there are none of the switch's business.
+        if me.1 && dst_mac != from_mac {
+            return Decision::Drop(DropCause::NoRoute);
+        }
+        let Some((_, dst)) = neigh::ip_endpoints(frame) else { return Decision::Drop(DropCause::Malformed) };
+        let (out, mac) = match self.l3.owners.get(&dst) {
+            Some(&p) => {
+                if p == from {
+                    return Decision::Drop(DropCause::SamePort);
+                }
+                match self.slot(p) {
+                    None => return Decision::Drop(DropCause::UnknownPort),
+                    Some(t) if t.failed.is_some() => return Decision::Drop(DropCause::UnknownPort),
+                    Some(t) if !t.vlan.is_member(vlan) => return Decision::Drop(DropCause::VlanFilter),
+                    Some(t) if !may_talk(me, (t.policy.isolated, t.policy.uplink)) => {
+                        return Decision::Drop(DropCause::Isolated);
+                    }
+                    Some(t) => (p, t.guest_mac),
+                }
+            }
+            None if me.1 => return Decision::Drop(DropCause::NoRoute),
+            None => {
+                let up = self.ports.iter().position(|p| {
+                    p.as_ref().is_some_and(|p| p.policy.uplink && p.failed.is_none() && p.vlan.is_member(vlan))
+                });
+                let Some(up) = up else { return Decision::Drop(DropCause::NoRoute) };
+                (up as PortId, self.l3.lookup(vlan, dst, now_ms, self.cfg.aging_ms))
+            }
+        };
+        let Some(mac) = mac else { return Decision::Park { out, ip: dst } };
+        let start = self.pool.meta(fid).start as usize;
+        self.pool.buf_mut(fid)[start..start + 6].copy_from_slice(&mac.0);
+        self.dests.push(out);
+        Decision::Unicast
     }
 
     /// Sends queued frames and retries held ones until nothing more can move.
@@ -743,7 +1238,7 @@ impl Switch {
             let Some(fid) = self.slot(id).and_then(|s| s.held) else { continue };
             // Learning and classification happened when the frame arrived; only the
             // placement is retried.
-            if let Placement::Placed = self.forward(id, fid, self.now_ms) {
+            if let Placement::Placed = self.forward(id, fid, self.now_ms, true) {
                 let s = self.slot_mut(id).expect("live");
                 s.held = None;
                 self.held_count -= 1;
@@ -796,9 +1291,20 @@ impl Switch {
     /// Offers frame `fid` to port `d`, completing offloads in software where the port
     /// cannot take them.
     fn transmit(&mut self, d: PortId, fid: u32) -> Sent {
-        let Switch { ports, pool, scratch, .. } = self;
+        let Switch { ports, pool, scratch, cfg, .. } = self;
         let s = ports[d as usize].as_mut().expect("caller checked");
         let meta = *pool.meta(fid);
+        // Layer 3: every frame leaves from the switch's address on this side.
+        let l3_src = (cfg.mode == Mode::L3)
+            .then(|| if s.policy.uplink { s.dev_mac.unwrap_or(cfg.router_mac) } else { cfg.router_mac });
+        let mut macs_buf = [0u8; 12];
+        let mut macs_of = |m: &[u8]| -> [u8; 12] {
+            macs_buf.copy_from_slice(&m[..12]);
+            if let Some(src) = l3_src {
+                macs_buf[6..].copy_from_slice(&src.0);
+            }
+            macs_buf
+        };
         let tagged = s.vlan.egress(meta.vlan) == Some(true);
         let tag = tagged.then(|| {
             let tci = (u16::from(meta.pcp) << 13) | meta.vlan;
@@ -818,7 +1324,8 @@ impl Switch {
                     idx += 1;
                     return true;
                 }
-                let out = OutFrame { vnet: [0; VNET_HDR_LEN], macs: &seg[..12], tag, rest: &seg[12..] };
+                let macs = macs_of(seg);
+                let out = OutFrame { vnet: [0; VNET_HDR_LEN], macs: &macs, tag, rest: &seg[12..] };
                 match port.send(&out) {
                     Ok(TxOutcome::Sent) => {
                         idx += 1;
@@ -885,7 +1392,8 @@ impl Switch {
             h.emit(&mut vnet);
         }
         let frame = pool.frame(fid);
-        let out = OutFrame { vnet, macs: &frame[..12], tag, rest: &frame[12..] };
+        let macs = macs_of(frame);
+        let out = OutFrame { vnet, macs: &macs, tag, rest: &frame[12..] };
         match s.port.send(&out) {
             Ok(TxOutcome::Sent) => {
                 s.counters.tx_frames += 1;

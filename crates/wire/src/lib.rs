@@ -1,6 +1,7 @@
 //! Bounds-checked views over the frames sluice switches: Ethernet with an optional 802.1Q
 //! tag, the virtio-net header that Linux TAP devices put in front of every frame, the
-//! Internet checksum, and software segmentation of GSO frames.
+//! Internet checksum, software segmentation of GSO frames, and the ARP and neighbour
+//! discovery messages a Layer 3 switch answers.
 //!
 //! Written in the style of smoltcp's `wire` module: every function takes a byte slice,
 //! checks its length once, and reads or writes fixed offsets. No function in this crate
@@ -18,6 +19,7 @@ pub mod checksum;
 mod error;
 pub mod ethernet;
 pub mod gso;
+pub mod neigh;
 pub mod vnet;
 
 pub use error::WireError;

@@ -272,6 +272,7 @@ impl Server {
                     offload: p.caps.offload,
                     queued: p.queued,
                     held: p.held,
+                    resolving: p.resolving,
                     failed: p.failed,
                     counters: p.counters,
                     device_drops: p.device_drops,

@@ -124,6 +124,11 @@ fn restore_tag(buf: &mut [u8], len: usize, tpid: u16, tci: u16) -> Option<usize>
 }
 
 impl Port for UplinkPort {
+    fn mac(&self) -> Option<sluice_wire::MacAddr> {
+        let name = &self.devices[self.active].0;
+        crate::sys::tun::link_mac(self.sock.fd.as_raw_fd(), name).ok().map(sluice_wire::MacAddr)
+    }
+
     fn kind(&self) -> &'static str {
         "uplink"
     }

@@ -21,7 +21,6 @@ use super::spec::Family;
 /// Why a known path cannot run on this host (or in this version), if it cannot.
 pub fn unavailable(path: &str) -> Option<String> {
     match path {
-        "sluice-l3" => Some("sluice has no Layer 3 mode yet (issue 5); the path is skipped".into()),
         "ovs" => super::ovs::unavailable(),
         _ => None,
     }
@@ -196,7 +195,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             router(&mut t, &ns("r"), mtu)?;
             t
         }
-        "sluice-l2" | "sluice-l2-lossless" => {
+        "sluice-l2" | "sluice-l2-lossless" | "sluice-l3" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
             let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
@@ -204,6 +203,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2");
             let s = lab::up(&lab::UpArgs {
                 lossless: path == "sluice-l2-lossless",
+                mode: if path == "sluice-l3" { lab::ModeArg::L3 } else { lab::ModeArg::L2 },
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
             t.lab = Some(name);

@@ -23,6 +23,7 @@ const TUN_F_USO6: u32 = 0x40;
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
 const SIOCSIFMTU: libc::c_ulong = 0x8922;
+const SIOCGIFHWADDR: libc::c_ulong = 0x8927;
 
 /// `struct ifreq`: a name and a 24-byte union, of which we use the short flags and the
 /// int MTU.
@@ -48,6 +49,19 @@ pub fn link_flags(sock: RawFd, name: &str) -> io::Result<i16> {
     // SAFETY: SIOCGIFFLAGS fills the flags of a `struct ifreq`, which `req` is.
     cvt(unsafe { libc::ioctl(sock, SIOCGIFFLAGS, &mut req) })?;
     Ok(i16::from_ne_bytes([req.data[0], req.data[1]]))
+}
+
+/// The hardware (MAC) address of interface `name` in the network namespace of socket
+/// `sock`.
+pub fn link_mac(sock: RawFd, name: &str) -> io::Result<[u8; 6]> {
+    check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut req = IfReq::new(name);
+    // SAFETY: SIOCGIFHWADDR fills a `struct sockaddr` (family, then the address) in the
+    // union of a `struct ifreq`, which `req` is.
+    cvt(unsafe { libc::ioctl(sock, SIOCGIFHWADDR, &mut req) })?;
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&req.data[2..8]);
+    Ok(mac)
 }
 
 /// Checks an interface name the way the kernel will.

@@ -179,7 +179,7 @@ impl Drop for Lab {
 
 /// Checks the accounting rules of sluice's counters on every port.
 pub fn assert_conserved(stats: &Value) {
-    let mut copies = stats["departed"]["copies"].as_u64().unwrap();
+    let mut copies = stats["departed"]["copies"].as_u64().unwrap() + stats["departed"]["generated"].as_u64().unwrap();
     let mut offered = stats["departed"]["tx_offered"].as_u64().unwrap();
     for p in stats["ports"].as_array().unwrap() {
         let c = &p["counters"];
@@ -187,7 +187,12 @@ pub fn assert_conserved(stats: &Value) {
         let sum = |k: &str| c[k].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>();
         assert_eq!(
             n("rx_frames"),
-            n("forwarded") + n("flooded") + sum("rx_drops") + p["held"].as_u64().unwrap(),
+            n("forwarded")
+                + n("flooded")
+                + n("consumed")
+                + sum("rx_drops")
+                + p["held"].as_u64().unwrap()
+                + p["resolving"].as_u64().unwrap(),
             "ingress accounting of {}: {c}",
             p["name"]
         );
@@ -197,7 +202,7 @@ pub fn assert_conserved(stats: &Value) {
             "egress accounting of {}: {c}",
             p["name"]
         );
-        copies += n("copies");
+        copies += n("copies") + n("generated");
         offered += n("tx_offered");
     }
     assert_eq!(copies, offered);
