@@ -296,12 +296,20 @@ pub fn grant_list(target: &Target, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if v["enforced"] != true {
         println!("grants are not enforced on this switch: any port may join any VLAN");
-    } else if v["grants"].as_object().is_none_or(|m| m.is_empty()) {
+    } else if v["grants"].as_object().is_none_or(|m| m.is_empty())
+        && v["promiscuous"].as_array().is_none_or(|a| a.is_empty())
+    {
         println!("grants are enforced and no port has any: every port add will be refused");
     } else {
-        for (port, vlans) in v["grants"].as_object().into_iter().flatten() {
-            let list: Vec<String> = vlans.as_array().into_iter().flatten().map(|x| x.to_string()).collect();
-            println!("{port:16} VLAN {}", list.join(","));
+        let promisc: Vec<&str> = v["promiscuous"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect();
+        let mut ports: Vec<&str> = v["grants"].as_object().into_iter().flatten().map(|(p, _)| p.as_str()).collect();
+        ports.extend(promisc.iter().filter(|p| v["grants"].get(**p).is_none()));
+        ports.sort();
+        for port in ports {
+            let list: Vec<String> =
+                v["grants"][port].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
+            let vl = if list.is_empty() { "no VLAN".to_string() } else { format!("VLAN {}", list.join(",")) };
+            println!("{port:16} {vl}{}", if promisc.contains(&port) { ", promiscuous" } else { "" });
         }
     }
     Ok(())

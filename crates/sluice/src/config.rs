@@ -228,24 +228,41 @@ impl PortSpec {
     }
 }
 
-/// Which VLANs each port may join, when grants are on (the reference switch's GRANT):
-/// port name → VLANs.
-pub type Grants = std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>;
+/// What each port may do, when grants are on (the reference switch's GRANT): which VLANs
+/// it may join, and whether it may be promiscuous (a mirror of other ports' traffic).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Grants {
+    /// Port name → the VLANs it may join.
+    pub vlans: std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>,
+    /// Ports that may be promiscuous.
+    pub promiscuous: std::collections::BTreeSet<String>,
+}
 
-/// A `[[grant]]` table: `port` may join `vlans`.
+/// A `[[grant]]` table: `port` may join `vlans`, and be promiscuous if so granted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Grant {
     /// The port's name.
     pub port: String,
     /// VLANs it may join.
+    #[serde(default)]
     pub vlans: Vec<u16>,
+    /// It may be a mirror (see other ports' traffic).
+    #[serde(default)]
+    pub promiscuous: bool,
 }
 
 impl PortSpec {
     /// Checks that every VLAN the port joins (access VLAN; trunk list and native) is
-    /// granted to it.
+    /// granted to it, and promiscuous mode if it is a mirror.
     pub fn check_grants(&self, grants: &Grants) -> Result<(), String> {
+        if !self.mirror.is_empty() && !grants.promiscuous.contains(&self.name) {
+            return Err(format!(
+                "port {:?} is not granted promiscuous mode, which a mirror needs (it sees other ports' traffic); grant it first with `sluice grant add {} --promiscuous` (or `promiscuous = true` in its [[grant]] table)",
+                self.name, self.name
+            ));
+        }
+        let grants = &grants.vlans;
         let vlans: Vec<u16> = match self.validate()? {
             VlanMode::Access(v) => vec![v],
             VlanMode::Trunk { allowed, native } => allowed.iter().chain(native).collect(),
@@ -451,12 +468,21 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     };
     let grants = match f.grants {
         Some(true) => {
-            let mut g = Grants::new();
+            let mut g = Grants::default();
             for t in &f.grant {
                 for &v in &t.get_ref().vlans {
                     check_vid(v).map_err(|m| err(Some(t.span()), format!("grant for {:?}: {m}", t.get_ref().port)))?;
                 }
-                g.entry(t.get_ref().port.clone()).or_default().extend(t.get_ref().vlans.iter().copied());
+                if t.get_ref().vlans.is_empty() && !t.get_ref().promiscuous {
+                    return Err(err(
+                        Some(t.span()),
+                        format!("grant for {:?} grants nothing: give `vlans` or `promiscuous = true`", t.get_ref().port),
+                    ));
+                }
+                g.vlans.entry(t.get_ref().port.clone()).or_default().extend(t.get_ref().vlans.iter().copied());
+                if t.get_ref().promiscuous {
+                    g.promiscuous.insert(t.get_ref().port.clone());
+                }
             }
             Some(g)
         }

@@ -68,31 +68,38 @@ enum Cmd {
     /// each, and write tables of rates and CPU per unit with ratios, CSV and charts.
     #[command(subcommand)]
     Study(study::StudyCmd),
-    /// Which VLANs each port may join, on a switch with `grants = true` (the reference
-    /// switch's GRANT): a port on an ungranted VLAN is refused.
+    /// Which VLANs each port may join, and which may be promiscuous (a mirror), on a switch
+    /// with `grants = true` (the reference switch's GRANT): anything else is refused.
     #[command(subcommand)]
     Grant(GrantCmd),
 }
 
 #[derive(Subcommand, Debug)]
 enum GrantCmd {
-    /// Let PORT join VLANs (the port need not exist yet).
+    /// Let PORT join VLANs, or be promiscuous (the port need not exist yet).
     Add {
         /// Port name.
         port: String,
         /// VLANs, e.g. 10,20.
-        #[arg(long = "vlan", value_name = "VID,…", value_delimiter = ',', required = true)]
+        #[arg(long = "vlan", value_name = "VID,…", value_delimiter = ',', required_unless_present = "promiscuous")]
         vlans: Vec<u16>,
+        /// Let it be promiscuous: a mirror of other ports' traffic (`port add --mirror`).
+        #[arg(long)]
+        promiscuous: bool,
         #[command(flatten)]
         target: Target,
     },
-    /// Take VLANs back from PORT (all of them without --vlan); refused while the port uses them.
+    /// Take VLANs or promiscuous mode back from PORT (everything without --vlan or
+    /// --promiscuous); refused while the port uses them.
     Del {
         /// Port name.
         port: String,
         /// VLANs, e.g. 10,20.
         #[arg(long = "vlan", value_name = "VID,…", value_delimiter = ',')]
         vlans: Vec<u16>,
+        /// Revoke promiscuous mode.
+        #[arg(long)]
+        promiscuous: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -245,8 +252,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,
         Cmd::Study(c) => return study::run_cmd(c),
-        Cmd::Grant(GrantCmd::Add { port, vlans, target }) => cli::grant(&target, Request::GrantAdd { port, vlans })?,
-        Cmd::Grant(GrantCmd::Del { port, vlans, target }) => cli::grant(&target, Request::GrantDel { port, vlans })?,
+        Cmd::Grant(GrantCmd::Add { port, vlans, promiscuous, target }) => {
+            cli::grant(&target, Request::GrantAdd { port, vlans, promiscuous })?
+        }
+        Cmd::Grant(GrantCmd::Del { port, vlans, promiscuous, target }) => {
+            cli::grant(&target, Request::GrantDel { port, vlans, promiscuous })?
+        }
         Cmd::Grant(GrantCmd::List { json, target }) => cli::grant_list(&target, json)?,
     }
     Ok(ExitCode::SUCCESS)

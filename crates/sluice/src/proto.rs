@@ -61,15 +61,23 @@ pub enum Request {
         port: String,
         /// VLANs to grant.
         vlans: Vec<u16>,
+        /// Also let it be promiscuous (a mirror).
+        #[serde(default)]
+        promiscuous: bool,
     },
-    /// Take VLANs back from a port; all of them when `vlans` is empty.
+    /// Take VLANs (or promiscuous mode) back from a port; everything when `vlans` is empty
+    /// and `promiscuous` false.
     GrantDel {
         /// The port's name.
         port: String,
         /// VLANs to revoke.
         vlans: Vec<u16>,
+        /// Revoke promiscuous mode.
+        #[serde(default)]
+        promiscuous: bool,
     },
-    /// Answered with the grants: `{"enforced": bool, "grants": {port: [vlans]}}`.
+    /// Answered with the grants:
+    /// `{"enforced": bool, "grants": {port: [vlans]}, "promiscuous": [ports]}`.
     GrantList,
 }
 

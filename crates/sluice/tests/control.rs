@@ -207,6 +207,22 @@ fn grants_decide_which_vlans_a_port_may_join() {
     let v: serde_json::Value =
         serde_json::from_str(&sluice_ok(&["grant", "list", "--json", "--switch", &name])).unwrap();
     assert!(v["grants"].get(&b).is_none(), "{v}");
+
+    // A mirror sees other ports' traffic: it needs promiscuous mode granted as well.
+    let m = format!("{name}-m");
+    sluice_ok(&["grant", "add", &m, "--vlan", "10", "--switch", &name]);
+    let o = sluice(&["port", "add", &m, "--vlan", "10", "--mirror", &a, "--netns", &ns, "--switch", &name]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("promiscuous") && err.contains("--promiscuous"), "{err}");
+    sluice_ok(&["grant", "add", &m, "--promiscuous", "--switch", &name]);
+    sluice_ok(&["port", "add", &m, "--vlan", "10", "--mirror", &a, "--netns", &ns, "--switch", &name]);
+    let v: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["grant", "list", "--json", "--switch", &name])).unwrap();
+    assert_eq!(v["promiscuous"], serde_json::json!([m.clone()]), "{v}");
+    let o = sluice(&["grant", "del", &m, "--promiscuous", "--switch", &name]);
+    assert!(!o.status.success(), "promiscuous mode in use was revoked");
+    sluice_ok(&["port", "del", &m, "--switch", &name]);
+    sluice_ok(&["grant", "del", &m, "--promiscuous", "--switch", &name]);
 }
 
 #[test]

@@ -193,7 +193,7 @@ impl Server {
                 self.jobs.shutdown();
                 return Ok(None);
             }
-            Request::GrantAdd { port, vlans } => {
+            Request::GrantAdd { port, vlans, promiscuous } => {
                 for &v in &vlans {
                     if !(1..=4094).contains(&v) {
                         anyhow::bail!("VLAN {v} is out of range: use 1 to 4094");
@@ -206,11 +206,16 @@ impl Server {
                         s.name
                     );
                 };
-                g.entry(port.clone()).or_default().extend(vlans.iter().copied());
-                tracing::info!(port = %port, vlans = ?vlans, "VLANs granted");
+                if !vlans.is_empty() {
+                    g.vlans.entry(port.clone()).or_default().extend(vlans.iter().copied());
+                }
+                if promiscuous {
+                    g.promiscuous.insert(port.clone());
+                }
+                tracing::info!(port = %port, vlans = ?vlans, promiscuous, "granted");
                 return Ok(None);
             }
-            Request::GrantDel { port, vlans } => {
+            Request::GrantDel { port, vlans, promiscuous } => {
                 let in_use = {
                     let n = port.clone();
                     self.jobs.run(move |dp| {
@@ -222,34 +227,39 @@ impl Server {
                 let Some(g) = g.as_mut() else {
                     anyhow::bail!("switch {} does not enforce grants; there is nothing to revoke", s.name);
                 };
-                let mut after = g.get(&port).cloned().unwrap_or_default();
-                if vlans.is_empty() {
-                    after.clear();
-                } else {
+                let mut trial = g.clone();
+                let all = vlans.is_empty() && !promiscuous;
+                if let Some(after) = trial.vlans.get_mut(&port) {
+                    if all {
+                        after.clear();
+                    }
                     for v in &vlans {
                         after.remove(v);
                     }
-                }
-                if let Some(spec) = in_use {
-                    let mut trial = g.clone();
-                    trial.insert(port.clone(), after.clone());
-                    if spec.check_grants(&trial).is_err() {
-                        anyhow::bail!(
-                            "port {port:?} is attached and uses a VLAN being revoked; delete it or move it to a granted VLAN first"
-                        );
+                    if after.is_empty() {
+                        trial.vlans.remove(&port);
                     }
                 }
-                if after.is_empty() {
-                    g.remove(&port);
-                } else {
-                    g.insert(port.clone(), after);
+                if all || promiscuous {
+                    trial.promiscuous.remove(&port);
                 }
-                tracing::info!(port = %port, vlans = ?vlans, "grant revoked");
+                if let Some(spec) = in_use
+                    && let Err(e) = spec.check_grants(&trial)
+                {
+                    tracing::warn!(port = %port, reason = %e, "grant revocation refused");
+                    anyhow::bail!(
+                        "port {port:?} is attached and uses what is being revoked; delete it or move it to a granted VLAN first"
+                    );
+                }
+                *g = trial;
+                tracing::info!(port = %port, vlans = ?vlans, promiscuous, "grant revoked");
                 return Ok(None);
             }
             Request::GrantList => {
                 let g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
-                serde_json::json!({ "enforced": g.is_some(), "grants": g.clone().unwrap_or_default() })
+                let enforced = g.is_some();
+                let g = g.clone().unwrap_or_default();
+                serde_json::json!({ "enforced": enforced, "grants": g.vlans, "promiscuous": g.promiscuous })
             }
         };
         Ok(Some(v))
