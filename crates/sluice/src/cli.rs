@@ -306,8 +306,7 @@ pub fn grant_list(target: &Target, json: bool) -> Result<()> {
         ports.extend(promisc.iter().filter(|p| v["grants"].get(**p).is_none()));
         ports.sort();
         for port in ports {
-            let list: Vec<String> =
-                v["grants"][port].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
+            let list: Vec<String> = v["grants"][port].as_array().into_iter().flatten().map(|x| x.to_string()).collect();
             let vl = if list.is_empty() { "no VLAN".to_string() } else { format!("VLAN {}", list.join(",")) };
             println!("{port:16} {vl}{}", if promisc.contains(&port) { ", promiscuous" } else { "" });
         }

@@ -476,7 +476,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
                 if t.get_ref().vlans.is_empty() && !t.get_ref().promiscuous {
                     return Err(err(
                         Some(t.span()),
-                        format!("grant for {:?} grants nothing: give `vlans` or `promiscuous = true`", t.get_ref().port),
+                        format!(
+                            "grant for {:?} grants nothing: give `vlans` or `promiscuous = true`",
+                            t.get_ref().port
+                        ),
                     ));
                 }
                 g.vlans.entry(t.get_ref().port.clone()).or_default().extend(t.get_ref().vlans.iter().copied());

@@ -195,15 +195,28 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             router(&mut t, &ns("r"), mtu)?;
             t
         }
-        "sluice-l2" | "sluice-l2-lossless" | "sluice-l3" => {
+        "sluice-l2" | "sluice-l2-lossless" | "sluice-l3" | "sluice-l2-lan" | "sluice-l3-lan" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
             let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
-            let mut t =
-                Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2");
+            // The LAN paths: the server is the lab's external host, behind the uplink.
+            let lan = path.ends_with("-lan");
+            let mut t = if lan {
+                Topology::new(
+                    path,
+                    format!("sluice-{name}-g1"),
+                    format!("sluice-{name}-lan"),
+                    "10.77.0.200",
+                    "fd77::c8",
+                )
+            } else {
+                Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2")
+            };
             let s = lab::up(&lab::UpArgs {
                 lossless: path == "sluice-l2-lossless",
-                mode: if path == "sluice-l3" { lab::ModeArg::L3 } else { lab::ModeArg::L2 },
+                mode: if path.starts_with("sluice-l3") { lab::ModeArg::L3 } else { lab::ModeArg::L2 },
+                guests: if lan { 1 } else { 2 },
+                lan,
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
             t.lab = Some(name);

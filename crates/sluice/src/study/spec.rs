@@ -20,6 +20,8 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
     ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
+    ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
+    ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
 ];
 
