@@ -831,8 +831,9 @@ impl Switch {
             self.ingress_l3(id, fid, src, now_ms);
             return;
         }
-        let frame = self.pool.frame(fid);
-        if let Some(claimed) = claimed_source(frame)
+        let checks_ips = self.slot(id).is_some_and(|s| !s.policy.ips.is_empty() || s.policy.learn_ips);
+        if checks_ips
+            && let Some(claimed) = claimed_source(self.pool.frame(fid))
             && !self.source_ok(id, claimed, false)
         {
             self.drop_rx(id, fid, DropCause::SpoofedIp);
@@ -1297,13 +1298,14 @@ impl Switch {
         // Layer 3: every frame leaves from the switch's address on this side.
         let l3_src = (cfg.mode == Mode::L3)
             .then(|| if s.policy.uplink { s.dev_mac.unwrap_or(cfg.router_mac) } else { cfg.router_mac });
-        let mut macs_buf = [0u8; 12];
-        let mut macs_of = |m: &[u8]| -> [u8; 12] {
-            macs_buf.copy_from_slice(&m[..12]);
+        // The frame's MAC addresses, or (Layer 3) a copy with the source replaced.
+        let macs_of = |m: &[u8]| -> ([u8; 12], bool) {
+            let mut b = [0u8; 12];
             if let Some(src) = l3_src {
-                macs_buf[6..].copy_from_slice(&src.0);
+                b[..6].copy_from_slice(&m[..6]);
+                b[6..].copy_from_slice(&src.0);
             }
-            macs_buf
+            (b, l3_src.is_some())
         };
         let tagged = s.vlan.egress(meta.vlan) == Some(true);
         let tag = tagged.then(|| {
@@ -1324,8 +1326,9 @@ impl Switch {
                     idx += 1;
                     return true;
                 }
-                let macs = macs_of(seg);
-                let out = OutFrame { vnet: [0; VNET_HDR_LEN], macs: &macs, tag, rest: &seg[12..] };
+                let (b, rewritten) = macs_of(seg);
+                let macs = if rewritten { &b[..] } else { &seg[..12] };
+                let out = OutFrame { vnet: [0; VNET_HDR_LEN], macs, tag, rest: &seg[12..] };
                 match port.send(&out) {
                     Ok(TxOutcome::Sent) => {
                         idx += 1;
@@ -1392,8 +1395,9 @@ impl Switch {
             h.emit(&mut vnet);
         }
         let frame = pool.frame(fid);
-        let macs = macs_of(frame);
-        let out = OutFrame { vnet, macs: &macs, tag, rest: &frame[12..] };
+        let (b, rewritten) = macs_of(frame);
+        let macs = if rewritten { &b[..] } else { &frame[..12] };
+        let out = OutFrame { vnet, macs, tag, rest: &frame[12..] };
         match s.port.send(&out) {
             Ok(TxOutcome::Sent) => {
                 s.counters.tx_frames += 1;

@@ -244,9 +244,8 @@ impl Server {
                     trial.promiscuous.remove(&port);
                 }
                 if let Some(spec) = in_use
-                    && let Err(e) = spec.check_grants(&trial)
+                    && spec.check_grants(&trial).is_err()
                 {
-                    tracing::warn!(port = %port, reason = %e, "grant revocation refused");
                     anyhow::bail!(
                         "port {port:?} is attached and uses what is being revoked; delete it or move it to a granted VLAN first"
                     );
