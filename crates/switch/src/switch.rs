@@ -120,7 +120,8 @@ enum SourceCheck {
 
 impl PortPolicy {
     /// Checks the source address `src` a frame claims. `link_local_ok` lets IPv6
-    /// link-local sources through (Layer 3 mode never forwards by them).
+    /// link-local sources through (Layer 3 mode: neighbour discovery, MLD and router
+    /// solicitations use them, and no port is reached at one).
     fn check_source(&self, src: IpAddr, link_local_ok: bool) -> SourceCheck {
         if self.ips.is_empty() && !self.learn_ips {
             return SourceCheck::Allowed;
