@@ -10,6 +10,7 @@ mod lab;
 mod paths;
 mod port;
 mod proto;
+mod smc;
 mod study;
 mod sys;
 
@@ -68,6 +69,10 @@ enum Cmd {
     /// each, and write tables of rates and CPU per unit with ratios, CSV and charts.
     #[command(subcommand)]
     Study(study::StudyCmd),
+    /// The shared-memory fast path for TCP between programs on this host (SMC-D in user
+    /// space): `sluice smc run -- PROGRAM`.
+    #[command(subcommand)]
+    Smc(smc::SmcCmd),
     /// Which VLANs each port may join, and which may be promiscuous (a mirror), on a switch
     /// with `grants = true` (the reference switch's GRANT): anything else is refused.
     #[command(subcommand)]
@@ -252,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,
         Cmd::Study(c) => return study::run_cmd(c),
+        Cmd::Smc(c) => smc::run_cmd(c)?,
         Cmd::Grant(GrantCmd::Add { port, vlans, promiscuous, target }) => {
             cli::grant(&target, Request::GrantAdd { port, vlans, promiscuous })?
         }

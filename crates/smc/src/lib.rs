@@ -1,0 +1,13 @@
+//! What both ends of sluice's shared-memory fast path agree on, and what the `sluice`
+//! binary and the preload library share: the ring buffer laid out in shared memory
+//! ([`ring`]), the side-door handshake messages ([`msg`]), and SMC's buffer-size rule
+//! ([`size`]).
+//!
+//! The crate depends on `std` only: the `sluice` binary's build script compiles it with
+//! plain `rustc` for the preload library, which loads into arbitrary programs.
+
+#![warn(missing_docs)]
+
+pub mod msg;
+pub mod ring;
+pub mod size;

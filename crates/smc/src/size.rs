@@ -1,0 +1,76 @@
+//! Buffer sizes: SMC's default rule and the `-r`/`-t` sizes the launcher accepts.
+//!
+//! Seed 003 describes the rule: take the default TCP buffer size (`tcp_rmem[1]` for the
+//! receive buffer, `tcp_wmem[1]` for the send buffer), round it up to a power of two,
+//! halve it, and use at least 16 KiB.
+
+/// The smallest buffer SMC uses.
+pub const MIN: usize = 16 * 1024;
+/// The largest buffer sluice accepts.
+pub const MAX: usize = 64 * 1024 * 1024;
+
+/// SMC's buffer for a TCP default buffer of `tcp_default` bytes.
+pub fn from_tcp_default(tcp_default: usize) -> usize {
+    (tcp_default.max(1).next_power_of_two() / 2).clamp(MIN, MAX)
+}
+
+/// The middle value of a `/proc/sys/net/ipv4/tcp_[rw]mem` line ("4096 131072 6291456").
+pub fn tcp_default_of(line: &str) -> Option<usize> {
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The default (receive, send) buffer sizes on this host, from the calling thread's
+/// network namespace's TCP settings (16 KiB each if they cannot be read).
+pub fn host_defaults() -> (usize, usize) {
+    let read =
+        |f: &str| std::fs::read_to_string(f).ok().as_deref().and_then(tcp_default_of).map_or(MIN, from_tcp_default);
+    (read("/proc/sys/net/ipv4/tcp_rmem"), read("/proc/sys/net/ipv4/tcp_wmem"))
+}
+
+/// Parses a size as `smc_run -r/-t` takes it: bytes, or with a `k`, `m` or `g` suffix
+/// (powers of 1024). The result is rounded up to a power of two and must lie between
+/// 16 KiB and 64 MiB.
+pub fn parse(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1usize << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = num.parse().map_err(|_| format!("{s:?} is not a size: write it as 65536, 64k or 1m"))?;
+    let bytes = n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))?;
+    if !(MIN..=MAX).contains(&bytes.next_power_of_two()) || bytes == 0 {
+        return Err(format!("buffer size {s} is out of range: use 16k to 64m"));
+    }
+    Ok(bytes.next_power_of_two())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_rule_of_seed_003() {
+        // The seed's tuned setting: a 256 KiB TCP default gives 128 KiB SMC buffers.
+        assert_eq!(from_tcp_default(262_144), 131_072);
+        // Not a power of two: rounded up first (87380 → 131072 → 64 KiB).
+        assert_eq!(from_tcp_default(87_380), 65_536);
+        // Small defaults give the 16 KiB minimum.
+        assert_eq!(from_tcp_default(16_384), MIN);
+        assert_eq!(from_tcp_default(0), MIN);
+        assert_eq!(tcp_default_of("4096\t131072\t33554432\n"), Some(131_072));
+        assert_eq!(tcp_default_of("4096"), None);
+    }
+
+    #[test]
+    fn sizes_parse_like_smc_run() {
+        assert_eq!(parse("128k"), Ok(131_072));
+        assert_eq!(parse("1M"), Ok(1 << 20));
+        assert_eq!(parse("65536"), Ok(65_536));
+        assert_eq!(parse("100k"), Ok(131_072), "rounded up to a power of two");
+        assert!(parse("8k").unwrap_err().contains("16k to 64m"));
+        assert!(parse("1g").unwrap_err().contains("out of range"));
+        assert!(parse("lots").unwrap_err().contains("not a size"));
+    }
+}
