@@ -3,41 +3,86 @@
 //!
 //! It is inert unless `SLUICE_SMC` is set in the environment: every hook is then a
 //! straight call to the function it replaces. Real functions come from
-//! `dlsym(RTLD_NEXT, …)`, resolved once when the library is loaded and kept in atomics, so
-//! no hook allocates or takes a lock to find them, and a hook never calls itself.
+//! `dlsym(RTLD_NEXT, …)` (module `real`), resolved when the library is loaded, so hooks do
+//! not call dlsym, and a hook never calls itself. No panic crosses into C: every hook that
+//! does more than pass a call through runs inside `guard`.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use sluice_smc::msg::{Reason, Tuple};
+use sluice_smc::stats::Counter;
+
+mod conn;
+mod diag;
+mod handshake;
 mod real;
+mod registry;
+mod stats;
+mod sys;
+
+use conn::Conn;
+use sys::IoVec;
 
 /// Set by the constructor when `SLUICE_SMC` asks for the fast path.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+static RMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
+static TMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
+static RUN_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+unsafe extern "C" {
+    fn getenv(name: *const c_char) -> *const c_char;
+    fn raise(sig: c_int) -> c_int;
+}
+
+fn env(name: &CStr) -> Option<String> {
+    // SAFETY: getenv with a NUL-terminated name; read at load time, before the program
+    // can change its environment from other threads.
+    let v = unsafe { getenv(name.as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string.
+    (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
+}
 
 /// Runs when the library is loaded, before `main`.
 extern "C" fn init() {
     real::resolve();
-    // SAFETY: getenv with a NUL-terminated name; the constructor runs before the program
-    // can start threads that change the environment.
-    let v = unsafe { getenv(c"SLUICE_SMC".as_ptr()) };
-    ACTIVE.store(!v.is_null(), Ordering::Relaxed);
+    let dir = env(c"SLUICE_RUN_DIR").unwrap_or_else(|| "/run/sluice".into());
+    let _ = RUN_DIR.set(PathBuf::from(dir));
+    let Some(s) = env(c"SLUICE_SMC") else { return };
+    for kv in s.split(',') {
+        match kv.split_once('=') {
+            Some(("r", v)) => RMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
+            Some(("t", v)) => TMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
+            _ => {}
+        }
+    }
+    ACTIVE.store(true, Ordering::Relaxed);
 }
 
 #[used]
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;
 
-unsafe extern "C" {
-    fn getenv(name: *const c_char) -> *const c_char;
-}
-
 /// True when the program runs under `sluice smc run`.
-pub fn active() -> bool {
+fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
-/// The version of the library, for `sluice smc run --check` and tests: the sluice
-/// version it was built with, NUL-terminated.
+/// (receive, send) buffer sizes.
+pub(crate) fn settings() -> (usize, usize) {
+    (RMEM.load(Ordering::Relaxed), TMEM.load(Ordering::Relaxed))
+}
+
+/// The runtime directory (`SLUICE_RUN_DIR`, else /run/sluice).
+pub(crate) fn run_dir() -> PathBuf {
+    RUN_DIR.get().cloned().unwrap_or_else(|| PathBuf::from("/run/sluice"))
+}
+
+/// The version of the library: the sluice version it was built with, NUL-terminated.
 #[unsafe(no_mangle)]
 pub extern "C" fn sluice_smc_version() -> *const c_char {
     static V: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
@@ -47,12 +92,727 @@ pub extern "C" fn sluice_smc_version() -> *const c_char {
     V.as_ptr()
 }
 
-/// `connect(2)`: for now the real one; the handshake comes here (issue 6).
+// ---- which descriptors are ours ----
+
+const MAX_FD: usize = 65536;
+static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
+
+fn conns() -> &'static Mutex<HashMap<c_int, Arc<Conn>>> {
+    static C: OnceLock<Mutex<HashMap<c_int, Arc<Conn>>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn listeners() -> &'static Mutex<HashMap<c_int, (SocketAddr, PathBuf)>> {
+    static L: OnceLock<Mutex<HashMap<c_int, (SocketAddr, PathBuf)>>> = OnceLock::new();
+    L.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn marked(fd: c_int) -> bool {
+    fd >= 0 && (fd as usize) < MAX_FD && MARK[fd as usize].load(Ordering::Acquire)
+}
+
+fn conn_of(fd: c_int) -> Option<Arc<Conn>> {
+    if !marked(fd) {
+        return None;
+    }
+    conns().lock().unwrap_or_else(|p| p.into_inner()).get(&fd).cloned()
+}
+
+fn set_conn(fd: c_int, c: Arc<Conn>) {
+    if let Some(old) = conns().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, c) {
+        release(old);
+    }
+    MARK[fd as usize].store(true, Ordering::Release);
+}
+
+/// Forgets descriptor `fd`; the connection ends when no descriptor is left.
+fn forget(fd: c_int) {
+    if !marked(fd) {
+        return;
+    }
+    MARK[fd as usize].store(false, Ordering::Release);
+    let old = conns().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd);
+    if let Some(c) = old {
+        release(c);
+    }
+}
+
+fn release(c: Arc<Conn>) {
+    if Arc::strong_count(&c) == 1 {
+        c.closed();
+    }
+}
+
+/// Runs `f`, or `fallback` if it panics (a panic must not unwind into C).
+fn guard<T>(f: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| fallback())
+}
+
+fn ret(r: conn::Io, nosignal: bool) -> isize {
+    match r {
+        Ok(n) => n as isize,
+        Err(e) => {
+            if e == sys::EPIPE && !nosignal {
+                // SAFETY: as a TCP socket would, raise SIGPIPE for a write to a closed peer.
+                unsafe { raise(13) };
+            }
+            sys::set_errno(e);
+            -1
+        }
+    }
+}
+
+// ---- turning a TCP descriptor into a shared-memory one ----
+
+fn convert(fd: c_int, mut conn: Conn, app_end: c_int) {
+    // SAFETY: fcntl and dup3 on descriptors this call owns or the caller passed.
+    unsafe {
+        let fl = real::fcntl(fd, sys::F_GETFL, 0);
+        let fdfl = real::fcntl(fd, 1 /* F_GETFD */, 0);
+        conn.tcp_fd = real::fcntl(fd, sys::F_DUPFD_CLOEXEC, 3);
+        let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
+        real::dup3(app_end, fd, cloexec);
+        real::close(app_end);
+        if fl >= 0 && fl & sys::O_NONBLOCK != 0 {
+            real::fcntl(fd, sys::F_SETFL, (fl & sys::O_NONBLOCK) as usize);
+            conn.nonblock.store(true, Ordering::Relaxed);
+        }
+    }
+    set_conn(fd, Arc::new(conn));
+}
+
+fn is_tcp(fd: c_int) -> bool {
+    let dom = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN);
+    sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
+        && matches!(dom, Some(sys::AF_INET | sys::AF_INET6))
+}
+
+// ---- connect, listen, accept ----
+
+/// `connect(2)`: a TCP connection to a registered sluice listener is proposed shared
+/// memory once it is established.
 ///
 /// # Safety
 /// As for `connect(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const c_void, len: u32) -> c_int {
-    // SAFETY: the caller's arguments go unchanged to the real function.
-    unsafe { real::connect(fd, addr, len) }
+    if !active() || fd < 0 || fd as usize >= MAX_FD {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::connect(fd, addr, len) };
+    }
+    // SAFETY: as above, in both branches.
+    guard(|| unsafe { connect_smc(fd, addr, len) }, || unsafe { real::connect(fd, addr, len) })
+}
+
+unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
+    // SAFETY: the caller's address of `len` bytes.
+    let dst = unsafe { sys::sockaddr_to(addr, len) };
+    let Some(dst) = dst.filter(|_| is_tcp(fd)) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    };
+    stats::count(Counter::ConnsClient);
+    let cands = registry::listeners_for(dst);
+    if cands.is_empty() {
+        stats::fallback(Reason::NoListener, false);
+        // SAFETY: the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    }
+    // Learn our port before the SYN, so the listener's `accept` knows to wait for us.
+    let mut port = sys::sock_addr(fd, false).map_or(0, |a| a.port());
+    if port == 0 {
+        bind_any(fd);
+        port = sys::sock_addr(fd, false).map_or(0, |a| a.port());
+    }
+    let intent = registry::announce(port, dst);
+    let done = |intent: &Option<PathBuf>| {
+        if let Some(p) = intent {
+            let _ = std::fs::remove_file(p);
+        }
+    };
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::connect(fd, addr, len) };
+    if r < 0 {
+        let e = sys::errno();
+        if e != sys::EINPROGRESS {
+            done(&intent);
+            sys::set_errno(e);
+            return r;
+        }
+        // Non-blocking: a connection on this host completes at once or not at all; wait
+        // briefly for it, so the handshake can run before `connect` returns.
+        let ready = sys::wait(fd, sys::POLLOUT, 100).unwrap_or(false);
+        let err = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_ERROR).unwrap_or(sys::EINVAL);
+        if !ready {
+            done(&intent);
+            stats::fallback(Reason::Timeout, false);
+            sys::set_errno(sys::EINPROGRESS);
+            return -1;
+        }
+        if err != 0 {
+            done(&intent);
+            sys::set_errno(err);
+            return -1;
+        }
+    }
+    let (Some(client), Some(server)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else {
+        done(&intent);
+        stats::fallback(Reason::Protocol, false);
+        return 0;
+    };
+    let tuple = Tuple { client, server };
+    let mut last = Reason::NoListener;
+    for (pid, _) in cands {
+        match handshake::client(-1, tuple, pid) {
+            Ok(ready) => {
+                done(&intent);
+                stats::smc(false, ready.rmem, ready.tmem);
+                convert(fd, ready.conn, ready.app_end);
+                return 0;
+            }
+            Err(reason) => last = reason,
+        }
+    }
+    done(&intent);
+    stats::fallback(last, false);
+    0
+}
+
+/// Binds `fd` to the wildcard address of its family and port 0.
+fn bind_any(fd: c_int) {
+    let v6 = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_INET6);
+    let mut sa = [0u8; 28];
+    sa[..2].copy_from_slice(&(if v6 { sys::AF_INET6 } else { sys::AF_INET } as u16).to_ne_bytes());
+    let len = if v6 { 28 } else { 16 };
+    // SAFETY: a zeroed sockaddr_in/in6 of the right length (wildcard address, port 0).
+    unsafe { real::bind(fd, sa.as_ptr().cast(), len) };
+}
+
+/// `listen(2)`: a TCP listener is registered so clients under the launcher find it.
+///
+/// # Safety
+/// As for `listen(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::listen(fd, backlog) };
+    if r == 0 && active() {
+        guard(|| register(fd), || ());
+    }
+    r
+}
+
+fn register(fd: c_int) {
+    if !is_tcp(fd) || listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&fd) {
+        return;
+    }
+    let Some(addr) = sys::sock_addr(fd, false) else { return };
+    handshake::start_door();
+    let Some(path) = registry::register_listener(addr) else { return };
+    handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
+    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path));
+}
+
+fn unregister(fd: c_int) {
+    let Some((addr, path)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
+    let _ = std::fs::remove_file(path);
+    let mut ports = handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = ports.iter().position(|p| *p == addr.port()) {
+        ports.remove(i);
+    }
+}
+
+fn accepted(listener: c_int, fd: c_int) {
+    if fd < 0 || fd as usize >= MAX_FD || !listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&listener)
+    {
+        return;
+    }
+    let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
+    stats::count(Counter::ConnsServer);
+    match handshake::take_prepared(local, peer) {
+        Some(p) => {
+            stats::smc(true, p.rmem, p.tmem);
+            convert(fd, p.conn, p.app_end);
+        }
+        None => stats::fallback(Reason::NoProposal, true),
+    }
+}
+
+/// `accept(2)`.
+///
+/// # Safety
+/// As for `accept(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::accept(fd, addr, len) };
+    if r >= 0 && active() {
+        guard(|| accepted(fd, r), || ());
+    }
+    r
+}
+
+/// `accept4(2)`.
+///
+/// # Safety
+/// As for `accept4(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut c_void, len: *mut u32, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::accept4(fd, addr, len, flags) };
+    if r >= 0 && active() {
+        guard(|| accepted(fd, r), || ());
+    }
+    r
+}
+
+// ---- descriptors ----
+
+/// `close(2)`.
+///
+/// # Safety
+/// As for `close(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if active() {
+        guard(
+            || {
+                forget(fd);
+                unregister(fd);
+            },
+            || (),
+        );
+    }
+    // SAFETY: the caller's descriptor.
+    unsafe { real::close(fd) }
+}
+
+fn dup_conn(old: c_int, new: c_int) {
+    if new >= 0
+        && (new as usize) < MAX_FD
+        && let Some(c) = conn_of(old)
+    {
+        set_conn(new, c);
+    }
+}
+
+/// `dup(2)`.
+///
+/// # Safety
+/// As for `dup(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's descriptor.
+    let r = unsafe { real::dup(fd) };
+    if active() {
+        guard(|| dup_conn(fd, r), || ());
+    }
+    r
+}
+
+/// `dup2(2)`.
+///
+/// # Safety
+/// As for `dup2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    if active() && fd != to {
+        guard(|| forget(to), || ());
+    }
+    // SAFETY: the caller's descriptors.
+    let r = unsafe { real::dup2(fd, to) };
+    if active() && fd != to {
+        guard(|| dup_conn(fd, r), || ());
+    }
+    r
+}
+
+/// `dup3(2)`.
+///
+/// # Safety
+/// As for `dup3(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    if active() && fd != to {
+        guard(|| forget(to), || ());
+    }
+    // SAFETY: the caller's descriptors.
+    let r = unsafe { real::dup3(fd, to, flags) };
+    if active() {
+        guard(|| dup_conn(fd, r), || ());
+    }
+    r
+}
+
+/// `fcntl(2)` (declared with its one optional argument: integer and pointer arguments
+/// travel in the same register as for the variadic C function).
+///
+/// # Safety
+/// As for `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    if active() && r >= 0 {
+        guard(
+            || match cmd {
+                0 | sys::F_DUPFD_CLOEXEC => dup_conn(fd, r),
+                sys::F_SETFL => {
+                    if let Some(c) = conn_of(fd) {
+                        c.nonblock.store(arg as c_int & sys::O_NONBLOCK != 0, Ordering::Relaxed);
+                    }
+                }
+                _ => {}
+            },
+            || (),
+        );
+    }
+    r
+}
+
+/// `fcntl64`, glibc's other name for `fcntl`.
+///
+/// # Safety
+/// As for `fcntl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: as for fcntl.
+    unsafe { fcntl(fd, cmd, arg) }
+}
+
+/// `shutdown(2)`.
+///
+/// # Safety
+/// As for `shutdown(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if let Some(c) = active().then(|| conn_of(fd)).flatten() {
+        c.shutdown(how);
+        return 0;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::shutdown(fd, how) }
+}
+
+// ---- addresses and options come from the TCP socket ----
+
+fn tcp_of(fd: c_int) -> c_int {
+    if active()
+        && let Some(c) = conn_of(fd)
+    {
+        return c.tcp_fd;
+    }
+    fd
+}
+
+/// `getsockname(2)`.
+///
+/// # Safety
+/// As for `getsockname(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
+    // SAFETY: the caller's arguments, on the connection's TCP socket if it has one.
+    unsafe { real::getsockname(tcp_of(fd), addr, len) }
+}
+
+/// `getpeername(2)`.
+///
+/// # Safety
+/// As for `getpeername(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
+    // SAFETY: as above.
+    unsafe { real::getpeername(tcp_of(fd), addr, len) }
+}
+
+/// `getsockopt(2)`.
+///
+/// # Safety
+/// As for `getsockopt(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut u32) -> c_int {
+    // SAFETY: as above.
+    unsafe { real::getsockopt(tcp_of(fd), level, name, val, len) }
+}
+
+/// `setsockopt(2)`.
+///
+/// # Safety
+/// As for `setsockopt(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int {
+    // SAFETY: as above.
+    unsafe { real::setsockopt(tcp_of(fd), level, name, val, len) }
+}
+
+// ---- data ----
+
+fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
+    stats::count(Counter::RxCalls);
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the caller's buffer of `n` bytes.
+    let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    ret(c.read(fd, b, flags), true)
+}
+
+fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize {
+    stats::count(Counter::TxCalls);
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the caller's buffer of `n` bytes.
+    let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+    ret(c.write(fd, b, flags), flags & sys::MSG_NOSIGNAL != 0)
+}
+
+macro_rules! data_hook {
+    ($c:ident, $fd:expr, $smc:expr, $real:expr) => {{
+        if active() && marked($fd) {
+            if let Some($c) = conn_of($fd) {
+                return guard(
+                    || $smc,
+                    || {
+                        sys::set_errno(sys::EINVAL);
+                        -1
+                    },
+                );
+            }
+        }
+        $real
+    }};
+}
+
+/// `read(2)`.
+///
+/// # Safety
+/// As for `read(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize {
+    // SAFETY: the caller's arguments.
+    data_hook!(c, fd, smc_read(&c, fd, buf, n, 0), unsafe { real::read(fd, buf, n) })
+}
+
+/// `__read_chk`, the fortified `read`.
+///
+/// # Safety
+/// As for `read(2)`, with `buflen` the buffer's size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize) -> isize {
+    // SAFETY: at most the buffer's size.
+    unsafe { read(fd, buf, n.min(buflen)) }
+}
+
+/// `recv(2)`.
+///
+/// # Safety
+/// As for `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
+    // SAFETY: the caller's arguments.
+    data_hook!(c, fd, smc_read(&c, fd, buf, n, flags), unsafe { real::recv(fd, buf, n, flags) })
+}
+
+/// `__recv_chk`, the fortified `recv`.
+///
+/// # Safety
+/// As for `recv(2)`, with `buflen` the buffer's size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: usize, buflen: usize, flags: c_int) -> isize {
+    // SAFETY: at most the buffer's size.
+    unsafe { recv(fd, buf, n.min(buflen), flags) }
+}
+
+/// `recvfrom(2)` (a connected stream socket reports no address).
+///
+/// # Safety
+/// As for `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    flags: c_int,
+    addr: *mut c_void,
+    len: *mut u32,
+) -> isize {
+    data_hook!(
+        c,
+        fd,
+        {
+            if !len.is_null() {
+                // SAFETY: the caller's length word.
+                unsafe { *len = 0 };
+            }
+            smc_read(&c, fd, buf, n, flags)
+        },
+        // SAFETY: the caller's arguments.
+        unsafe { real::recvfrom(fd, buf, n, flags, addr, len) }
+    )
+}
+
+/// `__recvfrom_chk`, the fortified `recvfrom`.
+///
+/// # Safety
+/// As for `recvfrom(2)`, with `buflen` the buffer's size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: usize,
+    buflen: usize,
+    flags: c_int,
+    addr: *mut c_void,
+    len: *mut u32,
+) -> isize {
+    // SAFETY: at most the buffer's size.
+    unsafe { recvfrom(fd, buf, n.min(buflen), flags, addr, len) }
+}
+
+/// `write(2)`.
+///
+/// # Safety
+/// As for `write(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: usize) -> isize {
+    // SAFETY: the caller's arguments.
+    data_hook!(c, fd, smc_write(&c, fd, buf, n, 0), unsafe { real::write(fd, buf, n) })
+}
+
+/// `send(2)`.
+///
+/// # Safety
+/// As for `send(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize {
+    // SAFETY: the caller's arguments.
+    data_hook!(c, fd, smc_write(&c, fd, buf, n, flags), unsafe { real::send(fd, buf, n, flags) })
+}
+
+/// `sendto(2)` (the address of a connected stream socket is ignored, as TCP does).
+///
+/// # Safety
+/// As for `sendto(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: usize,
+    flags: c_int,
+    addr: *const c_void,
+    len: u32,
+) -> isize {
+    // SAFETY: the caller's arguments.
+    data_hook!(c, fd, smc_write(&c, fd, buf, n, flags), unsafe { real::sendto(fd, buf, n, flags, addr, len) })
+}
+
+/// The buffers of an iovec array.
+///
+/// # Safety
+/// `iov` must point to `n` valid iovecs.
+unsafe fn iovecs<'a>(iov: *const IoVec, n: c_int) -> &'a [IoVec] {
+    if iov.is_null() || n <= 0 {
+        return &[];
+    }
+    // SAFETY: per the caller.
+    unsafe { std::slice::from_raw_parts(iov, n as usize) }
+}
+
+fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
+    let mut all = Vec::with_capacity(iov.iter().map(|v| v.len).sum());
+    for v in iov {
+        if v.len > 0 {
+            // SAFETY: each iovec names a readable buffer of its length.
+            all.extend_from_slice(unsafe { std::slice::from_raw_parts(v.base.cast::<u8>(), v.len) });
+        }
+    }
+    smc_write(c, fd, all.as_ptr().cast(), all.len(), flags)
+}
+
+fn smc_readv(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
+    let total: usize = iov.iter().map(|v| v.len).sum();
+    let mut tmp = vec![0u8; total];
+    let n = smc_read(c, fd, tmp.as_mut_ptr().cast(), total, flags);
+    if n > 0 {
+        let mut off = 0usize;
+        for v in iov {
+            let k = v.len.min(n as usize - off);
+            // SAFETY: each iovec names a writable buffer of its length; `k` ≤ its length.
+            unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr().add(off), v.base.cast::<u8>(), k) };
+            off += k;
+            if off == n as usize {
+                break;
+            }
+        }
+    }
+    n
+}
+
+/// `readv(2)`.
+///
+/// # Safety
+/// As for `readv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const IoVec, n: c_int) -> isize {
+    // SAFETY: the caller's iovecs.
+    data_hook!(c, fd, smc_readv(&c, fd, unsafe { iovecs(iov, n) }, 0), unsafe { real::readv(fd, iov, n) })
+}
+
+/// `writev(2)`.
+///
+/// # Safety
+/// As for `writev(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize {
+    // SAFETY: the caller's iovecs.
+    data_hook!(c, fd, smc_writev(&c, fd, unsafe { iovecs(iov, n) }, 0), unsafe { real::writev(fd, iov, n) })
+}
+
+/// `recvmsg(2)`: data only; ancillary data is never delivered on shared memory.
+///
+/// # Safety
+/// As for `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int) -> isize {
+    data_hook!(
+        c,
+        fd,
+        {
+            // SAFETY: the caller's msghdr.
+            let m = unsafe { &mut *msg };
+            m.namelen = 0;
+            m.controllen = 0;
+            m.flags = 0;
+            // SAFETY: its iovecs.
+            smc_readv(&c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
+        },
+        // SAFETY: the caller's arguments.
+        unsafe { real::recvmsg(fd, msg, flags) }
+    )
+}
+
+/// `sendmsg(2)`: data only; ancillary data is refused (`EOPNOTSUPP`) on shared memory.
+///
+/// # Safety
+/// As for `sendmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int) -> isize {
+    data_hook!(
+        c,
+        fd,
+        {
+            // SAFETY: the caller's msghdr.
+            let m = unsafe { &*msg };
+            if m.controllen > 0 {
+                sys::set_errno(sys::EOPNOTSUPP);
+                -1
+            } else {
+                // SAFETY: its iovecs.
+                smc_writev(&c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
+            }
+        },
+        // SAFETY: the caller's arguments.
+        unsafe { real::sendmsg(fd, msg, flags) }
+    )
 }

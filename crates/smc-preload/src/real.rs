@@ -1,7 +1,11 @@
-//! The functions the hooks stand in front of, found with `dlsym(RTLD_NEXT)`.
+//! The functions the hooks stand in front of, found with `dlsym(RTLD_NEXT)` once and kept
+//! in atomics. Everything the library itself does with sockets goes through these, so it
+//! never re-enters its own hooks.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::sys::{IoVec, MsgHdr, PollFd};
 
 unsafe extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
@@ -10,48 +14,95 @@ unsafe extern "C" {
 /// glibc's RTLD_NEXT: the next object after this one in the search order.
 const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 
-static CONNECT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Looks every real function up once (the library's constructor calls this).
-pub fn resolve() {
-    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-    let p = unsafe { dlsym(RTLD_NEXT, c"connect".as_ptr()) };
-    CONNECT.store(p, Ordering::Relaxed);
-}
-
-fn get(slot: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
+fn lookup(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     let p = slot.load(Ordering::Relaxed);
     if !p.is_null() {
         return p;
     }
-    // Called before the constructor ran (another library's constructor): look it up now.
-    // SAFETY: as in `resolve`.
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
     let p = unsafe { dlsym(RTLD_NEXT, name.as_ptr()) };
     slot.store(p, Ordering::Relaxed);
     p
 }
 
-/// The real `connect`.
+macro_rules! real {
+    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
+        mod slot {
+            #![allow(non_upper_case_globals)]
+            use std::ffi::c_void;
+            use std::sync::atomic::AtomicPtr;
+            $( pub static $name: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut()); )*
+        }
+        $(
+            #[doc = concat!("The real `", stringify!($name), "`.\n\n# Safety\nAs for the C function.")]
+            pub unsafe fn $name($($arg: $ty),*) -> $ret {
+                let f = lookup(&slot::$name, name_of(concat!(stringify!($name), "\0")));
+                if f.is_null() {
+                    crate::sys::set_errno(38); // ENOSYS
+                    return -1 as $ret;
+                }
+                // SAFETY: `f` is libc's function of this name, whose C signature this is.
+                let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(f) };
+                // SAFETY: the caller's arguments, unchanged.
+                unsafe { f($($arg),*) }
+            }
+        )*
+        /// Looks every real function up (the constructor calls this, so hooks do not call
+        /// dlsym, which may allocate).
+        pub fn resolve() {
+            $( lookup(&slot::$name, name_of(concat!(stringify!($name), "\0"))); )*
+        }
+    };
+}
+
+/// A NUL-terminated literal as a `CStr`.
+fn name_of(s: &'static str) -> &'static CStr {
+    CStr::from_bytes_with_nul(s.as_bytes()).unwrap_or(c"")
+}
+
+real! {
+    connect(fd: c_int, addr: *const c_void, len: u32) -> c_int;
+    listen(fd: c_int, backlog: c_int) -> c_int;
+    accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    accept4(fd: c_int, addr: *mut c_void, len: *mut u32, flags: c_int) -> c_int;
+    close(fd: c_int) -> c_int;
+    read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
+    write(fd: c_int, buf: *const c_void, n: usize) -> isize;
+    readv(fd: c_int, iov: *const IoVec, n: c_int) -> isize;
+    writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize;
+    send(fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize;
+    recv(fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize;
+    sendto(fd: c_int, buf: *const c_void, n: usize, flags: c_int, addr: *const c_void, len: u32) -> isize;
+    recvfrom(fd: c_int, buf: *mut c_void, n: usize, flags: c_int, addr: *mut c_void, len: *mut u32) -> isize;
+    sendmsg(fd: c_int, msg: *mut MsgHdr, flags: c_int) -> isize;
+    recvmsg(fd: c_int, msg: *mut MsgHdr, flags: c_int) -> isize;
+    poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
+    socket(domain: c_int, kind: c_int, proto: c_int) -> c_int;
+    socketpair(domain: c_int, kind: c_int, proto: c_int, fds: *mut c_int) -> c_int;
+    bind(fd: c_int, addr: *const c_void, len: u32) -> c_int;
+    getsockname(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    getpeername(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
+    getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut u32) -> c_int;
+    setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int;
+    shutdown(fd: c_int, how: c_int) -> c_int;
+    dup(fd: c_int) -> c_int;
+    dup2(fd: c_int, to: c_int) -> c_int;
+    dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
+}
+
+/// The real `fcntl` (variadic: one integer or pointer argument).
 ///
 /// # Safety
-/// As for `connect(2)`.
-pub unsafe fn connect(fd: c_int, addr: *const c_void, len: u32) -> c_int {
-    let f = get(&CONNECT, c"connect");
+/// As for `fcntl(2)`.
+pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let f = lookup(&SLOT, c"fcntl");
     if f.is_null() {
-        // SAFETY: the raw system call takes the same arguments.
-        return unsafe { syscall(SYS_CONNECT, fd, addr, len) } as c_int;
+        crate::sys::set_errno(38);
+        return -1;
     }
-    // SAFETY: `f` is libc's connect, whose signature this is.
-    let f: unsafe extern "C" fn(c_int, *const c_void, u32) -> c_int = unsafe { std::mem::transmute(f) };
-    // SAFETY: the caller's arguments, unchanged.
-    unsafe { f(fd, addr, len) }
+    // SAFETY: libc's fcntl, called with its one variadic argument.
+    let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments.
+    unsafe { f(fd, cmd, arg) }
 }
-
-unsafe extern "C" {
-    fn syscall(n: i64, ...) -> i64;
-}
-
-#[cfg(target_arch = "x86_64")]
-const SYS_CONNECT: i64 = 42;
-#[cfg(target_arch = "aarch64")]
-const SYS_CONNECT: i64 = 203;

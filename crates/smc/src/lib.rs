@@ -11,3 +11,4 @@
 pub mod msg;
 pub mod ring;
 pub mod size;
+pub mod stats;

@@ -1,0 +1,256 @@
+//! One connection on shared memory, and reading and writing it with TCP's semantics
+//! (docs/architecture.md, "Data path" and "Wake-ups").
+//!
+//! The application's descriptor is one end of a unix socket pair (the "doorbell"); the
+//! other end was handed to the peer. `peer_bell` is the peer's pair's other end: a byte
+//! written there makes the peer's descriptor readable, and filler this side leaves in its
+//! own descriptor's send direction is drained from there by the peer.
+
+use std::ffi::c_int;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use sluice_smc::ring::{FLAG_SHUTDOWN_WR, FLAG_WRITER_WAITING, Ring};
+
+use crate::sys::{self, Shm};
+
+/// The peer closed with unread data (as TCP answers with a reset).
+pub const FLAG_RESET: u32 = 4;
+
+/// A connection on shared memory.
+pub struct Conn {
+    /// Our receive ring (we created it) and the peer's receive ring (we write into it).
+    pub rx: Ring,
+    pub tx: Ring,
+    _rx_shm: Shm,
+    _tx_shm: Shm,
+    /// The TCP socket, kept at a descriptor of the library's.
+    pub tcp_fd: c_int,
+    /// The peer's doorbell end.
+    pub peer_bell: c_int,
+    /// The process that made the connection (a forked child does not end it on close).
+    pub owner: u32,
+    /// Doorbell bytes this side must still take off its descriptor.
+    owed: AtomicU32,
+    /// O_NONBLOCK on the application's descriptor (shared by its duplicates).
+    pub nonblock: AtomicBool,
+    rd_shut: AtomicBool,
+    wr_shut: AtomicBool,
+    rlock: Mutex<()>,
+    wlock: Mutex<()>,
+}
+
+/// The outcome of an I/O call: bytes, or an errno.
+pub type Io = Result<usize, c_int>;
+
+impl Conn {
+    /// A connection over the two mapped rings.
+    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, tcp_fd: c_int, peer_bell: c_int) -> Conn {
+        Conn {
+            rx,
+            tx,
+            _rx_shm: rx_shm,
+            _tx_shm: tx_shm,
+            tcp_fd,
+            peer_bell,
+            owner: sys::pid(),
+            owed: AtomicU32::new(0),
+            nonblock: AtomicBool::new(false),
+            rd_shut: AtomicBool::new(false),
+            wr_shut: AtomicBool::new(false),
+            rlock: Mutex::new(()),
+            wlock: Mutex::new(()),
+        }
+    }
+
+    /// Wakes the peer's reader. False when the peer is gone.
+    fn ring_peer(&self) -> bool {
+        let b = [1u8];
+        // SAFETY: one byte from a live buffer.
+        let n = unsafe {
+            crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
+        };
+        // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
+        n == 1 || sys::errno() == sys::EAGAIN
+    }
+
+    /// Takes up to `n` doorbell bytes off our descriptor `fd`; returns how many it took.
+    fn consume(fd: c_int, n: u32) -> u32 {
+        let mut buf = [0u8; 64];
+        let want = (n as usize).min(buf.len());
+        if want == 0 {
+            return 0;
+        }
+        // SAFETY: `buf` has room for `want` bytes.
+        let got = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), want, sys::MSG_DONTWAIT) };
+        if got > 0 { got as u32 } else { 0 }
+    }
+
+    /// The ring just emptied: its doorbell byte comes off our descriptor, with any owed
+    /// from earlier emptyings whose bytes had not arrived yet.
+    fn take_doorbell(&self, fd: c_int) {
+        let need = self.owed.load(Ordering::Relaxed) + 1;
+        let got = Conn::consume(fd, need);
+        self.owed.store(need - got, Ordering::Relaxed);
+    }
+
+    /// Drains the filler a waiting peer writer left, so its descriptor is writable again.
+    fn release_writer(&self) {
+        if !self.rx.take_flags(FLAG_WRITER_WAITING) {
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a live buffer until the filler is gone.
+        while unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {
+        }
+    }
+
+    /// Whether our descriptor says the peer is gone (its doorbell end closed).
+    fn peer_gone(&self, fd: c_int) -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: peeks at most one byte.
+        let n = unsafe { crate::real::recv(fd, b.as_mut_ptr().cast(), 1, sys::MSG_PEEK | sys::MSG_DONTWAIT) };
+        n == 0
+    }
+
+    /// `read`/`recv` on descriptor `fd`.
+    pub fn read(&self, fd: c_int, buf: &mut [u8], flags: c_int) -> Io {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let peek = flags & sys::MSG_PEEK != 0;
+        let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
+        let waitall = flags & sys::MSG_WAITALL != 0 && !peek && !nonblock;
+        let _g = self.rlock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut got = 0usize;
+        loop {
+            if self.rd_shut.load(Ordering::Relaxed) {
+                return Ok(got);
+            }
+            let p = self.rx.pop(&mut buf[got..], peek);
+            if p.n > 0 {
+                if p.emptied {
+                    self.take_doorbell(fd);
+                }
+                if !peek {
+                    self.release_writer();
+                    crate::stats::add_rx(p.n);
+                }
+                got += p.n;
+                if !waitall || got == buf.len() {
+                    return Ok(got);
+                }
+                continue;
+            }
+            if got > 0 && !waitall {
+                return Ok(got);
+            }
+            if self.rx.has_flags(FLAG_SHUTDOWN_WR) {
+                return Ok(got);
+            }
+            if self.peer_gone(fd) {
+                // Whatever the peer wrote before it went is read first (the ring was
+                // empty just above; look once more now that it is certainly gone).
+                let p = self.rx.pop(&mut buf[got..], peek);
+                if p.n > 0 {
+                    return Ok(got + p.n);
+                }
+                return if self.rx.has_flags(FLAG_RESET) { Err(sys::ECONNRESET) } else { Ok(got) };
+            }
+            let owed = self.owed.load(Ordering::Relaxed);
+            if owed > 0 {
+                self.owed.store(owed - Conn::consume(fd, owed), Ordering::Relaxed);
+            }
+            if nonblock {
+                return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
+            }
+            if let Err(e) = sys::wait(fd, sys::POLLIN, -1) {
+                return Err(e.raw_os_error().unwrap_or(sys::EINVAL));
+            }
+        }
+    }
+
+    /// `write`/`send` on descriptor `fd`.
+    pub fn write(&self, fd: c_int, data: &[u8], flags: c_int) -> Io {
+        if self.wr_shut.load(Ordering::Relaxed) {
+            return Err(sys::EPIPE);
+        }
+        let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
+        let _g = self.wlock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut off = 0usize;
+        while off < data.len() {
+            let p = self.tx.push(&data[off..]);
+            if p.n > 0 {
+                off += p.n;
+                crate::stats::add_tx(p.n);
+                if p.wake_reader && !self.ring_peer() {
+                    return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
+                }
+                continue;
+            }
+            // Full.
+            crate::stats::buffer_full();
+            if self.peer_gone(fd) {
+                return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
+            }
+            self.tx.set_flags(FLAG_WRITER_WAITING);
+            if self.tx.len() < self.tx.capacity() {
+                continue;
+            }
+            self.fill(fd);
+            // The reader may have taken the flag while we filled: set it again, so its
+            // next read drains the filler.
+            self.tx.set_flags(FLAG_WRITER_WAITING);
+            if self.tx.len() < self.tx.capacity() {
+                continue;
+            }
+            if nonblock {
+                return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) };
+            }
+            if let Err(e) = sys::wait(fd, sys::POLLOUT, -1) {
+                return Err(e.raw_os_error().unwrap_or(sys::EINVAL));
+            }
+        }
+        Ok(off)
+    }
+
+    /// Fills our descriptor's send direction so it stops being writable.
+    fn fill(&self, fd: c_int) {
+        let junk = [0u8; 1024];
+        // SAFETY: writes from a live buffer until the socket is full.
+        while unsafe {
+            crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
+        } > 0
+        {}
+    }
+
+    /// `shutdown`.
+    pub fn shutdown(&self, how: c_int) {
+        if how == sys::SHUT_RD || how == sys::SHUT_RDWR {
+            self.rd_shut.store(true, Ordering::Relaxed);
+        }
+        if (how == sys::SHUT_WR || how == sys::SHUT_RDWR) && !self.wr_shut.swap(true, Ordering::Relaxed) {
+            self.tx.set_flags(FLAG_SHUTDOWN_WR);
+            self.ring_peer();
+        }
+    }
+
+    /// The last descriptor of the connection in this process was closed.
+    pub fn closed(&self) {
+        if sys::pid() != self.owner {
+            return;
+        }
+        if !self.rx.is_empty() {
+            // Closing with unread data: the peer sees a reset, as with TCP.
+            self.tx.set_flags(FLAG_RESET);
+        }
+        self.shutdown(sys::SHUT_RDWR);
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        sys::close(self.peer_bell);
+        sys::close(self.tcp_fd);
+    }
+}

@@ -1,0 +1,321 @@
+//! The CLC-style handshake over a listener's side door (docs/architecture.md,
+//! "Capability"): the client's half runs inside `connect`; the server's half runs on the
+//! process's door thread and leaves a prepared connection for `accept` to pick up.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::net::SocketAddr;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use sluice_smc::msg::{DecodeError, Msg, Reason, Tuple};
+use sluice_smc::ring::{Ring, region_len};
+
+use crate::conn::Conn;
+use crate::sys::{self, Shm};
+use crate::{registry, settings};
+
+/// The whole handshake's time limit.
+pub const TIMEOUT_MS: i32 = 500;
+
+/// A receive ring of `size` bytes in fresh shared memory, sealed against resizing.
+fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
+    let shm = Shm::create(region_len(size)).map_err(|_| Reason::NoMemory)?;
+    // F_ADD_SEALS: F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW — the peer cannot truncate it.
+    // SAFETY: fcntl on our own memfd.
+    unsafe { crate::real::fcntl(shm.fd, 1033, 0x1 | 0x2 | 0x4) };
+    // SAFETY: a fresh, page-aligned shared mapping of the right length, owned by `shm`,
+    // which the connection keeps alive as long as the ring.
+    let ring = unsafe { Ring::create(shm.ptr, shm.len, size) }.map_err(|_| Reason::NoMemory)?;
+    Ok((shm, ring))
+}
+
+/// Maps the peer's receive ring from memfd `fd` (which it takes).
+fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
+    let shm = Shm::map(fd, region_len(size)).map_err(|_| Reason::NoMemory)?;
+    // SAFETY: as above; the peer wrote the header before sending the descriptor.
+    let ring = unsafe { Ring::attach(shm.ptr, shm.len) }.map_err(|_| Reason::Protocol)?;
+    Ok((shm, ring))
+}
+
+/// The doorbell pair for our side: (our descriptor-to-be, the end for the peer).
+fn doorbell() -> Result<(c_int, c_int), Reason> {
+    let (a, b) = sys::socketpair(sys::SOCK_STREAM).map_err(|_| Reason::NoMemory)?;
+    // A small send buffer: filler makes it unwritable quickly when our ring is full.
+    sys::set_sockopt_int(a, sys::SOL_SOCKET, sys::SO_SNDBUF, 4096);
+    Ok((a, b))
+}
+
+fn decline(sock: c_int, token: [u8; 16], reason: Reason) {
+    let _ = sys::send_with_fds(sock, &Msg::Decline { token, reason }.encode(), &[]);
+}
+
+fn recv_msg(sock: c_int, timeout_ms: i32) -> Result<(Msg, Vec<c_int>), Reason> {
+    let mut buf = [0u8; 256];
+    let (n, fds) = sys::recv_with_fds(sock, &mut buf, timeout_ms).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut { Reason::Timeout } else { Reason::Protocol }
+    })?;
+    match Msg::decode(&buf[..n]) {
+        Ok(m) => Ok((m, fds)),
+        Err(e) => {
+            for fd in fds {
+                sys::close(fd);
+            }
+            Err(if let DecodeError::Version(_) = e { Reason::Version } else { Reason::Protocol })
+        }
+    }
+}
+
+/// What the client's half hands back: the connection and our descriptor-to-be.
+pub struct Ready {
+    pub conn: Conn,
+    pub app_end: c_int,
+    pub rmem: usize,
+    pub tmem: usize,
+}
+
+/// The client's half, for connected TCP socket `tcp` with `tuple`, towards the listener
+/// process `pid`.
+pub fn client(tcp: c_int, tuple: Tuple, pid: u32) -> Result<Ready, Reason> {
+    let (r, t) = settings();
+    // SAFETY: a plain socket call.
+    let door = unsafe { crate::real::socket(sys::AF_UNIX, sys::SOCK_SEQPACKET | sys::SOCK_CLOEXEC, 0) };
+    if door < 0 {
+        return Err(Reason::NoMemory);
+    }
+    let out = client_on(door, tcp, tuple, pid, r, t);
+    sys::close(door);
+    out
+}
+
+fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize) -> Result<Ready, Reason> {
+    let path = registry::door_path(pid);
+    let sa = unix_addr(&path).ok_or(Reason::DoorUnreachable)?;
+    // SAFETY: `sa` is a complete sockaddr_un.
+    if unsafe { crate::real::connect(door, sa.as_ptr().cast(), sa.len() as u32) } < 0 {
+        return Err(Reason::DoorUnreachable);
+    }
+    let (rx_shm, rx) = new_ring(r)?;
+    let (app_end, bell) = doorbell()?;
+    let token = sys::token();
+    let p = Msg::Proposal { token, tuple, netns: sys::netns_inode(), pid: sys::pid(), rmem: r as u32, tmem: t as u32 };
+    let sent = sys::send_with_fds(door, &p.encode(), &[rx_shm.fd, bell]);
+    sys::close(bell);
+    if sent.is_err() {
+        sys::close(app_end);
+        return Err(Reason::DoorUnreachable);
+    }
+    let fail = |reason| {
+        sys::close(app_end);
+        Err(reason)
+    };
+    let (m, fds) = match recv_msg(door, TIMEOUT_MS) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    match m {
+        Msg::Accept { token: t2, rmem, .. } if t2 == token && fds.len() == 2 => {
+            let (tx_shm, tx) = match map_ring(fds[0], rmem as usize) {
+                Ok(x) => x,
+                Err(e) => {
+                    sys::close(fds[1]);
+                    decline(door, token, e);
+                    return fail(e);
+                }
+            };
+            if sys::send_with_fds(door, &Msg::Confirm { token }.encode(), &[]).is_err() {
+                sys::close(fds[1]);
+                return fail(Reason::DoorUnreachable);
+            }
+            let tmem = tx.capacity();
+            Ok(Ready { conn: Conn::new(rx_shm, rx, tx_shm, tx, tcp, fds[1]), app_end, rmem: r, tmem })
+        }
+        Msg::Decline { .. } => {
+            for fd in fds {
+                sys::close(fd);
+            }
+            fail(Reason::PeerDeclined)
+        }
+        _ => {
+            for fd in fds {
+                sys::close(fd);
+            }
+            decline(door, token, Reason::Protocol);
+            fail(Reason::Protocol)
+        }
+    }
+}
+
+/// A `sockaddr_un` for `path`.
+fn unix_addr(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = path.as_os_str().as_bytes();
+    if p.len() >= 108 {
+        return None;
+    }
+    let mut sa = vec![0u8; 2 + p.len() + 1];
+    sa[..2].copy_from_slice(&(sys::AF_UNIX as u16).to_ne_bytes());
+    sa[2..2 + p.len()].copy_from_slice(p);
+    Some(sa)
+}
+
+/// A server-side connection prepared by the door thread, waiting for `accept`.
+pub struct Prepared {
+    pub conn: Conn,
+    pub app_end: c_int,
+    pub rmem: usize,
+    pub tmem: usize,
+}
+
+struct Table {
+    ready: HashMap<(SocketAddr, SocketAddr), Prepared>,
+}
+
+fn table() -> &'static (Mutex<Table>, Condvar) {
+    static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
+    T.get_or_init(|| (Mutex::new(Table { ready: HashMap::new() }), Condvar::new()))
+}
+
+/// Takes the prepared connection whose server side is `local` and client `peer`; waits up
+/// to the handshake's limit if a client announced one.
+pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Option<Prepared> {
+    let (m, cv) = table();
+    let key = (local, peer);
+    let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = t.ready.remove(&key) {
+        return Some(p);
+    }
+    if !registry::announced(peer, local) {
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_millis(TIMEOUT_MS as u64);
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        t = cv.wait_timeout(t, left).unwrap_or_else(|p| p.into_inner()).0;
+        if let Some(p) = t.ready.remove(&key) {
+            return Some(p);
+        }
+        if !registry::announced(peer, local) {
+            return None;
+        }
+    }
+}
+
+/// Ports this process listens on (the door accepts proposals for these only).
+pub fn listening_ports() -> &'static Mutex<Vec<u16>> {
+    static P: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
+    P.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Starts this process's door thread (once).
+pub fn start_door() {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let path = registry::door_path(sys::pid());
+        let _ = std::fs::create_dir_all(path.parent().unwrap_or(&path));
+        let _ = std::fs::remove_file(&path);
+        let Some(sa) = unix_addr(&path) else { return false };
+        // SAFETY: plain socket calls on a descriptor we own.
+        let fd = unsafe { crate::real::socket(sys::AF_UNIX, sys::SOCK_SEQPACKET | sys::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: `sa` is a complete sockaddr_un.
+        let ok = unsafe {
+            crate::real::bind(fd, sa.as_ptr().cast(), sa.len() as u32) == 0 && crate::real::listen(fd, 128) == 0
+        };
+        if !ok {
+            sys::close(fd);
+            return false;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666));
+        std::thread::Builder::new().name("sluice-smc-door".into()).spawn(move || door_loop(fd)).is_ok()
+    });
+}
+
+fn door_loop(fd: c_int) {
+    loop {
+        // SAFETY: accept on our own listening socket.
+        let c = unsafe { crate::real::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), sys::SOCK_CLOEXEC) };
+        if c < 0 {
+            if sys::errno() == sys::EINTR || sys::errno() == sys::EAGAIN {
+                continue;
+            }
+            return;
+        }
+        let out = std::panic::catch_unwind(|| serve(c));
+        if let Ok(Err(reason)) = out {
+            crate::stats::fallback(reason, true);
+        }
+        sys::close(c);
+    }
+}
+
+/// The server's half for one proposal on door connection `c`.
+fn serve(c: c_int) -> Result<(), Reason> {
+    let (m, fds) = recv_msg(c, TIMEOUT_MS)?;
+    let close_all = |fds: &[c_int]| fds.iter().for_each(|&f| sys::close(f));
+    let Msg::Proposal { token, tuple, rmem: peer_r, tmem: peer_t, .. } = m else {
+        close_all(&fds);
+        return Err(Reason::Protocol);
+    };
+    let fail = |reason: Reason, fds: &[c_int]| {
+        close_all(fds);
+        decline(c, token, reason);
+        Err(reason)
+    };
+    if fds.len() != 2 {
+        return fail(Reason::Protocol, &fds);
+    }
+    let ours = listening_ports().lock().unwrap_or_else(|p| p.into_inner()).contains(&tuple.server.port());
+    if !ours || !crate::diag::connection_exists(tuple.server, tuple.client) {
+        return fail(Reason::NotOurConnection, &fds);
+    }
+    let key = (tuple.server, tuple.client);
+    if table().0.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&key) {
+        return fail(Reason::Ambiguous, &fds);
+    }
+    let (r, _) = settings();
+    let r = r.max(peer_t as usize).min(sluice_smc::size::MAX);
+    let (tx_shm, tx) = match map_ring(fds[0], peer_r as usize) {
+        Ok(x) => x,
+        Err(e) => return fail(e, &fds[1..]),
+    };
+    let peer_bell = fds[1];
+    let (rx_shm, rx) = match new_ring(r) {
+        Ok(x) => x,
+        Err(e) => return fail(e, &[peer_bell]),
+    };
+    let (app_end, bell) = match doorbell() {
+        Ok(x) => x,
+        Err(e) => return fail(e, &[peer_bell]),
+    };
+    let accept = Msg::Accept { token, rmem: r as u32, pid: sys::pid() };
+    let sent = sys::send_with_fds(c, &accept.encode(), &[rx_shm.fd, bell]);
+    sys::close(bell);
+    if sent.is_err() {
+        return fail(Reason::DoorUnreachable, &[peer_bell, app_end]);
+    }
+    match recv_msg(c, TIMEOUT_MS) {
+        Ok((Msg::Confirm { token: t2 }, extra)) if t2 == token => {
+            close_all(&extra);
+        }
+        Ok((_, extra)) => {
+            close_all(&extra);
+            close_all(&[peer_bell, app_end]);
+            return Err(Reason::PeerDeclined);
+        }
+        Err(e) => {
+            close_all(&[peer_bell, app_end]);
+            return Err(e);
+        }
+    }
+    let tmem = tx.capacity();
+    // The TCP socket is filled in by `accept`.
+    let conn = Conn::new(rx_shm, rx, tx_shm, tx, -1, peer_bell);
+    let (m, cv) = table();
+    m.lock().unwrap_or_else(|p| p.into_inner()).ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
+    cv.notify_all();
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! The few system interfaces the library needs, declared by hand (the library has no
+//! dependencies), each behind a small wrapper. Socket calls go through [`crate::real`] so
+//! they never re-enter the library's own hooks.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+pub const AF_UNIX: c_int = 1;
+pub const AF_INET: c_int = 2;
+pub const AF_INET6: c_int = 10;
+pub const SOCK_STREAM: c_int = 1;
+pub const SOCK_SEQPACKET: c_int = 5;
+pub const SOCK_CLOEXEC: c_int = 0o2000000;
+pub const SOL_SOCKET: c_int = 1;
+pub const SO_TYPE: c_int = 3;
+pub const SO_ERROR: c_int = 4;
+pub const SO_SNDBUF: c_int = 7;
+pub const SO_DOMAIN: c_int = 39;
+pub const SCM_RIGHTS: c_int = 1;
+pub const MSG_DONTWAIT: c_int = 0x40;
+pub const MSG_NOSIGNAL: c_int = 0x4000;
+pub const MSG_PEEK: c_int = 0x2;
+pub const MSG_WAITALL: c_int = 0x100;
+pub const MSG_CMSG_CLOEXEC: c_int = 0x40000000;
+pub const POLLIN: i16 = 0x1;
+pub const POLLOUT: i16 = 0x4;
+pub const F_GETFL: c_int = 3;
+pub const F_SETFL: c_int = 4;
+pub const F_DUPFD_CLOEXEC: c_int = 1030;
+pub const O_NONBLOCK: c_int = 0o4000;
+pub const O_CLOEXEC: c_int = 0o2000000;
+pub const EAGAIN: c_int = 11;
+pub const EINTR: c_int = 4;
+pub const EINPROGRESS: c_int = 115;
+pub const EPIPE: c_int = 32;
+pub const ECONNRESET: c_int = 104;
+pub const EOPNOTSUPP: c_int = 95;
+pub const EINVAL: c_int = 22;
+pub const SHUT_RD: c_int = 0;
+pub const SHUT_WR: c_int = 1;
+pub const SHUT_RDWR: c_int = 2;
+
+#[repr(C)]
+pub struct PollFd {
+    pub fd: c_int,
+    pub events: i16,
+    pub revents: i16,
+}
+
+#[repr(C)]
+pub struct IoVec {
+    pub base: *mut c_void,
+    pub len: usize,
+}
+
+#[repr(C)]
+pub struct MsgHdr {
+    pub name: *mut c_void,
+    pub namelen: u32,
+    pub iov: *mut IoVec,
+    pub iovlen: usize,
+    pub control: *mut c_void,
+    pub controllen: usize,
+    pub flags: c_int,
+}
+
+unsafe extern "C" {
+    fn __errno_location() -> *mut c_int;
+    fn memfd_create(name: *const std::ffi::c_char, flags: u32) -> c_int;
+    fn ftruncate(fd: c_int, len: i64) -> c_int;
+    fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    fn getpid() -> c_int;
+    fn kill(pid: c_int, sig: c_int) -> c_int;
+    fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
+}
+
+/// The calling thread's errno.
+pub fn errno() -> c_int {
+    // SAFETY: glibc's per-thread errno location is always valid.
+    unsafe { *__errno_location() }
+}
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *__errno_location() = e }
+}
+
+fn cvt(r: c_int) -> io::Result<c_int> {
+    if r < 0 { Err(io::Error::from_raw_os_error(errno())) } else { Ok(r) }
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { getpid() as u32 }
+}
+
+/// True if process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { kill(pid as c_int, 0) == 0 || errno() != 3 }
+}
+
+/// 16 random bytes.
+pub fn token() -> [u8; 16] {
+    let mut t = [0u8; 16];
+    // SAFETY: writes at most 16 bytes into `t`.
+    unsafe { getrandom(t.as_mut_ptr().cast(), 16, 0) };
+    t
+}
+
+/// Closes a descriptor the library owns.
+pub fn close(fd: c_int) {
+    // SAFETY: the caller owns `fd`.
+    unsafe { crate::real::close(fd) };
+}
+
+/// A shared memory region backed by a memfd.
+pub struct Shm {
+    pub fd: c_int,
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: the mapping is shared memory; access goes through the ring's atomics.
+unsafe impl Send for Shm {}
+// SAFETY: as above.
+unsafe impl Sync for Shm {}
+
+impl Shm {
+    /// A new zeroed region of `len` bytes.
+    pub fn create(len: usize) -> io::Result<Shm> {
+        // MFD_CLOEXEC | MFD_ALLOW_SEALING.
+        // SAFETY: a NUL-terminated name.
+        let fd = cvt(unsafe { memfd_create(c"sluice-smc".as_ptr(), 0x1 | 0x2) })?;
+        // SAFETY: `fd` is ours.
+        if unsafe { ftruncate(fd, len as i64) } < 0 {
+            let e = io::Error::from_raw_os_error(errno());
+            close(fd);
+            return Err(e);
+        }
+        Shm::map(fd, len)
+    }
+
+    /// Maps `len` bytes of memfd `fd` (taking ownership of `fd`).
+    pub fn map(fd: c_int, len: usize) -> io::Result<Shm> {
+        // PROT_READ|PROT_WRITE, MAP_SHARED.
+        // SAFETY: a fresh mapping of a descriptor we own; the result is checked.
+        let p = unsafe { mmap(std::ptr::null_mut(), len, 0x1 | 0x2, 0x01, fd, 0) };
+        if p as isize == -1 {
+            let e = io::Error::from_raw_os_error(errno());
+            close(fd);
+            return Err(e);
+        }
+        Ok(Shm { fd, ptr: p.cast(), len })
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping and descriptor.
+        unsafe { munmap(self.ptr.cast(), self.len) };
+        close(self.fd);
+    }
+}
+
+/// A unix socket pair, close-on-exec.
+pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    cvt(unsafe { crate::real::socketpair(AF_UNIX, kind | SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// Sends `data` with descriptors `fds` over unix socket `sock`.
+pub fn send_with_fds(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> {
+    let mut iov = IoVec { base: data.as_ptr() as *mut c_void, len: data.len() };
+    // cmsghdr: len (usize), level (int), type (int), then the descriptors; aligned to 8.
+    let mut ctl = [0u8; 64];
+    let clen = 16 + 4 * fds.len();
+    ctl[..8].copy_from_slice(&(clen as u64).to_ne_bytes());
+    ctl[8..12].copy_from_slice(&SOL_SOCKET.to_ne_bytes());
+    ctl[12..16].copy_from_slice(&SCM_RIGHTS.to_ne_bytes());
+    for (i, fd) in fds.iter().enumerate() {
+        ctl[16 + 4 * i..20 + 4 * i].copy_from_slice(&fd.to_ne_bytes());
+    }
+    let mut m = MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: if fds.is_empty() { std::ptr::null_mut() } else { ctl.as_mut_ptr().cast() },
+        controllen: if fds.is_empty() { 0 } else { clen.next_multiple_of(8) },
+        flags: 0,
+    };
+    // SAFETY: `m` points at live buffers for the duration of the call.
+    let n = unsafe { crate::real::sendmsg(sock, &mut m, MSG_NOSIGNAL) };
+    if n < 0 { Err(io::Error::from_raw_os_error(errno())) } else { Ok(()) }
+}
+
+/// Receives one datagram (up to `buf.len()`) and up to four descriptors, waiting at most
+/// `timeout_ms`. Returns the length and the descriptors (close-on-exec).
+pub fn recv_with_fds(sock: c_int, buf: &mut [u8], timeout_ms: i32) -> io::Result<(usize, Vec<c_int>)> {
+    if !wait(sock, POLLIN, timeout_ms)? {
+        return Err(io::Error::from(io::ErrorKind::TimedOut));
+    }
+    let mut iov = IoVec { base: buf.as_mut_ptr().cast(), len: buf.len() };
+    let mut ctl = [0u64; 8];
+    let mut m = MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: ctl.as_mut_ptr().cast(),
+        controllen: 64,
+        flags: 0,
+    };
+    // SAFETY: `m` points at live buffers for the duration of the call.
+    let n = unsafe { crate::real::recvmsg(sock, &mut m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::from_raw_os_error(errno()));
+    }
+    let mut fds = Vec::new();
+    let ctl_bytes: &[u8] =
+        // SAFETY: `ctl` is 64 initialized bytes.
+        unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(64)) };
+    if ctl_bytes.len() >= 16 {
+        let clen = u64::from_ne_bytes(ctl_bytes[..8].try_into().unwrap_or_default()) as usize;
+        let level = c_int::from_ne_bytes(ctl_bytes[8..12].try_into().unwrap_or_default());
+        let kind = c_int::from_ne_bytes(ctl_bytes[12..16].try_into().unwrap_or_default());
+        if level == SOL_SOCKET && kind == SCM_RIGHTS {
+            let mut at = 16;
+            while at + 4 <= clen.min(ctl_bytes.len()) {
+                fds.push(c_int::from_ne_bytes(ctl_bytes[at..at + 4].try_into().unwrap_or_default()));
+                at += 4;
+            }
+        }
+    }
+    Ok((n as usize, fds))
+}
+
+/// Waits until `fd` has one of `events` (or an error or hang-up), at most `timeout_ms`
+/// (-1: forever). False on timeout.
+pub fn wait(fd: c_int, events: i16, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = PollFd { fd, events, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd.
+        let r = unsafe { crate::real::poll(&mut p, 1, timeout_ms) };
+        if r < 0 && errno() == EINTR {
+            continue;
+        }
+        return cvt(r).map(|n| n > 0);
+    }
+}
+
+/// Reads a `struct sockaddr` of `len` bytes.
+///
+/// # Safety
+/// `sa` must point to `len` readable bytes.
+pub unsafe fn sockaddr_to(sa: *const c_void, len: u32) -> Option<SocketAddr> {
+    if sa.is_null() || len < 2 {
+        return None;
+    }
+    // SAFETY: at least 2 bytes, per the caller.
+    let b = unsafe { std::slice::from_raw_parts(sa.cast::<u8>(), len as usize) };
+    let fam = u16::from_ne_bytes([b[0], b[1]]) as c_int;
+    match fam {
+        AF_INET if b.len() >= 8 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port))
+        }
+        AF_INET6 if b.len() >= 24 => {
+            let port = u16::from_be_bytes([b[2], b[3]]);
+            let ip: [u8; 16] = b[8..24].try_into().ok()?;
+            let v6 = Ipv6Addr::from(ip);
+            // A v4-mapped address is the IPv4 address a dual-stack socket talks to.
+            let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+            Some(SocketAddr::new(ip, port))
+        }
+        _ => None,
+    }
+}
+
+/// The local or peer address of socket `fd`.
+pub fn sock_addr(fd: c_int, peer: bool) -> Option<SocketAddr> {
+    let mut buf = [0u8; 128];
+    let mut len: u32 = 128;
+    // SAFETY: `buf` has `len` bytes.
+    let r = unsafe {
+        if peer {
+            crate::real::getpeername(fd, buf.as_mut_ptr().cast(), &mut len)
+        } else {
+            crate::real::getsockname(fd, buf.as_mut_ptr().cast(), &mut len)
+        }
+    };
+    if r < 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote `len` bytes.
+    unsafe { sockaddr_to(buf.as_ptr().cast(), len) }
+}
+
+/// An integer socket option.
+pub fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len: u32 = 4;
+    // SAFETY: `v` has 4 bytes.
+    let r = unsafe { crate::real::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// Sets an integer socket option.
+pub fn set_sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
+    // SAFETY: `v` has 4 bytes.
+    unsafe { crate::real::setsockopt(fd, level, name, (&v as *const c_int).cast(), 4) };
+}
+
+/// The inode of the calling thread's network namespace.
+pub fn netns_inode() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino()).unwrap_or(0)
+}

@@ -1,0 +1,122 @@
+//! The host-wide statistics segment: a file in the runtime directory
+//! (`/run/sluice/smc/stats`) that every process under `sluice smc run` maps shared and
+//! counts into with atomic adds, and `sluice smc stats` reads. Its layout is a magic word
+//! and then one `u64` per counter, in the order of [`Counter`] and the histograms.
+
+use crate::msg::Reason;
+
+/// First word of the segment: "SLSMCST1".
+pub const MAGIC: u64 = 0x3154_5343_4d53_4c53;
+/// Size of the segment file.
+pub const LEN: usize = 4096;
+
+/// Scalar counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// Connections the library saw open as a client (connect).
+    ConnsClient,
+    /// Connections the library saw open as a server (accept on a sluice listener).
+    ConnsServer,
+    /// Client connections that moved to shared memory.
+    SmcClient,
+    /// Server connections that moved to shared memory.
+    SmcServer,
+    /// Handshakes that failed for a reason other than "the peer is not sluice".
+    HandshakeErrors,
+    /// Bytes written into shared memory.
+    TxBytes,
+    /// Bytes read from shared memory.
+    RxBytes,
+    /// Write calls on shared-memory connections.
+    TxCalls,
+    /// Read calls on shared-memory connections.
+    RxCalls,
+    /// Writes that found the peer's receive ring full.
+    BufferFull,
+}
+
+impl Counter {
+    /// Every counter, in segment order.
+    pub const ALL: [Counter; 10] = [
+        Counter::ConnsClient,
+        Counter::ConnsServer,
+        Counter::SmcClient,
+        Counter::SmcServer,
+        Counter::HandshakeErrors,
+        Counter::TxBytes,
+        Counter::RxBytes,
+        Counter::TxCalls,
+        Counter::RxCalls,
+        Counter::BufferFull,
+    ];
+
+    /// Its name in `sluice smc stats --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::ConnsClient => "connections_client",
+            Counter::ConnsServer => "connections_server",
+            Counter::SmcClient => "smc_client",
+            Counter::SmcServer => "smc_server",
+            Counter::HandshakeErrors => "handshake_errors",
+            Counter::TxBytes => "tx_bytes",
+            Counter::RxBytes => "rx_bytes",
+            Counter::TxCalls => "tx_calls",
+            Counter::RxCalls => "rx_calls",
+            Counter::BufferFull => "buffer_full",
+        }
+    }
+}
+
+/// Buffer-size histogram buckets: 16 KiB, 32 KiB, … 1 MiB, and larger.
+pub const BUCKETS: [&str; 8] = ["16K", "32K", "64K", "128K", "256K", "512K", "1M", ">1M"];
+
+/// Word index (after the magic) of a counter.
+pub fn counter_index(c: Counter) -> usize {
+    1 + c as usize
+}
+
+/// Word index of the fallback count for `reason` on the client (`server` false) or server.
+pub fn fallback_index(reason: Reason, server: bool) -> usize {
+    let base = 1 + Counter::ALL.len();
+    let r = Reason::ALL.iter().position(|x| *x == reason).unwrap_or(0);
+    base + usize::from(server) * Reason::ALL.len() + r
+}
+
+/// Word index of the histogram bucket of a receive (`send` false) or send buffer of
+/// `size` bytes.
+pub fn hist_index(size: usize, send: bool) -> usize {
+    let base = 1 + Counter::ALL.len() + 2 * Reason::ALL.len();
+    let b = (size.max(1).next_power_of_two().trailing_zeros() as usize).saturating_sub(14).min(7);
+    base + usize::from(send) * BUCKETS.len() + b
+}
+
+/// Words in use.
+pub const WORDS: usize = 1 + 10 + 2 * 10 + 2 * 8;
+
+const _: () = assert!(WORDS * 8 <= LEN);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_distinct_and_inside_the_segment() {
+        let mut all: Vec<usize> = Counter::ALL.iter().map(|c| counter_index(*c)).collect();
+        for r in Reason::ALL {
+            all.push(fallback_index(r, false));
+            all.push(fallback_index(r, true));
+        }
+        for b in 0..8 {
+            all.push(hist_index(16384 << b, false));
+            all.push(hist_index(16384 << b, true));
+        }
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+        assert!(*all.last().unwrap() < WORDS);
+        assert_eq!(hist_index(16384, false), hist_index(1000, false), "small buffers count as 16K");
+        assert_eq!(hist_index(64 << 20, true), hist_index(2 << 20, true), "large ones as >1M");
+    }
+}
