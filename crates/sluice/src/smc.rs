@@ -29,13 +29,30 @@ pub enum SmcCmd {
     /// Buffer sizes default to SMC's rule: the TCP default buffer (net.ipv4.tcp_rmem and
     /// tcp_wmem, middle value) rounded up to a power of two, halved, at least 16 KiB.
     ///
-    /// Status (issue 6, in progress): the library is loaded and inert; connections stay
-    /// on TCP until the handshake and the rings land.
+    /// Both ends must run under the launcher; `sluice smc stats` shows what happened.
     ///
     ///   sluice smc run -- iperf3 -s
     ///   sluice smc run -r 128k -t 128k -- iperf3 -c 10.77.0.2
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
+    /// Host-wide counters of the fast path, like `smcd stats`: connections, how many moved
+    /// to shared memory and why the others stayed on TCP, bytes and calls, full buffers,
+    /// buffer sizes. Kept until `sluice smc stats reset`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        reset: Option<StatsReset>,
+    },
+}
+
+/// `sluice smc stats reset`.
+#[derive(Debug, clap::Subcommand)]
+pub enum StatsReset {
+    /// Zero the counters.
+    Reset,
 }
 
 /// Arguments of `sluice smc run`.
@@ -61,7 +78,93 @@ fn parse_size(s: &str) -> Result<usize, String> {
 pub fn run_cmd(c: SmcCmd) -> Result<()> {
     match c {
         SmcCmd::Run(a) => run(a),
+        SmcCmd::Stats { reset: Some(StatsReset::Reset), .. } => {
+            let p = stats_path();
+            if p.exists() {
+                let mut b = vec![0u8; sluice_smc::stats::LEN];
+                b[..8].copy_from_slice(&sluice_smc::stats::MAGIC.to_le_bytes());
+                std::fs::write(&p, b).with_context(|| format!("resetting {}", p.display()))?;
+            }
+            println!("SMC counters reset");
+            Ok(())
+        }
+        SmcCmd::Stats { json, reset: None } => {
+            let v = read_stats()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", render_stats(&v));
+            }
+            Ok(())
+        }
     }
+}
+
+fn stats_path() -> PathBuf {
+    paths::run_dir().join("smc").join("stats")
+}
+
+/// The counters as JSON (all zero when no program has run under the launcher yet).
+pub fn read_stats() -> Result<serde_json::Value> {
+    use sluice_smc::msg::Reason;
+    use sluice_smc::stats::{self, Counter};
+    let b = match std::fs::read(stats_path()) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![0u8; stats::LEN],
+        Err(e) => return Err(e).with_context(|| format!("reading {}", stats_path().display())),
+    };
+    let w = |i: usize| b.get(i * 8..i * 8 + 8).map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap_or_default()));
+    let mut v = serde_json::Map::new();
+    for c in Counter::ALL {
+        v.insert(c.name().into(), w(stats::counter_index(c)).into());
+    }
+    for (side, server) in [("fallback_client", false), ("fallback_server", true)] {
+        let m: serde_json::Map<_, _> =
+            Reason::ALL.iter().map(|r| (r.name().to_string(), w(stats::fallback_index(*r, server)).into())).collect();
+        v.insert(side.into(), m.into());
+    }
+    for (name, send) in [("rmem_histogram", false), ("tmem_histogram", true)] {
+        let m: serde_json::Map<_, _> = stats::BUCKETS
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.to_string(), w(stats::hist_index(16384 << i, send)).into()))
+            .collect();
+        v.insert(name.into(), m.into());
+    }
+    Ok(v.into())
+}
+
+fn render_stats(v: &serde_json::Value) -> String {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let sum = |k: &str| v[k].as_object().map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum::<u64>());
+    let mut out = String::new();
+    let line = |out: &mut String, a: &str, c: String, s: String| out.push_str(&format!("  {a:<24}{c:>12}{s:>12}\n"));
+    out.push_str(&format!("  {:<24}{:>12}{:>12}\n", "", "client", "server"));
+    line(&mut out, "connections", n("connections_client").to_string(), n("connections_server").to_string());
+    line(&mut out, "on shared memory", n("smc_client").to_string(), n("smc_server").to_string());
+    line(&mut out, "TCP fallback", sum("fallback_client").to_string(), sum("fallback_server").to_string());
+    for r in sluice_smc::msg::Reason::ALL {
+        let (c, s) = (
+            v["fallback_client"][r.name()].as_u64().unwrap_or(0),
+            v["fallback_server"][r.name()].as_u64().unwrap_or(0),
+        );
+        if c > 0 || s > 0 {
+            line(&mut out, &format!("  {}", r.name()), c.to_string(), s.to_string());
+        }
+    }
+    out.push_str(&format!("  {:<24}{:>12}\n", "handshake errors", n("handshake_errors")));
+    let (tx, rx, txc, rxc) = (n("tx_bytes"), n("rx_bytes"), n("tx_calls"), n("rx_calls"));
+    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "sent", tx, txc));
+    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "received", rx, rxc));
+    let full = n("buffer_full");
+    let pct = if txc > 0 { 100.0 * full as f64 / txc as f64 } else { 0.0 };
+    out.push_str(&format!("  {:<24}{:>12} ({pct:.2}% of sends)\n", "buffer full", full));
+    for (k, title) in [("rmem_histogram", "receive buffers"), ("tmem_histogram", "send buffers")] {
+        let parts: Vec<String> =
+            sluice_smc::stats::BUCKETS.iter().map(|b| format!("{b}: {}", v[k][*b].as_u64().unwrap_or(0))).collect();
+        out.push_str(&format!("  {title:<24}{}\n", parts.join("  ")));
+    }
+    out
 }
 
 fn run(a: RunArgs) -> Result<()> {

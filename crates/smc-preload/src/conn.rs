@@ -67,9 +67,8 @@ impl Conn {
     fn ring_peer(&self) -> bool {
         let b = [1u8];
         // SAFETY: one byte from a live buffer.
-        let n = unsafe {
-            crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
-        };
+        let n =
+            unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
         // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
         n == 1 || sys::errno() == sys::EAGAIN
     }
@@ -101,8 +100,7 @@ impl Conn {
         }
         let mut buf = [0u8; 4096];
         // SAFETY: reads into a live buffer until the filler is gone.
-        while unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {
-        }
+        while unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {}
     }
 
     /// Whether our descriptor says the peer is gone (its doorbell end closed).
@@ -178,6 +176,7 @@ impl Conn {
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let _g = self.wlock.lock().unwrap_or_else(|p| p.into_inner());
         let mut off = 0usize;
+        let mut counted_full = false;
         while off < data.len() {
             let p = self.tx.push(&data[off..]);
             if p.n > 0 {
@@ -189,7 +188,10 @@ impl Conn {
                 continue;
             }
             // Full.
-            crate::stats::buffer_full();
+            if !counted_full {
+                counted_full = true;
+                crate::stats::buffer_full();
+            }
             if self.peer_gone(fd) {
                 return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
             }
@@ -218,9 +220,8 @@ impl Conn {
     fn fill(&self, fd: c_int) {
         let junk = [0u8; 1024];
         // SAFETY: writes from a live buffer until the socket is full.
-        while unsafe {
-            crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
-        } > 0
+        while unsafe { crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) }
+            > 0
         {}
     }
 

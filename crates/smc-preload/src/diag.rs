@@ -27,7 +27,9 @@ fn put_ip(out: &mut [u8], ip: IpAddr) {
 /// True when a TCP socket with local address `local` and peer `peer` exists here.
 pub fn connection_exists(local: SocketAddr, peer: SocketAddr) -> bool {
     // SAFETY: a plain socket call; the descriptor is closed below.
-    let fd = unsafe { crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG) };
+    let fd = unsafe {
+        crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
+    };
     if fd < 0 {
         return false;
     }

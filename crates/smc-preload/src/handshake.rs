@@ -52,9 +52,8 @@ fn decline(sock: c_int, token: [u8; 16], reason: Reason) {
 
 fn recv_msg(sock: c_int, timeout_ms: i32) -> Result<(Msg, Vec<c_int>), Reason> {
     let mut buf = [0u8; 256];
-    let (n, fds) = sys::recv_with_fds(sock, &mut buf, timeout_ms).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::TimedOut { Reason::Timeout } else { Reason::Protocol }
-    })?;
+    let (n, fds) = sys::recv_with_fds(sock, &mut buf, timeout_ms)
+        .map_err(|e| if e.kind() == std::io::ErrorKind::TimedOut { Reason::Timeout } else { Reason::Protocol })?;
     match Msg::decode(&buf[..n]) {
         Ok(m) => Ok((m, fds)),
         Err(e) => {

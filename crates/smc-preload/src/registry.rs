@@ -52,7 +52,8 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<(u32, u64)> {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(k) = keys.iter().find(|k| name.starts_with(k.as_str())) else { continue };
         let mut rest = name[k.len()..].split('.');
-        let (Some(ns), Some(pid)) = (rest.next().and_then(|x| x.parse().ok()), rest.next().and_then(|x| x.parse().ok()))
+        let (Some(ns), Some(pid)) =
+            (rest.next().and_then(|x| x.parse().ok()), rest.next().and_then(|x| x.parse().ok()))
         else {
             continue;
         };

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""TCP peers for the tests of `sluice smc run` (run under the launcher or not).
+
+  smc_peer.py serve PORT MODE [ADDR]     accept one connection (MODE below), print a result
+  smc_peer.py connect ADDR PORT MODE     connect once (MODE below), print a result
+  smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit
+  smc_peer.py many ADDR PORT N           open N connections at once, each sends its index
+                                         and reads it back; prints "ok N"
+
+MODE:
+  sink             read to EOF, print "<bytes> <sha256>"
+  source:BYTES     send BYTES pseudo-random bytes (seeded), print "<bytes> <sha256>"
+  small:COUNT      send COUNT 7-byte records one write each, print "<bytes> <sha256>"
+  hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
+  forever          send until the peer goes away; print the error's name
+  fork             (connect) fork after connect: the child sends "child\\n" and exits, then
+                   the parent sends "parent\\n"; the server's sink sees both
+Plain blocking sockets: every byte goes through libc's send/recv, which the preload
+library hooks.
+"""
+import hashlib
+import os
+import random
+import select
+import socket
+import sys
+import time
+
+
+def family(addr):
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def sink(c):
+    h, n = hashlib.sha256(), 0
+    while True:
+        b = c.recv(1 << 16)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    return f"{n} {h.hexdigest()}"
+
+
+def source(c, total):
+    rnd = random.Random(42)
+    h, sent = hashlib.sha256(), 0
+    while sent < total:
+        chunk = rnd.randbytes(min(1 << 16, total - sent))
+        c.sendall(chunk)
+        h.update(chunk)
+        sent += len(chunk)
+    return f"{sent} {h.hexdigest()}"
+
+
+def small(c, count):
+    h, sent = hashlib.sha256(), 0
+    for i in range(count):
+        rec = (i % 10_000_000).to_bytes(4, "big") + b"abc"
+        c.sendall(rec)
+        h.update(rec)
+        sent += 7
+    return f"{sent} {h.hexdigest()}"
+
+
+def run_mode(c, mode):
+    parts = mode.split("+")
+    out = ""
+    for p in parts:
+        kind, _, arg = p.partition(":")
+        if kind == "sink":
+            out = sink(c)
+        elif kind == "source":
+            out = source(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "small":
+            out = small(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "hold":
+            print(out, flush=True)
+            out = None
+            time.sleep(float(arg))
+        elif kind == "forever":
+            try:
+                while True:
+                    c.sendall(b"x" * 65536)
+            except OSError as e:
+                out = type(e).__name__
+    if out is not None:
+        print(out, flush=True)
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "serve":
+        port, mode = int(sys.argv[2]), sys.argv[3]
+        addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
+        s = socket.socket(family(addr), socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+        s.listen(16)
+        print("listening", flush=True)
+        c, _ = s.accept()
+        run_mode(c, mode)
+    elif cmd == "connect":
+        addr, port, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+        c = socket.create_connection((addr, port))
+        if mode == "fork":
+            pid = os.fork()
+            if pid == 0:
+                c.sendall(b"child\n")
+                os._exit(0)
+            os.waitpid(pid, 0)
+            c.sendall(b"parent\n")
+            c.shutdown(socket.SHUT_WR)
+            print("forked", flush=True)
+        else:
+            run_mode(c, mode)
+    elif cmd == "echo-epoll":
+        port, n = int(sys.argv[2]), int(sys.argv[3])
+        addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
+        s = socket.socket(family(addr), socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+        s.listen(512)
+        s.setblocking(False)
+        ep = select.epoll()
+        ep.register(s.fileno(), select.EPOLLIN)
+        conns, done = {}, 0
+        print("listening", flush=True)
+        while done < n:
+            for fd, ev in ep.poll(10):
+                if fd == s.fileno():
+                    while True:
+                        try:
+                            c, _ = s.accept()
+                        except BlockingIOError:
+                            break
+                        c.setblocking(False)
+                        conns[c.fileno()] = c
+                        ep.register(c.fileno(), select.EPOLLIN)
+                else:
+                    c = conns[fd]
+                    try:
+                        b = c.recv(4096)
+                    except BlockingIOError:
+                        continue
+                    if b:
+                        c.sendall(b)
+                    else:
+                        ep.unregister(fd)
+                        c.close()
+                        del conns[fd]
+                        done += 1
+        print(f"echoed {done}", flush=True)
+    elif cmd == "many":
+        addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        socks = [socket.create_connection((addr, port)) for _ in range(n)]
+        for i, c in enumerate(socks):
+            c.sendall(f"{i}\n".encode())
+        for i, c in enumerate(socks):
+            want = f"{i}\n".encode()
+            got = b""
+            while len(got) < len(want):
+                b = c.recv(64)
+                if not b:
+                    break
+                got += b
+            assert got == want, (i, got)
+        for c in socks:
+            c.close()
+        print(f"ok {n}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
