@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 
 # openvswitch-switch: `sluice study`'s ovs path is tested against the real thing (the
 # study starts private OVS daemons; the package's own service is not needed).
-PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 tshark python3 procps openvswitch-switch)
-TOOLS=(ip ping nc iperf3 tshark python3 ss ovs-vsctl)
+PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch)
+TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done

@@ -72,28 +72,34 @@ impl Peers {
     }
 
     fn cmd(&self, launcher: bool, args: &[&str]) -> std::process::Command {
+        self.cmd_in(None, launcher, args)
+    }
+
+    /// A peer in network namespace `ns` (as root), under the launcher or not.
+    fn cmd_in(&self, ns: Option<&str>, launcher: bool, args: &[&str]) -> std::process::Command {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_peer.py");
-        let mut c = if launcher {
-            let mut c = std::process::Command::new(BIN);
-            c.args(["smc", "run", "--", "python3", script]);
-            c
-        } else {
-            let mut c = std::process::Command::new("python3");
-            c.arg(script);
-            c
-        };
-        c.args(args).env("SLUICE_RUN_DIR", &self.dir).stdin(std::process::Stdio::null());
+        let mut argv: Vec<&str> = Vec::new();
+        if let Some(ns) = ns {
+            argv.extend(["ip", "netns", "exec", ns]);
+        }
+        if launcher {
+            argv.extend([BIN, "smc", "run", "--"]);
+        }
+        argv.extend(["python3", script]);
+        argv.extend(args);
+        let mut c = std::process::Command::new(argv[0]);
+        c.args(&argv[1..]).env("SLUICE_RUN_DIR", &self.dir).stdin(std::process::Stdio::null());
         c
     }
 
     /// Starts a server and waits until it listens; returns it and a reader of its output.
-    fn serve(
-        &self,
-        launcher: bool,
-        args: &[&str],
-    ) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    fn serve(&self, launcher: bool, args: &[&str]) -> (std::process::Child, Out) {
+        self.serve_cmd(self.cmd(launcher, args))
+    }
+
+    fn serve_cmd(&self, mut cmd: std::process::Command) -> (std::process::Child, Out) {
         use std::io::BufRead;
-        let mut c = self.cmd(launcher, args).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut c = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
         let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
@@ -103,17 +109,21 @@ impl Peers {
 
     /// Runs a client to completion (at most 120 s) and returns its output.
     fn run(&self, launcher: bool, args: &[&str]) -> String {
-        let mut c = self.cmd(launcher, args).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        self.run_cmd(self.cmd(launcher, args))
+    }
+
+    fn run_cmd(&self, mut cmd: std::process::Command) -> String {
+        let mut c = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while c.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > deadline {
                 let _ = c.kill();
-                panic!("client {args:?} hung");
+                panic!("client {cmd:?} hung");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let o = c.wait_with_output().unwrap();
-        assert!(o.status.success(), "client {args:?} failed: {}", String::from_utf8_lossy(&o.stdout));
+        assert!(o.status.success(), "client {cmd:?} failed: {}", String::from_utf8_lossy(&o.stdout));
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     }
 
@@ -128,7 +138,10 @@ impl Peers {
     }
 }
 
-fn rest(out: std::io::BufReader<std::process::ChildStdout>) -> String {
+/// The rest of a server's output.
+type Out = std::io::BufReader<std::process::ChildStdout>;
+
+fn rest(out: Out) -> String {
     use std::io::Read;
     let mut s = String::new();
     let mut out = out;
@@ -137,7 +150,8 @@ fn rest(out: std::io::BufReader<std::process::ChildStdout>) -> String {
 }
 
 fn port(n: u16) -> String {
-    (20000 + (std::process::id() % 2000) as u16 * 10 + n).to_string()
+    // Below the ephemeral range (32768-), so no client socket of another test holds it.
+    (20000 + (std::process::id() % 350) as u16 * 35 + n).to_string()
 }
 
 #[test]
@@ -267,4 +281,146 @@ fn a_connection_survives_fork_after_connect() {
     let want = sh_ok("printf 'child\\nparent\\n' | sha256sum | cut -d' ' -f1");
     assert_eq!(rest(out), format!("13 {}", want.trim()));
     assert_eq!(p.stats()["smc_client"], 1);
+}
+
+fn sluice_ok_in(p: &Peers, args: &[&str]) {
+    let o = std::process::Command::new(BIN).args(args).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn fallbacks(st: &serde_json::Value, side: &str) -> u64 {
+    st[side].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
+#[test]
+fn a_handshake_broken_at_any_step_leaves_the_connection_on_tcp_intact() {
+    let p = Peers::new("fault");
+    for (i, (side, step, client_reason)) in [
+        ("client", "client-no-proposal", "door_unreachable"),
+        ("client", "client-no-confirm", "protocol"),
+        ("server", "server-no-answer", "protocol"),
+        ("server", "server-slow-answer", "timeout"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sluice_ok_in(&p, &["smc", "stats", "reset"]);
+        let port = port(10 + i as u16);
+        let mut s = p.cmd(true, &["serve", &port, "sink"]);
+        let mut c = p.cmd(true, &["connect", "127.0.0.1", &port, "source:2000000"]);
+        if side == "client" {
+            c.env("SLUICE_SMC_FAULT", step);
+        } else {
+            s.env("SLUICE_SMC_FAULT", step);
+        }
+        let (srv, out) = p.serve_cmd(s);
+        let sent = p.run_cmd(c);
+        let _ = srv.wait_with_output();
+        assert_eq!(rest(out), sent, "{step}: the data arrived whole over TCP");
+        let st = p.stats();
+        assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(0), Some(0)), "{step}: {st}");
+        assert_eq!(st["fallback_client"][client_reason], 1, "{step}: {st}");
+        // The server gave up too (its door, or its accept, counted why).
+        assert!(fallbacks(&st, "fallback_server") >= 1, "{step}: {st}");
+        assert!(st["handshake_errors"].as_u64().unwrap() >= 1, "{step}: {st}");
+    }
+}
+
+#[test]
+fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
+    if !have("iperf3") || !have("sockperf") {
+        eprintln!("skipped: needs iperf3 and sockperf");
+        return;
+    }
+    let p = Peers::new("tools");
+    let run = |args: &[&str]| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+        c
+    };
+    let iport = port(20);
+    let mut srv = run(&["iperf3", "-s", "-1", "-p", &iport]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{iport} "))));
+    let o = run(&["iperf3", "-c", "127.0.0.1", "-p", &iport, "-t", "3"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let _ = srv.wait();
+    let st = p.stats();
+    assert!(st["smc_client"].as_u64().unwrap() >= 2, "iperf3's control and data connections: {st}");
+    assert!(st["tx_bytes"].as_u64().unwrap() > 100_000_000, "{st}");
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let sport = port(21);
+    let srv = Killed(
+        run(&["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", &sport])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{sport} "))));
+    let o =
+        run(&["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", &sport, "-m", "200", "-t", "3"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && text.contains("Summary: Latency is"), "{text}");
+    drop(srv);
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+}
+
+/// A background process killed when the test ends, even on failure.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn programs_in_two_namespaces_meet_on_shared_memory_through_a_switch() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("smcns", &["--guests", "2"]);
+    let p = Peers::new("ns");
+    let port = port(30);
+    let (s, out) = p.serve_cmd(p.cmd_in(Some(&lab.ns(2)), true, &["serve", &port, "sink", "10.77.0.2"]));
+    let sent = p.run_cmd(p.cmd_in(Some(&lab.ns(1)), true, &["connect", "10.77.0.2", &port, "source:100000000"]));
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+    // The switch carried the TCP handshake and teardown, not the 100 MB.
+    let g2 = lab.port(&lab.tap(2));
+    assert!(g2["counters"]["tx_bytes"].as_u64().unwrap() < 1_000_000, "{g2}");
+}
+
+#[test]
+fn a_plain_listener_with_the_same_address_elsewhere_never_sees_a_handshake_byte() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::up("smcpl", &["--guests", "2"]);
+    let p = Peers::new("plain");
+    // A sluice listener on 10.77.0.2 in a namespace of its own, which g1 cannot reach.
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let other = Ns(format!("sluice-{}-other", lab.name));
+    sh_ok(&format!("ip netns add {0} && ip -n {0} link set lo up && ip -n {0} addr add 10.77.0.2/32 dev lo", other.0));
+    let port = port(31);
+    let (decoy, _decoy_out) = p.serve_cmd(p.cmd_in(Some(&other.0), true, &["serve", &port, "sink", "10.77.0.2"]));
+    let decoy = Killed(decoy);
+    // The plain listener g1 really reaches.
+    let (s, out) = p.serve_cmd(p.cmd_in(Some(&lab.ns(2)), false, &["serve", &port, "sink", "10.77.0.2"]));
+    let sent = p.run_cmd(p.cmd_in(Some(&lab.ns(1)), true, &["connect", "10.77.0.2", &port, "source:1000000"]));
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent, "the plain listener got exactly the application's bytes");
+    drop(decoy);
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 0, "{st}");
+    assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
+    assert_eq!(st["fallback_server"]["not_our_connection"], 1, "{st}");
 }

@@ -1,6 +1,8 @@
 //! "Is this TCP connection mine?": an exact `sock_diag` lookup (NETLINK_SOCK_DIAG,
 //! SOCK_DIAG_BY_FAMILY without NLM_F_DUMP) of a connection by its four addresses in the
-//! calling thread's network namespace. The side door asks it before accepting a proposal,
+//! calling thread's network namespace. (The kernel's exact lookup answers with the
+//! listening socket when no connection matches, so the answer's state and peer port are
+//! checked.) The side door asks it before accepting a proposal,
 //! so a proposal for a connection that went to another namespace's listener is declined.
 
 use std::ffi::c_int;
@@ -74,5 +76,13 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> bool {
         // An error code of 0 would be an acknowledgement, never sent for this request.
         return false;
     }
-    kind == SOCK_DIAG_BY_FAMILY
+    if kind != SOCK_DIAG_BY_FAMILY || n < 24 {
+        return false;
+    }
+    // The exact lookup falls back to a listening socket when no connection matches:
+    // only a connection (or a half-open one) with the peer's port is an answer.
+    // struct inet_diag_msg: family, state, timer, retrans, then the id (sport, dport, …).
+    let state = buf[17];
+    let dport = u16::from_be_bytes([buf[22], buf[23]]);
+    matches!(state, 1 | 3 | 12) && dport == peer.port()
 }

@@ -15,8 +15,14 @@ use crate::conn::Conn;
 use crate::sys::{self, Shm};
 use crate::{registry, settings};
 
-/// The whole handshake's time limit.
-pub const TIMEOUT_MS: i32 = 500;
+/// How long either side waits for the other's next message. The one exception: after
+/// CONFIRM the client waits for the server's decision until it comes or the door closes,
+/// because the server decides atomically and a client that gave up early could disagree
+/// with a server that had already committed.
+pub const TIMEOUT_MS: i32 = 1000;
+
+/// How long `accept` waits for a handshake a client announced.
+pub const ACCEPT_WAIT_MS: u64 = 2000;
 
 /// A receive ring of `size` bytes in fresh shared memory, sealed against resizing.
 fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
@@ -94,6 +100,9 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
     if unsafe { crate::real::connect(door, sa.as_ptr().cast(), sa.len() as u32) } < 0 {
         return Err(Reason::DoorUnreachable);
     }
+    if crate::fault("client-no-proposal") {
+        return Err(Reason::DoorUnreachable);
+    }
     let (rx_shm, rx) = new_ring(r)?;
     let (app_end, bell) = doorbell()?;
     let token = sys::token();
@@ -113,6 +122,12 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
         Err(e) => return fail(e),
     };
     match m {
+        Msg::Accept { .. } if crate::fault("client-no-confirm") => {
+            for fd in fds {
+                sys::close(fd);
+            }
+            fail(Reason::Protocol)
+        }
         Msg::Accept { token: t2, rmem, .. } if t2 == token && fds.len() == 2 => {
             let (tx_shm, tx) = match map_ring(fds[0], rmem as usize) {
                 Ok(x) => x,
@@ -125,6 +140,23 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
             if sys::send_with_fds(door, &Msg::Confirm { token }.encode(), &[]).is_err() {
                 sys::close(fds[1]);
                 return fail(Reason::DoorUnreachable);
+            }
+            // The server's decision: its CONFIRM (committed) or DECLINE (its `accept` had
+            // already given up on us). Waited for without a limit; a dead server closes
+            // the door.
+            match recv_msg(door, -1) {
+                Ok((Msg::Confirm { token: t3 }, extra)) if t3 == token => {
+                    extra.iter().for_each(|&f| sys::close(f));
+                }
+                Ok((m, extra)) => {
+                    extra.iter().for_each(|&f| sys::close(f));
+                    sys::close(fds[1]);
+                    return fail(if let Msg::Decline { .. } = m { Reason::PeerDeclined } else { Reason::Protocol });
+                }
+                Err(_) => {
+                    sys::close(fds[1]);
+                    return fail(Reason::DoorUnreachable);
+                }
             }
             let tmem = tx.capacity();
             Ok(Ready { conn: Conn::new(rx_shm, rx, tx_shm, tx, tcp, fds[1]), app_end, rmem: r, tmem })
@@ -168,11 +200,14 @@ pub struct Prepared {
 
 struct Table {
     ready: HashMap<(SocketAddr, SocketAddr), Prepared>,
+    /// Connections `accept` gave up waiting for: the door declines them if their
+    /// CONFIRM comes after all.
+    abandoned: HashMap<(SocketAddr, SocketAddr), Instant>,
 }
 
 fn table() -> &'static (Mutex<Table>, Condvar) {
     static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
-    T.get_or_init(|| (Mutex::new(Table { ready: HashMap::new() }), Condvar::new()))
+    T.get_or_init(|| (Mutex::new(Table { ready: HashMap::new(), abandoned: HashMap::new() }), Condvar::new()))
 }
 
 /// Takes the prepared connection whose server side is `local` and client `peer`; waits up
@@ -187,15 +222,19 @@ pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Option<Prepared> {
     if !registry::announced(peer, local) {
         return None;
     }
-    let deadline = Instant::now() + Duration::from_millis(TIMEOUT_MS as u64);
+    let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
     loop {
-        let left = deadline.checked_duration_since(Instant::now())?;
-        t = cv.wait_timeout(t, left).unwrap_or_else(|p| p.into_inner()).0;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !registry::announced(peer, local) {
+            // Decided under the lock: a CONFIRM arriving from now on is declined.
+            let now = Instant::now();
+            t.abandoned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(10));
+            t.abandoned.insert(key, now);
+            return None;
+        }
+        t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
         if let Some(p) = t.ready.remove(&key) {
             return Some(p);
-        }
-        if !registry::announced(peer, local) {
-            return None;
         }
     }
 }
@@ -254,6 +293,13 @@ fn door_loop(fd: c_int) {
 /// The server's half for one proposal on door connection `c`.
 fn serve(c: c_int) -> Result<(), Reason> {
     let (m, fds) = recv_msg(c, TIMEOUT_MS)?;
+    if crate::fault("server-no-answer") {
+        fds.iter().for_each(|&f| sys::close(f));
+        return Err(Reason::Protocol);
+    }
+    if crate::fault("server-slow-answer") {
+        std::thread::sleep(Duration::from_millis(TIMEOUT_MS as u64 + 200));
+    }
     let close_all = |fds: &[c_int]| fds.iter().for_each(|&f| sys::close(f));
     let Msg::Proposal { token, tuple, rmem: peer_r, tmem: peer_t, .. } = m else {
         close_all(&fds);
@@ -314,7 +360,23 @@ fn serve(c: c_int) -> Result<(), Reason> {
     // The TCP socket is filled in by `accept`.
     let conn = Conn::new(rx_shm, rx, tx_shm, tx, -1, peer_bell);
     let (m, cv) = table();
-    m.lock().unwrap_or_else(|p| p.into_inner()).ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
+    let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+    if t.abandoned.remove(&key).is_some() {
+        drop(t);
+        drop(conn);
+        sys::close(app_end);
+        decline(c, token, Reason::Timeout);
+        return Err(Reason::Timeout);
+    }
+    // Committed: tell the client, then hand the connection to `accept`.
+    if sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]).is_err() {
+        drop(t);
+        drop(conn);
+        sys::close(app_end);
+        return Err(Reason::DoorUnreachable);
+    }
+    t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
+    drop(t);
     cv.notify_all();
     Ok(())
 }

@@ -33,6 +33,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static RMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
 static TMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
 static RUN_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// A handshake step to break on purpose (`SLUICE_SMC_FAULT`, for the tests only).
+static FAULT: OnceLock<String> = OnceLock::new();
 
 unsafe extern "C" {
     fn getenv(name: *const c_char) -> *const c_char;
@@ -52,6 +54,7 @@ extern "C" fn init() {
     real::resolve();
     let dir = env(c"SLUICE_RUN_DIR").unwrap_or_else(|| "/run/sluice".into());
     let _ = RUN_DIR.set(PathBuf::from(dir));
+    let _ = FAULT.set(env(c"SLUICE_SMC_FAULT").unwrap_or_default());
     let Some(s) = env(c"SLUICE_SMC") else { return };
     for kv in s.split(',') {
         match kv.split_once('=') {
@@ -70,6 +73,11 @@ static INIT: extern "C" fn() = init;
 /// True when the program runs under `sluice smc run`.
 fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
+}
+
+/// True when the tests asked this process to break the handshake at `step`.
+pub(crate) fn fault(step: &str) -> bool {
+    FAULT.get().is_some_and(|f| f == step)
 }
 
 /// (receive, send) buffer sizes.

@@ -19,7 +19,14 @@ fn words() -> Option<&'static [AtomicU64]> {
         let dir = crate::run_dir().join("smc");
         let _ = std::fs::create_dir_all(&dir);
         let path = dir.join("stats");
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o666).open(&path).ok()?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+            .ok()?;
         // Every user's programs count here (the umask may have narrowed the mode).
         let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
         if f.metadata().ok()?.len() < stats::LEN as u64 {
@@ -48,7 +55,8 @@ pub fn count(c: Counter) {
 /// A connection stayed on TCP.
 pub fn fallback(reason: Reason, server: bool) {
     add(stats::fallback_index(reason, server), 1);
-    if !matches!(reason, Reason::NoListener | Reason::NoProposal) {
+    // Not errors: the peer is not sluice, or the connection is not the listener's.
+    if !matches!(reason, Reason::NoListener | Reason::NoProposal | Reason::NotOurConnection | Reason::PeerDeclined) {
         count(Counter::HandshakeErrors);
     }
 }
