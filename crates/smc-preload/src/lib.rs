@@ -555,8 +555,15 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 
 // ---- data ----
 
+/// MSG_OOB: urgent data has no place on shared memory.
+const MSG_OOB: c_int = 1;
+
 fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
     stats::count(Counter::RxCalls);
+    if flags & MSG_OOB != 0 {
+        sys::set_errno(sys::EOPNOTSUPP);
+        return -1;
+    }
     if n == 0 {
         return 0;
     }
@@ -567,6 +574,10 @@ fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> is
 
 fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize {
     stats::count(Counter::TxCalls);
+    if flags & MSG_OOB != 0 {
+        sys::set_errno(sys::EOPNOTSUPP);
+        return -1;
+    }
     if n == 0 {
         return 0;
     }
