@@ -46,6 +46,13 @@ pub enum SmcCmd {
         #[command(subcommand)]
         reset: Option<StatsReset>,
     },
+    /// Live connections on shared memory, host-wide: process, role, addresses, buffer
+    /// sizes, age.
+    Info {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `sluice smc stats reset`.
@@ -88,6 +95,7 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
             println!("SMC counters reset");
             Ok(())
         }
+        SmcCmd::Info { json } => info(json),
         SmcCmd::Stats { json, reset: None } => {
             let v = read_stats()?;
             if json {
@@ -98,6 +106,51 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `sluice smc info`.
+fn info(json: bool) -> Result<()> {
+    let dir = paths::run_dir().join("smc").join("conn");
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(text.trim()) else { continue };
+        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            // Its process died without closing: the entry is stale.
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        rows.push(v);
+    }
+    rows.sort_by_key(|v| (v["pid"].as_u64(), v["since"].as_u64()));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no connection is on shared memory");
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING);
+    t.set_header(["PID", "ROLE", "LOCAL", "PEER", "RMEM", "TMEM", "AGE"]);
+    for v in rows {
+        let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+        let kib = |k: &str| format!("{}K", v[k].as_u64().unwrap_or(0) / 1024);
+        t.add_row([
+            v["pid"].to_string(),
+            s("role"),
+            s("local"),
+            s("peer"),
+            kib("rmem"),
+            kib("tmem"),
+            format!("{}s", now.saturating_sub(v["since"].as_u64().unwrap_or(now))),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
 }
 
 fn stats_path() -> PathBuf {

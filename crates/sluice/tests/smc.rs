@@ -171,7 +171,7 @@ fn a_gigabyte_crosses_shared_memory_intact_each_way() {
 }
 
 #[test]
-fn the_tcp_socket_itself_carries_no_payload() {
+fn the_tcp_socket_itself_carries_no_payload_and_info_lists_the_connection() {
     let p = Peers::new("ss");
     let (s, out) = p.serve(true, &["serve", &port(3), "sink+hold:3"]);
     let c = p
@@ -182,6 +182,9 @@ fn the_tcp_socket_itself_carries_no_payload() {
     // While both hold the connection open after 50 MB: what did TCP carry?
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let ss = sh_ok(&format!("ss -tinH state established '( sport = :{} )'", port(3)));
+    let info =
+        std::process::Command::new(BIN).args(["smc", "info", "--json"]).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     let _ = c.wait_with_output();
     let _ = s.wait_with_output();
     // ss prints tcp_info on a second line and leaves out counters that are zero.
@@ -190,6 +193,14 @@ fn the_tcp_socket_itself_carries_no_payload() {
         ss.split_whitespace().find_map(|w| w.strip_prefix("bytes_received:")).map_or(0, |v| v.parse().unwrap());
     assert!(n < 4096, "the TCP socket received {n} bytes of payload: {ss}");
     assert!(rest(out).starts_with("50000000 "), "the data went through shared memory");
+    // `sluice smc info` listed both ends while they lived, and nothing after.
+    let roles: Vec<&str> = info.as_array().unwrap().iter().filter_map(|v| v["role"].as_str()).collect();
+    assert_eq!(roles.len(), 2, "{info}");
+    assert!(roles.contains(&"client") && roles.contains(&"server"), "{info}");
+    assert!(info[0]["local"].as_str().unwrap().starts_with("127.0.0.1:"), "{info}");
+    let after =
+        std::process::Command::new(BIN).args(["smc", "info", "--json"]).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "[]");
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct Conn {
     wr_shut: AtomicBool,
     rlock: Mutex<()>,
     wlock: Mutex<()>,
+    /// This connection's entry for `sluice smc info`.
+    pub info: Option<std::path::PathBuf>,
 }
 
 /// The outcome of an I/O call: bytes, or an errno.
@@ -60,6 +62,7 @@ impl Conn {
             wr_shut: AtomicBool::new(false),
             rlock: Mutex::new(()),
             wlock: Mutex::new(()),
+            info: None,
         }
     }
 
@@ -240,6 +243,9 @@ impl Conn {
     pub fn closed(&self) {
         if sys::pid() != self.owner {
             return;
+        }
+        if let Some(p) = &self.info {
+            let _ = std::fs::remove_file(p);
         }
         if !self.rx.is_empty() {
             // Closing with unread data: the peer sees a reset, as with TCP.

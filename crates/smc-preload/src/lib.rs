@@ -172,7 +172,25 @@ fn ret(r: conn::Io, nosignal: bool) -> isize {
 
 // ---- turning a TCP descriptor into a shared-memory one ----
 
-fn convert(fd: c_int, mut conn: Conn, app_end: c_int) {
+/// Writes the connection's entry for `sluice smc info`: one line of JSON in
+/// `smc/conn/PID-N`, removed when the connection ends.
+fn describe(conn: &Conn, server: bool, rmem: usize, tmem: usize) -> Option<PathBuf> {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let (local, peer) = (sys::sock_addr(conn.tcp_fd, false)?, sys::sock_addr(conn.tcp_fd, true)?);
+    let dir = run_dir().join("smc").join("conn");
+    std::fs::create_dir_all(&dir).ok()?;
+    let path = dir.join(format!("{}-{}", sys::pid(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let line = format!(
+        "{{\"pid\":{},\"role\":\"{}\",\"local\":\"{local}\",\"peer\":\"{peer}\",\"rmem\":{rmem},\"tmem\":{tmem},\"since\":{since}}}\n",
+        sys::pid(),
+        if server { "server" } else { "client" },
+    );
+    std::fs::write(&path, line).ok()?;
+    Some(path)
+}
+
+fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize, tmem: usize) {
     // SAFETY: fcntl and dup3 on descriptors this call owns or the caller passed.
     unsafe {
         let fl = real::fcntl(fd, sys::F_GETFL, 0);
@@ -186,6 +204,7 @@ fn convert(fd: c_int, mut conn: Conn, app_end: c_int) {
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
+    conn.info = describe(&conn, server, rmem, tmem);
     set_conn(fd, Arc::new(conn));
 }
 
@@ -275,7 +294,7 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
             Ok(ready) => {
                 done(&intent);
                 stats::smc(false, ready.rmem, ready.tmem);
-                convert(fd, ready.conn, ready.app_end);
+                convert(fd, ready.conn, ready.app_end, false, ready.rmem, ready.tmem);
                 return 0;
             }
             Err(reason) => last = reason,
@@ -340,7 +359,7 @@ fn accepted(listener: c_int, fd: c_int) {
     match handshake::take_prepared(local, peer) {
         Some(p) => {
             stats::smc(true, p.rmem, p.tmem);
-            convert(fd, p.conn, p.app_end);
+            convert(fd, p.conn, p.app_end, true, p.rmem, p.tmem);
         }
         None => stats::fallback(Reason::NoProposal, true),
     }
