@@ -435,3 +435,18 @@ fn a_plain_listener_with_the_same_address_elsewhere_never_sees_a_handshake_byte(
     assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
     assert_eq!(st["fallback_server"]["not_our_connection"], 1, "{st}");
 }
+
+#[test]
+fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
+    // The listener (and its side door) belong to the parent; a child accepts. The door
+    // commits only for an `accept` of its own process, so both ends stay on TCP rather
+    // than one of them writing into memory nobody reads.
+    let p = Peers::new("prefork");
+    let (s, out) = p.serve(true, &["serve-forked", &port(32)]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(32), "source:2000000"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 0, "{st}");
+    assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
+}

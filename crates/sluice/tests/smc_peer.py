@@ -3,6 +3,8 @@
 
   smc_peer.py serve PORT MODE [ADDR]     accept one connection (MODE below), print a result
   smc_peer.py connect ADDR PORT MODE     connect once (MODE below), print a result
+  smc_peer.py serve-forked PORT [ADDR]  listen, fork; the child accepts one connection
+                                         and sinks it (a pre-forking server)
   smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit
   smc_peer.py many ADDR PORT N           open N connections at once, each sends its index
                                          and reads it back; prints "ok N"
@@ -102,6 +104,20 @@ def main():
         print("listening", flush=True)
         c, _ = s.accept()
         run_mode(c, mode)
+    elif cmd == "serve-forked":
+        port = int(sys.argv[2])
+        addr = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+        s = socket.socket(family(addr), socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+        s.listen(16)
+        print("listening", flush=True)
+        pid = os.fork()
+        if pid == 0:
+            c, _ = s.accept()
+            print(sink(c), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
     elif cmd == "connect":
         addr, port, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
         c = socket.create_connection((addr, port))

@@ -198,44 +198,41 @@ pub struct Prepared {
     pub tmem: usize,
 }
 
+/// Connections the door has prepared, and those `accept` has claimed. The door commits
+/// (answers the client's CONFIRM with its own) only once `accept` in this process claimed
+/// the connection, and declines if none did in time; both happen under this table's
+/// lock, so client and server can never disagree — also when a forked child, whose
+/// door is its parent's, accepts the connection.
 struct Table {
     ready: HashMap<(SocketAddr, SocketAddr), Prepared>,
-    /// Connections `accept` gave up waiting for: the door declines them if their
-    /// CONFIRM comes after all.
-    abandoned: HashMap<(SocketAddr, SocketAddr), Instant>,
+    claimed: std::collections::HashSet<(SocketAddr, SocketAddr)>,
 }
 
 fn table() -> &'static (Mutex<Table>, Condvar) {
     static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
-    T.get_or_init(|| (Mutex::new(Table { ready: HashMap::new(), abandoned: HashMap::new() }), Condvar::new()))
+    T.get_or_init(|| {
+        (Mutex::new(Table { ready: HashMap::new(), claimed: std::collections::HashSet::new() }), Condvar::new())
+    })
 }
 
-/// Takes the prepared connection whose server side is `local` and client `peer`; waits up
-/// to the handshake's limit if a client announced one.
+/// Claims the prepared connection whose server side is `local` and client `peer`; waits
+/// up to [`ACCEPT_WAIT_MS`] if a client announced one.
 pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Option<Prepared> {
     let (m, cv) = table();
     let key = (local, peer);
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = t.ready.remove(&key) {
-        return Some(p);
-    }
-    if !registry::announced(peer, local) {
-        return None;
-    }
     let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
     loop {
+        if let Some(p) = t.ready.remove(&key) {
+            t.claimed.insert(key);
+            cv.notify_all();
+            return Some(p);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || !registry::announced(peer, local) {
-            // Decided under the lock: a CONFIRM arriving from now on is declined.
-            let now = Instant::now();
-            t.abandoned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(10));
-            t.abandoned.insert(key, now);
             return None;
         }
         t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
-        if let Some(p) = t.ready.remove(&key) {
-            return Some(p);
-        }
     }
 }
 
@@ -282,11 +279,17 @@ fn door_loop(fd: c_int) {
             }
             return;
         }
-        let out = std::panic::catch_unwind(|| serve(c));
-        if let Ok(Err(reason)) = out {
-            crate::stats::fallback(reason, true);
+        // One thread per handshake: a slow client or a slow `accept` delays no other.
+        let spawned = std::thread::Builder::new().name("sluice-smc-hs".into()).spawn(move || {
+            let out = std::panic::catch_unwind(|| serve(c));
+            if let Ok(Err(reason)) = out {
+                crate::stats::fallback(reason, true);
+            }
+            sys::close(c);
+        });
+        if spawned.is_err() {
+            sys::close(c);
         }
-        sys::close(c);
     }
 }
 
@@ -361,22 +364,27 @@ fn serve(c: c_int) -> Result<(), Reason> {
     let conn = Conn::new(rx_shm, rx, tx_shm, tx, -1, peer_bell);
     let (m, cv) = table();
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
-    if t.abandoned.remove(&key).is_some() {
-        drop(t);
-        drop(conn);
-        sys::close(app_end);
-        decline(c, token, Reason::Timeout);
-        return Err(Reason::Timeout);
-    }
-    // Committed: tell the client, then hand the connection to `accept`.
-    if sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]).is_err() {
-        drop(t);
-        drop(conn);
-        sys::close(app_end);
-        return Err(Reason::DoorUnreachable);
-    }
     t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
-    drop(t);
     cv.notify_all();
-    Ok(())
+    // Wait for `accept` in this process to claim it.
+    let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
+    loop {
+        if t.claimed.remove(&key) {
+            drop(t);
+            // Committed. If the client is gone, the connection's doorbell says so.
+            let _ = sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]);
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let p = t.ready.remove(&key);
+            drop(t);
+            if let Some(p) = p {
+                sys::close(p.app_end);
+            }
+            decline(c, token, Reason::NoProposal);
+            return Err(Reason::Timeout);
+        }
+        t = cv.wait_timeout(t, left).unwrap_or_else(|p| p.into_inner()).0;
+    }
 }
