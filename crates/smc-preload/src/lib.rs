@@ -443,13 +443,17 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// As for `dup2(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    if active() && fd != to {
-        guard(|| forget(to), || ());
-    }
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup2(fd, to) };
-    if active() && fd != to {
-        guard(|| dup_conn(fd, r), || ());
+    if active() && fd != to && r >= 0 {
+        // `to` now names `fd`'s file: what it was is closed.
+        guard(
+            || {
+                forget(to);
+                dup_conn(fd, r);
+            },
+            || (),
+        );
     }
     r
 }
@@ -460,13 +464,16 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
 /// As for `dup3(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    if active() && fd != to {
-        guard(|| forget(to), || ());
-    }
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup3(fd, to, flags) };
-    if active() {
-        guard(|| dup_conn(fd, r), || ());
+    if active() && r >= 0 {
+        guard(
+            || {
+                forget(to);
+                dup_conn(fd, r);
+            },
+            || (),
+        );
     }
     r
 }
