@@ -102,16 +102,24 @@ impl Conn {
             return;
         }
         let mut buf = [0u8; 4096];
-        // SAFETY: reads into a live buffer until the filler is gone.
-        while unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {}
+        // Bounded: a writer filling while we drain must not keep both of us looping.
+        for _ in 0..64 {
+            // SAFETY: reads into a live buffer.
+            let n = unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
+            if n <= 0 {
+                break;
+            }
+        }
     }
 
-    /// Whether our descriptor says the peer is gone (its doorbell end closed).
+    /// Whether our descriptor says the peer is gone (its doorbell end closed). Asked of
+    /// poll, not by peeking: doorbell bytes may still be queued in front of the end.
     fn peer_gone(&self, fd: c_int) -> bool {
-        let mut b = [0u8; 1];
-        // SAFETY: peeks at most one byte.
-        let n = unsafe { crate::real::recv(fd, b.as_mut_ptr().cast(), 1, sys::MSG_PEEK | sys::MSG_DONTWAIT) };
-        n == 0
+        const POLLRDHUP: i16 = 0x2000;
+        let mut p = sys::PollFd { fd, events: POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd, no waiting.
+        let r = unsafe { crate::real::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & (POLLRDHUP | 0x10 /* POLLHUP */ | 0x8/* POLLERR */) != 0
     }
 
     /// `read`/`recv` on descriptor `fd`.
@@ -165,8 +173,11 @@ impl Conn {
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
-            if let Err(e) = sys::wait(fd, sys::POLLIN, -1) {
-                return Err(e.raw_os_error().unwrap_or(sys::EINVAL));
+            match sys::wait(fd, sys::POLLIN, sys::timeout_ms(fd, sys::SO_RCVTIMEO)) {
+                Ok(true) => {}
+                // SO_RCVTIMEO expired, as a TCP socket reports it.
+                Ok(false) => return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) },
+                Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
             }
         }
     }
@@ -212,8 +223,10 @@ impl Conn {
             if nonblock {
                 return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) };
             }
-            if let Err(e) = sys::wait(fd, sys::POLLOUT, -1) {
-                return Err(e.raw_os_error().unwrap_or(sys::EINVAL));
+            match sys::wait(fd, sys::POLLOUT, sys::timeout_ms(fd, sys::SO_SNDTIMEO)) {
+                Ok(true) => {}
+                Ok(false) => return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) },
+                Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
             }
         }
         Ok(off)
@@ -222,10 +235,16 @@ impl Conn {
     /// Fills our descriptor's send direction so it stops being writable.
     fn fill(&self, fd: c_int) {
         let junk = [0u8; 1024];
-        // SAFETY: writes from a live buffer until the socket is full.
-        while unsafe { crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) }
-            > 0
-        {}
+        // Until the socket is full — bounded, in case the reader drains as fast as we fill.
+        for _ in 0..64 {
+            // SAFETY: writes from a live buffer.
+            let n = unsafe {
+                crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
+            };
+            if n <= 0 {
+                break;
+            }
+        }
     }
 
     /// `shutdown`.

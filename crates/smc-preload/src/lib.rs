@@ -575,8 +575,39 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
 /// As for `setsockopt(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int {
+    let tcp = tcp_of(fd);
+    if tcp != fd && level == sys::SOL_SOCKET && (name == sys::SO_RCVTIMEO || name == sys::SO_SNDTIMEO) {
+        // Timeouts also bound the library's waits on the descriptor itself.
+        // SAFETY: the caller's option value, on our descriptor.
+        unsafe { real::setsockopt(fd, level, name, val, len) };
+    }
     // SAFETY: as above.
-    unsafe { real::setsockopt(tcp_of(fd), level, name, val, len) }
+    unsafe { real::setsockopt(tcp, level, name, val, len) }
+}
+
+/// `ioctl(2)` (one optional argument, as for `fcntl`): `FIONBIO` on a shared-memory
+/// connection is tracked like `O_NONBLOCK`.
+///
+/// # Safety
+/// As for `ioctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) -> c_int {
+    // SAFETY: the caller's arguments.
+    let r = unsafe { real::ioctl(fd, req, arg) };
+    const FIONBIO: std::ffi::c_ulong = 0x5421;
+    if r == 0 && req == FIONBIO && arg != 0 && active() && marked(fd) {
+        // SAFETY: FIONBIO's argument is a pointer to an int, which the kernel just read.
+        let on = unsafe { *(arg as *const c_int) } != 0;
+        guard(
+            || {
+                if let Some(c) = conn_of(fd) {
+                    c.nonblock.store(on, Ordering::Relaxed);
+                }
+            },
+            || (),
+        );
+    }
+    r
 }
 
 // ---- data ----

@@ -90,6 +90,23 @@ real! {
     dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
 }
 
+/// The real `ioctl` (variadic: one integer or pointer argument).
+///
+/// # Safety
+/// As for `ioctl(2)`.
+pub unsafe fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) -> c_int {
+    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let f = lookup(&SLOT, c"ioctl");
+    if f.is_null() {
+        crate::sys::set_errno(38);
+        return -1;
+    }
+    // SAFETY: libc's ioctl, called with its one variadic argument.
+    let f: unsafe extern "C" fn(c_int, std::ffi::c_ulong, ...) -> c_int = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments.
+    unsafe { f(fd, req, arg) }
+}
+
 /// The real `fcntl` (variadic: one integer or pointer argument).
 ///
 /// # Safety

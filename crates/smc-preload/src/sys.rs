@@ -318,6 +318,22 @@ pub fn set_sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
     unsafe { crate::real::setsockopt(fd, level, name, (&v as *const c_int).cast(), 4) };
 }
 
+pub const SO_RCVTIMEO: c_int = 20;
+pub const SO_SNDTIMEO: c_int = 21;
+
+/// A socket's receive or send timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`) in milliseconds for
+/// `poll`: -1 when none is set.
+pub fn timeout_ms(fd: c_int, name: c_int) -> i32 {
+    let mut tv = [0i64; 2];
+    let mut len: u32 = 16;
+    // SAFETY: `tv` is a struct timeval.
+    let r = unsafe { crate::real::getsockopt(fd, SOL_SOCKET, name, tv.as_mut_ptr().cast(), &mut len) };
+    if r != 0 || (tv[0] == 0 && tv[1] == 0) {
+        return -1;
+    }
+    (tv[0].saturating_mul(1000) + tv[1] / 1000).clamp(1, i32::MAX as i64) as i32
+}
+
 /// The inode of the calling thread's network namespace.
 pub fn netns_inode() -> u64 {
     use std::os::unix::fs::MetadataExt;

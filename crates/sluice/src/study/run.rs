@@ -410,6 +410,9 @@ fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Resul
         switch_pid: topo.switch_pid,
         interval: None,
     };
+    if topo.smc {
+        return run_cell_smc(topo, w, cell, o, &host);
+    }
     let pin = o.pin;
     let r = netns::run_in(Some(&topo.client_ns), move || {
         if pin {
@@ -417,6 +420,42 @@ fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Resul
         }
         run(&profile, &opts).map_err(std::io::Error::other)
     })?;
+    if !sluice_bench::report::counts_agree(&r) {
+        bail!("client and server counts differ: {:?} vs {:?}", r.client, r.server);
+    }
+    Ok(r)
+}
+
+/// Runs a cell's client as `sluice smc run -- sluice bench run … --json` in the client
+/// namespace (the preload library must be in the client process, which an in-process run
+/// cannot be), and reads its result.
+fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host: &str) -> Result<RunResult> {
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let tmp;
+    let profile = if w.builtin {
+        w.name.clone()
+    } else {
+        tmp = std::env::temp_dir().join(format!("sluice-study-{}-{}.xml", std::process::id(), w.name));
+        std::fs::write(&tmp, &w.text)?;
+        tmp.display().to_string()
+    };
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", &topo.client_ns]);
+    if o.pin {
+        cmd.args(["taskset", "-c", "0"]);
+    }
+    cmd.arg(&exe).args(["smc", "run", "--"]).arg(&exe).args(["bench", "run", "--to", host, "-m", &profile]);
+    cmd.args(["--duration", &o.duration_s.to_string(), "--conns", &cell.conns.to_string(), "--json"]);
+    if let Some(lab) = &topo.lab {
+        cmd.args(["--switch", lab]);
+    }
+    let out =
+        cmd.stdin(std::process::Stdio::null()).output().context("running the bench client under sluice smc run")?;
+    if !out.status.success() {
+        bail!("the bench client failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("reading the bench client's JSON")?;
+    let r: RunResult = serde_json::from_value(v["results"][0].clone()).context("reading the bench client's result")?;
     if !sluice_bench::report::counts_agree(&r) {
         bail!("client and server counts differ: {:?} vs {:?}", r.client, r.server);
     }

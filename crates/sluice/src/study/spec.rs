@@ -23,6 +23,7 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
+    ("loopback", "client and server in one namespace, TCP over its loopback interface"),
 ];
 
 /// The built-in studies: (name, study file text).
