@@ -445,8 +445,14 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup2(fd, to) };
+    duplicated_onto(fd, to, r);
+    r
+}
+
+/// After `dup2`/`dup3` of `fd` onto `to` returned `r`: `to` now names `fd`'s file, and
+/// what it named before is closed. (`dup2(fd, fd)` changes nothing.)
+fn duplicated_onto(fd: c_int, to: c_int, r: c_int) {
     if active() && fd != to && r >= 0 {
-        // `to` now names `fd`'s file: what it was is closed.
         guard(
             || {
                 forget(to);
@@ -455,7 +461,6 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
             || (),
         );
     }
-    r
 }
 
 /// `dup3(2)`.
@@ -466,15 +471,7 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup3(fd, to, flags) };
-    if active() && r >= 0 {
-        guard(
-            || {
-                forget(to);
-                dup_conn(fd, r);
-            },
-            || (),
-        );
-    }
+    duplicated_onto(fd, to, r);
     r
 }
 

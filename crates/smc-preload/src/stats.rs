@@ -32,13 +32,17 @@ fn words() -> Option<&'static [AtomicU64]> {
         if f.metadata().ok()?.len() < stats::LEN as u64 {
             f.set_len(stats::LEN as u64).ok()?;
         }
-        Shm::map(f.into_raw_fd(), stats::LEN).ok()
+        let shm = Shm::map(f.into_raw_fd(), stats::LEN).ok()?;
+        // A fresh segment gets its magic word once, here, not on every count.
+        let _ = view(&shm)[0].compare_exchange(0, stats::MAGIC, Ordering::Relaxed, Ordering::Relaxed);
+        Some(shm)
     });
-    let shm = shm.as_ref()?;
-    // SAFETY: the mapping is LEN bytes, page aligned, shared, and lives for the process.
-    let w = unsafe { std::slice::from_raw_parts(shm.ptr.cast::<AtomicU64>(), stats::LEN / 8) };
-    let _ = w[0].compare_exchange(0, stats::MAGIC, Ordering::Relaxed, Ordering::Relaxed);
-    Some(w)
+    shm.as_ref().map(view)
+}
+
+fn view(shm: &Shm) -> &[AtomicU64] {
+    // SAFETY: the mapping is LEN bytes, page aligned, shared, and lives as long as `shm`.
+    unsafe { std::slice::from_raw_parts(shm.ptr.cast::<AtomicU64>(), stats::LEN / 8) }
 }
 
 fn add(i: usize, n: u64) {

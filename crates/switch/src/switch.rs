@@ -619,10 +619,8 @@ impl Switch {
     /// for each guest address, from the uplink's MAC.
     fn announce(&mut self, to: PortId) {
         let Some(out) = self.slot(to) else { return };
-        let vlan_of = |m: &VlanMode| match m {
-            VlanMode::Access(v) => Some(*v),
-            VlanMode::Trunk { native, .. } => *native,
-        };
+        // A guest's VLAN: the one its untagged frames join.
+        let vlan_of = |m: &VlanMode| m.ingress(None).map(|i| i.vid);
         let mut frames: Vec<(u16, Announce)> = Vec::new();
         match self.cfg.mode {
             Mode::L2 => {
