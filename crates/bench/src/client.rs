@@ -361,6 +361,9 @@ struct Conn {
     rng: Rng,
 }
 
+/// How long the end of a server-driven stream may take to arrive.
+const DRAIN_LIMIT: Duration = Duration::from_secs(15);
+
 /// How long a UDP read waits for its datagram before the run fails as lossy.
 const UDP_WAIT: Duration = Duration::from_secs(2);
 
@@ -445,6 +448,17 @@ impl Conn {
                 }
                 Err(e) => Err(e),
             },
+        }
+    }
+
+    /// Makes TCP reads give up at `deadline` (WouldBlock).
+    fn limit_reads(&mut self, deadline: Instant) -> io::Result<()> {
+        match &mut self.s {
+            Sock::Tcp(t) => {
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                t.set_read_timeout(Some(left))
+            }
+            Sock::Udp(_) => Ok(()),
         }
     }
 
@@ -557,6 +571,9 @@ fn finish_timed(
         return Ok(());
     }
     let _ = (script, out);
+    // Bounded: on a path losing most of its packets TCP may take minutes to deliver what
+    // the server had queued; the run fails saying so rather than hang.
+    let deadline = Instant::now() + DRAIN_LIMIT;
     // Only reads remain in a server-driven timed loop (script::derive checked it).
     'drain: loop {
         for (k, f) in t.flowops.iter().enumerate() {
@@ -566,7 +583,24 @@ fn finish_timed(
             for rep in 0..f.count.max(1) {
                 let size = f.size.clone().unwrap_or(crate::profile::Size::Fixed(0));
                 let n = c.rng.size(&size);
-                let got = c.read(inp, n).map_err(io_err("draining a data connection"))?;
+                c.limit_reads(deadline).map_err(io_err("draining a data connection"))?;
+                let got = c.read(inp, n).map_err(|e| {
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                        BenchError::Io {
+                            what: "draining a data connection".into(),
+                            source: io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "the server was still sending {} s after the end of the run; \
+                                     the path is losing packets heavily (see its drop counters)",
+                                    DRAIN_LIMIT.as_secs()
+                                ),
+                            ),
+                        }
+                    } else {
+                        io_err("draining a data connection")(e)
+                    }
+                })?;
                 counts.bytes_received += got;
                 shared.bytes.fetch_add(got, Ordering::Relaxed);
                 if got < n {

@@ -114,12 +114,20 @@ impl Conn {
 
     /// Whether our descriptor says the peer is gone (its doorbell end closed). Asked of
     /// poll, not by peeking: doorbell bytes may still be queued in front of the end.
+    /// A peer that only shut down its sending side (flag set first, then its end shut
+    /// for writing, which our descriptor reports as `POLLRDHUP`) is not gone.
     fn peer_gone(&self, fd: c_int) -> bool {
         const POLLRDHUP: i16 = 0x2000;
         let mut p = sys::PollFd { fd, events: POLLRDHUP, revents: 0 };
         // SAFETY: one valid pollfd, no waiting.
         let r = unsafe { crate::real::poll(&mut p, 1, 0) };
-        r > 0 && p.revents & (POLLRDHUP | 0x10 /* POLLHUP */ | 0x8/* POLLERR */) != 0
+        if r <= 0 {
+            return false;
+        }
+        if p.revents & (0x10 /* POLLHUP */ | 0x8/* POLLERR */) != 0 {
+            return true;
+        }
+        p.revents & POLLRDHUP != 0 && !self.rx.has_flags(FLAG_SHUTDOWN_WR)
     }
 
     /// `read`/`recv` on descriptor `fd`.
@@ -254,7 +262,10 @@ impl Conn {
         }
         if (how == sys::SHUT_WR || how == sys::SHUT_RDWR) && !self.wr_shut.swap(true, Ordering::Relaxed) {
             self.tx.set_flags(FLAG_SHUTDOWN_WR);
-            self.ring_peer();
+            // The peer's descriptor now reads end-of-file and polls POLLRDHUP, as after
+            // a TCP FIN (programs that ask poll whether the peer half-closed see it).
+            // SAFETY: our own descriptor of the peer's pair.
+            unsafe { crate::real::shutdown(self.peer_bell, sys::SHUT_WR) };
         }
     }
 

@@ -207,8 +207,8 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             t.netns(&ns("c"))?;
             t
         }
-        // "smc" (both ends under `sluice smc run`) is built here but not offered yet: a
-        // server-driven stream of `sluice bench` does not end on shared memory (issue 6).
+        // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
+        // handshake crosses the switch, the data goes through shared memory.
         "sluice-l2" | "sluice-l2-lossless" | "sluice-l3" | "sluice-l2-lan" | "sluice-l3-lan" | "smc" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));

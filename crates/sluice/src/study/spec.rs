@@ -24,6 +24,7 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
+    ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
 ];
 
 /// The built-in studies: (name, study file text).
@@ -31,6 +32,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("vswitch-vs-router", include_str!("builtin/vswitch-vs-router.toml")),
     ("dedicated-vs-vswitch", include_str!("builtin/dedicated-vs-vswitch.toml")),
     ("layer2-vs-layer3", include_str!("builtin/layer2-vs-layer3.toml")),
+    ("smc-vs-tcp", include_str!("builtin/smc-vs-tcp.toml")),
 ];
 
 /// An address family.
