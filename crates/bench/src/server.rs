@@ -181,6 +181,13 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
         }
         let l = TcpListener::bind(SocketAddr::new(local.ip(), port))
             .map_err(|e| format!("cannot open a data listener on port {port}: {e}"))?;
+        // Every client thread may connect at once: a backlog of the default 128 would
+        // drop SYNs at 250 connections and stall their connects for a second.
+        let backlog = g.count.clamp(128, 4096) as libc::c_int;
+        // SAFETY: listen(2) on a socket we own; a second listen only resizes the backlog.
+        if unsafe { libc::listen(l.as_raw_fd(), backlog) } != 0 {
+            return Err(format!("cannot size the data listener's backlog: {}", io::Error::last_os_error()));
+        }
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         ports.push(addr.port());
         addrs.push(addr);

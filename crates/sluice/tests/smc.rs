@@ -233,6 +233,19 @@ fn many_small_writes_arrive_complete_and_in_order() {
 }
 
 #[test]
+fn a_blocking_reader_that_slept_leaves_its_socket_pollable() {
+    // The reader's blocking reads sleep on the ring's futex between bursts (the writer
+    // wakes it without a doorbell when the bytes fit its buffer); whenever bytes are left
+    // waiting after a read, poll must still say readable.
+    let p = Peers::new("nibble");
+    let (s, out) = p.serve(true, &["serve", &port(13), "bursts:3000"]);
+    let got = p.run(true, &["connect", "127.0.0.1", &port(13), "nibble"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), got);
+    assert_eq!(p.stats()["smc_client"], 1);
+}
+
+#[test]
 fn a_killed_peer_ends_the_transfer_without_a_hang() {
     let p = Peers::new("kill");
     // The reader dies: the writer's next writes fail.

@@ -15,6 +15,11 @@ MODE:
   small:COUNT      send COUNT 7-byte records one write each, print "<bytes> <sha256>"
   hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
   forever          send until the peer goes away; print the error's name
+  bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
+                   the reader falls asleep between them), print "<bytes> <sha256>"
+  nibble           read to EOF in blocking reads of 7 or 200 bytes; after each, whenever
+                   bytes are waiting, poll must report the socket readable (else print
+                   "unreadable" and exit 1); print "<bytes> <sha256>"
   fork             (connect) fork after connect: the child sends "child\\n" and exits, then
                    the parent sends "parent\\n"; the server's sink sees both
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
@@ -65,6 +70,39 @@ def small(c, count):
     return f"{sent} {h.hexdigest()}"
 
 
+def bursts(c, count):
+    h, sent = hashlib.sha256(), 0
+    for i in range(count):
+        for j in range(10):
+            rec = bytes((i + j + k) % 251 for k in range(30))
+            c.sendall(rec)
+            h.update(rec)
+            sent += len(rec)
+        time.sleep(0.0003)
+    return f"{sent} {h.hexdigest()}"
+
+
+def nibble(c):
+    h, n, i = hashlib.sha256(), 0, 0
+    p = select.poll()
+    p.register(c.fileno(), select.POLLIN)
+    while True:
+        b = c.recv(7 if i % 3 else 200)
+        i += 1
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+        try:
+            waiting = len(c.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) > 0
+        except BlockingIOError:
+            waiting = False
+        if waiting and not p.poll(2000):
+            print(f"unreadable after {n} bytes with bytes waiting", flush=True)
+            sys.exit(1)
+    return f"{n} {h.hexdigest()}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -78,6 +116,11 @@ def run_mode(c, mode):
         elif kind == "small":
             out = small(c, int(arg))
             c.shutdown(socket.SHUT_WR)
+        elif kind == "bursts":
+            out = bursts(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "nibble":
+            out = nibble(c)
         elif kind == "hold":
             print(out, flush=True)
             out = None

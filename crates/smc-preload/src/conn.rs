@@ -8,14 +8,18 @@
 
 use std::ffi::c_int;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering, fence};
 
-use sluice_smc::ring::{FLAG_SHUTDOWN_WR, FLAG_WRITER_WAITING, Ring};
+use sluice_smc::ring::{FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Ring};
 
 use crate::sys::{self, Shm};
 
 /// The peer closed with unread data (as TCP answers with a reset).
 pub const FLAG_RESET: u32 = 4;
+
+/// How long a blocking read or write sleeps on the ring's futex before it waits on its
+/// descriptor instead — where an idle connection costs nothing and a dead peer shows.
+const FUTEX_SLICE_MS: i32 = 50;
 
 /// A connection on shared memory.
 pub struct Conn {
@@ -36,6 +40,9 @@ pub struct Conn {
     pub nonblock: AtomicBool,
     rd_shut: AtomicBool,
     wr_shut: AtomicBool,
+    /// `SO_RCVTIMEO`/`SO_SNDTIMEO` in ms (-1: none), as set through the hooks.
+    pub rcvtimeo: AtomicI32,
+    pub sndtimeo: AtomicI32,
     rlock: Mutex<()>,
     wlock: Mutex<()>,
     /// This connection's entry for `sluice smc info`.
@@ -60,6 +67,9 @@ impl Conn {
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
+            // Timeouts set before the connection moved to shared memory are the TCP socket's.
+            rcvtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_RCVTIMEO)),
+            sndtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_SNDTIMEO)),
             rlock: Mutex::new(()),
             wlock: Mutex::new(()),
             info: None,
@@ -96,9 +106,16 @@ impl Conn {
         self.owed.store(need - got, Ordering::Relaxed);
     }
 
-    /// Drains the filler a waiting peer writer left, so its descriptor is writable again.
+    /// Wakes a peer writer waiting for room: asleep on the flags word, or waiting on its
+    /// descriptor behind the filler it wrote (drained here so it is writable again).
     fn release_writer(&self) {
-        if !self.rx.take_flags(FLAG_WRITER_WAITING) {
+        // Pairs with the writer's fence between setting its flag and looking for room.
+        fence(Ordering::SeqCst);
+        let f = self.rx.flags_word().load(Ordering::Relaxed);
+        if f & FLAG_WRITER_SLEEPING != 0 && self.rx.take_flags(FLAG_WRITER_SLEEPING) {
+            sys::futex_wake(self.rx.flags_word());
+        }
+        if f & FLAG_WRITER_WAITING == 0 || !self.rx.take_flags(FLAG_WRITER_WAITING) {
             return;
         }
         let mut buf = [0u8; 4096];
@@ -131,6 +148,10 @@ impl Conn {
     }
 
     /// `read`/`recv` on descriptor `fd`.
+    ///
+    /// A blocking read that finds the ring empty sleeps on the ring's futex for a slice
+    /// (the writer wakes it without a doorbell when the bytes fit this read — the ring's
+    /// "quiet" epochs), then waits on the descriptor like a poll/epoll program would.
     pub fn read(&self, fd: c_int, buf: &mut [u8], flags: c_int) -> Io {
         if buf.is_empty() {
             return Ok(0);
@@ -138,15 +159,20 @@ impl Conn {
         let peek = flags & sys::MSG_PEEK != 0;
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let waitall = flags & sys::MSG_WAITALL != 0 && !peek && !nonblock;
+        let timeout = self.rcvtimeo.load(Ordering::Relaxed);
         let _g = self.rlock.lock().unwrap_or_else(|p| p.into_inner());
         let mut got = 0usize;
+        // This call slept on the futex (and so must read on through a quiet epoch), and
+        // whether its futex slice is used up.
+        let (mut slept, mut on_descriptor) = (false, timeout >= 0);
+        let mut spins = 0u32;
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(got);
             }
             let p = self.rx.pop(&mut buf[got..], peek);
             if p.n > 0 {
-                if p.emptied {
+                if p.take_bell {
                     self.take_doorbell(fd);
                 }
                 if !peek {
@@ -154,9 +180,21 @@ impl Conn {
                     crate::stats::add_rx(p.n);
                 }
                 got += p.n;
-                if !waitall || got == buf.len() {
+                if got == buf.len() {
                     return Ok(got);
                 }
+                if !(waitall || slept && self.rx.quiet()) {
+                    return Ok(got);
+                }
+                continue;
+            }
+            if slept && self.rx.quiet() {
+                // Counted but not yet published: the writer is between two stores.
+                spins += 1;
+                if spins.is_multiple_of(1024) && self.peer_gone(fd) {
+                    return if got > 0 { Ok(got) } else { Err(sys::ECONNRESET) };
+                }
+                std::thread::yield_now();
                 continue;
             }
             if got > 0 && !waitall {
@@ -164,6 +202,21 @@ impl Conn {
             }
             if self.rx.has_flags(FLAG_SHUTDOWN_WR) {
                 return Ok(got);
+            }
+            if !nonblock && !on_descriptor {
+                let room = if peek { 0 } else { buf.len() - got };
+                match self.rx.prepare_sleep(room) {
+                    Ok(v) => {
+                        slept = true;
+                        if sys::futex_wait(self.rx.state_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
+                            self.rx.cancel_sleep();
+                            on_descriptor = true;
+                        }
+                    }
+                    Err(sluice_smc::ring::Awake::Data) => {}
+                    Err(sluice_smc::ring::Awake::Poked) => on_descriptor = true,
+                }
+                continue;
             }
             if self.peer_gone(fd) {
                 // Whatever the peer wrote before it went is read first (the ring was
@@ -181,7 +234,7 @@ impl Conn {
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
-            match sys::wait(fd, sys::POLLIN, sys::timeout_ms(fd, sys::SO_RCVTIMEO)) {
+            match sys::wait(fd, sys::POLLIN, timeout) {
                 Ok(true) => {}
                 // SO_RCVTIMEO expired, as a TCP socket reports it.
                 Ok(false) => return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) },
@@ -191,20 +244,28 @@ impl Conn {
     }
 
     /// `write`/`send` on descriptor `fd`.
+    ///
+    /// A blocking write that finds the ring full sleeps on the ring's flags word for a
+    /// slice (the reader wakes it as it makes room), then waits on the descriptor.
     pub fn write(&self, fd: c_int, data: &[u8], flags: c_int) -> Io {
         if self.wr_shut.load(Ordering::Relaxed) {
             return Err(sys::EPIPE);
         }
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
+        let timeout = self.sndtimeo.load(Ordering::Relaxed);
         let _g = self.wlock.lock().unwrap_or_else(|p| p.into_inner());
         let mut off = 0usize;
         let mut counted_full = false;
+        let mut on_descriptor = timeout >= 0;
         while off < data.len() {
             let p = self.tx.push(&data[off..]);
             if p.n > 0 {
                 off += p.n;
                 crate::stats::add_tx(p.n);
-                if p.wake_reader && !self.ring_peer() {
+                if p.wake_sleeper {
+                    sys::futex_wake(self.tx.state_word());
+                }
+                if p.ring_bell && !self.ring_peer() {
                     return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
                 }
                 continue;
@@ -213,6 +274,19 @@ impl Conn {
             if !counted_full {
                 counted_full = true;
                 crate::stats::buffer_full();
+            }
+            if !nonblock && !on_descriptor {
+                let v = self.tx.flags_word().fetch_or(FLAG_WRITER_SLEEPING, Ordering::SeqCst) | FLAG_WRITER_SLEEPING;
+                // Pairs with the reader's fence between taking bytes and looking for us.
+                fence(Ordering::SeqCst);
+                if self.tx.len() < self.tx.capacity() {
+                    continue;
+                }
+                if sys::futex_wait(self.tx.flags_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
+                    self.tx.take_flags(FLAG_WRITER_SLEEPING);
+                    on_descriptor = true;
+                }
+                continue;
             }
             if self.peer_gone(fd) {
                 return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
@@ -231,7 +305,7 @@ impl Conn {
             if nonblock {
                 return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) };
             }
-            match sys::wait(fd, sys::POLLOUT, sys::timeout_ms(fd, sys::SO_SNDTIMEO)) {
+            match sys::wait(fd, sys::POLLOUT, timeout) {
                 Ok(true) => {}
                 Ok(false) => return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) },
                 Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
@@ -262,6 +336,9 @@ impl Conn {
         }
         if (how == sys::SHUT_WR || how == sys::SHUT_RDWR) && !self.wr_shut.swap(true, Ordering::Relaxed) {
             self.tx.set_flags(FLAG_SHUTDOWN_WR);
+            // A reader asleep on the ring's futex wakes to see the flag.
+            self.tx.poke();
+            sys::futex_wake(self.tx.state_word());
             // The peer's descriptor now reads end-of-file and polls POLLRDHUP, as after
             // a TCP FIN (programs that ask poll whether the peer half-closed see it).
             // SAFETY: our own descriptor of the peer's pair.

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,47 @@ use crate::{registry, settings};
 pub const TIMEOUT_MS: i32 = 1000;
 
 /// How long `accept` waits for a handshake a client announced.
-pub const ACCEPT_WAIT_MS: u64 = 2000;
+pub const ACCEPT_WAIT_MS: u64 = 5000;
+
+/// How long the door waits for `accept` to claim a prepared connection while the
+/// program is accepting (a thread is in `accept`, or left it lately)…
+pub const CLAIM_LIMIT_MS: u64 = 10_000;
+/// …and how long without any `accept` in this process it waits before declining (a
+/// pre-forking server whose children accept, or a program not accepting now).
+pub const CLAIM_IDLE_MS: u64 = 500;
+
+static IN_ACCEPT: AtomicUsize = AtomicUsize::new(0);
+static LAST_ACCEPT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn now_ms() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// Held by a thread inside `accept` (in the kernel's or in the claim): the program is
+/// accepting, so the door keeps waiting for its claim.
+pub struct Accepting(());
+
+impl Accepting {
+    /// Marks this thread as accepting.
+    pub fn begin() -> Accepting {
+        IN_ACCEPT.fetch_add(1, Ordering::SeqCst);
+        Accepting(())
+    }
+}
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        LAST_ACCEPT_MS.store(now_ms(), Ordering::SeqCst);
+        IN_ACCEPT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether the program has been accepting within the last [`CLAIM_IDLE_MS`].
+fn accepting() -> bool {
+    IN_ACCEPT.load(Ordering::SeqCst) > 0
+        || now_ms().saturating_sub(LAST_ACCEPT_MS.load(Ordering::SeqCst)) < CLAIM_IDLE_MS
+}
 
 /// A receive ring of `size` bytes in fresh shared memory, sealed against resizing.
 fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
@@ -366,8 +407,11 @@ fn serve(c: c_int) -> Result<(), Reason> {
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
     t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
     cv.notify_all();
-    // Wait for `accept` in this process to claim it.
-    let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
+    // Wait for `accept` in this process to claim it: as long as the program is
+    // accepting (a busy server reaches this connection in its turn), briefly if not.
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(CLAIM_LIMIT_MS);
+    let idle_after = start + Duration::from_millis(CLAIM_IDLE_MS);
     loop {
         if t.claimed.remove(&key) {
             drop(t);
@@ -375,8 +419,9 @@ fn serve(c: c_int) -> Result<(), Reason> {
             let _ = sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]);
             return Ok(());
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let now = Instant::now();
+        let left = deadline.saturating_duration_since(now);
+        if left.is_zero() || (now >= idle_after && !accepting()) {
             let p = t.ready.remove(&key);
             drop(t);
             if let Some(p) = p {
@@ -385,6 +430,6 @@ fn serve(c: c_int) -> Result<(), Reason> {
             decline(c, token, Reason::NoProposal);
             return Err(Reason::Timeout);
         }
-        t = cv.wait_timeout(t, left).unwrap_or_else(|p| p.into_inner()).0;
+        t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
     }
 }

@@ -371,6 +371,7 @@ fn accepted(listener: c_int, fd: c_int) {
 /// As for `accept(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
+    let _busy = active().then(handshake::Accepting::begin);
     // SAFETY: the caller's arguments.
     let r = unsafe { real::accept(fd, addr, len) };
     if r >= 0 && active() {
@@ -385,6 +386,7 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> 
 /// As for `accept4(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut c_void, len: *mut u32, flags: c_int) -> c_int {
+    let _busy = active().then(handshake::Accepting::begin);
     // SAFETY: the caller's arguments.
     let r = unsafe { real::accept4(fd, addr, len, flags) };
     if r >= 0 && active() {
@@ -577,6 +579,10 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
         // Timeouts also bound the library's waits on the descriptor itself.
         // SAFETY: the caller's option value, on our descriptor.
         unsafe { real::setsockopt(fd, level, name, val, len) };
+        if let Some(c) = conn_of(fd) {
+            let ms = sys::timeout_ms(fd, name);
+            if name == sys::SO_RCVTIMEO { &c.rcvtimeo } else { &c.sndtimeo }.store(ms, Ordering::Relaxed);
+        }
     }
     // SAFETY: as above.
     unsafe { real::setsockopt(tcp, level, name, val, len) }

@@ -74,6 +74,40 @@ unsafe extern "C" {
     fn getpid() -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
+    fn syscall(n: std::ffi::c_long, ...) -> std::ffi::c_long;
+}
+
+#[cfg(target_arch = "x86_64")]
+const SYS_FUTEX: std::ffi::c_long = 202;
+#[cfg(target_arch = "aarch64")]
+const SYS_FUTEX: std::ffi::c_long = 98;
+const FUTEX_WAIT: c_int = 0;
+const FUTEX_WAKE: c_int = 1;
+const ETIMEDOUT: c_int = 110;
+
+/// How a [`futex_wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// Woken, or the word had already changed: look again.
+    Changed,
+    /// `timeout_ms` passed.
+    TimedOut,
+}
+
+/// Sleeps while `word` holds `expected`, at most `timeout_ms`. The word lives in memory
+/// shared between processes, so this is the shared (not the private) futex. A signal
+/// counts as a change (the caller looks again, as after `EINTR`).
+pub fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout_ms: i32) -> Woke {
+    let ts = [i64::from(timeout_ms / 1000), i64::from(timeout_ms % 1000) * 1_000_000];
+    // SAFETY: a valid, aligned u32 for the kernel to compare; a live timespec.
+    let r = unsafe { syscall(SYS_FUTEX, word.as_ptr(), FUTEX_WAIT, expected, ts.as_ptr(), 0usize, 0u32) };
+    if r < 0 && errno() == ETIMEDOUT { Woke::TimedOut } else { Woke::Changed }
+}
+
+/// Wakes every thread sleeping on `word`, in any process.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: a valid, aligned u32; FUTEX_WAKE only reads its address.
+    unsafe { syscall(SYS_FUTEX, word.as_ptr(), FUTEX_WAKE, c_int::MAX, 0usize, 0usize, 0u32) };
 }
 
 /// The calling thread's errno.
