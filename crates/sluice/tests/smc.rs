@@ -307,6 +307,18 @@ fn a_connection_survives_fork_after_connect() {
     assert_eq!(p.stats()["smc_client"], 1);
 }
 
+#[test]
+fn a_forked_child_and_its_parent_writing_at_once_take_turns() {
+    // Both processes push into the same ring at the same time: the shared writers' lock
+    // keeps every 64-byte write whole, and nothing is lost.
+    let p = Peers::new("forkrace");
+    let (s, out) = p.serve(true, &["serve", &port(14), "records"]);
+    assert_eq!(p.run(true, &["connect", "127.0.0.1", &port(14), "fork-race:20000"]), "raced");
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), "P 20000 C 20000 bad 0");
+    assert_eq!(p.stats()["smc_client"], 1);
+}
+
 fn sluice_ok_in(p: &Peers, args: &[&str]) {
     let o = std::process::Command::new(BIN).args(args).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));

@@ -22,6 +22,10 @@ MODE:
                    "unreadable" and exit 1); print "<bytes> <sha256>"
   fork             (connect) fork after connect: the child sends "child\\n" and exits, then
                    the parent sends "parent\\n"; the server's sink sees both
+  fork-race:COUNT  (connect) fork after connect; parent and child each send COUNT 64-byte
+                   records at the same time, then the connection is shut down
+  records          read to EOF as 64-byte records; print "P <n> C <n> bad <n>" (a record
+                   is bad unless it is one tag byte repeated, as fork-race writes them)
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
 library hooks.
 """
@@ -103,6 +107,37 @@ def nibble(c):
     return f"{n} {h.hexdigest()}"
 
 
+def fork_race(c, count):
+    pid = os.fork()
+    tag = b"C" if pid == 0 else b"P"
+    for _ in range(count):
+        c.sendall(tag * 64)
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    c.shutdown(socket.SHUT_WR)
+    return "raced"
+
+
+def records(c):
+    buf, seen, bad = b"", {"P": 0, "C": 0}, 0
+    while True:
+        b = c.recv(1 << 16)
+        if not b:
+            break
+        buf += b
+        whole = len(buf) // 64 * 64
+        for i in range(0, whole, 64):
+            r = buf[i:i + 64]
+            t = chr(r[0])
+            if r == bytes([r[0]]) * 64 and t in seen:
+                seen[t] += 1
+            else:
+                bad += 1
+        buf = buf[whole:]
+    return f"P {seen['P']} C {seen['C']} bad {bad + (1 if buf else 0)}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -119,6 +154,10 @@ def run_mode(c, mode):
         elif kind == "bursts":
             out = bursts(c, int(arg))
             c.shutdown(socket.SHUT_WR)
+        elif kind == "fork-race":
+            out = fork_race(c, int(arg))
+        elif kind == "records":
+            out = records(c)
         elif kind == "nibble":
             out = nibble(c)
         elif kind == "hold":

@@ -7,7 +7,6 @@
 //! own descriptor's send direction is drained from there by the peer.
 
 use std::ffi::c_int;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering, fence};
 
 use sluice_smc::ring::{FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Ring};
@@ -20,6 +19,43 @@ pub const FLAG_RESET: u32 = 4;
 /// How long a blocking read or write sleeps on the ring's futex before it waits on its
 /// descriptor instead — where an idle connection costs nothing and a dead peer shows.
 const FUTEX_SLICE_MS: i32 = 50;
+
+/// A lock in the ring's shared header: one reader and one writer at a time across every
+/// thread of every process holding the connection (a forked child and its parent write
+/// in turn, as they would to one TCP socket). The word holds the holder's pid, with
+/// [`WAITERS`] set when someone sleeps on it; a waiter that finds the holder's process
+/// dead takes the lock over.
+struct SharedLock<'a>(&'a AtomicU32);
+
+const WAITERS: u32 = 1 << 31;
+
+impl<'a> SharedLock<'a> {
+    fn take(word: &'a AtomicU32) -> SharedLock<'a> {
+        let me = sys::pid();
+        loop {
+            let cur = match word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return SharedLock(word),
+                Err(cur) => cur,
+            };
+            let w = cur | WAITERS;
+            if cur & WAITERS == 0 && word.compare_exchange(cur, w, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            if sys::futex_wait(word, w, 100) == sys::Woke::TimedOut && !sys::alive(w & !WAITERS) {
+                // The holder died holding it (killed mid-call): take it over.
+                let _ = word.compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for SharedLock<'_> {
+    fn drop(&mut self) {
+        if self.0.swap(0, Ordering::Release) & WAITERS != 0 {
+            sys::futex_wake(self.0);
+        }
+    }
+}
 
 /// A connection on shared memory.
 pub struct Conn {
@@ -43,8 +79,6 @@ pub struct Conn {
     /// `SO_RCVTIMEO`/`SO_SNDTIMEO` in ms (-1: none), as set through the hooks.
     pub rcvtimeo: AtomicI32,
     pub sndtimeo: AtomicI32,
-    rlock: Mutex<()>,
-    wlock: Mutex<()>,
     /// This connection's entry for `sluice smc info`.
     pub info: Option<std::path::PathBuf>,
 }
@@ -70,8 +104,6 @@ impl Conn {
             // Timeouts set before the connection moved to shared memory are the TCP socket's.
             rcvtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_RCVTIMEO)),
             sndtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_SNDTIMEO)),
-            rlock: Mutex::new(()),
-            wlock: Mutex::new(()),
             info: None,
         }
     }
@@ -160,7 +192,7 @@ impl Conn {
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let waitall = flags & sys::MSG_WAITALL != 0 && !peek && !nonblock;
         let timeout = self.rcvtimeo.load(Ordering::Relaxed);
-        let _g = self.rlock.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = SharedLock::take(self.rx.consumer_lock());
         let mut got = 0usize;
         // This call slept on the futex (and so must read on through a quiet epoch), and
         // whether its futex slice is used up.
@@ -253,7 +285,7 @@ impl Conn {
         }
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let timeout = self.sndtimeo.load(Ordering::Relaxed);
-        let _g = self.wlock.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = SharedLock::take(self.tx.producer_lock());
         let mut off = 0usize;
         let mut counted_full = false;
         let mut on_descriptor = timeout >= 0;

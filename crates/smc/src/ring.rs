@@ -60,15 +60,24 @@ struct Line<T>(T);
 struct Header {
     info: Line<Info>,
     prod: Line<Producer>,
-    cons: Line<AtomicU64>,
+    cons: Line<Consumer>,
     state: Line<State>,
 }
 
-/// The producer's line: its cursor, and what is left of a quiet epoch's budget.
+/// The producer's line: its cursor, what is left of a quiet epoch's budget, and the lock
+/// that serializes writers when processes share the connection (after `fork`).
 #[repr(C)]
 struct Producer {
     prod: AtomicU64,
     quiet_left: AtomicU32,
+    lock: AtomicU32,
+}
+
+/// The consumer's line: its cursor and the readers' lock.
+#[repr(C)]
+struct Consumer {
+    cons: AtomicU64,
+    lock: AtomicU32,
 }
 
 #[repr(C)]
@@ -179,8 +188,12 @@ impl Ring {
         unsafe {
             h.write(Header {
                 info: Line(Info { magic: MAGIC, version: VERSION, size_log2: size.trailing_zeros() }),
-                prod: Line(Producer { prod: AtomicU64::new(0), quiet_left: AtomicU32::new(0) }),
-                cons: Line(AtomicU64::new(0)),
+                prod: Line(Producer {
+                    prod: AtomicU64::new(0),
+                    quiet_left: AtomicU32::new(0),
+                    lock: AtomicU32::new(0),
+                }),
+                cons: Line(Consumer { cons: AtomicU64::new(0), lock: AtomicU32::new(0) }),
                 state: Line(State { word: AtomicU32::new(0), flags: AtomicU32::new(0), want: AtomicU32::new(0) }),
             });
         }
@@ -227,7 +240,7 @@ impl Ring {
     /// Bytes published and not yet consumed.
     pub fn len(&self) -> usize {
         let h = self.header();
-        (h.prod.0.prod.load(Ordering::Acquire) - h.cons.0.load(Ordering::Acquire)) as usize
+        (h.prod.0.prod.load(Ordering::Acquire) - h.cons.0.cons.load(Ordering::Acquire)) as usize
     }
 
     /// True when nothing is waiting to be read.
@@ -239,7 +252,7 @@ impl Ring {
     pub fn push(&self, data: &[u8]) -> Push {
         let h = self.header();
         let prod = h.prod.0.prod.load(Ordering::Relaxed);
-        let cons = h.cons.0.load(Ordering::Acquire);
+        let cons = h.cons.0.cons.load(Ordering::Acquire);
         let free = self.size - (prod - cons) as usize;
         let n = data.len().min(free);
         if n == 0 {
@@ -297,7 +310,7 @@ impl Ring {
     /// the ring.
     pub fn pop(&self, out: &mut [u8], peek: bool) -> Pop {
         let h = self.header();
-        let cons = h.cons.0.load(Ordering::Relaxed);
+        let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
         let n = out.len().min((prod - cons) as usize);
         if n == 0 {
@@ -321,7 +334,7 @@ impl Ring {
     /// word, ending the epoch when they were the last.
     fn consumed(&self, cons: u64, n: usize) -> Pop {
         let h = self.header();
-        h.cons.0.store(cons + n as u64, Ordering::Release);
+        h.cons.0.cons.store(cons + n as u64, Ordering::Release);
         let mut p = Pop { n, ..Pop::default() };
         let _ = h.state.0.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
             let mut new = old - n as u32;
@@ -338,7 +351,7 @@ impl Ring {
     /// Consumer: drops up to `n` published bytes without copying them.
     pub fn skip(&self, n: usize) -> Pop {
         let h = self.header();
-        let cons = h.cons.0.load(Ordering::Relaxed);
+        let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
         let n = n.min((prod - cons) as usize);
         if n == 0 {
@@ -390,6 +403,17 @@ impl Ring {
     /// The word a reader sleeps on (a futex shared by both processes).
     pub fn state_word(&self) -> &AtomicU32 {
         &self.header().state.0.word
+    }
+
+    /// The lock word writers hold while they push (shared by every process holding the
+    /// connection; the holder's pid, with the top bit for "others wait").
+    pub fn producer_lock(&self) -> &AtomicU32 {
+        &self.header().prod.0.lock
+    }
+
+    /// The lock word readers hold while they pop.
+    pub fn consumer_lock(&self) -> &AtomicU32 {
+        &self.header().cons.0.lock
     }
 
     /// The flags word, on which a writer waiting for room sleeps.
