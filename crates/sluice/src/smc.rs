@@ -28,6 +28,10 @@ pub enum SmcCmd {
     ///
     /// Buffer sizes default to SMC's rule: the TCP default buffer (net.ipv4.tcp_rmem and
     /// tcp_wmem, middle value) rounded up to a power of two, halved, at least 16 KiB.
+    /// Streams gain from larger ones (-r 1m -t 1m), as with the kernel's SMC.
+    ///
+    /// Nothing busy-polls: blocking reads and writes sleep on a futex in the shared
+    /// buffer, poll/epoll programs on the socket itself.
     ///
     /// Both ends must run under the launcher; `sluice smc stats` shows what happened.
     ///
