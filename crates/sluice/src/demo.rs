@@ -1,7 +1,8 @@
 //! `sluice demo`: a lab of two guests, ping (IPv4 and IPv6), a TCP transfer and a short
-//! `sluice bench` request-response run between them through the switch, then the switch's
-//! counters. Needs nothing but sluice and iproute2:
-//! the pings and the transfer run on threads that enter the guests' namespaces.
+//! `sluice bench` request-response run between them through the switch, the same run with
+//! both ends under `sluice smc run` (shared memory), then the switch's counters. Needs
+//! nothing but sluice and iproute2: the pings and the transfer run on threads that enter
+//! the guests' namespaces, the shared-memory run in processes started there.
 
 use std::io::{Read, Write};
 use std::mem::MaybeUninit;
@@ -114,6 +115,11 @@ fn show(s: &lab::LabState, a: &DemoArgs) -> Result<()> {
     println!("\n== the workload modeler: request-response 200/1000 bytes, g1 → g2 (`sluice bench`)");
     bench_step(ip4, &g1.netns, &g2.netns, s)?;
 
+    println!(
+        "\n== the same between programs run with `sluice smc run`: TCP handshake through the switch, data through shared memory"
+    );
+    smc_step(ip4, &g1.netns, &g2.netns, s)?;
+
     println!("\n== the switch's counters (`sluice stats --switch {}`)", s.switch);
     let mut c = Client::connect(&s.socket)?;
     let r: StatsReport = c.call(&Request::Stats { port: None })?;
@@ -153,6 +159,63 @@ fn bench_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabS
     }
     print!("{}", report::render_table(&results, report::Per::Transaction));
     Ok(())
+}
+
+/// Runs rr1c-200x1000 for 2 s at 1 and 10 connections with both ends under
+/// `sluice smc run`: a `sluice bench serve` process in g2, the client in g1.
+fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabState) -> Result<()> {
+    const PORT: u16 = 20001;
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let mut server = std::process::Command::new("ip")
+        .args(["netns", "exec", server_ns])
+        .arg(&exe)
+        .args(["smc", "run", "--"])
+        .arg(&exe)
+        .args(["bench", "serve", "--port", &PORT.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting a bench server under sluice smc run")?;
+    let result = (|| {
+        // Ready when its control port answers (bounded).
+        let at = SocketAddr::new(server_ip, PORT);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while netns::run_in(Some(client_ns), move || TcpStream::connect_timeout(&at, Duration::from_millis(200)))
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                bail!("the bench server under sluice smc run did not start within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let counted = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+        let before = crate::smc::read_stats()?;
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", client_ns])
+            .arg(&exe)
+            .args(["smc", "run", "--"])
+            .arg(&exe)
+            .args(["bench", "run", "--to", &at.to_string(), "-m", "rr1c-200x1000", "--duration", "2"])
+            .args(["--conns", "1,10", "--switch", &s.switch])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("running the bench client under sluice smc run")?;
+        if !out.status.success() {
+            bail!("the bench client under sluice smc run failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        let after = crate::smc::read_stats()?;
+        let (conns, smc) = (
+            counted(&after, "connections_client") - counted(&before, "connections_client"),
+            counted(&after, "smc_client") - counted(&before, "smc_client"),
+        );
+        println!("  {smc} of {conns} client connections moved to shared memory (`sluice smc stats` says more)");
+        Ok(())
+    })();
+    let _ = server.kill();
+    let _ = server.wait();
+    result
 }
 
 /// The transfer's content: byte i is i mod 251 (a prime, so no block size lines up with

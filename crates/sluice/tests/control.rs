@@ -142,6 +142,11 @@ fn the_demo_runs_end_to_end_and_leaves_nothing() {
     for step in ["echoes answered", "arrived intact", "client/server counts agree", "RX FRAMES", "lab removed"] {
         assert!(out.contains(step), "demo output lacks {step:?}:\n{out}");
     }
+    // The shared-memory step: the bench's data connections (1 + 10) and its control
+    // connection all moved (other tests may count too, so at least).
+    let line = out.lines().find(|l| l.contains("client connections moved to shared memory")).expect("the smc step");
+    let n: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(n.len() == 2 && n[0] == n[1] && n[0] >= 11, "{line}");
     assert!(!sh_ok("ip netns list").contains(&format!("sluice-{name}-")), "the demo's namespaces are gone");
 }
 
