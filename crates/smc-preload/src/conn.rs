@@ -188,15 +188,26 @@ impl Conn {
         if buf.is_empty() {
             return Ok(0);
         }
+        let _g = SharedLock::take(self.rx.consumer_lock());
+        let mut slept = false;
+        let r = self.read_locked(fd, buf, flags, &mut slept);
+        if slept {
+            // A wake-up that was not the writer's (a signal, a shutdown) leaves the
+            // sleeper mark behind: clear it, so the next epoch rings the doorbell.
+            self.rx.cancel_sleep();
+        }
+        r
+    }
+
+    fn read_locked(&self, fd: c_int, buf: &mut [u8], flags: c_int, slept: &mut bool) -> Io {
         let peek = flags & sys::MSG_PEEK != 0;
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let waitall = flags & sys::MSG_WAITALL != 0 && !peek && !nonblock;
         let timeout = self.rcvtimeo.load(Ordering::Relaxed);
-        let _g = SharedLock::take(self.rx.consumer_lock());
         let mut got = 0usize;
-        // This call slept on the futex (and so must read on through a quiet epoch), and
-        // whether its futex slice is used up.
-        let (mut slept, mut on_descriptor) = (false, timeout >= 0);
+        // `slept`: this call slept on the futex (and so must read on through a quiet
+        // epoch); `on_descriptor`: its futex slice is used up.
+        let mut on_descriptor = timeout >= 0;
         let mut spins = 0u32;
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
@@ -215,12 +226,12 @@ impl Conn {
                 if got == buf.len() {
                     return Ok(got);
                 }
-                if !(waitall || slept && self.rx.quiet()) {
+                if !(waitall || *slept && self.rx.quiet()) {
                     return Ok(got);
                 }
                 continue;
             }
-            if slept && self.rx.quiet() {
+            if *slept && self.rx.quiet() {
                 // Counted but not yet published: the writer is between two stores.
                 spins += 1;
                 if spins.is_multiple_of(1024) && self.peer_gone(fd) {
@@ -239,7 +250,7 @@ impl Conn {
                 let room = if peek { 0 } else { buf.len() - got };
                 match self.rx.prepare_sleep(room) {
                     Ok(v) => {
-                        slept = true;
+                        *slept = true;
                         if sys::futex_wait(self.rx.state_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
                             self.rx.cancel_sleep();
                             on_descriptor = true;
@@ -312,6 +323,7 @@ impl Conn {
                 // Pairs with the reader's fence between taking bytes and looking for us.
                 fence(Ordering::SeqCst);
                 if self.tx.len() < self.tx.capacity() {
+                    self.tx.take_flags(FLAG_WRITER_SLEEPING);
                     continue;
                 }
                 if sys::futex_wait(self.tx.flags_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
