@@ -24,13 +24,12 @@ use crate::server::{read_n, wait_readable, write_n};
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// The server cannot be reached.
-    #[error("cannot reach the bench server at {addr}: {source}; start it there with `sluice bench serve`")]
+    #[error("cannot reach the bench server at {addr}: {cause}; start it there with `sluice bench serve`")]
     Connect {
         /// Where we tried.
         addr: String,
-        /// Why it failed.
-        #[source]
-        source: io::Error,
+        /// Why it failed (part of the message, not a separate cause, so chains print it once).
+        cause: io::Error,
     },
     /// The server refused or failed the request.
     #[error("the bench server refused: {0}")]
@@ -39,19 +38,18 @@ pub enum BenchError {
     #[error("{0}")]
     Profile(String),
     /// The run failed part-way.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Io {
         /// What we were doing.
         what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
+        /// The error (part of the message, as for `Connect`).
+        cause: io::Error,
     },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
     let what = what.into();
-    move |source| BenchError::Io { what, source }
+    move |source| BenchError::Io { what, cause: source }
 }
 
 /// Called with (elapsed seconds, transactions so far, bytes so far) for interval lines.
@@ -86,7 +84,7 @@ impl Session {
     /// Connects to the server at `addr` and checks protocol versions.
     pub fn open(addr: SocketAddr) -> Result<Session, BenchError> {
         let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-            .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+            .map_err(|source| BenchError::Connect { addr: addr.to_string(), cause: source })?;
         let local = ctrl.local_addr().map_err(io_err("control connection"))?;
         let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
         ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
@@ -147,9 +145,9 @@ pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError
     let addr = opts
         .server
         .to_socket_addrs()
-        .map_err(|source| BenchError::Connect { addr: opts.server.clone(), source })?
+        .map_err(|source| BenchError::Connect { addr: opts.server.clone(), cause: source })?
         .next()
-        .ok_or_else(|| BenchError::Connect { addr: opts.server.clone(), source: io::Error::other("no address") })?;
+        .ok_or_else(|| BenchError::Connect { addr: opts.server.clone(), cause: io::Error::other("no address") })?;
     let mut srv = Session::open(addr)?;
     let ports = srv.start(&profile.to_xml(), profile.groups.len())?;
     let (server_pid, same_host) = (srv.pid, srv.same_host);
@@ -221,7 +219,7 @@ pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError
     }
     if let Some(why) = shared.failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
         let _ = srv.finish();
-        return Err(BenchError::Io { what: "a data connection failed".into(), source: io::Error::other(why) });
+        return Err(BenchError::Io { what: "a data connection failed".into(), cause: io::Error::other(why) });
     }
     let (server, server_cpu) = srv.finish()?;
 
@@ -310,7 +308,7 @@ fn back_listener(g: &Group, local: SocketAddr) -> Result<TcpListener, BenchError
     let port = g.port_of(FlowOpKind::Accept).unwrap_or(0);
     let l = TcpListener::bind(SocketAddr::new(local.ip(), port)).map_err(|source| BenchError::Io {
         what: format!("opening the listener for accept on {}:{port}", local.ip()),
-        source,
+        cause: source,
     })?;
     // Every thread of the group may have one connection pending at once.
     let backlog = g.count.clamp(128, 4096) as libc::c_int;
@@ -373,12 +371,12 @@ impl Conn {
             let local: SocketAddr =
                 if addr.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("literal");
             let u = UdpSocket::bind(local).map_err(io_err("opening a UDP socket"))?;
-            u.connect(addr).map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+            u.connect(addr).map_err(|source| BenchError::Connect { addr: addr.to_string(), cause: source })?;
             u.set_read_timeout(Some(UDP_WAIT)).map_err(io_err("setting a UDP timeout"))?;
             Sock::Udp(u)
         } else {
             let t = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-                .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+                .map_err(|source| BenchError::Connect { addr: addr.to_string(), cause: source })?;
             t.set_nodelay(script.nodelay).map_err(io_err("setting TCP_NODELAY"))?;
             Sock::Tcp(t)
         };
@@ -391,7 +389,7 @@ impl Conn {
         let back = link.back.as_ref().ok_or_else(|| BenchError::Profile("accept in a group that connects".into()))?;
         if link.bell.is_none() {
             let mut b = TcpStream::connect_timeout(&link.data, Duration::from_secs(10))
-                .map_err(|source| BenchError::Connect { addr: link.data.to_string(), source })?;
+                .map_err(|source| BenchError::Connect { addr: link.data.to_string(), cause: source })?;
             let port = back.local_addr().map_err(io_err("reading the accept listener's port"))?.port();
             b.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
             b.write_all(&port.to_le_bytes()).map_err(io_err("asking the server to connect back"))?;
@@ -588,7 +586,7 @@ fn finish_timed(
                     if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
                         BenchError::Io {
                             what: "draining a data connection".into(),
-                            source: io::Error::new(
+                            cause: io::Error::new(
                                 e.kind(),
                                 format!(
                                     "the server was still sending {} s after the end of the run; \
@@ -609,7 +607,7 @@ fn finish_timed(
                     }
                     return Err(BenchError::Io {
                         what: "draining a data connection".into(),
-                        source: io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed mid-transaction"),
+                        cause: io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed mid-transaction"),
                     });
                 }
             }
@@ -647,20 +645,20 @@ fn step(
             FlowOpKind::Write | FlowOpKind::Send => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("write without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                c.write(out, n).map_err(|source| BenchError::Io { what: f.to_string(), source })?;
+                c.write(out, n).map_err(|source| BenchError::Io { what: f.to_string(), cause: source })?;
                 counts.bytes_sent += n;
                 shared.bytes.fetch_add(n, Ordering::Relaxed);
             }
             FlowOpKind::Read | FlowOpKind::Recv => {
                 let c = conn.as_mut().ok_or_else(|| BenchError::Profile("read without a connection".into()))?;
                 let n = c.rng.size(f.size.as_ref().unwrap_or(&crate::profile::Size::Fixed(0)));
-                let got = c.read(inp, n).map_err(|source| BenchError::Io { what: f.to_string(), source })?;
+                let got = c.read(inp, n).map_err(|source| BenchError::Io { what: f.to_string(), cause: source })?;
                 counts.bytes_received += got;
                 shared.bytes.fetch_add(got, Ordering::Relaxed);
                 if got < n && !script.udp {
                     return Err(BenchError::Io {
                         what: format!("{f}"),
-                        source: io::Error::new(
+                        cause: io::Error::new(
                             io::ErrorKind::UnexpectedEof,
                             "the server closed the connection mid-transaction",
                         ),

@@ -77,19 +77,19 @@ struct Worker {
 }
 
 fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
-    move |source| BenchError::Io { what: what.to_string(), source }
+    move |source| BenchError::Io { what: what.to_string(), cause: source }
 }
 
 fn open_worker(addr: &str, profile_xml: &str, groups: usize) -> Result<Worker, BenchError> {
     let sa: SocketAddr = addr
         .to_socket_addrs()
-        .map_err(|source| BenchError::Connect { addr: addr.into(), source })?
+        .map_err(|source| BenchError::Connect { addr: addr.into(), cause: source })?
         .next()
-        .ok_or_else(|| BenchError::Connect { addr: addr.into(), source: std::io::Error::other("no address") })?;
+        .ok_or_else(|| BenchError::Connect { addr: addr.into(), cause: std::io::Error::other("no address") })?;
     let mut srv = Session::open(sa)?;
     let ports = srv.start(profile_xml, groups)?;
     let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), ports[0]), Duration::from_secs(5))
-        .map_err(|source| BenchError::Connect { addr: format!("{}:{}", sa.ip(), ports[0]), source })?;
+        .map_err(|source| BenchError::Connect { addr: format!("{}:{}", sa.ip(), ports[0]), cause: source })?;
     data.set_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
     Ok(Worker { srv, data, background: ports.get(1).map(|&p| SocketAddr::new(sa.ip(), p)) })
 }
@@ -115,7 +115,7 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
         for _ in 0..share(i) {
             let addr = w.background.ok_or_else(|| BenchError::Server("a worker opened no background sink".into()))?;
             let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-                .map_err(|source| BenchError::Connect { addr: addr.to_string(), source })?;
+                .map_err(|source| BenchError::Connect { addr: addr.to_string(), cause: source })?;
             let stop = stop.clone();
             flows.push(std::thread::spawn(move || background_flow(s, &stop)));
         }
@@ -147,7 +147,7 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
             if got < o.response {
                 return Err(BenchError::Io {
                     what: "reading an answer".into(),
-                    source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a worker closed mid-answer"),
+                    cause: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a worker closed mid-answer"),
                 });
             }
         }
