@@ -315,11 +315,7 @@ fn back_listener(g: &Group, local: SocketAddr) -> Result<TcpListener, BenchError
         cause: source,
     })?;
     // Every thread of the group may have one connection pending at once.
-    let backlog = g.count.clamp(128, 4096) as libc::c_int;
-    // SAFETY: listen(2) on a socket we own; a second listen only resizes the backlog.
-    if unsafe { libc::listen(l.as_raw_fd(), backlog) } != 0 {
-        return Err(io_err("sizing the accept backlog")(io::Error::last_os_error()));
-    }
+    crate::server::size_backlog(&l, g.count).map_err(io_err("sizing the accept backlog"))?;
     l.set_nonblocking(true).map_err(io_err("opening the listener for accept"))?;
     Ok(l)
 }

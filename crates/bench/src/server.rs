@@ -183,11 +183,7 @@ fn prepare(xml: &str, local: SocketAddr) -> Result<Run, String> {
             .map_err(|e| format!("cannot open a data listener on port {port}: {e}"))?;
         // Every client thread may connect at once: a backlog of the default 128 would
         // drop SYNs at 250 connections and stall their connects for a second.
-        let backlog = g.count.clamp(128, 4096) as libc::c_int;
-        // SAFETY: listen(2) on a socket we own; a second listen only resizes the backlog.
-        if unsafe { libc::listen(l.as_raw_fd(), backlog) } != 0 {
-            return Err(format!("cannot size the data listener's backlog: {}", io::Error::last_os_error()));
-        }
+        size_backlog(&l, g.count).map_err(|e| format!("cannot size the data listener's backlog: {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         ports.push(addr.port());
         addrs.push(addr);
@@ -410,6 +406,17 @@ fn mirror(mut s: TcpStream, script: &ConnScript, c: &Counters) -> io::Result<()>
 fn peer_half_closed(s: &TcpStream) -> io::Result<bool> {
     let revents = poll1(s.as_raw_fd(), libc::POLLIN | libc::POLLRDHUP, 0)?;
     Ok(revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+}
+
+/// Resizes a bound listener's accept queue to hold `connections` pending connections at
+/// once (128 to 4096): listen(2) again on the listening socket.
+pub(crate) fn size_backlog(l: &TcpListener, connections: u32) -> io::Result<()> {
+    let backlog = connections.clamp(128, 4096) as libc::c_int;
+    // SAFETY: listen(2) on a socket we own; a second listen only resizes the backlog.
+    if unsafe { libc::listen(l.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Waits up to `limit` for `fd` to become readable; true if it did.

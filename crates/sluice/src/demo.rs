@@ -165,12 +165,7 @@ fn bench_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabS
 /// `sluice smc run`: a `sluice bench serve` process in g2, the client in g1.
 fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabState) -> Result<()> {
     const PORT: u16 = 20001;
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
-    let mut server = std::process::Command::new("ip")
-        .args(["netns", "exec", server_ns])
-        .arg(&exe)
-        .args(["smc", "run", "--"])
-        .arg(&exe)
+    let mut server = crate::smc::sluice_in(server_ns, None, true)?
         .args(["bench", "serve", "--port", &PORT.to_string()])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -191,11 +186,7 @@ fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabSta
         }
         let counted = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
         let before = crate::smc::read_stats()?;
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", client_ns])
-            .arg(&exe)
-            .args(["smc", "run", "--"])
-            .arg(&exe)
+        let out = crate::smc::sluice_in(client_ns, None, true)?
             .args(["bench", "run", "--to", &at.to_string(), "-m", "rr1c-200x1000", "--duration", "2"])
             .args(["--conns", "1,10", "--switch", &s.switch])
             .stdin(std::process::Stdio::null())

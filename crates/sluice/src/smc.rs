@@ -157,6 +157,23 @@ fn info(json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `ip netns exec NS [taskset -c CPU] [sluice smc run --] sluice`: this sluice, run in a
+/// namespace (pinned to a CPU, under the launcher), ready for its arguments — how the
+/// studies and the demo start `sluice bench` in their guests.
+pub fn sluice_in(netns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<std::process::Command> {
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", netns]);
+    if let Some(cpu) = cpu {
+        cmd.args(["taskset", "-c", &cpu.to_string()]);
+    }
+    if under_launcher {
+        cmd.arg(&exe).args(["smc", "run", "--"]);
+    }
+    cmd.arg(exe);
+    Ok(cmd)
+}
+
 fn stats_path() -> PathBuf {
     paths::run_dir().join("smc").join("stats")
 }

@@ -174,26 +174,27 @@ def run_mode(c, mode):
         print(out, flush=True)
 
 
+def listener(addr, port, backlog=16):
+    s = socket.socket(family(addr), socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(backlog)
+    print("listening", flush=True)
+    return s
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "serve":
         port, mode = int(sys.argv[2]), sys.argv[3]
         addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
-        s = socket.socket(family(addr), socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((addr, port))
-        s.listen(16)
-        print("listening", flush=True)
+        s = listener(addr, port)
         c, _ = s.accept()
         run_mode(c, mode)
     elif cmd == "serve-forked":
         port = int(sys.argv[2])
         addr = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
-        s = socket.socket(family(addr), socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((addr, port))
-        s.listen(16)
-        print("listening", flush=True)
+        s = listener(addr, port)
         pid = os.fork()
         if pid == 0:
             c, _ = s.accept()
@@ -217,15 +218,11 @@ def main():
     elif cmd == "echo-epoll":
         port, n = int(sys.argv[2]), int(sys.argv[3])
         addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
-        s = socket.socket(family(addr), socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((addr, port))
-        s.listen(512)
+        s = listener(addr, port, 512)
         s.setblocking(False)
         ep = select.epoll()
         ep.register(s.fileno(), select.EPOLLIN)
         conns, done = {}, 0
-        print("listening", flush=True)
         while done < n:
             for fd, ev in ep.poll(10):
                 if fd == s.fileno():

@@ -106,17 +106,7 @@ impl Topology {
     /// Starts `sluice bench serve` in the server namespace (on CPU 1 if `pin`) and waits
     /// until it listens.
     fn start_server(&mut self, pin: bool) -> Result<()> {
-        let exe = std::env::current_exe().context("finding the sluice executable")?;
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.server_ns]);
-        if pin {
-            cmd.args(["taskset", "-c", "1"]);
-        }
-        if self.smc {
-            cmd.arg(&exe).args(["smc", "run", "--"]);
-        }
-        let child = cmd
-            .arg(exe)
+        let child = crate::smc::sluice_in(&self.server_ns, pin.then_some(1), self.smc)?
             .args(["bench", "serve"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

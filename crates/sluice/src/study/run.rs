@@ -430,7 +430,6 @@ fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Resul
 /// namespace (the preload library must be in the client process, which an in-process run
 /// cannot be), and reads its result.
 fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host: &str) -> Result<RunResult> {
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
     let tmp;
     let profile = if w.builtin {
         w.name.clone()
@@ -439,12 +438,8 @@ fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host
         std::fs::write(&tmp, &w.text)?;
         tmp.display().to_string()
     };
-    let mut cmd = std::process::Command::new("ip");
-    cmd.args(["netns", "exec", &topo.client_ns]);
-    if o.pin {
-        cmd.args(["taskset", "-c", "0"]);
-    }
-    cmd.arg(&exe).args(["smc", "run", "--"]).arg(&exe).args(["bench", "run", "--to", host, "-m", &profile]);
+    let mut cmd = crate::smc::sluice_in(&topo.client_ns, o.pin.then_some(0), true)?;
+    cmd.args(["bench", "run", "--to", host, "-m", &profile]);
     cmd.args(["--duration", &o.duration_s.to_string(), "--conns", &cell.conns.to_string(), "--json"]);
     if let Some(lab) = &topo.lab {
         cmd.args(["--switch", lab]);
