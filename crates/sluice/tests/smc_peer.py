@@ -5,6 +5,9 @@
   smc_peer.py connect ADDR PORT MODE     connect once (MODE below), print a result
   smc_peer.py serve-forked PORT [ADDR]  listen, fork; the child accepts one connection
                                          and sinks it (a pre-forking server)
+  smc_peer.py serve-seq PORT M1,M2,… [ADDR]
+                                         accept one connection per MODE in turn; print
+                                         each result, or the error that ended it
   smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit
   smc_peer.py many ADDR PORT N           open N connections at once, each sends its index
                                          and reads it back; prints "ok N"
@@ -14,6 +17,8 @@ MODE:
   source:BYTES     send BYTES pseudo-random bytes (seeded), print "<bytes> <sha256>"
   small:COUNT      send COUNT 7-byte records one write each, print "<bytes> <sha256>"
   hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
+  gate:PATH        (before the rest) print "port <local port>", then wait until PATH
+                   exists (at most 60 s): "gate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
   bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
                    the reader falls asleep between them), print "<bytes> <sha256>"
@@ -160,6 +165,11 @@ def run_mode(c, mode):
             out = records(c)
         elif kind == "nibble":
             out = nibble(c)
+        elif kind == "gate":
+            print(f"port {c.getsockname()[1]}", flush=True)
+            deadline = time.time() + 60
+            while not os.path.exists(arg) and time.time() < deadline:
+                time.sleep(0.02)
         elif kind == "hold":
             print(out, flush=True)
             out = None
@@ -191,6 +201,17 @@ def main():
         s = listener(addr, port)
         c, _ = s.accept()
         run_mode(c, mode)
+    elif cmd == "serve-seq":
+        port, modes = int(sys.argv[2]), sys.argv[3].split(",")
+        addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
+        s = listener(addr, port)
+        for mode in modes:
+            c, _ = s.accept()
+            try:
+                run_mode(c, mode)
+            except OSError as e:
+                print(type(e).__name__, flush=True)
+            c.close()
     elif cmd == "serve-forked":
         port = int(sys.argv[2])
         addr = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"

@@ -5,11 +5,18 @@
 //! other end was handed to the peer. `peer_bell` is the peer's pair's other end: a byte
 //! written there makes the peer's descriptor readable, and filler this side leaves in its
 //! own descriptor's send direction is drained from there by the peer.
+//!
+//! The rings are memory the peer can write, so every call that reads them may find them
+//! broken ([`sluice_smc::ring::Corrupt`]): that connection is then reset — both
+//! descriptors shut down, counted as a peer fault — and nothing else happens. What must not
+//! be in the peer's reach (the locks that serialize forked processes, the count of
+//! doorbell bytes owed) lives on a page of this side's own ([`Side`]).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering, fence};
 
-use sluice_smc::ring::{FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Ring};
+use sluice_smc::ring::{Corrupt, FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Ring};
+use sluice_smc::stats::Counter;
 
 use crate::sys::{self, Shm};
 
@@ -57,6 +64,42 @@ impl Drop for SharedLock<'_> {
     }
 }
 
+/// This side's own shared page of a connection: shared with the processes this one forks
+/// (a `MAP_SHARED` memfd mapping is inherited), never sent to the peer.
+struct Side {
+    shm: Shm,
+}
+
+impl Side {
+    fn new() -> std::io::Result<Side> {
+        let mut shm = Shm::create(4096)?;
+        shm.close_fd();
+        Ok(Side { shm })
+    }
+
+    fn word(&self, line: usize) -> &AtomicU32 {
+        // SAFETY: a page-aligned mapping of 4096 bytes, alive as long as `self`; lines 0–2
+        // are 64-byte-aligned u32 words written only through atomics.
+        unsafe { &*self.shm.ptr.add(line * 64).cast::<AtomicU32>() }
+    }
+
+    /// The lock readers hold while they pop.
+    fn reader_lock(&self) -> &AtomicU32 {
+        self.word(0)
+    }
+
+    /// The lock writers hold while they push.
+    fn writer_lock(&self) -> &AtomicU32 {
+        self.word(1)
+    }
+
+    /// Doorbell bytes that must still come off our descriptor (for bell epochs that ended
+    /// before their byte arrived).
+    fn owed(&self) -> &AtomicU32 {
+        self.word(2)
+    }
+}
+
 /// A connection on shared memory.
 pub struct Conn {
     /// Our receive ring (we created it) and the peer's receive ring (we write into it).
@@ -64,14 +107,15 @@ pub struct Conn {
     pub tx: Ring,
     _rx_shm: Shm,
     _tx_shm: Shm,
+    side: Side,
+    /// The peer broke a ring: every call answers a reset.
+    broken: AtomicBool,
     /// The TCP socket, kept at a descriptor of the library's.
     pub tcp_fd: c_int,
     /// The peer's doorbell end.
     pub peer_bell: c_int,
     /// The process that made the connection (a forked child does not end it on close).
     pub owner: u32,
-    /// Doorbell bytes this side must still take off its descriptor.
-    owed: AtomicU32,
     /// O_NONBLOCK on the application's descriptor (shared by its duplicates).
     pub nonblock: AtomicBool,
     rd_shut: AtomicBool,
@@ -87,25 +131,53 @@ pub struct Conn {
 pub type Io = Result<usize, c_int>;
 
 impl Conn {
-    /// A connection over the two mapped rings.
-    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, tcp_fd: c_int, peer_bell: c_int) -> Conn {
-        Conn {
+    /// A connection over the two mapped rings; `peer_bell` is the peer's doorbell end,
+    /// which it takes. The TCP socket is filled in when the connection takes the
+    /// application's descriptor over.
+    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, peer_bell: c_int) -> std::io::Result<Conn> {
+        let side = match Side::new() {
+            Ok(s) => s,
+            Err(e) => {
+                sys::close(peer_bell);
+                return Err(e);
+            }
+        };
+        Ok(Conn {
             rx,
             tx,
             _rx_shm: rx_shm,
             _tx_shm: tx_shm,
-            tcp_fd,
+            side,
+            broken: AtomicBool::new(false),
+            tcp_fd: -1,
             peer_bell,
             owner: sys::pid(),
-            owed: AtomicU32::new(0),
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
-            // Timeouts set before the connection moved to shared memory are the TCP socket's.
-            rcvtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_RCVTIMEO)),
-            sndtimeo: AtomicI32::new(sys::timeout_ms(tcp_fd, sys::SO_SNDTIMEO)),
+            rcvtimeo: AtomicI32::new(-1),
+            sndtimeo: AtomicI32::new(-1),
             info: None,
+        })
+    }
+
+    /// The peer broke a ring: the connection is reset, once — our descriptor and the
+    /// peer's shut down (both see the end, poll reports it), counted.
+    fn fault(&self, fd: c_int) -> c_int {
+        if !self.broken.swap(true, Ordering::SeqCst) {
+            crate::stats::count(Counter::PeerFaults);
+            self.tx.set_flags(FLAG_RESET);
+            // SAFETY: our own descriptors of the two doorbell pairs.
+            unsafe {
+                crate::real::shutdown(fd, sys::SHUT_RDWR);
+                crate::real::shutdown(self.peer_bell, sys::SHUT_RDWR);
+            }
         }
+        sys::ECONNRESET
+    }
+
+    fn check(&self, fd: c_int) -> Result<(), c_int> {
+        if self.broken.load(Ordering::Relaxed) { Err(self.fault(fd)) } else { Ok(()) }
     }
 
     /// Wakes the peer's reader. False when the peer is gone.
@@ -133,9 +205,37 @@ impl Conn {
     /// The ring just emptied: its doorbell byte comes off our descriptor, with any owed
     /// from earlier emptyings whose bytes had not arrived yet.
     fn take_doorbell(&self, fd: c_int) {
-        let need = self.owed.load(Ordering::Relaxed) + 1;
+        let owed = self.side.owed();
+        let need = owed.load(Ordering::Relaxed).saturating_add(1);
         let got = Conn::consume(fd, need);
-        self.owed.store(need - got, Ordering::Relaxed);
+        owed.store(need - got, Ordering::Relaxed);
+    }
+
+    /// The ring is empty: takes off our descriptor every byte no open epoch accounts for —
+    /// those owed for epochs that ended, and any the peer wrote beyond its epochs — so the
+    /// descriptor is readable exactly while a bell epoch is open, and a stray byte cannot
+    /// keep `poll` returning. (Counted first, then the state: a byte of an epoch opened in
+    /// between was counted only if its epoch shows as open.)
+    fn settle_doorbell(&self, fd: c_int) {
+        let Some(n) = sys::pending(fd) else { return };
+        let open = usize::from(self.rx.bell_open());
+        let mut extra = n.saturating_sub(open);
+        let owed = self.side.owed();
+        let mut taken = 0u32;
+        // Bounded: a peer writing as fast as we take must not keep us here.
+        for _ in 0..64 {
+            if extra == 0 {
+                break;
+            }
+            let got = Conn::consume(fd, extra.min(64) as u32);
+            if got == 0 {
+                break;
+            }
+            extra -= got as usize;
+            taken += got;
+        }
+        let o = owed.load(Ordering::Relaxed);
+        owed.store(o.saturating_sub(taken), Ordering::Relaxed);
     }
 
     /// Wakes a peer writer waiting for room: asleep on the flags word, or waiting on its
@@ -188,7 +288,8 @@ impl Conn {
         if buf.is_empty() {
             return Ok(0);
         }
-        let _g = SharedLock::take(self.rx.consumer_lock());
+        self.check(fd)?;
+        let _g = SharedLock::take(self.side.reader_lock());
         let mut slept = false;
         let r = self.read_locked(fd, buf, flags, &mut slept);
         if slept {
@@ -208,13 +309,14 @@ impl Conn {
         // `slept`: this call slept on the futex (and so must read on through a quiet
         // epoch); `on_descriptor`: its futex slice is used up.
         let mut on_descriptor = timeout >= 0;
-        let mut spins = 0u32;
+        let mut idle = Backoff::default();
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(got);
             }
-            let p = self.rx.pop(&mut buf[got..], peek);
+            let p = self.rx.pop(&mut buf[got..], peek).map_err(|Corrupt| self.fault(fd))?;
             if p.n > 0 {
+                idle = Backoff::default();
                 if p.take_bell {
                     self.take_doorbell(fd);
                 }
@@ -232,12 +334,11 @@ impl Conn {
                 continue;
             }
             if *slept && self.rx.quiet() {
-                // Counted but not yet published: the writer is between two stores.
-                spins += 1;
-                if spins.is_multiple_of(1024) && self.peer_gone(fd) {
+                // Counted but not yet published: the writer is between two stores (or the
+                // peer garbled the word — then this backs off to sleeps, never spins).
+                if idle.pause() && self.peer_gone(fd) {
                     return if got > 0 { Ok(got) } else { Err(sys::ECONNRESET) };
                 }
-                std::thread::yield_now();
                 continue;
             }
             if got > 0 && !waitall {
@@ -256,7 +357,9 @@ impl Conn {
                             on_descriptor = true;
                         }
                     }
-                    Err(sluice_smc::ring::Awake::Data) => {}
+                    // Counted, not yet published: look again — for a while; a count that
+                    // never turns into bytes is left to the descriptor.
+                    Err(sluice_smc::ring::Awake::Data) => on_descriptor = idle.pause(),
                     Err(sluice_smc::ring::Awake::Poked) => on_descriptor = true,
                 }
                 continue;
@@ -264,16 +367,13 @@ impl Conn {
             if self.peer_gone(fd) {
                 // Whatever the peer wrote before it went is read first (the ring was
                 // empty just above; look once more now that it is certainly gone).
-                let p = self.rx.pop(&mut buf[got..], peek);
+                let p = self.rx.pop(&mut buf[got..], peek).map_err(|Corrupt| self.fault(fd))?;
                 if p.n > 0 {
                     return Ok(got + p.n);
                 }
                 return if self.rx.has_flags(FLAG_RESET) { Err(sys::ECONNRESET) } else { Ok(got) };
             }
-            let owed = self.owed.load(Ordering::Relaxed);
-            if owed > 0 {
-                self.owed.store(owed - Conn::consume(fd, owed), Ordering::Relaxed);
-            }
+            self.settle_doorbell(fd);
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
@@ -294,14 +394,15 @@ impl Conn {
         if self.wr_shut.load(Ordering::Relaxed) {
             return Err(sys::EPIPE);
         }
+        self.check(fd)?;
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
         let timeout = self.sndtimeo.load(Ordering::Relaxed);
-        let _g = SharedLock::take(self.tx.producer_lock());
+        let _g = SharedLock::take(self.side.writer_lock());
         let mut off = 0usize;
         let mut counted_full = false;
         let mut on_descriptor = timeout >= 0;
         while off < data.len() {
-            let p = self.tx.push(&data[off..]);
+            let p = self.tx.push(&data[off..]).map_err(|Corrupt| self.fault(fd))?;
             if p.n > 0 {
                 off += p.n;
                 crate::stats::add_tx(p.n);
@@ -322,7 +423,7 @@ impl Conn {
                 let v = self.tx.flags_word().fetch_or(FLAG_WRITER_SLEEPING, Ordering::SeqCst) | FLAG_WRITER_SLEEPING;
                 // Pairs with the reader's fence between taking bytes and looking for us.
                 fence(Ordering::SeqCst);
-                if self.tx.len() < self.tx.capacity() {
+                if self.tx_room() {
                     self.tx.take_flags(FLAG_WRITER_SLEEPING);
                     continue;
                 }
@@ -336,14 +437,14 @@ impl Conn {
                 return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
             }
             self.tx.set_flags(FLAG_WRITER_WAITING);
-            if self.tx.len() < self.tx.capacity() {
+            if self.tx_room() {
                 continue;
             }
             self.fill(fd);
             // The reader may have taken the flag while we filled: set it again, so its
             // next read drains the filler.
             self.tx.set_flags(FLAG_WRITER_WAITING);
-            if self.tx.len() < self.tx.capacity() {
+            if self.tx_room() {
                 continue;
             }
             if nonblock {
@@ -356,6 +457,11 @@ impl Conn {
             }
         }
         Ok(off)
+    }
+
+    /// True when the peer's ring has room (or is broken: the next push says so).
+    fn tx_room(&self) -> bool {
+        !matches!(self.tx.len(), Ok(n) if n >= self.tx.capacity())
     }
 
     /// Fills our descriptor's send direction so it stops being writable.
@@ -403,6 +509,28 @@ impl Conn {
             self.tx.set_flags(FLAG_RESET);
         }
         self.shutdown(sys::SHUT_RDWR);
+    }
+}
+
+/// Waiting for bytes that were counted but not yet published: a few yields (the writer is
+/// between two stores), then sleeps of a millisecond, so a peer that garbled the count
+/// costs a sleeping thread, not a spinning one.
+#[derive(Default)]
+struct Backoff {
+    rounds: u32,
+}
+
+impl Backoff {
+    /// Waits a little; true every 64 rounds, when the caller should look beyond the ring
+    /// (is the peer gone? is the descriptor a better place to wait?).
+    fn pause(&mut self) -> bool {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.rounds.is_multiple_of(64)
     }
 }
 

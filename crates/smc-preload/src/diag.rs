@@ -1,12 +1,15 @@
-//! "Is this TCP connection mine?": an exact `sock_diag` lookup (NETLINK_SOCK_DIAG,
-//! SOCK_DIAG_BY_FAMILY without NLM_F_DUMP) of a connection by its four addresses in the
-//! calling thread's network namespace. (The kernel's exact lookup answers with the
-//! listening socket when no connection matches, so the answer's state and peer port are
-//! checked.) The side door asks it before accepting a proposal,
-//! so a proposal for a connection that went to another namespace's listener is declined.
+//! What the kernel knows of a TCP socket by its addresses: an exact `sock_diag` lookup
+//! (NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY without NLM_F_DUMP) in the calling thread's
+//! network namespace. Both sides of the handshake ask it (docs/architecture.md, "The fast
+//! path's trust boundary"): the door, whether the connection's server end is its own and
+//! whether its client end is the socket the proposer passed (by cookie); the client,
+//! whether the connection ends in its namespace and which listener took it.
+//!
+//! The kernel's exact lookup answers with the most specific listening socket when no
+//! connection matches, so answers are told apart by their state and peer port.
 
 use std::ffi::c_int;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::sys;
 
@@ -14,10 +17,58 @@ const AF_NETLINK: c_int = 16;
 const NETLINK_SOCK_DIAG: c_int = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLM_F_REQUEST: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
 const IPPROTO_TCP: u8 = 6;
-/// TCP_ESTABLISHED, TCP_SYN_RECV and TCP_NEW_SYN_RECV.
-const STATES: u32 = (1 << 1) | (1 << 3) | (1 << 12);
+/// TCP_ESTABLISHED, TCP_SYN_RECV, TCP_LISTEN and TCP_NEW_SYN_RECV.
+const STATES: u32 = (1 << 1) | (1 << 3) | (1 << 10) | (1 << 12);
+const LISTEN: u8 = 10;
+
+/// A socket as `sock_diag` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// TCP state (1 ESTABLISHED, 3 SYN_RECV, 10 LISTEN, 12 NEW_SYN_RECV).
+    pub state: u8,
+    /// The peer's port (0 for a listener).
+    pub dport: u16,
+    /// The socket's cookie, as `SO_COOKIE` reports it.
+    pub cookie: u64,
+    /// The user who owns it (a connection not yet accepted reports its listener's owner,
+    /// or 0 while it is half-open).
+    pub uid: u32,
+    /// Its inode (0 until a process holds it as a descriptor).
+    pub inode: u32,
+}
+
+/// The connection with local address `local` and peer `peer`, if one exists in this
+/// namespace (established, or half-open).
+pub fn connection(local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+    lookup(local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
+}
+
+/// True when a TCP connection with local address `local` and peer `peer` exists here.
+pub fn connection_exists(local: SocketAddr, peer: SocketAddr) -> bool {
+    connection(local, peer).is_some()
+}
+
+/// The listening socket that takes connections to `local` in this namespace (the most
+/// specific one, as the kernel chooses).
+pub fn listener(local: SocketAddr) -> Option<Found> {
+    let any: IpAddr = if local.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+    lookup(local, SocketAddr::new(any, 0)).filter(|f| f.state == LISTEN)
+}
+
+/// One exact lookup.
+fn lookup(local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+    // SAFETY: a plain socket call; the descriptor is closed below.
+    let fd = unsafe {
+        crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
+    };
+    if fd < 0 {
+        return None;
+    }
+    let found = ask(fd, local, peer);
+    sys::close(fd);
+    found
+}
 
 fn put_ip(out: &mut [u8], ip: IpAddr) {
     match ip {
@@ -26,21 +77,7 @@ fn put_ip(out: &mut [u8], ip: IpAddr) {
     }
 }
 
-/// True when a TCP socket with local address `local` and peer `peer` exists here.
-pub fn connection_exists(local: SocketAddr, peer: SocketAddr) -> bool {
-    // SAFETY: a plain socket call; the descriptor is closed below.
-    let fd = unsafe {
-        crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
-    };
-    if fd < 0 {
-        return false;
-    }
-    let found = ask(fd, local, peer);
-    sys::close(fd);
-    found
-}
-
-fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> bool {
+fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
     let family = if local.is_ipv4() { sys::AF_INET } else { sys::AF_INET6 } as u8;
     let mut m = [0u8; 72];
     m[0..4].copy_from_slice(&72u32.to_ne_bytes());
@@ -59,30 +96,75 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> bool {
     m[64..72].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
     // SAFETY: `m` is a complete request; the kernel's address is the default (pid 0).
     let n = unsafe { crate::real::send(fd, m.as_ptr().cast(), m.len(), 0) };
-    if n != m.len() as isize {
-        return false;
-    }
-    if !sys::wait(fd, sys::POLLIN, 200).unwrap_or(false) {
-        return false;
+    if n != m.len() as isize || !sys::wait(fd, sys::POLLIN, 200).unwrap_or(false) {
+        return None;
     }
     let mut buf = [0u8; 512];
     // SAFETY: `buf` has room for the answer.
     let n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
-    if n < 16 {
-        return false;
+    parse(buf.get(..n.max(0) as usize)?)
+}
+
+/// Reads the answer: an `inet_diag_msg` after the netlink header (an error, such as
+/// ENOENT for "no such socket", reads as none).
+fn parse(b: &[u8]) -> Option<Found> {
+    if b.len() < 16 + 72 || u16::from_ne_bytes([b[4], b[5]]) != SOCK_DIAG_BY_FAMILY {
+        return None;
     }
-    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-    if kind == NLMSG_ERROR {
-        // An error code of 0 would be an acknowledgement, never sent for this request.
-        return false;
+    let m = &b[16..];
+    let u32_at = |at: usize| u32::from_ne_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
+    Some(Found {
+        state: m[1],
+        dport: u16::from_be_bytes([m[6], m[7]]),
+        cookie: u64::from(u32_at(44)) | u64::from(u32_at(48)) << 32,
+        uid: u32_at(64),
+        inode: u32_at(68),
+    })
+}
+
+/// Whether process `pid` holds socket inode `inode` as a descriptor: `None` when its
+/// descriptors cannot be read (another user's process, unless we are root).
+pub fn holds(pid: u32, inode: u32) -> Option<bool> {
+    let want = format!("socket:[{inode}]");
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(dir.flatten().any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_read_field_by_field_and_short_or_error_answers_are_none() {
+        let mut b = vec![0u8; 16 + 72];
+        b[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        b[17] = 1;
+        b[22..24].copy_from_slice(&40000u16.to_be_bytes());
+        b[16 + 44..16 + 48].copy_from_slice(&7u32.to_ne_bytes());
+        b[16 + 48..16 + 52].copy_from_slice(&1u32.to_ne_bytes());
+        b[16 + 64..16 + 68].copy_from_slice(&1000u32.to_ne_bytes());
+        b[16 + 68..16 + 72].copy_from_slice(&4242u32.to_ne_bytes());
+        assert_eq!(parse(&b), Some(Found { state: 1, dport: 40000, cookie: (1 << 32) | 7, uid: 1000, inode: 4242 }));
+        assert_eq!(parse(&b[..50]), None);
+        b[4..6].copy_from_slice(&2u16.to_ne_bytes()); // NLMSG_ERROR
+        assert_eq!(parse(&b), None);
     }
-    if kind != SOCK_DIAG_BY_FAMILY || n < 24 {
-        return false;
+
+    #[test]
+    fn the_kernel_reports_a_loopback_connection_its_listener_and_their_cookies() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let c = std::net::TcpStream::connect(server).unwrap();
+        let client = c.local_addr().unwrap();
+        let end = connection(client, server).expect("the client end is here");
+        assert_eq!(Some(end.cookie), sys::cookie(c.as_raw_fd()));
+        let li = listener(server).expect("the listener");
+        let ino = std::fs::metadata(format!("/proc/self/fd/{}", l.as_raw_fd())).unwrap().ino();
+        assert_eq!(u64::from(li.inode), ino);
+        assert_eq!(holds(std::process::id(), li.inode), Some(true));
+        assert!(connection(server, client).is_some(), "the server end, not yet accepted");
+        assert_eq!(connection(client, "127.0.0.1:1".parse().unwrap()), None);
     }
-    // The exact lookup falls back to a listening socket when no connection matches:
-    // only a connection (or a half-open one) with the peer's port is an answer.
-    // struct inet_diag_msg: family, state, timer, retrans, then the id (sport, dport, …).
-    let state = buf[17];
-    let dport = u16::from_be_bytes([buf[22], buf[23]]);
-    matches!(state, 1 | 3 | 12) && dport == peer.port()
 }

@@ -1,6 +1,13 @@
 //! The CLC-style handshake over a listener's side door (docs/architecture.md,
 //! "Capability"): the client's half runs inside `connect`; the server's half runs on the
 //! process's door thread and leaves a prepared connection for `accept` to pick up.
+//!
+//! Neither side hands over memory before the kernel has shown it the other is the real
+//! other end of the TCP connection (docs/architecture.md, "The fast path's trust
+//! boundary"): the client checks the door's owner against the listener its connection
+//! reached ([`verify_listener`]) before it sends anything; the server checks the TCP
+//! socket the proposal carries against the connection ([`verify_proposer`]) before it
+//! answers; and each checks the seals and size of the peer's segment before mapping it.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -9,12 +16,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use sluice_smc::access;
 use sluice_smc::msg::{DecodeError, Msg, Reason, Tuple};
 use sluice_smc::ring::{Ring, region_len};
 
 use crate::conn::Conn;
+use crate::registry::Entry;
 use crate::sys::{self, Shm};
-use crate::{registry, settings};
+use crate::{diag, registry, settings};
 
 /// How long either side waits for the other's next message. The one exception: after
 /// CONFIRM the client waits for the server's decision until it comes or the door closes,
@@ -65,24 +74,99 @@ fn accepting() -> bool {
         || now_ms().saturating_sub(LAST_ACCEPT_MS.load(Ordering::SeqCst)) < CLAIM_IDLE_MS
 }
 
-/// A receive ring of `size` bytes in fresh shared memory, sealed against resizing.
+/// A receive ring of `size` bytes in fresh shared memory, sealed against resizing (so the
+/// peer cannot truncate what it maps).
 fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
     let shm = Shm::create(region_len(size)).map_err(|_| Reason::NoMemory)?;
-    // F_ADD_SEALS: F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW — the peer cannot truncate it.
-    // SAFETY: fcntl on our own memfd.
-    unsafe { crate::real::fcntl(shm.fd, 1033, 0x1 | 0x2 | 0x4) };
     // SAFETY: a fresh, page-aligned shared mapping of the right length, owned by `shm`,
     // which the connection keeps alive as long as the ring.
     let ring = unsafe { Ring::create(shm.ptr, shm.len, size) }.map_err(|_| Reason::NoMemory)?;
     Ok((shm, ring))
 }
 
-/// Maps the peer's receive ring from memfd `fd` (which it takes).
+/// Maps the peer's receive ring of `size` bytes from memfd `fd` (which it takes) — only
+/// once the file is shown to be a memfd that can neither shrink nor change its seals, at
+/// least as long as the ring, whose header says the same size.
 fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
-    let shm = Shm::map(fd, region_len(size)).map_err(|_| Reason::NoMemory)?;
-    // SAFETY: as above; the peer wrote the header before sending the descriptor.
-    let ring = unsafe { Ring::attach(shm.ptr, shm.len) }.map_err(|_| Reason::Protocol)?;
+    let ok = size.is_power_of_two()
+        && (sluice_smc::size::MIN..=sluice_smc::size::MAX).contains(&size)
+        && sys::seals(fd).is_some_and(|s| s & sys::SEALS == sys::SEALS)
+        && sys::file_len(fd).is_some_and(|n| n >= region_len(size) as u64);
+    if !ok {
+        sys::close(fd);
+        return Err(Reason::BadSegment);
+    }
+    let shm = Shm::map(fd, region_len(size)).map_err(|_| Reason::BadSegment)?;
+    // SAFETY: a shared mapping of `region_len(size)` bytes that cannot shrink (sealed),
+    // owned by `shm`, which the connection keeps alive as long as the ring.
+    let ring = unsafe { Ring::attach(shm.ptr, shm.len) }.map_err(|_| Reason::BadSegment)?;
+    if ring.capacity() != size {
+        return Err(Reason::BadSegment);
+    }
     Ok((shm, ring))
+}
+
+/// True when `fd` is a unix stream socket (what a peer's doorbell end must be).
+fn is_doorbell(fd: c_int) -> bool {
+    sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_UNIX)
+        && sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
+}
+
+/// The client's proof that door `door` belongs to the listener this connection reached,
+/// asked of the kernel before a byte goes to the door.
+fn verify_listener(door: c_int, tuple: Tuple, entry: &Entry) -> Result<(), Reason> {
+    let policy = registry::policy().ok_or(Reason::NotAllowed)?;
+    let (pid, cred) = sys::peer_cred(door).ok_or(Reason::Protocol)?;
+    if pid != entry.pid || cred.uid != entry.owner {
+        return Err(Reason::WrongListener);
+    }
+    // Does the connection end in this namespace? Then the kernel knows which listener
+    // took it, and the door's process must be that listener's.
+    let exact = match diag::connection(tuple.server, tuple.client) {
+        Some(_) => {
+            let l = diag::listener(tuple.server).ok_or(Reason::WrongListener)?;
+            if l.uid != cred.uid || diag::holds(pid, l.inode) == Some(false) {
+                return Err(Reason::WrongListener);
+            }
+            true
+        }
+        None => false,
+    };
+    if !policy.peer_allowed(&cred, sys::euid(), exact) {
+        return Err(Reason::NotAllowed);
+    }
+    Ok(())
+}
+
+/// The server's proof that the proposer on door connection `c` holds the connection's
+/// client socket: `tcp`, the socket it passed.
+fn verify_proposer(c: c_int, tuple: Tuple, tcp: c_int) -> Result<(), Reason> {
+    let policy = registry::policy().ok_or(Reason::NotAllowed)?;
+    let (_, cred) = sys::peer_cred(c).ok_or(Reason::Protocol)?;
+    if !policy.allows(&cred) {
+        return Err(Reason::NotAllowed);
+    }
+    let holds_it = crate::is_tcp(tcp)
+        && sys::tcp_state(tcp) == Some(1)
+        && sys::sock_addr(tcp, false) == Some(tuple.client)
+        && sys::sock_addr(tcp, true) == Some(tuple.server);
+    if !holds_it {
+        return Err(Reason::Unproven);
+    }
+    let ours = listening_ports().lock().unwrap_or_else(|p| p.into_inner()).contains(&tuple.server.port());
+    if !ours || !diag::connection_exists(tuple.server, tuple.client) {
+        return Err(Reason::NotOurConnection);
+    }
+    // Is the client end in this namespace? Then it must be the very socket passed.
+    let exact = match diag::connection(tuple.client, tuple.server) {
+        Some(end) if Some(end.cookie) == sys::cookie(tcp) => true,
+        Some(_) => return Err(Reason::Unproven),
+        None => false,
+    };
+    if !policy.peer_allowed(&cred, sys::euid(), exact) {
+        return Err(Reason::NotAllowed);
+    }
+    Ok(())
 }
 
 /// The doorbell pair for our side: (our descriptor-to-be, the end for the peer).
@@ -121,26 +205,28 @@ pub struct Ready {
 }
 
 /// The client's half, for connected TCP socket `tcp` with `tuple`, towards the listener
-/// process `pid`.
-pub fn client(tcp: c_int, tuple: Tuple, pid: u32) -> Result<Ready, Reason> {
+/// of registry entry `entry`.
+pub fn client(tcp: c_int, tuple: Tuple, entry: &Entry) -> Result<Ready, Reason> {
     let (r, t) = settings();
     // SAFETY: a plain socket call.
     let door = unsafe { crate::real::socket(sys::AF_UNIX, sys::SOCK_SEQPACKET | sys::SOCK_CLOEXEC, 0) };
     if door < 0 {
         return Err(Reason::NoMemory);
     }
-    let out = client_on(door, tcp, tuple, pid, r, t);
+    let out = client_on(door, tcp, tuple, entry, r, t);
     sys::close(door);
     out
 }
 
-fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize) -> Result<Ready, Reason> {
-    let path = registry::door_path(pid);
+fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: usize) -> Result<Ready, Reason> {
+    let path = registry::door_path(entry.pid);
     let sa = unix_addr(&path).ok_or(Reason::DoorUnreachable)?;
     // SAFETY: `sa` is a complete sockaddr_un.
     if unsafe { crate::real::connect(door, sa.as_ptr().cast(), sa.len() as u32) } < 0 {
-        return Err(Reason::DoorUnreachable);
+        // A door we may not open: its owner does not let our user in.
+        return Err(if sys::errno() == sys::EACCES { Reason::NotAllowed } else { Reason::DoorUnreachable });
     }
+    verify_listener(door, tuple, entry)?;
     if crate::fault("client-no-proposal") {
         return Err(Reason::DoorUnreachable);
     }
@@ -148,7 +234,8 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
     let (app_end, bell) = doorbell()?;
     let token = sys::token();
     let p = Msg::Proposal { token, tuple, netns: sys::netns_inode(), pid: sys::pid(), rmem: r as u32, tmem: t as u32 };
-    let sent = sys::send_with_fds(door, &p.encode(), &[rx_shm.fd, bell]);
+    // The TCP socket travels too: the server's proof that we hold the connection.
+    let sent = sys::send_with_fds(door, &p.encode(), &[rx_shm.fd, bell, tcp]);
     sys::close(bell);
     if sent.is_err() {
         sys::close(app_end);
@@ -170,6 +257,11 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
             fail(Reason::Protocol)
         }
         Msg::Accept { token: t2, rmem, .. } if t2 == token && fds.len() == 2 => {
+            if !is_doorbell(fds[1]) {
+                fds.iter().for_each(|&f| sys::close(f));
+                decline(door, token, Reason::Protocol);
+                return fail(Reason::Protocol);
+            }
             let (tx_shm, tx) = match map_ring(fds[0], rmem as usize) {
                 Ok(x) => x,
                 Err(e) => {
@@ -200,7 +292,12 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, pid: u32, r: usize, t: usize
                 }
             }
             let tmem = tx.capacity();
-            Ok(Ready { conn: Conn::new(rx_shm, rx, tx_shm, tx, tcp, fds[1]), app_end, rmem: r, tmem })
+            match Conn::new(rx_shm, rx, tx_shm, tx, fds[1]) {
+                Ok(conn) => Ok(Ready { conn, app_end, rmem: r, tmem }),
+                // Committed on both sides, but no memory for our own page: the server
+                // learns through the doorbell closing, as if we had died.
+                Err(_) => fail(Reason::NoMemory),
+            }
         }
         Msg::Decline { .. } => {
             for fd in fds {
@@ -288,7 +385,7 @@ pub fn start_door() {
     static STARTED: OnceLock<bool> = OnceLock::new();
     STARTED.get_or_init(|| {
         let path = registry::door_path(sys::pid());
-        let _ = std::fs::create_dir_all(path.parent().unwrap_or(&path));
+        // A leftover of a process that had our pid (only its owner or root can remove it).
         let _ = std::fs::remove_file(&path);
         let Some(sa) = unix_addr(&path) else { return false };
         // SAFETY: plain socket calls on a descriptor we own.
@@ -304,13 +401,28 @@ pub fn start_door() {
             sys::close(fd);
             return false;
         }
+        // Only the users the fast path is open to may knock (the door also checks who
+        // knocked); a group's door is the group's.
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666));
+        let group = registry::policy().and_then(|p| p.group);
+        let mode = if group.is_some() { access::DOOR_MODE_GROUP } else { access::DOOR_MODE_OWNER };
+        if std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).is_err() {
+            sys::close(fd);
+            return false;
+        }
+        if let Some(g) = group {
+            let _ = std::os::unix::fs::chown(&path, None, Some(g));
+        }
         std::thread::Builder::new().name("sluice-smc-door".into()).spawn(move || door_loop(fd)).is_ok()
     });
 }
 
+/// Handshakes in flight at most: beyond this a door connection is closed at once, so a
+/// flood of connections that send nothing costs a bounded number of threads.
+const MAX_HANDSHAKES: usize = 1024;
+
 fn door_loop(fd: c_int) {
+    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
     loop {
         // SAFETY: accept on our own listening socket.
         let c = unsafe { crate::real::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), sys::SOCK_CLOEXEC) };
@@ -320,6 +432,12 @@ fn door_loop(fd: c_int) {
             }
             return;
         }
+        if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            crate::stats::fallback(Reason::NoMemory, true);
+            sys::close(c);
+            continue;
+        }
         // One thread per handshake: a slow client or a slow `accept` delays no other.
         let spawned = std::thread::Builder::new().name("sluice-smc-hs".into()).spawn(move || {
             let out = std::panic::catch_unwind(|| serve(c));
@@ -327,8 +445,10 @@ fn door_loop(fd: c_int) {
                 crate::stats::fallback(reason, true);
             }
             sys::close(c);
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
         if spawned.is_err() {
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
             sys::close(c);
         }
     }
@@ -354,22 +474,27 @@ fn serve(c: c_int) -> Result<(), Reason> {
         decline(c, token, reason);
         Err(reason)
     };
-    if fds.len() != 2 {
-        return fail(Reason::Protocol, &fds);
+    // Ring, doorbell end, and the TCP socket that proves the proposer holds the connection.
+    if fds.len() != 3 {
+        return fail(Reason::Unproven, &fds);
     }
-    let ours = listening_ports().lock().unwrap_or_else(|p| p.into_inner()).contains(&tuple.server.port());
-    if !ours || !crate::diag::connection_exists(tuple.server, tuple.client) {
-        return fail(Reason::NotOurConnection, &fds);
+    let proven = verify_proposer(c, tuple, fds[2]);
+    sys::close(fds[2]);
+    if let Err(reason) = proven {
+        return fail(reason, &fds[..2]);
+    }
+    if !is_doorbell(fds[1]) {
+        return fail(Reason::Protocol, &fds[..2]);
     }
     let key = (tuple.server, tuple.client);
     if table().0.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&key) {
-        return fail(Reason::Ambiguous, &fds);
+        return fail(Reason::Ambiguous, &fds[..2]);
     }
     let (r, _) = settings();
-    let r = r.max(peer_t as usize).min(sluice_smc::size::MAX);
+    let r = r.max((peer_t as usize).min(sluice_smc::size::MAX)).next_power_of_two().min(sluice_smc::size::MAX);
     let (tx_shm, tx) = match map_ring(fds[0], peer_r as usize) {
         Ok(x) => x,
-        Err(e) => return fail(e, &fds[1..]),
+        Err(e) => return fail(e, &fds[1..2]),
     };
     let peer_bell = fds[1];
     let (rx_shm, rx) = match new_ring(r) {
@@ -402,7 +527,14 @@ fn serve(c: c_int) -> Result<(), Reason> {
     }
     let tmem = tx.capacity();
     // The TCP socket is filled in by `accept`.
-    let conn = Conn::new(rx_shm, rx, tx_shm, tx, -1, peer_bell);
+    let conn = match Conn::new(rx_shm, rx, tx_shm, tx, peer_bell) {
+        Ok(c) => c,
+        Err(_) => {
+            sys::close(app_end);
+            decline(c, token, Reason::NoMemory);
+            return Err(Reason::NoMemory);
+        }
+    };
     let (m, cv) = table();
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
     t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });

@@ -178,7 +178,6 @@ fn describe(conn: &Conn, server: bool, rmem: usize, tmem: usize) -> Option<PathB
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let (local, peer) = (sys::sock_addr(conn.tcp_fd, false)?, sys::sock_addr(conn.tcp_fd, true)?);
     let dir = run_dir().join("smc").join("conn");
-    std::fs::create_dir_all(&dir).ok()?;
     let path = dir.join(format!("{}-{}", sys::pid(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let line = format!(
@@ -186,7 +185,7 @@ fn describe(conn: &Conn, server: bool, rmem: usize, tmem: usize) -> Option<PathB
         sys::pid(),
         if server { "server" } else { "client" },
     );
-    std::fs::write(&path, line).ok()?;
+    registry::create_entry(&path, line.as_bytes())?;
     Some(path)
 }
 
@@ -204,11 +203,14 @@ fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize,
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
+    // Timeouts set before the connection moved to shared memory are the TCP socket's.
+    conn.rcvtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_RCVTIMEO), Ordering::Relaxed);
+    conn.sndtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_SNDTIMEO), Ordering::Relaxed);
     conn.info = describe(&conn, server, rmem, tmem);
     set_conn(fd, Arc::new(conn));
 }
 
-fn is_tcp(fd: c_int) -> bool {
+pub(crate) fn is_tcp(fd: c_int) -> bool {
     let dom = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN);
     sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
         && matches!(dom, Some(sys::AF_INET | sys::AF_INET6))
@@ -289,8 +291,8 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
     };
     let tuple = Tuple { client, server };
     let mut last = Reason::NoListener;
-    for (pid, _) in cands {
-        match handshake::client(-1, tuple, pid) {
+    for entry in &cands {
+        match handshake::client(fd, tuple, entry) {
             Ok(ready) => {
                 done(&intent);
                 stats::smc(false, ready.rmem, ready.tmem);
@@ -330,7 +332,10 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 }
 
 fn register(fd: c_int) {
-    if !is_tcp(fd) || listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&fd) {
+    if registry::policy().is_none()
+        || !is_tcp(fd)
+        || listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&fd)
+    {
         return;
     }
     let Some(addr) = sys::sock_addr(fd, false) else { return };

@@ -1,19 +1,39 @@
 //! The host-local rendezvous registry: files under the runtime directory that every
-//! network namespace of the host sees (docs/architecture.md, "Capability").
+//! network namespace of the host sees (docs/architecture.md, "Capability", and "The fast
+//! path's trust boundary").
 //!
 //! - `smc/listen/KEY_PORT.NETNS.PID` — a sluice listener (KEY: the address, `any4` or
-//!   `any6` for wildcards); its side door is `smc/door/PID.sock`.
+//!   `any6` for wildcards); its side door is `smc/door/PID.sock`. The file's owner is the
+//!   listener's user; the client checks the door's credentials against it.
 //! - `smc/intent/CPORT_SADDR_SPORT` — a client under the launcher is about to connect
 //!   from port CPORT to SADDR:SPORT and will propose shared memory: the server's `accept`
 //!   waits for that proposal instead of deciding "plain TCP" at once.
+//!
+//! Entries are hints, never proof: any allowed user can write one. Every file is created
+//! new (`O_EXCL | O_NOFOLLOW`), so a planted file or symlink cannot make a program write
+//! elsewhere; the directories are sticky, so only an entry's owner removes it.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use sluice_smc::access::{self, Policy};
 
 use crate::sys;
 
 fn dir(sub: &str) -> PathBuf {
     crate::run_dir().join("smc").join(sub)
+}
+
+/// Who may use the fast path here, read once from the door directory (`None`: no layout,
+/// or one this process must not trust — then the fast path stays off).
+pub fn policy() -> Option<Policy> {
+    static P: OnceLock<Option<Policy>> = OnceLock::new();
+    *P.get_or_init(|| {
+        let m = std::fs::metadata(dir("door")).ok()?;
+        Policy::from_dir(m.uid(), m.gid(), m.mode(), sys::euid()).ok()
+    })
 }
 
 fn key(ip: IpAddr) -> String {
@@ -28,17 +48,50 @@ pub fn door_path(pid: u32) -> PathBuf {
     dir("door").join(format!("{pid}.sock"))
 }
 
+/// Creates `path` new with `content`. A leftover of ours (a process that had our pid)
+/// is replaced; anyone else's entry is left alone and the call fails.
+pub fn create_entry(path: &Path, content: &[u8]) -> Option<()> {
+    use std::io::Write;
+    for _ in 0..2 {
+        match sys::create_new(path, access::ENTRY_MODE) {
+            Ok(mut f) => return f.write_all(content).ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let m = std::fs::symlink_metadata(path).ok()?;
+                if m.uid() != sys::euid() {
+                    return None;
+                }
+                std::fs::remove_file(path).ok()?;
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 /// Announces a listener on `addr`; returns the entry to remove when it closes.
 pub fn register_listener(addr: SocketAddr) -> Option<PathBuf> {
-    let d = dir("listen");
-    std::fs::create_dir_all(&d).ok()?;
-    let p = d.join(format!("{}_{}.{}.{}", key(addr.ip()), addr.port(), sys::netns_inode(), sys::pid()));
-    std::fs::write(&p, b"").ok()?;
+    policy()?;
+    let p = dir("listen").join(format!("{}_{}.{}.{}", key(addr.ip()), addr.port(), sys::netns_inode(), sys::pid()));
+    create_entry(&p, b"")?;
     Some(p)
 }
 
-/// Sluice listeners that may be behind `dst`: (pid, network namespace inode).
-pub fn listeners_for(dst: SocketAddr) -> Vec<(u32, u64)> {
+/// A registry entry: a sluice listener that may be behind an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The listener's process (its door is `door/PID.sock`).
+    pub pid: u32,
+    /// The network namespace it says it is in.
+    pub netns: u64,
+    /// The entry file's owner: the user the door must belong to.
+    pub owner: u32,
+}
+
+/// Sluice listeners that may be behind `dst`, those claiming our own namespace first.
+pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
+    if policy().is_none() {
+        return Vec::new();
+    }
     let Ok(rd) = std::fs::read_dir(dir("listen")) else { return Vec::new() };
     let port = dst.port();
     let mut keys = vec![format!("{}_{port}.", key(dst.ip()))];
@@ -47,24 +100,32 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<(u32, u64)> {
     }
     // A dual-stack IPv6 wildcard listener also takes IPv4 connections.
     keys.push(format!("any6_{port}."));
-    let mut out = Vec::new();
+    let mut out: Vec<Entry> = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(k) = keys.iter().find(|k| name.starts_with(k.as_str())) else { continue };
         let mut rest = name[k.len()..].split('.');
-        let (Some(ns), Some(pid)) =
+        let (Some(netns), Some(pid)) =
             (rest.next().and_then(|x| x.parse().ok()), rest.next().and_then(|x| x.parse().ok()))
         else {
             continue;
         };
+        let Ok(m) = e.path().symlink_metadata() else { continue };
+        if !m.file_type().is_file() {
+            continue;
+        }
         if !sys::alive(pid) {
+            // Only its owner (or root) can remove it; others just pass it by.
             let _ = std::fs::remove_file(e.path());
             continue;
         }
-        if !out.contains(&(pid, ns)) {
-            out.push((pid, ns));
+        let entry = Entry { pid, netns, owner: m.uid() };
+        if !out.contains(&entry) {
+            out.push(entry);
         }
     }
+    let here = sys::netns_inode();
+    out.sort_by_key(|e| e.netns != here);
     out
 }
 
@@ -74,14 +135,12 @@ fn intent_path(client_port: u16, server: SocketAddr) -> PathBuf {
 
 /// Says a proposal is coming for the connection from `client_port` to `server`.
 pub fn announce(client_port: u16, server: SocketAddr) -> Option<PathBuf> {
-    let d = dir("intent");
-    std::fs::create_dir_all(&d).ok()?;
     let p = intent_path(client_port, server);
-    std::fs::write(&p, sys::pid().to_string()).ok()?;
+    create_entry(&p, sys::pid().to_string().as_bytes())?;
     Some(p)
 }
 
 /// True when a client announced a proposal for this connection.
 pub fn announced(client: SocketAddr, server: SocketAddr) -> bool {
-    intent_path(client.port(), server).exists()
+    intent_path(client.port(), server).symlink_metadata().is_ok_and(|m| m.file_type().is_file())
 }

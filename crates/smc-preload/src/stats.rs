@@ -1,9 +1,11 @@
-//! Counting into the host-wide statistics segment (`sluice_smc::stats`). The segment is
-//! mapped on first use; if it cannot be, counting is skipped — statistics never stop a
-//! connection.
+//! Counting into this user's statistics segment (`sluice_smc::stats`): the file
+//! `smc/stats/UID`, which only this user's programs write. It is mapped on first use, and
+//! only if it is a regular file of this user's; if it cannot be, counting is skipped —
+//! statistics never stop a connection. The file only ever grows (`sluice smc stats reset`
+//! writes zeros in place), so no mapping loses its pages.
 
 use std::os::fd::IntoRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,20 +18,24 @@ static SEGMENT: OnceLock<Option<Shm>> = OnceLock::new();
 
 fn words() -> Option<&'static [AtomicU64]> {
     let shm = SEGMENT.get_or_init(|| {
-        let dir = crate::run_dir().join("smc");
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join("stats");
+        crate::registry::policy()?;
+        let uid = crate::sys::euid();
+        let path = crate::run_dir().join("smc").join("stats").join(stats::file_name(uid));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o666)
+            .mode(sluice_smc::access::ENTRY_MODE)
+            .custom_flags(crate::sys::O_NOFOLLOW | crate::sys::O_CLOEXEC)
             .open(&path)
             .ok()?;
-        // Every user's programs count here (the umask may have narrowed the mode).
-        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o666));
-        if f.metadata().ok()?.len() < stats::LEN as u64 {
+        let m = f.metadata().ok()?;
+        // Someone else's file under our name (planted before we came) is not counted into.
+        if !m.file_type().is_file() || m.uid() != uid {
+            return None;
+        }
+        if m.len() < stats::LEN as u64 {
             f.set_len(stats::LEN as u64).ok()?;
         }
         let shm = Shm::map(f.into_raw_fd(), stats::LEN).ok()?;
@@ -59,8 +65,7 @@ pub fn count(c: Counter) {
 /// A connection stayed on TCP.
 pub fn fallback(reason: Reason, server: bool) {
     add(stats::fallback_index(reason, server), 1);
-    // Not errors: the peer is not sluice, or the connection is not the listener's.
-    if !matches!(reason, Reason::NoListener | Reason::NoProposal | Reason::NotOurConnection | Reason::PeerDeclined) {
+    if reason.is_error() {
         count(Counter::HandshakeErrors);
     }
 }

@@ -32,6 +32,7 @@ pub const O_NONBLOCK: c_int = 0o4000;
 pub const O_CLOEXEC: c_int = 0o2000000;
 pub const EAGAIN: c_int = 11;
 pub const EINTR: c_int = 4;
+pub const EACCES: c_int = 13;
 pub const EINPROGRESS: c_int = 115;
 pub const EPIPE: c_int = 32;
 pub const ECONNRESET: c_int = 104;
@@ -74,6 +75,8 @@ unsafe extern "C" {
     fn getpid() -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
+    fn geteuid() -> u32;
+    fn lseek(fd: c_int, off: i64, whence: c_int) -> i64;
     fn syscall(n: std::ffi::c_long, ...) -> std::ffi::c_long;
 }
 
@@ -126,6 +129,12 @@ fn cvt(r: c_int) -> io::Result<c_int> {
     if r < 0 { Err(io::Error::from_raw_os_error(errno())) } else { Ok(r) }
 }
 
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { geteuid() }
+}
+
 /// This process's id.
 pub fn pid() -> u32 {
     // SAFETY: no preconditions.
@@ -164,14 +173,22 @@ unsafe impl Send for Shm {}
 // SAFETY: as above.
 unsafe impl Sync for Shm {}
 
+/// `F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW`: no more seals, no resizing — what every
+/// segment sent to a peer carries, and what a received one must carry before it is mapped.
+pub const SEALS: u32 = 0x1 | 0x2 | 0x4;
+const F_ADD_SEALS: c_int = 1033;
+const F_GET_SEALS: c_int = 1034;
+
 impl Shm {
-    /// A new zeroed region of `len` bytes.
+    /// A new zeroed region of `len` bytes in a memfd sealed against resizing.
     pub fn create(len: usize) -> io::Result<Shm> {
         // MFD_CLOEXEC | MFD_ALLOW_SEALING.
         // SAFETY: a NUL-terminated name.
         let fd = cvt(unsafe { memfd_create(c"sluice-smc".as_ptr(), 0x1 | 0x2) })?;
         // SAFETY: `fd` is ours.
-        if unsafe { ftruncate(fd, len as i64) } < 0 {
+        let sized = unsafe { ftruncate(fd, len as i64) } == 0;
+        // SAFETY: fcntl on our own memfd.
+        if !sized || unsafe { crate::real::fcntl(fd, F_ADD_SEALS, SEALS as usize) } < 0 {
             let e = io::Error::from_raw_os_error(errno());
             close(fd);
             return Err(e);
@@ -193,13 +210,118 @@ impl Shm {
     }
 }
 
+impl Shm {
+    /// Closes the memfd and keeps the mapping (which outlives it): for memory that is never
+    /// sent anywhere, so it costs no descriptor.
+    pub fn close_fd(&mut self) {
+        if self.fd >= 0 {
+            close(self.fd);
+            self.fd = -1;
+        }
+    }
+}
+
 impl Drop for Shm {
     fn drop(&mut self) {
         // SAFETY: our own mapping and descriptor.
         unsafe { munmap(self.ptr.cast(), self.len) };
-        close(self.fd);
+        if self.fd >= 0 {
+            close(self.fd);
+        }
     }
 }
+
+/// The seals of memfd `fd` (`None`: not a file that can carry seals).
+pub fn seals(fd: c_int) -> Option<u32> {
+    // SAFETY: F_GET_SEALS takes no argument and only reads the file's state.
+    let r = unsafe { crate::real::fcntl(fd, F_GET_SEALS, 0) };
+    (r >= 0).then_some(r as u32)
+}
+
+/// The size of the file behind `fd`.
+pub fn file_len(fd: c_int) -> Option<u64> {
+    // SAFETY: SEEK_END on a descriptor the caller holds; moves only its own offset.
+    let r = unsafe { lseek(fd, 0, 2) };
+    (r >= 0).then_some(r as u64)
+}
+
+const SO_PEERCRED: c_int = 17;
+const SO_PEERGROUPS: c_int = 59;
+const SO_COOKIE: c_int = 57;
+
+/// The process at the other end of unix socket `fd` when it connected (or listened), as
+/// the kernel recorded it: (pid, credentials with supplementary groups).
+pub fn peer_cred(fd: c_int) -> Option<(u32, sluice_smc::access::Cred)> {
+    let mut uc = [0u32; 3];
+    let mut len: u32 = 12;
+    // SAFETY: `uc` is a struct ucred (pid, uid, gid).
+    let r = unsafe { crate::real::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, uc.as_mut_ptr().cast(), &mut len) };
+    if r != 0 || len != 12 {
+        return None;
+    }
+    let mut groups = vec![0u32; 256];
+    let mut glen: u32 = 4 * 256;
+    // SAFETY: `groups` has `glen` bytes.
+    let r = unsafe { crate::real::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut glen) };
+    // More than 256 groups (ERANGE): judged by the primary group alone.
+    groups.truncate(if r == 0 { (glen as usize / 4).min(256) } else { 0 });
+    Some((uc[0], sluice_smc::access::Cred { uid: uc[1], gid: uc[2], groups }))
+}
+
+/// The kernel's cookie of socket `fd` (unique among the host's sockets; `sock_diag`
+/// reports the same value).
+pub fn cookie(fd: c_int) -> Option<u64> {
+    let mut v = 0u64;
+    let mut len: u32 = 8;
+    // SAFETY: `v` has 8 bytes.
+    let r = unsafe { crate::real::getsockopt(fd, SOL_SOCKET, SO_COOKIE, (&mut v as *mut u64).cast(), &mut len) };
+    (r == 0 && len == 8).then_some(v)
+}
+
+/// The TCP state of socket `fd` (the first byte of `TCP_INFO`; 1 is ESTABLISHED).
+pub fn tcp_state(fd: c_int) -> Option<u8> {
+    let mut info = [0u8; 8];
+    let mut len: u32 = 8;
+    // SAFETY: `info` has 8 bytes; the kernel copies at most `len`.
+    let r = unsafe {
+        crate::real::getsockopt(
+            fd,
+            6,  /* IPPROTO_TCP */
+            11, /* TCP_INFO */
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len >= 1).then_some(info[0])
+}
+
+/// Bytes waiting to be read on socket `fd`.
+pub fn pending(fd: c_int) -> Option<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe {
+        crate::real::ioctl(fd, 0x541B /* FIONREAD */, (&mut n as *mut c_int) as usize)
+    };
+    (r == 0).then_some(n.max(0) as usize)
+}
+
+/// Creates `path` as a new file of ours with `mode`, never following a symlink or
+/// reusing what is there: entries in directories other users write into.
+pub fn create_new(path: &std::path::Path, mode: u32) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(O_NOFOLLOW | O_CLOEXEC)
+        .mode(mode)
+        .open(path)?;
+    // The umask may have narrowed the mode.
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    Ok(f)
+}
+
+/// `O_NOFOLLOW`.
+pub const O_NOFOLLOW: c_int = 0o400000;
 
 /// A unix socket pair, close-on-exec.
 pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
@@ -257,23 +379,30 @@ pub fn recv_with_fds(sock: c_int, buf: &mut [u8], timeout_ms: i32) -> io::Result
     if n < 0 {
         return Err(io::Error::from_raw_os_error(errno()));
     }
-    let mut fds = Vec::new();
     let ctl_bytes: &[u8] =
         // SAFETY: `ctl` is 64 initialized bytes.
         unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(64)) };
-    if ctl_bytes.len() >= 16 {
-        let clen = u64::from_ne_bytes(ctl_bytes[..8].try_into().unwrap_or_default()) as usize;
-        let level = c_int::from_ne_bytes(ctl_bytes[8..12].try_into().unwrap_or_default());
-        let kind = c_int::from_ne_bytes(ctl_bytes[12..16].try_into().unwrap_or_default());
-        if level == SOL_SOCKET && kind == SCM_RIGHTS {
-            let mut at = 16;
-            while at + 4 <= clen.min(ctl_bytes.len()) {
-                fds.push(c_int::from_ne_bytes(ctl_bytes[at..at + 4].try_into().unwrap_or_default()));
-                at += 4;
-            }
+    Ok((n as usize, rights(ctl_bytes)))
+}
+
+/// Every descriptor in every `SCM_RIGHTS` message of a control buffer — all of them, so
+/// a sender cannot slip descriptors past the caller (which closes what it does not use)
+/// in a second control message.
+fn rights(mut ctl: &[u8]) -> Vec<c_int> {
+    let mut fds = Vec::new();
+    while ctl.len() >= 16 {
+        let clen = u64::from_ne_bytes(ctl[..8].try_into().unwrap_or_default()) as usize;
+        let level = c_int::from_ne_bytes(ctl[8..12].try_into().unwrap_or_default());
+        let kind = c_int::from_ne_bytes(ctl[12..16].try_into().unwrap_or_default());
+        if clen < 16 || clen > ctl.len() {
+            break;
         }
+        if level == SOL_SOCKET && kind == SCM_RIGHTS {
+            fds.extend(ctl[16..clen].chunks_exact(4).map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        ctl = &ctl[clen.next_multiple_of(8).min(ctl.len())..];
     }
-    Ok((n as usize, fds))
+    fds
 }
 
 /// Waits until `fd` has one of `events` (or an error or hang-up), at most `timeout_ms`
@@ -372,4 +501,30 @@ pub fn timeout_ms(fd: c_int, name: c_int) -> i32 {
 pub fn netns_inode() -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_in_every_rights_message_are_found() {
+        let mut ctl = Vec::new();
+        // SCM_CREDENTIALS first (level 1, type 2: 12 bytes of data), then SCM_RIGHTS with two.
+        ctl.extend_from_slice(&28u64.to_ne_bytes());
+        ctl.extend_from_slice(&SOL_SOCKET.to_ne_bytes());
+        ctl.extend_from_slice(&2i32.to_ne_bytes());
+        ctl.extend_from_slice(&[0u8; 12]);
+        ctl.extend_from_slice(&[0u8; 4]); // padding to 8
+        ctl.extend_from_slice(&24u64.to_ne_bytes());
+        ctl.extend_from_slice(&SOL_SOCKET.to_ne_bytes());
+        ctl.extend_from_slice(&SCM_RIGHTS.to_ne_bytes());
+        ctl.extend_from_slice(&7i32.to_ne_bytes());
+        ctl.extend_from_slice(&9i32.to_ne_bytes());
+        assert_eq!(rights(&ctl), vec![7, 9]);
+        assert_eq!(rights(&ctl[..20]), Vec::<c_int>::new(), "a cut message is not read past its end");
+        let mut bad = ctl.clone();
+        bad[..8].copy_from_slice(&4u64.to_ne_bytes());
+        assert_eq!(rights(&bad), Vec::<c_int>::new(), "a length below a header stops the walk");
+    }
 }

@@ -1,13 +1,15 @@
 //! What both ends of sluice's shared-memory fast path agree on, and what the `sluice`
 //! binary and the preload library share: the ring buffer laid out in shared memory
-//! ([`ring`]), the side-door handshake messages ([`msg`]), and SMC's buffer-size rule
-//! ([`size`]).
+//! ([`ring`]), the side-door handshake messages ([`msg`]), SMC's buffer-size rule
+//! ([`size`]), the statistics layout ([`stats`]), and who may use the fast path
+//! ([`access`]).
 //!
 //! The crate depends on `std` only: the `sluice` binary's build script compiles it with
 //! plain `rustc` for the preload library, which loads into arbitrary programs.
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod msg;
 pub mod ring;
 pub mod size;

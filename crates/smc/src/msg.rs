@@ -4,12 +4,15 @@
 //!
 //! Each message is one `SOCK_SEQPACKET` datagram with a fixed layout, little-endian:
 //! `"SLCL"`, version, kind, two reserved bytes, the 16-byte connection token, then the
-//! kind's fields. Memory and doorbell descriptors travel beside it as `SCM_RIGHTS`.
+//! kind's fields. Descriptors travel beside it as `SCM_RIGHTS`: with a PROPOSAL the
+//! client's ring memfd, its doorbell end and its TCP socket (the proof that the proposer
+//! holds the connection); with an ACCEPT the server's ring memfd and doorbell end.
+//! Version 2 added the TCP socket (docs/architecture.md, "The fast path's trust boundary").
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Protocol version spoken here.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 const MAGIC: &[u8; 4] = b"SLCL";
 const HDR: usize = 24;
 const ADDR: usize = 19;
@@ -39,11 +42,21 @@ pub enum Reason {
     /// A sluice listener accepted a connection no proposal announced: the client is not
     /// sluice.
     NoProposal = 10,
+    /// The peer's user may not use the fast path with this one (not root, not the same
+    /// user, not in the fast path's group; across namespaces, root or the same user only).
+    NotAllowed = 11,
+    /// The proposal did not prove that the proposer holds the connection's client socket.
+    Unproven = 12,
+    /// The registered listener is not the one the connection reached (its process does not
+    /// hold the listening socket, or another user owns it).
+    WrongListener = 13,
+    /// A shared segment without its seals, or smaller than the ring it should hold.
+    BadSegment = 14,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 14] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -54,6 +67,10 @@ impl Reason {
         Reason::NoMemory,
         Reason::PeerDeclined,
         Reason::Protocol,
+        Reason::NotAllowed,
+        Reason::Unproven,
+        Reason::WrongListener,
+        Reason::BadSegment,
     ];
 
     /// The reason's name in stats and JSON.
@@ -69,7 +86,24 @@ impl Reason {
             Reason::PeerDeclined => "peer_declined",
             Reason::Protocol => "protocol",
             Reason::NoProposal => "no_proposal",
+            Reason::NotAllowed => "not_allowed",
+            Reason::Unproven => "unproven",
+            Reason::WrongListener => "wrong_listener",
+            Reason::BadSegment => "bad_segment",
         }
+    }
+
+    /// True for a failure, false when the connection stayed on TCP because the peer is not
+    /// sluice, is not the listener meant, or may not use the fast path with us.
+    pub fn is_error(self) -> bool {
+        !matches!(
+            self,
+            Reason::NoListener
+                | Reason::NoProposal
+                | Reason::NotOurConnection
+                | Reason::PeerDeclined
+                | Reason::NotAllowed
+        )
     }
 
     fn from_u8(b: u8) -> Option<Reason> {

@@ -20,6 +20,15 @@
 //! ring closes the epoch and is told whether a doorbell byte is to be taken
 //! ([`Pop::take_bell`]). The producer adds *before* it publishes its cursor, so the
 //! consumer, which only consumes what the cursor published, never takes `avail` below 0.
+//!
+//! **The peer can write every byte of the region**, so nothing read from it is trusted:
+//! the data size is read once, at attach, and kept in the view; every use of the two
+//! cursors checks `prod - cons` (wrapping) against it and answers [`Corrupt`] when it does
+//! not hold, before any byte is copied; the state word's count is arithmetic modulo its
+//! bits. So a hostile peer can garble its own connection's bytes and wake-ups, never make
+//! this side read or write outside the region (docs/architecture.md, "The fast path's
+//! trust boundary"). Locks that serialize forked processes are not here, where the peer
+//! could hold them, but in memory of each side's own.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,7 +38,7 @@ pub const HEADER_LEN: usize = 256;
 /// "SLUICERG" in ASCII.
 pub const MAGIC: u64 = 0x5352_4543_4955_4c53;
 /// Layout version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The reader's peer has shut down writing: after the data, EOF.
 pub const FLAG_SHUTDOWN_WR: u32 = 1;
@@ -64,20 +73,17 @@ struct Header {
     state: Line<State>,
 }
 
-/// The producer's line: its cursor, what is left of a quiet epoch's budget, and the lock
-/// that serializes writers when processes share the connection (after `fork`).
+/// The producer's line: its cursor and what is left of a quiet epoch's budget.
 #[repr(C)]
 struct Producer {
     prod: AtomicU64,
     quiet_left: AtomicU32,
-    lock: AtomicU32,
 }
 
-/// The consumer's line: its cursor and the readers' lock.
+/// The consumer's line: its cursor.
 #[repr(C)]
 struct Consumer {
     cons: AtomicU64,
-    lock: AtomicU32,
 }
 
 #[repr(C)]
@@ -119,6 +125,19 @@ impl std::fmt::Display for RingError {
 }
 
 impl std::error::Error for RingError {}
+
+/// The cursors in shared memory say more bytes are waiting than the ring holds (or fewer
+/// than none): the peer broke the ring. The connection cannot go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrupt;
+
+impl std::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the peer wrote a ring cursor out of range")
+    }
+}
+
+impl std::error::Error for Corrupt {}
 
 /// Bytes of shared memory a ring of `size` data bytes needs.
 pub fn region_len(size: usize) -> usize {
@@ -188,12 +207,8 @@ impl Ring {
         unsafe {
             h.write(Header {
                 info: Line(Info { magic: MAGIC, version: VERSION, size_log2: size.trailing_zeros() }),
-                prod: Line(Producer {
-                    prod: AtomicU64::new(0),
-                    quiet_left: AtomicU32::new(0),
-                    lock: AtomicU32::new(0),
-                }),
-                cons: Line(Consumer { cons: AtomicU64::new(0), lock: AtomicU32::new(0) }),
+                prod: Line(Producer { prod: AtomicU64::new(0), quiet_left: AtomicU32::new(0) }),
+                cons: Line(Consumer { cons: AtomicU64::new(0) }),
                 state: Line(State { word: AtomicU32::new(0), flags: AtomicU32::new(0), want: AtomicU32::new(0) }),
             });
         }
@@ -237,31 +252,43 @@ impl Ring {
         self.size
     }
 
-    /// Bytes published and not yet consumed.
-    pub fn len(&self) -> usize {
-        let h = self.header();
-        (h.prod.0.prod.load(Ordering::Acquire) - h.cons.0.cons.load(Ordering::Acquire)) as usize
+    /// The data size this view was attached with (never re-read from shared memory).
+    pub fn size_log2(&self) -> u32 {
+        self.size.trailing_zeros()
     }
 
-    /// True when nothing is waiting to be read.
+    /// Bytes between `cons` and `prod`, if that is a possible fill of this ring.
+    fn used(&self, prod: u64, cons: u64) -> Result<usize, Corrupt> {
+        let used = prod.wrapping_sub(cons);
+        if used > self.size as u64 { Err(Corrupt) } else { Ok(used as usize) }
+    }
+
+    /// Bytes published and not yet consumed.
+    pub fn len(&self) -> Result<usize, Corrupt> {
+        let h = self.header();
+        self.used(h.prod.0.prod.load(Ordering::Acquire), h.cons.0.cons.load(Ordering::Acquire))
+    }
+
+    /// True when nothing is waiting to be read (a broken ring is not empty).
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == Ok(0)
     }
 
     /// Producer: copies as much of `data` as fits and publishes it.
-    pub fn push(&self, data: &[u8]) -> Push {
+    pub fn push(&self, data: &[u8]) -> Result<Push, Corrupt> {
         let h = self.header();
         let prod = h.prod.0.prod.load(Ordering::Relaxed);
         let cons = h.cons.0.cons.load(Ordering::Acquire);
-        let free = self.size - (prod - cons) as usize;
+        let free = self.size - self.used(prod, cons)?;
         let n = data.len().min(free);
         if n == 0 {
-            return Push::default();
+            return Ok(Push::default());
         }
         let at = (prod as usize) & (self.size - 1);
         let first = n.min(self.size - at);
-        // SAFETY: [at, at+first) and [0, n-first) lie in the data area and are free: the
-        // consumer has released them (cons acquired above) and reads only below `prod`.
+        // SAFETY: n ≤ free ≤ size (checked above), `at` < size (masked), so [at, at+first)
+        // and [0, n-first) lie in the data area; they are free unless the peer lies about
+        // its cursor, which can garble only this connection's bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.data().add(at), first);
             std::ptr::copy_nonoverlapping(data.as_ptr().add(first), self.data(), n - first);
@@ -273,7 +300,8 @@ impl Ring {
         let left = h.prod.0.quiet_left.load(Ordering::Relaxed);
         let mut new_left = None;
         let _ = h.state.0.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-            let mut new = old + n32;
+            // Modulo the count's bits: a garbled word stays a word, never a panic.
+            let mut new = (old & !AVAIL) | ((old & AVAIL).wrapping_add(n32) & AVAIL);
             (p.ring_bell, p.wake_sleeper, new_left) = (false, false, None);
             if old & AVAIL == 0 {
                 // A new epoch.
@@ -302,42 +330,43 @@ impl Ring {
         if let Some(l) = new_left {
             h.prod.0.quiet_left.store(l, Ordering::Relaxed);
         }
-        h.prod.0.prod.store(prod + n as u64, Ordering::Release);
-        p
+        h.prod.0.prod.store(prod.wrapping_add(n as u64), Ordering::Release);
+        Ok(p)
     }
 
     /// Consumer: copies up to `out.len()` published bytes out; with `peek` they stay in
     /// the ring.
-    pub fn pop(&self, out: &mut [u8], peek: bool) -> Pop {
+    pub fn pop(&self, out: &mut [u8], peek: bool) -> Result<Pop, Corrupt> {
         let h = self.header();
         let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
-        let n = out.len().min((prod - cons) as usize);
+        let n = out.len().min(self.used(prod, cons)?);
         if n == 0 {
-            return Pop::default();
+            return Ok(Pop::default());
         }
         let at = (cons as usize) & (self.size - 1);
         let first = n.min(self.size - at);
-        // SAFETY: the bytes below `prod` (acquired) were written by the producer, which
-        // does not touch them again until `cons` passes them.
+        // SAFETY: n ≤ used ≤ size (checked above) and `at` < size, so both copies read
+        // inside the data area and write inside `out`; the bytes below `prod` (acquired)
+        // were written by the producer, which does not touch them until `cons` passes.
         unsafe {
             std::ptr::copy_nonoverlapping(self.data().add(at), out.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(self.data(), out.as_mut_ptr().add(first), n - first);
         }
         if peek {
-            return Pop { n, ..Pop::default() };
+            return Ok(Pop { n, ..Pop::default() });
         }
-        self.consumed(cons, n)
+        Ok(self.consumed(cons, n))
     }
 
     /// Consumer: publishes `n` bytes consumed at `cons` and counts them off the state
     /// word, ending the epoch when they were the last.
     fn consumed(&self, cons: u64, n: usize) -> Pop {
         let h = self.header();
-        h.cons.0.cons.store(cons + n as u64, Ordering::Release);
+        h.cons.0.cons.store(cons.wrapping_add(n as u64), Ordering::Release);
         let mut p = Pop { n, ..Pop::default() };
         let _ = h.state.0.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-            let mut new = old - n as u32;
+            let mut new = (old & !AVAIL) | ((old & AVAIL).wrapping_sub(n as u32) & AVAIL);
             p.emptied = new & AVAIL == 0;
             p.take_bell = p.emptied && old & BELL != 0;
             if p.emptied {
@@ -349,15 +378,15 @@ impl Ring {
     }
 
     /// Consumer: drops up to `n` published bytes without copying them.
-    pub fn skip(&self, n: usize) -> Pop {
+    pub fn skip(&self, n: usize) -> Result<Pop, Corrupt> {
         let h = self.header();
         let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
-        let n = n.min((prod - cons) as usize);
+        let n = n.min(self.used(prod, cons)?);
         if n == 0 {
-            return Pop::default();
+            return Ok(Pop::default());
         }
-        self.consumed(cons, n)
+        Ok(self.consumed(cons, n))
     }
 
     /// Consumer: about to sleep on [`Ring::state_word`] reading into `room` bytes of
@@ -405,15 +434,11 @@ impl Ring {
         &self.header().state.0.word
     }
 
-    /// The lock word writers hold while they push (shared by every process holding the
-    /// connection; the holder's pid, with the top bit for "others wait").
-    pub fn producer_lock(&self) -> &AtomicU32 {
-        &self.header().prod.0.lock
-    }
-
-    /// The lock word readers hold while they pop.
-    pub fn consumer_lock(&self) -> &AtomicU32 {
-        &self.header().cons.0.lock
+    /// True while an epoch that rang the doorbell is open: one doorbell byte is (or is
+    /// about to be) waiting on the reader's descriptor for it.
+    pub fn bell_open(&self) -> bool {
+        let w = self.header().state.0.word.load(Ordering::Acquire);
+        w & BELL != 0 && w & AVAIL != 0
     }
 
     /// The flags word, on which a writer waiting for room sleeps.
@@ -473,7 +498,7 @@ mod tests {
                 while sent < total {
                     let want = (total - sent).min(1 + sent % 1499);
                     let buf: Vec<u8> = (0..want).map(|i| ((sent + i) % 251) as u8).collect();
-                    let p = w.push(&buf);
+                    let p = w.push(&buf).unwrap();
                     sent += p.n;
                     wakes += u64::from(p.ring_bell);
                     assert!(!p.wake_sleeper, "nobody slept");
@@ -483,7 +508,7 @@ mod tests {
             let mut got = 0usize;
             let mut out = vec![0u8; 1000];
             while got < total {
-                let p = r.pop(&mut out[..1 + got % 999], false);
+                let p = r.pop(&mut out[..1 + got % 999], false).unwrap();
                 for (i, b) in out[..p.n].iter().enumerate() {
                     assert_eq!(*b, ((got + i) % 251) as u8, "byte {}", got + i);
                 }
@@ -504,17 +529,17 @@ mod tests {
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives the view.
         let ring = unsafe { Ring::create(ptr, len, 4096) }.unwrap();
-        assert_eq!(ring.push(b"hello"), Push { n: 5, ring_bell: true, wake_sleeper: false });
-        assert_eq!(ring.push(b" world"), Push { n: 6, ring_bell: false, wake_sleeper: false });
+        assert_eq!(ring.push(b"hello").unwrap(), Push { n: 5, ring_bell: true, wake_sleeper: false });
+        assert_eq!(ring.push(b" world").unwrap(), Push { n: 6, ring_bell: false, wake_sleeper: false });
         let mut out = [0u8; 5];
-        assert_eq!(ring.pop(&mut out, true), Pop { n: 5, take_bell: false, emptied: false });
-        assert_eq!(ring.len(), 11);
-        assert_eq!(ring.skip(5), Pop { n: 5, take_bell: false, emptied: false });
+        assert_eq!(ring.pop(&mut out, true).unwrap(), Pop { n: 5, take_bell: false, emptied: false });
+        assert_eq!(ring.len(), Ok(11));
+        assert_eq!(ring.skip(5).unwrap(), Pop { n: 5, take_bell: false, emptied: false });
         let mut out = [0u8; 64];
-        assert_eq!(ring.pop(&mut out, false), Pop { n: 6, take_bell: true, emptied: true });
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 6, take_bell: true, emptied: true });
         assert_eq!(&out[..6], b" world");
-        assert_eq!(ring.push(&[7u8; 5000]).n, 4096, "a full ring takes no more");
-        assert_eq!(ring.push(b"x").n, 0);
+        assert_eq!(ring.push(&[7u8; 5000]).unwrap().n, 4096, "a full ring takes no more");
+        assert_eq!(ring.push(b"x").unwrap().n, 0);
         ring.set_flags(FLAG_WRITER_WAITING);
         assert!(ring.has_flags(FLAG_WRITER_WAITING));
         assert!(ring.take_flags(FLAG_WRITER_WAITING));
@@ -532,31 +557,31 @@ mod tests {
         // Asleep with room for 100: 60 + 40 arrive quietly; 1 more turns the epoch loud.
         let v = ring.prepare_sleep(100).unwrap();
         assert_eq!(ring.state_word().load(Ordering::Relaxed), v);
-        assert_eq!(ring.push(&[1; 60]), Push { n: 60, ring_bell: false, wake_sleeper: true });
+        assert_eq!(ring.push(&[1; 60]).unwrap(), Push { n: 60, ring_bell: false, wake_sleeper: true });
         assert!(ring.quiet());
-        assert_eq!(ring.push(&[2; 40]), Push { n: 40, ring_bell: false, wake_sleeper: false });
-        assert_eq!(ring.push(&[3; 1]), Push { n: 1, ring_bell: true, wake_sleeper: false });
+        assert_eq!(ring.push(&[2; 40]).unwrap(), Push { n: 40, ring_bell: false, wake_sleeper: false });
+        assert_eq!(ring.push(&[3; 1]).unwrap(), Push { n: 1, ring_bell: true, wake_sleeper: false });
         assert!(!ring.quiet());
-        assert_eq!(ring.pop(&mut out, false), Pop { n: 100, take_bell: false, emptied: false });
-        assert_eq!(ring.pop(&mut out, false), Pop { n: 1, take_bell: true, emptied: true });
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 100, take_bell: false, emptied: false });
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 1, take_bell: true, emptied: true });
         // Too much for the sleeper's buffer at once: a bell, and a wake.
         ring.prepare_sleep(10).unwrap();
-        assert_eq!(ring.push(&[4; 11]), Push { n: 11, ring_bell: true, wake_sleeper: true });
+        assert_eq!(ring.push(&[4; 11]).unwrap(), Push { n: 11, ring_bell: true, wake_sleeper: true });
         assert_eq!(ring.prepare_sleep(10), Err(Awake::Data), "bytes are waiting");
-        assert_eq!(ring.pop(&mut out, false), Pop { n: 11, take_bell: true, emptied: true });
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 11, take_bell: true, emptied: true });
         // A reader that gave up sleeping is not woken; a peek (room 0) always gets a bell.
         ring.prepare_sleep(50).unwrap();
         ring.cancel_sleep();
-        assert_eq!(ring.push(&[5; 5]), Push { n: 5, ring_bell: true, wake_sleeper: false });
-        assert!(ring.pop(&mut out, false).take_bell);
+        assert_eq!(ring.push(&[5; 5]).unwrap(), Push { n: 5, ring_bell: true, wake_sleeper: false });
+        assert!(ring.pop(&mut out, false).unwrap().take_bell);
         ring.prepare_sleep(0).unwrap();
-        assert_eq!(ring.push(&[6; 5]), Push { n: 5, ring_bell: true, wake_sleeper: true });
-        assert!(ring.pop(&mut out, false).take_bell);
+        assert_eq!(ring.push(&[6; 5]).unwrap(), Push { n: 5, ring_bell: true, wake_sleeper: true });
+        assert!(ring.pop(&mut out, false).unwrap().take_bell);
         // A poke (a shutdown) keeps the reader from sleeping, for good.
         ring.poke();
         assert_eq!(ring.prepare_sleep(50), Err(Awake::Poked));
-        assert!(ring.push(&[7; 5]).ring_bell, "bytes still count");
-        assert_eq!(ring.pop(&mut out, false), Pop { n: 5, take_bell: true, emptied: true });
+        assert!(ring.push(&[7; 5]).unwrap().ring_bell, "bytes still count");
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 5, take_bell: true, emptied: true });
     }
 
     #[test]
@@ -586,7 +611,7 @@ mod tests {
                             std::thread::yield_now();
                         }
                     }
-                    let p = w.push(&buf);
+                    let p = w.push(&buf).unwrap();
                     sent += p.n;
                     bells += u64::from(p.ring_bell);
                     if p.n == 0 {
@@ -614,7 +639,7 @@ mod tests {
                 let was_quiet = r.quiet();
                 let mut k = 0;
                 loop {
-                    let p = r.pop(&mut out[k..room], false);
+                    let p = r.pop(&mut out[k..room], false).unwrap();
                     for (i, b) in out[k..k + p.n].iter().enumerate() {
                         assert_eq!(*b, ((got + k + i) % 251) as u8, "byte {}", got + k + i);
                     }
@@ -652,5 +677,70 @@ mod tests {
             assert_eq!(Ring::attach(ptr, 4096).err(), Some(RingError::BadRegion));
             assert_eq!(Ring::attach(ptr, len).unwrap().capacity(), 8192);
         }
+    }
+
+    /// Every word of the header a hostile peer could write, set to garbage between calls:
+    /// each call either works within the data area or answers `Corrupt` — never a copy out
+    /// of bounds (the test runs under the normal allocator; an overrun would corrupt the
+    /// guard bytes after the region, which are checked at the end).
+    #[test]
+    fn garbage_cursors_are_refused_never_followed() {
+        let size = 4096;
+        let mut mem = region(size + 64);
+        let len = mem.len() * 64;
+        let ptr = mem.as_mut_ptr().cast::<u8>();
+        // Guard bytes past the ring's region.
+        // SAFETY: the region is `len` bytes; the ring uses region_len(size) of them.
+        unsafe { std::ptr::write_bytes(ptr.add(region_len(size)), 0xA5, len - region_len(size)) };
+        // SAFETY: `mem` outlives both views and is used only through them and the pokes.
+        let w = unsafe { Ring::create(ptr, region_len(size), size) }.unwrap();
+        // SAFETY: as above.
+        let r = unsafe { Ring::attach(ptr, region_len(size)) }.unwrap();
+        let poke = |off: usize, v: u64| {
+            // SAFETY: `off` is a cursor's offset in the header, 8-byte aligned.
+            unsafe { (ptr.add(off) as *mut u64).write_volatile(v) }
+        };
+        let (prod_at, cons_at) = (64, 128);
+        let mut out = vec![0u8; 3 * size];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut refused = 0;
+        for i in 0..20_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            match i % 4 {
+                0 => poke(prod_at, seed),
+                1 => poke(cons_at, seed),
+                2 => poke(prod_at, seed % (2 * size as u64)),
+                _ => {
+                    poke(prod_at, 0);
+                    poke(cons_at, 0);
+                }
+            }
+            // SAFETY: the state word's line; any value is a valid u32.
+            unsafe { (ptr.add(192) as *mut u32).write_volatile(seed as u32) };
+            let results = [
+                w.push(&out[..(seed as usize) % (2 * size)]).map(|p| p.n),
+                r.pop(&mut out[..(seed as usize >> 8) % (3 * size)], i % 3 == 0).map(|p| p.n),
+                r.skip((seed >> 16) as usize).map(|p| p.n),
+                r.len(),
+            ];
+            for res in results {
+                match res {
+                    Ok(n) => assert!(n <= size, "{n} bytes from a {size}-byte ring"),
+                    Err(Corrupt) => refused += 1,
+                }
+            }
+        }
+        assert!(refused > 1000, "garbage was noticed: {refused}");
+        // SAFETY: reading our own guard bytes.
+        let guard = unsafe { std::slice::from_raw_parts(ptr.add(region_len(size)), len - region_len(size)) };
+        assert!(guard.iter().all(|b| *b == 0xA5), "nothing was written past the ring");
+        // A sane ring still works after the peer put the cursors back.
+        poke(prod_at, 1000);
+        poke(cons_at, 1000);
+        assert_eq!(w.push(b"again").unwrap().n, 5);
+        assert_eq!(r.pop(&mut out[..5], false).unwrap().n, 5);
+        assert_eq!(&out[..5], b"again");
     }
 }

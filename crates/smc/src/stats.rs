@@ -1,7 +1,9 @@
-//! The host-wide statistics segment: a file in the runtime directory
-//! (`/run/sluice/smc/stats`) that every process under `sluice smc run` maps shared and
-//! counts into with atomic adds, and `sluice smc stats` reads. Its layout is a magic word
-//! and then one `u64` per counter, in the order of [`Counter`] and the histograms.
+//! The statistics segments: one file per user in the runtime directory
+//! (`/run/sluice/smc/stats/UID`), which that user's programs under `sluice smc run` map
+//! shared and count into with atomic adds; `sluice smc stats` sums them. No user can write
+//! or truncate a file another user's programs map. Each file's layout is a magic word and
+//! then one `u64` per counter, in the order of [`Counter`], the fallback reasons and the
+//! histograms.
 
 use crate::msg::Reason;
 
@@ -34,11 +36,13 @@ pub enum Counter {
     RxCalls,
     /// Writes that found the peer's receive ring full.
     BufferFull,
+    /// Connections reset because the peer broke the shared ring (a cursor out of range).
+    PeerFaults,
 }
 
 impl Counter {
     /// Every counter, in segment order.
-    pub const ALL: [Counter; 10] = [
+    pub const ALL: [Counter; 11] = [
         Counter::ConnsClient,
         Counter::ConnsServer,
         Counter::SmcClient,
@@ -49,6 +53,7 @@ impl Counter {
         Counter::TxCalls,
         Counter::RxCalls,
         Counter::BufferFull,
+        Counter::PeerFaults,
     ];
 
     /// Its name in `sluice smc stats --json`.
@@ -64,6 +69,7 @@ impl Counter {
             Counter::TxCalls => "tx_calls",
             Counter::RxCalls => "rx_calls",
             Counter::BufferFull => "buffer_full",
+            Counter::PeerFaults => "peer_faults",
         }
     }
 }
@@ -92,7 +98,12 @@ pub fn hist_index(size: usize, send: bool) -> usize {
 }
 
 /// Words in use.
-pub const WORDS: usize = 1 + 10 + 2 * 10 + 2 * 8;
+pub const WORDS: usize = 1 + Counter::ALL.len() + 2 * Reason::ALL.len() + 2 * BUCKETS.len();
+
+/// The name of `uid`'s file in the statistics directory.
+pub fn file_name(uid: u32) -> String {
+    uid.to_string()
+}
 
 const _: () = assert!(WORDS * 8 <= LEN);
 

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod smc;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 /// Root is needed for namespaces and TAPs; without it the test says so and passes.

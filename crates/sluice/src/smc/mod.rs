@@ -1,12 +1,14 @@
 //! `sluice smc`: the launcher of the shared-memory fast path (docs/architecture.md, "The
-//! shared-memory fast path").
+//! shared-memory fast path"), its setup and its views.
 //!
 //! The preload library is inside this binary (see `build.rs`); `smc run` writes it once
 //! to the runtime directory, named by its content, and runs the program with it in
-//! `LD_PRELOAD` and its settings in `SLUICE_SMC`.
+//! `LD_PRELOAD` and its settings in `SLUICE_SMC` — when the user may use the fast path
+//! ([`layout`]); otherwise it says so once and runs the program on plain TCP.
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+mod layout;
+mod stats;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,8 +17,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::paths;
 
-/// The preload library, built by `build.rs`.
-static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsluice_smc.so"));
+pub use stats::read_stats;
 
 /// `sluice smc …`
 #[derive(Debug, clap::Subcommand)]
@@ -35,13 +36,21 @@ pub enum SmcCmd {
     ///
     /// Both ends must run under the launcher; `sluice smc stats` shows what happened.
     ///
+    /// The fast path is open to root and to members of the group `sluice smc setup` names
+    /// (`sluice` by default, when it exists). Others are told so once, and their program
+    /// runs on plain TCP. Peers prove to each other, through the kernel, that they are the
+    /// two ends of the connection before any memory is shared (docs/smc.md, "Who may use
+    /// it").
+    ///
     ///   sluice smc run -- iperf3 -s
     ///   sluice smc run -r 128k -t 128k -- iperf3 -c 10.77.0.2
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Host-wide counters of the fast path, like `smcd stats`: connections, how many moved
     /// to shared memory and why the others stayed on TCP, bytes and calls, full buffers,
-    /// buffer sizes. Kept until `sluice smc stats reset`.
+    /// connections reset by a broken peer, buffer sizes — summed over every user's
+    /// programs. Kept until `sluice smc stats reset` (root resets everyone's, a user their
+    /// own).
     #[command(args_conflicts_with_subcommands = true)]
     Stats {
         /// Print JSON.
@@ -56,6 +65,23 @@ pub enum SmcCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Prepare the runtime directory (/run/sluice/smc) so the fast path can be used, and
+    /// say who may use it: root, and the members of GROUP. Run as root, once per boot
+    /// (the first `sluice smc run` by root does it with the default group), or again to
+    /// change the group or repair the modes.
+    ///
+    ///   sluice smc setup                  # group `sluice` if it exists, else root only
+    ///   sluice smc setup --group netdev
+    ///   sluice smc setup --root-only
+    #[command(verbatim_doc_comment)]
+    Setup {
+        /// The group whose members may use the fast path [default: sluice, if it exists].
+        #[arg(long, value_name = "GROUP", conflicts_with = "root_only")]
+        group: Option<String>,
+        /// Only root may use the fast path.
+        #[arg(long)]
+        root_only: bool,
     },
 }
 
@@ -90,13 +116,13 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
     match c {
         SmcCmd::Run(a) => run(a),
         SmcCmd::Stats { reset: Some(StatsReset::Reset), .. } => {
-            let p = stats_path();
-            if p.exists() {
-                let mut b = vec![0u8; sluice_smc::stats::LEN];
-                b[..8].copy_from_slice(&sluice_smc::stats::MAGIC.to_le_bytes());
-                std::fs::write(&p, b).with_context(|| format!("resetting {}", p.display()))?;
+            let n = stats::reset()?;
+            // SAFETY: no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                println!("SMC counters reset ({n} users' files)");
+            } else {
+                println!("your SMC counters reset (root resets every user's)");
             }
-            println!("SMC counters reset");
             Ok(())
         }
         SmcCmd::Info { json } => info(json),
@@ -105,8 +131,25 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                print!("{}", render_stats(&v));
+                print!("{}", stats::render(&v));
             }
+            Ok(())
+        }
+        SmcCmd::Setup { group, root_only } => {
+            let gid =
+                match (group, root_only) {
+                    (_, true) => None,
+                    (Some(g), _) => Some(g.parse().ok().or_else(|| layout::group_id(&g)).with_context(|| {
+                        format!("no group {g} on this host: create it with `groupadd --system {g}`")
+                    })?),
+                    (None, _) => layout::group_id(sluice_smc::access::DEFAULT_GROUP),
+                };
+            let p = layout::setup(gid)?;
+            println!(
+                "{}: the shared-memory fast path is open to {}",
+                layout::smc_dir().display(),
+                layout::describe(&p)
+            );
             Ok(())
         }
     }
@@ -174,78 +217,18 @@ pub fn sluice_in(netns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<s
     Ok(cmd)
 }
 
-fn stats_path() -> PathBuf {
-    paths::run_dir().join("smc").join("stats")
-}
-
-/// The counters as JSON (all zero when no program has run under the launcher yet).
-pub fn read_stats() -> Result<serde_json::Value> {
-    use sluice_smc::msg::Reason;
-    use sluice_smc::stats::{self, Counter};
-    let b = match std::fs::read(stats_path()) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![0u8; stats::LEN],
-        Err(e) => return Err(e).with_context(|| format!("reading {}", stats_path().display())),
-    };
-    let w = |i: usize| b.get(i * 8..i * 8 + 8).map_or(0, |x| u64::from_le_bytes(x.try_into().unwrap_or_default()));
-    let mut v = serde_json::Map::new();
-    for c in Counter::ALL {
-        v.insert(c.name().into(), w(stats::counter_index(c)).into());
-    }
-    for (side, server) in [("fallback_client", false), ("fallback_server", true)] {
-        let m: serde_json::Map<_, _> =
-            Reason::ALL.iter().map(|r| (r.name().to_string(), w(stats::fallback_index(*r, server)).into())).collect();
-        v.insert(side.into(), m.into());
-    }
-    for (name, send) in [("rmem_histogram", false), ("tmem_histogram", true)] {
-        let m: serde_json::Map<_, _> = stats::BUCKETS
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.to_string(), w(stats::hist_index(16384 << i, send)).into()))
-            .collect();
-        v.insert(name.into(), m.into());
-    }
-    Ok(v.into())
-}
-
-fn render_stats(v: &serde_json::Value) -> String {
-    let n = |k: &str| v[k].as_u64().unwrap_or(0);
-    let sum = |k: &str| v[k].as_object().map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum::<u64>());
-    let mut out = String::new();
-    let line = |out: &mut String, a: &str, c: String, s: String| out.push_str(&format!("  {a:<24}{c:>12}{s:>12}\n"));
-    out.push_str(&format!("  {:<24}{:>12}{:>12}\n", "", "client", "server"));
-    line(&mut out, "connections", n("connections_client").to_string(), n("connections_server").to_string());
-    line(&mut out, "on shared memory", n("smc_client").to_string(), n("smc_server").to_string());
-    line(&mut out, "TCP fallback", sum("fallback_client").to_string(), sum("fallback_server").to_string());
-    for r in sluice_smc::msg::Reason::ALL {
-        let (c, s) = (
-            v["fallback_client"][r.name()].as_u64().unwrap_or(0),
-            v["fallback_server"][r.name()].as_u64().unwrap_or(0),
-        );
-        if c > 0 || s > 0 {
-            line(&mut out, &format!("  {}", r.name()), c.to_string(), s.to_string());
-        }
-    }
-    out.push_str(&format!("  {:<24}{:>12}\n", "handshake errors", n("handshake_errors")));
-    let (tx, rx, txc, rxc) = (n("tx_bytes"), n("rx_bytes"), n("tx_calls"), n("rx_calls"));
-    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "sent", tx, txc));
-    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "received", rx, rxc));
-    let full = n("buffer_full");
-    let pct = if txc > 0 { 100.0 * full as f64 / txc as f64 } else { 0.0 };
-    out.push_str(&format!("  {:<24}{:>12} ({pct:.2}% of sends)\n", "buffer full", full));
-    for (k, title) in [("rmem_histogram", "receive buffers"), ("tmem_histogram", "send buffers")] {
-        let parts: Vec<String> =
-            sluice_smc::stats::BUCKETS.iter().map(|b| format!("{b}: {}", v[k][*b].as_u64().unwrap_or(0))).collect();
-        out.push_str(&format!("  {title:<24}{}\n", parts.join("  ")));
-    }
-    out
-}
-
 fn run(a: RunArgs) -> Result<()> {
-    let lib = install_library()?;
+    let program = &a.cmd[0];
+    let lib = match layout::verdict(program)? {
+        layout::Verdict::Load(lib) => lib,
+        layout::Verdict::Plain(why) => {
+            eprintln!("{why}");
+            let err = Command::new(program).args(&a.cmd[1..]).exec();
+            bail!("cannot run {program}: {err}")
+        }
+    };
     let (r_default, t_default) = sluice_smc::size::host_defaults();
     let settings = format!("r={},t={}", a.rmem.unwrap_or(r_default), a.tmem.unwrap_or(t_default));
-    let program = &a.cmd[0];
     if let Some(path) = which(program)
         && is_static(&path)
     {
@@ -265,31 +248,6 @@ fn run(a: RunArgs) -> Result<()> {
     };
     let err = Command::new(program).args(&a.cmd[1..]).env("LD_PRELOAD", preload).env("SLUICE_SMC", settings).exec();
     bail!("cannot run {program}: {err}")
-}
-
-/// Writes the preload library to the runtime directory unless a copy with the same
-/// content is there, and returns its path.
-pub fn install_library() -> Result<PathBuf> {
-    let dir = paths::run_dir().join("smc").join("lib");
-    let path = dir.join(format!("libsluice_smc-{:016x}.so", fnv1a(LIBRARY)));
-    if std::fs::metadata(&path).is_ok_and(|m| m.len() == LIBRARY.len() as u64) {
-        return Ok(path);
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-    let tmp = dir.join(format!(".lib-{}.tmp", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(LIBRARY)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("installing {}", path.display()))?;
-    Ok(path)
-}
-
-/// 64-bit FNV-1a: a content name that stays the same across Rust versions.
-fn fnv1a(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// The file `program` names, as the shell would find it.
@@ -325,7 +283,5 @@ mod tests {
     fn dynamic_and_static_programs_are_told_apart() {
         assert!(!is_static(Path::new("/bin/sh")), "sh is dynamically linked");
         assert!(!is_static(Path::new("/nonexistent")));
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
     }
 }

@@ -1,0 +1,143 @@
+//! `sluice smc stats`: the sum of every user's statistics file in `smc/stats/`, and
+//! `reset`, which writes zeros in place — never truncating a file that programs map
+//! (docs/architecture.md, "The fast path's trust boundary").
+//!
+//! A file is counted only if it is a regular file named by a uid, owned by that uid, of
+//! the segment's size and with its magic word; anything else is skipped with a note, so a
+//! garbled or planted file never stops the view.
+
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use sluice_smc::msg::Reason;
+use sluice_smc::stats::{self, Counter};
+
+use super::layout;
+
+fn dir() -> PathBuf {
+    layout::smc_dir().join("stats")
+}
+
+/// The statistics files: (uid, path), those that look like one by name.
+fn files() -> Vec<(u32, PathBuf)> {
+    let mut out: Vec<(u32, PathBuf)> = std::fs::read_dir(dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The words of one file, or why it is not a statistics file.
+fn read_file(uid: u32, path: &PathBuf) -> Result<Vec<u64>, String> {
+    let f =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|e| e.to_string())?;
+    let m = f.metadata().map_err(|e| e.to_string())?;
+    if !m.is_file() || m.uid() != uid {
+        return Err(format!("not a file of uid {uid}'s"));
+    }
+    let mut b = vec![0u8; stats::LEN];
+    let n = f.read_at(&mut b, 0).map_err(|e| e.to_string())?;
+    if n < stats::WORDS * 8 {
+        return Err(format!("{n} bytes, too short"));
+    }
+    let words: Vec<u64> = b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    if words[0] != stats::MAGIC {
+        return Err("no sluice statistics magic".into());
+    }
+    Ok(words)
+}
+
+/// The counters of every user, summed, as JSON (all zero when no program has run under
+/// the launcher yet).
+pub fn read_stats() -> Result<serde_json::Value> {
+    let mut sum = vec![0u64; stats::LEN / 8];
+    for (uid, path) in files() {
+        match read_file(uid, &path) {
+            Ok(w) => sum.iter_mut().zip(w).for_each(|(s, x)| *s = s.wrapping_add(x)),
+            Err(why) => eprintln!("sluice: skipping {}: {why}", path.display()),
+        }
+    }
+    let w = |i: usize| sum.get(i).copied().unwrap_or(0);
+    let mut v = serde_json::Map::new();
+    for c in Counter::ALL {
+        v.insert(c.name().into(), w(stats::counter_index(c)).into());
+    }
+    for (side, server) in [("fallback_client", false), ("fallback_server", true)] {
+        let m: serde_json::Map<_, _> =
+            Reason::ALL.iter().map(|r| (r.name().to_string(), w(stats::fallback_index(*r, server)).into())).collect();
+        v.insert(side.into(), m.into());
+    }
+    for (name, send) in [("rmem_histogram", false), ("tmem_histogram", true)] {
+        let m: serde_json::Map<_, _> = stats::BUCKETS
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.to_string(), w(stats::hist_index(16384 << i, send)).into()))
+            .collect();
+        v.insert(name.into(), m.into());
+    }
+    Ok(v.into())
+}
+
+/// Zeroes the counters this user may write (root: everyone's), in place; returns how many
+/// users' files were reset.
+pub fn reset() -> Result<usize> {
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let zeros = vec![0u8; stats::LEN - 8];
+    let mut n = 0;
+    for (uid, path) in files() {
+        if me != 0 && uid != me {
+            continue;
+        }
+        // No truncation: programs map these files, and a shorter file is a SIGBUS for them.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("resetting {}", path.display()))?;
+        if f.metadata().is_ok_and(|m| m.is_file() && m.uid() == uid) {
+            f.write_all_at(&zeros, 8).with_context(|| format!("resetting {}", path.display()))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The counters as `sluice smc stats` prints them.
+pub fn render(v: &serde_json::Value) -> String {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let sum = |k: &str| v[k].as_object().map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum::<u64>());
+    let mut out = String::new();
+    let line = |out: &mut String, a: &str, c: String, s: String| out.push_str(&format!("  {a:<24}{c:>12}{s:>12}\n"));
+    out.push_str(&format!("  {:<24}{:>12}{:>12}\n", "", "client", "server"));
+    line(&mut out, "connections", n("connections_client").to_string(), n("connections_server").to_string());
+    line(&mut out, "on shared memory", n("smc_client").to_string(), n("smc_server").to_string());
+    line(&mut out, "TCP fallback", sum("fallback_client").to_string(), sum("fallback_server").to_string());
+    for r in Reason::ALL {
+        let (c, s) = (
+            v["fallback_client"][r.name()].as_u64().unwrap_or(0),
+            v["fallback_server"][r.name()].as_u64().unwrap_or(0),
+        );
+        if c > 0 || s > 0 {
+            line(&mut out, &format!("  {}", r.name()), c.to_string(), s.to_string());
+        }
+    }
+    out.push_str(&format!("  {:<24}{:>12}\n", "handshake errors", n("handshake_errors")));
+    let (tx, rx, txc, rxc) = (n("tx_bytes"), n("rx_bytes"), n("tx_calls"), n("rx_calls"));
+    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "sent", tx, txc));
+    out.push_str(&format!("  {:<24}{:>12} bytes in {} calls\n", "received", rx, rxc));
+    let full = n("buffer_full");
+    let pct = if txc > 0 { 100.0 * full as f64 / txc as f64 } else { 0.0 };
+    out.push_str(&format!("  {:<24}{:>12} ({pct:.2}% of sends)\n", "buffer full", full));
+    out.push_str(&format!("  {:<24}{:>12}\n", "reset by a broken peer", n("peer_faults")));
+    for (k, title) in [("rmem_histogram", "receive buffers"), ("tmem_histogram", "send buffers")] {
+        let parts: Vec<String> =
+            stats::BUCKETS.iter().map(|b| format!("{b}: {}", v[k][*b].as_u64().unwrap_or(0))).collect();
+        out.push_str(&format!("  {title:<24}{}\n", parts.join("  ")));
+    }
+    out
+}

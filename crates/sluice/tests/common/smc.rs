@@ -1,0 +1,192 @@
+//! Helpers for the tests of `sluice smc`: peers (tests/smc_peer.py) under the launcher or
+//! not, each test in a runtime directory of its own; and running them as an unprivileged
+//! user, for the tests of the fast path's trust boundary.
+
+use super::*;
+
+/// Peers of one test: their own runtime directory (registry and statistics), so tests
+/// running in parallel do not see each other.
+pub struct Peers {
+    pub dir: std::path::PathBuf,
+}
+
+impl Peers {
+    pub fn new(tag: &str) -> Peers {
+        let dir = run_dir().join(format!("smc-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Peers { dir }
+    }
+
+    pub fn cmd(&self, launcher: bool, args: &[&str]) -> std::process::Command {
+        self.cmd_in(None, launcher, args)
+    }
+
+    /// A peer in network namespace `ns` (as root), under the launcher or not.
+    pub fn cmd_in(&self, ns: Option<&str>, launcher: bool, args: &[&str]) -> std::process::Command {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_peer.py");
+        let mut argv: Vec<&str> = Vec::new();
+        if let Some(ns) = ns {
+            argv.extend(["ip", "netns", "exec", ns]);
+        }
+        if launcher {
+            argv.extend([BIN, "smc", "run", "--"]);
+        }
+        argv.extend(["python3", script]);
+        argv.extend(args);
+        let mut c = std::process::Command::new(argv[0]);
+        c.args(&argv[1..]).env("SLUICE_RUN_DIR", &self.dir).stdin(std::process::Stdio::null());
+        c
+    }
+
+    /// Starts a server and waits until it listens; returns it and a reader of its output.
+    pub fn serve(&self, launcher: bool, args: &[&str]) -> (std::process::Child, Out) {
+        self.serve_cmd(self.cmd(launcher, args))
+    }
+
+    pub fn serve_cmd(&self, mut cmd: std::process::Command) -> (std::process::Child, Out) {
+        use std::io::BufRead;
+        let mut c = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "listening", "server did not start");
+        (c, out)
+    }
+
+    /// Runs a client to completion (at most 120 s) and returns its output.
+    pub fn run(&self, launcher: bool, args: &[&str]) -> String {
+        self.run_cmd(self.cmd(launcher, args))
+    }
+
+    pub fn run_cmd(&self, mut cmd: std::process::Command) -> String {
+        let mut c = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while c.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("client {cmd:?} hung");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "client {cmd:?} failed: {}", String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        let o = std::process::Command::new(BIN)
+            .args(["smc", "stats", "--json"])
+            .env("SLUICE_RUN_DIR", &self.dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+/// The rest of a server's output.
+pub type Out = std::io::BufReader<std::process::ChildStdout>;
+
+pub fn rest(out: Out) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    let mut out = out;
+    out.read_to_string(&mut s).unwrap();
+    s.trim().to_string()
+}
+
+/// Port `n` (0–49) of this test process: below the ephemeral range (32768-), so no
+/// client socket of another test holds it, and apart from other test processes'.
+pub fn port(n: u16) -> String {
+    assert!(n < 50);
+    (20000 + (std::process::id() % 250) as u16 * 50 + n).to_string()
+}
+
+/// A background process killed when the test ends, even on failure.
+pub struct Killed(pub std::process::Child);
+
+impl Killed {
+    /// The process, no longer to be killed: the test waits for it to end by itself.
+    pub fn take(self) -> std::process::Child {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so the child is moved out exactly once.
+        unsafe { std::ptr::read(&me.0) }
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn sluice_ok_in(p: &Peers, args: &[&str]) {
+    let o = std::process::Command::new(BIN).args(args).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+pub fn fallbacks(st: &serde_json::Value, side: &str) -> u64 {
+    st[side].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
+/// The path of `file` as user nobody can reach it: hard-linked (or copied) into this test
+/// process's runtime directory, which is world-readable — a checkout under a private home
+/// directory is not.
+pub fn reachable(file: &str) -> String {
+    let dir = run_dir().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = std::path::Path::new(file).file_name().unwrap();
+    let to = dir.join(name);
+    if !to.exists() {
+        let tmp = dir.join(format!(".{}-{:?}", name.to_string_lossy(), std::thread::current().id()));
+        let _ = std::fs::remove_file(&tmp);
+        if std::fs::hard_link(file, &tmp).is_err() {
+            std::fs::copy(file, &tmp).unwrap();
+        }
+        let _ = std::fs::rename(&tmp, &to);
+    }
+    to.to_string_lossy().into_owned()
+}
+
+/// The tests' hostile peer (tests/smc_hostile.py).
+pub const HOSTILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_hostile.py");
+/// The tests' peers (tests/smc_peer.py).
+pub const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_peer.py");
+
+/// The uid the unprivileged tests run as.
+pub const NOBODY: u32 = 65534;
+
+/// `argv` run as user nobody (uid 65534) with supplementary groups `groups` (none: no
+/// group at all), through setpriv; `python3` is the system's, which that user can run.
+pub fn as_nobody(groups: &[u32], argv: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.args([format!("--reuid={NOBODY}"), format!("--regid={NOBODY}")]);
+    if groups.is_empty() {
+        c.arg("--clear-groups");
+    } else {
+        let g: Vec<String> = groups.iter().map(u32::to_string).collect();
+        c.arg(format!("--groups={}", g.join(",")));
+    }
+    c.args(argv.iter().map(|a| if *a == "python3" { "/usr/bin/python3" } else { a }));
+    c.stdin(std::process::Stdio::null());
+    c
+}
+
+/// A network namespace of the test's own, with loopback up, deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("sluice-{}-{tag}", unique("smc"));
+        sh_ok(&format!("ip netns add {name} && ip -n {name} link set lo up"));
+        Netns(name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}

@@ -1,0 +1,307 @@
+//! The fast path's trust boundary (issue 14; docs/architecture.md, "The fast path's trust
+//! boundary"): a local process that does not hold a connection cannot take it over, a
+//! peer that breaks the shared memory loses only its own connection, resetting the
+//! statistics breaks no program, a listener registered in another namespace never gets
+//! a connection, and users the fast path is not open to get plain TCP and one message.
+//!
+//! The attacker is tests/smc_hostile.py, which speaks the handshake by hand; the
+//! unprivileged user is nobody (uid 65534), through setpriv.
+
+mod common;
+
+use common::smc::*;
+use common::*;
+
+fn spawn(mut c: std::process::Command) -> std::process::Child {
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+}
+
+/// Runs `c` to completion (at most `secs`) and returns (success, stdout, stderr).
+fn finish(c: std::process::Child, secs: u64) -> (bool, String, String) {
+    let mut c = c;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while c.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            let o = c.wait_with_output().unwrap();
+            panic!(
+                "still running after {secs} s: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = c.wait_with_output().unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    (o.status.success(), s(&o.stdout), s(&o.stderr))
+}
+
+fn run(c: std::process::Command) -> String {
+    let (ok, out, err) = finish(spawn(c), 60);
+    assert!(ok, "failed: {out}\n{err}");
+    out
+}
+
+/// The hostile peer, as root, in this test's runtime directory.
+fn hostile(p: &Peers, ns: Option<&str>, args: &[&str]) -> std::process::Command {
+    let mut argv: Vec<&str> = Vec::new();
+    if let Some(ns) = ns {
+        argv.extend(["ip", "netns", "exec", ns]);
+    }
+    argv.extend(["python3", HOSTILE]);
+    let dir = p.dir.to_string_lossy().into_owned();
+    let mut c = std::process::Command::new(argv[0]);
+    c.args(&argv[1..]).arg(args[0]).arg(&dir).args(&args[1..]).stdin(std::process::Stdio::null());
+    c
+}
+
+fn line(out: &mut Out) -> String {
+    use std::io::BufRead;
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    l.trim().to_string()
+}
+
+#[test]
+fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("hijack");
+    let port = port(40);
+    let (server, server_out) = p.serve(true, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    // A plain client's live connection, held open until the attackers are done.
+    let gate = p.dir.join("go");
+    let mut client =
+        spawn(p.cmd(false, &["connect", "127.0.0.1", &port, &format!("gate:{}+source:3000000", gate.display())]));
+    let mut client_out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let first = line(&mut client_out);
+    let cport = first.strip_prefix("port ").expect("the client's port");
+    let tuple = ["127.0.0.1", cport, "127.0.0.1"];
+    let propose = |sock: &'static str| [&["propose", &port], &tuple[..], &[sock]].concat();
+    // Root in the same namespace, without the socket or with a socket of its own.
+    assert_eq!(run(hostile(&p, None, &propose("none"))), "declined unproven");
+    assert_eq!(run(hostile(&p, None, &propose("other"))), "declined unproven");
+    // Root in a namespace of its own, with a socket of the very same four addresses.
+    let fake = Netns::new("fake");
+    assert_eq!(run(hostile(&p, Some(&fake.0), &propose("same"))), "declined unproven");
+    // Another user cannot even knock.
+    let (dir, script) = (p.dir.to_string_lossy().into_owned(), reachable(HOSTILE));
+    let mut nobody_args = vec!["python3", &script, "propose", &dir, &port];
+    nobody_args.extend(tuple);
+    nobody_args.push("none");
+    assert_eq!(run(as_nobody(&[], &nobody_args)), "refused EACCES");
+    // The real client and server exchange their bytes over their own path.
+    std::fs::write(&gate, b"").unwrap();
+    let sent = rest(client_out);
+    let (ok, _, err) = finish(client, 60);
+    assert!(ok, "{err}");
+    let (ok, _, _) = finish(server.take(), 60);
+    assert!(ok);
+    assert_eq!(rest(server_out), sent, "the server got exactly the client's bytes");
+    let st = p.stats();
+    assert_eq!(st["fallback_server"]["unproven"], 3, "{st}");
+    assert_eq!(st["fallback_server"]["no_proposal"], 1, "the real connection stayed TCP: {st}");
+    assert_eq!(st["smc_server"], 0, "{st}");
+}
+
+#[test]
+fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
+    let p = Peers::new("broken");
+    let port = port(41);
+    let (server, out) = p.serve(true, &["serve-seq", &port, "sink,sink,source:20000000,sink,sink"]);
+    let server = Killed(server);
+    let attack = |a: &str| run(hostile(&p, None, &["client", "127.0.0.1", &port, a]));
+    // An unsealed segment is refused before it is mapped (it could shrink under us).
+    assert_eq!(attack("unsealed"), "declined bad_segment\nshrunk-own-copy");
+    // A producer cursor far out of range, and a consumer cursor out of range.
+    assert_eq!(attack("bad-prod"), "decision confirm\nwrote bad producer cursor");
+    assert_eq!(attack("bad-cons"), "decision confirm\nwrote bad consumer cursor");
+    // A sealed segment cannot be shrunk by the peer that made it.
+    assert_eq!(attack("sealed"), "decision confirm\nshrink refused");
+    // …and the server goes on serving an honest client.
+    let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:5000000"]);
+    let (ok, _, err) = finish(server.take(), 60);
+    assert!(ok, "the server lived through it: {err}");
+    let lines: Vec<String> = rest(out).lines().map(str::to_string).collect();
+    let empty = "0 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    assert_eq!(lines[0], empty, "the refused one stayed on TCP and sent nothing");
+    assert_eq!(lines[1], "ConnectionResetError", "a bad cursor resets that connection: {lines:?}");
+    assert!(
+        lines[2] == "ConnectionResetError" || lines[2] == "BrokenPipeError",
+        "a bad cursor resets that connection: {lines:?}"
+    );
+    assert_eq!(lines[3], empty);
+    assert_eq!(lines[4], sent, "the honest client's bytes arrived intact");
+    let st = p.stats();
+    assert_eq!(st["peer_faults"], 2, "{st}");
+    assert_eq!(st["fallback_server"]["bad_segment"], 1, "{st}");
+    assert_eq!(st["smc_server"], 4, "{st}");
+    assert_eq!(st["smc_client"], 1, "{st}");
+}
+
+#[test]
+fn resetting_the_statistics_while_programs_run_breaks_none_of_them() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("reset");
+    let port = port(42);
+    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    let client = spawn(p.cmd(true, &["connect", "127.0.0.1", &port, "source:1000000000"]));
+    // A file that is not a statistics file, and one another user planted under a name
+    // that is not theirs: readers skip both.
+    let stats_dir = p.dir.join("smc/stats");
+    std::fs::write(stats_dir.join("4242"), b"garbage").unwrap();
+    let dir = p.dir.to_string_lossy().into_owned();
+    let hostile = reachable(HOSTILE);
+    let mut resets = 0;
+    let mut client = Some(client);
+    let mut probed = String::new();
+    while client.as_mut().unwrap().try_wait().unwrap().is_none() && resets < 2000 {
+        sluice_ok_in(&p, &["smc", "stats", "reset"]);
+        resets += 1;
+        if probed.is_empty() && stats_dir.join("0").exists() {
+            probed = run(as_nobody(&[], &["python3", &hostile, "probe", &dir]));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (ok, sent, err) = finish(client.take().unwrap(), 120);
+    assert!(ok, "the client lived through {resets} resets: {err}");
+    let (ok, _, err) = finish(server.take(), 60);
+    assert!(ok, "the server lived through {resets} resets: {err}");
+    assert_eq!(rest(out), sent);
+    assert!(resets >= 5, "the statistics were reset while the transfer ran ({resets} times)");
+    assert!(!probed.is_empty(), "the probe ran while the programs counted");
+    // Another user could neither write nor truncate the files the programs map.
+    assert!(probed.contains("truncate:stats/0 refused"), "{probed}");
+    assert!(!probed.contains("ALLOWED"), "{probed}");
+    let o = std::process::Command::new(BIN)
+        .args(["smc", "stats", "--json"])
+        .env("SLUICE_RUN_DIR", &p.dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skipping"), "the garbage was noticed");
+    // The root programs' file kept its size through every reset.
+    assert_eq!(std::fs::metadata(stats_dir.join("0")).unwrap().len(), 4096);
+}
+
+#[test]
+fn a_listener_registered_in_another_namespace_never_gets_the_connection() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("decoy");
+    let port = port(43);
+    // The real server: plain, in this namespace. The decoy: a willing "sluice listener"
+    // for the same address, in a namespace of its own.
+    let (server, out) = p.serve(false, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    sluice_ok_in(&p, &["smc", "setup"]);
+    let other = Netns::new("decoy");
+    let mut decoy = spawn(hostile(&p, Some(&other.0), &["decoy", "127.0.0.1", &port, "20"]));
+    let mut decoy_out = std::io::BufReader::new(decoy.stdout.take().unwrap());
+    assert_eq!(line(&mut decoy_out), "listening");
+    let decoy = Killed(decoy);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:2000000"]);
+    let (ok, _, _) = finish(server.take(), 60);
+    assert!(ok);
+    assert_eq!(rest(out), sent, "the real server got the client's bytes");
+    drop(decoy);
+    let heard = rest(decoy_out);
+    assert!(!heard.contains("proposal"), "the decoy was never asked: {heard:?}");
+    let st = p.stats();
+    assert_eq!(st["fallback_client"]["wrong_listener"], 1, "{st}");
+    assert_eq!(st["smc_client"], 0, "{st}");
+}
+
+#[test]
+fn users_the_fast_path_is_not_open_to_get_plain_tcp_and_one_message() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("nobody");
+    sluice_ok_in(&p, &["smc", "setup", "--root-only"]);
+    let bin = reachable(BIN);
+    let peer = reachable(PEER);
+    let mut c = as_nobody(
+        &[],
+        &[&bin, "smc", "run", "--", "sh", "-c", "grep -c libsluice_smc /proc/self/maps; echo SLUICE_SMC=$SLUICE_SMC"],
+    );
+    c.env("SLUICE_RUN_DIR", &p.dir);
+    let (ok, out, err) = finish(spawn(c), 30);
+    assert!(ok, "{err}");
+    assert_eq!(out, "0\nSLUICE_SMC=", "the program ran without the library");
+    assert_eq!(err.matches("sluice:").count(), 1, "one message: {err}");
+    assert!(err.contains("open to root only, not to nobody (uid 65534)") && err.contains("runs on plain TCP"), "{err}");
+    // Against a root server under the launcher: plain TCP, bytes intact.
+    let port = port(44);
+    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    let mut c =
+        as_nobody(&[], &[&bin, "smc", "run", "--", "python3", &peer, "connect", "127.0.0.1", &port, "source:3000000"]);
+    c.env("SLUICE_RUN_DIR", &p.dir);
+    let (ok, sent, err) = finish(spawn(c), 60);
+    assert!(ok, "{err}");
+    let (ok, _, _) = finish(server.take(), 60);
+    assert!(ok);
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!(st["smc_server"], 0, "{st}");
+    assert_eq!(st["fallback_server"]["no_proposal"], 1, "{st}");
+}
+
+/// A group of the test's own, deleted on drop.
+struct Group(String);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("groupdel").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
+    if !root() {
+        return;
+    }
+    let g = Group(format!("sluicet{}", std::process::id() % 100_000));
+    sh_ok(&format!("groupadd {}", g.0));
+    let gid: u32 = sh_ok(&format!("getent group {} | cut -d: -f3", g.0)).trim().parse().unwrap();
+    let p = Peers::new("group");
+    let said = std::process::Command::new(BIN)
+        .args(["smc", "setup", "--group", &g.0])
+        .env("SLUICE_RUN_DIR", &p.dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
+    let (port, port2) = (port(45), port(46));
+    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    let (bin, peer) = (reachable(BIN), reachable(PEER));
+    let mut c = as_nobody(
+        &[gid],
+        &[&bin, "smc", "run", "--", "python3", &peer, "connect", "127.0.0.1", &port, "source:3000000"],
+    );
+    c.env("SLUICE_RUN_DIR", &p.dir);
+    let (ok, sent, err) = finish(spawn(c), 60);
+    assert!(ok, "{err}");
+    let (ok, _, _) = finish(server.take(), 60);
+    assert!(ok);
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+    // A user outside the group reaches nothing: no door, no entry, no statistics file.
+    let (server2, _out2) = p.serve(true, &["serve", &port2, "sink"]);
+    let server2 = Killed(server2);
+    let (dir, pid) = (p.dir.to_string_lossy().into_owned(), server2.0.id().to_string());
+    let probed = run(as_nobody(&[], &["python3", &reachable(HOSTILE), "probe", &dir, &pid]));
+    assert!(probed.contains(&format!("door:{pid}.sock refused")), "{probed}");
+    assert!(probed.contains("create:listen refused"), "{probed}");
+    assert!(!probed.contains("ALLOWED"), "{probed}");
+}
