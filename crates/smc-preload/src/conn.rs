@@ -65,16 +65,14 @@ impl Drop for SharedLock<'_> {
 }
 
 /// This side's own shared page of a connection: shared with the processes this one forks
-/// (a `MAP_SHARED` memfd mapping is inherited), never sent to the peer.
+/// (an anonymous `MAP_SHARED` mapping is inherited as shared), never reachable by the peer.
 struct Side {
     shm: Shm,
 }
 
 impl Side {
     fn new() -> std::io::Result<Side> {
-        let mut shm = Shm::create(4096)?;
-        shm.close_fd();
-        Ok(Side { shm })
+        Ok(Side { shm: Shm::anonymous(4096)? })
     }
 
     fn word(&self, line: usize) -> &AtomicU32 {

@@ -38,36 +38,38 @@ pub struct Found {
     pub inode: u32,
 }
 
-/// The connection with local address `local` and peer `peer`, if one exists in this
-/// namespace (established, or half-open).
-pub fn connection(local: SocketAddr, peer: SocketAddr) -> Option<Found> {
-    lookup(local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
-}
+/// A `sock_diag` socket for the lookups of one handshake, in the calling thread's
+/// namespace (closed on drop).
+pub struct Diag(c_int);
 
-/// True when a TCP connection with local address `local` and peer `peer` exists here.
-pub fn connection_exists(local: SocketAddr, peer: SocketAddr) -> bool {
-    connection(local, peer).is_some()
-}
-
-/// The listening socket that takes connections to `local` in this namespace (the most
-/// specific one, as the kernel chooses).
-pub fn listener(local: SocketAddr) -> Option<Found> {
-    let any: IpAddr = if local.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
-    lookup(local, SocketAddr::new(any, 0)).filter(|f| f.state == LISTEN)
-}
-
-/// One exact lookup.
-fn lookup(local: SocketAddr, peer: SocketAddr) -> Option<Found> {
-    // SAFETY: a plain socket call; the descriptor is closed below.
-    let fd = unsafe {
-        crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
-    };
-    if fd < 0 {
-        return None;
+impl Diag {
+    /// Opens one.
+    pub fn open() -> Option<Diag> {
+        // SAFETY: a plain socket call; the descriptor is closed on drop.
+        let fd = unsafe {
+            crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
+        };
+        (fd >= 0).then_some(Diag(fd))
     }
-    let found = ask(fd, local, peer);
-    sys::close(fd);
-    found
+
+    /// The connection with local address `local` and peer `peer`, if one exists in this
+    /// namespace (established, or half-open).
+    pub fn connection(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+        ask(self.0, local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
+    }
+
+    /// The listening socket that takes connections to `local` in this namespace (the most
+    /// specific one, as the kernel chooses).
+    pub fn listener(&self, local: SocketAddr) -> Option<Found> {
+        let any: IpAddr = if local.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+        ask(self.0, local, SocketAddr::new(any, 0)).filter(|f| f.state == LISTEN)
+    }
+}
+
+impl Drop for Diag {
+    fn drop(&mut self) {
+        sys::close(self.0);
+    }
 }
 
 fn put_ip(out: &mut [u8], ip: IpAddr) {
@@ -102,7 +104,12 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
     let mut buf = [0u8; 512];
     // SAFETY: `buf` has room for the answer.
     let n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
-    parse(buf.get(..n.max(0) as usize)?)
+    let found = parse(buf.get(..n.max(0) as usize)?);
+    // An answer of more than one message (never for an exact lookup) must not be read as
+    // the next lookup's: take whatever is left.
+    // SAFETY: as above.
+    while unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {}
+    found
 }
 
 /// Reads the answer: an `inet_diag_msg` after the netlink header (an error, such as
@@ -123,11 +130,22 @@ fn parse(b: &[u8]) -> Option<Found> {
 }
 
 /// Whether process `pid` holds socket inode `inode` as a descriptor: `None` when its
-/// descriptors cannot be read (another user's process, unless we are root).
+/// descriptors cannot be read (another user's process, unless we are root). The last
+/// pair found held is remembered (a client connecting again and again to one server
+/// scans its descriptors once); the socket's inode names it uniquely while it lives.
 pub fn holds(pid: u32, inode: u32) -> Option<bool> {
+    static LAST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let key = u64::from(pid) << 32 | u64::from(inode);
+    if LAST.load(std::sync::atomic::Ordering::Relaxed) == key && sys::alive(pid) {
+        return Some(true);
+    }
     let want = format!("socket:[{inode}]");
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
-    Some(dir.flatten().any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str())))
+    let held = dir.flatten().any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()));
+    if held {
+        LAST.store(key, std::sync::atomic::Ordering::Relaxed);
+    }
+    Some(held)
 }
 
 #[cfg(test)]
@@ -158,13 +176,14 @@ mod tests {
         let server = l.local_addr().unwrap();
         let c = std::net::TcpStream::connect(server).unwrap();
         let client = c.local_addr().unwrap();
-        let end = connection(client, server).expect("the client end is here");
+        let d = Diag::open().unwrap();
+        let end = d.connection(client, server).expect("the client end is here");
         assert_eq!(Some(end.cookie), sys::cookie(c.as_raw_fd()));
-        let li = listener(server).expect("the listener");
+        let li = d.listener(server).expect("the listener");
         let ino = std::fs::metadata(format!("/proc/self/fd/{}", l.as_raw_fd())).unwrap().ino();
         assert_eq!(u64::from(li.inode), ino);
         assert_eq!(holds(std::process::id(), li.inode), Some(true));
-        assert!(connection(server, client).is_some(), "the server end, not yet accepted");
-        assert_eq!(connection(client, "127.0.0.1:1".parse().unwrap()), None);
+        assert!(d.connection(server, client).is_some(), "the server end, not yet accepted");
+        assert_eq!(d.connection(client, "127.0.0.1:1".parse().unwrap()), None);
     }
 }

@@ -122,9 +122,10 @@ fn verify_listener(door: c_int, tuple: Tuple, entry: &Entry) -> Result<(), Reaso
     }
     // Does the connection end in this namespace? Then the kernel knows which listener
     // took it, and the door's process must be that listener's.
-    let exact = match diag::connection(tuple.server, tuple.client) {
+    let d = diag::Diag::open().ok_or(Reason::NoMemory)?;
+    let exact = match d.connection(tuple.server, tuple.client) {
         Some(_) => {
-            let l = diag::listener(tuple.server).ok_or(Reason::WrongListener)?;
+            let l = d.listener(tuple.server).ok_or(Reason::WrongListener)?;
             if l.uid != cred.uid || diag::holds(pid, l.inode) == Some(false) {
                 return Err(Reason::WrongListener);
             }
@@ -154,11 +155,12 @@ fn verify_proposer(c: c_int, tuple: Tuple, tcp: c_int) -> Result<(), Reason> {
         return Err(Reason::Unproven);
     }
     let ours = listening_ports().lock().unwrap_or_else(|p| p.into_inner()).contains(&tuple.server.port());
-    if !ours || !diag::connection_exists(tuple.server, tuple.client) {
+    let d = diag::Diag::open().ok_or(Reason::NoMemory)?;
+    if !ours || d.connection(tuple.server, tuple.client).is_none() {
         return Err(Reason::NotOurConnection);
     }
     // Is the client end in this namespace? Then it must be the very socket passed.
-    let exact = match diag::connection(tuple.client, tuple.server) {
+    let exact = match d.connection(tuple.client, tuple.server) {
         Some(end) if Some(end.cookie) == sys::cookie(tcp) => true,
         Some(_) => return Err(Reason::Unproven),
         None => false,

@@ -211,13 +211,16 @@ impl Shm {
 }
 
 impl Shm {
-    /// Closes the memfd and keeps the mapping (which outlives it): for memory that is never
-    /// sent anywhere, so it costs no descriptor.
-    pub fn close_fd(&mut self) {
-        if self.fd >= 0 {
-            close(self.fd);
-            self.fd = -1;
+    /// `len` zeroed bytes shared with the processes this one forks, and with nobody else
+    /// (an anonymous shared mapping: no file, no descriptor).
+    pub fn anonymous(len: usize) -> io::Result<Shm> {
+        // PROT_READ|PROT_WRITE, MAP_SHARED|MAP_ANONYMOUS.
+        // SAFETY: a fresh anonymous mapping; the result is checked.
+        let p = unsafe { mmap(std::ptr::null_mut(), len, 0x1 | 0x2, 0x01 | 0x20, -1, 0) };
+        if p as isize == -1 {
+            return Err(io::Error::from_raw_os_error(errno()));
         }
+        Ok(Shm { fd: -1, ptr: p.cast(), len })
     }
 }
 
