@@ -305,3 +305,29 @@ fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     assert!(probed.contains("create:listen refused"), "{probed}");
     assert!(!probed.contains("ALLOWED"), "{probed}");
 }
+
+#[test]
+fn a_runtime_directory_left_by_an_older_sluice_is_repaired_by_roots_launcher() {
+    if !root() {
+        return;
+    }
+    // The layout before issue 14: directories as the program's umask made them, and the
+    // statistics in one file every user could write.
+    let p = Peers::new("upgrade");
+    let smc = p.dir.join("smc");
+    for d in ["door", "listen", "intent", "conn", "lib"] {
+        std::fs::create_dir_all(smc.join(d)).unwrap();
+    }
+    std::fs::write(smc.join("stats"), vec![0u8; 4096]).unwrap();
+    sh_ok(&format!("chmod 666 {}", smc.join("stats").display()));
+    let port = port(48);
+    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
+    let server = Killed(server);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:1000000"]);
+    let (ok, _, _) = finish(server.take(), 60);
+    assert!(ok);
+    assert_eq!(rest(out), sent);
+    assert!(smc.join("stats").is_dir(), "the statistics file became the directory");
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+}

@@ -138,11 +138,13 @@ pub fn setup(group: Option<u32>) -> Result<Policy> {
     let mk = |dir: &Path, mode: u32, gid: u32| -> Result<()> {
         match std::fs::symlink_metadata(dir) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                // An older sluice kept statistics in a file named like a directory now.
-                std::fs::remove_file(dir).with_context(|| format!("removing {}", dir.display()))?
+            found => {
+                if found.is_ok() {
+                    // An older sluice kept statistics in a file named like a directory now.
+                    std::fs::remove_file(dir).with_context(|| format!("removing {}", dir.display()))?;
+                }
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             }
-            Err(_) => std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?,
         }
         std::os::unix::fs::chown(dir, Some(me), Some(gid))
             .with_context(|| format!("giving {} to uid {me}, gid {gid}", dir.display()))?;
@@ -174,11 +176,28 @@ pub enum Verdict {
     Plain(String),
 }
 
-/// Decides for the calling user and program `program`.
+/// True when every directory of the layout is there (a runtime directory an older sluice
+/// made lacks some, and kept its statistics in a file named like one of them).
+fn complete() -> bool {
+    std::iter::once("lib")
+        .chain(access::SHARED_DIRS)
+        .all(|d| std::fs::symlink_metadata(smc_dir().join(d)).is_ok_and(|m| m.is_dir()))
+}
+
+/// Decides for the calling user and program `program`. Root sets the layout up when it
+/// is missing (with the default group) or incomplete (keeping its group).
 pub fn verdict(program: &str) -> Result<Verdict> {
     let me = my_cred();
-    if me.uid == 0 && matches!(state(), State::Missing) {
-        setup(group_id(access::DEFAULT_GROUP))?;
+    if me.uid == 0 {
+        match state() {
+            State::Missing => {
+                setup(group_id(access::DEFAULT_GROUP))?;
+            }
+            State::Ready(p) if !complete() => {
+                setup(p.group)?;
+            }
+            _ => {}
+        }
     }
     let dir = smc_dir();
     let plain = |why: String| Ok(Verdict::Plain(format!("sluice: {why}; {program} runs on plain TCP")));
