@@ -56,6 +56,26 @@ fn hostile(p: &Peers, ns: Option<&str>, args: &[&str]) -> std::process::Command 
     c
 }
 
+/// A server under test: killed if the test fails before it ends.
+struct Server {
+    child: Killed,
+    out: Out,
+}
+
+impl Server {
+    fn start(p: &Peers, launcher: bool, args: &[&str]) -> Server {
+        let (child, out) = p.serve(launcher, args);
+        Server { child: Killed(child), out }
+    }
+
+    /// Waits for it to end by itself (at most 60 s); its output after "listening".
+    fn output(self) -> String {
+        let (ok, _, err) = finish(self.child.take(), 60);
+        assert!(ok, "the server failed: {err}");
+        rest(self.out)
+    }
+}
+
 fn line(out: &mut Out) -> String {
     use std::io::BufRead;
     let mut l = String::new();
@@ -70,8 +90,7 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
     }
     let p = Peers::new("hijack");
     let port = port(40);
-    let (server, server_out) = p.serve(true, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
     // A plain client's live connection, held open until the attackers are done.
     let gate = p.dir.join("go");
     let mut client =
@@ -98,9 +117,7 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
     let sent = rest(client_out);
     let (ok, _, err) = finish(client, 60);
     assert!(ok, "{err}");
-    let (ok, _, _) = finish(server.take(), 60);
-    assert!(ok);
-    assert_eq!(rest(server_out), sent, "the server got exactly the client's bytes");
+    assert_eq!(server.output(), sent, "the server got exactly the client's bytes");
     let st = p.stats();
     assert_eq!(st["fallback_server"]["unproven"], 3, "{st}");
     assert_eq!(st["fallback_server"]["no_proposal"], 1, "the real connection stayed TCP: {st}");
@@ -111,8 +128,7 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
 fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
     let p = Peers::new("broken");
     let port = port(41);
-    let (server, out) = p.serve(true, &["serve-seq", &port, "sink,sink,source:20000000,sink,sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve-seq", &port, "sink,sink,source:20000000,sink,sink"]);
     let attack = |a: &str| run(hostile(&p, None, &["client", "127.0.0.1", &port, a]));
     // An unsealed segment is refused before it is mapped (it could shrink under us).
     assert_eq!(attack("unsealed"), "declined bad_segment\nshrunk-own-copy");
@@ -123,9 +139,7 @@ fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
     assert_eq!(attack("sealed"), "decision confirm\nshrink refused");
     // …and the server goes on serving an honest client.
     let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:5000000"]);
-    let (ok, _, err) = finish(server.take(), 60);
-    assert!(ok, "the server lived through it: {err}");
-    let lines: Vec<String> = rest(out).lines().map(str::to_string).collect();
+    let lines: Vec<String> = server.output().lines().map(str::to_string).collect();
     let empty = "0 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
     assert_eq!(lines[0], empty, "the refused one stayed on TCP and sent nothing");
     assert_eq!(lines[1], "ConnectionResetError", "a bad cursor resets that connection: {lines:?}");
@@ -149,8 +163,7 @@ fn resetting_the_statistics_while_programs_run_breaks_none_of_them() {
     }
     let p = Peers::new("reset");
     let port = port(42);
-    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
     let client = spawn(p.cmd(true, &["connect", "127.0.0.1", &port, "source:1000000000"]));
     // A file that is not a statistics file, and one another user planted under a name
     // that is not theirs: readers skip both.
@@ -171,9 +184,7 @@ fn resetting_the_statistics_while_programs_run_breaks_none_of_them() {
     }
     let (ok, sent, err) = finish(client.take().unwrap(), 120);
     assert!(ok, "the client lived through {resets} resets: {err}");
-    let (ok, _, err) = finish(server.take(), 60);
-    assert!(ok, "the server lived through {resets} resets: {err}");
-    assert_eq!(rest(out), sent);
+    assert_eq!(server.output(), sent, "the server lived through {resets} resets");
     assert!(resets >= 5, "the statistics were reset while the transfer ran ({resets} times)");
     assert!(!probed.is_empty(), "the probe ran while the programs counted");
     // Another user could neither write nor truncate the files the programs map.
@@ -199,8 +210,7 @@ fn a_listener_registered_in_another_namespace_never_gets_the_connection() {
     let port = port(43);
     // The real server: plain, in this namespace. The decoy: a willing "sluice listener"
     // for the same address, in a namespace of its own.
-    let (server, out) = p.serve(false, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, false, &["serve", &port, "sink"]);
     sluice_ok_in(&p, &["smc", "setup"]);
     let other = Netns::new("decoy");
     let mut decoy = spawn(hostile(&p, Some(&other.0), &["decoy", "127.0.0.1", &port, "20"]));
@@ -208,9 +218,7 @@ fn a_listener_registered_in_another_namespace_never_gets_the_connection() {
     assert_eq!(line(&mut decoy_out), "listening");
     let decoy = Killed(decoy);
     let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:2000000"]);
-    let (ok, _, _) = finish(server.take(), 60);
-    assert!(ok);
-    assert_eq!(rest(out), sent, "the real server got the client's bytes");
+    assert_eq!(server.output(), sent, "the real server got the client's bytes");
     drop(decoy);
     let heard = rest(decoy_out);
     assert!(!heard.contains("proposal"), "the decoy was never asked: {heard:?}");
@@ -240,16 +248,13 @@ fn users_the_fast_path_is_not_open_to_get_plain_tcp_and_one_message() {
     assert!(err.contains("open to root only, not to nobody (uid 65534)") && err.contains("runs on plain TCP"), "{err}");
     // Against a root server under the launcher: plain TCP, bytes intact.
     let port = port(44);
-    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
     let mut c =
         as_nobody(&[], &[&bin, "smc", "run", "--", "python3", &peer, "connect", "127.0.0.1", &port, "source:3000000"]);
     c.env("SLUICE_RUN_DIR", &p.dir);
     let (ok, sent, err) = finish(spawn(c), 60);
     assert!(ok, "{err}");
-    let (ok, _, _) = finish(server.take(), 60);
-    assert!(ok);
-    assert_eq!(rest(out), sent);
+    assert_eq!(server.output(), sent);
     let st = p.stats();
     assert_eq!(st["smc_server"], 0, "{st}");
     assert_eq!(st["fallback_server"]["no_proposal"], 1, "{st}");
@@ -281,8 +286,7 @@ fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     let said = String::from_utf8_lossy(&said.stdout);
     assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
     let (port, port2) = (port(45), port(46));
-    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
     let (bin, peer) = (reachable(BIN), reachable(PEER));
     let mut c = as_nobody(
         &[gid],
@@ -291,15 +295,12 @@ fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     c.env("SLUICE_RUN_DIR", &p.dir);
     let (ok, sent, err) = finish(spawn(c), 60);
     assert!(ok, "{err}");
-    let (ok, _, _) = finish(server.take(), 60);
-    assert!(ok);
-    assert_eq!(rest(out), sent);
+    assert_eq!(server.output(), sent);
     let st = p.stats();
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
     // A user outside the group reaches nothing: no door, no entry, no statistics file.
-    let (server2, _out2) = p.serve(true, &["serve", &port2, "sink"]);
-    let server2 = Killed(server2);
-    let (dir, pid) = (p.dir.to_string_lossy().into_owned(), server2.0.id().to_string());
+    let server2 = Server::start(&p, true, &["serve", &port2, "sink"]);
+    let (dir, pid) = (p.dir.to_string_lossy().into_owned(), server2.child.0.id().to_string());
     let probed = run(as_nobody(&[], &["python3", &reachable(HOSTILE), "probe", &dir, &pid]));
     assert!(probed.contains(&format!("door:{pid}.sock refused")), "{probed}");
     assert!(probed.contains("create:listen refused"), "{probed}");
@@ -321,12 +322,9 @@ fn a_runtime_directory_left_by_an_older_sluice_is_repaired_by_roots_launcher() {
     std::fs::write(smc.join("stats"), vec![0u8; 4096]).unwrap();
     sh_ok(&format!("chmod 666 {}", smc.join("stats").display()));
     let port = port(48);
-    let (server, out) = p.serve(true, &["serve", &port, "sink"]);
-    let server = Killed(server);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
     let sent = p.run(true, &["connect", "127.0.0.1", &port, "source:1000000"]);
-    let (ok, _, _) = finish(server.take(), 60);
-    assert!(ok);
-    assert_eq!(rest(out), sent);
+    assert_eq!(server.output(), sent);
     assert!(smc.join("stats").is_dir(), "the statistics file became the directory");
     let st = p.stats();
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
