@@ -66,12 +66,14 @@ impl Drop for SharedLock<'_> {
 
 /// This side's own shared page of a connection: shared with the processes this one forks
 /// (an anonymous `MAP_SHARED` mapping is inherited as shared), never reachable by the peer.
-struct Side {
+pub struct Side {
     shm: Shm,
 }
 
 impl Side {
-    fn new() -> std::io::Result<Side> {
+    /// A fresh page (made before the handshake commits, so that building the connection
+    /// afterwards cannot fail).
+    pub fn new() -> std::io::Result<Side> {
         Ok(Side { shm: Shm::anonymous(4096)? })
     }
 
@@ -129,18 +131,11 @@ pub struct Conn {
 pub type Io = Result<usize, c_int>;
 
 impl Conn {
-    /// A connection over the two mapped rings; `peer_bell` is the peer's doorbell end,
-    /// which it takes. The TCP socket is filled in when the connection takes the
-    /// application's descriptor over.
-    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, peer_bell: c_int) -> std::io::Result<Conn> {
-        let side = match Side::new() {
-            Ok(s) => s,
-            Err(e) => {
-                sys::close(peer_bell);
-                return Err(e);
-            }
-        };
-        Ok(Conn {
+    /// A connection over the two mapped rings and this side's page; `peer_bell` is the
+    /// peer's doorbell end, which it takes. The TCP socket is filled in when the connection
+    /// takes the application's descriptor over.
+    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, side: Side, peer_bell: c_int) -> Conn {
+        Conn {
             rx,
             tx,
             _rx_shm: rx_shm,
@@ -156,7 +151,7 @@ impl Conn {
             rcvtimeo: AtomicI32::new(-1),
             sndtimeo: AtomicI32::new(-1),
             info: None,
-        })
+        }
     }
 
     /// The peer broke a ring: the connection is reset, once — our descriptor and the

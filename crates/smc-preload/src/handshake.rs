@@ -20,7 +20,7 @@ use sluice_smc::access;
 use sluice_smc::msg::{DecodeError, Msg, Reason, Tuple};
 use sluice_smc::ring::{Ring, region_len};
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Side};
 use crate::registry::Entry;
 use crate::sys::{self, Shm};
 use crate::{diag, registry, settings};
@@ -233,6 +233,7 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: 
         return Err(Reason::DoorUnreachable);
     }
     let (rx_shm, rx) = new_ring(r)?;
+    let side = Side::new().map_err(|_| Reason::NoMemory)?;
     let (app_end, bell) = doorbell()?;
     let token = sys::token();
     let p = Msg::Proposal { token, tuple, netns: sys::netns_inode(), pid: sys::pid(), rmem: r as u32, tmem: t as u32 };
@@ -294,12 +295,7 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: 
                 }
             }
             let tmem = tx.capacity();
-            match Conn::new(rx_shm, rx, tx_shm, tx, fds[1]) {
-                Ok(conn) => Ok(Ready { conn, app_end, rmem: r, tmem }),
-                // Committed on both sides, but no memory for our own page: the server
-                // learns through the doorbell closing, as if we had died.
-                Err(_) => fail(Reason::NoMemory),
-            }
+            Ok(Ready { conn: Conn::new(rx_shm, rx, tx_shm, tx, side, fds[1]), app_end, rmem: r, tmem })
         }
         Msg::Decline { .. } => {
             for fd in fds {
@@ -503,6 +499,7 @@ fn serve(c: c_int) -> Result<(), Reason> {
         Ok(x) => x,
         Err(e) => return fail(e, &[peer_bell]),
     };
+    let Ok(side) = Side::new() else { return fail(Reason::NoMemory, &[peer_bell]) };
     let (app_end, bell) = match doorbell() {
         Ok(x) => x,
         Err(e) => return fail(e, &[peer_bell]),
@@ -529,14 +526,7 @@ fn serve(c: c_int) -> Result<(), Reason> {
     }
     let tmem = tx.capacity();
     // The TCP socket is filled in by `accept`.
-    let conn = match Conn::new(rx_shm, rx, tx_shm, tx, peer_bell) {
-        Ok(c) => c,
-        Err(_) => {
-            sys::close(app_end);
-            decline(c, token, Reason::NoMemory);
-            return Err(Reason::NoMemory);
-        }
-    };
+    let conn = Conn::new(rx_shm, rx, tx_shm, tx, side, peer_bell);
     let (m, cv) = table();
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
     t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
