@@ -26,6 +26,10 @@ fast path's trust boundary") and tries what a hostile local user would:
       Register as a sluice listener for ADDR:PORT (run it in another namespace) and
       answer every proposal with ACCEPT; prints "listening", then "proposal" for each
       proposal received, and exits after SECONDS.
+  smc_hostile.py announce RUNDIR CPORT SADDR SPORT
+      Announce someone else's connection from port CPORT to SADDR:SPORT (write the intent
+      file its client would write before connecting), so that the server's accept would
+      wait for a handshake that never comes. Prints "announced" or "refused ERRNO".
   smc_hostile.py probe RUNDIR [PID…]
       As an unprivileged user: try to open every door (those listed, and those of the
       PIDs given), to add an entry to every shared directory, and to write or truncate
@@ -297,6 +301,16 @@ def probe(rundir, pids):
         attempt("truncate:stats/" + name, lambda: os.truncate(p, 0))
 
 
+def announce(rundir, cport, saddr, sport):
+    path = os.path.join(rundir, "smc", "intent", "%d_%s_%d" % (cport, key(saddr), sport))
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+        print("announced")
+    except OSError as e:
+        import errno
+        print("refused", errno.errorcode[e.errno])
+
+
 def main():
     a = sys.argv[1:]
     if a[0] == "propose":
@@ -305,6 +319,8 @@ def main():
         client(a[1], a[2], int(a[3]), a[4])
     elif a[0] == "decoy":
         decoy(a[1], a[2], int(a[3]), float(a[4]))
+    elif a[0] == "announce":
+        announce(a[1], int(a[2]), a[3], int(a[4]))
     elif a[0] == "probe":
         probe(a[1], a[2:])
     else:

@@ -19,6 +19,8 @@ MODE:
   hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
   gate:PATH        (before the rest) print "port <local port>", then wait until PATH
                    exists (at most 60 s): "gate:/tmp/go+source:1000"
+  pregate:PATH     (connect; first) bind the socket, print "port <local port>", wait until
+                   PATH exists (at most 60 s), then connect: "pregate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
   bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
                    the reader falls asleep between them), print "<bytes> <sha256>"
@@ -224,7 +226,14 @@ def main():
         os.waitpid(pid, 0)
     elif cmd == "connect":
         addr, port, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-        c = socket.create_connection((addr, port))
+        if mode.startswith("pregate:"):
+            gate, _, mode = mode[len("pregate:"):].partition("+")
+            c = socket.socket(family(addr), socket.SOCK_STREAM)
+            c.bind(("", 0))
+            run_mode(c, "gate:" + gate)
+            c.connect((addr, port))
+        else:
+            c = socket.create_connection((addr, port))
         if mode == "fork":
             pid = os.fork()
             if pid == 0:

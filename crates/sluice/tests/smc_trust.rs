@@ -269,22 +269,32 @@ impl Drop for Group {
     }
 }
 
+impl Group {
+    /// A new group named after this process and `tag`; the runtime directory `p` set up
+    /// for it with `sluice smc setup`.
+    fn new(p: &Peers, tag: &str) -> (Group, u32) {
+        let name = format!("sluicet{}{tag}", std::process::id() % 100_000);
+        sh_ok(&format!("groupadd {name}"));
+        let g = Group(name);
+        let gid: u32 = sh_ok(&format!("getent group {} | cut -d: -f3", g.0)).trim().parse().unwrap();
+        let said = std::process::Command::new(BIN)
+            .args(["smc", "setup", "--group", &g.0])
+            .env("SLUICE_RUN_DIR", &p.dir)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&said.stdout);
+        assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
+        (g, gid)
+    }
+}
+
 #[test]
 fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     if !root() {
         return;
     }
-    let g = Group(format!("sluicet{}", std::process::id() % 100_000));
-    sh_ok(&format!("groupadd {}", g.0));
-    let gid: u32 = sh_ok(&format!("getent group {} | cut -d: -f3", g.0)).trim().parse().unwrap();
     let p = Peers::new("group");
-    let said = std::process::Command::new(BIN)
-        .args(["smc", "setup", "--group", &g.0])
-        .env("SLUICE_RUN_DIR", &p.dir)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&said.stdout);
-    assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
+    let (_g, gid) = Group::new(&p, "m");
     let (port, port2) = (port(45), port(46));
     let server = Server::start(&p, true, &["serve", &port, "sink"]);
     let (bin, peer) = (reachable(BIN), reachable(PEER));
@@ -305,6 +315,37 @@ fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     assert!(probed.contains(&format!("door:{pid}.sock refused")), "{probed}");
     assert!(probed.contains("create:listen refused"), "{probed}");
     assert!(!probed.contains("ALLOWED"), "{probed}");
+}
+
+#[test]
+fn a_member_of_the_group_cannot_make_a_server_wait_for_anothers_connection() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("announce");
+    let (_g, gid) = Group::new(&p, "a");
+    let port = port(49);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
+    // A plain client (root) that knows its port before it connects.
+    let gate = p.dir.join("go");
+    let mut client =
+        spawn(p.cmd(false, &["connect", "127.0.0.1", &port, &format!("pregate:{}+source:1000000", gate.display())]));
+    let mut client_out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let first = line(&mut client_out);
+    let cport = first.strip_prefix("port ").expect("the client's port");
+    // Another user of the fast path announces that connection as if it were its own.
+    let (dir, script) = (p.dir.to_string_lossy().into_owned(), reachable(HOSTILE));
+    let said = run(as_nobody(&[gid], &["python3", &script, "announce", &dir, cport, "127.0.0.1", &port]));
+    assert_eq!(said, "announced");
+    std::fs::write(&gate, b"").unwrap();
+    let sent = rest(client_out);
+    let (ok, _, err) = finish(client, 60);
+    assert!(ok, "{err}");
+    assert_eq!(server.output(), sent, "the server got exactly the client's bytes");
+    // The server did not believe it (it would have waited for a handshake that never came).
+    let st = p.stats();
+    assert_eq!(st["fallback_server"]["unproven"], 1, "{st}");
+    assert_eq!(st["fallback_server"]["no_proposal"], 0, "{st}");
 }
 
 #[test]

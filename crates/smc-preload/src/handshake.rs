@@ -352,22 +352,38 @@ fn table() -> &'static (Mutex<Table>, Condvar) {
 }
 
 /// Claims the prepared connection whose server side is `local` and client `peer`; waits
-/// up to [`ACCEPT_WAIT_MS`] if a client announced one.
-pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Option<Prepared> {
+/// up to [`ACCEPT_WAIT_MS`] if a client announced one. Without one, says why:
+/// `NoProposal` (nobody announced it, or the announced handshake never came) or
+/// `Unproven` (the announcement was written by another user than the client's).
+///
+/// An announcement is a file any allowed user can write: when the client end is in this
+/// namespace, only one its owner wrote counts, so nobody can make `accept` wait for
+/// others' connections. (When it is not, the announcement is believed: the wait is
+/// bounded, and only allowed users can write one.)
+pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Reason> {
     let (m, cv) = table();
     let key = (local, peer);
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
     let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
+    // The client end's owner, asked of sock_diag once (None: not in this namespace).
+    let mut client_owner: Option<Option<u32>> = None;
     loop {
         if let Some(p) = t.ready.remove(&key) {
             t.claimed.insert(key);
             cv.notify_all();
-            return Some(p);
+            return Ok(p);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !registry::announced(peer, local) {
-            return None;
+        let Some(by) = registry::announced(peer, local) else { return Err(Reason::NoProposal) };
+        if left.is_zero() {
+            return Err(Reason::NoProposal);
         }
+        let owner = *client_owner
+            .get_or_insert_with(|| diag::Diag::open().and_then(|d| d.connection(peer, local)).map(|f| f.uid));
+        if owner.is_some_and(|uid| uid != by) {
+            return Err(Reason::Unproven);
+        }
+        // Unlocked while waiting; the door thread inserts and notifies.
         t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
     }
 }

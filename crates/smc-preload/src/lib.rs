@@ -362,11 +362,11 @@ fn accepted(listener: c_int, fd: c_int) {
     let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
     stats::count(Counter::ConnsServer);
     match handshake::take_prepared(local, peer) {
-        Some(p) => {
+        Ok(p) => {
             stats::smc(true, p.rmem, p.tmem);
             convert(fd, p.conn, p.app_end, true, p.rmem, p.tmem);
         }
-        None => stats::fallback(Reason::NoProposal, true),
+        Err(why) => stats::fallback(why, true),
     }
 }
 

@@ -140,7 +140,8 @@ pub fn announce(client_port: u16, server: SocketAddr) -> Option<PathBuf> {
     Some(p)
 }
 
-/// True when a client announced a proposal for this connection.
-pub fn announced(client: SocketAddr, server: SocketAddr) -> bool {
-    intent_path(client.port(), server).symlink_metadata().is_ok_and(|m| m.file_type().is_file())
+/// Who announced a proposal for this connection (the announcement's owner), if anyone.
+pub fn announced(client: SocketAddr, server: SocketAddr) -> Option<u32> {
+    let m = intent_path(client.port(), server).symlink_metadata().ok()?;
+    m.file_type().is_file().then_some(m.uid())
 }
