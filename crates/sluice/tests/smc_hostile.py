@@ -26,6 +26,20 @@ fast path's trust boundary") and tries what a hostile local user would:
       Register as a sluice listener for ADDR:PORT (run it in another namespace) and
       answer every proposal with ACCEPT; prints "listening", then "proposal" for each
       proposal received, and exits after SECONDS.
+  smc_hostile.py server RUNDIR ADDR PORT ATTACK SECONDS
+      Be a sluice listener on ADDR:PORT (a real TCP listener, registered, with a side
+      door) that cheats its clients; every TCP connection is read to EOF and reported as
+      "tcp <bytes> <sha256>". Prints "listening" first. ATTACK:
+        full-door    the door never accepts, and its backlog is full (connecting to it
+                     would wait forever)
+        stall        answer ACCEPT, take the client's CONFIRM, and never decide
+        linger-bell  answer ACCEPT with a TCP socket as the doorbell, one whose last
+                     close waits for unsent bytes (SO_LINGER) that nobody reads
+      Exits after SECONDS.
+  smc_hostile.py liar RUNDIR ADDR PORT COUNT BYTES
+      COUNT times: announce our own next connection to ADDR:PORT (as a sluice client
+      would), connect with plain TCP, send BYTES bytes, never propose. Prints
+      "<bytes> <sha256>" of each connection.
   smc_hostile.py announce RUNDIR CPORT SADDR SPORT
       Announce someone else's connection from port CPORT to SADDR:SPORT (write the intent
       file its client would write before connecting), so that the server's accept would
@@ -48,7 +62,7 @@ import time
 VERSION = int(os.environ.get("SLUICE_HOSTILE_VERSION", "2"))
 REASONS = {1: "no_listener", 2: "door_unreachable", 3: "timeout", 4: "version", 5: "not_our_connection",
            6: "ambiguous", 7: "no_memory", 8: "peer_declined", 9: "protocol", 10: "no_proposal",
-           11: "not_allowed", 12: "unproven", 13: "wrong_listener", 14: "bad_segment"}
+           11: "not_allowed", 12: "unproven", 13: "wrong_listener", 14: "bad_segment", 15: "penalized"}
 RING_MAGIC = 0x5352_4543_4955_4C53
 RING_VERSION = 3 if VERSION >= 2 else 2
 HEADER = 256
@@ -238,14 +252,7 @@ def decoy(rundir, ip, port, seconds):
     l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     l.bind((ip, port))
     l.listen()
-    netns = os.stat("/proc/self/ns/net").st_ino
-    entry = os.path.join(rundir, "smc", "listen", "%s_%d.%d.%d" % (key(ip), port, netns, os.getpid()))
-    open(entry, "w").close()
-    path = os.path.join(rundir, "smc", "door", "%d.sock" % os.getpid())
-    door = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    door.bind(path)
-    os.chmod(path, 0o666)
-    door.listen()
+    entry, path, door = register(rundir, ip, port)
     print("listening", flush=True)
     deadline = time.time() + seconds
     try:
@@ -301,11 +308,123 @@ def probe(rundir, pids):
         attempt("truncate:stats/" + name, lambda: os.truncate(p, 0))
 
 
-def announce(rundir, cport, saddr, sport):
-    path = os.path.join(rundir, "smc", "intent", "%d_%s_%d" % (cport, key(saddr), sport))
+def register(rundir, ip, port, backlog=16):
+    """A listen entry and a side door for this process: (entry, door path, door)."""
+    netns = os.stat("/proc/self/ns/net").st_ino
+    entry = os.path.join(rundir, "smc", "listen", "%s_%d.%d.%d" % (key(ip), port, netns, os.getpid()))
+    open(entry, "w").close()
+    path = os.path.join(rundir, "smc", "door", "%d.sock" % os.getpid())
+    door = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    door.bind(path)
+    os.chmod(path, 0o666)
+    door.listen(backlog)
+    return entry, path, door
+
+
+def lingering_socket():
+    """A TCP socket whose last close waits (SO_LINGER 120 s) for bytes nobody reads."""
+    l = socket.socket()
+    l.bind(("127.0.0.1", 0))
+    l.listen(1)
+    c = socket.create_connection(l.getsockname())
+    c.setblocking(False)
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
-        print("announced")
+        while True:
+            c.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 120))
+    return l, c
+
+
+def server(rundir, ip, port, attack, seconds):
+    import hashlib
+    import threading
+    l = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind((ip, port))
+    l.listen(16)
+
+    def sink_all():
+        while True:
+            c, _ = l.accept()
+            h, n = hashlib.sha256(), 0
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+            print("tcp %d %s" % (n, h.hexdigest()), flush=True)
+            c.close()
+
+    threading.Thread(target=sink_all, daemon=True).start()
+    entry, path, door = register(rundir, ip, port, 0 if attack == "full-door" else 16)
+    keep = []
+    if attack == "full-door":
+        # Fill the backlog of 0: one connection nobody accepts.
+        f = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        f.connect(path)
+        keep.append(f)
+    print("listening", flush=True)
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline:
+            if attack == "full-door":
+                time.sleep(0.05)
+                continue
+            door.settimeout(max(0.01, deadline - time.time()))
+            try:
+                c, _ = door.accept()
+            except socket.timeout:
+                break
+            keep.append(c)
+            what, fds, data = read_msg(c)
+            print(what, flush=True)
+            if what != "proposal":
+                continue
+            token = data[8:24]
+            rfd, _ = ring(65536)
+            if attack == "linger-bell":
+                lst, bell = lingering_socket()
+                socket.send_fds(c, [hdr(2, token) + struct.pack("<II", 65536, os.getpid())], [rfd, bell.fileno()])
+                # The client now holds the last reference.
+                bell.close()
+                keep.append(lst)
+                print("sent a lingering socket", flush=True)
+                continue
+            mine, theirs = socket.socketpair()
+            keep += [mine, theirs]
+            socket.send_fds(c, [hdr(2, token) + struct.pack("<II", 65536, os.getpid())], [rfd, theirs.fileno()])
+            print(read_msg(c)[0], "and no decision", flush=True)
+    finally:
+        os.unlink(entry)
+        os.unlink(path)
+
+
+def liar(rundir, ip, port, count, nbytes):
+    import hashlib
+    for i in range(count):
+        tcp = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
+        tcp.bind(("", 0))
+        cport = tcp.getsockname()[1]
+        write_intent(rundir, cport, ip, port)
+        tcp.connect((ip, port))
+        data = bytes([i % 256]) * nbytes
+        tcp.sendall(data)
+        tcp.close()
+        print("%d %s" % (nbytes, hashlib.sha256(data).hexdigest()), flush=True)
+
+
+def write_intent(rundir, cport, saddr, sport):
+    path = os.path.join(rundir, "smc", "intent", "%d_%s_%d" % (cport, key(saddr), sport))
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644))
+
+
+def announce(rundir, cport, saddr, sport):
+    try:
+        write_intent(rundir, cport, saddr, sport)
+        print("announced", flush=True)
     except OSError as e:
         import errno
         print("refused", errno.errorcode[e.errno])
@@ -319,6 +438,10 @@ def main():
         client(a[1], a[2], int(a[3]), a[4])
     elif a[0] == "decoy":
         decoy(a[1], a[2], int(a[3]), float(a[4]))
+    elif a[0] == "server":
+        server(a[1], a[2], int(a[3]), a[4], float(a[5]))
+    elif a[0] == "liar":
+        liar(a[1], a[2], int(a[3]), int(a[4]), int(a[5]))
     elif a[0] == "announce":
         announce(a[1], int(a[2]), a[3], int(a[4]))
     elif a[0] == "probe":

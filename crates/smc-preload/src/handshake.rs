@@ -9,7 +9,7 @@
 //! socket the proposal carries against the connection ([`verify_proposer`]) before it
 //! answers; and each checks the seals and size of the peer's segment before mapping it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,16 +23,20 @@ use sluice_smc::ring::{Ring, region_len};
 use crate::conn::{Conn, Side};
 use crate::registry::Entry;
 use crate::sys::{self, Shm};
-use crate::{diag, registry, settings};
+use crate::{diag, foreign, registry, settings};
 
 /// How long either side waits for the other's next message. The one exception: after
-/// CONFIRM the client waits for the server's decision until it comes or the door closes,
-/// because the server decides atomically and a client that gave up early could disagree
-/// with a server that had already committed.
+/// CONFIRM the client waits for the server's decision as long as the server may take to
+/// decide ([`DECISION_MS`]).
 pub const TIMEOUT_MS: i32 = 1000;
 
 /// How long `accept` waits for a handshake a client announced.
 pub const ACCEPT_WAIT_MS: u64 = 5000;
+
+/// How long after a user's announced connection brought no proposal in time its
+/// announcements are not waited for: one who announces and never proposes holds a
+/// server's `accept` once, not again and again.
+pub const PENALTY_MS: u64 = 60_000;
 
 /// How long the door waits for `accept` to claim a prepared connection while the
 /// program is accepting (a thread is in `accept`, or left it lately)…
@@ -40,6 +44,11 @@ pub const CLAIM_LIMIT_MS: u64 = 10_000;
 /// …and how long without any `accept` in this process it waits before declining (a
 /// pre-forking server whose children accept, or a program not accepting now).
 pub const CLAIM_IDLE_MS: u64 = 500;
+
+/// How long the client waits for the server's decision after its CONFIRM: the longest the
+/// server waits for its claim, and a message's time on top. Past it the client cannot know
+/// whether the server moved its end, so it fails the connection rather than guess.
+pub const DECISION_MS: i32 = CLAIM_LIMIT_MS as i32 + 2 * TIMEOUT_MS;
 
 static IN_ACCEPT: AtomicUsize = AtomicUsize::new(0);
 static LAST_ACCEPT_MS: AtomicU64 = AtomicU64::new(0);
@@ -84,16 +93,17 @@ fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
     Ok((shm, ring))
 }
 
-/// Maps the peer's receive ring of `size` bytes from memfd `fd` (which it takes) — only
-/// once the file is shown to be a memfd that can neither shrink nor change its seals, at
-/// least as long as the ring, whose header says the same size.
+/// Maps the peer's receive ring of `size` bytes from `fd` (which it takes) — only once the
+/// file is shown to be a memfd (not hugetlbfs) that can neither shrink nor change its
+/// seals, at least as long as the ring, whose header says the same size.
 fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
     let ok = size.is_power_of_two()
         && (sluice_smc::size::MIN..=sluice_smc::size::MAX).contains(&size)
+        && sys::is_shmem(fd)
         && sys::seals(fd).is_some_and(|s| s & sys::SEALS == sys::SEALS)
         && sys::file_len(fd).is_some_and(|n| n >= region_len(size) as u64);
     if !ok {
-        sys::close(fd);
+        foreign::release(fd);
         return Err(Reason::BadSegment);
     }
     let shm = Shm::map(fd, region_len(size)).map_err(|_| Reason::BadSegment)?;
@@ -106,10 +116,18 @@ fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
     Ok((shm, ring))
 }
 
-/// True when `fd` is a unix stream socket (what a peer's doorbell end must be).
-fn is_doorbell(fd: c_int) -> bool {
-    sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_UNIX)
-        && sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
+/// True when `fd` is fit to be the peer's doorbell end: a unix stream socket with nothing
+/// queued in it (the connection has not begun), which from now on refuses descriptors, so
+/// the peer cannot make our reads or our close release something of its choosing.
+fn take_doorbell(fd: c_int) -> bool {
+    let unix = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_UNIX)
+        && sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM);
+    // Refused first, then looked at: nothing can slip in between. (A kernel before 6.16
+    // cannot refuse: docs/architecture.md, "What stays out of reach".)
+    unix && {
+        sys::refuse_rights(fd);
+        sys::pending(fd) == Some(0)
+    }
 }
 
 /// The client's proof that door `door` belongs to the listener this connection reached,
@@ -176,6 +194,8 @@ fn doorbell() -> Result<(c_int, c_int), Reason> {
     let (a, b) = sys::socketpair(sys::SOCK_STREAM).map_err(|_| Reason::NoMemory)?;
     // A small send buffer: filler makes it unwritable quickly when our ring is full.
     sys::set_sockopt_int(a, sys::SOL_SOCKET, sys::SO_SNDBUF, 4096);
+    // What the peer writes into its end arrives here: bytes, never descriptors.
+    sys::refuse_rights(a);
     Ok((a, b))
 }
 
@@ -190,9 +210,7 @@ fn recv_msg(sock: c_int, timeout_ms: i32) -> Result<(Msg, Vec<c_int>), Reason> {
     match Msg::decode(&buf[..n]) {
         Ok(m) => Ok((m, fds)),
         Err(e) => {
-            for fd in fds {
-                sys::close(fd);
-            }
+            foreign::release_all(&fds);
             Err(if let DecodeError::Version(_) = e { Reason::Version } else { Reason::Protocol })
         }
     }
@@ -206,31 +224,60 @@ pub struct Ready {
     pub tmem: usize,
 }
 
+/// Why the client's half did not move a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// The connection stays on TCP, untouched; the reason is counted.
+    Fallback(Reason),
+    /// The server's decision did not come within [`DECISION_MS`]: it may have moved its
+    /// end, so the connection can be neither moved nor kept. The caller fails it.
+    Undecided,
+}
+
+impl From<Reason> for Failed {
+    fn from(r: Reason) -> Failed {
+        Failed::Fallback(r)
+    }
+}
+
 /// The client's half, for connected TCP socket `tcp` with `tuple`, towards the listener
-/// of registry entry `entry`.
-pub fn client(tcp: c_int, tuple: Tuple, entry: &Entry) -> Result<Ready, Reason> {
+/// of registry entry `entry`. Every wait in it is bounded: the door is opened without
+/// waiting (a door that does not accept is unreachable, not waited for), each message is
+/// waited for at most [`TIMEOUT_MS`], the decision at most [`DECISION_MS`].
+pub fn client(tcp: c_int, tuple: Tuple, entry: &Entry) -> Result<Ready, Failed> {
+    if foreign::congested() {
+        return Err(Reason::NoMemory.into());
+    }
     let (r, t) = settings();
     // SAFETY: a plain socket call.
-    let door = unsafe { crate::real::socket(sys::AF_UNIX, sys::SOCK_SEQPACKET | sys::SOCK_CLOEXEC, 0) };
+    let door =
+        unsafe { crate::real::socket(sys::AF_UNIX, sys::SOCK_SEQPACKET | sys::SOCK_CLOEXEC | sys::SOCK_NONBLOCK, 0) };
     if door < 0 {
-        return Err(Reason::NoMemory);
+        return Err(Reason::NoMemory.into());
     }
     let out = client_on(door, tcp, tuple, entry, r, t);
-    sys::close(door);
+    foreign::quiesce(door);
     out
 }
 
-fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: usize) -> Result<Ready, Reason> {
+fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: usize) -> Result<Ready, Failed> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let path = registry::door_path(entry.pid);
+    // A door that is not the entry owner's socket is not the listener's.
+    let m = path.symlink_metadata().map_err(|_| Reason::DoorUnreachable)?;
+    if !m.file_type().is_socket() || m.uid() != entry.owner {
+        return Err(Reason::WrongListener.into());
+    }
     let sa = unix_addr(&path).ok_or(Reason::DoorUnreachable)?;
     // SAFETY: `sa` is a complete sockaddr_un.
     if unsafe { crate::real::connect(door, sa.as_ptr().cast(), sa.len() as u32) } < 0 {
-        // A door we may not open: its owner does not let our user in.
-        return Err(if sys::errno() == sys::EACCES { Reason::NotAllowed } else { Reason::DoorUnreachable });
+        // A door we may not open: its owner does not let our user in. A full backlog
+        // (EAGAIN): a door that does not accept — not waited for.
+        return Err(if sys::errno() == sys::EACCES { Reason::NotAllowed } else { Reason::DoorUnreachable }.into());
     }
     verify_listener(door, tuple, entry)?;
     if crate::fault("client-no-proposal") {
-        return Err(Reason::DoorUnreachable);
+        return Err(Reason::DoorUnreachable.into());
     }
     let (rx_shm, rx) = new_ring(r)?;
     let side = Side::new().map_err(|_| Reason::NoMemory)?;
@@ -242,73 +289,72 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: 
     sys::close(bell);
     if sent.is_err() {
         sys::close(app_end);
-        return Err(Reason::DoorUnreachable);
+        return Err(Reason::DoorUnreachable.into());
     }
-    let fail = |reason| {
+    let fail = |reason: Failed| {
         sys::close(app_end);
         Err(reason)
     };
     let (m, fds) = match recv_msg(door, TIMEOUT_MS) {
         Ok(x) => x,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.into()),
     };
     match m {
         Msg::Accept { .. } if crate::fault("client-no-confirm") => {
-            for fd in fds {
-                sys::close(fd);
-            }
-            fail(Reason::Protocol)
+            foreign::release_all(&fds);
+            fail(Reason::Protocol.into())
         }
         Msg::Accept { token: t2, rmem, .. } if t2 == token && fds.len() == 2 => {
-            if !is_doorbell(fds[1]) {
-                fds.iter().for_each(|&f| sys::close(f));
+            if !take_doorbell(fds[1]) {
+                foreign::release_all(&fds);
                 decline(door, token, Reason::Protocol);
-                return fail(Reason::Protocol);
+                return fail(Reason::Protocol.into());
             }
             let (tx_shm, tx) = match map_ring(fds[0], rmem as usize) {
                 Ok(x) => x,
                 Err(e) => {
                     sys::close(fds[1]);
                     decline(door, token, e);
-                    return fail(e);
+                    return fail(e.into());
                 }
             };
             if sys::send_with_fds(door, &Msg::Confirm { token }.encode(), &[]).is_err() {
                 sys::close(fds[1]);
-                return fail(Reason::DoorUnreachable);
+                return fail(Reason::DoorUnreachable.into());
             }
             // The server's decision: its CONFIRM (committed) or DECLINE (its `accept` had
-            // already given up on us). Waited for without a limit; a dead server closes
-            // the door.
-            match recv_msg(door, -1) {
+            // already given up on us). A dead server closes the door; one that says
+            // nothing within DECISION_MS leaves the connection undecided.
+            match recv_msg(door, DECISION_MS) {
                 Ok((Msg::Confirm { token: t3 }, extra)) if t3 == token => {
-                    extra.iter().for_each(|&f| sys::close(f));
+                    foreign::release_all(&extra);
                 }
                 Ok((m, extra)) => {
-                    extra.iter().for_each(|&f| sys::close(f));
+                    foreign::release_all(&extra);
                     sys::close(fds[1]);
-                    return fail(if let Msg::Decline { .. } = m { Reason::PeerDeclined } else { Reason::Protocol });
+                    let r = if let Msg::Decline { .. } = m { Reason::PeerDeclined } else { Reason::Protocol };
+                    return fail(r.into());
+                }
+                Err(Reason::Timeout) => {
+                    sys::close(fds[1]);
+                    return fail(Failed::Undecided);
                 }
                 Err(_) => {
                     sys::close(fds[1]);
-                    return fail(Reason::DoorUnreachable);
+                    return fail(Reason::DoorUnreachable.into());
                 }
             }
             let tmem = tx.capacity();
             Ok(Ready { conn: Conn::new(rx_shm, rx, tx_shm, tx, side, fds[1]), app_end, rmem: r, tmem })
         }
         Msg::Decline { .. } => {
-            for fd in fds {
-                sys::close(fd);
-            }
-            fail(Reason::PeerDeclined)
+            foreign::release_all(&fds);
+            fail(Reason::PeerDeclined.into())
         }
         _ => {
-            for fd in fds {
-                sys::close(fd);
-            }
+            foreign::release_all(&fds);
             decline(door, token, Reason::Protocol);
-            fail(Reason::Protocol)
+            fail(Reason::Protocol.into())
         }
     }
 }
@@ -334,59 +380,152 @@ pub struct Prepared {
     pub tmem: usize,
 }
 
+impl Prepared {
+    /// Hands the connection and our descriptor-to-be over (to `accept`, which keeps both).
+    pub fn into_parts(self) -> (Conn, c_int, usize, usize) {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so `conn` is moved out exactly once.
+        let conn = unsafe { std::ptr::read(&me.conn) };
+        (conn, me.app_end, me.rmem, me.tmem)
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        sys::close(self.app_end);
+    }
+}
+
+type Key = (SocketAddr, SocketAddr);
+
 /// Connections the door has prepared, and those `accept` has claimed. The door commits
 /// (answers the client's CONFIRM with its own) only once `accept` in this process claimed
 /// the connection, and declines if none did in time; both happen under this table's
 /// lock, so client and server can never disagree — also when a forked child, whose
 /// door is its parent's, accepts the connection.
 struct Table {
-    ready: HashMap<(SocketAddr, SocketAddr), Prepared>,
-    claimed: std::collections::HashSet<(SocketAddr, SocketAddr)>,
+    ready: HashMap<Key, Prepared>,
+    claimed: HashSet<Key>,
+    /// Connections whose proposal a door thread is working on now.
+    working: HashSet<Key>,
+    /// Users whose announced connection brought no proposal within `ACCEPT_WAIT_MS`, and
+    /// when: their announcements are not waited for until [`PENALTY_MS`] later.
+    broken: HashMap<u32, Instant>,
 }
 
 fn table() -> &'static (Mutex<Table>, Condvar) {
     static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
     T.get_or_init(|| {
-        (Mutex::new(Table { ready: HashMap::new(), claimed: std::collections::HashSet::new() }), Condvar::new())
+        let t =
+            Table { ready: HashMap::new(), claimed: HashSet::new(), working: HashSet::new(), broken: HashMap::new() };
+        (Mutex::new(t), Condvar::new())
     })
 }
 
-/// Claims the prepared connection whose server side is `local` and client `peer`; waits
-/// up to [`ACCEPT_WAIT_MS`] if a client announced one. Without one, says why:
-/// `NoProposal` (nobody announced it, or the announced handshake never came) or
-/// `Unproven` (the announcement was written by another user than the client's).
+/// Marks a connection as being worked on by a door thread for as long as it lives, and
+/// wakes `accept` when the work ends, however it ends.
+struct Working(Key);
+
+impl Working {
+    /// None when another door thread is already working on the same connection.
+    fn begin(key: Key) -> Option<Working> {
+        let (m, cv) = table();
+        let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+        if t.ready.contains_key(&key) || !t.working.insert(key) {
+            return None;
+        }
+        cv.notify_all();
+        Some(Working(key))
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        let (m, cv) = table();
+        m.lock().unwrap_or_else(|p| p.into_inner()).working.remove(&self.0);
+        cv.notify_all();
+    }
+}
+
+/// Claims the prepared connection whose server side is `local` and client `peer`. Waits
+/// while a door thread works on its proposal, or — up to [`ACCEPT_WAIT_MS`] — while its
+/// client's announcement says one is coming. Without one, says why: `NoProposal` (nobody
+/// announced it, or its handshake ended without a connection), `Unproven` (the
+/// announcement was written by another user than the client's), `Timeout` (announced,
+/// and no proposal came in time) or `Penalized` (announced by a user not waited for now).
 ///
 /// An announcement is a file any allowed user can write: when the client end is in this
 /// namespace, only one its owner wrote counts, so nobody can make `accept` wait for
 /// others' connections. (When it is not, the announcement is believed: the wait is
-/// bounded, and only allowed users can write one.)
+/// bounded, and only allowed users can write one.) A user whose announced connection
+/// held `accept` for [`CLAIM_IDLE_MS`] or more and brought nothing is not waited for
+/// again for [`PENALTY_MS`]: announcing and then not proposing (or not confirming) holds
+/// a server once, not connection after connection.
 pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Reason> {
     let (m, cv) = table();
     let key = (local, peer);
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
-    let deadline = Instant::now() + Duration::from_millis(ACCEPT_WAIT_MS);
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(ACCEPT_WAIT_MS);
     // The client end's owner, asked of sock_diag once (None: not in this namespace).
     let mut client_owner: Option<Option<u32>> = None;
-    loop {
+    let mut proposed = false;
+    let mut announcer = None;
+    let out = loop {
         if let Some(p) = t.ready.remove(&key) {
             t.claimed.insert(key);
             cv.notify_all();
             return Ok(p);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Some(by) = registry::announced(peer, local) else { return Err(Reason::NoProposal) };
-        if left.is_zero() {
-            return Err(Reason::NoProposal);
+        let now = Instant::now();
+        let working = t.working.contains(&key);
+        proposed |= working;
+        let by = registry::announced(peer, local);
+        announcer = by.or(announcer);
+        if !working {
+            let Some(by) = by.filter(|_| !proposed) else {
+                // Not announced, or its handshake ended without a connection for us.
+                break Reason::NoProposal;
+            };
+            if !client_announced(&mut client_owner, peer, local, by) {
+                break Reason::Unproven;
+            }
+            if t.broken.get(&by).is_some_and(|at| now.duration_since(*at) < PENALTY) {
+                break Reason::Penalized;
+            }
+            if now >= deadline {
+                break Reason::Timeout;
+            }
+        } else if now >= deadline + Duration::from_millis(CLAIM_LIMIT_MS) {
+            // Bounded even if a door thread never finishes.
+            break Reason::Timeout;
         }
-        let owner = *client_owner
-            .get_or_insert_with(|| diag::Diag::open().and_then(|d| d.connection(peer, local)).map(|f| f.uid));
-        if owner.is_some_and(|uid| uid != by) {
-            return Err(Reason::Unproven);
-        }
-        // Unlocked while waiting; the door thread inserts and notifies.
-        t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+        // Unlocked while waiting; door threads notify when they begin, prepare and end.
+        let left = (deadline + Duration::from_millis(CLAIM_LIMIT_MS)).saturating_duration_since(now);
+        t = cv
+            .wait_timeout(t, left.clamp(Duration::from_millis(1), Duration::from_millis(50)))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    };
+    let now = Instant::now();
+    if let Some(by) = announcer.filter(|_| now.duration_since(start) >= Duration::from_millis(CLAIM_IDLE_MS))
+        && client_announced(&mut client_owner, peer, local, by)
+    {
+        t.broken.retain(|_, at| now.duration_since(*at) < PENALTY);
+        t.broken.insert(by, now);
     }
+    Err(out)
 }
+
+/// Whether user `by`'s announcement of the connection from `peer` to `local` is the
+/// client's own: its client end is owned by `by`, or is not in this namespace. `owner`
+/// keeps sock_diag's answer, asked once.
+fn client_announced(owner: &mut Option<Option<u32>>, peer: SocketAddr, local: SocketAddr, by: u32) -> bool {
+    let o = *owner.get_or_insert_with(|| diag::Diag::open().and_then(|d| d.connection(peer, local)).map(|f| f.uid));
+    o.is_none_or(|uid| uid == by)
+}
+
+const PENALTY: Duration = Duration::from_millis(PENALTY_MS);
 
 /// Ports this process listens on (the door accepts proposals for these only).
 pub fn listening_ports() -> &'static Mutex<Vec<u16>> {
@@ -438,18 +577,34 @@ const MAX_HANDSHAKES: usize = 1024;
 fn door_loop(fd: c_int) {
     static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
     loop {
+        // Taking no door connections while the reaper is behind: clients find the door
+        // full and stay on TCP at once (they do not wait on it).
+        if foreign::congested() {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
         // SAFETY: accept on our own listening socket.
         let c = unsafe { crate::real::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), sys::SOCK_CLOEXEC) };
         if c < 0 {
-            if sys::errno() == sys::EINTR || sys::errno() == sys::EAGAIN {
-                continue;
+            match sys::errno() {
+                sys::EINTR | sys::EAGAIN | sys::ECONNABORTED => {}
+                // Out of descriptors or memory: the door stays, and takes connections
+                // again when there are.
+                sys::EMFILE | sys::ENFILE | sys::ENOBUFS | sys::ENOMEM => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                // The descriptor is no longer our door: nobody can be answered.
+                _ => {
+                    let _ = std::fs::remove_file(registry::door_path(sys::pid()));
+                    return;
+                }
             }
-            return;
+            continue;
         }
         if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
             IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
             crate::stats::fallback(Reason::NoMemory, true);
-            sys::close(c);
+            foreign::quiesce(c);
             continue;
         }
         // One thread per handshake: a slow client or a slow `accept` delays no other.
@@ -458,33 +613,33 @@ fn door_loop(fd: c_int) {
             if let Ok(Err(reason)) = out {
                 crate::stats::fallback(reason, true);
             }
-            sys::close(c);
+            foreign::quiesce(c);
             IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
         if spawned.is_err() {
             IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-            sys::close(c);
+            foreign::quiesce(c);
         }
     }
 }
 
-/// The server's half for one proposal on door connection `c`.
+/// The server's half for one proposal on door connection `c`. Everything the proposer
+/// sent that is not kept is let go through [`foreign::release`].
 fn serve(c: c_int) -> Result<(), Reason> {
     let (m, fds) = recv_msg(c, TIMEOUT_MS)?;
     if crate::fault("server-no-answer") {
-        fds.iter().for_each(|&f| sys::close(f));
+        foreign::release_all(&fds);
         return Err(Reason::Protocol);
     }
     if crate::fault("server-slow-answer") {
         std::thread::sleep(Duration::from_millis(TIMEOUT_MS as u64 + 200));
     }
-    let close_all = |fds: &[c_int]| fds.iter().for_each(|&f| sys::close(f));
     let Msg::Proposal { token, tuple, rmem: peer_r, tmem: peer_t, .. } = m else {
-        close_all(&fds);
+        foreign::release_all(&fds);
         return Err(Reason::Protocol);
     };
     let fail = |reason: Reason, fds: &[c_int]| {
-        close_all(fds);
+        foreign::release_all(fds);
         decline(c, token, reason);
         Err(reason)
     };
@@ -493,17 +648,16 @@ fn serve(c: c_int) -> Result<(), Reason> {
         return fail(Reason::Unproven, &fds);
     }
     let proven = verify_proposer(c, tuple, fds[2]);
-    sys::close(fds[2]);
+    foreign::release(fds[2]);
     if let Err(reason) = proven {
         return fail(reason, &fds[..2]);
     }
-    if !is_doorbell(fds[1]) {
+    if !take_doorbell(fds[1]) {
         return fail(Reason::Protocol, &fds[..2]);
     }
     let key = (tuple.server, tuple.client);
-    if table().0.lock().unwrap_or_else(|p| p.into_inner()).ready.contains_key(&key) {
-        return fail(Reason::Ambiguous, &fds[..2]);
-    }
+    // One handshake per connection at a time; `accept` waits while this one lasts.
+    let Some(_working) = Working::begin(key) else { return fail(Reason::Ambiguous, &fds[..2]) };
     let (r, _) = settings();
     let r = r.max((peer_t as usize).min(sluice_smc::size::MAX)).next_power_of_two().min(sluice_smc::size::MAX);
     let (tx_shm, tx) = match map_ring(fds[0], peer_r as usize) {
@@ -524,19 +678,22 @@ fn serve(c: c_int) -> Result<(), Reason> {
     let sent = sys::send_with_fds(c, &accept.encode(), &[rx_shm.fd, bell]);
     sys::close(bell);
     if sent.is_err() {
-        return fail(Reason::DoorUnreachable, &[peer_bell, app_end]);
+        sys::close(app_end);
+        return fail(Reason::DoorUnreachable, &[peer_bell]);
     }
     match recv_msg(c, TIMEOUT_MS) {
         Ok((Msg::Confirm { token: t2 }, extra)) if t2 == token => {
-            close_all(&extra);
+            foreign::release_all(&extra);
         }
         Ok((_, extra)) => {
-            close_all(&extra);
-            close_all(&[peer_bell, app_end]);
+            foreign::release_all(&extra);
+            sys::close(app_end);
+            foreign::release(peer_bell);
             return Err(Reason::PeerDeclined);
         }
         Err(e) => {
-            close_all(&[peer_bell, app_end]);
+            sys::close(app_end);
+            foreign::release(peer_bell);
             return Err(e);
         }
     }
@@ -564,9 +721,7 @@ fn serve(c: c_int) -> Result<(), Reason> {
         if left.is_zero() || (now >= idle_after && !accepting()) {
             let p = t.ready.remove(&key);
             drop(t);
-            if let Some(p) = p {
-                sys::close(p.app_end);
-            }
+            drop(p);
             decline(c, token, Reason::NoProposal);
             return Err(Reason::Timeout);
         }

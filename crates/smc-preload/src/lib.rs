@@ -19,6 +19,7 @@ use sluice_smc::stats::Counter;
 
 mod conn;
 mod diag;
+mod foreign;
 mod handshake;
 mod real;
 mod registry;
@@ -299,7 +300,17 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
                 convert(fd, ready.conn, ready.app_end, false, ready.rmem, ready.tmem);
                 return 0;
             }
-            Err(reason) => last = reason,
+            Err(handshake::Failed::Fallback(reason)) => last = reason,
+            Err(handshake::Failed::Undecided) => {
+                // The server may have moved its end: the connection is failed, both ends
+                // see it end, nothing is guessed.
+                done(&intent);
+                stats::fallback(Reason::Timeout, false);
+                // SAFETY: shutdown on the caller's socket.
+                unsafe { real::shutdown(fd, sys::SHUT_RDWR) };
+                sys::set_errno(sys::ETIMEDOUT);
+                return -1;
+            }
         }
     }
     done(&intent);
@@ -363,8 +374,9 @@ fn accepted(listener: c_int, fd: c_int) {
     stats::count(Counter::ConnsServer);
     match handshake::take_prepared(local, peer) {
         Ok(p) => {
-            stats::smc(true, p.rmem, p.tmem);
-            convert(fd, p.conn, p.app_end, true, p.rmem, p.tmem);
+            let (conn, app_end, rmem, tmem) = p.into_parts();
+            stats::smc(true, rmem, tmem);
+            convert(fd, conn, app_end, true, rmem, tmem);
         }
         Err(why) => stats::fallback(why, true),
     }

@@ -1,6 +1,7 @@
 //! Counting into this user's statistics segment (`sluice_smc::stats`): the file
 //! `smc/stats/UID`, which only this user's programs write. It is mapped on first use, and
-//! only if it is a regular file of this user's; if it cannot be, counting is skipped —
+//! only if it is a regular file of this user's with its pages allocated (so a full /run
+//! cannot fault a count); if it cannot be, counting is skipped —
 //! statistics never stop a connection. The file only ever grows (`sluice smc stats reset`
 //! writes zeros in place), so no mapping loses its pages.
 
@@ -38,9 +39,21 @@ fn words() -> Option<&'static [AtomicU64]> {
         if m.len() < stats::LEN as u64 {
             f.set_len(stats::LEN as u64).ok()?;
         }
+        // Real pages, not a hole: a hole filled on first count would be SIGBUS when /run
+        // is full (and other users can fill it).
+        if !crate::sys::allocate(std::os::fd::AsRawFd::as_raw_fd(&f), stats::LEN as u64) {
+            return None;
+        }
         let shm = Shm::map(f.into_raw_fd(), stats::LEN).ok()?;
-        // A fresh segment gets its magic word once, here, not on every count.
-        let _ = view(&shm)[0].compare_exchange(0, stats::MAGIC, Ordering::Relaxed, Ordering::Relaxed);
+        // A fresh segment gets its magic word once, here, not on every count; one of an
+        // older layout (a sluice before this one) starts over in this one.
+        let w = view(&shm);
+        if let Err(old) = w[0].compare_exchange(0, stats::MAGIC, Ordering::Relaxed, Ordering::Relaxed)
+            && old != stats::MAGIC
+        {
+            w[1..].iter().for_each(|x| x.store(0, Ordering::Relaxed));
+            w[0].store(stats::MAGIC, Ordering::Release);
+        }
         Some(shm)
     });
     shm.as_ref().map(view)

@@ -12,6 +12,7 @@ pub const AF_INET6: c_int = 10;
 pub const SOCK_STREAM: c_int = 1;
 pub const SOCK_SEQPACKET: c_int = 5;
 pub const SOCK_CLOEXEC: c_int = 0o2000000;
+pub const SOCK_NONBLOCK: c_int = 0o4000;
 pub const SOL_SOCKET: c_int = 1;
 pub const SO_TYPE: c_int = 3;
 pub const SO_ERROR: c_int = 4;
@@ -38,6 +39,12 @@ pub const EPIPE: c_int = 32;
 pub const ECONNRESET: c_int = 104;
 pub const EOPNOTSUPP: c_int = 95;
 pub const EINVAL: c_int = 22;
+pub const EMFILE: c_int = 24;
+pub const ENFILE: c_int = 23;
+pub const ENOBUFS: c_int = 105;
+pub const ENOMEM: c_int = 12;
+pub const ECONNABORTED: c_int = 103;
+pub const ETIMEDOUT: c_int = 110;
 pub const SHUT_RD: c_int = 0;
 pub const SHUT_WR: c_int = 1;
 pub const SHUT_RDWR: c_int = 2;
@@ -77,6 +84,8 @@ unsafe extern "C" {
     fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
     fn geteuid() -> u32;
     fn lseek(fd: c_int, off: i64, whence: c_int) -> i64;
+    fn fstatfs(fd: c_int, buf: *mut c_void) -> c_int;
+    fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int;
     fn syscall(n: std::ffi::c_long, ...) -> std::ffi::c_long;
 }
 
@@ -86,7 +95,6 @@ const SYS_FUTEX: std::ffi::c_long = 202;
 const SYS_FUTEX: std::ffi::c_long = 98;
 const FUTEX_WAIT: c_int = 0;
 const FUTEX_WAKE: c_int = 1;
-const ETIMEDOUT: c_int = 110;
 
 /// How a [`futex_wait`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +249,44 @@ pub fn seals(fd: c_int) -> Option<u32> {
     (r >= 0).then_some(r as u32)
 }
 
+/// `TMPFS_MAGIC`: the file system of memfds (and of tmpfs mounts), not hugetlbfs, whose
+/// sealed files can still lose their pages to a hole punched by the peer.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// True when `fd` is a memfd (or tmpfs file) that can carry seals: the only kind of file a
+/// peer's segment may be. Asked with `F_GET_SEALS` first, which only shmem and hugetlbfs
+/// files answer without asking a file system, so a file on a peer's FUSE mount is refused
+/// before `fstatfs` could wait on its server.
+pub fn is_shmem(fd: c_int) -> bool {
+    if seals(fd).is_none() {
+        return false;
+    }
+    // struct statfs: f_type first; 120 bytes on 64-bit Linux.
+    let mut st = [0i64; 15];
+    // SAFETY: `st` has room for a struct statfs.
+    let r = unsafe { fstatfs(fd, st.as_mut_ptr().cast()) };
+    r == 0 && st[0] == TMPFS_MAGIC
+}
+
+/// Gives file `fd` real blocks for its first `len` bytes, so a mapping of them never
+/// faults for want of space (a sparse page on a full tmpfs is SIGBUS on first touch).
+pub fn allocate(fd: c_int, len: u64) -> bool {
+    // SAFETY: on a descriptor the caller holds.
+    unsafe { posix_fallocate(fd, 0, len as i64) == 0 }
+}
+
+/// `SO_PASSRIGHTS` (Linux 6.16): off, a unix socket refuses descriptors sent to it.
+const SO_PASSRIGHTS: c_int = 83;
+
+/// Makes unix socket `fd` refuse descriptors (`SCM_RIGHTS`) from now on. False when the
+/// kernel cannot (before Linux 6.16).
+pub fn refuse_rights(fd: c_int) -> bool {
+    let off: c_int = 0;
+    // SAFETY: an int option on a descriptor the caller holds.
+    let r = unsafe { crate::real::setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, (&off as *const c_int).cast(), 4) };
+    r == 0
+}
+
 /// The size of the file behind `fd`.
 pub fn file_len(fd: c_int) -> Option<u64> {
     // SAFETY: SEEK_END on a descriptor the caller holds; moves only its own offset.
@@ -360,21 +406,27 @@ pub fn send_with_fds(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> 
     if n < 0 { Err(io::Error::from_raw_os_error(errno())) } else { Ok(()) }
 }
 
-/// Receives one datagram (up to `buf.len()`) and up to four descriptors, waiting at most
-/// `timeout_ms`. Returns the length and the descriptors (close-on-exec).
+/// Room for the most descriptors one message can carry (`SCM_MAX_FD`, 253) behind a
+/// control message header: all arrive in our hands, none is released by the kernel on our
+/// thread (a truncated control message drops the rest, and dropping can block).
+const CONTROL_LEN: usize = 16 + 4 * 253 + 4;
+
+/// Receives one datagram (up to `buf.len()`) and every descriptor it carries, waiting at
+/// most `timeout_ms`. Returns the length and the descriptors (close-on-exec), which are
+/// the caller's to keep or to hand to [`crate::foreign::release`].
 pub fn recv_with_fds(sock: c_int, buf: &mut [u8], timeout_ms: i32) -> io::Result<(usize, Vec<c_int>)> {
     if !wait(sock, POLLIN, timeout_ms)? {
         return Err(io::Error::from(io::ErrorKind::TimedOut));
     }
     let mut iov = IoVec { base: buf.as_mut_ptr().cast(), len: buf.len() };
-    let mut ctl = [0u64; 8];
+    let mut ctl = [0u64; CONTROL_LEN / 8];
     let mut m = MsgHdr {
         name: std::ptr::null_mut(),
         namelen: 0,
         iov: &mut iov,
         iovlen: 1,
         control: ctl.as_mut_ptr().cast(),
-        controllen: 64,
+        controllen: CONTROL_LEN,
         flags: 0,
     };
     // SAFETY: `m` points at live buffers for the duration of the call.
@@ -383,8 +435,8 @@ pub fn recv_with_fds(sock: c_int, buf: &mut [u8], timeout_ms: i32) -> io::Result
         return Err(io::Error::from_raw_os_error(errno()));
     }
     let ctl_bytes: &[u8] =
-        // SAFETY: `ctl` is 64 initialized bytes.
-        unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(64)) };
+        // SAFETY: `ctl` is CONTROL_LEN initialized bytes.
+        unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(CONTROL_LEN)) };
     Ok((n as usize, rights(ctl_bytes)))
 }
 
@@ -497,7 +549,7 @@ pub fn timeout_ms(fd: c_int, name: c_int) -> i32 {
     if r != 0 || (tv[0] == 0 && tv[1] == 0) {
         return -1;
     }
-    (tv[0].saturating_mul(1000) + tv[1] / 1000).clamp(1, i32::MAX as i64) as i32
+    tv[0].saturating_mul(1000).saturating_add(tv[1] / 1000).clamp(1, i32::MAX as i64) as i32
 }
 
 /// The inode of the calling thread's network namespace.

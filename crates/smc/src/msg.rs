@@ -52,11 +52,14 @@ pub enum Reason {
     WrongListener = 13,
     /// A shared segment without its seals, or smaller than the ring it should hold.
     BadSegment = 14,
+    /// Not waited for: the client's user announced an earlier connection to this server
+    /// and never proposed it, so its announcements are not believed for a while.
+    Penalized = 15,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -71,6 +74,7 @@ impl Reason {
         Reason::Unproven,
         Reason::WrongListener,
         Reason::BadSegment,
+        Reason::Penalized,
     ];
 
     /// The reason's name in stats and JSON.
@@ -90,6 +94,7 @@ impl Reason {
             Reason::Unproven => "unproven",
             Reason::WrongListener => "wrong_listener",
             Reason::BadSegment => "bad_segment",
+            Reason::Penalized => "penalized",
         }
     }
 
@@ -103,6 +108,7 @@ impl Reason {
                 | Reason::NotOurConnection
                 | Reason::PeerDeclined
                 | Reason::NotAllowed
+                | Reason::Penalized
         )
     }
 

@@ -88,9 +88,11 @@ struct Consumer {
 
 #[repr(C)]
 struct Info {
-    magic: u64,
-    version: u32,
-    size_log2: u32,
+    // Atomics (the layout of plain integers) because the peer can write them at any time:
+    // every byte of the shared header is read through an atomic, never a plain reference.
+    magic: AtomicU64,
+    version: AtomicU32,
+    size_log2: AtomicU32,
 }
 
 #[repr(C)]
@@ -206,7 +208,11 @@ impl Ring {
         // uses the ring before `create` returns.
         unsafe {
             h.write(Header {
-                info: Line(Info { magic: MAGIC, version: VERSION, size_log2: size.trailing_zeros() }),
+                info: Line(Info {
+                    magic: AtomicU64::new(MAGIC),
+                    version: AtomicU32::new(VERSION),
+                    size_log2: AtomicU32::new(size.trailing_zeros()),
+                }),
                 prod: Line(Producer { prod: AtomicU64::new(0), quiet_left: AtomicU32::new(0) }),
                 cons: Line(Consumer { cons: AtomicU64::new(0) }),
                 state: Line(State { word: AtomicU32::new(0), flags: AtomicU32::new(0), want: AtomicU32::new(0) }),
@@ -225,10 +231,11 @@ impl Ring {
         }
         // SAFETY: aligned and at least a header long, per the checks and the caller.
         let info = unsafe { &(*ptr.cast::<Header>()).info.0 };
-        if info.magic != MAGIC || info.version != VERSION {
+        if info.magic.load(Ordering::Acquire) != MAGIC || info.version.load(Ordering::Relaxed) != VERSION {
             return Err(RingError::BadHeader);
         }
-        let size = 1usize.checked_shl(info.size_log2).ok_or(RingError::BadSize)?;
+        // Read once: the size this view keeps, whatever the peer writes there later.
+        let size = 1usize.checked_shl(info.size_log2.load(Ordering::Relaxed)).ok_or(RingError::BadSize)?;
         check_size(size)?;
         if len < region_len(size) {
             return Err(RingError::BadRegion);
@@ -238,7 +245,8 @@ impl Ring {
 
     fn header(&self) -> &Header {
         // SAFETY: `base` points at a header written by `create` (checked in `attach`),
-        // mapped for this view's lifetime.
+        // mapped for this view's lifetime. Every field is an atomic, so a shared reference
+        // stays sound while the peer writes any of them.
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
@@ -287,8 +295,10 @@ impl Ring {
         let at = (prod as usize) & (self.size - 1);
         let first = n.min(self.size - at);
         // SAFETY: n ≤ free ≤ size (checked above), `at` < size (masked), so [at, at+first)
-        // and [0, n-first) lie in the data area; they are free unless the peer lies about
-        // its cursor, which can garble only this connection's bytes.
+        // and [0, n-first) lie in the data area, which stays mapped. The peer may write
+        // these bytes while we copy (it can lie about its cursor, or just write): shared
+        // memory another process writes is never behind a Rust reference here, only raw
+        // pointers, and what a racing peer can garble is this connection's bytes alone.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.data().add(at), first);
             std::ptr::copy_nonoverlapping(data.as_ptr().add(first), self.data(), n - first);
@@ -347,8 +357,10 @@ impl Ring {
         let at = (cons as usize) & (self.size - 1);
         let first = n.min(self.size - at);
         // SAFETY: n ≤ used ≤ size (checked above) and `at` < size, so both copies read
-        // inside the data area and write inside `out`; the bytes below `prod` (acquired)
-        // were written by the producer, which does not touch them until `cons` passes.
+        // inside the data area (mapped) and write inside `out`. An honest producer does not
+        // touch the bytes below `prod` (acquired) until `cons` passes them; a hostile one
+        // may write them during the copy, through raw pointers only (no reference to them
+        // exists), which garbles the bytes `out` receives and nothing else.
         unsafe {
             std::ptr::copy_nonoverlapping(self.data().add(at), out.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(self.data(), out.as_mut_ptr().add(first), n - first);

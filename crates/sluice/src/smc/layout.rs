@@ -25,6 +25,27 @@ pub fn smc_dir() -> PathBuf {
     paths::run_dir().join("smc")
 }
 
+/// Opens an entry of a shared directory as a regular file without waiting on it and
+/// without following it: a FIFO, device, socket or symlink that another user planted is
+/// refused at once (`O_NONBLOCK`: opening a FIFO does not wait for a writer). When `owner`
+/// is given, the file must be that user's.
+pub fn open_entry(path: &Path, write: bool, owner: Option<u32>) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    if owner.is_some_and(|uid| m.uid() != uid) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a file of uid {}'s", m.uid())));
+    }
+    Ok(f)
+}
+
 /// This process's user, primary group and supplementary groups.
 pub fn my_cred() -> Cred {
     // SAFETY: no preconditions.
@@ -223,7 +244,11 @@ pub fn verdict(program: &str) -> Result<Verdict> {
                 user_name(me.uid)
             ))
         }
-        State::Ready(_) => Ok(Verdict::Load(install_library(me.uid)?)),
+        // No library file to be had (a full /run, say): the program still runs.
+        State::Ready(_) => match install_library(me.uid) {
+            Ok(lib) => Ok(Verdict::Load(lib)),
+            Err(e) => plain(format!("cannot install the preload library ({e:#})")),
+        },
     }
 }
 
@@ -263,16 +288,18 @@ pub fn install_library(uid: u32) -> Result<PathBuf> {
     let path = dir.join(&name);
     let tmp = dir.join(format!(".lib-{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(LIBRARY)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("installing {}", path.display()))?;
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(LIBRARY)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
     if !trusted(&path, uid) {
         bail!("{} is not safe to preload (another user can write it or its directory)", path.display());
     }

@@ -120,8 +120,10 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
             // SAFETY: no preconditions.
             if unsafe { libc::geteuid() } == 0 {
                 println!("SMC counters reset ({n} users' files)");
-            } else {
+            } else if n > 0 {
                 println!("your SMC counters reset (root resets every user's)");
+            } else {
+                println!("no SMC counters of yours to reset (root resets every user's)");
             }
             Ok(())
         }
@@ -160,7 +162,12 @@ fn info(json: bool) -> Result<()> {
     let dir = paths::run_dir().join("smc").join("conn");
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+        // An entry is a line of JSON; anything else (a FIFO, a link, a huge file) is passed by.
+        let Ok(f) = layout::open_entry(&e.path(), false, None) else { continue };
+        let mut text = String::new();
+        if std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut text).is_err() {
+            continue;
+        }
         let Ok(v) = serde_json::from_str::<serde_json::Value>(text.trim()) else { continue };
         let pid = v["pid"].as_u64().unwrap_or(0) as u32;
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {

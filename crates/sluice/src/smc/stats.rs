@@ -6,10 +6,10 @@
 //! the segment's size and with its magic word; anything else is skipped with a note, so a
 //! garbled or planted file never stops the view.
 
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sluice_smc::msg::Reason;
 use sluice_smc::stats::{self, Counter};
 
@@ -32,13 +32,8 @@ fn files() -> Vec<(u32, PathBuf)> {
 }
 
 /// The words of one file, or why it is not a statistics file.
-fn read_file(uid: u32, path: &PathBuf) -> Result<Vec<u64>, String> {
-    let f =
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|e| e.to_string())?;
-    let m = f.metadata().map_err(|e| e.to_string())?;
-    if !m.is_file() || m.uid() != uid {
-        return Err(format!("not a file of uid {uid}'s"));
-    }
+fn read_file(uid: u32, path: &std::path::Path) -> Result<Vec<u64>, String> {
+    let f = layout::open_entry(path, false, Some(uid)).map_err(|e| e.to_string())?;
     let mut b = vec![0u8; stats::LEN];
     let n = f.read_at(&mut b, 0).map_err(|e| e.to_string())?;
     if n < stats::WORDS * 8 {
@@ -83,7 +78,8 @@ pub fn read_stats() -> Result<serde_json::Value> {
 }
 
 /// Zeroes the counters this user may write (root: everyone's), in place; returns how many
-/// users' files were reset.
+/// users' files were reset. An entry that is not a statistics file is skipped with a note;
+/// the others are reset all the same.
 pub fn reset() -> Result<usize> {
     // SAFETY: no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -94,14 +90,16 @@ pub fn reset() -> Result<usize> {
             continue;
         }
         // No truncation: programs map these files, and a shorter file is a SIGBUS for them.
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .with_context(|| format!("resetting {}", path.display()))?;
-        if f.metadata().is_ok_and(|m| m.is_file() && m.uid() == uid) {
-            f.write_all_at(&zeros, 8).with_context(|| format!("resetting {}", path.display()))?;
-            n += 1;
+        // Only whole segments: writing past the end of a short one would grow it.
+        let done = layout::open_entry(&path, true, Some(uid)).and_then(|f| {
+            if f.metadata()?.len() < stats::LEN as u64 {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "too short"));
+            }
+            f.write_all_at(&zeros, 8)
+        });
+        match done {
+            Ok(()) => n += 1,
+            Err(e) => eprintln!("sluice: skipping {}: {e}", path.display()),
         }
     }
     Ok(n)

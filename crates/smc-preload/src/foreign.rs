@@ -1,0 +1,101 @@
+//! Descriptors a peer sent us, and how they are let go without waiting on the peer.
+//!
+//! Closing a descriptor can block: the last close of a TCP socket with `SO_LINGER` waits
+//! for its unsent bytes, a file on a FUSE mount waits for its server's answer, and a unix
+//! socket's queued messages release the descriptors they carry, on the closing thread. A
+//! peer chooses what it sends, so a descriptor not shown to be harmless (a memfd) is closed
+//! by the reaper, a thread of its own, never on the application's thread or a handshake's.
+//! The same holds for messages a peer queues: our doorbells refuse descriptors
+//! ([`crate::sys::refuse_rights`]), and door connections are shut for reading and closed
+//! by the reaper ([`quiesce`]).
+//!
+//! A reaper stuck on a close holds what comes after it; past [`CONGESTED`] descriptors the
+//! library stops taking new ones (no handshakes) until it catches up, so what a peer can
+//! pin is bounded.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+use crate::sys;
+
+/// Descriptors waiting for the reaper beyond which no handshake starts.
+pub const CONGESTED: usize = 256;
+
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+struct Reaper {
+    /// The process whose thread this is (a forked child starts its own).
+    pid: u32,
+    queue: Vec<c_int>,
+}
+
+fn reaper() -> &'static (Mutex<Reaper>, Condvar) {
+    static R: OnceLock<(Mutex<Reaper>, Condvar)> = OnceLock::new();
+    R.get_or_init(|| (Mutex::new(Reaper { pid: 0, queue: Vec::new() }), Condvar::new()))
+}
+
+/// Lets go of descriptor `fd`, which a peer sent: closed here if it is a memfd, by the
+/// reaper otherwise.
+pub fn release(fd: c_int) {
+    if fd < 0 {
+        return;
+    }
+    if sys::is_shmem(fd) {
+        sys::close(fd);
+        return;
+    }
+    let (m, cv) = reaper();
+    let mut r = m.lock().unwrap_or_else(|p| p.into_inner());
+    let me = sys::pid();
+    if r.pid != me {
+        let started = std::thread::Builder::new().name("sluice-smc-reap".into()).spawn(reap).is_ok();
+        if !started {
+            drop(r);
+            // No thread to be had: the one place left to close it is here.
+            sys::close(fd);
+            return;
+        }
+        r.pid = me;
+    }
+    r.queue.push(fd);
+    WAITING.fetch_add(1, Ordering::SeqCst);
+    cv.notify_one();
+}
+
+/// Lets go of every descriptor in `fds`.
+pub fn release_all(fds: &[c_int]) {
+    fds.iter().for_each(|&f| release(f));
+}
+
+/// True while the reaper is behind: no new descriptors should be taken from peers.
+pub fn congested() -> bool {
+    WAITING.load(Ordering::SeqCst) >= CONGESTED
+}
+
+fn reap() {
+    let (m, cv) = reaper();
+    loop {
+        let fd = {
+            let mut r = m.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if let Some(fd) = r.queue.pop() {
+                    break fd;
+                }
+                r = cv.wait(r).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        sys::close(fd);
+        WAITING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Closes door connection `sock` without releasing anything the peer queued on this
+/// thread: shut for reading (the peer can send no more), then given to the reaper, whose
+/// close frees what is still queued. (Draining it here instead cannot tell the end of the
+/// queue from an empty message.)
+pub fn quiesce(sock: c_int) {
+    // SAFETY: shutdown on a descriptor the caller owns.
+    unsafe { crate::real::shutdown(sock, sys::SHUT_RD) };
+    release(sock);
+}
