@@ -32,12 +32,22 @@ pub struct Fib {
     pub full_refusals: u64,
     /// Stations that moved from one port to another.
     pub moves: u64,
+    /// Keys whose port changed (added, moved, removed) since the last
+    /// [`Fib::take_changes`], when a kernel datapath follows the table.
+    changed: Option<Vec<(u16, MacAddr)>>,
 }
 
 impl Fib {
     /// A table holding at most `max_entries`, forgetting learned entries after `aging_ms`.
     pub fn new(max_entries: usize, aging_ms: u64) -> Self {
-        Fib { map: HashMap::with_capacity(max_entries.min(1 << 16)), max_entries, aging_ms, full_refusals: 0, moves: 0 }
+        Fib {
+            map: HashMap::with_capacity(max_entries.min(1 << 16)),
+            max_entries,
+            aging_ms,
+            full_refusals: 0,
+            moves: 0,
+            changed: None,
+        }
     }
 
     /// The aging time in milliseconds.
@@ -50,6 +60,34 @@ impl Fib {
         self.aging_ms = aging_ms;
     }
 
+    /// Starts recording which entries change (see [`Fib::take_changes`]).
+    pub fn track_changes(&mut self) {
+        self.changed.get_or_insert_with(Vec::new);
+    }
+
+    /// Hands over the keys whose port changed since the last call (each once), when
+    /// tracking: their entry now is [`Fib::get`]'s.
+    pub fn take_changes(&mut self, mut f: impl FnMut(u16, MacAddr)) {
+        let Some(c) = self.changed.as_mut() else { return };
+        c.sort_unstable();
+        c.dedup();
+        for &(vlan, mac) in c.iter() {
+            f(vlan, mac);
+        }
+        c.clear();
+    }
+
+    /// Reports `mac` on `vlan` as changed (when tracking).
+    pub fn add_changed(&mut self, vlan: u16, mac: MacAddr) {
+        self.note(vlan, mac);
+    }
+
+    fn note(&mut self, vlan: u16, mac: MacAddr) {
+        if let Some(c) = self.changed.as_mut() {
+            c.push((vlan, mac));
+        }
+    }
+
     /// Records that `mac` on `vlan` was seen on `port` at `now_ms`.
     pub fn learn(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64) {
         if mac.is_multicast() || mac.is_zero() {
@@ -59,17 +97,36 @@ impl Fib {
         match self.map.get_mut(&(vlan, mac)) {
             Some(e) if e.is_static => {}
             Some(e) => {
+                e.last_seen_ms = now_ms;
                 if e.port != port {
                     self.moves += 1;
                     e.port = port;
+                    self.note(vlan, mac);
                 }
-                e.last_seen_ms = now_ms;
             }
             None if len >= self.max_entries => self.full_refusals += 1,
             None => {
                 self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
+                self.note(vlan, mac);
             }
         }
+    }
+
+    /// Records that `mac` on `vlan` was seen on `port` at `now_ms` by a datapath that
+    /// forwarded it without the core (a kernel datapath): the entry's age restarts if it
+    /// still points at `port`; nothing is learned or moved.
+    pub fn touch(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64) {
+        if let Some(e) = self.map.get_mut(&(vlan, mac))
+            && e.port == port
+            && !e.is_static
+        {
+            e.last_seen_ms = e.last_seen_ms.max(now_ms);
+        }
+    }
+
+    /// The entry for `mac` on `vlan`, expired or not.
+    pub fn get(&self, vlan: u16, mac: MacAddr) -> Option<FibEntry> {
+        self.map.get(&(vlan, mac)).copied()
     }
 
     /// The port behind `mac` on `vlan`, if known and not expired.
@@ -81,27 +138,48 @@ impl Fib {
     /// Adds or replaces a static entry.
     pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
         self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true });
+        self.note(vlan, mac);
     }
 
     /// Removes an entry (static or learned); true if there was one.
     pub fn remove(&mut self, vlan: u16, mac: MacAddr) -> bool {
-        self.map.remove(&(vlan, mac)).is_some()
+        let had = self.map.remove(&(vlan, mac)).is_some();
+        if had {
+            self.note(vlan, mac);
+        }
+        had
+    }
+
+    /// Forgets the entries `drop` picks.
+    fn forget(&mut self, drop: impl Fn(&FibEntry) -> bool) {
+        let mut gone = Vec::new();
+        let tracking = self.changed.is_some();
+        self.map.retain(|k, e| {
+            let d = drop(e);
+            if d && tracking {
+                gone.push(*k);
+            }
+            !d
+        });
+        if let Some(c) = self.changed.as_mut() {
+            c.extend(gone);
+        }
     }
 
     /// Forgets learned entries older than the aging time.
     pub fn expire(&mut self, now_ms: u64) {
         let aging = self.aging_ms;
-        self.map.retain(|_, e| e.is_static || now_ms.saturating_sub(e.last_seen_ms) <= aging);
+        self.forget(|e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
     }
 
     /// Forgets every entry pointing at `port` (the port was removed).
     pub fn forget_port(&mut self, port: PortId) {
-        self.map.retain(|_, e| e.port != port);
+        self.forget(|e| e.port == port);
     }
 
     /// Forgets learned entries, keeping static ones.
     pub fn flush_learned(&mut self) {
-        self.map.retain(|_, e| e.is_static);
+        self.forget(|e| !e.is_static);
     }
 
     /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.
@@ -158,6 +236,27 @@ mod tests {
         f.learn(1, MacAddr([2, 0, 0, 0, 0, 0xb]), 1, 0);
         assert_eq!(f.len(), 1);
         assert_eq!(f.full_refusals, 1);
+    }
+
+    #[test]
+    fn changes_are_reported_once_each_and_refreshes_are_not_changes() {
+        let mut f = Fib::new(16, 1000);
+        f.track_changes();
+        let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
+        f.learn(1, A, 3, 0);
+        f.learn(1, A, 3, 10);
+        f.learn(1, b, 3, 10);
+        f.learn(1, A, 4, 20);
+        let mut seen = Vec::new();
+        f.take_changes(|v, m| seen.push((v, m)));
+        assert_eq!(seen, vec![(1, A), (1, b)]);
+        f.learn(1, A, 4, 30);
+        f.touch(1, b, 3, 900);
+        f.expire(1500);
+        seen.clear();
+        f.take_changes(|v, m| seen.push((v, m)));
+        assert_eq!(seen, vec![(1, A)], "A aged out; b was touched in time");
+        assert_eq!(f.get(1, b).map(|e| e.port), Some(3));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! [`counters::PortCounters`].
 
 pub mod counters;
+pub mod fastpath;
 pub mod fib;
 pub mod l3;
 pub mod mem;
@@ -28,6 +29,7 @@ mod switch;
 pub mod vlan;
 
 pub use counters::{DropCause, PortCounters};
+pub use fastpath::{FastChange, FastMac, FastPort, IpRule};
 pub use fib::{Fib, FibEntry};
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};

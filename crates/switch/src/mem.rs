@@ -24,6 +24,7 @@ struct Inner {
     gone: bool,
     mac: Option<MacAddr>,
     tick: Option<String>,
+    fast: Option<u32>,
 }
 
 /// The switch's side of an in-memory port.
@@ -104,6 +105,12 @@ impl MemHandle {
         lock(&self.inner).mac = mac;
     }
 
+    /// Makes the port reachable by a kernel datapath under handle `h` (see
+    /// [`Port::fast_path`]).
+    pub fn set_fast_path(&self, h: Option<u32>) {
+        lock(&self.inner).fast = h;
+    }
+
     /// Makes the port's next tick report a device change (as an uplink's failover does).
     pub fn change_device(&self, what: &str) {
         lock(&self.inner).tick = Some(what.to_string());
@@ -126,6 +133,10 @@ impl Port for MemPort {
 
     fn mac(&self) -> Option<MacAddr> {
         lock(&self.inner).mac
+    }
+
+    fn fast_path(&self) -> Option<u32> {
+        lock(&self.inner).fast
     }
 
     fn tick(&mut self) -> Option<String> {

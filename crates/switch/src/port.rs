@@ -120,6 +120,13 @@ pub trait Port: Send {
         None
     }
 
+    /// The handle by which a kernel datapath reaches this port (for a veth or uplink
+    /// port: its interface index), if the kernel executes forwarding to and from it; see
+    /// [`crate::fastpath`]. May change after [`Port::tick`] reports a change.
+    fn fast_path(&self) -> Option<u32> {
+        None
+    }
+
     /// Called about once a second: a port that watches its device (an uplink and its
     /// backups) checks it here, and returns what it did about a change, if anything
     /// (e.g. "eth1 lost carrier; now on eth2"), which the switch counts as a failover.

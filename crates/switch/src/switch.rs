@@ -18,6 +18,7 @@ use sluice_wire::neigh::{self, NdFields, Neigh};
 use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, parse_ethernet};
 
 use crate::counters::{DropCause, PortCounters};
+use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
 use crate::fib::Fib;
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
@@ -314,6 +315,9 @@ pub struct Switch {
     departed: PortCounters,
     /// Layer 3 mode's tables (empty in Layer 2 mode).
     l3: L3Tables,
+    /// Ports whose fast-path rules changed since the last
+    /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
+    fast_changed: Option<Vec<PortId>>,
 }
 
 impl fmt::Debug for Switch {
@@ -348,7 +352,103 @@ impl Switch {
             now_ms: 0,
             departed: PortCounters::default(),
             l3: L3Tables::new(fib_max),
+            fast_changed: None,
         })
+    }
+
+    /// Starts reporting what a kernel datapath must follow (see [`crate::fastpath`]):
+    /// from now on every port and MAC entry that changes is reported by
+    /// [`Switch::take_fastpath_changes`]; the ports attached so far are reported once.
+    pub fn follow_fastpath(&mut self) {
+        self.fib.track_changes();
+        let ids: Vec<PortId> = self.port_ids().collect();
+        self.fast_changed = Some(ids);
+        for (vlan, mac, _) in self.fib.entries() {
+            // Entries that existed before: reported like new ones.
+            self.fib.add_changed(vlan, mac);
+        }
+    }
+
+    fn note_fast(&mut self, id: PortId) {
+        if let Some(c) = self.fast_changed.as_mut() {
+            c.push(id);
+        }
+    }
+
+    /// Hands over the ports and MAC entries whose fast-path state changed since the last
+    /// call, each once.
+    pub fn take_fastpath_changes(&mut self, mut f: impl FnMut(FastChange)) {
+        if let Some(c) = self.fast_changed.as_mut() {
+            c.sort_unstable();
+            c.dedup();
+            for &id in c.iter() {
+                f(FastChange::Port(id));
+            }
+            c.clear();
+        }
+        self.fib.take_changes(|vlan, mac| f(FastChange::Mac(vlan, mac)));
+    }
+
+    /// Port `id`'s rules as a kernel datapath executes them (`None`: no such port).
+    pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
+        let s = self.slot(id)?;
+        let ips = if s.policy.ips.is_empty() && !s.policy.learn_ips {
+            IpRule::Any
+        } else {
+            let family = |v4: bool| {
+                let l: Vec<IpAddr> = s.policy.ips.iter().copied().filter(|a| a.is_ipv4() == v4).collect();
+                // Not learned yet: that family's frames go up, so the core learns it.
+                (!(l.is_empty() && s.policy.learn_ips)).then_some(l)
+            };
+            IpRule::Only { v4: family(true), v6: family(false) }
+        };
+        let slow = self.cfg.mode == Mode::L3
+            || s.failed.is_some()
+            || s.mirrored_to.is_some()
+            || !s.policy.mirror_of.is_empty();
+        Some(FastPort {
+            target: s.port.fast_path(),
+            vlan: s.vlan.clone(),
+            mtu: s.mtu,
+            isolated: s.policy.isolated,
+            uplink: s.policy.uplink,
+            mac: s.policy.mac,
+            ips,
+            slow,
+        })
+    }
+
+    /// The MAC table's entry for `mac` on `vlan` as a kernel datapath executes it.
+    pub fn fast_mac(&self, vlan: u16, mac: MacAddr) -> Option<FastMac> {
+        self.fib.get(vlan, mac).map(|e| FastMac { port: e.port, is_static: e.is_static })
+    }
+
+    /// Records that a kernel datapath forwarded frames from `mac` on `vlan` arriving on
+    /// port `id` at `now_ms` (the driver's clock): its MAC entry stays fresh.
+    pub fn touch_mac(&mut self, vlan: u16, mac: MacAddr, id: PortId, now_ms: u64) {
+        self.fib.touch(vlan, mac, id, now_ms);
+    }
+
+    /// Receives one frame a kernel datapath handed up (see [`crate::fastpath`]) and
+    /// forwards it as if port `id` had delivered it: `fill` writes it into the switch's
+    /// buffer (the 12-byte virtio header first, as [`Port::recv`] does) and returns the
+    /// port it came from and the frame's length without the header, or `None` when it
+    /// has nothing. Returns false when nothing was received (no frame, no free buffer, or
+    /// a port that is gone or paused).
+    pub fn ingest(&mut self, now_ms: u64, fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize)>) -> bool {
+        self.now_ms = now_ms;
+        let Some(fid) = self.pool.alloc() else { return false };
+        let Some((id, len)) = fill(self.pool.buf_mut(fid)) else {
+            self.pool.release(fid);
+            return false;
+        };
+        if self.slot(id).is_none_or(|s| s.held.is_some() || s.failed.is_some()) {
+            self.pool.release(fid);
+            return false;
+        }
+        self.ingress(id, fid, len, now_ms);
+        self.settle();
+        true
     }
 
     /// The settings it runs with.
@@ -413,6 +513,15 @@ impl Switch {
                 self.l3.owners.insert(*ip, id);
             }
         }
+        self.note_fast(id);
+        if let Some(m) = mirrored_to {
+            self.note_fast(m);
+        }
+        for n in &cfg.policy.mirror_of {
+            if let Some(w) = self.port_id(n) {
+                self.note_fast(w);
+            }
+        }
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
@@ -466,10 +575,21 @@ impl Switch {
         }
         self.l3.owners.retain(|_, &mut p| p != id);
         self.departed.accumulate(&slot.counters);
-        for s in self.ports.iter_mut().flatten() {
-            if s.mirrored_to == Some(id) {
+        let mut unmirrored = Vec::new();
+        for (i, s) in self.ports.iter_mut().enumerate() {
+            if let Some(s) = s
+                && s.mirrored_to == Some(id)
+            {
                 s.mirrored_to = None;
+                unmirrored.push(i as PortId);
             }
+        }
+        self.note_fast(id);
+        if let Some(m) = slot.mirrored_to {
+            self.note_fast(m);
+        }
+        for i in unmirrored {
+            self.note_fast(i);
         }
         self.fib.forget_port(id);
         self.settle();
@@ -600,6 +720,7 @@ impl Switch {
         // Stations learned behind a port that changed device are learned anew, and the
         // stations on this side announce themselves through it.
         for id in moved {
+            self.note_fast(id);
             self.fib.forget_port(id);
             if let Some(s) = self.slot_mut(id) {
                 s.dev_mac = s.port.mac();
@@ -806,6 +927,7 @@ impl Switch {
         s.counters.tx_drops.tx_error += freed;
         s.seg_done = 0;
         self.note_interest(id);
+        self.note_fast(id);
     }
 
     /// Validates and classifies a received frame, then forwards it.
@@ -880,6 +1002,7 @@ impl Switch {
                     self.l3.owners.insert(ip, id);
                 }
                 self.slot_mut(id).expect("live").policy.ips.push(ip);
+                self.note_fast(id);
                 true
             }
         }

@@ -1,0 +1,166 @@
+//! What a kernel datapath may execute for the core, and the changes it must follow
+//! (docs/architecture.md, "The kernel datapath").
+//!
+//! The core stays the only place where forwarding is decided. A kernel datapath executes
+//! the part of those decisions that needs no state beyond two tables — the per-port rules
+//! ([`FastPort`]) and the MAC table — for known unicast frames between ports it reaches,
+//! and hands every other frame back to be received with [`Switch::ingest`]: learning,
+//! flooding, Layer 3 answers, ports it does not reach. The driver fills the kernel's maps
+//! from [`Switch::fast_port`] and [`Switch::fast_mac`] for the keys
+//! [`Switch::take_fastpath_changes`] reports.
+//!
+//! [`decide`] is the rule the kernel program applies, written over these tables in Rust, so
+//! that tests can hold it against the core's own pipeline: for every frame, the kernel
+//! either does exactly what the core would do, or hands the frame up.
+//!
+//! [`Switch::ingest`]: crate::Switch::ingest
+//! [`Switch::fast_port`]: crate::Switch::fast_port
+//! [`Switch::fast_mac`]: crate::Switch::fast_mac
+//! [`Switch::take_fastpath_changes`]: crate::Switch::take_fastpath_changes
+
+use std::net::IpAddr;
+
+use sluice_wire::MacAddr;
+
+use crate::counters::DropCause;
+use crate::switch::PortId;
+use crate::vlan::VlanMode;
+
+/// How a port's source IP addresses are checked on the fast path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IpRule {
+    /// Any address (no IP anti-spoofing on this port).
+    Any,
+    /// Only these (and the unspecified address); per family, `None` means frames of that
+    /// family go up: the port learns its first address of that family.
+    Only {
+        /// IPv4 addresses (ARP sender addresses too), or `None`: IPv4 and ARP go up.
+        v4: Option<Vec<IpAddr>>,
+        /// IPv6 addresses, or `None`: IPv6 goes up.
+        v6: Option<Vec<IpAddr>>,
+    },
+}
+
+/// One port as the kernel datapath sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FastPort {
+    /// The handle by which the kernel reaches the port ([`crate::Port::fast_path`]); `None`
+    /// for a port in user space (frames to it go up).
+    pub target: Option<u32>,
+    /// VLAN membership.
+    pub vlan: VlanMode,
+    /// MTU (IP packet bytes).
+    pub mtu: u16,
+    /// Exchanges frames with uplinks only.
+    pub isolated: bool,
+    /// Leads to the LAN.
+    pub uplink: bool,
+    /// The only source MAC address allowed, if any.
+    pub mac: Option<MacAddr>,
+    /// Source IP addresses allowed.
+    pub ips: IpRule,
+    /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed,
+    /// or the switch runs in a mode the kernel does not execute).
+    pub slow: bool,
+}
+
+/// A key whose kernel entry must be rewritten from the core's state now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastChange {
+    /// A port's rules ([`crate::Switch::fast_port`]; `None` there: the port is gone).
+    Port(PortId),
+    /// A MAC table entry ([`crate::Switch::fast_mac`]; `None` there: no entry).
+    Mac(u16, MacAddr),
+}
+
+/// A MAC table entry as the kernel sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastMac {
+    /// The port behind the address.
+    pub port: PortId,
+    /// Configured, not learned.
+    pub is_static: bool,
+}
+
+/// What the kernel does with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hand it to the core.
+    Up,
+    /// Drop it, counted at the input with this cause.
+    Drop(DropCause),
+    /// Send it to this port, tagged with this VLAN id or untagged; the output's MTU is
+    /// checked there (an over-MTU frame is counted at the output).
+    To {
+        /// The output.
+        port: PortId,
+        /// The 802.1Q tag the frame leaves with, if any (VLAN id and priority).
+        tag: Option<(u16, u8)>,
+    },
+}
+
+/// What the kernel sees of a frame.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameView {
+    /// Destination MAC.
+    pub dst: MacAddr,
+    /// Source MAC.
+    pub src: MacAddr,
+    /// The outer 802.1Q tag's TCI, if tagged.
+    pub tci: Option<u16>,
+    /// The source address the frame claims: `None` for non-IP frames, `Some(None)` for an
+    /// IP or ARP frame too short to say (as [`crate::Switch`] reads it).
+    pub claimed: Option<Option<IpAddr>>,
+}
+
+/// The kernel program's rule, over the tables the core gives it: the frame `f` arriving
+/// on `from`. `port` looks up a port's rules, `mac` the MAC table.
+pub fn decide(
+    from: PortId,
+    f: &FrameView,
+    port: impl Fn(PortId) -> Option<FastPort>,
+    mac: impl Fn(u16, MacAddr) -> Option<FastMac>,
+) -> Verdict {
+    let Some(me) = port(from) else { return Verdict::Up };
+    if me.slow || me.target.is_none() {
+        return Verdict::Up;
+    }
+    if f.src.is_multicast() {
+        return Verdict::Drop(DropCause::Malformed);
+    }
+    let Some(ing) = me.vlan.ingress(f.tci) else { return Verdict::Drop(DropCause::VlanFilter) };
+    if me.mac.is_some_and(|m| m != f.src) {
+        return Verdict::Drop(DropCause::SpoofedMac);
+    }
+    if let IpRule::Only { v4, v6 } = &me.ips
+        && let Some(claimed) = f.claimed
+    {
+        let Some(ip) = claimed else { return Verdict::Drop(DropCause::SpoofedIp) };
+        let list = if ip.is_ipv4() { v4 } else { v6 };
+        let Some(list) = list else { return Verdict::Up };
+        if !ip.is_unspecified() && !list.contains(&ip) {
+            return Verdict::Drop(DropCause::SpoofedIp);
+        }
+    }
+    // The source must already be known here: learning and moves are the core's.
+    if mac(ing.vid, f.src).is_none_or(|e| e.port != from) {
+        return Verdict::Up;
+    }
+    if f.dst.is_multicast() {
+        return Verdict::Up;
+    }
+    let Some(e) = mac(ing.vid, f.dst) else { return Verdict::Up };
+    if e.port == from {
+        return Verdict::Drop(DropCause::SamePort);
+    }
+    let Some(out) = port(e.port) else { return Verdict::Up };
+    if out.slow || out.target.is_none() {
+        return Verdict::Up;
+    }
+    let Some(tagged) = out.vlan.egress(ing.vid) else { return Verdict::Drop(DropCause::VlanFilter) };
+    // Isolated ports talk to uplinks only.
+    if (me.isolated || out.isolated) && !me.uplink && !out.uplink {
+        return Verdict::Drop(DropCause::Isolated);
+    }
+    Verdict::To { port: e.port, tag: tagged.then_some((ing.vid, ing.pcp)) }
+}
