@@ -10,11 +10,13 @@ cd "$(dirname "$0")/.."
 
 # openvswitch-switch: `sluice study`'s ovs path is tested against the real thing (the
 # study starts private OVS daemons; the package's own service is not needed).
-PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch)
-TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl)
+# clang + libbpf-dev: the kernel datapath's programs are compiled from C when sluice builds.
+PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch clang libbpf-dev)
+TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+[ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
     apt-get update

@@ -1,0 +1,85 @@
+/* The maps sluice's kernel datapath shares with its daemon: layouts both sides agree on.
+ * crates/ebpf/src/abi.rs mirrors every struct and constant here; a test compares the two
+ * through the object's BTF. docs/architecture.md, "The kernel datapath", says what each
+ * holds. */
+#ifndef SLUICE_ABI_H
+#define SLUICE_ABI_H
+
+#include <linux/types.h>
+
+#define SLUICE_MAX_PORTS 1024
+#define SLUICE_MAX_IPS 8
+
+/* port.flags */
+#define PF_KERNEL (1u << 0)   /* the kernel reaches the port; else frames to it go up */
+#define PF_UPLINK (1u << 1)   /* leads to the LAN: sent with bpf_redirect, not _peer */
+#define PF_ISOLATED (1u << 2) /* exchanges frames with uplinks only */
+#define PF_MAC (1u << 3)      /* only `mac` may be a source */
+#define PF_IPS (1u << 4)      /* source IP addresses are checked */
+#define PF_UP_V4 (1u << 5)    /* IPv4 and ARP frames go up (the core learns the address) */
+#define PF_UP_V6 (1u << 6)    /* IPv6 frames go up */
+#define PF_SLOW (1u << 7)     /* every frame from or to the port goes up */
+#define PF_TRUNK (1u << 8)    /* trunk: `allowed` and `native_vid`; else access `access_vid` */
+
+struct sluice_port {
+	__u32 ifindex; /* 0: slot unused */
+	__u32 flags;
+	__u16 mtu;
+	__u16 access_vid;
+	__u16 native_vid; /* trunk: VLAN of untagged frames, 0: none */
+	__u8 n_ip4;
+	__u8 n_ip6;
+	__u8 mac[6];
+	__u8 pad[2];
+	__u32 ip4[SLUICE_MAX_IPS];     /* network order */
+	__u8 ip6[SLUICE_MAX_IPS][16];
+	__u64 allowed[64]; /* trunk: VLANs carried tagged, bit per VLAN id */
+};
+
+struct sluice_fib_key {
+	__u16 vlan;
+	__u8 mac[6];
+};
+
+#define FIB_STATIC (1u << 0)
+
+struct sluice_fib_val {
+	__u32 slot;
+	__u32 flags;
+	__u64 seen_ns; /* bpf_ktime_get_ns() of the last frame from this source forwarded here */
+};
+
+struct sluice_config {
+	__u32 upcall_ifindex; /* the upcall TAP; 0: none (frames that would go up are dropped) */
+	__u32 pad;
+};
+
+/* Counters per port slot (per CPU), indexes into sluice_counters.v. Drop causes are the
+ * core's, in `DropCause::ALL` order, from C_RX_DROP and C_TX_DROP. */
+#define C_RX_FRAMES 0
+#define C_RX_BYTES 1
+#define C_RX_GSO 2
+#define C_FORWARDED 3
+#define C_COPIES 4
+#define C_UPCALLS 5
+#define C_TX_OFFERED 6
+#define C_TX_FRAMES 7
+#define C_TX_BYTES 8
+#define C_TX_GSO 9
+#define C_RX_DROP 10
+#define C_TX_DROP 24
+#define C_COUNT 40
+
+#define D_MALFORMED 1
+#define D_VLAN_FILTER 2
+#define D_OVER_MTU 3
+#define D_SAME_PORT 5
+#define D_ISOLATED 7
+#define D_SPOOFED_MAC 8
+#define D_SPOOFED_IP 9
+
+struct sluice_counters {
+	__u64 v[C_COUNT];
+};
+
+#endif

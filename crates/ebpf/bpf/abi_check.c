@@ -1,0 +1,42 @@
+/* Prints the layouts of abi.h's structs as Rust constants; build.rs compiles it for the
+ * host and runs it, and the crate's tests compare them with its #[repr(C)] mirrors. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "abi.h"
+
+#define SIZE(t) printf("pub const SIZE_%s: usize = %zu;\n", #t, sizeof(struct t))
+#define OFF(t, f) printf("pub const OFF_%s_%s: usize = %zu;\n", #t, #f, offsetof(struct t, f))
+
+int main(void)
+{
+	SIZE(sluice_port);
+	OFF(sluice_port, ifindex);
+	OFF(sluice_port, flags);
+	OFF(sluice_port, mtu);
+	OFF(sluice_port, access_vid);
+	OFF(sluice_port, native_vid);
+	OFF(sluice_port, n_ip4);
+	OFF(sluice_port, n_ip6);
+	OFF(sluice_port, mac);
+	OFF(sluice_port, ip4);
+	OFF(sluice_port, ip6);
+	OFF(sluice_port, allowed);
+	SIZE(sluice_fib_key);
+	OFF(sluice_fib_key, mac);
+	SIZE(sluice_fib_val);
+	OFF(sluice_fib_val, flags);
+	OFF(sluice_fib_val, seen_ns);
+	SIZE(sluice_config);
+	SIZE(sluice_counters);
+	printf("pub const C_COUNT: usize = %d;\n", C_COUNT);
+	printf("pub const C_RX_DROP: usize = %d;\n", C_RX_DROP);
+	printf("pub const C_TX_DROP: usize = %d;\n", C_TX_DROP);
+	printf("pub const C_UPCALLS: usize = %d;\n", C_UPCALLS);
+	printf("pub const C_TX_GSO: usize = %d;\n", C_TX_GSO);
+	printf("pub const PF_TRUNK: u32 = %u;\n", PF_TRUNK);
+	printf("pub const PF_SLOW: u32 = %u;\n", PF_SLOW);
+	printf("pub const MAX_PORTS: u32 = %d;\n", SLUICE_MAX_PORTS);
+	printf("pub const MAX_IPS: usize = %d;\n", SLUICE_MAX_IPS);
+	return 0;
+}

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0 OR GPL-2.0-only
+/*
+ * sluice's kernel datapath: one TC ingress program on the switch side of every
+ * veth-attached guest and on the uplink. It executes, for known unicast frames between
+ * ports the kernel reaches, the rule the core wrote into the maps (the same rule as
+ * `sluice_switch::fastpath::decide`, which tests hold against the core); every other frame
+ * goes up to the core through the upcall TAP, tagged with its input port.
+ * docs/architecture.md, "The kernel datapath".
+ *
+ * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "abi.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct sluice_port);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_port_of SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_fib_key);
+	__type(value, struct sluice_fib_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_fib SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct sluice_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_stats SEC(".maps");
+
+#define ETH_P_8021Q_BE bpf_htons(0x8100)
+#define ETH_P_8021AD_BE bpf_htons(0x88a8)
+#define SEEN_EVERY_NS 1000000000ULL
+
+static __always_inline int is_group(const __u8 *mac)
+{
+	return mac[0] & 1;
+}
+
+/* (BPF has no memcmp.) */
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+static __always_inline int vlan_allowed(const struct sluice_port *p, __u16 vid)
+{
+	return (p->allowed[(vid >> 6) & 63] >> (vid & 63)) & 1;
+}
+
+/* The core's `VlanMode::ingress`: the VLAN a frame with `tci` (when `tagged`) joins on
+ * port `p`, or -1 when the port does not take it. */
+static __always_inline int vlan_in(const struct sluice_port *p, int tagged, __u16 tci)
+{
+	__u16 vid = tci & 0x0fff;
+
+	if (!(p->flags & PF_TRUNK))
+		return (!tagged || vid == 0) ? p->access_vid : -1;
+	if (!tagged || vid == 0)
+		return p->native_vid ? p->native_vid : -1;
+	if (vlan_allowed(p, vid) || p->native_vid == vid)
+		return vid;
+	return -1;
+}
+
+/* The core's `VlanMode::egress`: -1 not a member, 0 untagged, 1 tagged. */
+static __always_inline int vlan_out(const struct sluice_port *p, __u16 vid)
+{
+	if (!(p->flags & PF_TRUNK))
+		return p->access_vid == vid ? 0 : -1;
+	if (p->native_vid == vid)
+		return 0;
+	return vlan_allowed(p, vid) ? 1 : -1;
+}
+
+/* Hands the frame to the core: the input slot as an outer 802.1ad tag, out of the
+ * upcall TAP. */
+static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
+{
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+
+	c->v[C_UPCALLS]++;
+	if (!cfg || !cfg->upcall_ifindex)
+		return TC_ACT_SHOT;
+	if (bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff))
+		return TC_ACT_SHOT;
+	return bpf_redirect(cfg->upcall_ifindex, 0);
+}
+
+static __always_inline int drop(struct sluice_counters *c, int cause)
+{
+	c->v[C_RX_DROP + cause]++;
+	return TC_ACT_SHOT;
+}
+
+/* Whether IPv4 address `a` (network order) may be the port's source. */
+static __always_inline int ip4_ok(const struct sluice_port *p, __u32 a)
+{
+	if (a == 0)
+		return 1;
+#pragma unroll
+	for (int i = 0; i < SLUICE_MAX_IPS; i++)
+		if (i < p->n_ip4 && p->ip4[i] == a)
+			return 1;
+	return 0;
+}
+
+static __always_inline int ip6_eq(const __u8 *a, const __u8 *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return x[0] == y[0] && x[1] == y[1];
+}
+
+static __always_inline int ip6_ok(const struct sluice_port *p, const __u8 *a)
+{
+	const __u64 *x = (const __u64 *)a;
+
+	if (x[0] == 0 && x[1] == 0)
+		return 1;
+#pragma unroll
+	for (int i = 0; i < SLUICE_MAX_IPS; i++)
+		if (i < p->n_ip6 && ip6_eq(p->ip6[i], a))
+			return 1;
+	return 0;
+}
+
+/* IP anti-spoofing: 0 pass, 1 spoofed, 2 up (the core learns this family). */
+static __always_inline int check_ips(struct __sk_buff *skb, const struct sluice_port *p, __u16 proto)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+
+	if (proto == bpf_htons(ETH_P_IP) || proto == bpf_htons(ETH_P_ARP)) {
+		/* IPv4 source at 26, ARP sender address at 28. */
+		int at = proto == bpf_htons(ETH_P_IP) ? 26 : 28;
+		__u32 a;
+
+		if (p->flags & PF_UP_V4)
+			return 2;
+		if (data + at + 4 > end)
+			return 1;
+		__builtin_memcpy(&a, data + at, 4);
+		return ip4_ok(p, a) ? 0 : 1;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		__u8 a[16];
+
+		if (p->flags & PF_UP_V6)
+			return 2;
+		if (data + 38 > end)
+			return 1;
+		__builtin_memcpy(a, data + 22, 16);
+		return ip6_ok(p, a) ? 0 : 1;
+	}
+	return 0;
+}
+
+SEC("classifier")
+int sluice_ingress(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 *slotp = bpf_map_lookup_elem(&sluice_port_of, &ifindex);
+	if (!slotp)
+		return TC_ACT_OK; /* not a sluice port: the stack's */
+	__u32 slot = *slotp;
+	struct sluice_port *in = bpf_map_lookup_elem(&sluice_ports, &slot);
+	struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
+	if (!in || !c)
+		return TC_ACT_SHOT;
+
+	int tagged = skb->vlan_present && skb->vlan_proto == ETH_P_8021Q_BE;
+	__u16 tci = tagged ? skb->vlan_tci : 0;
+	__u32 len = skb->len + (tagged ? 4 : 0);
+	c->v[C_RX_FRAMES]++;
+	c->v[C_RX_BYTES] += len;
+	if (skb->gso_size)
+		c->v[C_RX_GSO]++;
+	if (in->flags & PF_SLOW)
+		return up(skb, slot, c);
+	/* An outer tag the kernel did not take off, or not 802.1Q: the core reads those. */
+	if (skb->vlan_present && !tagged)
+		return up(skb, slot, c);
+
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return drop(c, D_MALFORMED);
+	if (eth->h_proto == ETH_P_8021Q_BE)
+		return up(skb, slot, c);
+	if (is_group(eth->h_source))
+		return drop(c, D_MALFORMED);
+
+	int vid = vlan_in(in, tagged, tci);
+	if (vid < 0)
+		return drop(c, D_VLAN_FILTER);
+	__u8 pcp = tci >> 13;
+
+	if (in->flags & PF_MAC && !mac_eq(eth->h_source, in->mac))
+		return drop(c, D_SPOOFED_MAC);
+	if (in->flags & PF_IPS) {
+		int r = check_ips(skb, in, eth->h_proto);
+		if (r == 1)
+			return drop(c, D_SPOOFED_IP);
+		if (r == 2)
+			return up(skb, slot, c);
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		eth = data;
+		if ((void *)(eth + 1) > end)
+			return drop(c, D_MALFORMED);
+	}
+
+	/* The source must be known on this port: learning and moves are the core's. */
+	struct sluice_fib_key k = { .vlan = vid };
+	__builtin_memcpy(k.mac, eth->h_source, 6);
+	struct sluice_fib_val *src = bpf_map_lookup_elem(&sluice_fib, &k);
+	if (!src || src->slot != slot)
+		return up(skb, slot, c);
+	__u64 now = bpf_ktime_get_ns();
+	if (now - src->seen_ns > SEEN_EVERY_NS)
+		src->seen_ns = now;
+
+	if (is_group(eth->h_dest))
+		return up(skb, slot, c);
+	__builtin_memcpy(k.mac, eth->h_dest, 6);
+	struct sluice_fib_val *dst = bpf_map_lookup_elem(&sluice_fib, &k);
+	if (!dst)
+		return up(skb, slot, c);
+	__u32 oslot = dst->slot;
+	if (oslot == slot)
+		return drop(c, D_SAME_PORT);
+	struct sluice_port *out = bpf_map_lookup_elem(&sluice_ports, &oslot);
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
+	if (!out || !oc || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW))
+		return up(skb, slot, c);
+	int otag = vlan_out(out, vid);
+	if (otag < 0)
+		return drop(c, D_VLAN_FILTER);
+	if ((in->flags & PF_ISOLATED || out->flags & PF_ISOLATED) && !(in->flags & PF_UPLINK) &&
+	    !(out->flags & PF_UPLINK))
+		return drop(c, D_ISOLATED);
+
+	c->v[C_FORWARDED]++;
+	c->v[C_COPIES]++;
+	oc->v[C_TX_OFFERED]++;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, out->ifindex, &mtu, 0, 0)) {
+		oc->v[C_TX_DROP + D_OVER_MTU]++;
+		return TC_ACT_SHOT;
+	}
+	__u16 otci = ((__u16)pcp << 13) | (__u16)vid;
+	if (tagged && (!otag || tci != otci)) {
+		if (bpf_skb_vlan_pop(skb))
+			goto tx_error;
+	}
+	if (otag && (!tagged || tci != otci)) {
+		if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, otci))
+			goto tx_error;
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
+	if (out->flags & PF_UPLINK)
+		return bpf_redirect(out->ifindex, 0);
+	return bpf_redirect_peer(out->ifindex, 0);
+
+tx_error:
+	oc->v[C_TX_DROP + 6]++;
+	return TC_ACT_SHOT;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

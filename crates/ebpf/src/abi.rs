@@ -1,0 +1,183 @@
+//! The maps' layouts, as `bpf/abi.h` defines them for the programs. Every struct here is
+//! `#[repr(C)]` with the header's field order and sizes; the tests compare sizes with the
+//! header's through the compiled object's BTF.
+
+use aya::Pod;
+
+/// Port slots in the maps.
+pub const MAX_PORTS: u32 = 1024;
+/// Source addresses per family a port's entry holds; a port with more goes slow.
+pub const MAX_IPS: usize = 8;
+
+/// `PF_KERNEL`: the kernel reaches the port.
+pub const PF_KERNEL: u32 = 1 << 0;
+/// `PF_UPLINK`: leads to the LAN.
+pub const PF_UPLINK: u32 = 1 << 1;
+/// `PF_ISOLATED`: exchanges frames with uplinks only.
+pub const PF_ISOLATED: u32 = 1 << 2;
+/// `PF_MAC`: only `mac` may be a source.
+pub const PF_MAC: u32 = 1 << 3;
+/// `PF_IPS`: source IP addresses are checked.
+pub const PF_IPS: u32 = 1 << 4;
+/// `PF_UP_V4`: IPv4 and ARP frames go up.
+pub const PF_UP_V4: u32 = 1 << 5;
+/// `PF_UP_V6`: IPv6 frames go up.
+pub const PF_UP_V6: u32 = 1 << 6;
+/// `PF_SLOW`: every frame from or to the port goes up.
+pub const PF_SLOW: u32 = 1 << 7;
+/// `PF_TRUNK`: trunk mode.
+pub const PF_TRUNK: u32 = 1 << 8;
+
+/// `struct sluice_port`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Port {
+    pub ifindex: u32,
+    pub flags: u32,
+    pub mtu: u16,
+    pub access_vid: u16,
+    pub native_vid: u16,
+    pub n_ip4: u8,
+    pub n_ip6: u8,
+    pub mac: [u8; 6],
+    pub pad: [u8; 2],
+    pub ip4: [[u8; 4]; MAX_IPS],
+    pub ip6: [[u8; 16]; MAX_IPS],
+    pub allowed: [u64; 64],
+}
+
+impl Default for Port {
+    fn default() -> Self {
+        Port {
+            ifindex: 0,
+            flags: 0,
+            mtu: 0,
+            access_vid: 0,
+            native_vid: 0,
+            n_ip4: 0,
+            n_ip6: 0,
+            mac: [0; 6],
+            pad: [0; 2],
+            ip4: [[0; 4]; MAX_IPS],
+            ip6: [[0; 16]; MAX_IPS],
+            allowed: [0; 64],
+        }
+    }
+}
+
+/// `struct sluice_fib_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FibKey {
+    pub vlan: u16,
+    pub mac: [u8; 6],
+}
+
+/// `FIB_STATIC`.
+pub const FIB_STATIC: u32 = 1;
+
+/// `struct sluice_fib_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FibVal {
+    pub slot: u32,
+    pub flags: u32,
+    pub seen_ns: u64,
+}
+
+/// `struct sluice_config`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Config {
+    pub upcall_ifindex: u32,
+    pub pad: u32,
+}
+
+/// Indexes into [`Counters::v`] (`C_*` in the header).
+pub mod c {
+    pub const RX_FRAMES: usize = 0;
+    pub const RX_BYTES: usize = 1;
+    pub const RX_GSO: usize = 2;
+    pub const FORWARDED: usize = 3;
+    pub const COPIES: usize = 4;
+    pub const UPCALLS: usize = 5;
+    pub const TX_OFFERED: usize = 6;
+    pub const TX_FRAMES: usize = 7;
+    pub const TX_BYTES: usize = 8;
+    pub const TX_GSO: usize = 9;
+    /// Receive drops start here, one per `DropCause::ALL` entry.
+    pub const RX_DROP: usize = 10;
+    /// Transmit drops start here, one per `DropCause::ALL` entry.
+    pub const TX_DROP: usize = 24;
+    pub const COUNT: usize = 40;
+}
+
+/// `struct sluice_counters`: one port's counters on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counters {
+    pub v: [u64; c::COUNT],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters { v: [0; c::COUNT] }
+    }
+}
+
+// SAFETY: plain `#[repr(C)]` integers and byte arrays, no padding the kernel does not
+// also see (every struct's size is a multiple of its alignment, checked in the tests).
+unsafe impl Pod for Port {}
+// SAFETY: as above.
+unsafe impl Pod for FibKey {}
+// SAFETY: as above.
+unsafe impl Pod for FibVal {}
+// SAFETY: as above.
+unsafe impl Pod for Config {}
+// SAFETY: as above.
+unsafe impl Pod for Counters {}
+
+#[cfg(all(test, sluice_abi_check))]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layouts the host's C compiler gives `bpf/abi.h` (build.rs runs
+    /// `bpf/abi_check.c`); BPF's layout rules for these fixed-width types are the same.
+    mod from_c {
+        #![allow(dead_code, non_upper_case_globals)]
+        include!(concat!(env!("OUT_DIR"), "/abi_layouts.rs"));
+    }
+
+    #[test]
+    fn the_rust_mirrors_have_the_headers_layouts() {
+        use from_c::*;
+        assert_eq!(size_of::<Port>(), SIZE_sluice_port);
+        assert_eq!(offset_of!(Port, ifindex), OFF_sluice_port_ifindex);
+        assert_eq!(offset_of!(Port, flags), OFF_sluice_port_flags);
+        assert_eq!(offset_of!(Port, mtu), OFF_sluice_port_mtu);
+        assert_eq!(offset_of!(Port, access_vid), OFF_sluice_port_access_vid);
+        assert_eq!(offset_of!(Port, native_vid), OFF_sluice_port_native_vid);
+        assert_eq!(offset_of!(Port, n_ip4), OFF_sluice_port_n_ip4);
+        assert_eq!(offset_of!(Port, n_ip6), OFF_sluice_port_n_ip6);
+        assert_eq!(offset_of!(Port, mac), OFF_sluice_port_mac);
+        assert_eq!(offset_of!(Port, ip4), OFF_sluice_port_ip4);
+        assert_eq!(offset_of!(Port, ip6), OFF_sluice_port_ip6);
+        assert_eq!(offset_of!(Port, allowed), OFF_sluice_port_allowed);
+        assert_eq!(size_of::<FibKey>(), SIZE_sluice_fib_key);
+        assert_eq!(offset_of!(FibKey, mac), OFF_sluice_fib_key_mac);
+        assert_eq!(size_of::<FibVal>(), SIZE_sluice_fib_val);
+        assert_eq!(offset_of!(FibVal, flags), OFF_sluice_fib_val_flags);
+        assert_eq!(offset_of!(FibVal, seen_ns), OFF_sluice_fib_val_seen_ns);
+        assert_eq!(size_of::<Config>(), SIZE_sluice_config);
+        assert_eq!(size_of::<Counters>(), SIZE_sluice_counters);
+        assert_eq!(
+            (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO),
+            (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO)
+        );
+        assert_eq!(
+            (PF_TRUNK, PF_SLOW, MAX_PORTS, MAX_IPS),
+            (from_c::PF_TRUNK, from_c::PF_SLOW, from_c::MAX_PORTS, from_c::MAX_IPS)
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! sluice's kernel datapath: how the kernel executes what the forwarding core decided
+//! (docs/architecture.md, "The kernel datapath").
+//!
+//! One TC program (`bpf/datapath.c`, compiled by build.rs) runs at the ingress of every
+//! port the kernel reaches — the switch side of a guest's veth pair, the uplink — and
+//! forwards known unicast itself from five maps the daemon fills from the core's state
+//! ([`tables`]); every other frame it hands up through the switch's upcall TAP. This crate
+//! loads the program, attaches it (tcx), pins programs and maps so that forwarding
+//! outlives the daemon, writes the maps, and reads the counters back. What is decided
+//! lives in `sluice_switch::fastpath`; nothing here decides.
+
+pub mod abi;
+pub mod tables;
+
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
+use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
+use sluice_wire::MacAddr;
+
+pub use abi::MAX_PORTS;
+
+/// Why the kernel datapath could not do what was asked. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Built without clang.
+    #[error(
+        "this sluice was built without the kernel datapath's programs (no clang or libbpf headers at build time): install them (`apt-get install clang libbpf-dev`) and build sluice again, or use `--datapath user`"
+    )]
+    NotBuilt,
+    /// Loading the object or its program failed (the verifier's log is in the cause).
+    #[error("loading the kernel datapath into the kernel failed (it needs BPF with BTF and TC programs, as root): {0}")]
+    Load(String),
+    /// The pin directory could not be prepared.
+    #[error("preparing {path} for the kernel datapath's pinned objects: {source}")]
+    Pins {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Attaching to an interface failed.
+    #[error("attaching the kernel datapath to {ifname} failed (it needs tcx, Linux 6.6 or later): {why}")]
+    Attach {
+        /// The interface.
+        ifname: String,
+        /// What failed.
+        why: String,
+    },
+    /// A map operation failed.
+    #[error("updating the kernel datapath's {map} map: {why}")]
+    Map {
+        /// Which map.
+        map: &'static str,
+        /// What failed.
+        why: String,
+    },
+}
+
+#[cfg(sluice_bpf)]
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/datapath.o"));
+#[cfg(not(sluice_bpf))]
+static OBJECT: &[u8] = &[];
+
+/// Whether this build carries the programs.
+pub fn available() -> bool {
+    !OBJECT.is_empty()
+}
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Makes `dir` a bpffs of its own (mode 0700) unless it already is one; `/sys/fs/bpf` is
+/// not used because `ip netns exec` remounts `/sys`.
+pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
+    let pins = |source| Error::Pins { path: dir.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(pins)?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| pins(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: `st` is a zeroed statfs the call fills; `c` is NUL-terminated.
+    let is_bpffs = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    };
+    if is_bpffs {
+        return Ok(());
+    }
+    // SAFETY: mounting a bpffs on a directory we just made sure exists; all strings are
+    // NUL-terminated literals or `c`.
+    let r = unsafe { libc::mount(c"bpf".as_ptr(), c.as_ptr(), c"bpf".as_ptr(), 0, c"mode=0700".as_ptr().cast()) };
+    if r != 0 {
+        return Err(pins(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Counters of one port slot, summed over CPUs.
+pub type Counters = abi::Counters;
+
+/// The loaded program and its maps, pinned in one directory.
+pub struct KernelDatapath {
+    ebpf: aya::Ebpf,
+    dir: PathBuf,
+    ports: Array<MapData, abi::Port>,
+    port_of: HashMap<MapData, u32, u32>,
+    fib: HashMap<MapData, abi::FibKey, abi::FibVal>,
+    config: Array<MapData, abi::Config>,
+    stats: PerCpuArray<MapData, abi::Counters>,
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |e| Error::Map { map, why: e.to_string() }
+}
+
+impl KernelDatapath {
+    /// Loads the program and its maps, pinning the maps in `dir` (a bpffs, see
+    /// [`ensure_bpffs`]) or taking over those pinned there by an earlier run. The MAC
+    /// table holds `fib_max` entries.
+    pub fn open(dir: &Path, fib_max: u32) -> Result<Self, Error> {
+        if !available() {
+            return Err(Error::NotBuilt);
+        }
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_pin_path(dir)
+            .set_max_entries("sluice_fib", fib_max.max(1))
+            .load(OBJECT)
+            .map_err(|e| Error::Load(format!("{e:#}")))?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut("sluice_ingress")
+            .ok_or_else(|| Error::Load("the object has no program sluice_ingress".into()))?
+            .try_into()
+            .map_err(|e| Error::Load(format!("{e}")))?;
+        prog.load().map_err(|e| Error::Load(verifier_log(&e)))?;
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or_else(|| Error::Load(format!("the object has no map {name}")))
+        };
+        let ports = Array::try_from(take(&mut ebpf, "sluice_ports")?).map_err(map_err("ports"))?;
+        let port_of = HashMap::try_from(take(&mut ebpf, "sluice_port_of")?).map_err(map_err("port_of"))?;
+        let fib = HashMap::try_from(take(&mut ebpf, "sluice_fib")?).map_err(map_err("fib"))?;
+        let config = Array::try_from(take(&mut ebpf, "sluice_config")?).map_err(map_err("config"))?;
+        let stats = PerCpuArray::try_from(take(&mut ebpf, "sluice_stats")?).map_err(map_err("stats"))?;
+        Ok(KernelDatapath { ebpf, dir: dir.to_path_buf(), ports, port_of, fib, config, stats })
+    }
+
+    fn link_pin(&self, ifname: &str) -> PathBuf {
+        self.dir.join(format!("link-{ifname}"))
+    }
+
+    /// Attaches the program at the ingress of interface `ifname` (in this thread's network
+    /// namespace) with a pinned tcx link, or — when an earlier run left a link pinned for
+    /// it — puts this program into that link in one step, so forwarding never pauses.
+    pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
+        let pin = self.link_pin(ifname);
+        let err = |why: String| Error::Attach { ifname: ifname.to_string(), why };
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut("sluice_ingress")
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| err("the program is not loaded".into()))?;
+        let id = if pin.exists() {
+            let old = PinnedLink::from_pin(&pin).map_err(|e| err(format!("{e}")))?;
+            let fd = old.unpin().map_err(|e| err(format!("taking over {}: {e}", pin.display())))?;
+            let link = SchedClassifierLink::try_from(fd).map_err(|e| err(format!("{e}")))?;
+            prog.attach_to_link(link).map_err(|e| err(format!("{e}")))?
+        } else {
+            prog.attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+                .map_err(|e| err(format!("{e}")))?
+        };
+        let link = prog.take_link(id).map_err(|e| err(format!("{e}")))?;
+        let fd = FdLink::try_from(link).map_err(|e| err(format!("{e}")))?;
+        fd.pin(&pin).map_err(|e| err(format!("pinning {}: {e}", pin.display())))?;
+        Ok(())
+    }
+
+    /// Detaches the program from `ifname` (its pinned link goes; nothing else holds it).
+    pub fn detach(&mut self, ifname: &str) {
+        let _ = std::fs::remove_file(self.link_pin(ifname));
+    }
+
+    /// Writes port slot `slot`. A port the kernel reaches is also found by its ifindex.
+    pub fn set_port(&mut self, slot: u32, e: &abi::Port) -> Result<(), Error> {
+        if let Ok(old) = self.ports.get(&slot, 0)
+            && old.ifindex != e.ifindex
+            && old.ifindex != 0
+        {
+            let _ = self.port_of.remove(&old.ifindex);
+        }
+        self.ports.set(slot, e, 0).map_err(map_err("ports"))?;
+        if e.flags & abi::PF_KERNEL != 0 {
+            self.port_of.insert(e.ifindex, slot, 0).map_err(map_err("port_of"))?;
+        }
+        Ok(())
+    }
+
+    /// Frees port slot `slot`.
+    pub fn clear_port(&mut self, slot: u32) -> Result<(), Error> {
+        if let Ok(old) = self.ports.get(&slot, 0)
+            && old.ifindex != 0
+        {
+            let _ = self.port_of.remove(&old.ifindex);
+        }
+        self.ports.set(slot, abi::Port::default(), 0).map_err(map_err("ports"))
+    }
+
+    /// The port in slot `slot` as the maps hold it.
+    pub fn port(&self, slot: u32) -> Option<abi::Port> {
+        self.ports.get(&slot, 0).ok().filter(|p| p.ifindex != 0)
+    }
+
+    /// Points `mac` on `vlan` at port slot `slot`.
+    pub fn set_mac(&mut self, vlan: u16, mac: MacAddr, slot: u32, is_static: bool) -> Result<(), Error> {
+        let k = tables::fib_key(vlan, mac);
+        let mut v = tables::fib_val(slot, is_static);
+        // Keep the kernel's last-seen stamp when only the port changes.
+        if let Ok(old) = self.fib.get(&k, 0) {
+            v.seen_ns = old.seen_ns;
+        }
+        self.fib.insert(k, v, 0).map_err(map_err("fib"))
+    }
+
+    /// Removes `mac` on `vlan`.
+    pub fn del_mac(&mut self, vlan: u16, mac: MacAddr) {
+        let _ = self.fib.remove(&tables::fib_key(vlan, mac));
+    }
+
+    /// Every MAC entry: (VLAN, MAC, slot, static, when the kernel last forwarded a frame
+    /// from it, as `CLOCK_MONOTONIC` nanoseconds; 0: never).
+    pub fn macs(&self) -> Vec<(u16, MacAddr, u32, bool, u64)> {
+        self.fib
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.vlan, MacAddr(k.mac), v.slot, v.flags & abi::FIB_STATIC != 0, v.seen_ns))
+            .collect()
+    }
+
+    /// Sets the interface frames go up through (0: none).
+    pub fn set_upcall(&mut self, ifindex: u32) -> Result<(), Error> {
+        self.config.set(0, abi::Config { upcall_ifindex: ifindex, pad: 0 }, 0).map_err(map_err("config"))
+    }
+
+    /// Port slot `slot`'s counters, summed over CPUs.
+    pub fn counters(&self, slot: u32) -> Counters {
+        let mut sum = Counters::default();
+        if let Ok(per_cpu) = self.stats.get(&slot, 0) {
+            for c in per_cpu.iter() {
+                for (s, v) in sum.v.iter_mut().zip(c.v) {
+                    *s = s.wrapping_add(v);
+                }
+            }
+        }
+        sum
+    }
+
+    /// Zeroes port slot `slot`'s counters.
+    pub fn reset_counters(&mut self, slot: u32) -> Result<(), Error> {
+        let n = aya::util::nr_cpus().map_err(|(_, e)| Error::Map { map: "stats", why: e.to_string() })?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![Counters::default(); n])
+            .map_err(|e| Error::Map { map: "stats", why: e.to_string() })?;
+        self.stats.set(slot, zeros, 0).map_err(map_err("stats"))
+    }
+
+    /// Detaches everything and removes every pin: nothing of this datapath is left in the
+    /// kernel once the maps' last users (this process) let go.
+    pub fn remove(self) {
+        remove_pins(&self.dir);
+    }
+}
+
+/// Removes the links and maps pinned in `dir` (detaching the programs) and the directory.
+pub fn remove_pins(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// A program load error with the verifier's log, if it has one.
+fn verifier_log(e: &aya::programs::ProgramError) -> String {
+    match e {
+        aya::programs::ProgramError::LoadError { io_error, verifier_log } => {
+            format!("{io_error}; the verifier said:\n{verifier_log}")
+        }
+        other => format!("{other}"),
+    }
+}

@@ -1,0 +1,146 @@
+//! The core's decisions as map entries: a [`FastPort`] as a `sluice_port`, a MAC entry as
+//! a `sluice_fib` key and value. Pure; the loader writes what these return.
+
+use std::net::IpAddr;
+
+use sluice_switch::{FastPort, IpRule, VlanMode};
+use sluice_wire::MacAddr;
+
+use crate::abi::{self, FibKey, FibVal};
+
+/// Port `p`'s entry. Reachable by the kernel only if it has an interface (`ifindex`,
+/// which the kernel side of the port gives as its [`FastPort::target`]).
+pub fn port_entry(p: &FastPort) -> abi::Port {
+    let mut e = abi::Port { mtu: p.mtu, ..abi::Port::default() };
+    let mut flags = 0;
+    if let Some(ifindex) = p.target {
+        e.ifindex = ifindex;
+        flags |= abi::PF_KERNEL;
+    } else {
+        // A port in user space still needs a live slot: frames to it go up.
+        e.ifindex = u32::MAX;
+    }
+    if p.uplink {
+        flags |= abi::PF_UPLINK;
+    }
+    if p.isolated {
+        flags |= abi::PF_ISOLATED;
+    }
+    if let Some(m) = p.mac {
+        flags |= abi::PF_MAC;
+        e.mac = m.0;
+    }
+    if p.slow {
+        flags |= abi::PF_SLOW;
+    }
+    match &p.vlan {
+        VlanMode::Access(v) => e.access_vid = *v,
+        VlanMode::Trunk { allowed, native } => {
+            flags |= abi::PF_TRUNK;
+            e.native_vid = native.unwrap_or(0);
+            for v in allowed.iter() {
+                e.allowed[usize::from(v >> 6)] |= 1 << (v & 63);
+            }
+        }
+    }
+    if let IpRule::Only { v4, v6 } = &p.ips {
+        flags |= abi::PF_IPS;
+        match v4 {
+            None => flags |= abi::PF_UP_V4,
+            Some(l) if l.len() > abi::MAX_IPS => flags |= abi::PF_UP_V4,
+            Some(l) => {
+                for (i, a) in l.iter().enumerate() {
+                    if let IpAddr::V4(a) = a {
+                        e.ip4[i] = a.octets();
+                    }
+                }
+                e.n_ip4 = l.len() as u8;
+            }
+        }
+        match v6 {
+            None => flags |= abi::PF_UP_V6,
+            Some(l) if l.len() > abi::MAX_IPS => flags |= abi::PF_UP_V6,
+            Some(l) => {
+                for (i, a) in l.iter().enumerate() {
+                    if let IpAddr::V6(a) = a {
+                        e.ip6[i] = a.octets();
+                    }
+                }
+                e.n_ip6 = l.len() as u8;
+            }
+        }
+    }
+    e.flags = flags;
+    e
+}
+
+/// The key of `mac` on `vlan`.
+pub fn fib_key(vlan: u16, mac: MacAddr) -> FibKey {
+    FibKey { vlan, mac: mac.0 }
+}
+
+/// The value for an entry behind port slot `slot`.
+pub fn fib_val(slot: u32, is_static: bool) -> FibVal {
+    FibVal { slot, flags: if is_static { abi::FIB_STATIC } else { 0 }, seen_ns: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> FastPort {
+        FastPort {
+            target: Some(7),
+            vlan: VlanMode::Access(10),
+            mtu: 1500,
+            isolated: false,
+            uplink: false,
+            mac: None,
+            ips: IpRule::Any,
+            slow: false,
+        }
+    }
+
+    #[test]
+    fn an_access_port_in_the_kernel() {
+        let e = port_entry(&base());
+        assert_eq!((e.ifindex, e.flags, e.access_vid, e.mtu), (7, abi::PF_KERNEL, 10, 1500));
+    }
+
+    #[test]
+    fn a_trunk_carries_its_allowed_set_as_bits() {
+        let p = FastPort {
+            vlan: VlanMode::Trunk { allowed: [1u16, 64, 4094].into_iter().collect(), native: Some(5) },
+            ..base()
+        };
+        let e = port_entry(&p);
+        assert_ne!(e.flags & abi::PF_TRUNK, 0);
+        assert_eq!(e.native_vid, 5);
+        assert_eq!(e.allowed[0], 1 << 1);
+        assert_eq!(e.allowed[1], 1);
+        assert_eq!(e.allowed[63], 1 << 62);
+    }
+
+    #[test]
+    fn addresses_not_learned_yet_or_too_many_go_up() {
+        let many: Vec<IpAddr> = (1..=9).map(|i| IpAddr::from([10, 0, 0, i])).collect();
+        let p = FastPort { ips: IpRule::Only { v4: Some(many), v6: None }, ..base() };
+        let e = port_entry(&p);
+        assert_eq!(
+            e.flags & (abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6),
+            abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6
+        );
+        let p =
+            FastPort { ips: IpRule::Only { v4: Some(vec![IpAddr::from([10, 0, 0, 1])]), v6: Some(vec![]) }, ..base() };
+        let e = port_entry(&p);
+        assert_eq!(e.flags & (abi::PF_UP_V4 | abi::PF_UP_V6), 0);
+        assert_eq!((e.n_ip4, e.ip4[0], e.n_ip6), (1, [10, 0, 0, 1], 0));
+    }
+
+    #[test]
+    fn a_port_in_user_space_is_live_but_not_the_kernels() {
+        let e = port_entry(&FastPort { target: None, ..base() });
+        assert_eq!(e.flags & abi::PF_KERNEL, 0);
+        assert_ne!(e.ifindex, 0);
+    }
+}

@@ -1,0 +1,125 @@
+//! The program in a real kernel, without the daemon: two namespaces on veth pairs, the
+//! program on the switch sides, entries written by hand as the core would — frames pass
+//! on the fast path, and a frame the tables cannot decide goes up the upcall interface
+//! with its port slot as an outer tag.
+
+use std::process::Command;
+
+use sluice_ebpf::{KernelDatapath, abi, ensure_bpffs, tables};
+use sluice_switch::{FastPort, IpRule, VlanMode};
+use sluice_wire::MacAddr;
+
+fn root() -> bool {
+    // SAFETY: no preconditions.
+    let ok = unsafe { libc::geteuid() } == 0;
+    if !ok {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "under CI=true this test must run as root");
+        eprintln!("skipped: needs root");
+    }
+    ok
+}
+
+fn sh(cmd: &str) -> String {
+    let o = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(o.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Two guest namespaces `T-a`, `T-b` on veths `Ta`/`Tb` (switch sides here), removed on drop.
+struct Guests(String);
+
+impl Guests {
+    fn new() -> Guests {
+        let t = format!("ke{}", std::process::id() % 100_000);
+        for g in ["a", "b"] {
+            sh(&format!(
+                "ip netns add {t}-{g} && ip link add {t}{g} type veth peer name eth0 netns {t}-{g} && \
+                 ip link set {t}{g} up && ip -n {t}-{g} link set eth0 up && ip -n {t}-{g} link set lo up && \
+                 sysctl -qw net.ipv6.conf.{t}{g}.disable_ipv6=1"
+            ));
+        }
+        sh(&format!("ip -n {t}-a addr add 10.98.0.1/24 dev eth0 && ip -n {t}-b addr add 10.98.0.2/24 dev eth0"));
+        Guests(t)
+    }
+
+    fn mac(&self, g: &str) -> MacAddr {
+        sh(&format!("ip -n {}-{g} -br link show eth0 | awk '{{print $3}}'", self.0)).parse().unwrap()
+    }
+
+    fn ifindex(&self, g: &str) -> u32 {
+        sh(&format!("cat /sys/class/net/{}{g}/ifindex", self.0)).parse().unwrap()
+    }
+}
+
+impl Drop for Guests {
+    fn drop(&mut self) {
+        for g in ["a", "b"] {
+            let _ = Command::new("ip").args(["netns", "del", &format!("{}-{g}", self.0)]).status();
+            let _ = Command::new("ip").args(["link", "del", &format!("{}{g}", self.0)]).status();
+        }
+        let _ = Command::new("ip").args(["link", "del", &format!("{}up", self.0)]).status();
+    }
+}
+
+fn port(ifindex: u32) -> FastPort {
+    FastPort {
+        target: Some(ifindex),
+        vlan: VlanMode::Access(1),
+        mtu: 1500,
+        isolated: false,
+        uplink: false,
+        mac: None,
+        ips: IpRule::Any,
+        slow: false,
+    }
+}
+
+#[test]
+fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
+    if !root() {
+        return;
+    }
+    let g = Guests::new();
+    let dir = std::env::temp_dir().join(format!("sluice-ebpf-test-{}", std::process::id()));
+    ensure_bpffs(&dir).unwrap();
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            sluice_ebpf::remove_pins(&self.0);
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _u = Unmount(dir.clone());
+    let mut dp = KernelDatapath::open(&dir, 1024).unwrap();
+    let (a, b) = (format!("{}a", g.0), format!("{}b", g.0));
+    dp.attach(&a).unwrap();
+    dp.attach(&b).unwrap();
+    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")))).unwrap();
+    dp.set_port(1, &tables::port_entry(&port(g.ifindex("b")))).unwrap();
+    dp.set_mac(1, g.mac("a"), 0, false).unwrap();
+    dp.set_mac(1, g.mac("b"), 1, false).unwrap();
+    // Neighbours by hand: ARP (broadcast) would go up, and nothing reads the upcalls here.
+    sh(&format!("ip -n {t}-a neigh add 10.98.0.2 lladdr {} dev eth0 nud permanent", g.mac("b"), t = g.0));
+    sh(&format!("ip -n {t}-b neigh add 10.98.0.1 lladdr {} dev eth0 nud permanent", g.mac("a"), t = g.0));
+    let out = sh(&format!("ip netns exec {}-a ping -c 3 -i 0.2 -W 2 10.98.0.2", g.0));
+    assert!(out.contains("3 received"), "{out}");
+    let ca = dp.counters(0);
+    assert!(ca.v[abi::c::FORWARDED] >= 3, "{ca:?}");
+    assert_eq!(dp.counters(1).v[abi::c::TX_FRAMES], ca.v[abi::c::FORWARDED]);
+    // The program stamped the sources it forwarded from.
+    assert!(dp.macs().iter().all(|m| m.4 > 0), "{:?}", dp.macs());
+
+    // An upcall interface (a veth here; its peer's counters show what arrived): a
+    // broadcast goes up.
+    let up = format!("{}up", g.0);
+    sh(&format!("ip link add {up} type veth peer name {up}p && ip link set {up} up && ip link set {up}p up"));
+    dp.set_upcall(sh(&format!("cat /sys/class/net/{up}/ifindex")).parse().unwrap()).unwrap();
+    let before: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-a", g.0), "ping", "-c", "1", "-W", "1", "-b", "10.98.0.255"])
+        .output();
+    let after: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
+    assert!(after > before, "nothing went up ({before} → {after})");
+    assert!(dp.counters(0).v[abi::c::UPCALLS] >= 1, "{:?}", dp.counters(0));
+}
