@@ -65,6 +65,9 @@ pub enum KindArg {
     Tap,
     /// An existing host interface (NAME) connecting the switch to the LAN.
     Uplink,
+    /// The switch's end (NAME) of an existing veth pair whose other end is in the guest's
+    /// namespace, forwarded by the kernel datapath (switches with `datapath = "kernel"`).
+    Veth,
 }
 
 /// Arguments of `sluice stats`.
@@ -188,6 +191,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         kind: match a.kind {
             KindArg::Tap => PortKind::Tap,
             KindArg::Uplink => PortKind::Uplink,
+            KindArg::Veth => PortKind::Veth,
         },
         netns: a.netns,
         mtu: a.mtu,

@@ -51,6 +51,31 @@ pub enum PortKind {
     Tap,
     /// A host interface (named by the port's name) connecting the switch to the LAN.
     Uplink,
+    /// The switch's end of an existing veth pair whose other end is in a guest's namespace;
+    /// forwarded by the kernel datapath (`datapath = "kernel"`).
+    Veth,
+}
+
+/// Which datapath executes the switch's forwarding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatapathKind {
+    /// One user-space thread moves every frame (TAP, uplink ports).
+    #[default]
+    User,
+    /// TC programs forward between veth ports (and to the uplink) in the kernel; the core
+    /// in user space decides what they execute and handles the rest.
+    Kernel,
+}
+
+impl DatapathKind {
+    /// As the config file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatapathKind::User => "user",
+            DatapathKind::Kernel => "kernel",
+        }
+    }
 }
 
 /// One port, as a `[[port]]` table or `sluice port add` describes it.
@@ -191,6 +216,12 @@ impl PortSpec {
     pub fn validate(&self) -> Result<VlanMode, String> {
         crate::sys::tun::check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
         self.policy()?;
+        if self.kind == PortKind::Veth && self.netns.is_some() {
+            return Err(format!(
+                "port {:?}: a veth port is the switch's end of the pair, in the switch's own namespace; leave out `netns` (the other end may be in any namespace)",
+                self.name
+            ));
+        }
         if !self.backups.is_empty() {
             if self.kind != PortKind::Uplink {
                 return Err(format!("port {:?}: `backups` applies to uplink ports only", self.name));
@@ -342,6 +373,7 @@ struct SwitchFile {
     batch: Option<Spanned<usize>>,
     mac_table_size: Option<Spanned<usize>>,
     poll: Option<bool>,
+    datapath: Option<Spanned<String>>,
     datapath_nice: Option<Spanned<i32>>,
     socket: Option<PathBuf>,
     #[serde(default)]
@@ -369,6 +401,8 @@ pub struct Settings {
     pub core: SwitchConfig,
     /// Busy-poll instead of sleeping in epoll (costs a core).
     pub poll: bool,
+    /// Which datapath forwards.
+    pub datapath: DatapathKind,
     /// Scheduling niceness of the datapath thread.
     pub datapath_nice: i32,
     /// Control socket path.
@@ -499,10 +533,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             None
         }
     };
+    let datapath = match &f.datapath {
+        None => DatapathKind::User,
+        Some(d) if d.get_ref() == "user" => DatapathKind::User,
+        Some(d) if d.get_ref() == "kernel" => DatapathKind::Kernel,
+        Some(d) => {
+            return Err(err(Some(d.span()), format!("unknown datapath {:?}; use \"user\" or \"kernel\"", d.get_ref())));
+        }
+    };
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
         p.get_ref().validate().map_err(|m| err(Some(p.span()), m))?;
+        check_datapath(p.get_ref(), datapath, core.lossless).map_err(|m| err(Some(p.span()), m))?;
         if ports.iter().any(|q| q.name == p.get_ref().name) {
             return Err(err(Some(p.span()), format!("port {:?} is listed twice", p.get_ref().name)));
         }
@@ -546,11 +589,32 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         mode,
         core,
         poll: f.poll.unwrap_or(false),
+        datapath,
         datapath_nice,
         ports,
         macs,
         grants,
     })
+}
+
+/// Whether port `p` can be attached to a switch with this datapath and lossless setting.
+pub fn check_datapath(p: &PortSpec, datapath: DatapathKind, lossless: bool) -> Result<(), String> {
+    if p.kind != PortKind::Veth {
+        return Ok(());
+    }
+    if datapath != DatapathKind::Kernel {
+        return Err(format!(
+            "port {:?}: veth ports are forwarded by the kernel datapath; set `datapath = \"kernel\"` for the switch (or `--datapath kernel`), or attach the guest with a TAP port",
+            p.name
+        ));
+    }
+    if lossless {
+        return Err(format!(
+            "port {:?}: a veth port cannot hold its sender back (the kernel delivers into the guest with no queue to pause), so it cannot join a lossless switch; use a TAP port, or a lossy switch",
+            p.name
+        ));
+    }
+    Ok(())
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -624,6 +688,27 @@ port = "tap0"
         assert!(!s.ports[1].offload);
         assert_eq!(s.ports[1].validate().unwrap().to_string(), "trunk 10,20 native 1");
         assert_eq!(s.socket, PathBuf::from("/run/sluice/sw0.sock"));
+    }
+
+    #[test]
+    fn veth_ports_need_the_kernel_datapath_and_a_lossy_switch() {
+        let s = parse_str("name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n").unwrap();
+        assert_eq!(s.datapath, DatapathKind::Kernel);
+        assert_eq!(s.ports[0].kind, PortKind::Veth);
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n").unwrap_err();
+        assert!(e.message.contains("datapath = \"kernel\""), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\nlossless = true\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("cannot hold its sender back"), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\nnetns = \"x\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("leave out `netns`"), "{e}");
+        let e = parse_str("name = \"sw\"\ndatapath = \"kernal\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
     }
 
     #[test]

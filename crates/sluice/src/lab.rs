@@ -26,8 +26,9 @@ use crate::sys::netns;
 pub enum LabCmd {
     /// Create guests attached to a switch, starting the switch if needed.
     ///
-    /// Each guest is a network namespace `sluice-LAB-gN` holding a TAP `LAB-gN` with
-    /// 10.77.0.N/24 and fd77::N/64 (usable at once: no DAD wait). The switch is the one
+    /// Each guest is a network namespace `sluice-LAB-gN` holding a TAP `LAB-gN` (with
+    /// --datapath kernel: one end of a veth pair `LAB-gN`, whose other end is the switch's
+    /// port) with 10.77.0.N/24 and fd77::N/64 (usable at once: no DAD wait). The switch is the one
     /// named by --switch, else a switch named after the lab, started in the background
     /// if it is not running (its log: /run/sluice/labs/LAB.log).
     #[command(verbatim_doc_comment)]
@@ -96,6 +97,11 @@ pub struct UpArgs {
     /// uplink's MAC). A running switch of the other mode is refused.
     #[arg(long, value_enum, default_value = "l2")]
     pub mode: ModeArg,
+    /// Which datapath the switch the lab starts runs: user (guests on TAP ports, one
+    /// user-space thread forwards) or kernel (guests on veth pairs, TC programs forward in
+    /// the kernel). A running switch of the other kind is refused.
+    #[arg(long, value_enum, default_value = "user")]
+    pub datapath: crate::DatapathArg,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -134,6 +140,7 @@ impl UpArgs {
             lan: false,
             uplinks: 1,
             mode: ModeArg::L2,
+            datapath: crate::DatapathArg::User,
             json: false,
         }
     }
@@ -181,10 +188,17 @@ pub struct LabState {
     /// The switch's transport mode, "l2" or "l3".
     #[serde(default = "l2")]
     pub mode: String,
+    /// The switch's datapath, "user" (guests on TAPs) or "kernel" (guests on veth pairs).
+    #[serde(default = "user")]
+    pub datapath: String,
 }
 
 fn l2() -> String {
     "l2".into()
+}
+
+fn user() -> String {
+    "user".into()
 }
 
 fn state_path(name: &str) -> PathBuf {
@@ -303,10 +317,11 @@ pub fn render(s: &LabState) -> String {
         t.add_row([&g.guest, &g.netns, &g.tap, &g.ipv4, &g.ipv6]);
     }
     format!(
-        "lab {} on switch {} ({}){} (MTU {}):\n{t}\n",
+        "lab {} on switch {} ({}{}){} (MTU {}):\n{t}\n",
         s.name,
         s.switch,
         if s.mode == "l3" { "Layer 3" } else { "Layer 2" },
+        if s.datapath == "kernel" { ", kernel datapath" } else { "" },
         if s.started_switch {
             format!(", started by the lab, pid {}", s.switch_pid.unwrap_or(0))
         } else {
@@ -368,6 +383,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         guests: Vec::new(),
         extra_netns: Vec::new(),
         mode: a.mode.as_str().into(),
+        datapath: a.datapath.kind().as_str().into(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -395,6 +411,16 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             running.mode,
             a.mode.as_str(),
             running.mode
+        );
+    }
+    let kernel = a.datapath == crate::DatapathArg::Kernel;
+    if running.datapath != a.datapath.kind().as_str() {
+        bail!(
+            "switch {:?} runs the {} datapath, not {}; use --datapath {} with it, or another switch",
+            s.switch,
+            running.datapath,
+            a.datapath.kind().as_str(),
+            running.datapath
         );
     }
     for i in 1..=a.guests {
@@ -428,7 +454,19 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         s.guests[idx].added_port = true;
         s.save()?;
         let mut spec = PortSpec::tap(&g.tap);
-        spec.netns = Some(g.netns.clone());
+        if kernel {
+            // A veth pair: the switch's end here, the guest's (same name) in its namespace;
+            // deleting the namespace deletes both.
+            let m = a.mtu.to_string();
+            sh(&[
+                "ip", "link", "add", &g.tap, "mtu", &m, "type", "veth", "peer", "name", &g.tap, "mtu", &m, "netns",
+                &g.netns,
+            ])?;
+            sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
+            spec.kind = crate::config::PortKind::Veth;
+        } else {
+            spec.netns = Some(g.netns.clone());
+        }
         spec.mtu = Some(a.mtu);
         spec.offload = !a.no_offload;
         if a.mode == ModeArg::L3 {
@@ -538,9 +576,10 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     writeln!(f, "# written by `sluice lab up --name {}`", s.name)?;
     writeln!(
         f,
-        "name = {:?}\nmode = {:?}\nmtu = {}\nlossless = {}\npoll = {}",
+        "name = {:?}\nmode = {:?}\ndatapath = {:?}\nmtu = {}\nlossless = {}\npoll = {}",
         s.switch,
         a.mode.as_str(),
+        a.datapath.kind().as_str(),
         a.mtu,
         a.lossless,
         a.poll

@@ -118,6 +118,26 @@ enum GrantCmd {
     },
 }
 
+/// `--datapath` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum DatapathArg {
+    /// One user-space thread moves every frame.
+    #[default]
+    User,
+    /// TC programs forward between veth ports in the kernel.
+    Kernel,
+}
+
+impl DatapathArg {
+    /// The configuration's value.
+    pub fn kind(self) -> config::DatapathKind {
+        match self {
+            DatapathArg::User => config::DatapathKind::User,
+            DatapathArg::Kernel => config::DatapathKind::Kernel,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum SwitchCmd {
     /// Run a switch in the foreground, as described by a TOML file.
@@ -134,6 +154,11 @@ enum SwitchCmd {
         /// one core stays 100% busy.
         #[arg(long)]
         poll: bool,
+        /// Which datapath forwards, overriding the file's `datapath`: `user` (one thread
+        /// moves every frame; TAP and uplink ports) or `kernel` (TC programs forward
+        /// between veth ports in the kernel; the core decides what they execute).
+        #[arg(long, value_enum, value_name = "KIND")]
+        datapath: Option<DatapathArg>,
     },
     /// List running switches.
     List {
@@ -239,9 +264,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         sys::default_sigpipe();
     }
     match cli.cmd {
-        Cmd::Switch(SwitchCmd::Run { config, poll }) => {
+        Cmd::Switch(SwitchCmd::Run { config, poll, datapath }) => {
             let mut s = config::load(&config)?;
             s.poll |= poll;
+            if let Some(d) = datapath {
+                s.datapath = d.kind();
+                for p in &s.ports {
+                    config::check_datapath(p, s.datapath, s.core.lossless)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+                }
+            }
             daemon::run(s)?;
         }
         Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,

@@ -109,12 +109,19 @@ pub struct SwitchSummary {
     pub pid: u32,
     /// Lossless mode.
     pub lossless: bool,
+    /// Which datapath forwards: "user" or "kernel".
+    #[serde(default = "user_datapath")]
+    pub datapath: String,
     /// Busy-polling datapath.
     pub poll: bool,
     /// Default MTU.
     pub mtu: u16,
     /// Attached ports.
     pub ports: usize,
+}
+
+fn user_datapath() -> String {
+    "user".into()
 }
 
 /// Counters and state of one port (the `ports[]` items of `sluice stats --json`).
@@ -139,6 +146,10 @@ pub struct PortStats {
     /// Frames from it waiting for their next hop's address (Layer 3 mode).
     #[serde(default)]
     pub resolving: usize,
+    /// Frames the kernel datapath sent up to the core that the core has not taken yet
+    /// (kernel ports; lost ones stay counted here).
+    #[serde(default)]
+    pub upcall: u64,
     /// Why the port stopped working, if it did.
     pub failed: Option<String>,
     /// The switch's counters for the port.

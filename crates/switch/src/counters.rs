@@ -135,6 +135,11 @@ impl DropCounts {
         *self.get_mut(cause) += 1;
     }
 
+    /// Counts `n` drops.
+    pub fn add_n(&mut self, cause: DropCause, n: u64) {
+        *self.get_mut(cause) += n;
+    }
+
     /// The count for one cause.
     pub fn get(&self, cause: DropCause) -> u64 {
         match cause {

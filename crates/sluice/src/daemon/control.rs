@@ -15,6 +15,7 @@ use crate::config::{PortKind, PortSpec, Settings};
 use crate::port::Attachment;
 use crate::port::tap::TapPort;
 use crate::port::uplink::UplinkPort;
+use crate::port::veth::VethPort;
 use crate::proto::*;
 use crate::sys::epoll::EventFd;
 use crate::sys::netns;
@@ -67,6 +68,12 @@ pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<Attachment> {
             let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::create(&name, offload, mtu))
                 .with_context(|| format!("creating TAP {:?}", spec.name))?;
             Ok(Attachment { fd: tap.raw_fd(), port: Box::new(tap) })
+        }
+        PortKind::Veth => {
+            let mtu = spec.mtu.unwrap_or(default_mtu);
+            let v =
+                VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
+            Ok(Attachment { fd: v.raw_fd(), port: Box::new(v) })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
@@ -157,6 +164,7 @@ impl Server {
                 if let Some(g) = self.grants.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                     port.check_grants(g).map_err(anyhow::Error::msg)?;
                 }
+                crate::config::check_datapath(&port, s.datapath, s.core.lossless).map_err(anyhow::Error::msg)?;
                 let dev = create_port(&port, s.core.mtu)?;
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 return Ok(None);
@@ -272,19 +280,26 @@ impl Server {
                 .ports()
                 .into_iter()
                 .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
-                .map(|p| PortStats {
-                    netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
-                    name: p.name,
-                    kind: p.kind.into(),
-                    vlan: p.vlan.to_string(),
-                    mtu: p.mtu,
-                    offload: p.caps.offload,
-                    queued: p.queued,
-                    held: p.held,
-                    resolving: p.resolving,
-                    failed: p.failed,
-                    counters: p.counters,
-                    device_drops: p.device_drops,
+                .map(|p| {
+                    let (counters, upcall) = match dp.kernel() {
+                        Some(k) => k.merged(p.id, p.counters),
+                        None => (p.counters, 0),
+                    };
+                    PortStats {
+                        netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
+                        name: p.name,
+                        kind: p.kind.into(),
+                        vlan: p.vlan.to_string(),
+                        mtu: p.mtu,
+                        offload: p.caps.offload,
+                        queued: p.queued,
+                        held: p.held,
+                        resolving: p.resolving,
+                        upcall,
+                        failed: p.failed,
+                        counters,
+                        device_drops: p.device_drops,
+                    }
                 })
                 .collect();
             if let Some(n) = &port
@@ -312,6 +327,7 @@ fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
         mode: s.mode.as_str().into(),
         pid: std::process::id(),
         lossless: s.core.lossless,
+        datapath: s.datapath.as_str().into(),
         poll: dp.polling(),
         mtu: s.core.mtu,
         ports: dp.switch().port_ids().count(),

@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use sluice_switch::{PortConfig, PortId, Switch};
 use tracing::{info, warn};
 
-use crate::config::PortSpec;
+use super::kernel::KernelSide;
+use crate::config::{PortKind, PortSpec};
 use crate::port::Attachment;
 use crate::sys::epoll::{Epoll, Event, EventFd};
 
@@ -20,6 +21,7 @@ use crate::sys::epoll::{Epoll, Event, EventFd};
 pub type Job = Box<dyn FnOnce(&mut Datapath) + Send>;
 
 const WAKE_TOKEN: u64 = u64::MAX;
+const UPCALL_TOKEN: u64 = u64::MAX - 1;
 
 /// The datapath: the switch, its ports' descriptors, and the event loop.
 pub struct Datapath {
@@ -34,6 +36,8 @@ pub struct Datapath {
     started: Instant,
     counters_reset: Instant,
     stop: bool,
+    /// The kernel datapath, when the switch runs one.
+    kernel: Option<KernelSide>,
 }
 
 impl Datapath {
@@ -54,7 +58,27 @@ impl Datapath {
             started: Instant::now(),
             counters_reset: Instant::now(),
             stop: false,
+            kernel: None,
         })
+    }
+
+    /// The instant the loop's clock counts from.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Hands forwarding between kernel ports to the kernel datapath `k`: from now on the
+    /// core reports what the kernel must follow, and the frames it hands up are read here.
+    pub fn enable_kernel(&mut self, k: KernelSide) -> Result<()> {
+        self.epoll.add(k.upcall_fd(), UPCALL_TOKEN, true, false).context("watching the upcall TAP")?;
+        self.sw.follow_fastpath();
+        self.kernel = Some(k);
+        Ok(())
+    }
+
+    /// The kernel datapath, if the switch runs one.
+    pub fn kernel(&self) -> Option<&KernelSide> {
+        self.kernel.as_ref()
     }
 
     /// The eventfd that wakes this loop.
@@ -95,6 +119,9 @@ impl Datapath {
     /// Zeroes counters.
     pub fn reset_counters(&mut self) {
         self.sw.reset_counters();
+        if let Some(k) = self.kernel.as_mut() {
+            k.reset_counters();
+        }
         self.counters_reset = Instant::now();
     }
 
@@ -119,7 +146,20 @@ impl Datapath {
             return Err(e).context("watching the port's descriptor");
         }
         self.fds.insert(id, fd);
-        info!(port = %spec.name, netns = spec.netns.as_deref().unwrap_or("-"), vlan = %self.sw.port_info(id).map(|p| p.vlan.to_string()).unwrap_or_default(), offload = spec.offload, "port added");
+        if let Some(k) = self.kernel.as_mut() {
+            // The port's rules in the maps first, then the program on its interface.
+            k.sync(&mut self.sw);
+            if spec.kind == PortKind::Veth
+                && let Err(e) = k.attach(id, &spec.name)
+            {
+                let _ = self.epoll.delete(fd);
+                self.fds.remove(&id);
+                let _ = self.sw.remove_port(&spec.name);
+                k.sync(&mut self.sw);
+                return Err(e);
+            }
+        }
+        info!(port = %spec.name, kind = ?spec.kind, netns = spec.netns.as_deref().unwrap_or("-"), vlan = %self.sw.port_info(id).map(|p| p.vlan.to_string()).unwrap_or_default(), offload = spec.offload, "port added");
         self.specs.insert(id, spec);
         Ok(id)
     }
@@ -127,7 +167,13 @@ impl Datapath {
     /// Detaches a port; a TAP goes away when its descriptor closes, an uplink's interface
     /// stays (only our socket on it closes).
     pub fn detach(&mut self, name: &str) -> Result<()> {
+        if let (Some(k), Some(id)) = (self.kernel.as_mut(), self.sw.port_id(name)) {
+            k.detach(id);
+        }
         let (id, port) = self.sw.remove_port(name)?;
+        if let Some(k) = self.kernel.as_mut() {
+            k.sync(&mut self.sw);
+        }
         if let Some(fd) = self.fds.remove(&id) {
             let _ = self.epoll.delete(fd);
         }
@@ -159,6 +205,13 @@ impl Datapath {
                     }
                     continue;
                 }
+                if ev.token == UPCALL_TOKEN {
+                    let limit = self.sw.config().batch * 4;
+                    if let Some(k) = self.kernel.as_mut() {
+                        k.read_upcalls(&mut self.sw, now, limit);
+                    }
+                    continue;
+                }
                 let id = ev.token as PortId;
                 if ev.writable {
                     self.sw.on_writable(id);
@@ -169,10 +222,19 @@ impl Datapath {
             }
             self.apply_interest();
             if Instant::now() >= next_expire {
+                if let Some(k) = self.kernel.as_mut() {
+                    k.refresh_ages(&mut self.sw);
+                }
                 self.sw.expire(self.now_ms());
                 self.sw.tick_ports(|port, what| warn!(port = %port, "uplink failover: {what}"));
                 next_expire = Instant::now() + Duration::from_secs(1);
             }
+            if let Some(k) = self.kernel.as_mut() {
+                k.sync(&mut self.sw);
+            }
+        }
+        if let Some(k) = self.kernel.take() {
+            k.stop();
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 mod control;
 mod datapath;
+pub mod kernel;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -41,6 +42,11 @@ pub fn run(s: Settings) -> Result<()> {
     let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
     let (tx, rx) = mpsc::channel();
     let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
+    if s.datapath == crate::config::DatapathKind::Kernel {
+        let k = kernel::KernelSide::start(&s.name, s.core.fib_max, dp.started())
+            .context("starting the kernel datapath (or run the switch with `datapath = \"user\"`)")?;
+        dp.enable_kernel(k)?;
+    }
     for p in &s.ports {
         let port = control::create_port(p, s.core.mtu)?;
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
@@ -51,7 +57,7 @@ pub fn run(s: Settings) -> Result<()> {
     let waker = dp.waker();
 
     let listener = bind_owner_only(&s)?;
-    info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
+    info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
     let jobs = control::Jobs::new(tx, waker);
     let ctl =

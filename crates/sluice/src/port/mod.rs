@@ -3,6 +3,7 @@
 
 pub mod tap;
 pub mod uplink;
+pub mod veth;
 
 use std::os::fd::RawFd;
 

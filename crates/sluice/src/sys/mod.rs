@@ -3,6 +3,7 @@
 //! block of the daemon lives here, each with its SAFETY note.
 
 pub mod epoll;
+pub mod link;
 pub mod netns;
 pub mod packet;
 pub mod tun;

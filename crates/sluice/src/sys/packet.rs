@@ -76,6 +76,35 @@ pub fn open(ifindexes: &[i32]) -> io::Result<PacketSocket> {
     Ok(sock)
 }
 
+/// Opens a packet socket that only sends, out of interface `ifindex` (protocol 0: no
+/// frame is ever delivered to it), with virtio headers when the kernel offers them: the
+/// switch's way into a kernel port.
+pub fn open_tx(ifindex: i32) -> io::Result<PacketSocket> {
+    // SAFETY: plain socket(2) call; the result is checked and owned below.
+    let raw =
+        cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `raw` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let vnet =
+        setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR_SZ, &(sluice_wire::VNET_HDR_LEN as libc::c_int))
+            .is_ok();
+    let _ = setopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &(4 << 20) as &libc::c_int);
+    // SAFETY: sockaddr_ll is plain data; zeroed then filled.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = 0;
+    sll.sll_ifindex = ifindex;
+    // SAFETY: a valid sockaddr_ll of the size passed.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })?;
+    Ok(PacketSocket { fd, vnet })
+}
+
 impl PacketSocket {
     /// Binds (or binds again) to interface `ifindex`: frames are read from and sent to it.
     pub fn bind(&self, ifindex: i32) -> io::Result<()> {

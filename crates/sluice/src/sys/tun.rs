@@ -10,6 +10,7 @@ use super::cvt;
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 const IFF_TAP: i16 = 0x0002;
 const IFF_NO_PI: i16 = 0x1000;
 const IFF_VNET_HDR: i16 = 0x4000;
@@ -130,6 +131,81 @@ pub fn create_tap(name: &str, offload: bool, mtu: u16) -> io::Result<Tap> {
     // device's counters later from any thread.
     let stats = File::open("/proc/thread-self/net/dev").ok();
     Ok(Tap { fd, stats })
+}
+
+/// Opens the kernel datapath's upcall TAP `name`: creates it, or — when an earlier run of
+/// the same switch left it (it is persistent, so the kernel's redirects always have a
+/// device) — opens it again. Virtio headers and every offload, so GSO frames go up whole;
+/// brought up with a long queue. Frames are read with [`read_upcall`].
+pub fn open_upcall_tap(name: &str) -> io::Result<Tap> {
+    check_ifname(name).map_err(io::Error::other)?;
+    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
+    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+        .map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot open /dev/net/tun ({e}); is the tun module loaded and are you root?"))
+    })?;
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut req = IfReq::new(name);
+    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open the upcall TAP {name:?}: {e}")))?;
+    let hdr: libc::c_int = 12;
+    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
+    set_offload(fd.as_raw_fd(), true)?;
+    set_persist(fd.as_raw_fd(), true)?;
+    super::link::set_mtu(name, 9216)?;
+    super::link::set_txqlen(name, 4096)?;
+    super::link::disable_ipv6(name)?;
+    super::link::set_up(name)?;
+    let stats = File::open("/proc/thread-self/net/dev").ok();
+    Ok(Tap { fd, stats })
+}
+
+/// Makes the TAP behind `fd` outlive its descriptors (or not: then it goes with the last).
+pub fn set_persist(fd: RawFd, persist: bool) -> io::Result<()> {
+    // SAFETY: TUNSETPERSIST takes its flag by value.
+    cvt(unsafe { libc::ioctl(fd, TUNSETPERSIST, libc::c_ulong::from(persist)) })?;
+    Ok(())
+}
+
+/// Reads one frame from the upcall TAP into `buf` (virtio header first), without the
+/// 4-byte outer tag the kernel datapath put after the MAC addresses; returns the frame's
+/// length (header excluded) and that tag's TPID and TCI, or `Ok(None)` when none waits.
+pub fn read_upcall(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, u16, u16)>> {
+    const HEAD: usize = 12 + 12; // virtio header, MAC addresses
+    if buf.len() < HEAD + 2 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer too small"));
+    }
+    let mut tag = [0u8; 4];
+    let (head, rest) = buf.split_at_mut(HEAD);
+    let iov = [
+        libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() },
+        libc::iovec { iov_base: tag.as_mut_ptr().cast(), iov_len: 4 },
+        libc::iovec { iov_base: rest.as_mut_ptr().cast(), iov_len: rest.len() },
+    ];
+    loop {
+        // SAFETY: the iovecs point at live, writable buffers borrowed for this call.
+        let n = unsafe { libc::readv(fd, iov.as_ptr(), 3) };
+        if n >= 0 {
+            let n = n as usize;
+            if n < HEAD + 4 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {n}-byte read has no outer tag")));
+            }
+            let tpid = u16::from_be_bytes([tag[0], tag[1]]);
+            let tci = u16::from_be_bytes([tag[2], tag[3]]);
+            return Ok(Some((n - 4 - 12, tpid, tci)));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(e),
+        }
+    }
 }
 
 fn set_offload(fd: RawFd, offload: bool) -> io::Result<()> {

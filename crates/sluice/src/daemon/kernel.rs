@@ -1,0 +1,325 @@
+//! The daemon's half of the kernel datapath (docs/architecture.md, "The kernel datapath"):
+//! it keeps the kernel's maps equal to the core's state, reads the frames the kernel hands
+//! up and gives them to the core, refreshes the core's MAC ages from the kernel's stamps,
+//! and merges the kernel's counters into the switch's.
+//!
+//! Every core port gets a slot in the kernel's port array (a port in user space too: the
+//! kernel needs to know that frames to it go up). Slots, not the core's port ids, are what
+//! the kernel's MAC entries hold; a port keeps its slot while attached.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use sluice_ebpf::{KernelDatapath, abi, tables};
+use sluice_switch::{FastChange, PortCounters, PortId, Switch};
+use tracing::{info, warn};
+
+use crate::sys::{link, tun};
+
+/// Where the kernel datapath's pins live: a bpffs of sluice's own.
+pub fn pin_dir(switch: &str) -> PathBuf {
+    crate::paths::run_dir().join("bpf").join(switch)
+}
+
+/// Holds the lock that orders the switches of this runtime directory around the bpffs
+/// they share: it is mounted by the first to start and unmounted by the last to stop.
+struct BpfLock {
+    _file: std::fs::File,
+}
+
+impl BpfLock {
+    fn take() -> Result<BpfLock> {
+        let path = crate::paths::run_dir().join(".bpf.lock");
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor we own; released when the file closes.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
+            bail!("locking {}: {}", path.display(), std::io::Error::last_os_error());
+        }
+        Ok(BpfLock { _file: f })
+    }
+}
+
+/// Unmounts `dir` (sluice's bpffs) when no switch has pins in it any more.
+fn unmount_if_unused(dir: &std::path::Path) {
+    let used =
+        std::fs::read_dir(dir).map(|rd| rd.flatten().any(|e| e.file_type().is_ok_and(|t| t.is_dir()))).unwrap_or(true);
+    if used {
+        return;
+    }
+    if let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
+        // SAFETY: umount of a NUL-terminated path; failure leaves things as they were.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// The upcall TAP's name: `su` and 8 hex digits of the switch's name (interface names
+/// hold 15 bytes; switch names 32).
+pub fn upcall_name(switch: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in switch.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("su{h:08x}")
+}
+
+/// The kernel side of one switch.
+pub struct KernelSide {
+    dp: KernelDatapath,
+    switch: String,
+    upcall: OwnedFd,
+    upcall_name: String,
+    slot_of: HashMap<PortId, u32>,
+    port_at: Vec<Option<PortId>>,
+    /// Interfaces the program is attached to, by port.
+    attached: HashMap<PortId, String>,
+    /// The daemon's clock origin (an `Instant`, which is `CLOCK_MONOTONIC` on Linux, as
+    /// the kernel's last-seen stamps are).
+    started: Instant,
+    /// Frames read from the upcall TAP that could not be given to the core.
+    pub upcalls_refused: u64,
+}
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime writes a timespec we own.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; CLOCK_MONOTONIC is always available.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl KernelSide {
+    /// Loads the kernel datapath for switch `name` with a MAC table of `fib_max` entries,
+    /// and opens its upcall TAP. `started` is the daemon's clock origin.
+    pub fn start(name: &str, fib_max: usize, started: Instant) -> Result<Self> {
+        if !sluice_ebpf::available() {
+            bail!(sluice_ebpf::Error::NotBuilt);
+        }
+        let dir = pin_dir(name);
+        let lock = BpfLock::take()?;
+        sluice_ebpf::ensure_bpffs(&crate::paths::run_dir().join("bpf"))?;
+        // What a switch of this name left pinned is its own; this build starts afresh.
+        // (Taking it over without a pause in forwarding is the restart design's next step.)
+        if dir.exists() {
+            warn!(dir = %dir.display(), "removing what an earlier run of this switch left in the kernel");
+            sluice_ebpf::remove_pins(&dir);
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut dp = KernelDatapath::open(&dir, fib_max.min(u32::MAX as usize) as u32)?;
+        drop(lock);
+        let upcall_name = upcall_name(name);
+        let tap = tun::open_upcall_tap(&upcall_name)?;
+        let ifindex = link::ifindex(&upcall_name)?;
+        dp.set_upcall(ifindex)?;
+        info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
+        Ok(KernelSide {
+            dp,
+            switch: name.to_string(),
+            upcall: tap.fd,
+            upcall_name,
+            slot_of: HashMap::new(),
+            port_at: vec![None; abi::MAX_PORTS as usize],
+            attached: HashMap::new(),
+            started,
+            upcalls_refused: 0,
+        })
+    }
+
+    /// The upcall TAP's descriptor, for the event loop.
+    pub fn upcall_fd(&self) -> RawFd {
+        self.upcall.as_raw_fd()
+    }
+
+    /// Attaches the program to port `id`'s interface `ifname`.
+    pub fn attach(&mut self, id: PortId, ifname: &str) -> Result<()> {
+        self.dp.attach(ifname)?;
+        self.attached.insert(id, ifname.to_string());
+        Ok(())
+    }
+
+    /// Detaches the program from port `id`'s interface, if it was attached.
+    pub fn detach(&mut self, id: PortId) {
+        if let Some(ifname) = self.attached.remove(&id) {
+            self.dp.detach(&ifname);
+        }
+    }
+
+    fn slot(&mut self, id: PortId) -> Option<u32> {
+        if let Some(&s) = self.slot_of.get(&id) {
+            return Some(s);
+        }
+        let free = self.port_at.iter().position(Option::is_none)? as u32;
+        self.port_at[free as usize] = Some(id);
+        self.slot_of.insert(id, free);
+        Some(free)
+    }
+
+    /// Writes into the kernel's maps every change the core reports.
+    pub fn sync(&mut self, sw: &mut Switch) {
+        let mut changes = Vec::new();
+        sw.take_fastpath_changes(|c| changes.push(c));
+        for c in changes {
+            let r = match c {
+                FastChange::Port(id) => match sw.fast_port(id) {
+                    Some(p) => match self.slot(id) {
+                        Some(slot) => self.dp.set_port(slot, &tables::port_entry(&p)).map_err(anyhow::Error::from),
+                        None => {
+                            Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
+                        }
+                    },
+                    None => {
+                        if let Some(slot) = self.slot_of.remove(&id) {
+                            self.port_at[slot as usize] = None;
+                            let _ = self.dp.reset_counters(slot);
+                            self.dp.clear_port(slot).map_err(anyhow::Error::from)
+                        } else {
+                            Ok(())
+                        }
+                    }
+                },
+                FastChange::Mac(vlan, mac) => match sw.fast_mac(vlan, mac) {
+                    Some(e) => match self.slot_of.get(&e.port) {
+                        Some(&slot) => self.dp.set_mac(vlan, mac, slot, e.is_static).map_err(anyhow::Error::from),
+                        None => Ok(()),
+                    },
+                    None => {
+                        self.dp.del_mac(vlan, mac);
+                        Ok(())
+                    }
+                },
+            };
+            if let Err(e) = r {
+                warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
+            }
+        }
+    }
+
+    /// Gives the core every frame waiting in the upcall TAP, at most `limit`; returns how
+    /// many were read (frames that could not be given are counted in `upcalls_refused`).
+    pub fn read_upcalls(&mut self, sw: &mut Switch, now_ms: u64, limit: usize) -> usize {
+        let fd = self.upcall.as_raw_fd();
+        let mut n = 0;
+        while n < limit {
+            let mut read = false;
+            let mut bad = false;
+            let port_at = &self.port_at;
+            let took = sw.ingest(now_ms, |buf| match tun::read_upcall(fd, buf) {
+                Ok(Some((len, tpid, tci))) => {
+                    read = true;
+                    let slot = usize::from(tci & 0x0fff);
+                    let id = (tpid == 0x88a8).then(|| port_at.get(slot).copied().flatten()).flatten();
+                    if id.is_none() {
+                        bad = true;
+                        return None;
+                    }
+                    fix_vnet_after_untag(buf);
+                    Some((id?, len))
+                }
+                Ok(None) => None,
+                Err(_) => {
+                    read = true;
+                    bad = true;
+                    None
+                }
+            });
+            if !read {
+                break;
+            }
+            n += 1;
+            if bad || !took {
+                self.upcalls_refused += 1;
+            }
+        }
+        n
+    }
+
+    /// Tells the core which MAC entries the kernel forwarded from lately, so they do not
+    /// age out while their traffic never reaches user space.
+    pub fn refresh_ages(&mut self, sw: &mut Switch) {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let now_ns = monotonic_ns();
+        for (vlan, mac, slot, _, seen_ns) in self.dp.macs() {
+            if seen_ns == 0 {
+                continue;
+            }
+            let Some(Some(id)) = self.port_at.get(slot as usize) else { continue };
+            let ago_ms = now_ns.saturating_sub(seen_ns) / 1_000_000;
+            sw.touch_mac(vlan, mac, *id, now_ms.saturating_sub(ago_ms));
+        }
+    }
+
+    /// Port `id`'s counters as the switch reports them: the core's for what it handled,
+    /// plus the kernel's; and the frames sent up not yet taken by the core.
+    pub fn merged(&self, id: PortId, core: PortCounters) -> (PortCounters, u64) {
+        let Some(&slot) = self.slot_of.get(&id) else { return (core, 0) };
+        let k = self.dp.counters(slot);
+        merge(core, &k)
+    }
+
+    /// Zeroes the kernel's counters.
+    pub fn reset_counters(&mut self) {
+        for &slot in self.slot_of.values() {
+            let _ = self.dp.reset_counters(slot);
+        }
+    }
+
+    /// Detaches everything, removes the pins and the upcall TAP: nothing is left.
+    pub fn stop(self) {
+        let _ = tun::set_persist(self.upcall.as_raw_fd(), false);
+        info!(switch = %self.switch, upcall = %self.upcall_name, "kernel datapath removed");
+        let lock = BpfLock::take();
+        self.dp.remove();
+        unmount_if_unused(&crate::paths::run_dir().join("bpf"));
+        drop(lock);
+    }
+}
+
+/// The TAP computed the virtio header of an upcalled frame with the outer tag in it; the
+/// checksum start and header length move back by the tag's 4 bytes.
+fn fix_vnet_after_untag(buf: &mut [u8]) {
+    let Ok(mut h) = sluice_wire::VnetHdr::parse(&buf[..sluice_wire::VNET_HDR_LEN]) else { return };
+    if h.needs_csum() {
+        h.csum_start = h.csum_start.saturating_sub(4);
+    }
+    if h.hdr_len != 0 {
+        h.hdr_len = h.hdr_len.saturating_sub(4);
+    }
+    if let Some(head) = buf.first_chunk_mut::<{ sluice_wire::VNET_HDR_LEN }>() {
+        h.emit(head);
+    }
+}
+
+/// The core's counters of a kernel-reachable port plus the kernel's (see
+/// docs/architecture.md, "Counters"): the kernel saw every frame in; what it sent up the
+/// core counted again as received, so those are not added twice; the difference is still
+/// on its way (the `upcall` gauge).
+fn merge(core: PortCounters, k: &abi::Counters) -> (PortCounters, u64) {
+    use abi::c;
+    use sluice_switch::DropCause;
+    let mut m = core;
+    m.rx_frames = k.v[c::RX_FRAMES];
+    m.rx_bytes = k.v[c::RX_BYTES];
+    m.rx_gso = k.v[c::RX_GSO];
+    m.forwarded += k.v[c::FORWARDED];
+    m.copies += k.v[c::COPIES];
+    m.tx_offered += k.v[c::TX_OFFERED];
+    m.tx_frames += k.v[c::TX_FRAMES];
+    m.tx_bytes += k.v[c::TX_BYTES];
+    m.tx_gso += k.v[c::TX_GSO];
+    for (i, cause) in DropCause::ALL.iter().enumerate() {
+        m.rx_drops.add_n(*cause, k.v[c::RX_DROP + i]);
+        m.tx_drops.add_n(*cause, k.v[c::TX_DROP + i]);
+    }
+    let upcall = k.v[c::UPCALLS].saturating_sub(core.rx_frames);
+    (m, upcall)
+}
