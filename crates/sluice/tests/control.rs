@@ -55,45 +55,46 @@ fn cli_verbs_show_ports_fib_and_counters() {
     assert_eq!(mode, 0o600);
 }
 
-#[test]
-fn ports_come_and_go_while_iperf3_runs_between_two_other_guests() {
-    if !root() {
-        return;
-    }
-    let lab = Lab::up("churn", &["--guests", "2"]);
-    let extra_ns = format!("sluice-{}-x", lab.name);
-    sh_ok(&format!("ip netns add {extra_ns}"));
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+both_datapaths! {
+    fn ports_come_and_go_while_iperf3_runs_between_two_other_guests(dp: Dp) {
+        if !root() {
+            return;
         }
+        let lab = Lab::on(dp, "churn", &["--guests", "2"]);
+        let extra_ns = format!("sluice-{}-x", lab.name);
+        sh_ok(&format!("ip netns add {extra_ns}"));
+        struct Cleanup(String);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+            }
+        }
+        let _c = Cleanup(extra_ns.clone());
+        let server = ns_spawn(&lab.ns(2), "timeout 40 iperf3 -s -1");
+        assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()));
+        let client = ns_spawn(&lab.ns(1), &format!("iperf3 -c {} -t 6 -i 1 -J", lab.ip4(2)));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        for i in 0..6 {
+            let tap = format!("{}-x{i}", lab.name);
+            sluice_ok(&["port", "add", &tap, "--netns", &extra_ns, "--switch", &lab.name]);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            sluice_ok(&["port", "del", &tap, "--switch", &lab.name]);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let out = client.wait_with_output().unwrap();
+        let _ = server.wait_with_output();
+        assert!(out.status.success(), "iperf3 failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["error"].is_null(), "{}", v["error"]);
+        for iv in v["intervals"].as_array().unwrap() {
+            let b = iv["sum"]["bytes"].as_u64().unwrap();
+            assert!(b > 0, "an interval moved nothing (stall): {iv}");
+        }
+        let ports = lab.stats()["ports"].as_array().unwrap().len();
+        assert_eq!(ports, 2, "the extra ports are gone");
+        assert!(!ns_ok(&extra_ns, "ip -o link").contains("-x"), "their TAPs are gone");
+        assert_conserved(&lab.stats());
     }
-    let _c = Cleanup(extra_ns.clone());
-    let server = ns_spawn(&lab.ns(2), "timeout 40 iperf3 -s -1");
-    assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()));
-    let client = ns_spawn(&lab.ns(1), &format!("iperf3 -c {} -t 6 -i 1 -J", lab.ip4(2)));
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    for i in 0..6 {
-        let tap = format!("{}-x{i}", lab.name);
-        sluice_ok(&["port", "add", &tap, "--netns", &extra_ns, "--switch", &lab.name]);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        sluice_ok(&["port", "del", &tap, "--switch", &lab.name]);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait_with_output();
-    assert!(out.status.success(), "iperf3 failed: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["error"].is_null(), "{}", v["error"]);
-    for iv in v["intervals"].as_array().unwrap() {
-        let b = iv["sum"]["bytes"].as_u64().unwrap();
-        assert!(b > 0, "an interval moved nothing (stall): {iv}");
-    }
-    let ports = lab.stats()["ports"].as_array().unwrap().len();
-    assert_eq!(ports, 2, "the extra ports are gone");
-    assert!(!ns_ok(&extra_ns, "ip -o link").contains("-x"), "their TAPs are gone");
-    assert_conserved(&lab.stats());
 }
 
 #[test]

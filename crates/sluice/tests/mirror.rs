@@ -19,22 +19,23 @@ fn icmp_between(frames: &[(Option<u16>, Vec<u8>)], a: [u8; 4], b: [u8; 4]) -> us
         .count()
 }
 
-#[test]
-fn a_mirror_port_sees_a_ping_between_two_other_guests() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn a_mirror_port_sees_a_ping_between_two_other_guests(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let mut lab = Lab::on(dp, "mirr", &["--guests", "3"]);
+        let (m, mtap) = lab.add_guest("m", &["--mirror", &lab.tap(1)], None);
+        ns_ok(&lab.ns(1), &format!("ping -c 1 -W 2 {}", lab.ip4(2))); // ARP settled
+        let l = listen_raw(&m, &mtap, 0x0800, 2.5);
+        ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+        ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(3)));
+        let got = received(l);
+        assert_eq!(icmp_between(&got, [10, 77, 0, 1], [10, 77, 0, 2]), 4, "2 requests and 2 replies of g1: {got:?}");
+        assert_eq!(icmp_between(&got, [10, 77, 0, 2], [10, 77, 0, 3]), 0, "g2 ↔ g3 is not watched");
+        assert_conserved(&lab.stats());
+        let o = sluice(&["port", "add", "dup-m", "--mirror", &lab.tap(1), "--netns", &m, "--switch", &lab.name]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("already has a mirror"), "{err}");
     }
-    let mut lab = Lab::up("mirr", &["--guests", "3"]);
-    let (m, mtap) = lab.add_guest("m", &["--mirror", &lab.tap(1)], None);
-    ns_ok(&lab.ns(1), &format!("ping -c 1 -W 2 {}", lab.ip4(2))); // ARP settled
-    let l = listen_raw(&m, &mtap, 0x0800, 2.5);
-    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
-    ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(3)));
-    let got = received(l);
-    assert_eq!(icmp_between(&got, [10, 77, 0, 1], [10, 77, 0, 2]), 4, "2 requests and 2 replies of g1: {got:?}");
-    assert_eq!(icmp_between(&got, [10, 77, 0, 2], [10, 77, 0, 3]), 0, "g2 ↔ g3 is not watched");
-    assert_conserved(&lab.stats());
-    let o = sluice(&["port", "add", "dup-m", "--mirror", &lab.tap(1), "--netns", &m, "--switch", &lab.name]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("already has a mirror"), "{err}");
 }

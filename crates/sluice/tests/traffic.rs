@@ -6,108 +6,113 @@ mod common;
 
 use common::*;
 
-#[test]
-fn ping_and_ping6_at_1500_and_jumbo_8992() {
-    if !root() {
-        return;
-    }
-    let lab = Lab::up("ping", &["--guests", "2"]);
-    for size in [56, 1400] {
-        ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -s {size} {}", lab.ip4(2)));
-        ns_ok(&lab.ns(1), &format!("ping -6 -c 2 -W 2 -s {size} {}", lab.ip6(2)));
-    }
-    // 1472 fills a 1500 MTU exactly; one byte more cannot pass unfragmented.
-    ns_ok(&lab.ns(1), &format!("ping -c 1 -W 2 -M do -s 1472 {}", lab.ip4(2)));
-    drop(lab);
+both_datapaths! {
+    fn ping_and_ping6_at_1500_and_jumbo_8992(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "ping", &["--guests", "2"]);
+        for size in [56, 1400] {
+            ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -s {size} {}", lab.ip4(2)));
+            ns_ok(&lab.ns(1), &format!("ping -6 -c 2 -W 2 -s {size} {}", lab.ip6(2)));
+        }
+        // 1472 fills a 1500 MTU exactly; one byte more cannot pass unfragmented.
+        ns_ok(&lab.ns(1), &format!("ping -c 1 -W 2 -M do -s 1472 {}", lab.ip4(2)));
+        drop(lab);
 
-    let lab = Lab::up("jumbo", &["--guests", "2", "--mtu", "8992"]);
-    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -M do -s 8900 {}", lab.ip4(2)));
-    ns_ok(&lab.ns(1), &format!("ping -6 -c 2 -W 2 -M do -s 8900 {}", lab.ip6(2)));
-    let p = lab.port(&lab.tap(2));
-    assert!(p["mtu"] == 8992);
-    assert_conserved(&lab.stats());
+        let lab = Lab::on(dp, "jumbo", &["--guests", "2", "--mtu", "8992"]);
+        ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -M do -s 8900 {}", lab.ip4(2)));
+        ns_ok(&lab.ns(1), &format!("ping -6 -c 2 -W 2 -M do -s 8900 {}", lab.ip6(2)));
+        let p = lab.port(&lab.tap(2));
+        assert!(p["mtu"] == 8992);
+        assert_conserved(&lab.stats());
+    }
 }
 
-#[test]
-fn mtu_1492_lab_carries_full_size_frames() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn mtu_1492_lab_carries_full_size_frames(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "m1492", &["--guests", "2", "--mtu", "1492"]);
+        ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -M do -s 1464 {}", lab.ip4(2)));
+        ns_ok(&lab.ns(2), &format!("ping -6 -c 2 -W 2 -M do -s 1444 {}", lab.ip6(1)));
     }
-    let lab = Lab::up("m1492", &["--guests", "2", "--mtu", "1492"]);
-    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 -M do -s 1464 {}", lab.ip4(2)));
-    ns_ok(&lab.ns(2), &format!("ping -6 -c 2 -W 2 -M do -s 1444 {}", lab.ip6(1)));
 }
 
-#[test]
-fn tcp_transfer_of_200_mb_arrives_intact() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn tcp_transfer_of_200_mb_arrives_intact(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "sha", &["--guests", "2"]);
+        let dir = tempdir(&lab.name);
+        let src = dir.join("src");
+        sh_ok(&format!("head -c 200000000 /dev/urandom > {}", src.display()));
+        let want = sh_ok(&format!("sha256sum < {}", src.display()));
+        let sink = ns_spawn(&lab.ns(2), "timeout 120 nc -l -N 5001 | sha256sum");
+        assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5001").status.success()));
+        ns_ok(&lab.ns(1), &format!("timeout 120 nc -N {} 5001 < {}", lab.ip4(2), src.display()));
+        let out = sink.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "sha256 of what arrived");
+        let g1 = lab.port(&lab.tap(1));
+        assert!(g1["counters"]["rx_gso"].as_u64().unwrap() > 0, "TSO frames came from the sender: {g1}");
+        assert_conserved(&lab.stats());
+        let _ = std::fs::remove_dir_all(dir);
     }
-    let lab = Lab::up("sha", &["--guests", "2"]);
-    let dir = tempdir();
-    let src = dir.join("src");
-    sh_ok(&format!("head -c 200000000 /dev/urandom > {}", src.display()));
-    let want = sh_ok(&format!("sha256sum < {}", src.display()));
-    let sink = ns_spawn(&lab.ns(2), "timeout 120 nc -l -N 5001 | sha256sum");
-    assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5001").status.success()));
-    ns_ok(&lab.ns(1), &format!("timeout 120 nc -N {} 5001 < {}", lab.ip4(2), src.display()));
-    let out = sink.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want, "sha256 of what arrived");
-    let g1 = lab.port(&lab.tap(1));
-    assert!(g1["counters"]["rx_gso"].as_u64().unwrap() > 0, "TSO frames came from the sender: {g1}");
-    assert_conserved(&lab.stats());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn iperf3_through_the_switch_moves_gso_frames_whole() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn iperf3_through_the_switch_moves_gso_frames_whole(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "iperf", &["--guests", "2"]);
+        sluice_ok(&["stats", "reset", "--switch", &lab.name]);
+        let server = ns_spawn(&lab.ns(2), "timeout 30 iperf3 -s -1");
+        assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()));
+        let out = ns_ok(&lab.ns(1), &format!("iperf3 -c {} -t 3 -J", lab.ip4(2)));
+        let _ = server.wait_with_output();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
+        assert!(received > 10_000_000, "iperf3 moved only {received} bytes");
+        let s = lab.stats();
+        let g1 = lab.port(&lab.tap(1));
+        let g2 = lab.port(&lab.tap(2));
+        assert!(g1["counters"]["rx_gso"].as_u64().unwrap() > 0, "{g1}");
+        assert!(g2["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames forwarded whole: {g2}");
+        assert_eq!(g2["counters"]["tx_segmented"], 0);
+        assert!(g2["counters"]["tx_bytes"].as_u64().unwrap() >= received);
+        assert_conserved(&s);
     }
-    let lab = Lab::up("iperf", &["--guests", "2"]);
-    sluice_ok(&["stats", "reset", "--switch", &lab.name]);
-    let server = ns_spawn(&lab.ns(2), "timeout 30 iperf3 -s -1");
-    assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()));
-    let out = ns_ok(&lab.ns(1), &format!("iperf3 -c {} -t 3 -J", lab.ip4(2)));
-    let _ = server.wait_with_output();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
-    assert!(received > 10_000_000, "iperf3 moved only {received} bytes");
-    let s = lab.stats();
-    let g1 = lab.port(&lab.tap(1));
-    let g2 = lab.port(&lab.tap(2));
-    assert!(g1["counters"]["rx_gso"].as_u64().unwrap() > 0, "{g1}");
-    assert!(g2["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames forwarded whole: {g2}");
-    assert_eq!(g2["counters"]["tx_segmented"], 0);
-    assert!(g2["counters"]["tx_bytes"].as_u64().unwrap() >= received);
-    assert_conserved(&s);
 }
 
-#[test]
-fn broadcast_reaches_every_guest_and_non_ip_frames_pass() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn broadcast_reaches_every_guest_and_non_ip_frames_pass(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "bcast", &["--guests", "3"]);
+        let src = mac_of(&lab.ns(1), &lab.tap(1));
+        let l2 = listen_raw(&lab.ns(2), &lab.tap(2), 0x88b5, 3.0);
+        let l3 = listen_raw(&lab.ns(3), &lab.tap(3), 0x88b5, 3.0);
+        let bcast = frame([0xff; 6], src, None, 0x88b5, b"sluice broadcast test payload, 46 bytes min..");
+        let dst2 = mac_of(&lab.ns(2), &lab.tap(2));
+        let uni = frame(dst2, src, None, 0x88b5, b"sluice unicast non-IP frame of local experimental type");
+        send_raw(&lab.ns(1), &lab.tap(1), &[bcast.clone(), uni.clone()]);
+        let got2 = received(l2);
+        let got3 = received(l3);
+        assert!(got2.iter().any(|(_, f)| *f == bcast), "g2 got the broadcast");
+        assert!(got3.iter().any(|(_, f)| *f == bcast), "g3 got the broadcast");
+        assert!(got2.iter().any(|(_, f)| *f == uni), "g2 got the 0x88B5 unicast");
+        let g1 = lab.port(&lab.tap(1));
+        assert!(g1["counters"]["flooded"].as_u64().unwrap() >= 1);
+        assert_conserved(&lab.stats());
     }
-    let lab = Lab::up("bcast", &["--guests", "3"]);
-    let src = mac_of(&lab.ns(1), &lab.tap(1));
-    let l2 = listen_raw(&lab.ns(2), &lab.tap(2), 0x88b5, 3.0);
-    let l3 = listen_raw(&lab.ns(3), &lab.tap(3), 0x88b5, 3.0);
-    let bcast = frame([0xff; 6], src, None, 0x88b5, b"sluice broadcast test payload, 46 bytes min..");
-    let dst2 = mac_of(&lab.ns(2), &lab.tap(2));
-    let uni = frame(dst2, src, None, 0x88b5, b"sluice unicast non-IP frame of local experimental type");
-    send_raw(&lab.ns(1), &lab.tap(1), &[bcast.clone(), uni.clone()]);
-    let got2 = received(l2);
-    let got3 = received(l3);
-    assert!(got2.iter().any(|(_, f)| *f == bcast), "g2 got the broadcast");
-    assert!(got3.iter().any(|(_, f)| *f == bcast), "g3 got the broadcast");
-    assert!(got2.iter().any(|(_, f)| *f == uni), "g2 got the 0x88B5 unicast");
-    let g1 = lab.port(&lab.tap(1));
-    assert!(g1["counters"]["flooded"].as_u64().unwrap() >= 1);
-    assert_conserved(&lab.stats());
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-data-{}", std::process::id()));
+fn tempdir(lab: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-data-{lab}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -59,8 +59,9 @@ pub struct FastPort {
     pub mac: Option<MacAddr>,
     /// Source IP addresses allowed.
     pub ips: IpRule,
-    /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed,
-    /// or the switch runs in a mode the kernel does not execute).
+    /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed, it
+    /// takes no offloads so GSO frames must be cut in software, or the switch runs in a
+    /// mode the kernel does not execute).
     pub slow: bool,
 }
 

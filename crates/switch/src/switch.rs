@@ -402,10 +402,12 @@ impl Switch {
             };
             IpRule::Only { v4: family(true), v6: family(false) }
         };
+        // Frames to a port without offloads are cut in software, which only the core does.
         let slow = self.cfg.mode == Mode::L3
             || s.failed.is_some()
             || s.mirrored_to.is_some()
-            || !s.policy.mirror_of.is_empty();
+            || !s.policy.mirror_of.is_empty()
+            || !s.caps.offload;
         Some(FastPort {
             target: s.port.fast_path(),
             vlan: s.vlan.clone(),

@@ -261,6 +261,10 @@ impl KernelSide {
     /// Port `id`'s counters as the switch reports them: the core's for what it handled,
     /// plus the kernel's; and the frames sent up not yet taken by the core.
     pub fn merged(&self, id: PortId, core: PortCounters) -> (PortCounters, u64) {
+        // Ports in user space: the kernel never sees their frames.
+        if !self.attached.contains_key(&id) {
+            return (core, 0);
+        }
         let Some(&slot) = self.slot_of.get(&id) else { return (core, 0) };
         let k = self.dp.counters(slot);
         merge(core, &k)

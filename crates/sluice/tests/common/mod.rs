@@ -47,6 +47,56 @@ pub fn unique(tag: &str) -> String {
     format!("{}{}", &tag[..tag.len().min(5)], std::process::id() % 100_000)
 }
 
+/// Which datapath a test runs against: the suites of switching, VLANs, Layer 3, uplinks,
+/// security and mirrors run once per datapath ([`both_datapaths!`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dp {
+    /// One user-space thread; guests on TAPs.
+    User,
+    /// TC programs; guests on veth pairs.
+    Kernel,
+}
+
+impl Dp {
+    /// `sluice lab up` arguments selecting it.
+    pub fn args(self) -> &'static [&'static str] {
+        match self {
+            Dp::User => &[],
+            Dp::Kernel => &["--datapath", "kernel"],
+        }
+    }
+
+    /// A lab-name tag distinct per datapath, so both variants of a test run side by side.
+    fn tag(self, tag: &str) -> String {
+        match self {
+            Dp::User => tag.to_string(),
+            Dp::Kernel => format!("{}k", &tag[..tag.len().min(4)]),
+        }
+    }
+}
+
+/// Defines a test once and runs it against both datapaths: `name::user` and
+/// `name::kernel`, each calling the body with its [`Dp`].
+#[macro_export]
+macro_rules! both_datapaths {
+    ($(#[$m:meta])* fn $name:ident($dp:ident: Dp) $body:block) => {
+        $(#[$m])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            fn run($dp: Dp) $body
+            #[test]
+            fn user() {
+                run(Dp::User)
+            }
+            #[test]
+            fn kernel() {
+                run(Dp::Kernel)
+            }
+        }
+    };
+}
+
 pub fn sluice(args: &[&str]) -> Output {
     init();
     Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("run sluice")
@@ -107,17 +157,25 @@ pub fn have(tool: &str) -> bool {
 pub struct Lab {
     pub name: String,
     pub state: Value,
+    pub dp: Dp,
     extra_ns: Vec<String>,
 }
 
 impl Lab {
+    /// A lab on the user-space datapath.
     pub fn up(tag: &str, args: &[&str]) -> Lab {
-        let name = unique(tag);
+        Lab::on(Dp::User, tag, args)
+    }
+
+    /// A lab on datapath `dp`.
+    pub fn on(dp: Dp, tag: &str, args: &[&str]) -> Lab {
+        let name = unique(&dp.tag(tag));
         let mut a = vec!["lab", "up", "--json", "--name", &name];
+        a.extend_from_slice(dp.args());
         a.extend_from_slice(args);
         let out = sluice_ok(&a);
         let state: Value = serde_json::from_str(&out).expect("lab up --json");
-        Lab { name, state, extra_ns: vec![] }
+        Lab { name, state, dp, extra_ns: vec![] }
     }
 
     pub fn ns(&self, guest: usize) -> String {
@@ -136,13 +194,23 @@ impl Lab {
         format!("fd77::{guest:x}")
     }
 
-    /// Adds a guest by hand: a namespace of our own and `sluice port add` with `port_args`.
+    /// Adds a guest by hand: a namespace of our own and `sluice port add` with `port_args`
+    /// (on the kernel datapath: a veth pair, the switch's end attached).
     pub fn add_guest(&mut self, short: &str, port_args: &[&str], ip4: Option<&str>) -> (String, String) {
         let ns = format!("sluice-{}-{short}", self.name);
         let tap = format!("{}-{short}", self.name);
         sh_ok(&format!("ip netns add {ns}"));
         self.extra_ns.push(ns.clone());
-        let mut a = vec!["port", "add", &tap, "--netns", &ns, "--switch", &self.name];
+        let mut a = vec!["port", "add", &tap, "--switch", &self.name];
+        match self.dp {
+            Dp::User => a.extend(["--netns", &ns]),
+            Dp::Kernel => {
+                sh_ok(&format!(
+                    "ip link add {tap} type veth peer name {tap} netns {ns} && ip -n {ns} link set {tap} up"
+                ));
+                a.extend(["--type", "veth"]);
+            }
+        }
         a.extend_from_slice(port_args);
         sluice_ok(&a);
         ns_ok(&ns, "ip link set lo up");
@@ -194,7 +262,8 @@ pub fn assert_conserved(stats: &Value) {
                 + n("consumed")
                 + sum("rx_drops")
                 + p["held"].as_u64().unwrap()
-                + p["resolving"].as_u64().unwrap(),
+                + p["resolving"].as_u64().unwrap()
+                + p["upcall"].as_u64().unwrap_or(0),
             "ingress accounting of {}: {c}",
             p["name"]
         );
