@@ -20,6 +20,8 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
     ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
+    ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
+    ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
@@ -33,6 +35,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("dedicated-vs-vswitch", include_str!("builtin/dedicated-vs-vswitch.toml")),
     ("layer2-vs-layer3", include_str!("builtin/layer2-vs-layer3.toml")),
     ("smc-vs-tcp", include_str!("builtin/smc-vs-tcp.toml")),
+    ("kernel-vs-bridge", include_str!("builtin/kernel-vs-bridge.toml")),
 ];
 
 /// An address family.
