@@ -11,7 +11,7 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     println!("cargo::rustc-check-cfg=cfg(sluice_bpf)");
     println!("cargo::rustc-check-cfg=cfg(sluice_abi_check)");
-    for f in ["bpf/datapath.c", "bpf/abi.h", "bpf/abi_check.c"] {
+    for f in ["bpf/datapath.c", "bpf/abi.h", "bpf/abi_check.c", "bpf/rejected.c"] {
         println!("cargo::rerun-if-changed={}", manifest.join(f).display());
     }
     println!("cargo::rerun-if-env-changed=CLANG");
@@ -30,17 +30,22 @@ fn main() {
         );
         return;
     }
-    let obj = out.join("datapath.o");
-    let status = Command::new(&clang)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
-        .arg(format!("-I/usr/include/{arch}"))
-        .arg("-c")
-        .arg(manifest.join("bpf/datapath.c"))
-        .arg("-o")
-        .arg(&obj)
-        .status();
-    match status {
-        Ok(s) if s.success() => println!("cargo::rustc-cfg=sluice_bpf"),
+    let compile = |src: &str, obj: &str| {
+        Command::new(&clang)
+            .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
+            .arg(format!("-I/usr/include/{arch}"))
+            .arg("-c")
+            .arg(manifest.join(src))
+            .arg("-o")
+            .arg(out.join(obj))
+            .status()
+    };
+    match compile("bpf/datapath.c", "datapath.o") {
+        Ok(s) if s.success() => {
+            println!("cargo::rustc-cfg=sluice_bpf");
+            let r = compile("bpf/rejected.c", "rejected.o");
+            assert!(r.is_ok_and(|s| s.success()), "sluice-ebpf: clang failed to compile bpf/rejected.c");
+        }
         Ok(s) => panic!("sluice-ebpf: clang failed to compile bpf/datapath.c ({s})"),
         Err(e) => println!(
             "cargo::warning=sluice-ebpf: no clang ({e}): this build has no kernel datapath; install clang and libbpf-dev (apt-get install clang libbpf-dev) and build again to get it"

@@ -96,6 +96,27 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether the maps an earlier run pinned in `dir` have this build's layouts (key and value
+/// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
+/// when nothing is pinned there.
+pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
+    let want: [(&str, usize, usize, Option<u32>); 5] = [
+        ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
+        ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
+        ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
+        ("sluice_config", 4, std::mem::size_of::<abi::Config>(), Some(1)),
+        ("sluice_stats", 4, std::mem::size_of::<abi::Counters>(), Some(MAX_PORTS)),
+    ];
+    if !dir.join("sluice_ports").exists() {
+        return None;
+    }
+    Some(want.iter().all(|&(name, k, v, n)| {
+        MapData::from_pin(dir.join(name)).and_then(|m| m.info()).is_ok_and(|i| {
+            i.key_size() as usize == k && i.value_size() as usize == v && n.is_none_or(|n| i.max_entries() == n)
+        })
+    }))
+}
+
 /// Counters of one port slot, summed over CPUs.
 pub type Counters = abi::Counters;
 
@@ -122,10 +143,17 @@ impl KernelDatapath {
         if !available() {
             return Err(Error::NotBuilt);
         }
+        Self::open_object(OBJECT, dir, fib_max)
+    }
+
+    /// As [`KernelDatapath::open`], with the programs of `object` (the tests load one the
+    /// verifier refuses).
+    #[doc(hidden)]
+    pub fn open_object(object: &[u8], dir: &Path, fib_max: u32) -> Result<Self, Error> {
         let mut ebpf = aya::EbpfLoader::new()
             .map_pin_path(dir)
             .set_max_entries("sluice_fib", fib_max.max(1))
-            .load(OBJECT)
+            .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
         let prog: &mut SchedClassifier = ebpf
             .program_mut("sluice_ingress")
@@ -207,6 +235,12 @@ impl KernelDatapath {
     /// The port in slot `slot` as the maps hold it.
     pub fn port(&self, slot: u32) -> Option<abi::Port> {
         self.ports.get(&slot, 0).ok().filter(|p| p.ifindex != 0)
+    }
+
+    /// Every used slot and its port, as the maps hold them (after a takeover: what the
+    /// earlier run left).
+    pub fn ports(&self) -> Vec<(u32, abi::Port)> {
+        (0..MAX_PORTS).filter_map(|s| self.port(s).map(|p| (s, p))).collect()
     }
 
     /// Points `mac` on `vlan` at port slot `slot`.

@@ -54,10 +54,10 @@ impl Guests {
 impl Drop for Guests {
     fn drop(&mut self) {
         for g in ["a", "b"] {
-            let _ = Command::new("ip").args(["netns", "del", &format!("{}-{g}", self.0)]).status();
-            let _ = Command::new("ip").args(["link", "del", &format!("{}{g}", self.0)]).status();
+            let _ = Command::new("ip").args(["netns", "del", &format!("{}-{g}", self.0)]).output();
+            let _ = Command::new("ip").args(["link", "del", &format!("{}{g}", self.0)]).output();
         }
-        let _ = Command::new("ip").args(["link", "del", &format!("{}up", self.0)]).status();
+        let _ = Command::new("ip").args(["link", "del", &format!("{}up", self.0)]).output();
     }
 }
 
@@ -122,4 +122,21 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     let after: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
     assert!(after > before, "nothing went up ({before} → {after})");
     assert!(dp.counters(0).v[abi::c::UPCALLS] >= 1, "{:?}", dp.counters(0));
+}
+
+#[test]
+fn a_program_the_verifier_refuses_is_reported_with_its_reason() {
+    if !root() {
+        return;
+    }
+    static REJECTED: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rejected.o"));
+    let dir = std::env::temp_dir().join(format!("sluice-ebpf-rej-{}", std::process::id()));
+    ensure_bpffs(&dir).unwrap();
+    let e = KernelDatapath::open_object(REJECTED, &dir, 16).err().expect("the verifier refuses it");
+    sluice_ebpf::remove_pins(&dir);
+    let _ = Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir(&dir);
+    let msg = e.to_string();
+    assert!(msg.contains("loading the kernel datapath") && msg.contains("verifier said"), "{msg}");
+    assert!(msg.contains("invalid access to packet"), "the verifier's own words: {msg}");
 }

@@ -185,6 +185,30 @@ pub fn switch_stop(target: &Target) -> Result<()> {
     bail!("switch {} did not stop within 5 s (pid {})", s.name, s.pid)
 }
 
+pub fn switch_restart(target: &Target) -> Result<()> {
+    let mut c = Client::for_target(target)?;
+    let before: SwitchSummary = c.call(&Request::Hello)?;
+    c.call_value(&Request::Restart)?;
+    drop(c);
+    // Wait for the daemon to answer again (the same process, started anew).
+    let path = client::resolve(target)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if let Ok(s) = Client::connect(&path).and_then(|mut c| c.call::<SwitchSummary>(&Request::Hello))
+            && s.started_ns != before.started_ns
+        {
+            println!("switch {} restarted (pid {})", s.name, s.pid);
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    bail!(
+        "switch {} did not come back within 15 s after its restart (pid {}); see its log, and start it again with `sluice switch run`",
+        before.name,
+        before.pid
+    )
+}
+
 pub fn port_add(a: PortAddArgs) -> Result<()> {
     let spec = PortSpec {
         name: a.name,

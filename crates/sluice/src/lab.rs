@@ -638,6 +638,11 @@ pub fn down(name: &str) -> Result<()> {
         {
             problems.push(format!("port {}: {e}", g.tap));
         }
+        // The switch's end of a guest's veth pair (kernel datapath): deleted here, so the
+        // pair is gone at once, even while something keeps the guest's namespace alive.
+        if s.datapath == "kernel" && g.created_netns && g.guest != "lan" {
+            let _ = sh(&["ip", "link", "del", &g.tap]);
+        }
         if g.created_netns
             && netns::exists(&g.netns)
             && let Err(e) = sh(&["ip", "netns", "del", &g.netns])
@@ -662,6 +667,10 @@ pub fn down(name: &str) -> Result<()> {
     }
     for ext in ["json", "toml", "log"] {
         let _ = fs::remove_file(paths::labs_dir().join(format!("{}.{ext}", s.name)));
+    }
+    if s.started_switch {
+        // What a daemon that died (rather than stopped) left for its next run.
+        let _ = fs::remove_file(paths::run_dir().join(format!("{}.state.json", s.switch)));
     }
     if problems.is_empty() { Ok(()) } else { bail!("lab {name} removed with problems: {}", problems.join("; ")) }
 }

@@ -166,8 +166,17 @@ enum SwitchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Stop a running switch (its ports and their TAP devices go with it).
+    /// Stop a running switch (its ports and their TAP devices go with it, and on the kernel
+    /// datapath its programs, maps and upcall TAP: nothing is left).
     Stop {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Start a running switch's daemon again in place (same process id, the program read
+    /// anew: an upgraded binary takes over). On the kernel datapath frames keep flowing
+    /// between veth guests meanwhile and the new daemon takes the kernel's state over;
+    /// TAP ports are created again.
+    Restart {
         #[command(flatten)]
         target: Target,
     },
@@ -278,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
+        Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
         Cmd::Port(PortCmd::Add(a)) => cli::port_add(a)?,
         Cmd::Port(PortCmd::Del { name, target }) => cli::port_del(&target, name)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,

@@ -55,6 +55,9 @@ pub enum Request {
     StatsReset,
     /// Stop the switch.
     Shutdown,
+    /// Start the daemon again in place (the same process, its program image read anew):
+    /// the kernel datapath keeps forwarding meanwhile and the new daemon takes it over.
+    Restart,
     /// Grant a port VLANs (switches with `grants = true`).
     GrantAdd {
         /// The port's name (it need not be attached yet).
@@ -107,6 +110,9 @@ pub struct SwitchSummary {
     pub mode: String,
     /// Daemon process id.
     pub pid: u32,
+    /// When this daemon started (Unix time, ns): tells a restarted daemon (same pid) apart.
+    #[serde(default)]
+    pub started_ns: u64,
     /// Lossless mode.
     pub lossless: bool,
     /// Which datapath forwards: "user" or "kernel".

@@ -915,6 +915,15 @@ impl Switch {
         }
     }
 
+    /// Marks port `id` as failed, as when its device reports itself gone: it is no longer
+    /// serviced, frames for it are dropped (`unknown_port`), and `sluice port list` shows
+    /// why. For devices whose loss a driver notices outside `recv`/`send` (a veth deleted
+    /// behind the switch's back on the kernel datapath).
+    pub fn port_gone(&mut self, id: PortId, why: String) {
+        self.fail_port(id, why);
+        self.settle();
+    }
+
     fn fail_port(&mut self, id: PortId, why: String) {
         let Some(s) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else { return };
         if s.failed.is_some() {

@@ -50,6 +50,12 @@ impl Jobs {
         let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_stop()));
         self.wake.notify();
     }
+
+    /// Asks the datapath to stop for a restart in place (the kernel datapath stays).
+    pub fn restart(&self) {
+        let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_restart()));
+        self.wake.notify();
+    }
 }
 
 /// Creates the device behind a port (in its namespace, if it names one).
@@ -92,6 +98,8 @@ pub struct Server {
     pub jobs: Jobs,
     /// VLAN grants as they are now (`None`: not enforced).
     pub grants: std::sync::Mutex<Option<crate::config::Grants>>,
+    /// Orders changes to the runtime state file.
+    pub state_lock: std::sync::Mutex<()>,
 }
 
 impl Server {
@@ -166,11 +174,21 @@ impl Server {
                 }
                 crate::config::check_datapath(&port, s.datapath, s.core.lossless).map_err(anyhow::Error::msg)?;
                 let dev = create_port(&port, s.core.mtu)?;
+                let spec = port.clone();
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
+                self.remember(|r| {
+                    r.ports.retain(|p| p.name != spec.name);
+                    r.ports.push(spec);
+                });
                 return Ok(None);
             }
             Request::PortDel { name } => {
+                let n = name.clone();
                 self.jobs.run(move |dp| dp.detach(&name))??;
+                self.remember(|r| {
+                    r.ports.retain(|p| p.name != n);
+                    r.macs.retain(|m| m.2 != n);
+                });
                 return Ok(None);
             }
             Request::PortList | Request::Stats { port: None } => {
@@ -184,9 +202,14 @@ impl Server {
             }
             Request::FibShow => serde_json::to_value(self.jobs.run(fib_report)?)?,
             Request::FibAdd { mac, vlan, port } => {
-                let mac: MacAddr =
+                let m: MacAddr =
                     mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
-                self.jobs.run(move |dp| dp.switch_mut().add_static_mac(vlan, mac, &port))??;
+                let p = port.clone();
+                self.jobs.run(move |dp| dp.switch_mut().add_static_mac(vlan, m, &p))??;
+                self.remember(|r| {
+                    r.macs.retain(|e| !(e.0 == vlan && e.1.parse::<MacAddr>().ok() == Some(m)));
+                    r.macs.push((vlan, m.to_string(), port));
+                });
                 return Ok(None);
             }
             Request::FibDel { mac, vlan } => {
@@ -195,10 +218,15 @@ impl Server {
                 if !self.jobs.run(move |dp| dp.switch_mut().fib_mut().remove(vlan, m))? {
                     anyhow::bail!("no MAC entry {mac} in VLAN {vlan}");
                 }
+                self.remember(|r| r.macs.retain(|e| !(e.0 == vlan && e.1.parse::<MacAddr>().ok() == Some(m))));
                 return Ok(None);
             }
             Request::Shutdown => {
                 self.jobs.shutdown();
+                return Ok(None);
+            }
+            Request::Restart => {
+                self.jobs.restart();
                 return Ok(None);
             }
             Request::GrantAdd { port, vlans, promiscuous } => {
@@ -272,6 +300,14 @@ impl Server {
         Ok(Some(v))
     }
 
+    /// Updates the switch's runtime state file (see `state.rs`), one change at a time.
+    fn remember(&self, f: impl FnOnce(&mut super::Runtime)) {
+        let _g = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = super::Runtime::load(&self.settings.name);
+        f(&mut r);
+        r.save(&self.settings.name);
+    }
+
     fn stats(&self, port: Option<String>) -> Result<StatsReport> {
         let st = self.settings.clone();
         self.jobs.run(move |dp| {
@@ -326,6 +362,7 @@ fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
         name: s.name.clone(),
         mode: s.mode.as_str().into(),
         pid: std::process::id(),
+        started_ns: dp.started_unix_ns(),
         lossless: s.core.lossless,
         datapath: s.datapath.as_str().into(),
         poll: dp.polling(),

@@ -17,6 +17,15 @@ use crate::config::{PortKind, PortSpec};
 use crate::port::Attachment;
 use crate::sys::epoll::{Epoll, Event, EventFd};
 
+/// Why the loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Stopped: everything the switch made is gone.
+    Stop,
+    /// Stopped to start again in place; the kernel datapath keeps forwarding.
+    Restart,
+}
+
 /// Work sent from the control thread, run on the datapath thread between batches.
 pub type Job = Box<dyn FnOnce(&mut Datapath) + Send>;
 
@@ -34,8 +43,11 @@ pub struct Datapath {
     poll: bool,
     nice: i32,
     started: Instant,
+    started_unix_ns: u64,
     counters_reset: Instant,
     stop: bool,
+    /// Stopping to start again in place: the kernel datapath is left forwarding.
+    restart: bool,
     /// The kernel datapath, when the switch runs one.
     kernel: Option<KernelSide>,
 }
@@ -56,10 +68,19 @@ impl Datapath {
             poll,
             nice,
             started: Instant::now(),
+            started_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
             counters_reset: Instant::now(),
             stop: false,
+            restart: false,
             kernel: None,
         })
+    }
+
+    /// When the daemon started, as Unix time in nanoseconds.
+    pub fn started_unix_ns(&self) -> u64 {
+        self.started_unix_ns
     }
 
     /// The instant the loop's clock counts from.
@@ -130,6 +151,22 @@ impl Datapath {
         self.stop = true;
     }
 
+    /// Ends the loop after the current job, for a restart in place.
+    pub fn request_restart(&mut self) {
+        self.stop = true;
+        self.restart = true;
+    }
+
+    /// After the configured ports are attached again: ends the takeover of what an
+    /// earlier run left in the kernel, if there was any.
+    pub fn finish_takeover(&mut self) {
+        let now = self.now_ms();
+        if let Some(k) = self.kernel.as_mut() {
+            k.finish_takeover(&mut self.sw, now);
+            k.sync(&mut self.sw);
+        }
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -183,8 +220,8 @@ impl Datapath {
         Ok(())
     }
 
-    /// Runs until a stop is requested.
-    pub fn run(mut self) -> Result<()> {
+    /// Runs until a stop is requested; says whether it stopped for a restart.
+    pub fn run(mut self) -> Result<Exit> {
         if self.nice != 0
             && let Err(e) = crate::sys::set_thread_nice(self.nice)
         {
@@ -223,6 +260,7 @@ impl Datapath {
             self.apply_interest();
             if Instant::now() >= next_expire {
                 if let Some(k) = self.kernel.as_mut() {
+                    k.check_interfaces(&mut self.sw);
                     k.refresh_ages(&mut self.sw);
                 }
                 self.sw.expire(self.now_ms());
@@ -234,9 +272,9 @@ impl Datapath {
             }
         }
         if let Some(k) = self.kernel.take() {
-            k.stop();
+            if self.restart { k.leave() } else { k.stop() }
         }
-        Ok(())
+        Ok(if self.restart { Exit::Restart } else { Exit::Stop })
     }
 
     fn apply_interest(&mut self) {

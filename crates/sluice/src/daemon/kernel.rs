@@ -19,6 +19,9 @@ use tracing::{info, warn};
 
 use crate::sys::{link, tun};
 
+/// A slot held for a port of an earlier run not attached again yet.
+const RESERVED: PortId = PortId::MAX;
+
 /// Where the kernel datapath's pins live: a bpffs of sluice's own.
 pub fn pin_dir(switch: &str) -> PathBuf {
     crate::paths::run_dir().join("bpf").join(switch)
@@ -83,6 +86,13 @@ pub struct KernelSide {
     port_at: Vec<Option<PortId>>,
     /// Interfaces the program is attached to, by port.
     attached: HashMap<PortId, String>,
+    /// Taking over an earlier run: its kernel ports' slots by interface index, until
+    /// those ports are attached again.
+    reserved: HashMap<u32, u32>,
+    /// This run took over an earlier one's pinned state.
+    takeover: bool,
+    /// Ports whose interface disappeared (reported once).
+    gone: std::collections::HashSet<PortId>,
     /// The daemon's clock origin (an `Instant`, which is `CLOCK_MONOTONIC` on Linux, as
     /// the kernel's last-seen stamps are).
     started: Instant,
@@ -108,15 +118,38 @@ impl KernelSide {
         let dir = pin_dir(name);
         let lock = BpfLock::take()?;
         sluice_ebpf::ensure_bpffs(&crate::paths::run_dir().join("bpf"))?;
-        // What a switch of this name left pinned is its own; this build starts afresh.
-        // (Taking it over without a pause in forwarding is the restart design's next step.)
-        if dir.exists() {
-            warn!(dir = %dir.display(), "removing what an earlier run of this switch left in the kernel");
-            sluice_ebpf::remove_pins(&dir);
-        }
+        // What an earlier run of this switch left pinned (a crash, `sluice switch restart`)
+        // is taken over, so forwarding never stops; unless its layout is another build's.
+        let fib_max = fib_max.min(u32::MAX as usize) as u32;
+        let takeover = match sluice_ebpf::pins_compatible(&dir, fib_max) {
+            Some(true) => true,
+            Some(false) => {
+                warn!(dir = %dir.display(), "the kernel datapath an earlier sluice left has another layout (or MAC table size); removing it and starting afresh");
+                sluice_ebpf::remove_pins(&dir);
+                false
+            }
+            None => {
+                // Links without maps: nothing worth taking over.
+                sluice_ebpf::remove_pins(&dir);
+                false
+            }
+        };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut dp = KernelDatapath::open(&dir, fib_max.min(u32::MAX as usize) as u32)?;
+        let mut dp = KernelDatapath::open(&dir, fib_max)?;
         drop(lock);
+        // The slots the earlier run gave its kernel ports, by interface: the same interface
+        // gets the same slot again, so the MAC entries pointing at it stay right.
+        let mut reserved = HashMap::new();
+        let mut port_at = vec![None; abi::MAX_PORTS as usize];
+        if takeover {
+            for (slot, p) in dp.ports() {
+                if p.flags & abi::PF_KERNEL != 0 {
+                    reserved.insert(p.ifindex, slot);
+                }
+                port_at[slot as usize] = Some(RESERVED);
+            }
+            info!(switch = %name, ports = reserved.len(), "taking over the kernel datapath an earlier run left forwarding");
+        }
         let upcall_name = upcall_name(name);
         let tap = tun::open_upcall_tap(&upcall_name)?;
         let ifindex = link::ifindex(&upcall_name)?;
@@ -128,7 +161,10 @@ impl KernelSide {
             upcall: tap.fd,
             upcall_name,
             slot_of: HashMap::new(),
-            port_at: vec![None; abi::MAX_PORTS as usize],
+            port_at,
+            reserved,
+            takeover,
+            gone: Default::default(),
             attached: HashMap::new(),
             started,
             upcalls_refused: 0,
@@ -149,19 +185,63 @@ impl KernelSide {
 
     /// Detaches the program from port `id`'s interface, if it was attached.
     pub fn detach(&mut self, id: PortId) {
+        self.gone.remove(&id);
         if let Some(ifname) = self.attached.remove(&id) {
             self.dp.detach(&ifname);
         }
     }
 
-    fn slot(&mut self, id: PortId) -> Option<u32> {
+    /// Port `id`'s slot (reached by the kernel at `target`), given now if it has none.
+    fn slot(&mut self, id: PortId, target: Option<u32>) -> Option<u32> {
         if let Some(&s) = self.slot_of.get(&id) {
             return Some(s);
         }
-        let free = self.port_at.iter().position(Option::is_none)? as u32;
-        self.port_at[free as usize] = Some(id);
-        self.slot_of.insert(id, free);
-        Some(free)
+        let slot = match target.and_then(|t| self.reserved.remove(&t)) {
+            Some(s) => s,
+            None => self.port_at.iter().position(Option::is_none)? as u32,
+        };
+        self.port_at[slot as usize] = Some(id);
+        self.slot_of.insert(id, slot);
+        Some(slot)
+    }
+
+    /// Ends a takeover once the configured ports are attached again: the core learns the
+    /// MAC entries the kernel kept (those of ports still here), and what belonged to ports
+    /// that are gone is removed. Counters start from zero, as the core's do.
+    pub fn finish_takeover(&mut self, sw: &mut Switch, now_ms: u64) {
+        if !self.takeover {
+            return;
+        }
+        self.takeover = false;
+        let mut learned = 0;
+        for (vlan, mac, slot, is_static, _) in self.dp.macs() {
+            match self.port_at.get(slot as usize).copied().flatten() {
+                Some(id) if id != RESERVED => {
+                    if !is_static {
+                        sw.fib_mut().learn(vlan, mac, id, now_ms);
+                        learned += 1;
+                    }
+                }
+                _ => self.dp.del_mac(vlan, mac),
+            }
+        }
+        for slot in 0..abi::MAX_PORTS {
+            if self.port_at[slot as usize] == Some(RESERVED) {
+                self.port_at[slot as usize] = None;
+                let _ = self.dp.clear_port(slot);
+            }
+        }
+        self.reserved.clear();
+        for slot in 0..abi::MAX_PORTS {
+            let _ = self.dp.reset_counters(slot);
+        }
+        info!(switch = %self.switch, stations = learned, "took over the kernel datapath");
+    }
+
+    /// Lets go of the kernel datapath without removing it: programs keep forwarding and
+    /// what goes up waits in the persistent upcall TAP until a new run takes over.
+    pub fn leave(self) {
+        info!(switch = %self.switch, pins = %pin_dir(&self.switch).display(), "kernel datapath left forwarding for the next run to take over");
     }
 
     /// Writes into the kernel's maps every change the core reports.
@@ -171,7 +251,7 @@ impl KernelSide {
         for c in changes {
             let r = match c {
                 FastChange::Port(id) => match sw.fast_port(id) {
-                    Some(p) => match self.slot(id) {
+                    Some(p) => match self.slot(id, p.target) {
                         Some(slot) => self.dp.set_port(slot, &tables::port_entry(&p)).map_err(anyhow::Error::from),
                         None => {
                             Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
@@ -217,7 +297,10 @@ impl KernelSide {
                 Ok(Some((len, tpid, tci))) => {
                     read = true;
                     let slot = usize::from(tci & 0x0fff);
-                    let id = (tpid == 0x88a8).then(|| port_at.get(slot).copied().flatten()).flatten();
+                    let id = (tpid == 0x88a8)
+                        .then(|| port_at.get(slot).copied().flatten())
+                        .flatten()
+                        .filter(|&id| id != RESERVED);
                     if id.is_none() {
                         bad = true;
                         return None;
@@ -243,6 +326,29 @@ impl KernelSide {
         n
     }
 
+    /// Checks that every interface the program is attached to is still there (a veth can be
+    /// deleted behind the switch's back): a port whose interface went is marked failed in
+    /// the core, once, with a log line — its frames then go up and are dropped as
+    /// `unknown_port`, counted, and everything else keeps forwarding.
+    pub fn check_interfaces(&mut self, sw: &mut Switch) {
+        let mut gone = Vec::new();
+        for (&id, ifname) in &self.attached {
+            if self.gone.contains(&id) {
+                continue;
+            }
+            let target = sw.fast_port(id).and_then(|p| p.target);
+            let now = link::ifindex(ifname).ok();
+            if now.is_none() || now != target {
+                gone.push((id, ifname.clone()));
+            }
+        }
+        for (id, ifname) in gone {
+            warn!(switch = %self.switch, port = %ifname, "interface {ifname} is gone (deleted behind the switch's back); its port stops, frames for it are dropped as unknown_port; delete the port with `sluice port del {ifname}`");
+            self.gone.insert(id);
+            sw.port_gone(id, format!("interface {ifname} was deleted"));
+        }
+    }
+
     /// Tells the core which MAC entries the kernel forwarded from lately, so they do not
     /// age out while their traffic never reaches user space.
     pub fn refresh_ages(&mut self, sw: &mut Switch) {
@@ -253,6 +359,9 @@ impl KernelSide {
                 continue;
             }
             let Some(Some(id)) = self.port_at.get(slot as usize) else { continue };
+            if *id == RESERVED {
+                continue;
+            }
             let ago_ms = now_ns.saturating_sub(seen_ns) / 1_000_000;
             sw.touch_mac(vlan, mac, *id, now_ms.saturating_sub(ago_ms));
         }

@@ -10,6 +10,7 @@
 mod control;
 mod datapath;
 pub mod kernel;
+mod state;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -21,6 +22,7 @@ use tracing::info;
 
 use crate::config::Settings;
 pub use datapath::Datapath;
+pub(crate) use state::Runtime;
 
 /// Runs the switch described by `s` in the foreground until stopped.
 pub fn run(s: Settings) -> Result<()> {
@@ -54,14 +56,37 @@ pub fn run(s: Settings) -> Result<()> {
     for (vlan, mac, port) in &s.macs {
         dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
     }
+    // What an earlier run (restarted in place, or crashed) had attached beyond the file.
+    let mut runtime = state::Runtime::load(&s.name);
+    runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
+    let mut kept = state::Runtime::default();
+    for p in runtime.ports {
+        let attached = control::create_port(&p, s.core.mtu).and_then(|a| dp.attach(p.clone(), a));
+        match attached {
+            Ok(_) => kept.ports.push(p),
+            Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),
+        }
+    }
+    for (vlan, mac, port) in runtime.macs {
+        let ok = mac.parse().ok().is_some_and(|m| dp.switch_mut().add_static_mac(vlan, m, &port).is_ok());
+        if ok {
+            kept.macs.push((vlan, mac, port));
+        }
+    }
+    kept.save(&s.name);
+    dp.finish_takeover();
     let waker = dp.waker();
 
     let listener = bind_owner_only(&s)?;
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
     let jobs = control::Jobs::new(tx, waker);
-    let ctl =
-        control::Server { settings: s.clone(), jobs: jobs.clone(), grants: std::sync::Mutex::new(s.grants.clone()) };
+    let ctl = control::Server {
+        settings: s.clone(),
+        jobs: jobs.clone(),
+        grants: std::sync::Mutex::new(s.grants.clone()),
+        state_lock: std::sync::Mutex::new(()),
+    };
     std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
     let sig_jobs = jobs.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
@@ -70,14 +95,24 @@ pub fn run(s: Settings) -> Result<()> {
         sig_jobs.shutdown();
     })?;
 
-    let result = std::thread::Builder::new()
+    let exit = std::thread::Builder::new()
         .name("datapath".into())
         .spawn(move || dp.run())?
         .join()
-        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))?;
+        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
+    if exit == datapath::Exit::Stop {
+        state::Runtime::remove(&s.name);
+    }
+    if exit == datapath::Exit::Restart {
+        info!(switch = %s.name, "restarting in place");
+        use std::os::unix::process::CommandExt;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        let err = std::process::Command::new("/proc/self/exe").args(&args).exec();
+        bail!("restarting switch {:?} in place failed: {err}; start it again with `sluice switch run`", s.name);
+    }
     info!(switch = %s.name, "switch stopped");
-    result
+    Ok(())
 }
 
 fn bind_owner_only(s: &Settings) -> Result<UnixListener> {

@@ -1,0 +1,61 @@
+//! What was attached to a running switch beyond its configuration file (ports added with
+//! `sluice port add`, static MAC entries with `sluice fib add`), kept in
+//! `RUN_DIR/NAME.state.json` (mode 0600) while the daemon runs, so that after a restart in
+//! place or a crash the next daemon attaches them again — and on the kernel datapath
+//! takes their forwarding over without a pause. A clean stop removes the file.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use crate::config::PortSpec;
+
+/// The runtime additions of one switch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Runtime {
+    /// Ports added at runtime, in order.
+    pub ports: Vec<PortSpec>,
+    /// Static MAC entries added at runtime: (VLAN, MAC, port).
+    pub macs: Vec<(u16, String, String)>,
+}
+
+/// The state file of switch `name`.
+pub fn path(name: &str) -> PathBuf {
+    crate::paths::run_dir().join(format!("{name}.state.json"))
+}
+
+impl Runtime {
+    /// What an earlier run of switch `name` left (nothing if it stopped cleanly).
+    pub fn load(name: &str) -> Runtime {
+        let p = path(name);
+        match std::fs::read(&p) {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+                warn!(file = %p.display(), "ignoring an unreadable state file ({e})");
+                Runtime::default()
+            }),
+            Err(_) => Runtime::default(),
+        }
+    }
+
+    /// Writes the file (atomically, owner-only).
+    pub fn save(&self, name: &str) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = path(name);
+        let tmp = p.with_extension("json.tmp");
+        let written = (|| -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            f.write_all(&serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?)?;
+            std::fs::rename(&tmp, &p)
+        })();
+        if let Err(e) = written {
+            warn!(file = %p.display(), "cannot keep the switch's runtime state ({e}); a restart will not attach the ports added since start");
+        }
+    }
+
+    /// Removes switch `name`'s file (a clean stop).
+    pub fn remove(name: &str) {
+        let _ = std::fs::remove_file(path(name));
+    }
+}

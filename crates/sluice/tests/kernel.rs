@@ -1,0 +1,132 @@
+//! What only the kernel datapath has: forwarding that outlives its daemon (a restart in
+//! place, a `kill -9` and a start), nothing left behind after `switch stop`, a veth deleted
+//! behind the switch's back, and TAP and veth guests on one switch.
+
+mod common;
+
+use common::*;
+
+fn sha256_of(path: &std::path::Path) -> String {
+    sh_ok(&format!("sha256sum < {}", path.display()))
+}
+
+/// The name of switch `name`'s upcall TAP: `su` and the FNV-1a hash of the name.
+fn upcall_tap(name: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("su{h:08x}")
+}
+
+/// The daemon's process id, from the switch itself.
+fn daemon_pid(lab: &Lab) -> u32 {
+    let v: serde_json::Value = serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &lab.name])).unwrap();
+    v["switch"]["pid"].as_u64().unwrap() as u32
+}
+
+#[test]
+fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop_leaves_nothing() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::on(Dp::Kernel, "rst", &["--guests", "2"]);
+    let dir = std::env::temp_dir().join(format!("sluice-rst-{}", lab.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    sh_ok(&format!("head -c 300000000 /dev/urandom > {}", src.display()));
+    // One TCP connection carries the file at 50 MB/s (six seconds), so the restart and the
+    // kill fall in the middle of it; nc writes what arrives.
+    let server = ns_spawn(&lab.ns(2), &format!("timeout 60 nc -l -N 5211 > {}", dst.display()));
+    assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5211").status.success()));
+    let sender = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/paced_send.py");
+    let client =
+        ns_spawn(&lab.ns(1), &format!("timeout 60 python3 {sender} {} 5211 {} 50e6", lab.ip4(2), src.display()));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // A restart in place: the same process, started anew, takes the kernel's state over.
+    let pid = daemon_pid(&lab);
+    sluice_ok(&["switch", "restart", "--switch", &lab.name]);
+    assert_eq!(daemon_pid(&lab), pid);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // A crash: kill -9, then start it again from its configuration.
+    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    // Dead once its socket stops answering (its threads go after the first one does).
+    assert!(wait_for(10, || !sluice(&["stats", "--switch", &lab.name]).status.success()));
+    let conf = run_dir().join("labs").join(format!("{}.toml", lab.name));
+    let mut again = std::process::Command::new(BIN);
+    again.args(["switch", "run", "--config", conf.to_str().unwrap()]).stdin(std::process::Stdio::null());
+    let log = std::fs::File::create(dir.join("again.log")).unwrap();
+    again.stdout(std::process::Stdio::null()).stderr(log);
+    let _again = again.spawn().unwrap();
+    assert!(
+        wait_for(10, || sluice(&["stats", "--switch", &lab.name]).status.success()),
+        "the switch did not start again: {}",
+        std::fs::read_to_string(dir.join("again.log")).unwrap_or_default()
+    );
+    let c = client.wait_with_output().unwrap();
+    let _ = server.wait_with_output();
+    assert!(c.status.success(), "the sender saw no reset: {}", String::from_utf8_lossy(&c.stderr));
+    let got = std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(got, 300_000_000, "every byte arrived");
+    assert_eq!(sha256_of(&dst), sha256_of(&src), "every byte arrived, in order");
+    assert_conserved(&lab.stats());
+    // A clean stop leaves nothing: no pins, no bpffs, no upcall TAP.
+    sluice_ok(&["switch", "stop", "--switch", &lab.name]);
+    let pins = run_dir().join("bpf").join(&lab.name);
+    assert!(!pins.exists(), "{} is left", pins.display());
+    let upcall = upcall_tap(&lab.name);
+    assert!(!sh_ok("ip -br link").contains(&upcall), "the upcall TAP {upcall} is left");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(&run_dir().join("bpf").display().to_string()), "the bpffs is left mounted");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_veth_deleted_behind_the_switchs_back_stops_its_port_and_nothing_else() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::on(Dp::Kernel, "vdel", &["--guests", "3"]);
+    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(3)));
+    sh_ok(&format!("ip link del {}", lab.tap(3)));
+    let port = lab.tap(3);
+    assert!(wait_for(10, || lab.port(&port)["failed"].is_string()), "the port is reported failed");
+    let o = ns_sh(&lab.ns(1), &format!("ping -c 2 -W 1 {}", lab.ip4(3)));
+    assert!(!o.status.success());
+    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+    let g1 = lab.port(&lab.tap(1));
+    assert!(g1["counters"]["rx_drops"]["unknown_port"].as_u64().unwrap() > 0, "frames for it counted: {g1}");
+    assert_conserved(&lab.stats());
+    sluice_ok(&["port", "del", &port, "--switch", &lab.name]);
+}
+
+#[test]
+fn tap_and_veth_guests_on_one_kernel_switch_reach_each_other() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::on(Dp::Kernel, "mixd", &["--guests", "1"]);
+    // A TAP guest beside the veth guest: frames between them go up and down.
+    let ns = format!("sluice-{}-t", lab.name);
+    let tap = format!("{}-t", lab.name);
+    sh_ok(&format!("ip netns add {ns}"));
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+    let _ns = Ns(ns.clone());
+    sluice_ok(&["port", "add", &tap, "--netns", &ns, "--switch", &lab.name]);
+    ns_ok(
+        &ns,
+        &format!("ip link set lo up && ip addr add 10.77.0.60/24 dev {tap} && ip addr add fd77::60/64 dev {tap} nodad"),
+    );
+    ns_ok(&lab.ns(1), "ping -c 2 -W 2 10.77.0.60");
+    ns_ok(&ns, &format!("ping -6 -c 2 -W 2 {}", lab.ip6(1)));
+    let v = lab.port(&lab.tap(1));
+    assert_eq!(v["kind"], "veth");
+    assert_eq!(lab.port(&tap)["kind"], "tap");
+    assert_conserved(&lab.stats());
+    let _ = &mut lab;
+}
