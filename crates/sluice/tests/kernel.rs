@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::smc::Killed;
 use common::*;
 
 fn sha256_of(path: &std::path::Path) -> String {
@@ -57,7 +58,7 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
     again.args(["switch", "run", "--config", conf.to_str().unwrap()]).stdin(std::process::Stdio::null());
     let log = std::fs::File::create(dir.join("again.log")).unwrap();
     again.stdout(std::process::Stdio::null()).stderr(log);
-    let _again = again.spawn().unwrap();
+    let again = Killed(again.spawn().unwrap());
     assert!(
         wait_for(10, || sluice(&["stats", "--switch", &lab.name]).status.success()),
         "the switch did not start again: {}",
@@ -72,6 +73,7 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
     assert_conserved(&lab.stats());
     // A clean stop leaves nothing: no pins, no bpffs, no upcall TAP.
     sluice_ok(&["switch", "stop", "--switch", &lab.name]);
+    let _ = again.take().wait();
     let pins = run_dir().join("bpf").join(&lab.name);
     assert!(!pins.exists(), "{} is left", pins.display());
     let upcall = upcall_tap(&lab.name);
