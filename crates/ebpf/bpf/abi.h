@@ -20,6 +20,7 @@
 #define PF_UP_V6 (1u << 6)    /* IPv6 frames go up */
 #define PF_SLOW (1u << 7)     /* every frame from or to the port goes up */
 #define PF_TRUNK (1u << 8)    /* trunk: `allowed` and `native_vid`; else access `access_vid` */
+#define PF_OWN_MAC (1u << 9)  /* `own_mac` is set */
 
 struct sluice_port {
 	__u32 ifindex; /* 0: slot unused */
@@ -31,6 +32,8 @@ struct sluice_port {
 	__u8 n_ip6;
 	__u8 mac[6];
 	__u8 pad[2];
+	__u8 own_mac[6]; /* an uplink's device: frames to it are the host's, not the switch's */
+	__u8 pad2[2];
 	__u32 ip4[SLUICE_MAX_IPS];     /* network order */
 	__u8 ip6[SLUICE_MAX_IPS][16];
 	__u64 allowed[64]; /* trunk: VLANs carried tagged, bit per VLAN id */

@@ -19,6 +19,7 @@ int main(void)
 	OFF(sluice_port, n_ip4);
 	OFF(sluice_port, n_ip6);
 	OFF(sluice_port, mac);
+	OFF(sluice_port, own_mac);
 	OFF(sluice_port, ip4);
 	OFF(sluice_port, ip6);
 	OFF(sluice_port, allowed);

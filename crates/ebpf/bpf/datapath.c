@@ -117,6 +117,23 @@ static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_c
 	return bpf_redirect(cfg->upcall_ifindex, 0);
 }
 
+/* Hands a copy of the frame to the core and lets the original go on to the host's stack:
+ * group frames arriving on an uplink are the host's as well as the guests'. */
+static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
+{
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+
+	c->v[C_UPCALLS]++;
+	if (!cfg || !cfg->upcall_ifindex)
+		return TC_ACT_OK;
+	if (bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff))
+		return TC_ACT_OK;
+	bpf_clone_redirect(skb, cfg->upcall_ifindex, 0);
+	bpf_skb_vlan_pop(skb);
+	return TC_ACT_OK;
+}
+
 static __always_inline int drop(struct sluice_counters *c, int cause)
 {
 	c->v[C_RX_DROP + cause]++;
@@ -199,6 +216,13 @@ int sluice_ingress(struct __sk_buff *skb)
 	if (!in || !c)
 		return TC_ACT_SHOT;
 
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	/* On an uplink that is also the host's interface: its own frames are the host's. */
+	if ((in->flags & PF_OWN_MAC) && (void *)(eth + 1) <= end && mac_eq(eth->h_dest, in->own_mac))
+		return TC_ACT_OK;
+
 	int tagged = skb->vlan_present && skb->vlan_proto == ETH_P_8021Q_BE;
 	__u16 tci = tagged ? skb->vlan_tci : 0;
 	__u32 len = skb->len + (tagged ? 4 : 0);
@@ -206,17 +230,16 @@ int sluice_ingress(struct __sk_buff *skb)
 	c->v[C_RX_BYTES] += len;
 	if (skb->gso_size)
 		c->v[C_RX_GSO]++;
+	if ((void *)(eth + 1) > end)
+		return drop(c, D_MALFORMED);
+	/* Broadcast and multicast from the LAN: the guests' (through the core) and the host's. */
+	if ((in->flags & PF_UPLINK) && is_group(eth->h_dest))
+		return up_copy(skb, slot, c);
 	if (in->flags & PF_SLOW)
 		return up(skb, slot, c);
 	/* An outer tag the kernel did not take off, or not 802.1Q: the core reads those. */
 	if (skb->vlan_present && !tagged)
 		return up(skb, slot, c);
-
-	void *data = (void *)(long)skb->data;
-	void *end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end)
-		return drop(c, D_MALFORMED);
 	if (eth->h_proto == ETH_P_8021Q_BE)
 		return up(skb, slot, c);
 	if (is_group(eth->h_source))

@@ -27,6 +27,8 @@ pub const PF_UP_V6: u32 = 1 << 6;
 pub const PF_SLOW: u32 = 1 << 7;
 /// `PF_TRUNK`: trunk mode.
 pub const PF_TRUNK: u32 = 1 << 8;
+/// `PF_OWN_MAC`: `own_mac` is set.
+pub const PF_OWN_MAC: u32 = 1 << 9;
 
 /// `struct sluice_port`.
 #[repr(C)]
@@ -41,6 +43,8 @@ pub struct Port {
     pub n_ip6: u8,
     pub mac: [u8; 6],
     pub pad: [u8; 2],
+    pub own_mac: [u8; 6],
+    pub pad2: [u8; 2],
     pub ip4: [[u8; 4]; MAX_IPS],
     pub ip6: [[u8; 16]; MAX_IPS],
     pub allowed: [u64; 64],
@@ -58,6 +62,8 @@ impl Default for Port {
             n_ip6: 0,
             mac: [0; 6],
             pad: [0; 2],
+            own_mac: [0; 6],
+            pad2: [0; 2],
             ip4: [[0; 4]; MAX_IPS],
             ip6: [[0; 16]; MAX_IPS],
             allowed: [0; 64],
@@ -161,6 +167,7 @@ mod tests {
         assert_eq!(offset_of!(Port, n_ip4), OFF_sluice_port_n_ip4);
         assert_eq!(offset_of!(Port, n_ip6), OFF_sluice_port_n_ip6);
         assert_eq!(offset_of!(Port, mac), OFF_sluice_port_mac);
+        assert_eq!(offset_of!(Port, own_mac), OFF_sluice_port_own_mac);
         assert_eq!(offset_of!(Port, ip4), OFF_sluice_port_ip4);
         assert_eq!(offset_of!(Port, ip6), OFF_sluice_port_ip6);
         assert_eq!(offset_of!(Port, allowed), OFF_sluice_port_allowed);

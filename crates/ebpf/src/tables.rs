@@ -33,6 +33,10 @@ pub fn port_entry(p: &FastPort) -> abi::Port {
     if p.slow {
         flags |= abi::PF_SLOW;
     }
+    if let Some(m) = p.dev_mac {
+        flags |= abi::PF_OWN_MAC;
+        e.own_mac = m.0;
+    }
     match &p.vlan {
         VlanMode::Access(v) => e.access_vid = *v,
         VlanMode::Trunk { allowed, native } => {
@@ -98,6 +102,7 @@ mod tests {
             mac: None,
             ips: IpRule::Any,
             slow: false,
+            dev_mac: None,
         }
     }
 

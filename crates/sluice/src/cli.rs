@@ -368,11 +368,12 @@ pub fn stats(a: StatsArgs) -> Result<()> {
 pub fn render_stats(r: &StatsReport, detail: bool) -> String {
     let s = &r.switch;
     let mut out = format!(
-        "switch {} ({}, {}, {}): {} port(s), counters of the last {:.1} s\n",
+        "switch {} ({}, {}, {}{}): {} port(s), counters of the last {:.1} s\n",
         s.name,
         s.mode,
         if s.lossless { "lossless" } else { "lossy" },
         if s.poll { "polling" } else { "event-driven" },
+        if s.datapath == "kernel" { ", kernel datapath" } else { "" },
         r.ports.len(),
         r.counters_age_s
     );
@@ -448,6 +449,15 @@ fn render_port(p: &PortStats) -> String {
         row("FAILED", f.clone());
     }
     row("rx frames / bytes", format!("{} / {}", c.rx_frames, c.rx_bytes));
+    if let Some(k) = &p.kernel {
+        row(
+            "  in the kernel",
+            format!(
+                "{} forwarded, {} dropped, {} sent up to the core ({} on the way)",
+                k.forwarded, k.drops, k.upcalls, p.upcall
+            ),
+        );
+    }
     row("  GSO frames", c.rx_gso.to_string());
     row("  forwarded / flooded", format!("{} / {}", c.forwarded, c.flooded));
     row("  copies to outputs", c.copies.to_string());

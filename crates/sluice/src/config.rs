@@ -599,6 +599,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
 
 /// Whether port `p` can be attached to a switch with this datapath and lossless setting.
 pub fn check_datapath(p: &PortSpec, datapath: DatapathKind, lossless: bool) -> Result<(), String> {
+    if p.kind == PortKind::Uplink && datapath == DatapathKind::Kernel && p.netns.is_some() {
+        return Err(format!(
+            "port {:?}: on the kernel datapath an uplink's interface must be in the switch's own namespace (the kernel sends to it by interface index); leave out `netns`, or run the switch with datapath = \"user\"",
+            p.name
+        ));
+    }
     if p.kind != PortKind::Veth {
         return Ok(());
     }

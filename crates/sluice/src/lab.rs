@@ -191,6 +191,10 @@ pub struct LabState {
     /// The switch's datapath, "user" (guests on TAPs) or "kernel" (guests on veth pairs).
     #[serde(default = "user")]
     pub datapath: String,
+    /// Interfaces the lab created in the switch's own namespace (the uplink's devices on
+    /// the kernel datapath), deleted by `down`.
+    #[serde(default)]
+    pub links: Vec<String>,
 }
 
 fn l2() -> String {
@@ -384,6 +388,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         extra_netns: Vec::new(),
         mode: a.mode.as_str().into(),
         datapath: a.datapath.kind().as_str().into(),
+        links: Vec::new(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -478,16 +483,17 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
     if a.lan {
-        add_lan(s, &mut client, a.mtu, a.uplinks)?;
+        add_lan(s, &mut client, a.mtu, a.uplinks, kernel)?;
     }
     Ok(())
 }
 
 /// The external host `lan` behind the uplink: namespace `sluice-LAB-lan` with `eth0`,
-/// whose veth peer `LAB-up` sits in namespace `sluice-LAB-up` and is the switch's uplink.
+/// whose veth peer `LAB-up` sits in namespace `sluice-LAB-up` and is the switch's uplink
+/// (on the kernel datapath: in the switch's own namespace, where the kernel can send to it).
 /// With `uplinks` > 1, `eth0`, `eth1`… are joined by a bridge `br0` that holds the host's
 /// addresses, and `LAB-up2`, `LAB-up3` are the uplink's backups.
-fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8) -> Result<()> {
+fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel: bool) -> Result<()> {
     let (up_ns, lan_ns, port) =
         (format!("sluice-{}-up", s.name), format!("sluice-{}-lan", s.name), format!("{}-up", s.name));
     for ns in [&up_ns, &lan_ns] {
@@ -495,9 +501,11 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8) -> Resu
             bail!("network namespace {ns} already exists and is not this lab's; remove it or pick another lab --name");
         }
     }
-    s.extra_netns.push(up_ns.clone());
-    s.save()?;
-    sh(&["ip", "netns", "add", &up_ns])?;
+    if !kernel {
+        s.extra_netns.push(up_ns.clone());
+        s.save()?;
+        sh(&["ip", "netns", "add", &up_ns])?;
+    }
     let g = Guest {
         guest: "lan".into(),
         netns: lan_ns.clone(),
@@ -541,11 +549,20 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8) -> Resu
     for i in 0..uplinks {
         let up_dev = if i == 0 { port.clone() } else { format!("{port}{}", i + 1) };
         let lan_dev = format!("eth{i}");
-        sh(&[
-            "ip", "-n", &up_ns, "link", "add", &up_dev, "mtu", &m, "type", "veth", "peer", "name", &lan_dev, "mtu", &m,
-            "netns", &lan_ns,
-        ])?;
-        sh(&["ip", "-n", &up_ns, "link", "set", &up_dev, "up"])?;
+        let mut add = vec!["ip"];
+        let mut set = vec!["ip"];
+        if !kernel {
+            add.extend(["-n", &up_ns]);
+            set.extend(["-n", &up_ns]);
+        } else {
+            s.links.push(up_dev.clone());
+            s.save()?;
+        }
+        add.extend(["link", "add", &up_dev, "mtu", &m, "type", "veth", "peer", "name", &lan_dev, "mtu", &m]);
+        add.extend(["netns", &lan_ns]);
+        sh(&add)?;
+        set.extend(["link", "set", &up_dev, "up"]);
+        sh(&set)?;
         if uplinks > 1 {
             sh(&["ip", "-n", &lan_ns, "link", "set", &lan_dev, "master", "br0"])?;
         }
@@ -562,7 +579,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8) -> Resu
     s.save()?;
     let mut spec = PortSpec::tap(&port);
     spec.kind = crate::config::PortKind::Uplink;
-    spec.netns = Some(up_ns);
+    spec.netns = (!kernel).then_some(up_ns);
     spec.backups = backups;
     client.call_value(&Request::PortAdd { port: spec })?;
     Ok(())
@@ -649,6 +666,9 @@ pub fn down(name: &str) -> Result<()> {
         {
             problems.push(e.to_string());
         }
+    }
+    for l in s.links.iter().rev() {
+        let _ = sh(&["ip", "link", "del", l]);
     }
     for ns in s.extra_netns.iter().rev() {
         if netns::exists(ns)

@@ -126,6 +126,18 @@ pub struct SwitchSummary {
     pub ports: usize,
 }
 
+/// What the kernel datapath did with a kernel port's frames.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KernelPortStats {
+    /// Frames from the port the kernel forwarded itself.
+    pub forwarded: u64,
+    /// Frames from the port the kernel sent up to the core (to learn, flood, answer, or
+    /// for a port in user space).
+    pub upcalls: u64,
+    /// Frames the kernel dropped itself (included in the port's drops).
+    pub drops: u64,
+}
+
 fn user_datapath() -> String {
     "user".into()
 }
@@ -156,6 +168,9 @@ pub struct PortStats {
     /// (kernel ports; lost ones stay counted here).
     #[serde(default)]
     pub upcall: u64,
+    /// The kernel datapath's part of the counters (kernel ports only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelPortStats>,
     /// Why the port stopped working, if it did.
     pub failed: Option<String>,
     /// The switch's counters for the port.

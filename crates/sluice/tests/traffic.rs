@@ -83,6 +83,10 @@ both_datapaths! {
         assert!(g2["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames forwarded whole: {g2}");
         assert_eq!(g2["counters"]["tx_segmented"], 0);
         assert!(g2["counters"]["tx_bytes"].as_u64().unwrap() >= received);
+        if dp == Dp::Kernel {
+            assert_mostly_in_kernel(&g1);
+            assert_mostly_in_kernel(&g2);
+        }
         assert_conserved(&s);
     }
 }

@@ -26,6 +26,11 @@ both_datapaths! {
         assert_eq!(up["kind"], "uplink", "{up}");
         assert!(up["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames left whole on the uplink: {up}");
         assert_eq!(up["counters"]["tx_segmented"], 0, "{up}");
+        if dp == Dp::Kernel {
+            // Guest to LAN and back in the kernel, without the core.
+            assert_mostly_in_kernel(&lab.port(&lab.tap(1)));
+            assert_mostly_in_kernel(&up);
+        }
         assert_conserved(&lab.stats());
 
         // Offloads off on the uplink: the switch cuts the guest's GSO frames itself.

@@ -59,6 +59,9 @@ pub struct FastPort {
     pub mac: Option<MacAddr>,
     /// Source IP addresses allowed.
     pub ips: IpRule,
+    /// An uplink's device address: frames arriving there for it belong to the host's own
+    /// stack (the device may be the host's interface too), not to the switch.
+    pub dev_mac: Option<MacAddr>,
     /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed, it
     /// takes no offloads so GSO frames must be cut in software, or the switch runs in a
     /// mode the kernel does not execute).
@@ -88,6 +91,8 @@ pub struct FastMac {
 pub enum Verdict {
     /// Hand it to the core.
     Up,
+    /// Leave it to the host's stack: it arrived on an uplink for the device's own address.
+    Pass,
     /// Drop it, counted at the input with this cause.
     Drop(DropCause),
     /// Send it to this port, tagged with this VLAN id or untagged; the output's MTU is
@@ -123,6 +128,9 @@ pub fn decide(
     mac: impl Fn(u16, MacAddr) -> Option<FastMac>,
 ) -> Verdict {
     let Some(me) = port(from) else { return Verdict::Up };
+    if me.uplink && me.dev_mac == Some(f.dst) {
+        return Verdict::Pass;
+    }
     if me.slow || me.target.is_none() {
         return Verdict::Up;
     }

@@ -417,6 +417,8 @@ impl Switch {
             mac: s.policy.mac,
             ips,
             slow,
+            // In Layer 3 mode the uplink's address is the switch's own on the LAN.
+            dev_mac: if s.policy.uplink && self.cfg.mode == Mode::L2 { s.port.mac() } else { None },
         })
     }
 

@@ -59,7 +59,8 @@ impl Jobs {
 }
 
 /// Creates the device behind a port (in its namespace, if it names one).
-pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<Attachment> {
+pub fn create_port(spec: &PortSpec, default_mtu: u16, datapath: crate::config::DatapathKind) -> Result<Attachment> {
+    let kernel = datapath == crate::config::DatapathKind::Kernel;
     spec.validate().map_err(anyhow::Error::msg)?;
     if let Some(ns) = &spec.netns
         && !netns::exists(ns)
@@ -83,7 +84,7 @@ pub fn create_port(spec: &PortSpec, default_mtu: u16) -> Result<Attachment> {
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
-            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload))
+            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
             Ok(Attachment { fd: up.raw_fd(), port: Box::new(up) })
         }
@@ -173,7 +174,7 @@ impl Server {
                     port.check_grants(g).map_err(anyhow::Error::msg)?;
                 }
                 crate::config::check_datapath(&port, s.datapath, s.core.lossless).map_err(anyhow::Error::msg)?;
-                let dev = create_port(&port, s.core.mtu)?;
+                let dev = create_port(&port, s.core.mtu, s.datapath)?;
                 let spec = port.clone();
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 self.remember(|r| {
@@ -317,9 +318,9 @@ impl Server {
                 .into_iter()
                 .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
                 .map(|p| {
-                    let (counters, upcall) = match dp.kernel() {
+                    let (counters, upcall, kernel) = match dp.kernel() {
                         Some(k) => k.merged(p.id, p.counters),
-                        None => (p.counters, 0),
+                        None => (p.counters, 0, None),
                     };
                     PortStats {
                         netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
@@ -332,6 +333,7 @@ impl Server {
                         held: p.held,
                         resolving: p.resolving,
                         upcall,
+                        kernel,
                         failed: p.failed,
                         counters,
                         device_drops: p.device_drops,

@@ -186,8 +186,13 @@ impl Datapath {
         if let Some(k) = self.kernel.as_mut() {
             // The port's rules in the maps first, then the program on its interface.
             k.sync(&mut self.sw);
-            if spec.kind == PortKind::Veth
-                && let Err(e) = k.attach(id, &spec.name)
+            let ifnames: Vec<String> = match spec.kind {
+                PortKind::Veth => vec![spec.name.clone()],
+                PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
+                PortKind::Tap => vec![],
+            };
+            if !ifnames.is_empty()
+                && let Err(e) = k.attach(id, &ifnames, spec.kind == PortKind::Veth)
             {
                 let _ = self.epoll.delete(fd);
                 self.fds.remove(&id);

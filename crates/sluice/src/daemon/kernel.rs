@@ -17,6 +17,7 @@ use sluice_ebpf::{KernelDatapath, abi, tables};
 use sluice_switch::{FastChange, PortCounters, PortId, Switch};
 use tracing::{info, warn};
 
+use crate::proto::KernelPortStats;
 use crate::sys::{link, tun};
 
 /// A slot held for a port of an earlier run not attached again yet.
@@ -85,7 +86,9 @@ pub struct KernelSide {
     slot_of: HashMap<PortId, u32>,
     port_at: Vec<Option<PortId>>,
     /// Interfaces the program is attached to, by port.
-    attached: HashMap<PortId, String>,
+    attached: HashMap<PortId, Vec<String>>,
+    /// The veth ports among them.
+    veths: std::collections::HashSet<PortId>,
     /// Taking over an earlier run: its kernel ports' slots by interface index, until
     /// those ports are attached again.
     reserved: HashMap<u32, u32>,
@@ -165,6 +168,7 @@ impl KernelSide {
             reserved,
             takeover,
             gone: Default::default(),
+            veths: Default::default(),
             attached: HashMap::new(),
             started,
             upcalls_refused: 0,
@@ -176,17 +180,29 @@ impl KernelSide {
         self.upcall.as_raw_fd()
     }
 
-    /// Attaches the program to port `id`'s interface `ifname`.
-    pub fn attach(&mut self, id: PortId, ifname: &str) -> Result<()> {
-        self.dp.attach(ifname)?;
-        self.attached.insert(id, ifname.to_string());
+    /// Attaches the program to port `id`'s interfaces `ifnames` (a veth's one; an uplink's
+    /// devices, its backups with it). Only a veth is watched for disappearing.
+    pub fn attach(&mut self, id: PortId, ifnames: &[String], veth: bool) -> Result<()> {
+        for (i, ifname) in ifnames.iter().enumerate() {
+            if let Err(e) = self.dp.attach(ifname) {
+                for done in &ifnames[..i] {
+                    self.dp.detach(done);
+                }
+                return Err(e.into());
+            }
+        }
+        self.attached.insert(id, ifnames.to_vec());
+        if veth {
+            self.veths.insert(id);
+        }
         Ok(())
     }
 
-    /// Detaches the program from port `id`'s interface, if it was attached.
+    /// Detaches the program from port `id`'s interfaces, if it was attached.
     pub fn detach(&mut self, id: PortId) {
         self.gone.remove(&id);
-        if let Some(ifname) = self.attached.remove(&id) {
+        self.veths.remove(&id);
+        for ifname in self.attached.remove(&id).unwrap_or_default() {
             self.dp.detach(&ifname);
         }
     }
@@ -332,10 +348,11 @@ impl KernelSide {
     /// `unknown_port`, counted, and everything else keeps forwarding.
     pub fn check_interfaces(&mut self, sw: &mut Switch) {
         let mut gone = Vec::new();
-        for (&id, ifname) in &self.attached {
-            if self.gone.contains(&id) {
+        for (&id, ifnames) in &self.attached {
+            if self.gone.contains(&id) || !self.veths.contains(&id) {
                 continue;
             }
+            let Some(ifname) = ifnames.first() else { continue };
             let target = sw.fast_port(id).and_then(|p| p.target);
             let now = link::ifindex(ifname).ok();
             if now.is_none() || now != target {
@@ -368,15 +385,22 @@ impl KernelSide {
     }
 
     /// Port `id`'s counters as the switch reports them: the core's for what it handled,
-    /// plus the kernel's; and the frames sent up not yet taken by the core.
-    pub fn merged(&self, id: PortId, core: PortCounters) -> (PortCounters, u64) {
+    /// plus the kernel's; the frames sent up not yet taken by the core; and the kernel's
+    /// own part (kernel ports only).
+    pub fn merged(&self, id: PortId, core: PortCounters) -> (PortCounters, u64, Option<KernelPortStats>) {
         // Ports in user space: the kernel never sees their frames.
         if !self.attached.contains_key(&id) {
-            return (core, 0);
+            return (core, 0, None);
         }
-        let Some(&slot) = self.slot_of.get(&id) else { return (core, 0) };
+        let Some(&slot) = self.slot_of.get(&id) else { return (core, 0, None) };
         let k = self.dp.counters(slot);
-        merge(core, &k)
+        let (m, upcall) = merge(core, &k);
+        let own = KernelPortStats {
+            forwarded: k.v[abi::c::FORWARDED],
+            upcalls: k.v[abi::c::UPCALLS],
+            drops: k.v[abi::c::RX_DROP..abi::c::RX_DROP + 13].iter().sum(),
+        };
+        (m, upcall, Some(own))
     }
 
     /// Zeroes the kernel's counters.

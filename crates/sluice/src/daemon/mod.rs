@@ -50,7 +50,7 @@ pub fn run(s: Settings) -> Result<()> {
         dp.enable_kernel(k)?;
     }
     for p in &s.ports {
-        let port = control::create_port(p, s.core.mtu)?;
+        let port = control::create_port(p, s.core.mtu, s.datapath)?;
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
     }
     for (vlan, mac, port) in &s.macs {
@@ -61,7 +61,7 @@ pub fn run(s: Settings) -> Result<()> {
     runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
     let mut kept = state::Runtime::default();
     for p in runtime.ports {
-        let attached = control::create_port(&p, s.core.mtu).and_then(|a| dp.attach(p.clone(), a));
+        let attached = control::create_port(&p, s.core.mtu, s.datapath).and_then(|a| dp.attach(p.clone(), a));
         match attached {
             Ok(_) => kept.ports.push(p),
             Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),

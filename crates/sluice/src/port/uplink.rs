@@ -16,9 +16,14 @@ use sluice_wire::{VNET_HDR_LEN, VnetHdr};
 use crate::sys::packet::{self, PacketSocket};
 
 /// A host interface attached as the switch's uplink, with up to two backups.
+///
+/// On the kernel datapath the socket only sends (the core's frames for the LAN); what the
+/// LAN sends is taken by the TC program on the devices, forwarded in the kernel or handed
+/// up through the upcall TAP — `recv` has nothing then.
 pub struct UplinkPort {
     sock: PacketSocket,
     offload: bool,
+    kernel: bool,
     /// (name, ifindex) of the primary device and its backups, in order of preference.
     devices: Vec<(String, i32)>,
     /// The device the socket is bound to.
@@ -35,13 +40,20 @@ impl UplinkPort {
     ///
     /// `backups` are devices of the same namespace that take over, in order, when the
     /// active one is down or loses carrier.
-    pub fn open(ifname: &str, backups: &[String], offload: bool) -> io::Result<Self> {
+    ///
+    /// With `kernel`, the port is the kernel datapath's: see the type's description.
+    pub fn open(ifname: &str, backups: &[String], offload: bool, kernel: bool) -> io::Result<Self> {
         let mut devices = vec![(ifname.to_string(), packet::ifindex(ifname)?)];
         for b in backups {
             devices.push((b.clone(), packet::ifindex(b)?));
         }
-        let sock = packet::open(&devices.iter().map(|d| d.1).collect::<Vec<_>>())?;
-        let mut port = UplinkPort { offload: offload && sock.vnet, sock, devices, active: 0, pending: None };
+        let sock = packet::open(&devices.iter().map(|d| d.1).collect::<Vec<_>>(), !kernel)?;
+        if kernel {
+            for (name, _) in &devices {
+                crate::sys::link::disable_ipv6(name)?;
+            }
+        }
+        let mut port = UplinkPort { offload: offload && sock.vnet, sock, kernel, devices, active: 0, pending: None };
         // Start on the first device that is up, if the primary is not.
         if !port.usable(0)
             && let Some(i) = (1..port.devices.len()).find(|&i| port.usable(i))
@@ -137,7 +149,14 @@ impl Port for UplinkPort {
         PortCaps { offload: self.offload, lossless_input: false }
     }
 
+    fn fast_path(&self) -> Option<u32> {
+        self.kernel.then(|| self.devices[self.active].1 as u32)
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
+        if self.kernel {
+            return Ok(None);
+        }
         let fd = self.sock.fd.as_raw_fd();
         let (got, len) = if self.sock.vnet {
             let r = match packet::recv(fd, buf) {

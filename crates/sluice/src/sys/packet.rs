@@ -20,6 +20,8 @@ pub struct PacketSocket {
     pub fd: OwnedFd,
     /// Frames carry a 12-byte virtio_net_hdr.
     pub vnet: bool,
+    /// It receives (bound to every protocol); else it only sends (protocol 0).
+    pub rx: bool,
 }
 
 fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
@@ -47,8 +49,12 @@ pub fn ifindex(ifname: &str) -> io::Result<i32> {
 /// frames need them even when nothing is sent with offloads: a frame from a local stack
 /// may carry a partial checksum that only the header tells of. A kernel that refuses them
 /// (before 6.2) gives a socket without (`vnet = false`).
-pub fn open(ifindexes: &[i32]) -> io::Result<PacketSocket> {
-    let proto = (libc::ETH_P_ALL as u16).to_be();
+///
+/// With `rx` false the socket only sends (protocol 0: no frame is ever delivered to it) —
+/// an uplink on the kernel datapath, whose frames the kernel forwards. The interfaces are
+/// made promiscuous all the same (a NIC must accept the guests' MACs).
+pub fn open(ifindexes: &[i32], rx: bool) -> io::Result<PacketSocket> {
+    let proto = if rx { (libc::ETH_P_ALL as u16).to_be() } else { 0 };
     // SAFETY: plain socket(2) call; the result is checked and owned below.
     let raw = cvt(unsafe {
         libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, i32::from(proto))
@@ -58,13 +64,15 @@ pub fn open(ifindexes: &[i32]) -> io::Result<PacketSocket> {
     let vnet =
         setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR_SZ, &(sluice_wire::VNET_HDR_LEN as libc::c_int))
             .is_ok();
-    setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_AUXDATA, &1 as &libc::c_int)?;
-    // Older kernels lack it; the packet type is checked on receive as well.
-    let _ = setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1 as &libc::c_int);
+    if rx {
+        setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_AUXDATA, &1 as &libc::c_int)?;
+        // Older kernels lack it; the packet type is checked on receive as well.
+        let _ = setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1 as &libc::c_int);
+    }
     for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
         let _ = setopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, &(4 << 20) as &libc::c_int);
     }
-    let sock = PacketSocket { fd, vnet };
+    let sock = PacketSocket { fd, vnet, rx };
     sock.bind(*ifindexes.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no interface"))?)?;
     for &ifindex in ifindexes {
         // SAFETY: packet_mreq is plain data; zeroed then filled.
@@ -102,7 +110,7 @@ pub fn open_tx(ifindex: i32) -> io::Result<PacketSocket> {
             size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
     })?;
-    Ok(PacketSocket { fd, vnet })
+    Ok(PacketSocket { fd, vnet, rx: false })
 }
 
 impl PacketSocket {
@@ -111,7 +119,7 @@ impl PacketSocket {
         // SAFETY: sockaddr_ll is plain data; zeroed then filled.
         let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_protocol = if self.rx { (libc::ETH_P_ALL as u16).to_be() } else { 0 };
         sll.sll_ifindex = ifindex;
         // SAFETY: a valid sockaddr_ll of the size passed.
         cvt(unsafe {

@@ -113,8 +113,12 @@ pub fn sluice_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Runs a shell command in namespace `ns`.
+/// Runs a shell command in namespace `ns` (`""`: the test's own, where the kernel
+/// datapath's uplink devices are).
 pub fn ns_sh(ns: &str, cmd: &str) -> Output {
+    if ns.is_empty() {
+        return Command::new("sh").args(["-c", cmd]).stdin(Stdio::null()).output().expect("sh");
+    }
     Command::new("ip")
         .args(["netns", "exec", ns, "sh", "-c", cmd])
         .stdin(Stdio::null())
@@ -247,6 +251,14 @@ impl Drop for Lab {
     }
 }
 
+/// On the kernel datapath: the kernel itself forwarded nearly every frame port `p` (a
+/// `stats --json` port) received, sending no more than 1% up to the core.
+pub fn assert_mostly_in_kernel(p: &Value) {
+    let k = &p["kernel"];
+    let (fwd, up) = (k["forwarded"].as_u64().unwrap(), k["upcalls"].as_u64().unwrap());
+    assert!(fwd > 0 && up * 100 <= fwd + up, "the kernel forwarded {fwd} and sent {up} up: {p}");
+}
+
 /// Checks the accounting rules of sluice's counters on every port.
 pub fn assert_conserved(stats: &Value) {
     let mut copies = stats["departed"]["copies"].as_u64().unwrap() + stats["departed"]["generated"].as_u64().unwrap();
@@ -359,8 +371,8 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// The LAN side of a lab made with `--lan`: the external host's namespace (10.77.0.200,
-/// fd77::c8 on `eth0`), and the uplink port with the namespace its interface is in. The
-/// lab removes them.
+/// fd77::c8 on `eth0`), and the uplink port with the namespace its interface is in (on the
+/// kernel datapath the switch's own: `""`). The lab removes them.
 pub struct Lan {
     pub lan_ns: String,
     pub up_ns: String,
@@ -371,7 +383,7 @@ impl Lan {
     pub fn of(lab: &Lab) -> Lan {
         Lan {
             lan_ns: format!("sluice-{}-lan", lab.name),
-            up_ns: format!("sluice-{}-up", lab.name),
+            up_ns: if lab.dp == Dp::Kernel { String::new() } else { format!("sluice-{}-up", lab.name) },
             port: format!("{}-up", lab.name),
         }
     }
@@ -379,7 +391,10 @@ impl Lan {
     /// Attaches the uplink again with other settings.
     pub fn reattach(&self, lab: &Lab, extra: &[&str]) {
         sluice_ok(&["port", "del", &self.port, "--switch", &lab.name]);
-        let mut a = vec!["port", "add", &self.port, "--type", "uplink", "--netns", &self.up_ns, "--switch", &lab.name];
+        let mut a = vec!["port", "add", &self.port, "--type", "uplink", "--switch", &lab.name];
+        if !self.up_ns.is_empty() {
+            a.extend(["--netns", &self.up_ns]);
+        }
         a.extend_from_slice(extra);
         sluice_ok(&a);
     }
