@@ -20,7 +20,9 @@
 #define PF_UP_V6 (1u << 6)    /* IPv6 frames go up */
 #define PF_SLOW (1u << 7)     /* every frame from or to the port goes up */
 #define PF_TRUNK (1u << 8)    /* trunk: `allowed` and `native_vid`; else access `access_vid` */
-#define PF_OWN_MAC (1u << 9)  /* `own_mac` is set */
+#define PF_OWN_MAC (1u << 9)  /* `own_mac` is set: frames to it pass to the host (Layer 2) */
+#define PF_GUEST_MAC (1u << 10) /* Layer 3: `guest_mac` is known */
+#define PF_LL_OK (1u << 11)   /* IPv6 link-local sources pass the IP check (Layer 3) */
 
 struct sluice_port {
 	__u32 ifindex; /* 0: slot unused */
@@ -34,6 +36,8 @@ struct sluice_port {
 	__u8 pad[2];
 	__u8 own_mac[6]; /* an uplink's device: frames to it are the host's, not the switch's */
 	__u8 pad2[2];
+	__u8 guest_mac[6]; /* Layer 3: the MAC of the guest behind the port */
+	__u8 pad3[2];
 	__u32 ip4[SLUICE_MAX_IPS];     /* network order */
 	__u8 ip6[SLUICE_MAX_IPS][16];
 	__u64 allowed[64]; /* trunk: VLANs carried tagged, bit per VLAN id */
@@ -52,9 +56,35 @@ struct sluice_fib_val {
 	__u64 seen_ns; /* bpf_ktime_get_ns() of the last frame from this source forwarded here */
 };
 
+#define MODE_L2 0
+#define MODE_L3 1
+
 struct sluice_config {
 	__u32 upcall_ifindex; /* the upcall TAP; 0: none (frames that would go up are dropped) */
-	__u32 pad;
+	__u32 l3_uplink;      /* Layer 3: slot + 1 of the uplink off-switch traffic leaves by; 0: none */
+	__u8 mode;            /* MODE_L2 or MODE_L3 */
+	__u8 router_mac[6];   /* Layer 3: the switch's MAC on the guests' side */
+	__u8 pad;
+};
+
+/* Layer 3: which port owns an address. */
+struct sluice_ip_key {
+	__u8 family; /* 4 or 6 */
+	__u8 pad[3];
+	__u8 addr[16]; /* IPv4 in the first 4 bytes */
+};
+
+/* Layer 3: a LAN neighbour's MAC, by VLAN and address. */
+struct sluice_neigh_key {
+	__u16 vlan;
+	__u8 family;
+	__u8 pad;
+	__u8 addr[16];
+};
+
+struct sluice_neigh_val {
+	__u8 mac[6];
+	__u8 pad[2];
 };
 
 /* Counters per port slot (per CPU), indexes into sluice_counters.v. Drop causes are the
@@ -80,6 +110,8 @@ struct sluice_config {
 #define D_ISOLATED 7
 #define D_SPOOFED_MAC 8
 #define D_SPOOFED_IP 9
+#define D_NOT_IP 10
+#define D_NO_ROUTE 11
 
 struct sluice_counters {
 	__u64 v[C_COUNT];

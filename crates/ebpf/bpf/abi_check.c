@@ -20,6 +20,7 @@ int main(void)
 	OFF(sluice_port, n_ip6);
 	OFF(sluice_port, mac);
 	OFF(sluice_port, own_mac);
+	OFF(sluice_port, guest_mac);
 	OFF(sluice_port, ip4);
 	OFF(sluice_port, ip6);
 	OFF(sluice_port, allowed);
@@ -29,6 +30,15 @@ int main(void)
 	OFF(sluice_fib_val, flags);
 	OFF(sluice_fib_val, seen_ns);
 	SIZE(sluice_config);
+	OFF(sluice_config, l3_uplink);
+	OFF(sluice_config, mode);
+	OFF(sluice_config, router_mac);
+	SIZE(sluice_ip_key);
+	OFF(sluice_ip_key, addr);
+	SIZE(sluice_neigh_key);
+	OFF(sluice_neigh_key, family);
+	OFF(sluice_neigh_key, addr);
+	SIZE(sluice_neigh_val);
 	SIZE(sluice_counters);
 	printf("pub const C_COUNT: usize = %d;\n", C_COUNT);
 	printf("pub const C_RX_DROP: usize = %d;\n", C_RX_DROP);

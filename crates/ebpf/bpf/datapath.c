@@ -57,6 +57,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_ip_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_neigh_key);
+	__type(value, struct sluice_neigh_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_neigh SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -203,6 +219,161 @@ static __always_inline int check_ips(struct __sk_buff *skb, const struct sluice_
 	return 0;
 }
 
+/* The output stage, once the frame's one output is decided: counters, the MTU, the tag
+ * the output wants (VLAN `vid`, `otag`: tagged), the redirect. */
+static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *out,
+				struct sluice_counters *oc, int vid, __u8 pcp, int tagged, __u16 tci, int otag)
+{
+	c->v[C_FORWARDED]++;
+	c->v[C_COPIES]++;
+	oc->v[C_TX_OFFERED]++;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, out->ifindex, &mtu, 0, 0)) {
+		oc->v[C_TX_DROP + D_OVER_MTU]++;
+		return TC_ACT_SHOT;
+	}
+	__u16 otci = ((__u16)pcp << 13) | (__u16)vid;
+	if (tagged && (!otag || tci != otci)) {
+		if (bpf_skb_vlan_pop(skb))
+			goto tx_error;
+	}
+	if (otag && (!tagged || tci != otci)) {
+		if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, otci))
+			goto tx_error;
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
+	if (out->flags & PF_UPLINK)
+		return bpf_redirect(out->ifindex, 0);
+	return bpf_redirect_peer(out->ifindex, 0);
+
+tx_error:
+	oc->v[C_TX_DROP + 6]++;
+	return TC_ACT_SHOT;
+}
+
+static __always_inline int is_link_local6(const __u8 *a)
+{
+	return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
+}
+
+/* Layer 3 (the core's `ingress_l3` and `l3_destinations`): address resolution goes up to
+ * be answered; an IP packet goes to the guest port owning its destination, or out of the
+ * uplink to the LAN neighbour of that address, with its MAC addresses rewritten; what the
+ * tables cannot decide (an unknown guest MAC, an unresolved neighbour) goes up. */
+static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_port *in, struct sluice_counters *c,
+			      struct sluice_config *cfg, int vid, __u8 pcp, int tagged, __u16 tci)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return drop(c, D_MALFORMED);
+	__u16 proto = eth->h_proto;
+	if (proto == bpf_htons(ETH_P_ARP))
+		return up(skb, slot, c);
+	if (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6))
+		return drop(c, D_NOT_IP);
+	struct sluice_ip_key dk = {};
+	__u8 src6[16];
+	__u32 src4 = 0;
+	int v6 = proto == bpf_htons(ETH_P_IPV6);
+	if (v6) {
+		if (data + 54 > end)
+			return drop(c, D_MALFORMED);
+		__u8 *ip = data + 14;
+		/* Neighbour discovery (ICMPv6 with hop limit 255) is the core's to answer. */
+		if (ip[6] == 58 && ip[7] == 255)
+			return up(skb, slot, c);
+		__builtin_memcpy(src6, ip + 8, 16);
+		__builtin_memcpy(dk.addr, ip + 24, 16);
+		dk.family = 6;
+	} else {
+		if (data + 34 > end)
+			return drop(c, D_MALFORMED);
+		__builtin_memcpy(&src4, data + 26, 4);
+		__builtin_memcpy(dk.addr, data + 30, 4);
+		dk.family = 4;
+	}
+	__u8 smac[6], dmac[6];
+	__builtin_memcpy(smac, eth->h_source, 6);
+	__builtin_memcpy(dmac, eth->h_dest, 6);
+	int uplink = in->flags & PF_UPLINK;
+	if (!uplink) {
+		if (in->flags & PF_IPS) {
+			if (v6) {
+				if (in->flags & PF_UP_V6)
+					return up(skb, slot, c);
+				if (!((in->flags & PF_LL_OK) && is_link_local6(src6)) && !ip6_ok(in, src6))
+					return drop(c, D_SPOOFED_IP);
+			} else {
+				if (in->flags & PF_UP_V4)
+					return up(skb, slot, c);
+				if (!ip4_ok(in, src4))
+					return drop(c, D_SPOOFED_IP);
+			}
+		}
+		/* The guest's MAC is the core's to learn. */
+		if (!(in->flags & PF_GUEST_MAC) || !mac_eq(smac, in->guest_mac))
+			return up(skb, slot, c);
+	}
+	if (is_group(dmac))
+		return up(skb, slot, c);
+	/* On the LAN the guests all sit behind the uplink's address. */
+	if (uplink && !mac_eq(dmac, in->own_mac))
+		return drop(c, D_NO_ROUTE);
+
+	__u32 oslot;
+	__u8 next[6];
+	struct sluice_port *out;
+	__u32 *owner = bpf_map_lookup_elem(&sluice_owners, &dk);
+	if (owner) {
+		oslot = *owner;
+		if (oslot == slot)
+			return drop(c, D_SAME_PORT);
+		out = bpf_map_lookup_elem(&sluice_ports, &oslot);
+		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW))
+			return up(skb, slot, c);
+		if (vlan_out(out, vid) < 0)
+			return drop(c, D_VLAN_FILTER);
+		if ((in->flags & PF_ISOLATED || out->flags & PF_ISOLATED) && !uplink && !(out->flags & PF_UPLINK))
+			return drop(c, D_ISOLATED);
+		if (!(out->flags & PF_GUEST_MAC))
+			return up(skb, slot, c);
+		__builtin_memcpy(next, out->guest_mac, 6);
+	} else {
+		if (uplink || !cfg->l3_uplink)
+			return uplink ? drop(c, D_NO_ROUTE) : up(skb, slot, c);
+		oslot = cfg->l3_uplink - 1;
+		out = bpf_map_lookup_elem(&sluice_ports, &oslot);
+		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW) || vlan_out(out, vid) < 0)
+			return up(skb, slot, c);
+		struct sluice_neigh_key nk = { .vlan = vid, .family = dk.family };
+		__builtin_memcpy(nk.addr, dk.addr, 16);
+		struct sluice_neigh_val *n = bpf_map_lookup_elem(&sluice_neigh, &nk);
+		if (!n)
+			return up(skb, slot, c);
+		__builtin_memcpy(next, n->mac, 6);
+	}
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
+	if (!oc)
+		return up(skb, slot, c);
+	/* Every frame leaves from the switch's address on its side. */
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return drop(c, D_MALFORMED);
+	__builtin_memcpy(eth->h_dest, next, 6);
+	if (out->flags & PF_UPLINK)
+		__builtin_memcpy(eth->h_source, out->own_mac, 6);
+	else
+		__builtin_memcpy(eth->h_source, cfg->router_mac, 6);
+	return send(skb, c, out, oc, vid, pcp, tagged, tci, vlan_out(out, vid));
+}
+
 SEC("classifier")
 int sluice_ingress(struct __sk_buff *skb)
 {
@@ -232,8 +403,9 @@ int sluice_ingress(struct __sk_buff *skb)
 		c->v[C_RX_GSO]++;
 	if ((void *)(eth + 1) > end)
 		return drop(c, D_MALFORMED);
-	/* Broadcast and multicast from the LAN: the guests' (through the core) and the host's. */
-	if ((in->flags & PF_UPLINK) && is_group(eth->h_dest))
+	/* Broadcast and multicast from the LAN: the guests' (through the core) and the host's
+	 * (Layer 2, where the uplink's device may be the host's interface too). */
+	if ((in->flags & PF_OWN_MAC) && is_group(eth->h_dest))
 		return up_copy(skb, slot, c);
 	if (in->flags & PF_SLOW)
 		return up(skb, slot, c);
@@ -252,6 +424,10 @@ int sluice_ingress(struct __sk_buff *skb)
 
 	if (in->flags & PF_MAC && !mac_eq(eth->h_source, in->mac))
 		return drop(c, D_SPOOFED_MAC);
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+	if (cfg && cfg->mode == MODE_L3)
+		return l3(skb, slot, in, c, cfg, vid, pcp, tagged, tci);
 	if (in->flags & PF_IPS) {
 		int r = check_ips(skb, in, eth->h_proto);
 		if (r == 1)
@@ -295,34 +471,7 @@ int sluice_ingress(struct __sk_buff *skb)
 	    !(out->flags & PF_UPLINK))
 		return drop(c, D_ISOLATED);
 
-	c->v[C_FORWARDED]++;
-	c->v[C_COPIES]++;
-	oc->v[C_TX_OFFERED]++;
-	__u32 mtu = 0;
-	if (bpf_check_mtu(skb, out->ifindex, &mtu, 0, 0)) {
-		oc->v[C_TX_DROP + D_OVER_MTU]++;
-		return TC_ACT_SHOT;
-	}
-	__u16 otci = ((__u16)pcp << 13) | (__u16)vid;
-	if (tagged && (!otag || tci != otci)) {
-		if (bpf_skb_vlan_pop(skb))
-			goto tx_error;
-	}
-	if (otag && (!tagged || tci != otci)) {
-		if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, otci))
-			goto tx_error;
-	}
-	oc->v[C_TX_FRAMES]++;
-	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
-	if (skb->gso_size)
-		oc->v[C_TX_GSO]++;
-	if (out->flags & PF_UPLINK)
-		return bpf_redirect(out->ifindex, 0);
-	return bpf_redirect_peer(out->ifindex, 0);
-
-tx_error:
-	oc->v[C_TX_DROP + 6]++;
-	return TC_ACT_SHOT;
+	return send(skb, c, out, oc, vid, pcp, tagged, tci, otag);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -27,8 +27,17 @@ pub const PF_UP_V6: u32 = 1 << 6;
 pub const PF_SLOW: u32 = 1 << 7;
 /// `PF_TRUNK`: trunk mode.
 pub const PF_TRUNK: u32 = 1 << 8;
-/// `PF_OWN_MAC`: `own_mac` is set.
+/// `PF_OWN_MAC`: `own_mac` is set, frames to it pass to the host (Layer 2).
 pub const PF_OWN_MAC: u32 = 1 << 9;
+/// `PF_GUEST_MAC`: Layer 3, `guest_mac` is known.
+pub const PF_GUEST_MAC: u32 = 1 << 10;
+/// `PF_LL_OK`: IPv6 link-local sources pass the IP check.
+pub const PF_LL_OK: u32 = 1 << 11;
+
+/// `MODE_L2`.
+pub const MODE_L2: u8 = 0;
+/// `MODE_L3`.
+pub const MODE_L3: u8 = 1;
 
 /// `struct sluice_port`.
 #[repr(C)]
@@ -45,6 +54,8 @@ pub struct Port {
     pub pad: [u8; 2],
     pub own_mac: [u8; 6],
     pub pad2: [u8; 2],
+    pub guest_mac: [u8; 6],
+    pub pad3: [u8; 2],
     pub ip4: [[u8; 4]; MAX_IPS],
     pub ip6: [[u8; 16]; MAX_IPS],
     pub allowed: [u64; 64],
@@ -64,6 +75,8 @@ impl Default for Port {
             pad: [0; 2],
             own_mac: [0; 6],
             pad2: [0; 2],
+            guest_mac: [0; 6],
+            pad3: [0; 2],
             ip4: [[0; 4]; MAX_IPS],
             ip6: [[0; 16]; MAX_IPS],
             allowed: [0; 64],
@@ -96,7 +109,37 @@ pub struct FibVal {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Config {
     pub upcall_ifindex: u32,
-    pub pad: u32,
+    pub l3_uplink: u32,
+    pub mode: u8,
+    pub router_mac: [u8; 6],
+    pub pad: u8,
+}
+
+/// `struct sluice_ip_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct IpKey {
+    pub family: u8,
+    pub pad: [u8; 3],
+    pub addr: [u8; 16],
+}
+
+/// `struct sluice_neigh_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct NeighKey {
+    pub vlan: u16,
+    pub family: u8,
+    pub pad: u8,
+    pub addr: [u8; 16],
+}
+
+/// `struct sluice_neigh_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NeighVal {
+    pub mac: [u8; 6],
+    pub pad: [u8; 2],
 }
 
 /// Indexes into [`Counters::v`] (`C_*` in the header).
@@ -142,6 +185,12 @@ unsafe impl Pod for FibVal {}
 unsafe impl Pod for Config {}
 // SAFETY: as above.
 unsafe impl Pod for Counters {}
+// SAFETY: as above.
+unsafe impl Pod for IpKey {}
+// SAFETY: as above.
+unsafe impl Pod for NeighKey {}
+// SAFETY: as above.
+unsafe impl Pod for NeighVal {}
 
 #[cfg(all(test, sluice_abi_check))]
 mod tests {
@@ -168,6 +217,16 @@ mod tests {
         assert_eq!(offset_of!(Port, n_ip6), OFF_sluice_port_n_ip6);
         assert_eq!(offset_of!(Port, mac), OFF_sluice_port_mac);
         assert_eq!(offset_of!(Port, own_mac), OFF_sluice_port_own_mac);
+        assert_eq!(offset_of!(Port, guest_mac), OFF_sluice_port_guest_mac);
+        assert_eq!(offset_of!(Config, l3_uplink), OFF_sluice_config_l3_uplink);
+        assert_eq!(offset_of!(Config, mode), OFF_sluice_config_mode);
+        assert_eq!(offset_of!(Config, router_mac), OFF_sluice_config_router_mac);
+        assert_eq!(size_of::<IpKey>(), SIZE_sluice_ip_key);
+        assert_eq!(offset_of!(IpKey, addr), OFF_sluice_ip_key_addr);
+        assert_eq!(size_of::<NeighKey>(), SIZE_sluice_neigh_key);
+        assert_eq!(offset_of!(NeighKey, family), OFF_sluice_neigh_key_family);
+        assert_eq!(offset_of!(NeighKey, addr), OFF_sluice_neigh_key_addr);
+        assert_eq!(size_of::<NeighVal>(), SIZE_sluice_neigh_val);
         assert_eq!(offset_of!(Port, ip4), OFF_sluice_port_ip4);
         assert_eq!(offset_of!(Port, ip6), OFF_sluice_port_ip6);
         assert_eq!(offset_of!(Port, allowed), OFF_sluice_port_allowed);

@@ -100,12 +100,19 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 /// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
 /// when nothing is pinned there.
 pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
-    let want: [(&str, usize, usize, Option<u32>); 5] = [
+    let want: [(&str, usize, usize, Option<u32>); 7] = [
         ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
         ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
         ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
         ("sluice_config", 4, std::mem::size_of::<abi::Config>(), Some(1)),
         ("sluice_stats", 4, std::mem::size_of::<abi::Counters>(), Some(MAX_PORTS)),
+        ("sluice_owners", std::mem::size_of::<abi::IpKey>(), 4, Some(fib_max.max(1))),
+        (
+            "sluice_neigh",
+            std::mem::size_of::<abi::NeighKey>(),
+            std::mem::size_of::<abi::NeighVal>(),
+            Some(fib_max.max(1)),
+        ),
     ];
     if !dir.join("sluice_ports").exists() {
         return None;
@@ -129,6 +136,8 @@ pub struct KernelDatapath {
     fib: HashMap<MapData, abi::FibKey, abi::FibVal>,
     config: Array<MapData, abi::Config>,
     stats: PerCpuArray<MapData, abi::Counters>,
+    owners: HashMap<MapData, abi::IpKey, u32>,
+    neigh: HashMap<MapData, abi::NeighKey, abi::NeighVal>,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -153,6 +162,8 @@ impl KernelDatapath {
         let mut ebpf = aya::EbpfLoader::new()
             .map_pin_path(dir)
             .set_max_entries("sluice_fib", fib_max.max(1))
+            .set_max_entries("sluice_owners", fib_max.max(1))
+            .set_max_entries("sluice_neigh", fib_max.max(1))
             .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
         let prog: &mut SchedClassifier = ebpf
@@ -169,7 +180,9 @@ impl KernelDatapath {
         let fib = HashMap::try_from(take(&mut ebpf, "sluice_fib")?).map_err(map_err("fib"))?;
         let config = Array::try_from(take(&mut ebpf, "sluice_config")?).map_err(map_err("config"))?;
         let stats = PerCpuArray::try_from(take(&mut ebpf, "sluice_stats")?).map_err(map_err("stats"))?;
-        Ok(KernelDatapath { ebpf, dir: dir.to_path_buf(), ports, port_of, fib, config, stats })
+        let owners = HashMap::try_from(take(&mut ebpf, "sluice_owners")?).map_err(map_err("owners"))?;
+        let neigh = HashMap::try_from(take(&mut ebpf, "sluice_neigh")?).map_err(map_err("neigh"))?;
+        Ok(KernelDatapath { ebpf, dir: dir.to_path_buf(), ports, port_of, fib, config, stats, owners, neigh })
     }
 
     fn link_pin(&self, ifname: &str) -> PathBuf {
@@ -269,9 +282,62 @@ impl KernelDatapath {
             .collect()
     }
 
-    /// Sets the interface frames go up through (0: none).
-    pub fn set_upcall(&mut self, ifindex: u32) -> Result<(), Error> {
-        self.config.set(0, abi::Config { upcall_ifindex: ifindex, pad: 0 }, 0).map_err(map_err("config"))
+    /// Sets the switch-wide settings: the interface frames go up through (0: none), the
+    /// mode, the switch's MAC on the guests' side, and (Layer 3) the slot of the uplink
+    /// traffic off the switch leaves by.
+    pub fn set_config(
+        &mut self,
+        upcall_ifindex: u32,
+        mode: u8,
+        router_mac: MacAddr,
+        l3_uplink: Option<u32>,
+    ) -> Result<(), Error> {
+        let c = abi::Config {
+            upcall_ifindex,
+            l3_uplink: l3_uplink.map_or(0, |s| s + 1),
+            mode,
+            router_mac: router_mac.0,
+            pad: 0,
+        };
+        self.config.set(0, c, 0).map_err(map_err("config"))
+    }
+
+    /// Layer 3: makes `ip` port slot `slot`'s, or nobody's.
+    pub fn set_owner(&mut self, ip: std::net::IpAddr, slot: Option<u32>) -> Result<(), Error> {
+        let k = tables::ip_key(ip);
+        match slot {
+            Some(s) => self.owners.insert(k, s, 0).map_err(map_err("owners")),
+            None => {
+                let _ = self.owners.remove(&k);
+                Ok(())
+            }
+        }
+    }
+
+    /// Layer 3: every address owned, as (key, slot).
+    pub fn owners(&self) -> Vec<(abi::IpKey, u32)> {
+        self.owners.iter().flatten().collect()
+    }
+
+    /// Layer 3: every LAN neighbour, as (VLAN, address, MAC).
+    pub fn neighbours(&self) -> Vec<(u16, std::net::IpAddr, MacAddr)> {
+        self.neigh
+            .iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.vlan, tables::key_ip(k.family, &k.addr)?, MacAddr(v.mac))))
+            .collect()
+    }
+
+    /// Layer 3: sets (or, with `None`, forgets) LAN neighbour `ip`'s MAC on `vlan`.
+    pub fn set_neighbour(&mut self, vlan: u16, ip: std::net::IpAddr, mac: Option<MacAddr>) -> Result<(), Error> {
+        let k = tables::neigh_key(vlan, ip);
+        match mac {
+            Some(m) => self.neigh.insert(k, abi::NeighVal { mac: m.0, pad: [0; 2] }, 0).map_err(map_err("neigh")),
+            None => {
+                let _ = self.neigh.remove(&k);
+                Ok(())
+            }
+        }
     }
 
     /// Port slot `slot`'s counters, summed over CPUs.

@@ -8,9 +8,10 @@ use sluice_wire::MacAddr;
 
 use crate::abi::{self, FibKey, FibVal};
 
-/// Port `p`'s entry. Reachable by the kernel only if it has an interface (`ifindex`,
-/// which the kernel side of the port gives as its [`FastPort::target`]).
-pub fn port_entry(p: &FastPort) -> abi::Port {
+/// Port `p`'s entry on a switch in mode `mode` ([`abi::MODE_L2`] or [`abi::MODE_L3`]).
+/// Reachable by the kernel only if it has an interface (`ifindex`, which the kernel side
+/// of the port gives as its [`FastPort::target`]).
+pub fn port_entry(p: &FastPort, mode: u8) -> abi::Port {
     let mut e = abi::Port { mtu: p.mtu, ..abi::Port::default() };
     let mut flags = 0;
     if let Some(ifindex) = p.target {
@@ -34,8 +35,19 @@ pub fn port_entry(p: &FastPort) -> abi::Port {
         flags |= abi::PF_SLOW;
     }
     if let Some(m) = p.dev_mac {
-        flags |= abi::PF_OWN_MAC;
+        // Layer 2: frames to the device's address are the host's. Layer 3: the address is
+        // the switch's on the LAN (frames out of the uplink leave from it).
+        if mode == abi::MODE_L2 {
+            flags |= abi::PF_OWN_MAC;
+        }
         e.own_mac = m.0;
+    }
+    if let Some(m) = p.guest_mac {
+        flags |= abi::PF_GUEST_MAC;
+        e.guest_mac = m.0;
+    }
+    if p.link_local_ok {
+        flags |= abi::PF_LL_OK;
     }
     match &p.vlan {
         VlanMode::Access(v) => e.access_vid = *v,
@@ -78,6 +90,37 @@ pub fn port_entry(p: &FastPort) -> abi::Port {
     e
 }
 
+/// The owners map's key of `ip`.
+pub fn ip_key(ip: IpAddr) -> abi::IpKey {
+    let mut k = abi::IpKey::default();
+    match ip {
+        IpAddr::V4(a) => {
+            k.family = 4;
+            k.addr[..4].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            k.family = 6;
+            k.addr = a.octets();
+        }
+    }
+    k
+}
+
+/// The address a key holds.
+pub fn key_ip(family: u8, addr: &[u8; 16]) -> Option<IpAddr> {
+    match family {
+        4 => Some(IpAddr::from([addr[0], addr[1], addr[2], addr[3]])),
+        6 => Some(IpAddr::from(*addr)),
+        _ => None,
+    }
+}
+
+/// The neighbour map's key of `ip` on `vlan`.
+pub fn neigh_key(vlan: u16, ip: IpAddr) -> abi::NeighKey {
+    let k = ip_key(ip);
+    abi::NeighKey { vlan, family: k.family, pad: 0, addr: k.addr }
+}
+
 /// The key of `mac` on `vlan`.
 pub fn fib_key(vlan: u16, mac: MacAddr) -> FibKey {
     FibKey { vlan, mac: mac.0 }
@@ -103,12 +146,14 @@ mod tests {
             ips: IpRule::Any,
             slow: false,
             dev_mac: None,
+            guest_mac: None,
+            link_local_ok: false,
         }
     }
 
     #[test]
     fn an_access_port_in_the_kernel() {
-        let e = port_entry(&base());
+        let e = port_entry(&base(), abi::MODE_L2);
         assert_eq!((e.ifindex, e.flags, e.access_vid, e.mtu), (7, abi::PF_KERNEL, 10, 1500));
     }
 
@@ -118,7 +163,7 @@ mod tests {
             vlan: VlanMode::Trunk { allowed: [1u16, 64, 4094].into_iter().collect(), native: Some(5) },
             ..base()
         };
-        let e = port_entry(&p);
+        let e = port_entry(&p, abi::MODE_L2);
         assert_ne!(e.flags & abi::PF_TRUNK, 0);
         assert_eq!(e.native_vid, 5);
         assert_eq!(e.allowed[0], 1 << 1);
@@ -130,21 +175,38 @@ mod tests {
     fn addresses_not_learned_yet_or_too_many_go_up() {
         let many: Vec<IpAddr> = (1..=9).map(|i| IpAddr::from([10, 0, 0, i])).collect();
         let p = FastPort { ips: IpRule::Only { v4: Some(many), v6: None }, ..base() };
-        let e = port_entry(&p);
+        let e = port_entry(&p, abi::MODE_L2);
         assert_eq!(
             e.flags & (abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6),
             abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6
         );
         let p =
             FastPort { ips: IpRule::Only { v4: Some(vec![IpAddr::from([10, 0, 0, 1])]), v6: Some(vec![]) }, ..base() };
-        let e = port_entry(&p);
+        let e = port_entry(&p, abi::MODE_L2);
         assert_eq!(e.flags & (abi::PF_UP_V4 | abi::PF_UP_V6), 0);
         assert_eq!((e.n_ip4, e.ip4[0], e.n_ip6), (1, [10, 0, 0, 1], 0));
     }
 
     #[test]
+    fn an_uplinks_address_is_the_hosts_in_layer_2_and_the_switchs_in_layer_3() {
+        let p = FastPort { uplink: true, dev_mac: Some(MacAddr([2, 0, 0, 0, 0, 9])), ..base() };
+        let l2 = port_entry(&p, abi::MODE_L2);
+        let l3 = port_entry(&p, abi::MODE_L3);
+        assert_ne!(l2.flags & abi::PF_OWN_MAC, 0);
+        assert_eq!(l3.flags & abi::PF_OWN_MAC, 0);
+        assert_eq!(l3.own_mac, [2, 0, 0, 0, 0, 9]);
+    }
+
+    #[test]
+    fn addresses_key_by_family() {
+        let k = ip_key(IpAddr::from([10, 0, 0, 1]));
+        assert_eq!((k.family, &k.addr[..5]), (4, &[10, 0, 0, 1, 0][..]));
+        assert_eq!(neigh_key(7, "fd00::1".parse().unwrap()).family, 6);
+    }
+
+    #[test]
     fn a_port_in_user_space_is_live_but_not_the_kernels() {
-        let e = port_entry(&FastPort { target: None, ..base() });
+        let e = port_entry(&FastPort { target: None, ..base() }, abi::MODE_L2);
         assert_eq!(e.flags & abi::PF_KERNEL, 0);
         assert_ne!(e.ifindex, 0);
     }

@@ -72,6 +72,8 @@ fn port(ifindex: u32) -> FastPort {
         ips: IpRule::Any,
         slow: false,
         dev_mac: None,
+        guest_mac: None,
+        link_local_ok: false,
     }
 }
 
@@ -96,8 +98,8 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     let (a, b) = (format!("{}a", g.0), format!("{}b", g.0));
     dp.attach(&a).unwrap();
     dp.attach(&b).unwrap();
-    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")))).unwrap();
-    dp.set_port(1, &tables::port_entry(&port(g.ifindex("b")))).unwrap();
+    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")), abi::MODE_L2)).unwrap();
+    dp.set_port(1, &tables::port_entry(&port(g.ifindex("b")), abi::MODE_L2)).unwrap();
     dp.set_mac(1, g.mac("a"), 0, false).unwrap();
     dp.set_mac(1, g.mac("b"), 1, false).unwrap();
     // Neighbours by hand: ARP (broadcast) would go up, and nothing reads the upcalls here.
@@ -115,7 +117,8 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     // broadcast goes up.
     let up = format!("{}up", g.0);
     sh(&format!("ip link add {up} type veth peer name {up}p && ip link set {up} up && ip link set {up}p up"));
-    dp.set_upcall(sh(&format!("cat /sys/class/net/{up}/ifindex")).parse().unwrap()).unwrap();
+    let upcall = sh(&format!("cat /sys/class/net/{up}/ifindex")).parse().unwrap();
+    dp.set_config(upcall, abi::MODE_L2, MacAddr([2, 0, 0, 0, 0, 1]), None).unwrap();
     let before: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
     let _ = Command::new("ip")
         .args(["netns", "exec", &format!("{}-a", g.0), "ping", "-c", "1", "-W", "1", "-b", "10.98.0.255"])

@@ -46,6 +46,11 @@ both_datapaths! {
         let up = lab.port(&lan.port);
         assert!(up["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames crossed whole: {up}");
         assert_eq!(up["counters"]["tx_segmented"], 0, "{up}");
+        if dp == Dp::Kernel {
+            // Routed in the kernel, MACs rewritten there, both ways.
+            assert_mostly_in_kernel(&lab.port(&lab.tap(1)));
+            assert_mostly_in_kernel(&up);
+        }
         assert_conserved(&lab.stats());
 
         lan.reattach(&lab, &["--no-offload"]);

@@ -59,9 +59,15 @@ pub struct FastPort {
     pub mac: Option<MacAddr>,
     /// Source IP addresses allowed.
     pub ips: IpRule,
-    /// An uplink's device address: frames arriving there for it belong to the host's own
-    /// stack (the device may be the host's interface too), not to the switch.
+    /// An uplink's device address. In Layer 2 mode frames arriving there for it belong to
+    /// the host's own stack (the device may be the host's interface too), not to the
+    /// switch; in Layer 3 mode it is the switch's own address on the LAN.
     pub dev_mac: Option<MacAddr>,
+    /// Layer 3: the MAC address of the guest behind the port, once the core knows it.
+    pub guest_mac: Option<MacAddr>,
+    /// IPv6 link-local sources pass the IP check (Layer 3: neighbour discovery, MLD and
+    /// router solicitations use them).
+    pub link_local_ok: bool,
     /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed, it
     /// takes no offloads so GSO frames must be cut in software, or the switch runs in a
     /// mode the kernel does not execute).
@@ -75,6 +81,10 @@ pub enum FastChange {
     Port(PortId),
     /// A MAC table entry ([`crate::Switch::fast_mac`]; `None` there: no entry).
     Mac(u16, MacAddr),
+    /// Layer 3: which port owns an address ([`crate::Switch::fast_owner`]).
+    Owner(IpAddr),
+    /// Layer 3: a LAN neighbour's MAC address ([`crate::Switch::fast_neighbour`]).
+    Neighbour(u16, IpAddr),
 }
 
 /// A MAC table entry as the kernel sees it.
@@ -128,6 +138,7 @@ pub fn decide(
     mac: impl Fn(u16, MacAddr) -> Option<FastMac>,
 ) -> Verdict {
     let Some(me) = port(from) else { return Verdict::Up };
+    // (This rule is Layer 2's: see [`FastPort::dev_mac`].)
     if me.uplink && me.dev_mac == Some(f.dst) {
         return Verdict::Pass;
     }

@@ -54,12 +54,18 @@ struct Neighbour {
 /// The state behind Layer 3 forwarding.
 pub(crate) struct L3Tables {
     /// IP address → the guest port that owns it (configured or learned, then locked).
+    /// Changed only through [`L3Tables::own`] and [`L3Tables::disown_port`], which keep the
+    /// change log.
     pub owners: HashMap<IpAddr, PortId>,
     /// (VLAN, IP) → MAC address of a host on the uplink's side.
     neigh: HashMap<(u16, IpAddr), Neighbour>,
     neigh_max: usize,
     /// Frames waiting for resolution, oldest first.
     pub pending: Vec<Pending>,
+    /// Owners and neighbours that changed since the last take, when a kernel datapath
+    /// follows the tables.
+    pub changed_owners: Option<Vec<IpAddr>>,
+    pub changed_neigh: Option<Vec<(u16, IpAddr)>>,
 }
 
 impl L3Tables {
@@ -69,6 +75,40 @@ impl L3Tables {
             neigh: HashMap::with_capacity(neigh_max.min(1024)),
             neigh_max,
             pending: Vec::with_capacity(MAX_PENDING),
+            changed_owners: None,
+            changed_neigh: None,
+        }
+    }
+
+    /// Makes `ip` port `port`'s.
+    pub fn own(&mut self, ip: IpAddr, port: PortId) {
+        self.owners.insert(ip, port);
+        if let Some(c) = self.changed_owners.as_mut() {
+            c.push(ip);
+        }
+    }
+
+    /// Forgets every address port `port` owned.
+    pub fn disown_port(&mut self, port: PortId) {
+        let changed = &mut self.changed_owners;
+        self.owners.retain(|ip, p| {
+            let keep = *p != port;
+            if !keep && let Some(c) = changed.as_mut() {
+                c.push(*ip);
+            }
+            keep
+        });
+    }
+
+    /// The MAC address of `ip` on `vlan` as the table holds it, aged or not (aged entries
+    /// go at the next [`L3Tables::expire`]).
+    pub fn neighbour(&self, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
+        self.neigh.get(&(vlan, ip)).map(|n| n.mac)
+    }
+
+    fn note_neigh(&mut self, vlan: u16, ip: IpAddr) {
+        if let Some(c) = self.changed_neigh.as_mut() {
+            c.push((vlan, ip));
         }
     }
 
@@ -80,10 +120,17 @@ impl L3Tables {
         }
         let full = self.neigh.len() >= self.neigh_max;
         match self.neigh.get_mut(&(vlan, ip)) {
-            Some(n) => *n = Neighbour { mac, seen_ms: now_ms },
+            Some(n) => {
+                let moved = n.mac != mac;
+                *n = Neighbour { mac, seen_ms: now_ms };
+                if moved {
+                    self.note_neigh(vlan, ip);
+                }
+            }
             None if full => {}
             None => {
                 self.neigh.insert((vlan, ip), Neighbour { mac, seen_ms: now_ms });
+                self.note_neigh(vlan, ip);
             }
         }
     }
@@ -96,11 +143,21 @@ impl L3Tables {
 
     /// Forgets neighbours not heard from within `aging_ms`.
     pub fn expire(&mut self, now_ms: u64, aging_ms: u64) {
-        self.neigh.retain(|_, n| now_ms.saturating_sub(n.seen_ms) <= aging_ms);
+        let changed = &mut self.changed_neigh;
+        self.neigh.retain(|k, n| {
+            let keep = now_ms.saturating_sub(n.seen_ms) <= aging_ms;
+            if !keep && let Some(c) = changed.as_mut() {
+                c.push(*k);
+            }
+            keep
+        });
     }
 
     /// Forgets every neighbour (the uplink moved to another device).
     pub fn forget_neighbours(&mut self) {
+        if let Some(c) = self.changed_neigh.as_mut() {
+            c.extend(self.neigh.keys().copied());
+        }
         self.neigh.clear();
     }
 

@@ -361,6 +361,8 @@ impl Switch {
     /// [`Switch::take_fastpath_changes`]; the ports attached so far are reported once.
     pub fn follow_fastpath(&mut self) {
         self.fib.track_changes();
+        self.l3.changed_owners = Some(self.l3.owners.keys().copied().collect());
+        self.l3.changed_neigh = Some(self.l3.neighbours().into_iter().map(|(v, ip, _)| (v, ip)).collect());
         let ids: Vec<PortId> = self.port_ids().collect();
         self.fast_changed = Some(ids);
         for (vlan, mac, _) in self.fib.entries() {
@@ -387,6 +389,50 @@ impl Switch {
             c.clear();
         }
         self.fib.take_changes(|vlan, mac| f(FastChange::Mac(vlan, mac)));
+        if let Some(c) = self.l3.changed_owners.as_mut() {
+            c.sort_unstable();
+            c.dedup();
+            for &ip in c.iter() {
+                f(FastChange::Owner(ip));
+            }
+            c.clear();
+        }
+        if let Some(c) = self.l3.changed_neigh.as_mut() {
+            c.sort_unstable();
+            c.dedup();
+            for &(vlan, ip) in c.iter() {
+                f(FastChange::Neighbour(vlan, ip));
+            }
+            c.clear();
+        }
+    }
+
+    /// Layer 3, taking over a kernel datapath an earlier run left: port `id` owned `ip`
+    /// there. As if the port's guest had just used it: a port that learns its addresses
+    /// learns it (and locks it), one with configured addresses keeps them.
+    pub fn adopt_owner(&mut self, ip: IpAddr, id: PortId) {
+        if self.cfg.mode == Mode::L3 && !self.l3.owners.contains_key(&ip) {
+            let _ = self.source_ok(id, Some(ip), true);
+        }
+    }
+
+    /// Layer 3, taking over a kernel datapath an earlier run left: LAN neighbour `ip` on
+    /// `vlan` was at `mac`.
+    pub fn adopt_neighbour(&mut self, vlan: u16, ip: IpAddr, mac: MacAddr, now_ms: u64) {
+        if self.cfg.mode == Mode::L3 {
+            self.l3.learn(vlan, ip, mac, now_ms);
+        }
+    }
+
+    /// Layer 3: the live port that owns `ip`, as a kernel datapath executes it.
+    pub fn fast_owner(&self, ip: IpAddr) -> Option<PortId> {
+        self.l3.owners.get(&ip).copied().filter(|&p| self.slot(p).is_some())
+    }
+
+    /// Layer 3: the MAC address of LAN neighbour `ip` on `vlan`, as a kernel datapath
+    /// executes it.
+    pub fn fast_neighbour(&self, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
+        self.l3.neighbour(vlan, ip)
     }
 
     /// Port `id`'s rules as a kernel datapath executes them (`None`: no such port).
@@ -403,11 +449,7 @@ impl Switch {
             IpRule::Only { v4: family(true), v6: family(false) }
         };
         // Frames to a port without offloads are cut in software, which only the core does.
-        let slow = self.cfg.mode == Mode::L3
-            || s.failed.is_some()
-            || s.mirrored_to.is_some()
-            || !s.policy.mirror_of.is_empty()
-            || !s.caps.offload;
+        let slow = s.failed.is_some() || s.mirrored_to.is_some() || !s.policy.mirror_of.is_empty() || !s.caps.offload;
         Some(FastPort {
             target: s.port.fast_path(),
             vlan: s.vlan.clone(),
@@ -417,8 +459,9 @@ impl Switch {
             mac: s.policy.mac,
             ips,
             slow,
-            // In Layer 3 mode the uplink's address is the switch's own on the LAN.
-            dev_mac: if s.policy.uplink && self.cfg.mode == Mode::L2 { s.port.mac() } else { None },
+            dev_mac: if s.policy.uplink { s.port.mac() } else { None },
+            guest_mac: if self.cfg.mode == Mode::L3 { s.guest_mac } else { None },
+            link_local_ok: self.cfg.mode == Mode::L3,
         })
     }
 
@@ -514,7 +557,7 @@ impl Switch {
         let dev_mac = port.mac();
         if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
             for ip in &cfg.policy.ips {
-                self.l3.owners.insert(*ip, id);
+                self.l3.own(*ip, id);
             }
         }
         self.note_fast(id);
@@ -577,7 +620,7 @@ impl Switch {
                 i += 1;
             }
         }
-        self.l3.owners.retain(|_, &mut p| p != id);
+        self.l3.disown_port(id);
         self.departed.accumulate(&slot.counters);
         let mut unmirrored = Vec::new();
         for (i, s) in self.ports.iter_mut().enumerate() {
@@ -1012,7 +1055,7 @@ impl Switch {
                     if self.l3.owners.get(&ip).is_some_and(|&o| o != id) {
                         return false;
                     }
-                    self.l3.owners.insert(ip, id);
+                    self.l3.own(ip, id);
                 }
                 self.slot_mut(id).expect("live").policy.ips.push(ip);
                 self.note_fast(id);
@@ -1050,6 +1093,7 @@ impl Switch {
             let s = self.slot_mut(id).expect("live");
             if s.guest_mac != Some(src) {
                 s.guest_mac = Some(src);
+                self.note_fast(id);
                 self.resolved(id, None, now_ms);
             }
         }

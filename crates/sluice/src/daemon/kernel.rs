@@ -101,6 +101,13 @@ pub struct KernelSide {
     started: Instant,
     /// Frames read from the upcall TAP that could not be given to the core.
     pub upcalls_refused: u64,
+    /// The switch's mode, as the maps spell it.
+    mode: u8,
+    router_mac: sluice_wire::MacAddr,
+    upcall_ifindex: u32,
+    /// Layer 3: the uplink port off-switch traffic leaves by (the core's: the first live
+    /// uplink), as the kernel's config holds it.
+    l3_uplink: Option<u32>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -114,7 +121,9 @@ fn monotonic_ns() -> u64 {
 impl KernelSide {
     /// Loads the kernel datapath for switch `name` with a MAC table of `fib_max` entries,
     /// and opens its upcall TAP. `started` is the daemon's clock origin.
-    pub fn start(name: &str, fib_max: usize, started: Instant) -> Result<Self> {
+    pub fn start(name: &str, cfg: &sluice_switch::SwitchConfig, started: Instant) -> Result<Self> {
+        let fib_max = cfg.fib_max;
+        let mode = if cfg.mode == sluice_switch::Mode::L3 { abi::MODE_L3 } else { abi::MODE_L2 };
         if !sluice_ebpf::available() {
             bail!(sluice_ebpf::Error::NotBuilt);
         }
@@ -156,7 +165,7 @@ impl KernelSide {
         let upcall_name = upcall_name(name);
         let tap = tun::open_upcall_tap(&upcall_name)?;
         let ifindex = link::ifindex(&upcall_name)?;
-        dp.set_upcall(ifindex)?;
+        dp.set_config(ifindex, mode, cfg.router_mac, None)?;
         info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
         Ok(KernelSide {
             dp,
@@ -172,6 +181,10 @@ impl KernelSide {
             attached: HashMap::new(),
             started,
             upcalls_refused: 0,
+            mode,
+            router_mac: cfg.router_mac,
+            upcall_ifindex: ifindex,
+            l3_uplink: None,
         })
     }
 
@@ -230,16 +243,31 @@ impl KernelSide {
         }
         self.takeover = false;
         let mut learned = 0;
+        let live = |port_at: &[Option<PortId>], slot: u32| {
+            port_at.get(slot as usize).copied().flatten().filter(|&id| id != RESERVED)
+        };
         for (vlan, mac, slot, is_static, _) in self.dp.macs() {
-            match self.port_at.get(slot as usize).copied().flatten() {
-                Some(id) if id != RESERVED => {
+            match live(&self.port_at, slot) {
+                Some(id) => {
                     if !is_static {
                         sw.fib_mut().learn(vlan, mac, id, now_ms);
                         learned += 1;
                     }
                 }
-                _ => self.dp.del_mac(vlan, mac),
+                None => self.dp.del_mac(vlan, mac),
             }
+        }
+        for (k, slot) in self.dp.owners() {
+            let Some(ip) = tables::key_ip(k.family, &k.addr) else { continue };
+            match live(&self.port_at, slot) {
+                Some(id) => sw.adopt_owner(ip, id),
+                None => {
+                    let _ = self.dp.set_owner(ip, None);
+                }
+            }
+        }
+        for (vlan, ip, mac) in self.dp.neighbours() {
+            sw.adopt_neighbour(vlan, ip, mac, now_ms);
         }
         for slot in 0..abi::MAX_PORTS {
             if self.port_at[slot as usize] == Some(RESERVED) {
@@ -264,11 +292,21 @@ impl KernelSide {
     pub fn sync(&mut self, sw: &mut Switch) {
         let mut changes = Vec::new();
         sw.take_fastpath_changes(|c| changes.push(c));
+        let ports_changed = changes.iter().any(|c| matches!(c, FastChange::Port(_)));
         for c in changes {
             let r = match c {
+                FastChange::Owner(ip) => {
+                    let slot = sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied());
+                    self.dp.set_owner(ip, slot).map_err(anyhow::Error::from)
+                }
+                FastChange::Neighbour(vlan, ip) => {
+                    self.dp.set_neighbour(vlan, ip, sw.fast_neighbour(vlan, ip)).map_err(anyhow::Error::from)
+                }
                 FastChange::Port(id) => match sw.fast_port(id) {
                     Some(p) => match self.slot(id, p.target) {
-                        Some(slot) => self.dp.set_port(slot, &tables::port_entry(&p)).map_err(anyhow::Error::from),
+                        Some(slot) => {
+                            self.dp.set_port(slot, &tables::port_entry(&p, self.mode)).map_err(anyhow::Error::from)
+                        }
                         None => {
                             Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
                         }
@@ -296,6 +334,19 @@ impl KernelSide {
             };
             if let Err(e) = r {
                 warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
+            }
+        }
+        if ports_changed && self.mode == abi::MODE_L3 {
+            // The core's choice for traffic off the switch: the first live uplink.
+            let up = sw
+                .port_ids()
+                .find(|&id| sw.fast_port(id).is_some_and(|p| p.uplink && !p.slow))
+                .and_then(|id| self.slot_of.get(&id).copied());
+            if up != self.l3_uplink {
+                self.l3_uplink = up;
+                if let Err(e) = self.dp.set_config(self.upcall_ifindex, self.mode, self.router_mac, up) {
+                    warn!(switch = %self.switch, "kernel datapath: {e:#}");
+                }
             }
         }
     }

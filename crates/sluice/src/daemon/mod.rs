@@ -45,7 +45,7 @@ pub fn run(s: Settings) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
     if s.datapath == crate::config::DatapathKind::Kernel {
-        let k = kernel::KernelSide::start(&s.name, s.core.fib_max, dp.started())
+        let k = kernel::KernelSide::start(&s.name, &s.core, dp.started())
             .context("starting the kernel datapath (or run the switch with `datapath = \"user\"`)")?;
         dp.enable_kernel(k)?;
     }

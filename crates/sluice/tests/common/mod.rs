@@ -403,7 +403,7 @@ impl Lan {
 /// Sends 100 MB of random bytes from guest g1 to the LAN host with nc and checks their
 /// sha256 there.
 pub fn transfer_100mb(lab: &Lab, lan: &Lan, port: u16) {
-    let dir = std::env::temp_dir().join(format!("sluice-uplink-{}-{port}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("sluice-uplink-{}-{port}", lab.name));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("src");
     sh_ok(&format!("head -c 100000000 /dev/urandom > {}", src.display()));
