@@ -38,6 +38,8 @@ struct sluice_port {
 	__u8 pad2[2];
 	__u8 guest_mac[6]; /* Layer 3: the MAC of the guest behind the port */
 	__u8 pad3[2];
+	__u32 mirror; /* slot + 1 of the port that gets copies of this port's frames; 0: none */
+	__u32 pad4;
 	__u32 ip4[SLUICE_MAX_IPS];     /* network order */
 	__u8 ip6[SLUICE_MAX_IPS][16];
 	__u64 allowed[64]; /* trunk: VLANs carried tagged, bit per VLAN id */

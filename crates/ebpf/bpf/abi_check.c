@@ -21,6 +21,7 @@ int main(void)
 	OFF(sluice_port, mac);
 	OFF(sluice_port, own_mac);
 	OFF(sluice_port, guest_mac);
+	OFF(sluice_port, mirror);
 	OFF(sluice_port, ip4);
 	OFF(sluice_port, ip6);
 	OFF(sluice_port, allowed);

@@ -219,27 +219,79 @@ static __always_inline int check_ips(struct __sk_buff *skb, const struct sluice_
 	return 0;
 }
 
-/* The output stage, once the frame's one output is decided: counters, the MTU, the tag
- * the output wants (VLAN `vid`, `otag`: tagged), the redirect. */
-static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *out,
-				struct sluice_counters *oc, int vid, __u8 pcp, int tagged, __u16 tci, int otag)
+/* Gives the frame the tag an output wants: `otag` tagged with `otci`, else untagged.
+ * `*tagged` and `*tci` say what it has now and are updated. Nonzero on failure. */
+static __always_inline int retag(struct __sk_buff *skb, int *tagged, __u16 *tci, int otag, __u16 otci)
+{
+	if (*tagged && (!otag || *tci != otci)) {
+		if (bpf_skb_vlan_pop(skb))
+			return -1;
+		*tagged = 0;
+	}
+	if (otag && !*tagged) {
+		if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, otci))
+			return -1;
+		*tagged = 1;
+		*tci = otci;
+	}
+	return 0;
+}
+
+/* A copy for mirror slot `m1` (slot + 1; 0: none) of a frame of VLAN `vid` leaving for
+ * `oslot` from `slot`: the core's `add_mirrors` — a live kernel member of the VLAN, not the
+ * input or the output, never holding anything back. */
+static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters *c, __u32 m1, __u32 slot,
+				   __u32 oslot, __u32 other, int vid, __u8 pcp, int *tagged, __u16 *tci)
+{
+	if (!m1 || m1 - 1 == slot || m1 - 1 == oslot || m1 == other)
+		return;
+	__u32 ms = m1 - 1;
+	struct sluice_port *m = bpf_map_lookup_elem(&sluice_ports, &ms);
+	struct sluice_counters *mc = bpf_map_lookup_elem(&sluice_stats, &ms);
+	if (!m || !mc || !m->ifindex || !(m->flags & PF_KERNEL))
+		return;
+	int mtag = vlan_out(m, vid);
+	if (mtag < 0)
+		return;
+	c->v[C_COPIES]++;
+	mc->v[C_TX_OFFERED]++;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, m->ifindex, &mtu, 0, 0)) {
+		mc->v[C_TX_DROP + D_OVER_MTU]++;
+		return;
+	}
+	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) ||
+	    bpf_clone_redirect(skb, m->ifindex, 0)) {
+		mc->v[C_TX_DROP + 6]++;
+		return;
+	}
+	mc->v[C_TX_FRAMES]++;
+	mc->v[C_TX_BYTES] += skb->len + (mtag ? 4 : 0);
+	if (skb->gso_size)
+		mc->v[C_TX_GSO]++;
+}
+
+/* The output stage, once the frame's one output is decided: copies for the mirrors of its
+ * input and its output, the counters, the MTU, the tag the output wants (VLAN `vid`,
+ * `otag`: tagged), the redirect. */
+static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *in, __u32 slot,
+				struct sluice_port *out, __u32 oslot, struct sluice_counters *oc, int vid, __u8 pcp,
+				int tagged, __u16 tci, int otag)
 {
 	c->v[C_FORWARDED]++;
 	c->v[C_COPIES]++;
+	__u32 in_m = in->mirror, out_m = out->mirror;
+	mirror(skb, c, in_m, slot, oslot, 0, vid, pcp, &tagged, &tci);
+	mirror(skb, c, out_m, slot, oslot, in_m, vid, pcp, &tagged, &tci);
 	oc->v[C_TX_OFFERED]++;
 	__u32 mtu = 0;
 	if (bpf_check_mtu(skb, out->ifindex, &mtu, 0, 0)) {
 		oc->v[C_TX_DROP + D_OVER_MTU]++;
 		return TC_ACT_SHOT;
 	}
-	__u16 otci = ((__u16)pcp << 13) | (__u16)vid;
-	if (tagged && (!otag || tci != otci)) {
-		if (bpf_skb_vlan_pop(skb))
-			goto tx_error;
-	}
-	if (otag && (!tagged || tci != otci)) {
-		if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, otci))
-			goto tx_error;
+	if (retag(skb, &tagged, &tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
+		oc->v[C_TX_DROP + 6]++;
+		return TC_ACT_SHOT;
 	}
 	oc->v[C_TX_FRAMES]++;
 	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
@@ -248,10 +300,6 @@ static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c
 	if (out->flags & PF_UPLINK)
 		return bpf_redirect(out->ifindex, 0);
 	return bpf_redirect_peer(out->ifindex, 0);
-
-tx_error:
-	oc->v[C_TX_DROP + 6]++;
-	return TC_ACT_SHOT;
 }
 
 static __always_inline int is_link_local6(const __u8 *a)
@@ -371,7 +419,7 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 		__builtin_memcpy(eth->h_source, out->own_mac, 6);
 	else
 		__builtin_memcpy(eth->h_source, cfg->router_mac, 6);
-	return send(skb, c, out, oc, vid, pcp, tagged, tci, vlan_out(out, vid));
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, vlan_out(out, vid));
 }
 
 SEC("classifier")
@@ -471,7 +519,7 @@ int sluice_ingress(struct __sk_buff *skb)
 	    !(out->flags & PF_UPLINK))
 		return drop(c, D_ISOLATED);
 
-	return send(skb, c, out, oc, vid, pcp, tagged, tci, otag);
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -56,6 +56,8 @@ pub struct Port {
     pub pad2: [u8; 2],
     pub guest_mac: [u8; 6],
     pub pad3: [u8; 2],
+    pub mirror: u32,
+    pub pad4: u32,
     pub ip4: [[u8; 4]; MAX_IPS],
     pub ip6: [[u8; 16]; MAX_IPS],
     pub allowed: [u64; 64],
@@ -77,6 +79,8 @@ impl Default for Port {
             pad2: [0; 2],
             guest_mac: [0; 6],
             pad3: [0; 2],
+            mirror: 0,
+            pad4: 0,
             ip4: [[0; 4]; MAX_IPS],
             ip6: [[0; 16]; MAX_IPS],
             allowed: [0; 64],
@@ -218,6 +222,7 @@ mod tests {
         assert_eq!(offset_of!(Port, mac), OFF_sluice_port_mac);
         assert_eq!(offset_of!(Port, own_mac), OFF_sluice_port_own_mac);
         assert_eq!(offset_of!(Port, guest_mac), OFF_sluice_port_guest_mac);
+        assert_eq!(offset_of!(Port, mirror), OFF_sluice_port_mirror);
         assert_eq!(offset_of!(Config, l3_uplink), OFF_sluice_config_l3_uplink);
         assert_eq!(offset_of!(Config, mode), OFF_sluice_config_mode);
         assert_eq!(offset_of!(Config, router_mac), OFF_sluice_config_router_mac);

@@ -8,10 +8,10 @@ use sluice_wire::MacAddr;
 
 use crate::abi::{self, FibKey, FibVal};
 
-/// Port `p`'s entry on a switch in mode `mode` ([`abi::MODE_L2`] or [`abi::MODE_L3`]).
-/// Reachable by the kernel only if it has an interface (`ifindex`, which the kernel side
-/// of the port gives as its [`FastPort::target`]).
-pub fn port_entry(p: &FastPort, mode: u8) -> abi::Port {
+/// Port `p`'s entry on a switch in mode `mode` ([`abi::MODE_L2`] or [`abi::MODE_L3`]), its
+/// mirror (if any) in slot `mirror`. Reachable by the kernel only if it has an interface
+/// (`ifindex`, which the kernel side of the port gives as its [`FastPort::target`]).
+pub fn port_entry(p: &FastPort, mode: u8, mirror: Option<u32>) -> abi::Port {
     let mut e = abi::Port { mtu: p.mtu, ..abi::Port::default() };
     let mut flags = 0;
     if let Some(ifindex) = p.target {
@@ -49,6 +49,7 @@ pub fn port_entry(p: &FastPort, mode: u8) -> abi::Port {
     if p.link_local_ok {
         flags |= abi::PF_LL_OK;
     }
+    e.mirror = mirror.map_or(0, |s| s + 1);
     match &p.vlan {
         VlanMode::Access(v) => e.access_vid = *v,
         VlanMode::Trunk { allowed, native } => {
@@ -148,12 +149,13 @@ mod tests {
             dev_mac: None,
             guest_mac: None,
             link_local_ok: false,
+            mirror: None,
         }
     }
 
     #[test]
     fn an_access_port_in_the_kernel() {
-        let e = port_entry(&base(), abi::MODE_L2);
+        let e = port_entry(&base(), abi::MODE_L2, None);
         assert_eq!((e.ifindex, e.flags, e.access_vid, e.mtu), (7, abi::PF_KERNEL, 10, 1500));
     }
 
@@ -163,7 +165,7 @@ mod tests {
             vlan: VlanMode::Trunk { allowed: [1u16, 64, 4094].into_iter().collect(), native: Some(5) },
             ..base()
         };
-        let e = port_entry(&p, abi::MODE_L2);
+        let e = port_entry(&p, abi::MODE_L2, None);
         assert_ne!(e.flags & abi::PF_TRUNK, 0);
         assert_eq!(e.native_vid, 5);
         assert_eq!(e.allowed[0], 1 << 1);
@@ -175,14 +177,14 @@ mod tests {
     fn addresses_not_learned_yet_or_too_many_go_up() {
         let many: Vec<IpAddr> = (1..=9).map(|i| IpAddr::from([10, 0, 0, i])).collect();
         let p = FastPort { ips: IpRule::Only { v4: Some(many), v6: None }, ..base() };
-        let e = port_entry(&p, abi::MODE_L2);
+        let e = port_entry(&p, abi::MODE_L2, None);
         assert_eq!(
             e.flags & (abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6),
             abi::PF_IPS | abi::PF_UP_V4 | abi::PF_UP_V6
         );
         let p =
             FastPort { ips: IpRule::Only { v4: Some(vec![IpAddr::from([10, 0, 0, 1])]), v6: Some(vec![]) }, ..base() };
-        let e = port_entry(&p, abi::MODE_L2);
+        let e = port_entry(&p, abi::MODE_L2, None);
         assert_eq!(e.flags & (abi::PF_UP_V4 | abi::PF_UP_V6), 0);
         assert_eq!((e.n_ip4, e.ip4[0], e.n_ip6), (1, [10, 0, 0, 1], 0));
     }
@@ -190,8 +192,8 @@ mod tests {
     #[test]
     fn an_uplinks_address_is_the_hosts_in_layer_2_and_the_switchs_in_layer_3() {
         let p = FastPort { uplink: true, dev_mac: Some(MacAddr([2, 0, 0, 0, 0, 9])), ..base() };
-        let l2 = port_entry(&p, abi::MODE_L2);
-        let l3 = port_entry(&p, abi::MODE_L3);
+        let l2 = port_entry(&p, abi::MODE_L2, None);
+        let l3 = port_entry(&p, abi::MODE_L3, None);
         assert_ne!(l2.flags & abi::PF_OWN_MAC, 0);
         assert_eq!(l3.flags & abi::PF_OWN_MAC, 0);
         assert_eq!(l3.own_mac, [2, 0, 0, 0, 0, 9]);
@@ -206,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_port_in_user_space_is_live_but_not_the_kernels() {
-        let e = port_entry(&FastPort { target: None, ..base() }, abi::MODE_L2);
+        let e = port_entry(&FastPort { target: None, ..base() }, abi::MODE_L2, None);
         assert_eq!(e.flags & abi::PF_KERNEL, 0);
         assert_ne!(e.ifindex, 0);
     }

@@ -74,6 +74,7 @@ fn port(ifindex: u32) -> FastPort {
         dev_mac: None,
         guest_mac: None,
         link_local_ok: false,
+        mirror: None,
     }
 }
 
@@ -98,8 +99,8 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     let (a, b) = (format!("{}a", g.0), format!("{}b", g.0));
     dp.attach(&a).unwrap();
     dp.attach(&b).unwrap();
-    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")), abi::MODE_L2)).unwrap();
-    dp.set_port(1, &tables::port_entry(&port(g.ifindex("b")), abi::MODE_L2)).unwrap();
+    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")), abi::MODE_L2, None)).unwrap();
+    dp.set_port(1, &tables::port_entry(&port(g.ifindex("b")), abi::MODE_L2, None)).unwrap();
     dp.set_mac(1, g.mac("a"), 0, false).unwrap();
     dp.set_mac(1, g.mac("b"), 1, false).unwrap();
     // Neighbours by hand: ARP (broadcast) would go up, and nothing reads the upcalls here.

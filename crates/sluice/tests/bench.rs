@@ -26,10 +26,10 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
+        // Bounded, and loud when it runs out: a busy machine can take seconds to start it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the bench server did not listen on port {port} within 30 s");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         Server { child, port }

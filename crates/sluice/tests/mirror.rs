@@ -33,6 +33,11 @@ both_datapaths! {
         let got = received(l);
         assert_eq!(icmp_between(&got, [10, 77, 0, 1], [10, 77, 0, 2]), 4, "2 requests and 2 replies of g1: {got:?}");
         assert_eq!(icmp_between(&got, [10, 77, 0, 2], [10, 77, 0, 3]), 0, "g2 ↔ g3 is not watched");
+        if dp == Dp::Kernel {
+            // The copies were made in the kernel: g1's pings were forwarded there.
+            let g1 = lab.port(&lab.tap(1));
+            assert!(g1["kernel"]["forwarded"].as_u64().unwrap() >= 2, "{g1}");
+        }
         assert_conserved(&lab.stats());
         let o = sluice(&["port", "add", "dup-m", "--mirror", &lab.tap(1), "--netns", &m, "--switch", &lab.name]);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -68,9 +68,12 @@ pub struct FastPort {
     /// IPv6 link-local sources pass the IP check (Layer 3: neighbour discovery, MLD and
     /// router solicitations use them).
     pub link_local_ok: bool,
-    /// Every frame from or to this port goes up (it is mirrored or a mirror, it failed, it
-    /// takes no offloads so GSO frames must be cut in software, or the switch runs in a
-    /// mode the kernel does not execute).
+    /// The port that gets a copy of every frame this one receives and is sent (in the
+    /// VLANs the mirror is a member of), if any; a mirror in user space makes this port
+    /// `slow` instead.
+    pub mirror: Option<PortId>,
+    /// Every frame from or to this port goes up (it failed, it takes no offloads so GSO
+    /// frames must be cut in software, or its mirror is in user space).
     pub slow: bool,
 }
 

@@ -449,7 +449,9 @@ impl Switch {
             IpRule::Only { v4: family(true), v6: family(false) }
         };
         // Frames to a port without offloads are cut in software, which only the core does.
-        let slow = s.failed.is_some() || s.mirrored_to.is_some() || !s.policy.mirror_of.is_empty() || !s.caps.offload;
+        let mirror_in_user_space =
+            s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| m.port.fast_path().is_none()));
+        let slow = s.failed.is_some() || !s.caps.offload || mirror_in_user_space;
         Some(FastPort {
             target: s.port.fast_path(),
             vlan: s.vlan.clone(),
@@ -462,6 +464,7 @@ impl Switch {
             dev_mac: if s.policy.uplink { s.port.mac() } else { None },
             guest_mac: if self.cfg.mode == Mode::L3 { s.guest_mac } else { None },
             link_local_ok: self.cfg.mode == Mode::L3,
+            mirror: s.mirrored_to,
         })
     }
 

@@ -305,7 +305,13 @@ impl KernelSide {
                 FastChange::Port(id) => match sw.fast_port(id) {
                     Some(p) => match self.slot(id, p.target) {
                         Some(slot) => {
-                            self.dp.set_port(slot, &tables::port_entry(&p, self.mode)).map_err(anyhow::Error::from)
+                            let mirror = p.mirror.and_then(|m| {
+                                let target = sw.fast_port(m).and_then(|mp| mp.target);
+                                self.slot(m, target)
+                            });
+                            self.dp
+                                .set_port(slot, &tables::port_entry(&p, self.mode, mirror))
+                                .map_err(anyhow::Error::from)
                         }
                         None => {
                             Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
