@@ -1,4 +1,5 @@
-//! `sluice demo`: a lab of two guests, ping (IPv4 and IPv6), a TCP transfer and a short
+//! `sluice demo`: a lab of two guests (on the kernel datapath when it is available), ping
+//! (IPv4 and IPv6), a TCP transfer and a short
 //! `sluice bench` request-response run between them through the switch, the same run with
 //! both ends under `sluice smc run` (shared memory), then the switch's counters. Needs
 //! nothing but sluice and iproute2: the pings and the transfer run on threads that enter
@@ -41,9 +42,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
         println!("removing the previous demo lab");
         lab::down(name)?;
     }
-    println!("== building a lab: a switch and two guests (network namespaces attached by TAP)");
+    println!("== building a lab: a switch and two guests (network namespaces)");
     let s = lab::up(&UpArgs::two_guests(name, a.mtu))?;
     print!("{}", lab::render(&s));
+    if s.datapath == "kernel" {
+        println!(
+            "the guests are attached by veth pairs; TC programs forward between them in the kernel, executing what the switch's core decided (frames it cannot decide go up to the core)"
+        );
+    } else {
+        println!("the guests are attached by TAP devices; one user-space thread forwards every frame");
+    }
     let result = show(&s, &a);
     if a.keep {
         println!(

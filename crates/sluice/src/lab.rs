@@ -97,11 +97,14 @@ pub struct UpArgs {
     /// uplink's MAC). A running switch of the other mode is refused.
     #[arg(long, value_enum, default_value = "l2")]
     pub mode: ModeArg,
-    /// Which datapath the switch the lab starts runs: user (guests on TAP ports, one
-    /// user-space thread forwards) or kernel (guests on veth pairs, TC programs forward in
-    /// the kernel). A running switch of the other kind is refused.
-    #[arg(long, value_enum, default_value = "user")]
-    pub datapath: crate::DatapathArg,
+    /// Which datapath the switch the lab starts runs: kernel (guests on veth pairs, TC
+    /// programs forward in the kernel, the core in user space decides) or user (guests on
+    /// TAP ports, one user-space thread forwards). Default: kernel, unless the lab is
+    /// lossless (veth ports cannot hold their senders back), this sluice was built without
+    /// it, or the kernel refuses it (then user, with a note); with --switch, the running
+    /// switch's.
+    #[arg(long, value_enum)]
+    pub datapath: Option<crate::DatapathArg>,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -140,7 +143,7 @@ impl UpArgs {
             lan: false,
             uplinks: 1,
             mode: ModeArg::L2,
-            datapath: crate::DatapathArg::User,
+            datapath: None,
             json: false,
         }
     }
@@ -356,8 +359,36 @@ pub fn sh(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Creates a lab; on failure removes what it had made.
+/// Creates a lab; on failure removes what it had made. Without `--datapath` the kernel
+/// datapath is tried first (see [`UpArgs::datapath`]).
 pub fn up(a: &UpArgs) -> Result<LabState> {
+    if a.datapath.is_some() {
+        return up_on(a);
+    }
+    let running = a.switch.as_ref().and_then(|sw| {
+        Client::connect(&paths::socket_for(sw)).ok()?.call::<crate::proto::SwitchSummary>(&Request::Hello).ok()
+    });
+    let auto = match running {
+        Some(r) if r.datapath == "kernel" => crate::DatapathArg::Kernel,
+        Some(_) => crate::DatapathArg::User,
+        None if a.lossless || !sluice_ebpf::available() => crate::DatapathArg::User,
+        None => crate::DatapathArg::Kernel,
+    };
+    let first = UpArgs { datapath: Some(auto), ..a.clone() };
+    match up_on(&first) {
+        Err(e) if auto == crate::DatapathArg::Kernel && a.switch.is_none() && format!("{e:#}").contains("kernel datapath") => {
+            eprintln!(
+                "sluice: the kernel datapath is not available here ({}); the lab uses the user-space datapath",
+                format!("{e:#}").lines().last().unwrap_or_default().trim()
+            );
+            up_on(&UpArgs { datapath: Some(crate::DatapathArg::User), ..a.clone() })
+        }
+        other => other,
+    }
+}
+
+fn up_on(a: &UpArgs) -> Result<LabState> {
+    let datapath = a.datapath.unwrap_or_default();
     check_name(&a.name)?;
     if !(1..=99).contains(&a.guests) {
         bail!("--guests must be 1 to 99");
@@ -387,7 +418,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         guests: Vec::new(),
         extra_netns: Vec::new(),
         mode: a.mode.as_str().into(),
-        datapath: a.datapath.kind().as_str().into(),
+        datapath: datapath.kind().as_str().into(),
         links: Vec::new(),
     };
     s.save()?;
@@ -418,13 +449,14 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             running.mode
         );
     }
-    let kernel = a.datapath == crate::DatapathArg::Kernel;
-    if running.datapath != a.datapath.kind().as_str() {
+    let datapath = a.datapath.unwrap_or_default();
+    let kernel = datapath == crate::DatapathArg::Kernel;
+    if running.datapath != datapath.kind().as_str() {
         bail!(
             "switch {:?} runs the {} datapath, not {}; use --datapath {} with it, or another switch",
             s.switch,
             running.datapath,
-            a.datapath.kind().as_str(),
+            datapath.kind().as_str(),
             running.datapath
         );
     }
@@ -596,7 +628,7 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
         "name = {:?}\nmode = {:?}\ndatapath = {:?}\nmtu = {}\nlossless = {}\npoll = {}",
         s.switch,
         a.mode.as_str(),
-        a.datapath.kind().as_str(),
+        a.datapath.unwrap_or_default().kind().as_str(),
         a.mtu,
         a.lossless,
         a.poll

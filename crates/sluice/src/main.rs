@@ -24,10 +24,12 @@ use crate::proto::Request;
 
 /// A user-space virtual switch for Linux hosts and their guests.
 ///
-/// sluice connects guests — network namespaces, containers, VMs — to each other through TAP
-/// ports, switching at Layer 2 with MAC learning, VLANs, jumbo frames and GSO offloads, in
-/// lossy or lossless mode. One daemon runs per switch (`sluice switch run`); the other
-/// commands talk to it over its control socket.
+/// sluice connects guests — network namespaces, containers, VMs — to each other and to the
+/// LAN: through veth pairs forwarded by TC programs in the kernel (the kernel datapath) or
+/// TAP ports forwarded by a user-space thread, switching at Layer 2 or 3 with MAC learning,
+/// VLANs, jumbo frames and GSO offloads, in lossy or lossless mode; every decision is its
+/// user-space core's. One daemon runs per switch (`sluice switch run`); the other commands
+/// talk to it over its control socket.
 ///
 /// First steps:
 ///   sluice demo                     a two-guest lab: ping, transfer, bench, counters

@@ -224,11 +224,11 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 } else {
                     lab::ModeArg::L2
                 },
-                datapath: if path.starts_with("sluice-kernel") {
+                datapath: Some(if path.starts_with("sluice-kernel") {
                     crate::DatapathArg::Kernel
                 } else {
                     crate::DatapathArg::User
-                },
+                }),
                 guests: if lan { 1 } else { 2 },
                 lan,
                 ..lab::UpArgs::two_guests(&name, mtu)

@@ -61,7 +61,7 @@ impl Dp {
     /// `sluice lab up` arguments selecting it.
     pub fn args(self) -> &'static [&'static str] {
         match self {
-            Dp::User => &[],
+            Dp::User => &["--datapath", "user"],
             Dp::Kernel => &["--datapath", "kernel"],
         }
     }
