@@ -23,6 +23,9 @@
 #define PF_OWN_MAC (1u << 9)  /* `own_mac` is set: frames to it pass to the host (Layer 2) */
 #define PF_GUEST_MAC (1u << 10) /* Layer 3: `guest_mac` is known */
 #define PF_LL_OK (1u << 11)   /* IPv6 link-local sources pass the IP check (Layer 3) */
+#define PF_EGRESS (1u << 12)  /* sent with bpf_redirect (egress) though not an uplink: a veth
+			       * whose peer is in the switch's own namespace, which
+			       * bpf_redirect_peer cannot reach */
 
 struct sluice_port {
 	__u32 ifindex; /* 0: slot unused */
@@ -109,11 +112,13 @@ struct sluice_neigh_val {
 #define D_VLAN_FILTER 2
 #define D_OVER_MTU 3
 #define D_SAME_PORT 5
+#define D_TX_ERROR 6
 #define D_ISOLATED 7
 #define D_SPOOFED_MAC 8
 #define D_SPOOFED_IP 9
 #define D_NOT_IP 10
 #define D_NO_ROUTE 11
+#define D_UPCALL_LOST 13
 
 struct sluice_counters {
 	__u64 v[C_COUNT];

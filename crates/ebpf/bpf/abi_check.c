@@ -48,6 +48,18 @@ int main(void)
 	printf("pub const C_TX_GSO: usize = %d;\n", C_TX_GSO);
 	printf("pub const PF_TRUNK: u32 = %u;\n", PF_TRUNK);
 	printf("pub const PF_SLOW: u32 = %u;\n", PF_SLOW);
+	printf("pub const PF_EGRESS: u32 = %u;\n", PF_EGRESS);
+	printf("pub const D_MALFORMED: usize = %d;\n", D_MALFORMED);
+	printf("pub const D_VLAN_FILTER: usize = %d;\n", D_VLAN_FILTER);
+	printf("pub const D_OVER_MTU: usize = %d;\n", D_OVER_MTU);
+	printf("pub const D_SAME_PORT: usize = %d;\n", D_SAME_PORT);
+	printf("pub const D_TX_ERROR: usize = %d;\n", D_TX_ERROR);
+	printf("pub const D_ISOLATED: usize = %d;\n", D_ISOLATED);
+	printf("pub const D_SPOOFED_MAC: usize = %d;\n", D_SPOOFED_MAC);
+	printf("pub const D_SPOOFED_IP: usize = %d;\n", D_SPOOFED_IP);
+	printf("pub const D_NOT_IP: usize = %d;\n", D_NOT_IP);
+	printf("pub const D_NO_ROUTE: usize = %d;\n", D_NO_ROUTE);
+	printf("pub const D_UPCALL_LOST: usize = %d;\n", D_UPCALL_LOST);
 	printf("pub const MAX_PORTS: u32 = %d;\n", SLUICE_MAX_PORTS);
 	printf("pub const MAX_IPS: usize = %d;\n", SLUICE_MAX_IPS);
 	return 0;

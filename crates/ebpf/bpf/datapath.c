@@ -11,6 +11,7 @@
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -119,33 +120,36 @@ static __always_inline int vlan_out(const struct sluice_port *p, __u16 vid)
 }
 
 /* Hands the frame to the core: the input slot as an outer 802.1ad tag, out of the
- * upcall TAP. */
+ * upcall TAP. A frame that cannot be handed up is dropped, counted as `upcall_lost`. */
 static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	__u32 zero = 0;
 	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
 
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
+		return TC_ACT_SHOT;
+	}
 	c->v[C_UPCALLS]++;
-	if (!cfg || !cfg->upcall_ifindex)
-		return TC_ACT_SHOT;
-	if (bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff))
-		return TC_ACT_SHOT;
 	return bpf_redirect(cfg->upcall_ifindex, 0);
 }
 
 /* Hands a copy of the frame to the core and lets the original go on to the host's stack:
- * group frames arriving on an uplink are the host's as well as the guests'. */
+ * group frames arriving on an uplink are the host's as well as the guests'. (The host's
+ * copy is not the switch's to count; a copy that cannot go up is the switch's loss.) */
 static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	__u32 zero = 0;
 	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
 
-	c->v[C_UPCALLS]++;
-	if (!cfg || !cfg->upcall_ifindex)
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_OK;
-	if (bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff))
-		return TC_ACT_OK;
-	bpf_clone_redirect(skb, cfg->upcall_ifindex, 0);
+	}
+	if (bpf_clone_redirect(skb, cfg->upcall_ifindex, 0))
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
+	else
+		c->v[C_UPCALLS]++;
 	bpf_skb_vlan_pop(skb);
 	return TC_ACT_OK;
 }
@@ -219,6 +223,59 @@ static __always_inline int check_ips(struct __sk_buff *skb, const struct sluice_
 	return 0;
 }
 
+/* The core's `l3_max`: the IP packet's length, or for a GSO frame the length of its
+ * largest segment (headers plus at most gso_size bytes of payload), compared with an
+ * output's MTU. -1 when the headers are not where the program can read them (the core
+ * decides then). */
+static __always_inline long l3_len(struct __sk_buff *skb)
+{
+	long len = (long)skb->len - ETH_HLEN;
+	__u32 gso = skb->gso_size;
+
+	if (!gso)
+		return len;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__u8 *ip = data + ETH_HLEN;
+	__u32 hl;
+	__u8 l4;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		if ((void *)(ip + 20) > end)
+			return -1;
+		hl = (ip[0] & 15) * 4;
+		l4 = ip[9];
+		if (hl < 20)
+			return -1;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		if ((void *)(ip + 40) > end)
+			return -1;
+		hl = 40;
+		l4 = ip[6];
+	} else {
+		return -1;
+	}
+	if (l4 == IPPROTO_TCP) {
+		__u8 *t = ip + hl;
+		if ((void *)(t + 13) > end)
+			return -1;
+		__u32 th = (t[12] >> 4) * 4;
+		if (th < 20)
+			return -1;
+		hl += th;
+	} else if (l4 == IPPROTO_UDP) {
+		hl += 8;
+	} else {
+		return -1;
+	}
+	if (len < hl)
+		return -1;
+	__u32 payload = len - hl;
+	return hl + (payload < gso ? payload : gso);
+}
+
 /* Gives the frame the tag an output wants: `otag` tagged with `otci`, else untagged.
  * `*tagged` and `*tci` say what it has now and are updated. Nonzero on failure. */
 static __always_inline int retag(struct __sk_buff *skb, int *tagged, __u16 *tci, int otag, __u16 otci)
@@ -241,28 +298,29 @@ static __always_inline int retag(struct __sk_buff *skb, int *tagged, __u16 *tci,
  * `oslot` from `slot`: the core's `add_mirrors` — a live kernel member of the VLAN, not the
  * input or the output, never holding anything back. */
 static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters *c, __u32 m1, __u32 slot,
-				   __u32 oslot, __u32 other, int vid, __u8 pcp, int *tagged, __u16 *tci)
+				   __u32 oslot, __u32 other, int vid, __u8 pcp, int *tagged, __u16 *tci, long l3)
 {
 	if (!m1 || m1 - 1 == slot || m1 - 1 == oslot || m1 == other)
 		return;
 	__u32 ms = m1 - 1;
 	struct sluice_port *m = bpf_map_lookup_elem(&sluice_ports, &ms);
 	struct sluice_counters *mc = bpf_map_lookup_elem(&sluice_stats, &ms);
-	if (!m || !mc || !m->ifindex || !(m->flags & PF_KERNEL))
+	/* (A mirror the kernel cannot reach makes the ports it watches slow: their frames
+	 * never get here. This guards the moment between two map writes.) */
+	if (!m || !mc || !m->ifindex || !(m->flags & PF_KERNEL) || (m->flags & PF_SLOW))
 		return;
 	int mtag = vlan_out(m, vid);
 	if (mtag < 0)
 		return;
 	c->v[C_COPIES]++;
 	mc->v[C_TX_OFFERED]++;
-	__u32 mtu = 0;
-	if (bpf_check_mtu(skb, m->ifindex, &mtu, 0, 0)) {
+	if (l3 > m->mtu) {
 		mc->v[C_TX_DROP + D_OVER_MTU]++;
 		return;
 	}
 	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) ||
 	    bpf_clone_redirect(skb, m->ifindex, 0)) {
-		mc->v[C_TX_DROP + 6]++;
+		mc->v[C_TX_DROP + D_TX_ERROR]++;
 		return;
 	}
 	mc->v[C_TX_FRAMES]++;
@@ -272,32 +330,32 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 }
 
 /* The output stage, once the frame's one output is decided: copies for the mirrors of its
- * input and its output, the counters, the MTU, the tag the output wants (VLAN `vid`,
- * `otag`: tagged), the redirect. */
+ * input and its output, the counters, the output's MTU (the port's, as the core checks it,
+ * against `l3`, from l3_len()), the tag the output wants (VLAN `vid`, `otag`: tagged), the
+ * redirect. */
 static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *in, __u32 slot,
 				struct sluice_port *out, __u32 oslot, struct sluice_counters *oc, int vid, __u8 pcp,
-				int tagged, __u16 tci, int otag)
+				int tagged, __u16 tci, int otag, long l3)
 {
 	c->v[C_FORWARDED]++;
 	c->v[C_COPIES]++;
 	__u32 in_m = in->mirror, out_m = out->mirror;
-	mirror(skb, c, in_m, slot, oslot, 0, vid, pcp, &tagged, &tci);
-	mirror(skb, c, out_m, slot, oslot, in_m, vid, pcp, &tagged, &tci);
+	mirror(skb, c, in_m, slot, oslot, 0, vid, pcp, &tagged, &tci, l3);
+	mirror(skb, c, out_m, slot, oslot, in_m, vid, pcp, &tagged, &tci, l3);
 	oc->v[C_TX_OFFERED]++;
-	__u32 mtu = 0;
-	if (bpf_check_mtu(skb, out->ifindex, &mtu, 0, 0)) {
+	if (l3 > out->mtu) {
 		oc->v[C_TX_DROP + D_OVER_MTU]++;
 		return TC_ACT_SHOT;
 	}
 	if (retag(skb, &tagged, &tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
-		oc->v[C_TX_DROP + 6]++;
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return TC_ACT_SHOT;
 	}
 	oc->v[C_TX_FRAMES]++;
 	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
 	if (skb->gso_size)
 		oc->v[C_TX_GSO]++;
-	if (out->flags & PF_UPLINK)
+	if (out->flags & (PF_UPLINK | PF_EGRESS))
 		return bpf_redirect(out->ifindex, 0);
 	return bpf_redirect_peer(out->ifindex, 0);
 }
@@ -408,6 +466,9 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
 	if (!oc)
 		return up(skb, slot, c);
+	long l3len = l3_len(skb);
+	if (l3len < 0)
+		return up(skb, slot, c);
 	/* Every frame leaves from the switch's address on its side. */
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
@@ -419,7 +480,7 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 		__builtin_memcpy(eth->h_source, out->own_mac, 6);
 	else
 		__builtin_memcpy(eth->h_source, cfg->router_mac, 6);
-	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, vlan_out(out, vid));
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, vlan_out(out, vid), l3len);
 }
 
 SEC("classifier")
@@ -519,7 +580,10 @@ int sluice_ingress(struct __sk_buff *skb)
 	    !(out->flags & PF_UPLINK))
 		return drop(c, D_ISOLATED);
 
-	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag);
+	long l3len = l3_len(skb);
+	if (l3len < 0)
+		return up(skb, slot, c);
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -33,6 +33,9 @@ pub const PF_OWN_MAC: u32 = 1 << 9;
 pub const PF_GUEST_MAC: u32 = 1 << 10;
 /// `PF_LL_OK`: IPv6 link-local sources pass the IP check.
 pub const PF_LL_OK: u32 = 1 << 11;
+/// `PF_EGRESS`: sent with `bpf_redirect`, though not an uplink (a veth whose peer is in the
+/// switch's own namespace, which `bpf_redirect_peer` cannot reach).
+pub const PF_EGRESS: u32 = 1 << 12;
 
 /// `MODE_L2`.
 pub const MODE_L2: u8 = 0;
@@ -247,8 +250,26 @@ mod tests {
             (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO)
         );
         assert_eq!(
-            (PF_TRUNK, PF_SLOW, MAX_PORTS, MAX_IPS),
-            (from_c::PF_TRUNK, from_c::PF_SLOW, from_c::MAX_PORTS, from_c::MAX_IPS)
+            (PF_TRUNK, PF_SLOW, PF_EGRESS, MAX_PORTS, MAX_IPS),
+            (from_c::PF_TRUNK, from_c::PF_SLOW, from_c::PF_EGRESS, from_c::MAX_PORTS, from_c::MAX_IPS)
         );
+        // Drop causes are indexed in `DropCause::ALL` order, and must fit their rows.
+        let all = sluice_switch::DropCause::ALL;
+        assert!(all.len() <= c::TX_DROP - c::RX_DROP && all.len() <= c::COUNT - c::TX_DROP);
+        for (cause, at) in [
+            (sluice_switch::DropCause::Malformed, D_MALFORMED),
+            (sluice_switch::DropCause::VlanFilter, D_VLAN_FILTER),
+            (sluice_switch::DropCause::OverMtu, D_OVER_MTU),
+            (sluice_switch::DropCause::SamePort, D_SAME_PORT),
+            (sluice_switch::DropCause::TxError, D_TX_ERROR),
+            (sluice_switch::DropCause::Isolated, D_ISOLATED),
+            (sluice_switch::DropCause::SpoofedMac, D_SPOOFED_MAC),
+            (sluice_switch::DropCause::SpoofedIp, D_SPOOFED_IP),
+            (sluice_switch::DropCause::NotIp, D_NOT_IP),
+            (sluice_switch::DropCause::NoRoute, D_NO_ROUTE),
+            (sluice_switch::DropCause::UpcallLost, D_UPCALL_LOST),
+        ] {
+            assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
+        }
     }
 }

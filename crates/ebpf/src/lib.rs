@@ -200,14 +200,26 @@ impl KernelDatapath {
             .program_mut("sluice_ingress")
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| err("the program is not loaded".into()))?;
-        let id = if pin.exists() {
-            let old = PinnedLink::from_pin(&pin).map_err(|e| err(format!("{e}")))?;
-            let fd = old.unpin().map_err(|e| err(format!("taking over {}: {e}", pin.display())))?;
-            let link = SchedClassifierLink::try_from(fd).map_err(|e| err(format!("{e}")))?;
-            prog.attach_to_link(link).map_err(|e| err(format!("{e}")))?
+        // Taking the earlier link over; should that fail (a link left for an interface of
+        // the same name that has since been replaced), the pin goes and a fresh link is made.
+        let taken = if pin.exists() {
+            let over = PinnedLink::from_pin(&pin)
+                .map_err(|e| e.to_string())
+                .and_then(|old| old.unpin().map_err(|e| e.to_string()))
+                .and_then(|fd| SchedClassifierLink::try_from(fd).map_err(|e| e.to_string()))
+                .and_then(|link| prog.attach_to_link(link).map_err(|e| e.to_string()));
+            if over.is_err() {
+                let _ = std::fs::remove_file(&pin);
+            }
+            over.ok()
         } else {
-            prog.attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
-                .map_err(|e| err(format!("{e}")))?
+            None
+        };
+        let id = match taken {
+            Some(id) => id,
+            None => prog
+                .attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+                .map_err(|e| err(format!("{e}")))?,
         };
         let link = prog.take_link(id).map_err(|e| err(format!("{e}")))?;
         let fd = FdLink::try_from(link).map_err(|e| err(format!("{e}")))?;
@@ -218,6 +230,14 @@ impl KernelDatapath {
     /// Detaches the program from `ifname` (its pinned link goes; nothing else holds it).
     pub fn detach(&mut self, ifname: &str) {
         let _ = std::fs::remove_file(self.link_pin(ifname));
+    }
+
+    /// The interfaces with a pinned link (after a takeover, those of the earlier run too).
+    pub fn linked(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("link-")).map(str::to_string))
+            .collect()
     }
 
     /// Writes port slot `slot`. A port the kernel reaches is also found by its ifindex.
@@ -300,6 +320,12 @@ impl KernelDatapath {
             pad: 0,
         };
         self.config.set(0, c, 0).map_err(map_err("config"))
+    }
+
+    /// The switch-wide settings as the maps hold them (after a takeover: the earlier
+    /// run's).
+    pub fn config(&self) -> Option<abi::Config> {
+        self.config.get(&0, 0).ok()
     }
 
     /// Layer 3: makes `ip` port slot `slot`'s, or nobody's.

@@ -146,6 +146,7 @@ mod tests {
             mac: None,
             ips: IpRule::Any,
             slow: false,
+            failed: false,
             dev_mac: None,
             guest_mac: None,
             link_local_ok: false,

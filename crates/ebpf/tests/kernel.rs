@@ -71,6 +71,7 @@ fn port(ifindex: u32) -> FastPort {
         mac: None,
         ips: IpRule::Any,
         slow: false,
+        failed: false,
         dev_mac: None,
         guest_mac: None,
         link_local_ok: false,

@@ -424,6 +424,14 @@ pub fn render_stats(r: &StatsReport, detail: bool) -> String {
     out += &t.to_string();
     out += "\nDROPS: dropped by the switch (see `sluice stats PORT` for causes). KERNEL DROPS: \
 dropped by the TAP device in the kernel, to guest / from guest.\n";
+    if let Some(k) = &r.kernel {
+        out += &format!(
+            "Kernel datapath: upcalls through {}, {} dropped there for a full queue, {} refused (no port).\n",
+            k.upcall_device,
+            k.upcall_queue_drops.map_or("?".into(), si),
+            si(k.upcalls_refused)
+        );
+    }
     out
 }
 

@@ -261,7 +261,7 @@ impl PortSpec {
 
 /// What each port may do, when grants are on (the reference switch's GRANT): which VLANs
 /// it may join, and whether it may be promiscuous (a mirror of other ports' traffic).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grants {
     /// Port name → the VLANs it may join.
     pub vlans: std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>,
@@ -541,11 +541,15 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             return Err(err(Some(d.span()), format!("unknown datapath {:?}; use \"user\" or \"kernel\"", d.get_ref())));
         }
     };
+    if let Err(m) = check_lossless(datapath, core.lossless) {
+        let at = f.datapath.as_ref().map(|d| d.span());
+        return Err(err(at, m));
+    }
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
         p.get_ref().validate().map_err(|m| err(Some(p.span()), m))?;
-        check_datapath(p.get_ref(), datapath, core.lossless).map_err(|m| err(Some(p.span()), m))?;
+        check_datapath(p.get_ref(), datapath).map_err(|m| err(Some(p.span()), m))?;
         if ports.iter().any(|q| q.name == p.get_ref().name) {
             return Err(err(Some(p.span()), format!("port {:?} is listed twice", p.get_ref().name)));
         }
@@ -597,8 +601,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     })
 }
 
-/// Whether port `p` can be attached to a switch with this datapath and lossless setting.
-pub fn check_datapath(p: &PortSpec, datapath: DatapathKind, lossless: bool) -> Result<(), String> {
+/// Whether a switch can be lossless on this datapath: only in user space. The kernel
+/// datapath delivers with no queue to pause, and what it hands up to the core cannot
+/// hold back its sender either.
+pub fn check_lossless(datapath: DatapathKind, lossless: bool) -> Result<(), String> {
+    if lossless && datapath == DatapathKind::Kernel {
+        return Err("a lossless switch needs the user-space datapath: the kernel datapath forwards with no queue to pause and cannot hold a sender back; set `datapath = \"user\"` (or `--datapath user`), or leave out `lossless`".into());
+    }
+    Ok(())
+}
+
+/// Whether port `p` can be attached to a switch with this datapath (a switch on the
+/// kernel datapath is never lossless: [`check_lossless`]).
+pub fn check_datapath(p: &PortSpec, datapath: DatapathKind) -> Result<(), String> {
     if p.kind == PortKind::Uplink && datapath == DatapathKind::Kernel && p.netns.is_some() {
         return Err(format!(
             "port {:?}: on the kernel datapath an uplink's interface must be in the switch's own namespace (the kernel sends to it by interface index); leave out `netns`, or run the switch with datapath = \"user\"",
@@ -611,12 +626,6 @@ pub fn check_datapath(p: &PortSpec, datapath: DatapathKind, lossless: bool) -> R
     if datapath != DatapathKind::Kernel {
         return Err(format!(
             "port {:?}: veth ports are forwarded by the kernel datapath; set `datapath = \"kernel\"` for the switch (or `--datapath kernel`), or attach the guest with a TAP port",
-            p.name
-        ));
-    }
-    if lossless {
-        return Err(format!(
-            "port {:?}: a veth port cannot hold its sender back (the kernel delivers into the guest with no queue to pause), so it cannot join a lossless switch; use a TAP port, or a lossy switch",
             p.name
         ));
     }
@@ -697,7 +706,7 @@ port = "tap0"
     }
 
     #[test]
-    fn veth_ports_need_the_kernel_datapath_and_a_lossy_switch() {
+    fn veth_ports_need_the_kernel_datapath_which_is_never_lossless() {
         let s = parse_str("name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n").unwrap();
         assert_eq!(s.datapath, DatapathKind::Kernel);
         assert_eq!(s.ports[0].kind, PortKind::Veth);
@@ -707,7 +716,8 @@ port = "tap0"
             "name = \"sw\"\ndatapath = \"kernel\"\nlossless = true\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n",
         )
         .unwrap_err();
-        assert!(e.message.contains("cannot hold its sender back"), "{e}");
+        assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
         let e = parse_str(
             "name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\nnetns = \"x\"\n",
         )

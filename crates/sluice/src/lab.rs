@@ -100,7 +100,7 @@ pub struct UpArgs {
     /// Which datapath the switch the lab starts runs: kernel (guests on veth pairs, TC
     /// programs forward in the kernel, the core in user space decides) or user (guests on
     /// TAP ports, one user-space thread forwards). Default: kernel, unless the lab is
-    /// lossless (veth ports cannot hold their senders back), this sluice was built without
+    /// lossless (the kernel datapath cannot hold a sender back), this sluice was built without
     /// it, or the kernel refuses it (then user, with a note); with --switch, the running
     /// switch's.
     #[arg(long, value_enum)]
@@ -376,7 +376,11 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     };
     let first = UpArgs { datapath: Some(auto), ..a.clone() };
     match up_on(&first) {
-        Err(e) if auto == crate::DatapathArg::Kernel && a.switch.is_none() && format!("{e:#}").contains("kernel datapath") => {
+        Err(e)
+            if auto == crate::DatapathArg::Kernel
+                && a.switch.is_none()
+                && format!("{e:#}").contains("kernel datapath") =>
+        {
             eprintln!(
                 "sluice: the kernel datapath is not available here ({}); the lab uses the user-space datapath",
                 format!("{e:#}").lines().last().unwrap_or_default().trim()
@@ -390,6 +394,9 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
 fn up_on(a: &UpArgs) -> Result<LabState> {
     let datapath = a.datapath.unwrap_or_default();
     check_name(&a.name)?;
+    if a.switch.is_none() {
+        crate::config::check_lossless(datapath.kind(), a.lossless).map_err(|e| anyhow::anyhow!("--lossless: {e}"))?;
+    }
     if !(1..=99).contains(&a.guests) {
         bail!("--guests must be 1 to 99");
     }
@@ -721,8 +728,15 @@ pub fn down(name: &str) -> Result<()> {
         let _ = fs::remove_file(paths::labs_dir().join(format!("{}.{ext}", s.name)));
     }
     if s.started_switch {
-        // What a daemon that died (rather than stopped) left for its next run.
+        // What a daemon that died (rather than stopped) left for its next run: its state
+        // file, its socket, and on the kernel datapath its programs and upcall TAP.
         let _ = fs::remove_file(paths::run_dir().join(format!("{}.state.json", s.switch)));
+        if !s.switch_alive() {
+            let _ = fs::remove_file(&s.socket);
+            if s.datapath == "kernel" {
+                crate::daemon::kernel::remove_leftovers(&s.switch);
+            }
+        }
     }
     if problems.is_empty() { Ok(()) } else { bail!("lab {name} removed with problems: {}", problems.join("; ")) }
 }

@@ -280,9 +280,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             s.poll |= poll;
             if let Some(d) = datapath {
                 s.datapath = d.kind();
+                config::check_lossless(s.datapath, s.core.lossless)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
                 for p in &s.ports {
-                    config::check_datapath(p, s.datapath, s.core.lossless)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+                    config::check_datapath(p, s.datapath).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
                 }
             }
             daemon::run(s)?;

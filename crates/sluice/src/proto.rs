@@ -194,6 +194,21 @@ pub struct StatsReport {
     pub departed: PortCounters,
     /// MAC table summary.
     pub fib: FibSummary,
+    /// The kernel datapath's own figures (switches on the kernel datapath).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelSummary>,
+}
+
+/// The kernel datapath as a whole.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KernelSummary {
+    /// The upcall TAP: frames the kernel hands to the core go out of it.
+    pub upcall_device: String,
+    /// Frames the upcall TAP dropped because its queue was full (lost on the way up; they
+    /// stay in their ports' `upcall` gauge), if the device's counters could be read.
+    pub upcall_queue_drops: Option<u64>,
+    /// Frames read from the upcall TAP that named no port (dropped).
+    pub upcalls_refused: u64,
 }
 
 /// MAC table summary.

@@ -117,20 +117,33 @@ fn two_labs_coexist_and_down_removes_only_their_own() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("already up"));
 }
 
-#[test]
-fn lab_down_after_the_switch_died_still_cleans_up() {
-    if !root() {
-        return;
+both_datapaths! {
+    fn lab_down_after_the_switch_died_still_cleans_up(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "crash", &["--guests", "2"]);
+        let pid = lab.state["switch_pid"].as_u64().unwrap();
+        sh_ok(&format!("kill -9 {pid}"));
+        assert!(wait_for(5, || !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
+            || std::fs::read(format!("/proc/{pid}/cmdline")).map(|c| c.is_empty()).unwrap_or(true)));
+        let names = [lab.ns(1), lab.ns(2)];
+        let switch = lab.name.clone();
+        drop(lab);
+        let netns = sh_ok("ip netns list");
+        assert!(!names.iter().any(|n| netns.contains(n.as_str())), "{netns}");
+        // Nothing of the dead daemon is left: socket, state, and on the kernel datapath
+        // its programs (pins) and its upcall TAP.
+        assert!(!run_dir().join(format!("{switch}.sock")).exists());
+        assert!(!run_dir().join(format!("{switch}.state.json")).exists());
+        assert!(!run_dir().join("bpf").join(&switch).exists(), "the kernel datapath's pins are gone");
+        let mut h: u32 = 0x811c_9dc5;
+        for b in switch.bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        let tap = format!("su{h:08x}");
+        assert!(!ns_sh("", &format!("ip link show {tap}")).status.success(), "the upcall TAP {tap} is gone");
     }
-    let lab = Lab::up("crash", &["--guests", "2"]);
-    let pid = lab.state["switch_pid"].as_u64().unwrap();
-    sh_ok(&format!("kill -9 {pid}"));
-    assert!(wait_for(5, || !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
-        || std::fs::read(format!("/proc/{pid}/cmdline")).map(|c| c.is_empty()).unwrap_or(true)));
-    let names = [lab.ns(1), lab.ns(2)];
-    drop(lab);
-    let netns = sh_ok("ip netns list");
-    assert!(!names.iter().any(|n| netns.contains(n.as_str())), "{netns}");
 }
 
 #[test]
@@ -229,6 +242,23 @@ fn grants_decide_which_vlans_a_port_may_join() {
     assert!(!o.status.success(), "promiscuous mode in use was revoked");
     sluice_ok(&["port", "del", &m, "--switch", &name]);
     sluice_ok(&["grant", "del", &m, "--promiscuous", "--switch", &name]);
+
+    // A restart in place keeps the grants as changed at run time, and attaches the ports
+    // added at run time again, checked against them.
+    let before = sluice_ok(&["grant", "list", "--json", "--switch", &name]);
+    let pid = |name: &str| {
+        let v: serde_json::Value = serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", name])).unwrap();
+        (v["switch"]["pid"].as_u64().unwrap(), v["switch"]["started_ns"].as_u64().unwrap())
+    };
+    let (pid_before, started_before) = pid(&name);
+    sluice_ok(&["switch", "restart", "--switch", &name]);
+    let (pid_after, started_after) = pid(&name);
+    assert!(pid_after == pid_before && started_after != started_before, "restarted in place");
+    assert_eq!(sluice_ok(&["grant", "list", "--json", "--switch", &name]), before);
+    let ports: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["port", "list", "--json", "--switch", &name])).unwrap();
+    let names: Vec<&str> = ports["ports"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, [a.as_str()], "the port added at run time is back: {ports}");
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn env(name: &CStr) -> Option<String> {
 /// Runs when the library is loaded, before `main`.
 extern "C" fn init() {
     real::resolve();
-    let dir = env(c"SLUICE_RUN_DIR").unwrap_or_else(|| "/run/sluice".into());
+    let dir = env(c"SLUICE_RUN_DIR").filter(|d| !d.is_empty()).unwrap_or_else(|| "/run/sluice".into());
     let _ = RUN_DIR.set(PathBuf::from(dir));
     let _ = FAULT.set(env(c"SLUICE_SMC_FAULT").unwrap_or_default());
     let Some(s) = env(c"SLUICE_SMC") else { return };

@@ -52,11 +52,15 @@ pub enum DropCause {
     /// Layer 3 mode: the next hop's MAC address could not be learned in time (or too
     /// many frames were already waiting for resolution).
     Unresolved,
+    /// Kernel datapath: a frame the kernel had to hand up to the core never reached it
+    /// (there was no upcall device to send it to, or its port had failed by the time the
+    /// core read it).
+    UpcallLost,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 13] = [
+    pub const ALL: [DropCause; 14] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -70,6 +74,7 @@ impl DropCause {
         DropCause::NotIp,
         DropCause::NoRoute,
         DropCause::Unresolved,
+        DropCause::UpcallLost,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -88,6 +93,7 @@ impl DropCause {
             DropCause::NotIp => "not_ip",
             DropCause::NoRoute => "no_route",
             DropCause::Unresolved => "unresolved",
+            DropCause::UpcallLost => "upcall_lost",
         }
     }
 }
@@ -127,6 +133,9 @@ pub struct DropCounts {
     /// See [`DropCause::Unresolved`].
     #[serde(default)]
     pub unresolved: u64,
+    /// See [`DropCause::UpcallLost`].
+    #[serde(default)]
+    pub upcall_lost: u64,
 }
 
 impl DropCounts {
@@ -156,6 +165,7 @@ impl DropCounts {
             DropCause::NotIp => self.not_ip,
             DropCause::NoRoute => self.no_route,
             DropCause::Unresolved => self.unresolved,
+            DropCause::UpcallLost => self.upcall_lost,
         }
     }
 
@@ -174,6 +184,7 @@ impl DropCounts {
             DropCause::NotIp => &mut self.not_ip,
             DropCause::NoRoute => &mut self.no_route,
             DropCause::Unresolved => &mut self.unresolved,
+            DropCause::UpcallLost => &mut self.upcall_lost,
         }
     }
 

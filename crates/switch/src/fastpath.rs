@@ -75,6 +75,9 @@ pub struct FastPort {
     /// Every frame from or to this port goes up (it failed, it takes no offloads so GSO
     /// frames must be cut in software, or its mirror is in user space).
     pub slow: bool,
+    /// The port failed (its device is gone or refused a frame): Layer 3 picks the first
+    /// uplink that has not as the way off the switch.
+    pub failed: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.

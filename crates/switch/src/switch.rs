@@ -259,6 +259,12 @@ struct PortSlot {
 }
 
 impl PortSlot {
+    /// A kernel datapath can send to it as it is: it reaches the port, which has not
+    /// failed and takes GSO frames whole.
+    fn kernel_ready(&self) -> bool {
+        self.port.fast_path().is_some() && self.failed.is_none() && self.caps.offload
+    }
+
     fn interest(&self) -> Interest {
         if self.failed.is_some() {
             return Interest::default();
@@ -448,9 +454,9 @@ impl Switch {
             };
             IpRule::Only { v4: family(true), v6: family(false) }
         };
-        // Frames to a port without offloads are cut in software, which only the core does.
-        let mirror_in_user_space =
-            s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| m.port.fast_path().is_none()));
+        // Frames to a port without offloads are cut in software, which only the core does;
+        // a port whose mirror the kernel cannot serve goes through the core, copies and all.
+        let mirror_in_user_space = s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
         let slow = s.failed.is_some() || !s.caps.offload || mirror_in_user_space;
         Some(FastPort {
             target: s.port.fast_path(),
@@ -461,7 +467,8 @@ impl Switch {
             mac: s.policy.mac,
             ips,
             slow,
-            dev_mac: if s.policy.uplink { s.port.mac() } else { None },
+            failed: s.failed.is_some(),
+            dev_mac: if s.policy.uplink { s.dev_mac } else { None },
             guest_mac: if self.cfg.mode == Mode::L3 { s.guest_mac } else { None },
             link_local_ok: self.cfg.mode == Mode::L3,
             mirror: s.mirrored_to,
@@ -484,7 +491,9 @@ impl Switch {
     /// buffer (the 12-byte virtio header first, as [`Port::recv`] does) and returns the
     /// port it came from and the frame's length without the header, or `None` when it
     /// has nothing. Returns false when nothing was received (no frame, no free buffer, or
-    /// a port that is gone or paused).
+    /// a port that is gone). A frame from a port that failed or is paused is received and
+    /// dropped as [`DropCause::UpcallLost`]: the kernel counted it in, so the core counts
+    /// its fate.
     pub fn ingest(&mut self, now_ms: u64, fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize)>) -> bool {
         self.now_ms = now_ms;
         let Some(fid) = self.pool.alloc() else { return false };
@@ -492,9 +501,16 @@ impl Switch {
             self.pool.release(fid);
             return false;
         };
-        if self.slot(id).is_none_or(|s| s.held.is_some() || s.failed.is_some()) {
+        let Some(slot) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else {
             self.pool.release(fid);
             return false;
+        };
+        if slot.held.is_some() || slot.failed.is_some() {
+            slot.counters.rx_frames += 1;
+            slot.counters.rx_bytes += len as u64;
+            slot.counters.rx_drops.add(DropCause::UpcallLost);
+            self.pool.release(fid);
+            return true;
         }
         self.ingress(id, fid, len, now_ms);
         self.settle();
@@ -708,6 +724,12 @@ impl Switch {
     /// Counters of the ports removed since the last reset, added up.
     pub fn departed(&self) -> &PortCounters {
         &self.departed
+    }
+
+    /// Adds what a kernel datapath counted for a port that is removed (beside what the
+    /// core counted for it, which [`Switch::remove_port`] adds itself).
+    pub fn add_departed(&mut self, c: &PortCounters) {
+        self.departed.accumulate(c);
     }
 
     /// Zeroes every port's counters (queued and held frames stay).
@@ -987,6 +1009,17 @@ impl Switch {
         s.seg_done = 0;
         self.note_interest(id);
         self.note_fast(id);
+        // The ports it mirrors go through the core from now on (see `fast_port`).
+        let watched: Vec<PortId> = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.as_ref().is_some_and(|p| p.mirrored_to == Some(id)))
+            .map(|(i, _)| i as PortId)
+            .collect();
+        for w in watched {
+            self.note_fast(w);
+        }
     }
 
     /// Validates and classifies a received frame, then forwards it.

@@ -173,7 +173,7 @@ impl Server {
                 if let Some(g) = self.grants.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                     port.check_grants(g).map_err(anyhow::Error::msg)?;
                 }
-                crate::config::check_datapath(&port, s.datapath, s.core.lossless).map_err(anyhow::Error::msg)?;
+                crate::config::check_datapath(&port, s.datapath).map_err(anyhow::Error::msg)?;
                 let dev = create_port(&port, s.core.mtu, s.datapath)?;
                 let spec = port.clone();
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
@@ -249,6 +249,8 @@ impl Server {
                 if promiscuous {
                     g.promiscuous.insert(port.clone());
                 }
+                let now = g.clone();
+                self.remember(|r| r.grants = Some(now));
                 tracing::info!(port = %port, vlans = ?vlans, promiscuous, "granted");
                 return Ok(None);
             }
@@ -287,7 +289,8 @@ impl Server {
                         "port {port:?} is attached and uses what is being revoked; delete it or move it to a granted VLAN first"
                     );
                 }
-                *g = trial;
+                *g = trial.clone();
+                self.remember(|r| r.grants = Some(trial));
                 tracing::info!(port = %port, vlans = ?vlans, promiscuous, "grant revoked");
                 return Ok(None);
             }
@@ -352,6 +355,7 @@ impl Server {
                 ports,
                 departed: *dp.switch().departed(),
                 fib: fib_summary(dp),
+                kernel: dp.kernel().map(|k| k.summary()),
             })
         })?
     }

@@ -22,8 +22,9 @@ use crate::sys::epoll::{Epoll, Event, EventFd};
 pub enum Exit {
     /// Stopped: everything the switch made is gone.
     Stop,
-    /// Stopped to start again in place; the kernel datapath keeps forwarding.
-    Restart,
+    /// Stopped to start again in place; the kernel datapath keeps forwarding, and its
+    /// upcall TAP's descriptor (if any) is open for the next program image.
+    Restart(Option<std::os::fd::RawFd>),
 }
 
 /// Work sent from the control thread, run on the datapath thread between batches.
@@ -209,10 +210,16 @@ impl Datapath {
     /// Detaches a port; a TAP goes away when its descriptor closes, an uplink's interface
     /// stays (only our socket on it closes).
     pub fn detach(&mut self, name: &str) -> Result<()> {
+        // What the kernel counted for it joins the departed totals, as the core's does.
+        let mut kernel_part = None;
         if let (Some(k), Some(id)) = (self.kernel.as_mut(), self.sw.port_id(name)) {
+            kernel_part = self.sw.port_info(id).and_then(|p| k.kernel_part(id, p.counters));
             k.detach(id);
         }
         let (id, port) = self.sw.remove_port(name)?;
+        if let Some(c) = kernel_part {
+            self.sw.add_departed(&c);
+        }
         if let Some(k) = self.kernel.as_mut() {
             k.sync(&mut self.sw);
         }
@@ -276,10 +283,15 @@ impl Datapath {
                 k.sync(&mut self.sw);
             }
         }
+        let mut upcall = None;
         if let Some(k) = self.kernel.take() {
-            if self.restart { k.leave() } else { k.stop() }
+            if self.restart {
+                upcall = k.leave();
+            } else {
+                k.stop();
+            }
         }
-        Ok(if self.restart { Exit::Restart } else { Exit::Stop })
+        Ok(if self.restart { Exit::Restart(upcall) } else { Exit::Stop })
     }
 
     fn apply_interest(&mut self) {

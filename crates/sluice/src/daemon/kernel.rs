@@ -8,6 +8,7 @@
 //! the kernel's MAC entries hold; a port keeps its slot while attached.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -17,11 +18,15 @@ use sluice_ebpf::{KernelDatapath, abi, tables};
 use sluice_switch::{FastChange, PortCounters, PortId, Switch};
 use tracing::{info, warn};
 
-use crate::proto::KernelPortStats;
+use crate::proto::{KernelPortStats, KernelSummary};
 use crate::sys::{link, tun};
 
 /// A slot held for a port of an earlier run not attached again yet.
 const RESERVED: PortId = PortId::MAX;
+
+/// The environment variable through which a daemon restarting in place hands the upcall
+/// TAP's descriptor to the next (so the frames queued in it survive the `exec`).
+pub const UPCALL_FD_ENV: &str = "SLUICE_UPCALL_FD";
 
 /// Where the kernel datapath's pins live: a bpffs of sluice's own.
 pub fn pin_dir(switch: &str) -> PathBuf {
@@ -67,6 +72,28 @@ fn unmount_if_unused(dir: &std::path::Path) {
     }
 }
 
+/// Removes what a daemon of switch `switch` that died (rather than stopped) left of the
+/// kernel datapath: its pins (so the programs stop forwarding) and its upcall TAP. Only
+/// for when no daemon of that switch runs.
+pub fn remove_leftovers(switch: &str) {
+    let dir = pin_dir(switch);
+    if let Ok(lock) = BpfLock::take() {
+        if dir.exists() {
+            sluice_ebpf::remove_pins(&dir);
+        }
+        unmount_if_unused(&crate::paths::run_dir().join("bpf"));
+        drop(lock);
+    }
+    let tap = upcall_name(switch);
+    if link::driver(&tap).ok().as_deref() == Some("tun") {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &tap])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// The upcall TAP's name: `su` and 8 hex digits of the switch's name (interface names
 /// hold 15 bytes; switch names 32).
 pub fn upcall_name(switch: &str) -> String {
@@ -83,6 +110,8 @@ pub struct KernelSide {
     switch: String,
     upcall: OwnedFd,
     upcall_name: String,
+    /// /proc/net/dev of the daemon's namespace: the upcall TAP's drop counter.
+    upcall_stats: Option<File>,
     slot_of: HashMap<PortId, u32>,
     port_at: Vec<Option<PortId>>,
     /// Interfaces the program is attached to, by port.
@@ -108,6 +137,14 @@ pub struct KernelSide {
     /// Layer 3: the uplink port off-switch traffic leaves by (the core's: the first live
     /// uplink), as the kernel's config holds it.
     l3_uplink: Option<u32>,
+    /// Interfaces (by index) that are veths with their peer in this namespace.
+    egress: HashMap<u32, bool>,
+    /// Where the search for a free slot starts: slots are handed out in turn, so a slot
+    /// just freed is not reused at once (a frame still in flight for the old port must
+    /// not reach a new one).
+    next_slot: usize,
+    /// Left for the next run ([`KernelSide::leave`]): nothing is removed on drop.
+    keep: bool,
 }
 
 fn monotonic_ns() -> u64 {
@@ -163,14 +200,26 @@ impl KernelSide {
             info!(switch = %name, ports = reserved.len(), "taking over the kernel datapath an earlier run left forwarding");
         }
         let upcall_name = upcall_name(name);
-        let tap = tun::open_upcall_tap(&upcall_name)?;
+        // Restarted in place: the earlier daemon handed its descriptor over (see `leave`).
+        let inherited = std::env::var(UPCALL_FD_ENV)
+            .ok()
+            .and_then(|v| v.parse::<RawFd>().ok())
+            .and_then(|fd| tun::adopt_upcall_tap(fd, &upcall_name));
+        let tap = match inherited {
+            Some(t) => t,
+            None => tun::open_upcall_tap(&upcall_name)?,
+        };
         let ifindex = link::ifindex(&upcall_name)?;
-        dp.set_config(ifindex, mode, cfg.router_mac, None)?;
+        // Layer 3: until the ports are attached again, traffic off the switch keeps leaving
+        // by the uplink the earlier run chose (its slot is reserved for it).
+        let l3_uplink = if takeover { dp.config().and_then(|c| c.l3_uplink.checked_sub(1)) } else { None };
+        dp.set_config(ifindex, mode, cfg.router_mac, l3_uplink)?;
         info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
         Ok(KernelSide {
             dp,
             switch: name.to_string(),
             upcall: tap.fd,
+            upcall_stats: tap.stats,
             upcall_name,
             slot_of: HashMap::new(),
             port_at,
@@ -184,7 +233,10 @@ impl KernelSide {
             mode,
             router_mac: cfg.router_mac,
             upcall_ifindex: ifindex,
-            l3_uplink: None,
+            l3_uplink,
+            egress: HashMap::new(),
+            next_slot: 0,
+            keep: false,
         })
     }
 
@@ -227,7 +279,12 @@ impl KernelSide {
         }
         let slot = match target.and_then(|t| self.reserved.remove(&t)) {
             Some(s) => s,
-            None => self.port_at.iter().position(Option::is_none)? as u32,
+            None => {
+                let n = self.port_at.len();
+                let free = (0..n).map(|i| (self.next_slot + i) % n).find(|&i| self.port_at[i].is_none())?;
+                self.next_slot = (free + 1) % n;
+                free as u32
+            }
         };
         self.port_at[slot as usize] = Some(id);
         self.slot_of.insert(id, slot);
@@ -235,8 +292,11 @@ impl KernelSide {
     }
 
     /// Ends a takeover once the configured ports are attached again: the core learns the
-    /// MAC entries the kernel kept (those of ports still here), and what belonged to ports
-    /// that are gone is removed. Counters start from zero, as the core's do.
+    /// MAC entries, address owners and neighbours the kernel kept (those of ports still
+    /// here), then every kernel entry is rewritten from the core's answer — what belonged
+    /// to ports that are gone, or to a configuration that changed (a static entry), goes.
+    /// Links of interfaces no port took again are removed. Counters start from zero, as
+    /// the core's do.
     pub fn finish_takeover(&mut self, sw: &mut Switch, now_ms: u64) {
         if !self.takeover {
             return;
@@ -246,28 +306,41 @@ impl KernelSide {
         let live = |port_at: &[Option<PortId>], slot: u32| {
             port_at.get(slot as usize).copied().flatten().filter(|&id| id != RESERVED)
         };
-        for (vlan, mac, slot, is_static, _) in self.dp.macs() {
-            match live(&self.port_at, slot) {
-                Some(id) => {
-                    if !is_static {
-                        sw.fib_mut().learn(vlan, mac, id, now_ms);
-                        learned += 1;
-                    }
+        let macs = self.dp.macs();
+        for &(vlan, mac, slot, is_static, _) in &macs {
+            if let Some(id) = live(&self.port_at, slot)
+                && !is_static
+            {
+                sw.fib_mut().learn(vlan, mac, id, now_ms);
+                learned += 1;
+            }
+        }
+        for (vlan, mac, ..) in macs {
+            let to = sw.fast_mac(vlan, mac).and_then(|e| Some((self.slot_of.get(&e.port).copied()?, e.is_static)));
+            match to {
+                Some((slot, is_static)) => {
+                    let _ = self.dp.set_mac(vlan, mac, slot, is_static);
                 }
                 None => self.dp.del_mac(vlan, mac),
             }
         }
-        for (k, slot) in self.dp.owners() {
-            let Some(ip) = tables::key_ip(k.family, &k.addr) else { continue };
-            match live(&self.port_at, slot) {
-                Some(id) => sw.adopt_owner(ip, id),
-                None => {
-                    let _ = self.dp.set_owner(ip, None);
-                }
+        let owners = self.dp.owners();
+        for (k, slot) in &owners {
+            if let (Some(ip), Some(id)) = (tables::key_ip(k.family, &k.addr), live(&self.port_at, *slot)) {
+                sw.adopt_owner(ip, id);
             }
         }
-        for (vlan, ip, mac) in self.dp.neighbours() {
+        for (k, _) in owners {
+            let Some(ip) = tables::key_ip(k.family, &k.addr) else { continue };
+            let slot = sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied());
+            let _ = self.dp.set_owner(ip, slot);
+        }
+        let neighbours = self.dp.neighbours();
+        for &(vlan, ip, mac) in &neighbours {
             sw.adopt_neighbour(vlan, ip, mac, now_ms);
+        }
+        for (vlan, ip, _) in neighbours {
+            let _ = self.dp.set_neighbour(vlan, ip, sw.fast_neighbour(vlan, ip));
         }
         for slot in 0..abi::MAX_PORTS {
             if self.port_at[slot as usize] == Some(RESERVED) {
@@ -276,16 +349,72 @@ impl KernelSide {
             }
         }
         self.reserved.clear();
+        let attached: std::collections::HashSet<&String> = self.attached.values().flatten().collect();
+        for ifname in self.dp.linked() {
+            if !attached.contains(&ifname) {
+                info!(switch = %self.switch, interface = %ifname, "no port took interface {ifname} again; the kernel datapath leaves it");
+                self.dp.detach(&ifname);
+            }
+        }
         for slot in 0..abi::MAX_PORTS {
             let _ = self.dp.reset_counters(slot);
         }
+        // The way off the switch is the core's choice from here on.
+        self.l3_uplink = None;
+        self.choose_l3_uplink(sw, true);
         info!(switch = %self.switch, stations = learned, "took over the kernel datapath");
     }
 
     /// Lets go of the kernel datapath without removing it: programs keep forwarding and
-    /// what goes up waits in the persistent upcall TAP until a new run takes over.
-    pub fn leave(self) {
+    /// what goes up waits in the persistent upcall TAP until a new run takes over. Returns
+    /// a descriptor of the upcall TAP that survives `exec` (for a restart in place: while
+    /// a descriptor is open the TAP keeps its queue), if one could be made.
+    pub fn leave(mut self) -> Option<RawFd> {
+        self.keep = true;
         info!(switch = %self.switch, pins = %pin_dir(&self.switch).display(), "kernel datapath left forwarding for the next run to take over");
+        // SAFETY: dup of a descriptor we own; the copy is not close-on-exec and is handed
+        // to the next program image, which owns it from then on.
+        let fd = unsafe { libc::dup(self.upcall.as_raw_fd()) };
+        (fd >= 0).then_some(fd)
+    }
+
+    /// The kernel datapath's own figures.
+    pub fn summary(&self) -> KernelSummary {
+        let queue_drops = self.upcall_stats.as_ref().and_then(|f| {
+            use std::os::unix::fs::FileExt;
+            let mut buf = vec![0u8; 65536];
+            let n = f.read_at(&mut buf, 0).ok()?;
+            let text = std::str::from_utf8(&buf[..n]).ok()?;
+            crate::port::tap::parse_proc_net_dev(text, &self.upcall_name).map(|d| d.from_guest)
+        });
+        KernelSummary {
+            upcall_device: self.upcall_name.clone(),
+            upcall_queue_drops: queue_drops,
+            upcalls_refused: self.upcalls_refused,
+        }
+    }
+
+    /// Layer 3: points the kernel's way off the switch at the core's — the first uplink
+    /// that has not failed (`force`: write it even if unchanged).
+    fn choose_l3_uplink(&mut self, sw: &Switch, force: bool) {
+        if self.mode != abi::MODE_L3 {
+            return;
+        }
+        let up = sw
+            .port_ids()
+            .find(|&id| sw.fast_port(id).is_some_and(|p| p.uplink && !p.failed))
+            .and_then(|id| self.slot_of.get(&id).copied());
+        if up != self.l3_uplink || force {
+            self.l3_uplink = up;
+            if let Err(e) = self.dp.set_config(self.upcall_ifindex, self.mode, self.router_mac, up) {
+                warn!(switch = %self.switch, "kernel datapath: {e:#}");
+            }
+        }
+    }
+
+    /// Whether interface `ifindex` is a veth whose peer is in the switch's namespace.
+    fn sends_egress(&mut self, ifindex: u32) -> bool {
+        *self.egress.entry(ifindex).or_insert_with(|| link::veth_peer_here(ifindex))
     }
 
     /// Writes into the kernel's maps every change the core reports.
@@ -309,9 +438,14 @@ impl KernelSide {
                                 let target = sw.fast_port(m).and_then(|mp| mp.target);
                                 self.slot(m, target)
                             });
-                            self.dp
-                                .set_port(slot, &tables::port_entry(&p, self.mode, mirror))
-                                .map_err(anyhow::Error::from)
+                            let mut e = tables::port_entry(&p, self.mode, mirror);
+                            if let Some(t) = p.target
+                                && !p.uplink
+                                && self.sends_egress(t)
+                            {
+                                e.flags |= abi::PF_EGRESS;
+                            }
+                            self.dp.set_port(slot, &e).map_err(anyhow::Error::from)
                         }
                         None => {
                             Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
@@ -330,7 +464,12 @@ impl KernelSide {
                 FastChange::Mac(vlan, mac) => match sw.fast_mac(vlan, mac) {
                     Some(e) => match self.slot_of.get(&e.port) {
                         Some(&slot) => self.dp.set_mac(vlan, mac, slot, e.is_static).map_err(anyhow::Error::from),
-                        None => Ok(()),
+                        None => {
+                            // (A port with no slot: frames to it must go up, not to the
+                            // entry's old port.)
+                            self.dp.del_mac(vlan, mac);
+                            Ok(())
+                        }
                     },
                     None => {
                         self.dp.del_mac(vlan, mac);
@@ -342,18 +481,9 @@ impl KernelSide {
                 warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
             }
         }
-        if ports_changed && self.mode == abi::MODE_L3 {
-            // The core's choice for traffic off the switch: the first live uplink.
-            let up = sw
-                .port_ids()
-                .find(|&id| sw.fast_port(id).is_some_and(|p| p.uplink && !p.slow))
-                .and_then(|id| self.slot_of.get(&id).copied());
-            if up != self.l3_uplink {
-                self.l3_uplink = up;
-                if let Err(e) = self.dp.set_config(self.upcall_ifindex, self.mode, self.router_mac, up) {
-                    warn!(switch = %self.switch, "kernel datapath: {e:#}");
-                }
-            }
+        // (During a takeover the earlier run's choice stands until the ports are back.)
+        if ports_changed && !self.takeover {
+            self.choose_l3_uplink(sw, false);
         }
     }
 
@@ -455,9 +585,39 @@ impl KernelSide {
         let own = KernelPortStats {
             forwarded: k.v[abi::c::FORWARDED],
             upcalls: k.v[abi::c::UPCALLS],
-            drops: k.v[abi::c::RX_DROP..abi::c::RX_DROP + 13].iter().sum(),
+            drops: k.v[abi::c::RX_DROP..abi::c::RX_DROP + sluice_switch::DropCause::ALL.len()].iter().sum(),
         };
         (m, upcall, Some(own))
+    }
+
+    /// What the kernel counted for port `id` beyond the core's `core` (what the merged
+    /// counters add to them), for the switch's totals of departed ports when it is
+    /// removed.
+    pub fn kernel_part(&self, id: PortId, core: PortCounters) -> Option<PortCounters> {
+        use abi::c;
+        let &slot = self.slot_of.get(&id)?;
+        if !self.attached.contains_key(&id) {
+            return None;
+        }
+        let k = self.dp.counters(slot);
+        let mut p = PortCounters {
+            // The core counted the frames it was handed as received too.
+            rx_frames: k.v[c::RX_FRAMES].saturating_sub(core.rx_frames),
+            rx_bytes: k.v[c::RX_BYTES].saturating_sub(core.rx_bytes),
+            rx_gso: k.v[c::RX_GSO].saturating_sub(core.rx_gso),
+            forwarded: k.v[c::FORWARDED],
+            copies: k.v[c::COPIES],
+            tx_offered: k.v[c::TX_OFFERED],
+            tx_frames: k.v[c::TX_FRAMES],
+            tx_bytes: k.v[c::TX_BYTES],
+            tx_gso: k.v[c::TX_GSO],
+            ..PortCounters::default()
+        };
+        for (i, cause) in sluice_switch::DropCause::ALL.iter().enumerate() {
+            p.rx_drops.add_n(*cause, k.v[c::RX_DROP + i]);
+            p.tx_drops.add_n(*cause, k.v[c::TX_DROP + i]);
+        }
+        Some(p)
     }
 
     /// Zeroes the kernel's counters.
@@ -469,10 +629,21 @@ impl KernelSide {
 
     /// Detaches everything, removes the pins and the upcall TAP: nothing is left.
     pub fn stop(self) {
-        let _ = tun::set_persist(self.upcall.as_raw_fd(), false);
         info!(switch = %self.switch, upcall = %self.upcall_name, "kernel datapath removed");
+        // (Dropping does it.)
+    }
+}
+
+impl Drop for KernelSide {
+    /// Unless left for the next run, removes everything: a daemon that fails after loading
+    /// the datapath leaves nothing behind.
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        let _ = tun::set_persist(self.upcall.as_raw_fd(), false);
         let lock = BpfLock::take();
-        self.dp.remove();
+        sluice_ebpf::remove_pins(&pin_dir(&self.switch));
         unmount_if_unused(&crate::paths::run_dir().join("bpf"));
         drop(lock);
     }

@@ -40,6 +40,9 @@ pub fn run(s: Settings) -> Result<()> {
         std::fs::remove_file(&s.socket).with_context(|| format!("removing stale socket {}", s.socket.display()))?;
     }
 
+    // The program a restart in place runs: this path read now, so that an upgraded binary
+    // installed over it since is the one that starts (/proc/self/exe would be the old).
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
     let signals = block_signals();
     let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
     let (tx, rx) = mpsc::channel();
@@ -56,12 +59,28 @@ pub fn run(s: Settings) -> Result<()> {
     for (vlan, mac, port) in &s.macs {
         dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
     }
-    // What an earlier run (restarted in place, or crashed) had attached beyond the file.
+    // What an earlier run (restarted in place, or crashed) had attached beyond the file,
+    // checked as `sluice port add` checks it.
     let mut runtime = state::Runtime::load(&s.name);
     runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
     let mut kept = state::Runtime::default();
+    let mut s = s;
+    if s.grants.is_some()
+        && let Some(g) = runtime.grants.take()
+    {
+        info!(switch = %s.name, "the grants as the earlier run changed them stand");
+        s.grants = Some(g.clone());
+        kept.grants = Some(g);
+    }
     for p in runtime.ports {
-        let attached = control::create_port(&p, s.core.mtu, s.datapath).and_then(|a| dp.attach(p.clone(), a));
+        let checked = p
+            .validate()
+            .and_then(|_| s.grants.as_ref().map_or(Ok(()), |g| p.check_grants(g)))
+            .and_then(|_| crate::config::check_datapath(&p, s.datapath))
+            .map_err(anyhow::Error::msg);
+        let attached = checked
+            .and_then(|_| control::create_port(&p, s.core.mtu, s.datapath))
+            .and_then(|a| dp.attach(p.clone(), a));
         match attached {
             Ok(_) => kept.ports.push(p),
             Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),
@@ -104,12 +123,24 @@ pub fn run(s: Settings) -> Result<()> {
     if exit == datapath::Exit::Stop {
         state::Runtime::remove(&s.name);
     }
-    if exit == datapath::Exit::Restart {
-        info!(switch = %s.name, "restarting in place");
+    if let datapath::Exit::Restart(upcall) = exit {
+        info!(switch = %s.name, exe = %exe.display(), "restarting in place");
         use std::os::unix::process::CommandExt;
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-        let err = std::process::Command::new("/proc/self/exe").args(&args).exec();
-        bail!("restarting switch {:?} in place failed: {err}; start it again with `sluice switch run`", s.name);
+        // (Gone since, say removed by hand: the running image starts again.)
+        let exe = if exe.exists() { exe } else { "/proc/self/exe".into() };
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&args);
+        match upcall {
+            Some(fd) => cmd.env(kernel::UPCALL_FD_ENV, fd.to_string()),
+            None => cmd.env_remove(kernel::UPCALL_FD_ENV),
+        };
+        let err = cmd.exec();
+        bail!(
+            "restarting switch {:?} in place ({}) failed: {err}; start it again with `sluice switch run`",
+            s.name,
+            exe.display()
+        );
     }
     info!(switch = %s.name, "switch stopped");
     Ok(())

@@ -1,8 +1,9 @@
 //! What was attached to a running switch beyond its configuration file (ports added with
-//! `sluice port add`, static MAC entries with `sluice fib add`), kept in
-//! `RUN_DIR/NAME.state.json` (mode 0600) while the daemon runs, so that after a restart in
-//! place or a crash the next daemon attaches them again — and on the kernel datapath
-//! takes their forwarding over without a pause. A clean stop removes the file.
+//! `sluice port add`, static MAC entries with `sluice fib add`, grants changed with
+//! `sluice grant`), kept in `RUN_DIR/NAME.state.json` (mode 0600) while the daemon runs, so
+//! that after a restart in place or a crash the next daemon attaches them again — checked
+//! as a `sluice port add` would be — and on the kernel datapath takes their forwarding over
+//! without a pause. A clean stop removes the file.
 
 use std::path::PathBuf;
 
@@ -18,6 +19,9 @@ pub struct Runtime {
     pub ports: Vec<PortSpec>,
     /// Static MAC entries added at runtime: (VLAN, MAC, port).
     pub macs: Vec<(u16, String, String)>,
+    /// The grants as changed at runtime, if they were.
+    #[serde(default)]
+    pub grants: Option<crate::config::Grants>,
 }
 
 /// The state file of switch `name`.
@@ -28,13 +32,34 @@ pub fn path(name: &str) -> PathBuf {
 impl Runtime {
     /// What an earlier run of switch `name` left (nothing if it stopped cleanly).
     pub fn load(name: &str) -> Runtime {
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let p = path(name);
-        match std::fs::read(&p) {
+        // Only a regular file of this user's, not through a link.
+        let opened =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&p).and_then(
+                |f| {
+                    let m = f.metadata()?;
+                    // SAFETY: geteuid has no preconditions.
+                    let me = unsafe { libc::geteuid() };
+                    if !m.is_file() || m.uid() != me || m.mode() & 0o022 != 0 {
+                        return Err(std::io::Error::other("not a regular file of this user's, writable by it alone"));
+                    }
+                    let mut b = Vec::new();
+                    f.take(16 << 20).read_to_end(&mut b)?;
+                    Ok(b)
+                },
+            );
+        match opened {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
                 warn!(file = %p.display(), "ignoring an unreadable state file ({e})");
                 Runtime::default()
             }),
-            Err(_) => Runtime::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Runtime::default(),
+            Err(e) => {
+                warn!(file = %p.display(), "ignoring the state file ({e})");
+                Runtime::default()
+            }
         }
     }
 
@@ -45,7 +70,14 @@ impl Runtime {
         let p = path(name);
         let tmp = p.with_extension("json.tmp");
         let written = (|| -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            // A fresh file, never one planted at the temporary name (nor through a link).
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?)?;
             std::fs::rename(&tmp, &p)
         })();

@@ -84,7 +84,7 @@ impl Port for TapPort {
 
 /// Reads a device's drop counters from /proc/net/dev text. For a TAP, "transmit" is the
 /// guest sending into the switch and "receive" is the switch delivering to the guest.
-fn parse_proc_net_dev(text: &str, name: &str) -> Option<DeviceDrops> {
+pub fn parse_proc_net_dev(text: &str, name: &str) -> Option<DeviceDrops> {
     let line = text.lines().find_map(|l| {
         let (dev, rest) = l.split_once(':')?;
         (dev.trim() == name).then_some(rest)

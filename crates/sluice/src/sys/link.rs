@@ -101,3 +101,31 @@ pub fn disable_ipv6(name: &str) -> io::Result<()> {
         other => other,
     }
 }
+
+/// The name of the interface with index `ifindex` in this thread's namespace.
+pub fn name_of(ifindex: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IFNAMSIZ];
+    // SAFETY: if_indextoname writes at most IFNAMSIZ bytes (NUL included) into `buf`.
+    let p = unsafe { libc::if_indextoname(ifindex, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success `buf` holds a NUL-terminated name.
+    Some(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// Whether interface `ifindex` is a veth whose peer is in this same namespace (so the
+/// kernel datapath must send to it as to any device, not into the peer's namespace):
+/// its peer — the interface its `iflink` names — is here, is a veth, and names it back.
+pub fn veth_peer_here(ifindex: u32) -> bool {
+    let iflink = |name: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/sys/class/net/{name}/iflink")).ok()?.trim().parse().ok()
+    };
+    let Some(me) = name_of(ifindex) else { return false };
+    if driver(&me).ok().as_deref() != Some("veth") {
+        return false;
+    }
+    let Some(peer) = iflink(&me).filter(|&p| p != ifindex && p != 0) else { return false };
+    let Some(peer_name) = name_of(peer) else { return false };
+    driver(&peer_name).ok().as_deref() == Some("veth") && iflink(&peer_name) == Some(ifindex)
+}

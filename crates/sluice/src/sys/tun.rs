@@ -11,6 +11,7 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
 const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
+const TUNGETIFF: libc::c_ulong = 0x8004_54d2;
 const IFF_TAP: i16 = 0x0002;
 const IFF_NO_PI: i16 = 0x1000;
 const IFF_VNET_HDR: i16 = 0x4000;
@@ -152,17 +153,54 @@ pub fn open_upcall_tap(name: &str) -> io::Result<Tap> {
     // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open the upcall TAP {name:?}: {e}")))?;
-    let hdr: libc::c_int = 12;
-    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
-    set_offload(fd.as_raw_fd(), true)?;
-    set_persist(fd.as_raw_fd(), true)?;
-    super::link::set_mtu(name, 9216)?;
-    super::link::set_txqlen(name, 4096)?;
-    super::link::disable_ipv6(name)?;
-    super::link::set_up(name)?;
+    let set_up = || -> io::Result<()> {
+        let hdr: libc::c_int = 12;
+        // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
+        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
+        set_offload(fd.as_raw_fd(), true)?;
+        set_persist(fd.as_raw_fd(), true)?;
+        super::link::set_mtu(name, 9216)?;
+        super::link::set_txqlen(name, 4096)?;
+        super::link::disable_ipv6(name)?;
+        super::link::set_up(name)
+    };
+    if let Err(e) = set_up() {
+        // Not left behind half made: without persistence it goes with this descriptor.
+        let _ = set_persist(fd.as_raw_fd(), false);
+        return Err(io::Error::new(e.kind(), format!("setting up the upcall TAP {name:?}: {e}")));
+    }
     let stats = File::open("/proc/thread-self/net/dev").ok();
     Ok(Tap { fd, stats })
+}
+
+/// Takes the upcall TAP `name` from descriptor `raw`, which an earlier run of the daemon
+/// left open across `exec` (so the frames queued in it are not lost): checked to be that
+/// TAP, made non-blocking and close-on-exec again. `None` when it is not.
+pub fn adopt_upcall_tap(raw: RawFd, name: &str) -> Option<Tap> {
+    if raw < 3 || tap_name(raw).as_deref() != Some(name) {
+        return None;
+    }
+    // SAFETY: the descriptor is open (TUNGETIFF answered on it) and was handed to this
+    // process to own; nothing else in it refers to it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: fcntl on a descriptor we own, with plain flag arguments.
+    unsafe {
+        let fl = libc::fcntl(raw, libc::F_GETFL);
+        libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+    let stats = File::open("/proc/thread-self/net/dev").ok();
+    Some(Tap { fd, stats })
+}
+
+/// The name of the TUN/TAP device behind `fd`, if it is one.
+fn tap_name(fd: RawFd) -> Option<String> {
+    let mut req = IfReq::new("");
+    // SAFETY: TUNGETIFF fills the name and flags of a `struct ifreq`, which `req` is; on
+    // a descriptor that is not a TUN/TAP it fails and writes nothing.
+    cvt(unsafe { libc::ioctl(fd, TUNGETIFF, &mut req) }).ok()?;
+    let end = req.name.iter().position(|&b| b == 0).unwrap_or(libc::IFNAMSIZ);
+    String::from_utf8(req.name[..end].to_vec()).ok()
 }
 
 /// Makes the TAP behind `fd` outlive its descriptors (or not: then it goes with the last).

@@ -296,10 +296,20 @@ pub fn rawframe() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rawframe.py")
 }
 
-/// Starts a raw-frame listener in `ns` on `iface` and waits until it is bound.
+/// `python3` in namespace `ns` (`""`: the test's own).
+fn python_in(ns: &str) -> Command {
+    if ns.is_empty() {
+        return Command::new("python3");
+    }
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "python3"]);
+    c
+}
+
+/// Starts a raw-frame listener in `ns` (`""`: the test's own) on `iface` and waits until
+/// it is bound.
 pub fn listen_raw(ns: &str, iface: &str, ethertype: u16, seconds: f64) -> Child {
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, "python3"])
+    let mut c = python_in(ns)
         .arg(rawframe())
         .args(["recv", iface, &ethertype.to_string(), &seconds.to_string()])
         .stdout(Stdio::piped())
@@ -329,13 +339,7 @@ pub fn received(c: Child) -> Vec<(Option<u16>, Vec<u8>)> {
 
 pub fn send_raw(ns: &str, iface: &str, frames: &[Vec<u8>]) {
     let hex: Vec<String> = frames.iter().map(|f| f.iter().map(|b| format!("{b:02x}")).collect()).collect();
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns, "python3"])
-        .arg(rawframe())
-        .args(["send", iface])
-        .args(&hex)
-        .output()
-        .unwrap();
+    let o = python_in(ns).arg(rawframe()).args(["send", iface]).args(&hex).output().unwrap();
     assert!(o.status.success(), "rawframe send: {}", String::from_utf8_lossy(&o.stderr));
 }
 
