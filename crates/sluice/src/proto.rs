@@ -209,6 +209,10 @@ pub struct KernelSummary {
     pub upcall_queue_drops: Option<u64>,
     /// Frames read from the upcall TAP that named no port (dropped).
     pub upcalls_refused: u64,
+    /// Decisions of the core the kernel's maps refused (a full map, a port with no slot):
+    /// the frames they concern go up to the core instead.
+    #[serde(default)]
+    pub map_updates_failed: u64,
 }
 
 /// MAC table summary.

@@ -168,10 +168,14 @@ fn the_demo_runs_end_to_end_and_leaves_nothing() {
 struct Daemon {
     child: std::process::Child,
     ns: String,
+    name: String,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A clean stop removes a kernel datapath's pins; the kill is for a daemon that hangs.
+        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
+        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::process::Command::new("ip").args(["netns", "del", &self.ns]).output();
@@ -198,7 +202,7 @@ fn grants_decide_which_vlans_a_port_may_join() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let _d = Daemon { child, ns: ns.clone() };
+    let _d = Daemon { child, ns: ns.clone(), name: name.clone() };
     assert!(wait_for(10, || run_dir().join(format!("{name}.sock")).exists()));
     let (a, b) = (format!("{name}-a"), format!("{name}-b"));
 
@@ -275,4 +279,61 @@ fn grant_tables_without_grants_on_are_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains(":4") && err.contains("not granted VLAN 10"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+both_datapaths! {
+    /// More stations than the MAC table holds: the ones beyond it are counted and logged,
+    /// never learned, and everything else keeps flowing.
+    fn a_full_mac_table_is_counted_and_logged_and_forwarding_goes_on(dp: Dp) {
+        if !root() {
+            return;
+        }
+        init(); // (the switch started here must use the tests' run directory)
+        let name = unique(if dp == Dp::User { "mfu" } else { "mfk" });
+        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("s.toml");
+        let datapath = if dp == Dp::User { "user" } else { "kernel" };
+        std::fs::write(&conf, format!("name = \"{name}\"\nmac_table_size = 4\ndatapath = \"{datapath}\"\n")).unwrap();
+        let log = dir.join("switch.log");
+        let child = std::process::Command::new(BIN)
+            .args(["switch", "run", "--config", conf.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
+        assert!(
+            wait_for(10, || sluice(&["stats", "--switch", &name]).status.success()),
+            "the switch did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let lab = Lab::on(dp, "full", &["--switch", &name, "--guests", "2"]);
+        ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+        // Twelve stations that do not exist, from guest 1: the table has room for two.
+        let frames: Vec<Vec<u8>> =
+            (0..12u8).map(|i| frame([0xff; 6], [0x02, 0x66, 0, 0, 0, i], None, 0x88b5, b"who am I")).collect();
+        send_raw(&lab.ns(1), &lab.tap(1), &frames);
+        let fib = || -> serde_json::Value {
+            serde_json::from_str(&sluice_ok(&["fib", "show", "--json", "--switch", &name])).unwrap()
+        };
+        assert!(wait_for(10, || fib()["summary"]["full_refusals"].as_u64().unwrap_or(0) >= 10), "{}", fib());
+        assert_eq!(fib()["summary"]["entries"], 4, "{}", fib());
+        assert!(
+            wait_for(10, || std::fs::read_to_string(&log).unwrap_or_default().contains("the MAC table is full (4 entries)")),
+            "no log line: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        // The guests, learned before, still reach each other.
+        ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
+        let stats: serde_json::Value =
+            serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
+        if dp == Dp::Kernel {
+            assert_eq!(stats["kernel"]["map_updates_failed"], 0, "the kernel's table is as large as the core's");
+        }
+        assert_conserved(&stats);
+        drop(lab);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -37,19 +37,23 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
     std::fs::create_dir_all(&dir).unwrap();
     let (src, dst) = (dir.join("src"), dir.join("dst"));
     sh_ok(&format!("head -c 300000000 /dev/urandom > {}", src.display()));
-    // One TCP connection carries the file at 50 MB/s (six seconds), so the restart and the
-    // kill fall in the middle of it; nc writes what arrives.
-    let server = ns_spawn(&lab.ns(2), &format!("timeout 60 nc -l -N 5211 > {}", dst.display()));
+    // iperf3 carries the file at 400 Mbit/s (six seconds), so the restart and the kill fall
+    // in the middle of it; its server writes what arrives, and a reset ends either with an
+    // error.
+    let server = ns_spawn(&lab.ns(2), &format!("timeout 60 iperf3 -s -1 -p 5211 -F {}", dst.display()));
     assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5211").status.success()));
-    let sender = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/paced_send.py");
-    let client =
-        ns_spawn(&lab.ns(1), &format!("timeout 60 python3 {sender} {} 5211 {} 50e6", lab.ip4(2), src.display()));
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let client = ns_spawn(
+        &lab.ns(1),
+        &format!("timeout 60 iperf3 -c {} -p 5211 -F {} -t 60 -b 400M", lab.ip4(2), src.display()),
+    );
+    let arrived = || std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
+    assert!(wait_for(20, || arrived() > 30_000_000), "the transfer did not start");
     // A restart in place: the same process, started anew, takes the kernel's state over.
     let pid = daemon_pid(&lab);
     sluice_ok(&["switch", "restart", "--switch", &lab.name]);
     assert_eq!(daemon_pid(&lab), pid);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let at_restart = arrived();
+    assert!(wait_for(20, || arrived() > at_restart + 30_000_000), "the transfer stalled after the restart");
     // A crash: kill -9, then start it again from its configuration.
     let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
     // Dead once its socket stops answering (its threads go after the first one does).
@@ -66,10 +70,13 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
         std::fs::read_to_string(dir.join("again.log")).unwrap_or_default()
     );
     let c = client.wait_with_output().unwrap();
-    let _ = server.wait_with_output();
-    assert!(c.status.success(), "the sender saw no reset: {}", String::from_utf8_lossy(&c.stderr));
-    let got = std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
-    assert_eq!(got, 300_000_000, "every byte arrived");
+    let s = server.wait_with_output().unwrap();
+    let said = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    assert!(c.status.success(), "the iperf3 client saw no reset: {}", said(&c));
+    assert!(s.status.success(), "the iperf3 server saw no reset: {}", said(&s));
+    assert_eq!(arrived(), 300_000_000, "every byte arrived");
     assert_eq!(sha256_of(&dst), sha256_of(&src), "every byte arrived, in order");
     assert_conserved(&lab.stats());
     // A clean stop leaves nothing: no pins, no bpffs, no upcall TAP.

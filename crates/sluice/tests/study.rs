@@ -67,7 +67,7 @@ fn a_tiny_study_writes_its_table_csv_and_charts() {
         &d,
         r#"name = "tiny"
 baseline = "direct"
-paths = ["direct", "linux-bridge"]
+paths = ["direct", "linux-bridge", "sluice-kernel", "sluice-kernel-l3"]
 workloads = ["rr-200x1000"]
 conns = [2]
 mtus = [1500]
@@ -81,7 +81,7 @@ duration = 1
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("[2/2]"), "progress per cell: {err}");
+    assert!(err.contains("[4/4]"), "progress per cell: {err}");
     assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
 
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -93,7 +93,7 @@ duration = 1
 
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines.len(), 3, "header and one row per cell: {csv}");
+    assert_eq!(lines.len(), 5, "header and one row per cell: {csv}");
     assert!(lines[0].starts_with("run,at,path,workload,conns,mtu,family,rep"));
     let ncols = lines[0].split(',').count();
     for l in &lines[1..] {

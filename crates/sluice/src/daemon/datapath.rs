@@ -51,6 +51,8 @@ pub struct Datapath {
     restart: bool,
     /// The kernel datapath, when the switch runs one.
     kernel: Option<KernelSide>,
+    /// The MAC table's refusals when they were last logged, and when.
+    full_logged: (u64, Option<Instant>),
 }
 
 impl Datapath {
@@ -76,6 +78,7 @@ impl Datapath {
             stop: false,
             restart: false,
             kernel: None,
+            full_logged: (0, None),
         })
     }
 
@@ -233,6 +236,26 @@ impl Datapath {
     }
 
     /// Runs until a stop is requested; says whether it stopped for a restart.
+    /// Says so when the MAC table refused stations since it last said so — at most once a
+    /// minute, with how many.
+    fn log_full_table(&mut self) {
+        let refused = self.sw.fib().full_refusals;
+        let (logged, at) = self.full_logged;
+        if refused <= logged || at.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
+            if refused < logged {
+                self.full_logged.0 = refused; // (counters were reset)
+            }
+            return;
+        }
+        warn!(
+            "the MAC table is full ({} entries): {} frame(s) came from stations it could not learn since the \
+             last report; frames to those stations are flooded — raise mac_table_size in the switch's config",
+            self.sw.config().fib_max,
+            refused - logged
+        );
+        self.full_logged = (refused, Some(Instant::now()));
+    }
+
     pub fn run(mut self) -> Result<Exit> {
         if self.nice != 0
             && let Err(e) = crate::sys::set_thread_nice(self.nice)
@@ -277,6 +300,7 @@ impl Datapath {
                 }
                 self.sw.expire(self.now_ms());
                 self.sw.tick_ports(|port, what| warn!(port = %port, "uplink failover: {what}"));
+                self.log_full_table();
                 next_expire = Instant::now() + Duration::from_secs(1);
             }
             if let Some(k) = self.kernel.as_mut() {

@@ -130,6 +130,8 @@ pub struct KernelSide {
     started: Instant,
     /// Frames read from the upcall TAP that could not be given to the core.
     pub upcalls_refused: u64,
+    /// Changes of the core the kernel's maps refused.
+    map_updates_failed: u64,
     /// The switch's mode, as the maps spell it.
     mode: u8,
     router_mac: sluice_wire::MacAddr,
@@ -230,6 +232,7 @@ impl KernelSide {
             attached: HashMap::new(),
             started,
             upcalls_refused: 0,
+            map_updates_failed: 0,
             mode,
             router_mac: cfg.router_mac,
             upcall_ifindex: ifindex,
@@ -391,6 +394,7 @@ impl KernelSide {
             upcall_device: self.upcall_name.clone(),
             upcall_queue_drops: queue_drops,
             upcalls_refused: self.upcalls_refused,
+            map_updates_failed: self.map_updates_failed,
         }
     }
 
@@ -478,6 +482,7 @@ impl KernelSide {
                 },
             };
             if let Err(e) = r {
+                self.map_updates_failed += 1;
                 warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
             }
         }
