@@ -4,8 +4,8 @@
 #
 #   bench/kernel-iperf.sh [ROUNDS] [SECONDS]
 #
-# Prints one line per path, round and stream count (1 and 10): Gbit/s and iperf3's own CPU
-# figures, then the medians. Needs root, sluice on the PATH (or SLUICE=path), iperf3,
+# Prints one line per path, round and stream count (1 and 10): the Gbit/s iperf3 received,
+# then a table of the medians. Needs root, sluice on the PATH (or SLUICE=path), iperf3,
 # python3. Everything it makes (labs ik/iu, namespaces ib-*, id-*) is removed at the end.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
