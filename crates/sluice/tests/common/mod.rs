@@ -14,11 +14,16 @@ pub mod smc;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// Root is needed for namespaces and TAPs; without it the test says so and passes.
+/// Root is needed for namespaces and TAPs; without it the test says so and passes — except
+/// under `CI=true`, where a test that cannot run fails.
 pub fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let ok = unsafe { libc::geteuid() } == 0;
     if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "under CI=true this test must run as root (network namespaces and TAP devices)"
+        );
         eprintln!("skipped: needs root (network namespaces and TAP devices)");
     }
     ok
@@ -153,8 +158,22 @@ pub fn sh_ok(cmd: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Whether `tool` is installed; a test that needs it skips without it — except under
+/// `CI=true`, where the test command installs every tool and a missing one fails.
 pub fn have(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false)
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "under CI=true {tool} must be installed (scripts/test.sh installs it)"
+        );
+        eprintln!("skipped: needs {tool}");
+    }
+    ok
 }
 
 /// A lab made by `sluice lab up`, removed by `sluice lab down` on drop.
