@@ -68,6 +68,9 @@ pub struct RunOptions {
     pub interval: Option<(Duration, IntervalFn)>,
 }
 
+/// How long a bench server has to answer hello.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
 /// An open control connection to a bench server that has said hello.
 pub(crate) struct Session {
     /// The control channel.
@@ -86,10 +89,32 @@ impl Session {
         let ctrl = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .map_err(|source| BenchError::Connect { addr: addr.to_string(), cause: source })?;
         let local = ctrl.local_addr().map_err(io_err("control connection"))?;
-        let mut ch = Channel::new(ctrl).map_err(io_err("control connection"))?;
+        // A bench server answers hello at once; anything else listening there (uperf's
+        // server uses port 20000 too) may never answer, or answer in its own protocol.
+        ctrl.set_read_timeout(Some(HELLO_WAIT)).map_err(io_err("control connection"))?;
+        let not_ours = |what: &str| {
+            BenchError::Server(format!(
+                "{addr} answered but is not a sluice bench server ({what}; uperf's server uses port {} too): \
+                 start `sluice bench serve` there, or use --to HOST:PORT for the port it listens on",
+                crate::control::DEFAULT_PORT
+            ))
+        };
+        let mut ch = Channel::new(ctrl.try_clone().map_err(io_err("control connection"))?)
+            .map_err(io_err("control connection"))?;
         ch.send(&ClientMsg::Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into() })
             .map_err(io_err("control connection"))?;
-        match ch.recv::<ServerMsg>().map_err(io_err("control connection"))? {
+        let hello = match ch.recv::<ServerMsg>() {
+            Ok(m) => m,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(not_ours(&format!("no answer to hello within {} s", HELLO_WAIT.as_secs())));
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(not_ours("its answer to hello is not the bench protocol"));
+            }
+            Err(e) => return Err(io_err("control connection")(e)),
+        };
+        ctrl.set_read_timeout(None).map_err(io_err("control connection"))?;
+        match hello {
             Some(ServerMsg::Hello { protocol: PROTOCOL, pid, boot_id: b, .. }) => {
                 Ok(Session { ch, pid, same_host: b == boot_id(), local })
             }

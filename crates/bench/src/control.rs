@@ -10,7 +10,7 @@
 //! port it listens on (2 bytes, little-endian), then one byte per connection it wants;
 //! the server connects back to the doorbell's address at that port for each byte.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,10 @@ pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// The longest control message either end reads (a profile travels in one): a peer that
+/// sends more without a newline is cut off, not buffered without end.
+pub const MAX_MESSAGE: u64 = 4 << 20;
+
 /// A JSON-lines channel over a TCP stream.
 pub struct Channel {
     reader: BufReader<TcpStream>,
@@ -106,8 +110,15 @@ impl Channel {
     /// Receives one message; `Ok(None)` at end of stream.
     pub fn recv<T: for<'de> Deserialize<'de>>(&mut self) -> std::io::Result<Option<T>> {
         let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
+        let n = (&mut self.reader).take(MAX_MESSAGE).read_line(&mut line)?;
+        if n == 0 {
             return Ok(None);
+        }
+        if !line.ends_with('\n') && n as u64 == MAX_MESSAGE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("control message longer than {} MiB", MAX_MESSAGE >> 20),
+            ));
         }
         serde_json::from_str(&line).map(Some).map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("malformed control message: {e}"))

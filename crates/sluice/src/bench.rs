@@ -25,7 +25,7 @@ pub enum BenchCmd {
         /// without IPv6].
         #[arg(long)]
         listen: Option<IpAddr>,
-        /// Control port.
+        /// Control port (0: one the kernel picks; the first line on stderr names it).
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
     },
@@ -104,6 +104,7 @@ pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
             let at = std::net::SocketAddr::from((listen, port));
             let l = TcpListener::bind(at)
                 .with_context(|| format!("cannot listen on {at} (is another server running there?)"))?;
+            let at = l.local_addr().unwrap_or(at);
             eprintln!("sluice bench server listening on {at}; Ctrl-C stops it");
             server::serve(l, Arc::new(|line: String| tracing::info!("{line}")))?;
             Ok(())

@@ -17,21 +17,46 @@ struct Server {
     port: u16,
 }
 
+/// The port a `sluice bench serve --port 0` names on its first line of stderr (bounded: the
+/// line comes at once, or the server failed).
+fn server_port(child: &mut Child) -> u16 {
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(err);
+        let mut line = String::new();
+        let _ = r.read_line(&mut line);
+        let _ = tx.send(line);
+        // (Drains the rest, so that the server's later log lines never meet a closed pipe.)
+        let _ = std::io::copy(&mut r, &mut std::io::sink());
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the bench server did not say where it listens within 30 s");
+    line.split_whitespace()
+        .find_map(|w| w.trim_end_matches(';').rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .unwrap_or_else(|| panic!("no port in the bench server's first line: {line:?}"))
+}
+
+/// A port outside the kernel's ephemeral range (32768–60999 here) that no other test of
+/// this binary uses (`n` < 50, one per use): for a profile's fixed data port, or a port
+/// known to have no listener.
+fn spare_port(n: u16) -> u16 {
+    assert!(n < 50);
+    10_000 + (std::process::id() % 200) as u16 * 50 + n
+}
+
 impl Server {
     fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(BIN)
-            .args(["bench", "serve", "--listen", "127.0.0.1", "--port", &port.to_string()])
+        // Port 0: the server takes one from the kernel and names it (no port picked here and
+        // released, for another process to take first).
+        let mut child = Command::new(BIN)
+            .args(["bench", "serve", "--listen", "127.0.0.1", "--port", "0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Bounded, and loud when it runs out: a busy machine can take seconds to start it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "the bench server did not listen on port {port} within 30 s");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let port = server_port(&mut child);
         Server { child, port }
     }
 
@@ -137,7 +162,7 @@ fn rand_sizes_stay_in_range_and_match_on_both_ends() {
     let c = &r["client"];
     assert_eq!(c["transactions"], 800);
     // A connect's port= is the data port the server listens on.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = spare_port(1);
     let text = std::fs::read_to_string(&p).unwrap().replace("protocol=tcp", &format!("protocol=tcp port={port}"));
     let p2 = write_profile("rand-port.xml", &text);
     let rs = run_json(&["--to", &srv.to(), "-m", p2.to_str().unwrap()]);
@@ -234,7 +259,7 @@ fn malformed_profiles_name_the_element_and_attribute() {
 
 #[test]
 fn unreachable_and_mismatched_servers_say_what_to_do() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = spare_port(2);
     let (ok, _, err) = bench(&["run", "--to", &format!("127.0.0.1:{port}"), "-m", "rr-200x1000", "--duration", "1"]);
     assert!(!ok && err.contains("sluice bench serve"), "{err}");
 
@@ -253,6 +278,26 @@ fn unreachable_and_mismatched_servers_say_what_to_do() {
     let (ok, _, err) = bench(&["run", "--to", &addr.to_string(), "-m", "rr-200x1000", "--duration", "1"]);
     let _ = fake.join();
     assert!(!ok && err.contains("same sluice version") && err.contains("99"), "{err}");
+
+    // Something else on the port (uperf's server uses 20000 too): one that never answers,
+    // one that answers in its own protocol. Both are named, neither is waited on forever.
+    for answer in [None, Some(&b"\x00\x01uperf\xff\n"[..])] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            if let Some(a) = answer {
+                s.write_all(a).unwrap();
+            }
+            // Holds the connection open until the client has given up.
+            let _ = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+        });
+        let (ok, _, err) = bench(&["run", "--to", &addr.to_string(), "-m", "rr-200x1000", "--duration", "1"]);
+        drop(done_tx);
+        let _ = other.join();
+        assert!(!ok && err.contains("is not a sluice bench server") && err.contains("sluice bench serve"), "{err}");
+    }
 }
 
 #[test]
@@ -295,7 +340,7 @@ fn udp_request_response_and_per_datagram_connections() {
 #[test]
 fn client_side_accept_has_the_server_connect_back() {
     let srv = Server::start();
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = spare_port(3);
     let p = write_profile(
         "accept.xml",
         &format!(
