@@ -28,8 +28,8 @@ pub struct PortAddArgs {
     /// Native VLAN of a trunk (untagged frames belong to it).
     #[arg(long, value_name = "VID", requires = "trunk")]
     pub native: Option<u16>,
-    /// MTU (default: the switch's).
-    #[arg(long)]
+    /// MTU, 68 to 9000 (default: the switch's).
+    #[arg(long, value_parser = crate::mtu_arg)]
     pub mtu: Option<u16>,
     /// Turn checksum/TSO offloads off: the switch cuts GSO frames for this port in
     /// software and completes checksums.

@@ -582,6 +582,12 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             .parse()
             .map_err(|_| err(Some(m.span()), format!("{:?} is not a MAC address (aa:bb:cc:dd:ee:ff)", e.mac)))?;
         check_vid(e.vlan).map_err(|x| err(Some(m.span()), x))?;
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(err(
+                Some(m.span()),
+                format!("{mac} is not one station's address: a static entry needs a unicast MAC (the first byte even)"),
+            ));
+        }
         if !ports.iter().any(|p| p.name == e.port) {
             return Err(err(Some(m.span()), format!("MAC entry names port {:?}, which is not configured", e.port)));
         }
@@ -746,5 +752,10 @@ port = "tap0"
         assert!(e.message.contains("not both"), "{e}");
         let e = parse_str("name = \"sw/0\"\n").unwrap_err();
         assert_eq!(e.line, Some(1));
+        let e = parse_str(
+            "name = \"sw0\"\n[[port]]\nname = \"t0\"\n\n[[mac]]\nmac = \"33:33:00:00:00:01\"\nport = \"t0\"\n",
+        )
+        .unwrap_err();
+        assert!(e.line.is_some_and(|l| (5..=7).contains(&l)) && e.message.contains("unicast"), "{e}");
     }
 }

@@ -24,8 +24,8 @@ pub struct DemoArgs {
     /// Megabytes to send through the switch.
     #[arg(long, default_value_t = 1000)]
     pub megabytes: u64,
-    /// MTU of the lab.
-    #[arg(long, default_value_t = 1500)]
+    /// MTU of the lab, 68 to 9000.
+    #[arg(long, default_value_t = 1500, value_parser = crate::mtu_arg)]
     pub mtu: u16,
     /// Leave the lab running afterwards (remove it with `sluice lab down --name demo`).
     #[arg(long)]
@@ -37,6 +37,9 @@ pub struct DemoArgs {
 
 /// Runs the demo.
 pub fn run(a: DemoArgs) -> Result<()> {
+    if !crate::sys::is_root() {
+        bail!("`sluice demo` needs root: it builds a lab of network namespaces and interfaces; run it with sudo");
+    }
     let name = a.name.as_str();
     if lab::LabState::load(name).is_ok() {
         println!("removing the previous demo lab");

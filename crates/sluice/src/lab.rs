@@ -68,8 +68,8 @@ pub struct UpArgs {
     /// Number of guests (1 to 99).
     #[arg(long, default_value_t = 2)]
     pub guests: u32,
-    /// MTU of the switch and the guests' interfaces.
-    #[arg(long, default_value_t = 1500)]
+    /// MTU of the switch and the guests' interfaces, 68 to 9000.
+    #[arg(long, default_value_t = 1500, value_parser = crate::mtu_arg)]
     pub mtu: u16,
     /// Use this running switch instead of one named after the lab.
     #[arg(long, value_name = "NAME")]
@@ -278,6 +278,19 @@ fn pick(name: Option<String>) -> Result<String> {
 
 /// Runs `sluice lab …`.
 pub fn run(cmd: LabCmd) -> Result<()> {
+    let verb = match &cmd {
+        LabCmd::Up(_) => Some("up"),
+        LabCmd::Down { .. } => Some("down"),
+        LabCmd::Exec { .. } => Some("exec"),
+        _ => None,
+    };
+    if let Some(verb) = verb
+        && !crate::sys::is_root()
+    {
+        bail!(
+            "`sluice lab {verb}` needs root: it creates and removes network namespaces and interfaces, and enters them; run it with sudo"
+        );
+    }
     match cmd {
         LabCmd::Up(a) => {
             let json = a.json;

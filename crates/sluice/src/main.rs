@@ -248,6 +248,16 @@ enum FibCmd {
     },
 }
 
+/// Parses an `--mtu` value: 68 to 9000 (what the switch accepts), said with the range.
+fn mtu_arg(s: &str) -> Result<u16, String> {
+    let range = sluice_switch::switch_mtu_range();
+    match s.parse::<u32>() {
+        Ok(m) if (*range.start() as u32..=*range.end() as u32).contains(&m) => Ok(m as u16),
+        Ok(m) => Err(format!("MTU {m} is out of range: use {} to {}", range.start(), range.end())),
+        Err(_) => Err(format!("{s:?} is not an MTU: use a number from {} to {}", range.start(), range.end())),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());

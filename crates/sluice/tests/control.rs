@@ -337,3 +337,48 @@ both_datapaths! {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// Mistakes a new user makes get an error that names the fault and what to do (issue 15).
+#[test]
+fn common_mistakes_are_named_with_what_to_do() {
+    if !root() {
+        return;
+    }
+    let err = |o: std::process::Output| {
+        assert!(!o.status.success(), "accepted: {}", String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // An MTU out of range says the range.
+    let e = err(sluice(&["lab", "up", "--name", "nomtu", "--mtu", "70000"]));
+    assert!(e.contains("MTU 70000 is out of range: use 68 to 9000"), "{e}");
+    let e = err(sluice(&["port", "add", "x", "--mtu", "20", "--switch", "none"]));
+    assert!(e.contains("use 68 to 9000"), "{e}");
+    // Lab verbs without root say so (not "no such lab").
+    let as_nobody = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+            .args(args)
+            .env("SLUICE_RUN_DIR", run_dir())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let e = err(as_nobody(&["lab", "down", "--name", "lab"]));
+    assert!(e.contains("needs root") && e.contains("sudo"), "{e}");
+    let e = err(as_nobody(&["lab", "up", "--name", "nobody"]));
+    assert!(e.contains("needs root"), "{e}");
+
+    let lab = Lab::up("oops", &["--guests", "1"]);
+    // A mirror of a port the switch does not have.
+    let e = err(sluice(&["port", "add", &format!("{}-m", lab.name), "--mirror", "nosuch", "--switch", &lab.name]));
+    assert!(e.contains("no port \"nosuch\"") && e.contains("sluice port list"), "{e}");
+    // A static entry for a group address.
+    for (mac, kind) in
+        [("01:00:5e:00:00:01", "multicast"), ("ff:ff:ff:ff:ff:ff", "broadcast"), ("00:00:00:00:00:00", "zero")]
+    {
+        let e = err(sluice(&["fib", "add", mac, &lab.tap(1), "--switch", &lab.name]));
+        assert!(e.contains(kind) && e.contains("unicast"), "{e}");
+    }
+    let fib = sluice_ok(&["fib", "show", "--switch", &lab.name]);
+    assert!(!fib.contains("01:00:5e:00:00:01"), "{fib}");
+}

@@ -219,6 +219,9 @@ pub enum SwitchError {
         /// The port that owns it.
         owner: String,
     },
+    /// A static MAC entry for an address no single station has.
+    #[error("{0} is a {1} address, not one station's: a static entry needs a unicast MAC (the first byte even)")]
+    NotUnicast(MacAddr, &'static str),
     /// A port that already has a mirror, or a mirror of itself.
     #[error("port {port:?} cannot be mirrored to {mirror:?}: {why}")]
     BadMirror {
@@ -715,6 +718,12 @@ impl Switch {
     pub fn add_static_mac(&mut self, vlan: u16, mac: MacAddr, port: &str) -> Result<(), SwitchError> {
         if !(1..=4094).contains(&vlan) {
             return Err(SwitchError::BadVlan(vlan));
+        }
+        if mac.is_zero() {
+            return Err(SwitchError::NotUnicast(mac, "zero"));
+        }
+        if mac.is_multicast() {
+            return Err(SwitchError::NotUnicast(mac, if mac.is_broadcast() { "broadcast" } else { "multicast" }));
         }
         let id = self.port_id(port).ok_or_else(|| SwitchError::NoSuchPort(port.to_string()))?;
         self.fib.add_static(vlan, mac, id);

@@ -160,13 +160,23 @@ impl Server {
                 serde_json::to_value(summary)?
             }
             Request::PortAdd { port } => {
-                let exists = {
+                let (exists, missing) = {
                     let n = port.name.clone();
-                    self.jobs.run(move |dp| dp.switch().port_id(&n).is_some())?
+                    let watched = port.mirror.clone();
+                    self.jobs.run(move |dp| {
+                        let sw = dp.switch();
+                        (sw.port_id(&n).is_some(), watched.into_iter().find(|w| sw.port_id(w).is_none()))
+                    })?
                 };
                 if exists {
                     anyhow::bail!(
                         "a port named {:?} is already attached; choose another name or delete it first",
+                        port.name
+                    );
+                }
+                if let Some(w) = missing {
+                    anyhow::bail!(
+                        "port {:?} cannot mirror {w:?}: the switch has no port {w:?} (`sluice port list` shows its ports); add that port first",
                         port.name
                     );
                 }
