@@ -34,8 +34,13 @@ impl Client {
     pub fn connect(path: &Path) -> Result<Client> {
         let s = UnixStream::connect(path).map_err(|e| {
             let hint = match e.kind() {
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                std::io::ErrorKind::NotFound => {
                     "no switch is listening there; start one with `sluice switch run --config FILE` or `sluice lab up`"
+                }
+                std::io::ErrorKind::ConnectionRefused => {
+                    "the switch that made this socket is gone (killed or crashed, not stopped); start it again \
+                     with `sluice switch run --config FILE` (which removes the stale socket), or remove its lab \
+                     with `sluice lab down`"
                 }
                 std::io::ErrorKind::PermissionDenied => {
                     "the control socket is owner-only: run as the user who started the switch (root)"

@@ -382,3 +382,73 @@ fn common_mistakes_are_named_with_what_to_do() {
     let fib = sluice_ok(&["fib", "show", "--switch", &lab.name]);
     assert!(!fib.contains("01:00:5e:00:00:01"), "{fib}");
 }
+
+/// The control socket (issue 15): a `socket =` path that is not a socket is never removed;
+/// a socket a killed switch left is named as such and replaced by the next start; a request
+/// without end and a crowd of connections are refused while the switch goes on answering.
+#[test]
+fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
+    if !root() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    init();
+    let name = unique("csock");
+    let dir = std::env::temp_dir().join(format!("sluice-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("ctl.sock");
+    let conf = dir.join("s.toml");
+    std::fs::write(&conf, format!("name = \"{name}\"\nsocket = \"{}\"\ndatapath = \"user\"\n", sock.display()))
+        .unwrap();
+
+    // A regular file where the socket should be: refused, and the file is intact.
+    std::fs::write(&sock, b"precious").unwrap();
+    let o = sluice(&["switch", "run", "--config", conf.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("is a regular file, not a control socket"), "{e}");
+    assert_eq!(std::fs::read(&sock).unwrap(), b"precious");
+    std::fs::remove_file(&sock).unwrap();
+
+    // A socket nobody listens on any more (its switch was killed).
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let o = sluice(&["stats", "--socket", sock.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("is gone") && e.contains("sluice switch run"), "{e}");
+    let child = std::process::Command::new(BIN)
+        .args(["switch", "run", "--config", conf.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
+    let stats = || sluice(&["stats", "--socket", sock.to_str().unwrap()]).status.success();
+    assert!(wait_for(10, stats), "the switch did not start over the stale socket");
+
+    // A request line without end: refused, the connection closed.
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let chunk = vec![b'x'; 64 * 1024];
+    for _ in 0..20 {
+        if c.write_all(&chunk).is_err() {
+            break; // (closed once the limit was reached)
+        }
+    }
+    let mut answer = String::new();
+    let _ = std::io::BufReader::new(&c).read_line(&mut answer);
+    assert!(answer.contains("request longer than"), "{answer:?}");
+    drop(c);
+    assert!(stats(), "the switch still answers");
+
+    // More connections than it serves at once: the extra one is told to try again.
+    let held: Vec<_> = (0..32).map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap()).collect();
+    let extra = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    extra.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let mut answer = String::new();
+    let _ = std::io::BufReader::new(&extra).read_line(&mut answer);
+    assert!(answer.contains("already serves 32 control connections"), "{answer:?}");
+    drop(held);
+    assert!(wait_for(10, stats), "the switch answers again once the crowd is gone");
+    sluice_ok(&["switch", "stop", "--socket", sock.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,9 +1,10 @@
 //! The control server: reads JSON requests from the unix socket, runs them on the datapath
 //! thread as jobs, and writes the answers. Every refused request is logged with its reason.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 
 use anyhow::{Context, Result, anyhow};
@@ -103,17 +104,51 @@ pub struct Server {
     pub state_lock: std::sync::Mutex<()>,
 }
 
+/// Control connections served at once; more are told to try again.
+const MAX_CONNS: usize = 32;
+/// The longest request line.
+const MAX_REQUEST: u64 = 1 << 20;
+/// How long a control connection may sit idle.
+const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl Server {
-    /// Serves connections until the process ends; each connection on its own thread.
+    /// Serves connections until the process ends; each connection on its own thread, at
+    /// most [`MAX_CONNS`] at once.
     pub fn serve(self, listener: UnixListener) {
         let me = Arc::new(self);
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut backoff = std::time::Duration::ZERO;
         for conn in listener.incoming() {
             match conn {
-                Ok(stream) => {
-                    let me = me.clone();
-                    let _ = std::thread::Builder::new().name("control-conn".into()).spawn(move || me.handle(stream));
+                Ok(mut stream) => {
+                    backoff = std::time::Duration::ZERO;
+                    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        let _ = stream.write_all(
+                            format!(
+                                "{{\"ok\":false,\"error\":\"the switch already serves {MAX_CONNS} control connections; try again when one ends\"}}\n"
+                            )
+                            .as_bytes(),
+                        );
+                        continue;
+                    }
+                    let (me, mine) = (me.clone(), open.clone());
+                    let spawned = std::thread::Builder::new().name("control-conn".into()).spawn(move || {
+                        me.handle(stream);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
-                Err(e) => warn!("control socket accept failed: {e}"),
+                Err(e) => {
+                    // (Out of descriptors, say: wait before trying again, up to a second, so a
+                    // lasting fault neither spins nor floods the log.)
+                    backoff =
+                        (backoff * 2).clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
+                    warn!("control socket accept failed: {e}; trying again in {} ms", backoff.as_millis());
+                    std::thread::sleep(backoff);
+                }
             }
         }
     }
@@ -123,8 +158,25 @@ impl Server {
             Ok(s) => s,
             Err(_) => return,
         };
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { return };
+        // An idle connection is closed after a while; a request is at most MAX_REQUEST bytes.
+        let _ = stream.set_read_timeout(Some(IDLE));
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut line = String::new();
+            match (&mut reader).take(MAX_REQUEST).read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(n) if n as u64 == MAX_REQUEST && !line.ends_with('\n') => {
+                    let _ = out.write_all(
+                        format!(
+                            "{{\"ok\":false,\"error\":\"request longer than {} KiB; closing the connection\"}}\n",
+                            MAX_REQUEST >> 10
+                        )
+                        .as_bytes(),
+                    );
+                    return;
+                }
+                Ok(_) => {}
+            }
             if line.trim().is_empty() {
                 continue;
             }

@@ -29,7 +29,25 @@ pub fn run(s: Settings) -> Result<()> {
     if let Some(dir) = s.socket.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    if s.socket.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(&s.socket) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if !t.is_socket() {
+            let what = if t.is_symlink() {
+                "a symbolic link"
+            } else if t.is_dir() {
+                "a directory"
+            } else if t.is_file() {
+                "a regular file"
+            } else {
+                "not a socket"
+            };
+            bail!(
+                "{} is {what}, not a control socket; sluice removes only a socket a switch left behind: \
+                 set `socket =` in the config to another path, or move that file away",
+                s.socket.display()
+            );
+        }
         if UnixStream::connect(&s.socket).is_ok() {
             bail!(
                 "switch {:?} is already running (its socket {} answers); stop it first or choose another name",
@@ -37,6 +55,7 @@ pub fn run(s: Settings) -> Result<()> {
                 s.socket.display()
             );
         }
+        info!(socket = %s.socket.display(), "removing the socket a switch that did not stop cleanly left behind");
         std::fs::remove_file(&s.socket).with_context(|| format!("removing stale socket {}", s.socket.display()))?;
     }
 
