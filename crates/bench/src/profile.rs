@@ -91,6 +91,10 @@ pub struct Profile {
     pub name: String,
     /// The groups, in file order; at least one.
     pub groups: Vec<Group>,
+    /// What the profile says that is easy to misread, one line each (`FILE:LINE: …`), for
+    /// the caller to show: a time unit uperf reads otherwise than people do.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// One `<group>`: `count` threads or processes, each running the transactions in order.
@@ -480,7 +484,7 @@ pub fn parse(xml: &str, source: &str, env: &dyn Fn(&str) -> Option<String>) -> R
         message: format!("not well-formed XML: {e}"),
     })?;
     let newlines = text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i).collect();
-    let reader = Reader { source, newlines };
+    let reader = Reader { source, newlines, warnings: Default::default() };
     reader.profile(doc.root_element())
 }
 
@@ -824,6 +828,8 @@ fn rate_from_str(s: &str) -> Option<f64> {
 
 /// Walks the document, turning nodes into the types above or errors that name them.
 struct Reader<'s> {
+    /// Lines for [`Profile::warnings`].
+    warnings: std::cell::RefCell<Vec<String>>,
     source: &'s str,
     /// Byte offsets of the text's newlines, for lines without rescanning.
     newlines: Vec<usize>,
@@ -935,7 +941,7 @@ impl Reader<'_> {
         if groups.is_empty() {
             return Err(self.err(&at, None, "the profile has no <group>; add one, e.g. <group nthreads=\"1\">"));
         }
-        Ok(Profile { name, groups })
+        Ok(Profile { name, groups, warnings: self.warnings.take() })
     }
 
     fn group(&self, node: Node) -> Result<Group, ProfileError> {
@@ -1001,8 +1007,30 @@ impl Reader<'_> {
         Ok(Transaction { repeat, rate, flowops, line: at.line })
     }
 
+    /// A duration as uperf reads it: every unit that starts with `m` is milliseconds
+    /// (`1m`, `1min` too). Such a unit other than `ms` is noted in the warnings.
+    fn uperf_duration(&self, at: &At, attribute: &str, v: &str) -> Result<Duration, String> {
+        let t = v.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let u = unit.to_ascii_lowercase();
+        if u == "ms" || !u.starts_with('m') {
+            return duration_from_str(t);
+        }
+        let d = duration_from_str(&format!("{number}ms"))?;
+        self.warnings.borrow_mut().push(format!(
+            "{}:{}: {} {attribute}=\"{}\": uperf reads every unit that starts with m as milliseconds, so this is {number} ms \
+             (write {number}ms to say so, or seconds for minutes)",
+            self.source,
+            at.line,
+            at.tag,
+            shorten(t)
+        ));
+        Ok(d)
+    }
+
     fn positive_duration(&self, at: &At, attribute: &str, v: &str) -> Result<Duration, ProfileError> {
-        let d = duration_from_str(v).map_err(|m| self.err(at, Some(attribute), m))?;
+        let d = self.uperf_duration(at, attribute, v).map_err(|m| self.err(at, Some(attribute), m))?;
         if d.is_zero() {
             return Err(self.err(at, Some(attribute), format!("\"{}\" is zero; give a positive duration", shorten(v))));
         }
@@ -1110,7 +1138,7 @@ impl Reader<'_> {
                 }
                 "duration" => {
                     let v = need("10ms")?;
-                    let d = duration_from_str(v).map_err(|m| bad(format!("duration: {m}")))?;
+                    let d = self.uperf_duration(&at, "options", v).map_err(|m| bad(format!("duration: {m}")))?;
                     if d.is_zero() || d > MAX_DURATION {
                         let msg = format!(
                             "duration \"{}\" is out of range; give a positive duration up to {}",
@@ -1287,6 +1315,7 @@ mod tests {
                     Transaction { repeat: Repeat::Iterations(1), rate: None, flowops: vec![disconnect], line: 14 },
                 ],
             }],
+            warnings: vec![],
         };
         assert_eq!(p, want);
         assert_eq!(p.conns(), 50);
@@ -1487,6 +1516,28 @@ mod tests {
     }
 
     #[test]
+    fn profile_units_starting_with_m_are_milliseconds_as_uperf_reads_them_and_are_warned_about() {
+        let p = ok(r#"<profile name="m">
+<group nthreads="1">
+<transaction iterations="1"><flowop type="connect" options="remotehost=a"/></transaction>
+<transaction duration="2m"><flowop type="think" options="duration=1min"/></transaction>
+<transaction duration="5ms"><flowop type="think" options="duration=10ms"/></transaction>
+</group>
+</profile>"#);
+        let t = &p.groups[0].transactions;
+        assert_eq!(t[1].repeat, Repeat::Duration(Duration::from_millis(2)));
+        assert_eq!(t[1].flowops[0].think, Some(Duration::from_millis(1)));
+        assert_eq!(t[2].repeat, Repeat::Duration(Duration::from_millis(5)));
+        assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
+        assert!(
+            p.warnings[0].contains(":4:")
+                && p.warnings[0].contains("duration=\"2m\"")
+                && p.warnings[0].contains("2 ms")
+        );
+        assert!(p.warnings[1].contains("\"1min\"") && p.warnings[1].contains("milliseconds"), "{:?}", p.warnings);
+    }
+
+    #[test]
     fn durations_with_every_unit() {
         let cases = [
             ("300", Duration::from_secs(300)),
@@ -1646,7 +1697,7 @@ mod tests {
 </group>
 <group nprocs="2">
 <transaction iterations="1"><flowop type="accept" options="port=5001"/><flowop type="connect"/></transaction>
-<transaction duration="1min"><flowop type="think" options="duration=1s"/></transaction>
+<transaction duration="60s"><flowop type="think" options="duration=1s"/></transaction>
 </group>
 </profile>"#);
         assert_eq!(p.conns(), 5);
@@ -1868,7 +1919,11 @@ mod tests {
             .prop_map(|(count, processes, transactions)| Group { count, processes, transactions, line: 0 });
         let name = "[ -~\t\n\r\u{a0}-\u{d7ff}\u{e000}-\u{fffd}\u{10000}-\u{10ffff}]{1,16}"
             .prop_filter("blank", |s: &String| !s.trim().is_empty());
-        (name, proptest::collection::vec(group, 1..3)).prop_map(|(name, groups)| Profile { name, groups })
+        (name, proptest::collection::vec(group, 1..3)).prop_map(|(name, groups)| Profile {
+            name,
+            groups,
+            warnings: vec![],
+        })
     }
 
     proptest! {

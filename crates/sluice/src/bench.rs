@@ -134,7 +134,11 @@ pub fn load_profile(m: &str, to_host: Option<&str>) -> Result<Profile> {
     let env = |v: &str| std::env::var(v).ok();
     if Path::new(m).exists() {
         let text = std::fs::read_to_string(m).with_context(|| format!("reading {m}"))?;
-        return Ok(parse(&text, m, &env)?);
+        let p = parse(&text, m, &env)?;
+        for w in &p.warnings {
+            eprintln!("sluice: warning: {w}");
+        }
+        return Ok(p);
     }
     let Some(text) = builtin::get(m) else {
         bail!("no profile file {m:?} and no built-in profile of that name; built-ins: {}", builtin::names());

@@ -392,3 +392,32 @@ fn client_side_accept_has_the_server_connect_back() {
     let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", udp.to_str().unwrap()]);
     assert!(!ok && err.contains("TCP only"), "{err}");
 }
+
+/// uperf reads every time unit that starts with m as milliseconds: such profiles run
+/// unchanged, read the same way, with a warning naming the line (issue 15).
+#[test]
+fn a_uperf_profile_with_m_units_runs_as_uperf_reads_it_and_is_warned_about() {
+    let srv = Server::start();
+    let p = write_profile(
+        "m-units.xml",
+        r#"<?xml version="1.0"?>
+<profile name="m-units">
+  <group nthreads="1">
+    <transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=tcp"/></transaction>
+    <transaction duration="1s">
+      <flowop type="write" options="size=100"/>
+      <flowop type="read" options="size=100"/>
+      <flowop type="think" options="duration=1m"/>
+    </transaction>
+    <transaction iterations="1"><flowop type="disconnect"/></transaction>
+  </group>
+</profile>"#,
+    );
+    let (ok, out, err) = bench(&["run", "--to", &srv.to(), "-m", p.to_str().unwrap(), "--json"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("m-units.xml:8:") && err.contains("1 ms") && err.contains("milliseconds"), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let r = &v["results"][0];
+    // A 1 ms think per transaction, not a minute: hundreds of transactions in the second.
+    assert!(r["client"]["transactions"].as_u64().unwrap() > 50, "{r}");
+}
