@@ -105,8 +105,8 @@ struct sluice_neigh_val {
 #define C_TX_BYTES 8
 #define C_TX_GSO 9
 #define C_RX_DROP 10
-#define C_TX_DROP 24
-#define C_COUNT 40
+#define C_TX_DROP 26
+#define C_COUNT 42
 
 #define D_MALFORMED 1
 #define D_VLAN_FILTER 2

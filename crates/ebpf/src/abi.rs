@@ -164,8 +164,8 @@ pub mod c {
     /// Receive drops start here, one per `DropCause::ALL` entry.
     pub const RX_DROP: usize = 10;
     /// Transmit drops start here, one per `DropCause::ALL` entry.
-    pub const TX_DROP: usize = 24;
-    pub const COUNT: usize = 40;
+    pub const TX_DROP: usize = 26;
+    pub const COUNT: usize = 42;
 }
 
 /// `struct sluice_counters`: one port's counters on one CPU.

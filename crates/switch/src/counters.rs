@@ -56,11 +56,16 @@ pub enum DropCause {
     /// (there was no upcall device to send it to, or its port had failed by the time the
     /// core read it).
     UpcallLost,
+    /// A GSO frame the switch will not cut: segments of fewer than
+    /// [`MIN_GSO_SIZE`](crate::MIN_GSO_SIZE) bytes, or more than
+    /// [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) of them (one frame must not cost the
+    /// switch, and the other ports, tens of thousands).
+    GsoLimit,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 14] = [
+    pub const ALL: [DropCause; 15] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -75,6 +80,7 @@ impl DropCause {
         DropCause::NoRoute,
         DropCause::Unresolved,
         DropCause::UpcallLost,
+        DropCause::GsoLimit,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -94,6 +100,7 @@ impl DropCause {
             DropCause::NoRoute => "no_route",
             DropCause::Unresolved => "unresolved",
             DropCause::UpcallLost => "upcall_lost",
+            DropCause::GsoLimit => "gso_limit",
         }
     }
 }
@@ -136,6 +143,9 @@ pub struct DropCounts {
     /// See [`DropCause::UpcallLost`].
     #[serde(default)]
     pub upcall_lost: u64,
+    /// See [`DropCause::GsoLimit`].
+    #[serde(default)]
+    pub gso_limit: u64,
 }
 
 impl DropCounts {
@@ -166,6 +176,7 @@ impl DropCounts {
             DropCause::NoRoute => self.no_route,
             DropCause::Unresolved => self.unresolved,
             DropCause::UpcallLost => self.upcall_lost,
+            DropCause::GsoLimit => self.gso_limit,
         }
     }
 
@@ -185,6 +196,7 @@ impl DropCounts {
             DropCause::NoRoute => &mut self.no_route,
             DropCause::Unresolved => &mut self.unresolved,
             DropCause::UpcallLost => &mut self.upcall_lost,
+            DropCause::GsoLimit => &mut self.gso_limit,
         }
     }
 

@@ -34,7 +34,8 @@ pub use fib::{Fib, FibEntry};
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::{
-    DEFAULT_ROUTER_MAC, Interest, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError,
+    DEFAULT_ROUTER_MAC, Interest, MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortId, PortInfo, PortPolicy, Switch,
+    SwitchConfig, SwitchError,
 };
 pub use vlan::VlanMode;
 

@@ -32,6 +32,16 @@ pub type PortId = u32;
 /// Smallest and largest MTU a port or switch may have (IP packet bytes).
 pub const MTU_RANGE: std::ops::RangeInclusive<u16> = 68..=9000;
 
+/// The smallest segment a GSO frame may ask for (bytes of payload): Linux's floor on the
+/// TCP segment size it sends (`tcp_min_snd_mss`). Below it a frame is dropped as
+/// [`DropCause::GsoLimit`]: a `gso_size` of 1 would make the switch send one frame per byte.
+pub const MIN_GSO_SIZE: u16 = 48;
+
+/// The most segments one GSO frame may be cut into (a 64 KiB frame at the floor is about
+/// 1,400; a BIG TCP frame of 512 KiB at a 1,448-byte segment, 362). More is
+/// [`DropCause::GsoLimit`].
+pub const MAX_GSO_SEGMENTS: usize = 1024;
+
 /// Switch-wide settings.
 #[derive(Clone, Debug)]
 pub struct SwitchConfig {
@@ -1694,10 +1704,16 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
     }
     let frame = &buf[start..start + len];
     let l3_max = if vnet.is_gso() {
-        match gso_max_l3_len(frame, &vnet) {
+        let l3_max = match gso_max_l3_len(frame, &vnet) {
             Ok(l) => l,
             Err(_) => return drop(c, DropCause::Malformed),
+        };
+        // (The headers' length is what the largest segment has beyond its payload.)
+        let payload = (len - ETH_HDR_LEN).saturating_sub(l3_max.saturating_sub(usize::from(vnet.gso_size)));
+        if vnet.gso_size < MIN_GSO_SIZE || payload.div_ceil(usize::from(vnet.gso_size)) > MAX_GSO_SEGMENTS {
+            return drop(c, DropCause::GsoLimit);
         }
+        l3_max
     } else {
         len - ETH_HDR_LEN
     };
