@@ -372,6 +372,7 @@ struct SwitchFile {
     queue_len: Option<Spanned<usize>>,
     batch: Option<Spanned<usize>>,
     mac_table_size: Option<Spanned<usize>>,
+    mac_limit_per_port: Option<Spanned<usize>>,
     poll: Option<bool>,
     datapath: Option<Spanned<String>>,
     datapath_nice: Option<Spanned<i32>>,
@@ -485,6 +486,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         (&f.queue_len, &mut core.queue_len, 65536usize),
         (&f.batch, &mut core.batch, 1024),
         (&f.mac_table_size, &mut core.fib_max, 1 << 20),
+        (&f.mac_limit_per_port, &mut core.port_mac_limit, 1 << 20),
     ] {
         if let Some(v) = field {
             if *v.get_ref() == 0 || *v.get_ref() > max {

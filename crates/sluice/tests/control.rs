@@ -452,3 +452,62 @@ fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
     sluice_ok(&["switch", "stop", "--socket", sock.to_str().unwrap()]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+both_datapaths! {
+    /// One guest sending from many source addresses gets its share of the MAC table and
+    /// no more: the rest are counted on its port, the other guests stay learned, and their
+    /// unicast never reaches it (issue 15).
+    fn a_port_learns_at_most_its_share_of_the_mac_table(dp: Dp) {
+        if !root() {
+            return;
+        }
+        init();
+        let name = unique(if dp == Dp::User { "mlu" } else { "mlk" });
+        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("s.toml");
+        let datapath = if dp == Dp::User { "user" } else { "kernel" };
+        std::fs::write(
+            &conf,
+            format!("name = \"{name}\"\nmac_table_size = 64\nmac_limit_per_port = 4\ndatapath = \"{datapath}\"\n"),
+        )
+        .unwrap();
+        let child = std::process::Command::new(BIN)
+            .args(["switch", "run", "--config", conf.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
+        assert!(wait_for(10, || sluice(&["stats", "--switch", &name]).status.success()), "the switch did not start");
+        let lab = Lab::on(dp, "share", &["--switch", &name, "--guests", "3"]);
+        // The flooder: 100 source addresses.
+        let frames: Vec<Vec<u8>> =
+            (0..100u8).map(|i| frame([0xff; 6], [0x02, 0x77, 0, 0, 1, i], None, 0x88b5, b"many")).collect();
+        send_raw(&lab.ns(1), &lab.tap(1), &frames);
+        let port1 = || -> serde_json::Value {
+            let s: serde_json::Value =
+                serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
+            s["ports"].as_array().unwrap().iter().find(|p| p["name"] == lab.tap(1)).unwrap().clone()
+        };
+        assert!(wait_for(10, || port1()["counters"]["learn_refused"].as_u64().unwrap_or(0) >= 96), "{}", port1());
+        // (Its own address may hold one of its four places.)
+        // The others are learned as ever, and talk without the flooder hearing them.
+        ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(3)));
+        let fib = sluice_ok(&["fib", "show", "--switch", &name]);
+        let m = |g: usize| mac_of(&lab.ns(g), &lab.tap(g)).iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+        assert!(fib.contains(&m(2)) && fib.contains(&m(3)), "{fib}");
+        let on_1 = fib.lines().filter(|l| l.split_whitespace().nth(2) == Some(lab.tap(1).as_str())).count();
+        assert_eq!(on_1, 4, "the flooder's port holds its share, no more: {fib}");
+        let l = listen_raw(&lab.ns(1), &lab.tap(1), 0x88b6, 2.0);
+        let (m2, m3) = (mac_of(&lab.ns(2), &lab.tap(2)), mac_of(&lab.ns(3), &lab.tap(3)));
+        send_raw(&lab.ns(2), &lab.tap(2), &vec![frame(m3, m2, None, 0x88b6, b"private"); 10]);
+        assert!(received(l).is_empty(), "the flooder heard another guest's unicast");
+        let stats: serde_json::Value =
+            serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
+        assert_conserved(&stats);
+        drop(lab);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -260,6 +260,11 @@ pub struct PortCounters {
     /// Times an uplink moved to a backup device.
     #[serde(default)]
     pub failovers: u64,
+    /// Frames from a station the switch did not learn because this port already has
+    /// `mac_limit_per_port` stations behind it (they are still forwarded; frames to them
+    /// are flooded).
+    #[serde(default)]
+    pub learn_refused: u64,
 }
 
 impl PortCounters {
@@ -284,5 +289,6 @@ impl PortCounters {
         self.tx_drops.accumulate(&o.tx_drops);
         self.pauses += o.pauses;
         self.failovers += o.failovers;
+        self.learn_refused += o.learn_refused;
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! Times are milliseconds from an arbitrary origin supplied by the caller; the table
 //! holds no clock. The table is bounded: when full, new stations are not learned (their
-//! frames are flooded) and the refusal is counted.
+//! frames are flooded) and the refusal is counted. So is each port's share: a port may have
+//! at most a given number of learned stations behind it, so one guest that sends from
+//! random source addresses cannot take the table from the others.
 
 use std::collections::HashMap;
 
@@ -32,6 +34,8 @@ pub struct Fib {
     pub full_refusals: u64,
     /// Stations that moved from one port to another.
     pub moves: u64,
+    /// Learned (not static) entries per port.
+    per_port: HashMap<PortId, usize>,
     /// Keys whose port changed (added, moved, removed) since the last
     /// [`Fib::take_changes`], when a kernel datapath follows the table.
     changed: Option<Vec<(u16, MacAddr)>>,
@@ -46,6 +50,7 @@ impl Fib {
             aging_ms,
             full_refusals: 0,
             moves: 0,
+            per_port: HashMap::new(),
             changed: None,
         }
     }
@@ -90,24 +95,63 @@ impl Fib {
 
     /// Records that `mac` on `vlan` was seen on `port` at `now_ms`.
     pub fn learn(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64) {
+        self.learn_limited(vlan, mac, port, now_ms, usize::MAX);
+    }
+
+    /// Records that `mac` on `vlan` was seen on `port` at `now_ms`, unless that would put
+    /// more than `port_limit` learned stations behind `port`. Returns false when the station
+    /// was refused for the port's limit (not for a full table: see `full_refusals`).
+    pub fn learn_limited(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64, port_limit: usize) -> bool {
         if mac.is_multicast() || mac.is_zero() {
-            return;
+            return true;
         }
         let len = self.map.len();
-        match self.map.get_mut(&(vlan, mac)) {
-            Some(e) if e.is_static => {}
-            Some(e) => {
+        let here = self.learned_on(port);
+        let moved_from = match self.map.get_mut(&(vlan, mac)) {
+            Some(e) if e.is_static => return true,
+            Some(e) if e.port == port => {
                 e.last_seen_ms = now_ms;
-                if e.port != port {
-                    self.moves += 1;
-                    e.port = port;
-                    self.note(vlan, mac);
-                }
+                return true;
             }
-            None if len >= self.max_entries => self.full_refusals += 1,
+            Some(_) if here >= port_limit => return false,
+            Some(e) => {
+                let from = e.port;
+                e.port = port;
+                e.last_seen_ms = now_ms;
+                Some(from)
+            }
+            None if len >= self.max_entries => {
+                self.full_refusals += 1;
+                return true;
+            }
+            None if here >= port_limit => return false,
             None => {
                 self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
-                self.note(vlan, mac);
+                None
+            }
+        };
+        if let Some(from) = moved_from {
+            self.moves += 1;
+            self.count(from, false);
+        }
+        self.count(port, true);
+        self.note(vlan, mac);
+        true
+    }
+
+    /// Learned stations behind `port` now.
+    pub fn learned_on(&self, port: PortId) -> usize {
+        self.per_port.get(&port).copied().unwrap_or(0)
+    }
+
+    fn count(&mut self, port: PortId, up: bool) {
+        let n = self.per_port.entry(port).or_insert(0);
+        if up {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_port.remove(&port);
             }
         }
     }
@@ -137,30 +181,42 @@ impl Fib {
 
     /// Adds or replaces a static entry.
     pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
-        self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true });
+        if let Some(old) = self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true })
+            && !old.is_static
+        {
+            self.count(old.port, false);
+        }
         self.note(vlan, mac);
     }
 
     /// Removes an entry (static or learned); true if there was one.
     pub fn remove(&mut self, vlan: u16, mac: MacAddr) -> bool {
-        let had = self.map.remove(&(vlan, mac)).is_some();
-        if had {
-            self.note(vlan, mac);
+        let Some(old) = self.map.remove(&(vlan, mac)) else { return false };
+        if !old.is_static {
+            self.count(old.port, false);
         }
-        had
+        self.note(vlan, mac);
+        true
     }
 
     /// Forgets the entries `drop` picks.
     fn forget(&mut self, drop: impl Fn(&FibEntry) -> bool) {
         let mut gone = Vec::new();
+        let mut freed = Vec::new();
         let tracking = self.changed.is_some();
         self.map.retain(|k, e| {
             let d = drop(e);
             if d && tracking {
                 gone.push(*k);
             }
+            if d && !e.is_static {
+                freed.push(e.port);
+            }
             !d
         });
+        for p in freed {
+            self.count(p, false);
+        }
         if let Some(c) = self.changed.as_mut() {
             c.extend(gone);
         }
@@ -205,6 +261,26 @@ mod tests {
     use super::*;
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+
+    #[test]
+    fn each_port_learns_at_most_its_limit_and_gets_room_back() {
+        let mut f = Fib::new(16, 1000);
+        let m = |i: u8| MacAddr([2, 0, 0, 0, 1, i]);
+        for i in 0..3 {
+            assert!(f.learn_limited(1, m(i), 7, 0, 2) || i == 2);
+        }
+        assert_eq!((f.learned_on(7), f.len()), (2, 2), "the third is refused");
+        assert!(!f.learn_limited(1, m(0), 8, 0, 0), "a move onto a full port is refused too");
+        assert!(f.learn_limited(1, m(0), 8, 10, 2));
+        assert_eq!((f.learned_on(7), f.learned_on(8), f.moves), (1, 1, 1));
+        f.add_static(1, m(1), 8);
+        assert_eq!(f.learned_on(7), 0, "a static entry is no one's share");
+        assert!(f.remove(1, m(0)));
+        assert_eq!(f.learned_on(8), 0);
+        f.learn_limited(1, m(5), 7, 0, 2);
+        f.expire(2000);
+        assert_eq!(f.learned_on(7), 0, "aged entries give their place back");
+    }
 
     #[test]
     fn learns_moves_and_ages() {

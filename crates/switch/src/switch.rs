@@ -57,6 +57,9 @@ pub struct SwitchConfig {
     pub batch: usize,
     /// Maximum MAC table entries (and, in Layer 3 mode, LAN neighbour entries).
     pub fib_max: usize,
+    /// Maximum learned stations behind one port other than an uplink (Layer 2 mode); more
+    /// are not learned, and counted in the port's `learn_refused`.
+    pub port_mac_limit: usize,
     /// Layer 2 or Layer 3 forwarding.
     pub mode: Mode,
     /// Layer 3 mode: the switch's own MAC address on the guests' side (on the uplink it
@@ -76,6 +79,7 @@ impl Default for SwitchConfig {
             queue_len: 256,
             batch: 64,
             fib_max: 8192,
+            port_mac_limit: 1024,
             mode: Mode::L2,
             router_mac: DEFAULT_ROUTER_MAC,
         }
@@ -1071,7 +1075,15 @@ impl Switch {
             self.drop_rx(id, fid, DropCause::SpoofedIp);
             return;
         }
-        self.fib.learn(meta.vlan, src, id, now_ms);
+        let limit = match self.slot(id) {
+            Some(s) if !s.policy.uplink => self.cfg.port_mac_limit,
+            _ => usize::MAX,
+        };
+        if !self.fib.learn_limited(meta.vlan, src, id, now_ms, limit)
+            && let Some(s) = self.slot_mut(id)
+        {
+            s.counters.learn_refused += 1;
+        }
         self.place(id, fid, now_ms);
     }
 
