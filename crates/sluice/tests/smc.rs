@@ -361,3 +361,44 @@ fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
     assert_eq!(st["smc_client"], 0, "{st}");
     assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
 }
+
+/// A program's side door and listener entries: gone when it exits normally; left when a
+/// signal kills it, and then swept by the next `sluice smc run` (issue 15).
+#[test]
+fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_next_launch() {
+    let p = Peers::new("sweep");
+    let smc = p.dir.join("smc");
+    let entries = || -> Vec<String> {
+        ["door", "listen"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(smc.join(d)).into_iter().flatten().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    // A clean exit: one connection served, then the program returns.
+    let port1 = port(35);
+    let (s, out) = p.serve(true, &["serve", &port1, "sink"]);
+    assert!(!entries().is_empty(), "a listening program has a door and an entry");
+    p.run(true, &["connect", "127.0.0.1", &port1, "source:1000"]);
+    let mut s = s;
+    let _ = s.wait();
+    drop(out);
+    assert!(entries().is_empty(), "left at a normal exit: {:?}", entries());
+    // Killed by SIGTERM: nothing of its own runs, its entries stay...
+    let port2 = port(36);
+    let (mut s, _out) = p.serve(true, &["serve", &port2, "sink"]);
+    let pid = s.id().to_string();
+    assert!(entries().iter().any(|e| e.starts_with(&pid) || e.ends_with(&format!(".{pid}"))), "{:?}", entries());
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+    let _ = s.wait();
+    assert!(!entries().is_empty(), "a killed program cannot remove its own entries");
+    // ...until the next program starts under the launcher.
+    let o = std::process::Command::new(BIN)
+        .args(["smc", "run", "--", "true"])
+        .env("SLUICE_RUN_DIR", &p.dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(entries().is_empty(), "not swept: {:?}", entries());
+}

@@ -40,6 +40,24 @@ static FAULT: OnceLock<String> = OnceLock::new();
 unsafe extern "C" {
     fn getenv(name: *const c_char) -> *const c_char;
     fn raise(sig: c_int) -> c_int;
+    fn atexit(f: extern "C" fn()) -> c_int;
+}
+
+/// At a normal exit this process's door and listener entries go with it. (A process a
+/// signal kills leaves them; the next `sluice smc run` sweeps them, and clients pass by
+/// entries of processes that are gone.) A forked child that exits removes only its own.
+extern "C" fn remove_entries_at_exit() {
+    let me = sys::pid();
+    let _ = std::fs::remove_file(registry::door_path(me));
+    // (try_lock: a thread that held the lock when exit began must not hang the exit.)
+    if let Ok(l) = listeners().try_lock() {
+        let mine = format!(".{me}");
+        for (_, path) in l.values() {
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&mine)) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
 }
 
 fn env(name: &CStr) -> Option<String> {
@@ -351,6 +369,11 @@ fn register(fd: c_int) {
     }
     let Some(addr) = sys::sock_addr(fd, false) else { return };
     handshake::start_door();
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // SAFETY: atexit with a function that lives as long as the process.
+    AT_EXIT.call_once(|| unsafe {
+        atexit(remove_entries_at_exit);
+    });
     let Some(path) = registry::register_listener(addr) else { return };
     handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
     listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path));

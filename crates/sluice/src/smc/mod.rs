@@ -234,6 +234,7 @@ fn run(a: RunArgs) -> Result<()> {
             bail!("cannot run {program}: {err}")
         }
     };
+    sweep_stale();
     let (r_default, t_default) = sluice_smc::size::host_defaults();
     let settings = format!("r={},t={}", a.rmem.unwrap_or(r_default), a.tmem.unwrap_or(t_default));
     if let Some(path) = which(program)
@@ -255,6 +256,35 @@ fn run(a: RunArgs) -> Result<()> {
     };
     let err = Command::new(program).args(&a.cmd[1..]).env("LD_PRELOAD", preload).env("SLUICE_SMC", settings).exec();
     bail!("cannot run {program}: {err}")
+}
+
+/// Removes the side doors (`door/PID.sock`) and listener entries (`listen/ADDR_PORT.NETNS.PID`) of
+/// processes that are gone — killed by a signal, they could not remove their own: this
+/// user's, or anyone's when root (the directories are sticky). Looks at most at 4,096
+/// entries of each directory, never follows a link.
+fn sweep_stale() {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let smc = paths::run_dir().join("smc");
+    let pid_of = |sub: &str, name: &str| -> Option<u32> {
+        match sub {
+            "door" => name.strip_suffix(".sock")?.parse().ok(),
+            _ => name.rsplit('.').next()?.parse().ok(),
+        }
+    };
+    for sub in ["door", "listen"] {
+        for e in std::fs::read_dir(smc.join(sub)).into_iter().flatten().flatten().take(4096) {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
+            if m.is_dir() || (me != 0 && std::os::unix::fs::MetadataExt::uid(&m) != me) {
+                continue;
+            }
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|n| pid_of(sub, n)) else { continue };
+            if pid != 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// The file `program` names, as the shell would find it.
