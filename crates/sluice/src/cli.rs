@@ -172,7 +172,7 @@ pub fn switch_list(json: bool) -> Result<()> {
 pub fn switch_stop(target: &Target) -> Result<()> {
     let mut c = Client::for_target(target)?;
     let s: SwitchSummary = c.call(&Request::Hello)?;
-    c.call_value(&Request::Shutdown)?;
+    c.call_final(&Request::Shutdown)?;
     // Wait until the daemon has gone (its socket stops answering).
     let path = client::resolve(target)?;
     for _ in 0..100 {
@@ -188,7 +188,7 @@ pub fn switch_stop(target: &Target) -> Result<()> {
 pub fn switch_restart(target: &Target) -> Result<()> {
     let mut c = Client::for_target(target)?;
     let before: SwitchSummary = c.call(&Request::Hello)?;
-    c.call_value(&Request::Restart)?;
+    c.call_final(&Request::Restart)?;
     drop(c);
     // Wait for the daemon to answer again (the same process, started anew).
     let path = client::resolve(target)?;
