@@ -164,21 +164,74 @@ fn the_demo_runs_end_to_end_and_leaves_nothing() {
     assert!(!sh_ok("ip netns list").contains(&format!("sluice-{name}-")), "the demo's namespaces are gone");
 }
 
-/// A switch daemon run from a config file, stopped (and its namespace removed) on drop.
+/// A switch daemon run from a config file, stopped on drop (and the namespace and
+/// directory the test made for it removed).
 struct Daemon {
     child: std::process::Child,
-    ns: String,
-    name: String,
+    /// How the CLI reaches it: `--switch NAME` or `--socket PATH`.
+    target: [String; 2],
+    log: std::path::PathBuf,
+    ns: Option<String>,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Daemon {
+    /// `sluice switch run --config CONF`, its log in `log`, reached by `target`.
+    fn spawn(conf: &std::path::Path, log: &std::path::Path, target: [&str; 2]) -> Daemon {
+        init(); // (the switch must use the tests' run directory)
+        let child = std::process::Command::new(BIN)
+            .args(["switch", "run", "--config", conf.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, target: target.map(String::from), log: log.into(), ns: None, dir: None }
+    }
+
+    /// Switch `name` on datapath `dp`, run from a config of `body` (after its name and
+    /// datapath) in a directory of its own; returns once it answers.
+    fn from_config(dp: Dp, name: &str, body: &str) -> Daemon {
+        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("s.toml");
+        let datapath = if dp == Dp::User { "user" } else { "kernel" };
+        std::fs::write(&conf, format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{body}")).unwrap();
+        let mut d = Daemon::spawn(&conf, &dir.join("switch.log"), ["--switch", name]);
+        d.dir = Some(dir);
+        assert!(d.answers(), "the switch did not start: {}", d.log());
+        d
+    }
+
+    /// Waits until it answers (at most 10 s).
+    fn answers(&self) -> bool {
+        wait_for(10, || sluice(&["stats", &self.target[0], &self.target[1]]).status.success())
+    }
+
+    /// What it logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `sluice stats --json` of it.
+    fn stats(&self) -> serde_json::Value {
+        serde_json::from_str(&sluice_ok(&["stats", "--json", &self.target[0], &self.target[1]])).unwrap()
+    }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         // A clean stop removes a kernel datapath's pins; the kill is for a daemon that hangs.
-        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
+        let _ = sluice(&["switch", "stop", &self.target[0], &self.target[1]]);
         wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::process::Command::new("ip").args(["netns", "del", &self.ns]).output();
+        if let Some(ns) = &self.ns {
+            let _ = std::process::Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -196,13 +249,8 @@ fn grants_decide_which_vlans_a_port_may_join() {
     .unwrap();
     let ns = format!("sluice-{name}-ns");
     sh_ok(&format!("ip netns add {ns}"));
-    let child = std::process::Command::new(BIN)
-        .args(["switch", "run", "--config", conf.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _d = Daemon { child, ns: ns.clone(), name: name.clone() };
+    let mut d = Daemon::spawn(&conf, &run_dir().join(format!("{name}.log")), ["--switch", &name]);
+    d.ns = Some(ns.clone());
     assert!(wait_for(10, || run_dir().join(format!("{name}.sock")).exists()));
     let (a, b) = (format!("{name}-a"), format!("{name}-b"));
 
@@ -288,27 +336,8 @@ both_datapaths! {
         if !root() {
             return;
         }
-        init(); // (the switch started here must use the tests' run directory)
         let name = unique(if dp == Dp::User { "mfu" } else { "mfk" });
-        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("s.toml");
-        let datapath = if dp == Dp::User { "user" } else { "kernel" };
-        std::fs::write(&conf, format!("name = \"{name}\"\nmac_table_size = 4\ndatapath = \"{datapath}\"\n")).unwrap();
-        let log = dir.join("switch.log");
-        let child = std::process::Command::new(BIN)
-            .args(["switch", "run", "--config", conf.to_str().unwrap()])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
-        assert!(
-            wait_for(10, || sluice(&["stats", "--switch", &name]).status.success()),
-            "the switch did not start: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        let d = Daemon::from_config(dp, &name, "mac_table_size = 4\n");
         let lab = Lab::on(dp, "full", &["--switch", &name, "--guests", "2"]);
         ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
         // Twelve stations that do not exist, from guest 1: the table has room for two.
@@ -320,21 +349,15 @@ both_datapaths! {
         };
         assert!(wait_for(10, || fib()["summary"]["full_refusals"].as_u64().unwrap_or(0) >= 10), "{}", fib());
         assert_eq!(fib()["summary"]["entries"], 4, "{}", fib());
-        assert!(
-            wait_for(10, || std::fs::read_to_string(&log).unwrap_or_default().contains("the MAC table is full (4 entries)")),
-            "no log line: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        assert!(wait_for(10, || d.log().contains("the MAC table is full (4 entries)")), "no log line: {}", d.log());
         // The guests, learned before, still reach each other.
         ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
-        let stats: serde_json::Value =
-            serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
+        let stats = d.stats();
         if dp == Dp::Kernel {
             assert_eq!(stats["kernel"]["map_updates_failed"], 0, "the kernel's table is as large as the core's");
         }
         assert_conserved(&stats);
         drop(lab);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
@@ -414,16 +437,9 @@ fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
     let o = sluice(&["stats", "--socket", sock.to_str().unwrap()]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("is gone") && e.contains("sluice switch run"), "{e}");
-    let child = std::process::Command::new(BIN)
-        .args(["switch", "run", "--config", conf.to_str().unwrap()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
-    let stats = || sluice(&["stats", "--socket", sock.to_str().unwrap()]).status.success();
-    assert!(wait_for(10, stats), "the switch did not start over the stale socket");
+    let mut d = Daemon::spawn(&conf, &dir.join("switch.log"), ["--socket", sock.to_str().unwrap()]);
+    d.dir = Some(dir.clone());
+    assert!(d.answers(), "the switch did not start over the stale socket");
 
     // A request line without end: refused, the connection closed.
     let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
@@ -438,7 +454,7 @@ fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
     let _ = std::io::BufReader::new(&c).read_line(&mut answer);
     assert!(answer.contains("request longer than"), "{answer:?}");
     drop(c);
-    assert!(stats(), "the switch still answers");
+    assert!(sluice(&["stats", "--socket", sock.to_str().unwrap()]).status.success(), "the switch still answers");
 
     // More connections than it serves at once: the extra one is told to try again.
     let held: Vec<_> = (0..32).map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap()).collect();
@@ -448,9 +464,8 @@ fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
     let _ = std::io::BufReader::new(&extra).read_line(&mut answer);
     assert!(answer.contains("already serves 32 control connections"), "{answer:?}");
     drop(held);
-    assert!(wait_for(10, stats), "the switch answers again once the crowd is gone");
+    assert!(d.answers(), "the switch answers again once the crowd is gone");
     sluice_ok(&["switch", "stop", "--socket", sock.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 both_datapaths! {
@@ -461,35 +476,15 @@ both_datapaths! {
         if !root() {
             return;
         }
-        init();
         let name = unique(if dp == Dp::User { "mlu" } else { "mlk" });
-        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("s.toml");
-        let datapath = if dp == Dp::User { "user" } else { "kernel" };
-        std::fs::write(
-            &conf,
-            format!("name = \"{name}\"\nmac_table_size = 64\nmac_limit_per_port = 4\ndatapath = \"{datapath}\"\n"),
-        )
-        .unwrap();
-        let child = std::process::Command::new(BIN)
-            .args(["switch", "run", "--config", conf.to_str().unwrap()])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let _d = Daemon { child, ns: format!("sluice-{name}-none"), name: name.clone() };
-        assert!(wait_for(10, || sluice(&["stats", "--switch", &name]).status.success()), "the switch did not start");
+        let d = Daemon::from_config(dp, &name, "mac_table_size = 64\nmac_limit_per_port = 4\n");
         let lab = Lab::on(dp, "share", &["--switch", &name, "--guests", "3"]);
         // The flooder: 100 source addresses.
         let frames: Vec<Vec<u8>> =
             (0..100u8).map(|i| frame([0xff; 6], [0x02, 0x77, 0, 0, 1, i], None, 0x88b5, b"many")).collect();
         send_raw(&lab.ns(1), &lab.tap(1), &frames);
         let port1 = || -> serde_json::Value {
-            let s: serde_json::Value =
-                serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
-            s["ports"].as_array().unwrap().iter().find(|p| p["name"] == lab.tap(1)).unwrap().clone()
+            d.stats()["ports"].as_array().unwrap().iter().find(|p| p["name"] == lab.tap(1)).unwrap().clone()
         };
         assert!(wait_for(10, || port1()["counters"]["learn_refused"].as_u64().unwrap_or(0) >= 96), "{}", port1());
         // (Its own address may hold one of its four places.)
@@ -504,10 +499,7 @@ both_datapaths! {
         let (m2, m3) = (mac_of(&lab.ns(2), &lab.tap(2)), mac_of(&lab.ns(3), &lab.tap(3)));
         send_raw(&lab.ns(2), &lab.tap(2), &vec![frame(m3, m2, None, 0x88b6, b"private"); 10]);
         assert!(received(l).is_empty(), "the flooder heard another guest's unicast");
-        let stats: serde_json::Value =
-            serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
-        assert_conserved(&stats);
+        assert_conserved(&d.stats());
         drop(lab);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -39,12 +39,7 @@ both_datapaths! {
             ns_sh(&lan.up_ns, &format!("ip link show {}", lan.port)).status.success(),
             "deleting the port left the interface"
         );
-        sluice_ok(&["stats", "reset", "--switch", &lab.name]);
-        transfer_100mb(&lab, &lan, 5002);
-        let up = lab.port(&lan.port);
-        assert!(up["counters"]["tx_segmented"].as_u64().unwrap() > 0, "segmented in software: {up}");
-        assert_eq!(up["counters"]["tx_gso"], 0, "{up}");
-        assert_conserved(&lab.stats());
+        transfer_cut_for_the_uplink(&lab, &lan, 5002);
     }
 }
 

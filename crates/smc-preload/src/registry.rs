@@ -45,7 +45,7 @@ fn key(ip: IpAddr) -> String {
 
 /// The side door of process `pid`.
 pub fn door_path(pid: u32) -> PathBuf {
-    dir("door").join(format!("{pid}.sock"))
+    dir("door").join(access::door_name(pid))
 }
 
 /// Creates `path` new with `content`. A leftover of ours (a process that had our pid)
@@ -71,7 +71,8 @@ pub fn create_entry(path: &Path, content: &[u8]) -> Option<()> {
 /// Announces a listener on `addr`; returns the entry to remove when it closes.
 pub fn register_listener(addr: SocketAddr) -> Option<PathBuf> {
     policy()?;
-    let p = dir("listen").join(format!("{}_{}.{}.{}", key(addr.ip()), addr.port(), sys::netns_inode(), sys::pid()));
+    let addr_port = format!("{}_{}", key(addr.ip()), addr.port());
+    let p = dir("listen").join(access::listener_name(&addr_port, sys::netns_inode(), sys::pid()));
     create_entry(&p, b"")?;
     Some(p)
 }
@@ -94,22 +95,19 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     }
     let Ok(rd) = std::fs::read_dir(dir("listen")) else { return Vec::new() };
     let port = dst.port();
-    let mut keys = vec![format!("{}_{port}.", key(dst.ip()))];
+    let mut keys = vec![format!("{}_{port}", key(dst.ip()))];
     if dst.is_ipv4() {
-        keys.push(format!("any4_{port}."));
+        keys.push(format!("any4_{port}"));
     }
     // A dual-stack IPv6 wildcard listener also takes IPv4 connections.
-    keys.push(format!("any6_{port}."));
+    keys.push(format!("any6_{port}"));
     let mut out: Vec<Entry> = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(k) = keys.iter().find(|k| name.starts_with(k.as_str())) else { continue };
-        let mut rest = name[k.len()..].split('.');
-        let (Some(netns), Some(pid)) =
-            (rest.next().and_then(|x| x.parse().ok()), rest.next().and_then(|x| x.parse().ok()))
-        else {
+        let Some((addr_port, netns, pid)) = access::parse_listener_name(&name) else { continue };
+        if !keys.iter().any(|k| k == addr_port) {
             continue;
-        };
+        }
         let Ok(m) = e.path().symlink_metadata() else { continue };
         if !m.file_type().is_file() {
             continue;

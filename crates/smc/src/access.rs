@@ -23,6 +23,33 @@ pub const ENTRY_MODE: u32 = 0o644;
 /// The group that may use the fast path when `sluice smc setup` is not told another.
 pub const DEFAULT_GROUP: &str = "sluice";
 
+/// The name of process `pid`'s side door in `door/`.
+pub fn door_name(pid: u32) -> String {
+    format!("{pid}.sock")
+}
+
+/// The name of a listener entry in `listen/`: `ADDR_PORT.NETNS.PID`, where `ADDR_PORT`
+/// names the address listened on and NETNS is its network namespace's inode.
+pub fn listener_name(addr_port: &str, netns: u64, pid: u32) -> String {
+    format!("{addr_port}.{netns}.{pid}")
+}
+
+/// A listener entry's name read back: (`ADDR_PORT`, netns, pid).
+pub fn parse_listener_name(name: &str) -> Option<(&str, u64, u32)> {
+    let (rest, pid) = name.rsplit_once('.')?;
+    let (addr_port, netns) = rest.rsplit_once('.')?;
+    Some((addr_port, netns.parse().ok()?, pid.parse().ok()?))
+}
+
+/// The process an entry of `door/` or `listen/` (`dir`) belongs to.
+pub fn entry_pid(dir: &str, name: &str) -> Option<u32> {
+    match dir {
+        "door" => name.strip_suffix(".sock")?.parse().ok(),
+        "listen" => parse_listener_name(name).map(|(_, _, pid)| pid),
+        _ => None,
+    }
+}
+
 /// A user as the kernel reports it (`SO_PEERCRED` and `SO_PEERGROUPS`, or the process's own).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
@@ -116,6 +143,16 @@ impl Policy {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn entry_names_read_back() {
+        let l = super::listener_name("10.77.0.1_5201", 4026531840, 42);
+        assert_eq!(super::parse_listener_name(&l), Some(("10.77.0.1_5201", 4026531840, 42)));
+        assert_eq!(super::entry_pid("listen", &l), Some(42));
+        assert_eq!(super::entry_pid("door", &super::door_name(7)), Some(7));
+        assert_eq!(super::entry_pid("door", "x.sock"), None);
+        assert_eq!(super::parse_listener_name("fd77--1_80"), None);
+    }
+
     use super::*;
 
     fn user(uid: u32, gid: u32, groups: &[u32]) -> Cred {

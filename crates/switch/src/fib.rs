@@ -106,14 +106,17 @@ impl Fib {
             return true;
         }
         let len = self.map.len();
-        let here = self.learned_on(port);
+        // (Looked up only for a new or moving station: a known one, the common case, costs
+        // the one table lookup it always did.)
+        let per_port = &self.per_port;
+        let port_full = || per_port.get(&port).copied().unwrap_or(0) >= port_limit;
         let moved_from = match self.map.get_mut(&(vlan, mac)) {
             Some(e) if e.is_static => return true,
             Some(e) if e.port == port => {
                 e.last_seen_ms = now_ms;
                 return true;
             }
-            Some(_) if here >= port_limit => return false,
+            Some(_) if port_full() => return false,
             Some(e) => {
                 let from = e.port;
                 e.port = port;
@@ -124,7 +127,7 @@ impl Fib {
                 self.full_refusals += 1;
                 return true;
             }
-            None if here >= port_limit => return false,
+            None if port_full() => return false,
             None => {
                 self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
                 None

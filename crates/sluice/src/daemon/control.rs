@@ -104,6 +104,15 @@ pub struct Server {
     pub state_lock: std::sync::Mutex<()>,
 }
 
+/// Writes a refusal on a connection about to be closed.
+fn refuse(s: &mut UnixStream, error: String) {
+    let r = Response { ok: false, error: Some(error), data: None };
+    if let Ok(mut text) = serde_json::to_string(&r) {
+        text.push('\n');
+        let _ = s.write_all(text.as_bytes());
+    }
+}
+
 /// Control connections served at once; more are told to try again.
 const MAX_CONNS: usize = 32;
 /// The longest request line.
@@ -124,11 +133,11 @@ impl Server {
                     backoff = std::time::Duration::ZERO;
                     if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
                         open.fetch_sub(1, Ordering::AcqRel);
-                        let _ = stream.write_all(
+                        refuse(
+                            &mut stream,
                             format!(
-                                "{{\"ok\":false,\"error\":\"the switch already serves {MAX_CONNS} control connections; try again when one ends\"}}\n"
-                            )
-                            .as_bytes(),
+                                "the switch already serves {MAX_CONNS} control connections; try again when one ends"
+                            ),
                         );
                         continue;
                     }
@@ -166,13 +175,7 @@ impl Server {
             match (&mut reader).take(MAX_REQUEST).read_line(&mut line) {
                 Ok(0) | Err(_) => return,
                 Ok(n) if n as u64 == MAX_REQUEST && !line.ends_with('\n') => {
-                    let _ = out.write_all(
-                        format!(
-                            "{{\"ok\":false,\"error\":\"request longer than {} KiB; closing the connection\"}}\n",
-                            MAX_REQUEST >> 10
-                        )
-                        .as_bytes(),
-                    );
+                    refuse(&mut out, format!("request longer than {} KiB; closing the connection", MAX_REQUEST >> 10));
                     return;
                 }
                 Ok(_) => {}

@@ -266,12 +266,6 @@ fn sweep_stale() {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let smc = paths::run_dir().join("smc");
-    let pid_of = |sub: &str, name: &str| -> Option<u32> {
-        match sub {
-            "door" => name.strip_suffix(".sock")?.parse().ok(),
-            _ => name.rsplit('.').next()?.parse().ok(),
-        }
-    };
     for sub in ["door", "listen"] {
         for e in std::fs::read_dir(smc.join(sub)).into_iter().flatten().flatten().take(4096) {
             let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
@@ -279,7 +273,7 @@ fn sweep_stale() {
                 continue;
             }
             let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(|n| pid_of(sub, n)) else { continue };
+            let Some(pid) = name.to_str().and_then(|n| sluice_smc::access::entry_pid(sub, n)) else { continue };
             if pid != 0 && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 let _ = std::fs::remove_file(e.path());
             }

@@ -423,6 +423,17 @@ impl Lan {
     }
 }
 
+/// With the uplink's offloads off: 100 MB from guest 1 to the LAN (TCP `port`), the
+/// guest's GSO frames cut by the switch for the uplink, and the counters conserving.
+pub fn transfer_cut_for_the_uplink(lab: &Lab, lan: &Lan, port: u16) {
+    sluice_ok(&["stats", "reset", "--switch", &lab.name]);
+    transfer_100mb(lab, lan, port);
+    let up = lab.port(&lan.port);
+    assert!(up["counters"]["tx_segmented"].as_u64().unwrap() > 0, "segmented in software: {up}");
+    assert_eq!(up["counters"]["tx_gso"], 0, "{up}");
+    assert_conserved(&lab.stats());
+}
+
 /// Sends 100 MB of random bytes from guest g1 to the LAN host with nc and checks their
 /// sha256 there.
 pub fn transfer_100mb(lab: &Lab, lan: &Lan, port: u16) {
