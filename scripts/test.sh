@@ -32,3 +32,7 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo test (release)"
 cargo test --workspace --release
+# Every parser that faces the outside, 20 s per target (skipped, and said so, without a
+# nightly toolchain); the long runs are in docs/results/*-fuzz.md.
+echo "== fuzz (20 s per target)"
+bash scripts/fuzz.sh --time 20

@@ -214,7 +214,7 @@ impl PortSpec {
 
     /// Checks the description and returns its VLAN membership.
     pub fn validate(&self) -> Result<VlanMode, String> {
-        crate::sys::tun::check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
         self.policy()?;
         if self.kind == PortKind::Veth && self.netns.is_some() {
             return Err(format!(
@@ -230,7 +230,7 @@ impl PortSpec {
                 return Err(format!("port {:?}: at most two backups (three devices in all)", self.name));
             }
             for b in &self.backups {
-                crate::sys::tun::check_ifname(b).map_err(|e| format!("port {:?}: backup {e}", self.name))?;
+                check_ifname(b).map_err(|e| format!("port {:?}: backup {e}", self.name))?;
                 if *b == self.name || self.backups.iter().filter(|x| *x == b).count() > 1 {
                     return Err(format!("port {:?}: backup {b:?} is listed twice", self.name));
                 }
@@ -414,6 +414,17 @@ pub struct Settings {
     pub macs: Vec<(u16, MacAddr, String)>,
     /// VLAN grants, when enforced (`grants = true`); `None`: any port may join any VLAN.
     pub grants: Option<Grants>,
+}
+
+/// Checks an interface name the way the kernel will (IFNAMSIZ is 16 with the NUL).
+pub fn check_ifname(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() >= 16 {
+        return Err(format!("interface name {name:?} must be 1 to 15 bytes long"));
+    }
+    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        return Err(format!("interface name {name:?} may not contain '/', ':' or spaces"));
+    }
+    Ok(())
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.

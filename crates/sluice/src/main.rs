@@ -3,16 +3,16 @@
 mod bench;
 mod cli;
 mod client;
-mod config;
 mod daemon;
 mod demo;
 mod lab;
-mod paths;
 mod port;
-mod proto;
 mod smc;
 mod study;
 mod sys;
+
+// The parts that read what the outside writes, in the library (fuzzed from fuzz/).
+use sluice::{config, paths, proto};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,6 +1,8 @@
 //! The control protocol: one JSON object per line over the switch's unix socket, one
 //! response line per request. The `--json` outputs of the CLI are these responses' data.
 
+use std::io::{BufRead, Read};
+
 use serde::{Deserialize, Serialize};
 use sluice_switch::PortCounters;
 use sluice_switch::port::DeviceDrops;
@@ -82,6 +84,41 @@ pub enum Request {
     /// Answered with the grants:
     /// `{"enforced": bool, "grants": {port: [vlans]}, "promiscuous": [ports]}`.
     GrantList,
+}
+
+/// The longest request line the daemon reads.
+pub const MAX_REQUEST: usize = 1 << 20;
+
+/// What the daemon takes from a control connection in one read.
+#[derive(Debug)]
+pub enum Incoming {
+    /// The connection ended (or failed, or sat idle past its timeout).
+    End,
+    /// A line longer than the limit: the connection is refused and closed.
+    TooLong,
+    /// A line that is not a request, with why (it is answered, the connection stays).
+    Malformed(String),
+    /// A request.
+    Request(Request),
+}
+
+/// Reads the next request line (blank lines are skipped), reading at most `max` bytes of it.
+pub fn read_request(r: &mut impl BufRead, max: usize) -> Incoming {
+    loop {
+        let mut line = Vec::new();
+        match r.by_ref().take(max as u64).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return Incoming::End,
+            Ok(n) if n == max && line.last() != Some(&b'\n') => return Incoming::TooLong,
+            Ok(_) => {}
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        return match serde_json::from_slice::<Request>(&line) {
+            Ok(req) => Incoming::Request(req),
+            Err(e) => Incoming::Malformed(format!("malformed request: {e}")),
+        };
+    }
 }
 
 /// The daemon's answer.

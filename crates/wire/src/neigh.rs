@@ -77,7 +77,8 @@ fn ethertype(f: &[u8]) -> Option<u16> {
 
 /// Reads an address-resolution message from an untagged Ethernet frame. `None` for every
 /// other frame, and for ARP or ND messages this module does not use (other hardware or
-/// protocol types, other ICMPv6 types, hop limit other than 255, extension headers).
+/// protocol types, other ICMPv6 types, hop limit other than 255, extension headers, a
+/// checksum that does not verify).
 pub fn parse_neigh(f: &[u8]) -> Option<Neigh> {
     match ethertype(f)? {
         ETHERTYPE_ARP => {
@@ -103,6 +104,11 @@ pub fn parse_neigh(f: &[u8]) -> Option<Neigh> {
             let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
             let icmp = f.get(ETH_HDR_LEN + 40..ETH_HDR_LEN + 40 + payload)?;
             if icmp.len() < 24 || icmp[1] != 0 {
+                return None;
+            }
+            // A message whose checksum does not verify is not read (RFC 4861, 7.1.1).
+            let (src, dst) = (ip[8..24].try_into().ok()?, ip[24..40].try_into().ok()?);
+            if checksum::fold(checksum::sum(icmp, checksum::pseudo_v6(src, dst, ICMPV6, icmp.len() as u32))) != 0 {
                 return None;
             }
             let target = v6_at(icmp, 8)?;
@@ -279,6 +285,11 @@ mod tests {
         let n = write_nd(&mut buf, A, B, &m).unwrap();
         assert_eq!(parse_neigh(&buf[..n]), Some(Neigh::Advert { target, lla: Some(B) }));
         assert_eq!(buf[58], 0x60);
+        // A forged message whose checksum does not verify is not read (a host drops it).
+        buf[60] ^= 1;
+        assert_eq!(parse_neigh(&buf[..n]), None);
+        buf[60] ^= 1;
+        assert_eq!(parse_neigh(&buf[..n]), Some(Neigh::Advert { target, lla: Some(B) }));
         // A hop limit other than 255 is not neighbour discovery (RFC 4861 section 7.1).
         buf[21] = 64;
         assert_eq!(parse_neigh(&buf[..n]), None);

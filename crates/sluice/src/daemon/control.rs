@@ -1,7 +1,7 @@
 //! The control server: reads JSON requests from the unix socket, runs them on the datapath
 //! thread as jobs, and writes the answers. Every refused request is logged with its reason.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -115,8 +115,6 @@ fn refuse(s: &mut UnixStream, error: String) {
 
 /// Control connections served at once; more are told to try again.
 const MAX_CONNS: usize = 32;
-/// The longest request line.
-const MAX_REQUEST: u64 = 1 << 20;
 /// How long a control connection may sit idle.
 const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
@@ -171,20 +169,14 @@ impl Server {
         let _ = stream.set_read_timeout(Some(IDLE));
         let mut reader = BufReader::new(stream);
         loop {
-            let mut line = String::new();
-            match (&mut reader).take(MAX_REQUEST).read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(n) if n as u64 == MAX_REQUEST && !line.ends_with('\n') => {
+            let resp = match read_request(&mut reader, MAX_REQUEST) {
+                Incoming::End => return,
+                Incoming::TooLong => {
                     refuse(&mut out, format!("request longer than {} KiB; closing the connection", MAX_REQUEST >> 10));
                     return;
                 }
-                Ok(_) => {}
-            }
-            if line.trim().is_empty() {
-                continue;
-            }
-            let resp = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => {
+                Incoming::Malformed(why) => Response { ok: false, error: Some(why), data: None },
+                Incoming::Request(req) => {
                     debug!(?req, "control request");
                     let what = format!("{req:?}");
                     match self.execute(req) {
@@ -196,7 +188,6 @@ impl Server {
                         }
                     }
                 }
-                Err(e) => Response { ok: false, error: Some(format!("malformed request: {e}")), data: None },
             };
             let mut text = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
             text.push('\n');

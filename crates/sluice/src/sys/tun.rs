@@ -66,16 +66,7 @@ pub fn link_mac(sock: RawFd, name: &str) -> io::Result<[u8; 6]> {
     Ok(mac)
 }
 
-/// Checks an interface name the way the kernel will.
-pub fn check_ifname(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-        return Err(format!("interface name {name:?} must be 1 to 15 bytes long"));
-    }
-    if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("interface name {name:?} may not contain '/', ':' or spaces"));
-    }
-    Ok(())
-}
+pub use crate::config::check_ifname;
 
 /// A TAP device opened by sluice.
 pub struct Tap {

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs sluice's fuzz targets (fuzz/fuzz_targets) with libFuzzer, each for a while.
+#
+#   scripts/fuzz.sh [--time SECONDS | --runs N] [TARGET...]
+#
+#   --time S   run each target S seconds (default 20; the test command uses this)
+#   --runs N   run each target N executions instead (the long runs in docs/results)
+#   TARGET     frame profile smc switch neigh config control (default: all)
+#
+# Needs the nightly toolchain (libFuzzer's coverage instrumentation); without one it says
+# so and does nothing: the fuzz runs are skipped, the rest of the suite is not. cargo-fuzz
+# is not needed: the targets are built here with the same instrumentation flags. `smc`,
+# whose code under test reads shared memory with unsafe code, runs under
+# AddressSanitizer; the others drive safe Rust (overflow checks and debug assertions on).
+#
+# Each target's corpus grows in fuzz/corpus/TARGET (seeded from fuzz/seeds/TARGET). A
+# crash stops the run: its input is saved in fuzz/artifacts/TARGET/ and the command that
+# replays it is printed. Ends with one line per target: executions, coverage, corpus size.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+ALL=(frame profile smc switch neigh config control)
+mode=time
+amount=20
+targets=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --time) mode=time; amount="${2:?--time needs seconds}"; shift 2 ;;
+        --runs) mode=runs; amount="${2:?--runs needs a count}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *)
+            if [[ " ${ALL[*]} " != *" $1 "* ]]; then
+                echo "fuzz.sh: no target $1; the targets are: ${ALL[*]}" >&2
+                exit 2
+            fi
+            targets+=("$1"); shift ;;
+    esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
+
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "fuzz: SKIPPED: no nightly toolchain (\`rustup toolchain install nightly\` enables the fuzz runs)"
+    exit 0
+fi
+
+TRIPLE="$(rustc -vV | sed -n 's/^host: //p')"
+# The instrumentation cargo-fuzz uses for libFuzzer.
+COVERAGE="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks \
+-Cforce-frame-pointers"
+
+want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
+plain=()
+for t in "${targets[@]}"; do [ "$t" = smc ] || plain+=(--bin "$t"); done
+if [ ${#plain[@]} -gt 0 ]; then
+    echo "fuzz: building ${plain[*]//--bin /} (coverage, overflow checks)"
+    RUSTFLAGS="$COVERAGE" cargo +nightly build --quiet --release --target "$TRIPLE" \
+        --target-dir target/plain "${plain[@]}"
+fi
+if want smc; then
+    echo "fuzz: building smc (coverage, AddressSanitizer)"
+    RUSTFLAGS="$COVERAGE -Zsanitizer=address" cargo +nightly build --quiet --release --target "$TRIPLE" \
+        --target-dir target/asan --no-default-features --bin smc
+fi
+
+summary=()
+for t in "${targets[@]}"; do
+    dir=plain; [ "$t" = smc ] && dir=asan
+    bin="target/$dir/$TRIPLE/release/$t"
+    mkdir -p "corpus/$t" "artifacts/$t"
+    seeds=(); [ -d "seeds/$t" ] && seeds=("seeds/$t")
+    dict=(); [ -f "$t.dict" ] && dict=(-dict="$t.dict")
+    if [ $mode = time ]; then limit=(-max_total_time="$amount"); what="${amount} s"; else limit=(-runs="$amount"); what="$amount runs"; fi
+    echo "fuzz: $t ($what)"
+    log="artifacts/$t/last-run.log"
+    # -timeout: one input taking over 10 s is a hang, and a failure; -rss_limit_mb: so is
+    # more than 2 GiB. -print_final_stats gives the execution count for the summary.
+    if ! "$bin" "corpus/$t" "${seeds[@]}" "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="artifacts/$t/" -print_final_stats=1 >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        crash="$(grep -o "artifacts/$t/[a-z-]*-[0-9a-f]*" "$log" | tail -n 1 || true)"
+        echo "fuzz: $t FAILED; input saved as fuzz/${crash:-artifacts/$t/}" >&2
+        echo "fuzz: replay it with: (cd fuzz && $bin ${crash:-artifacts/$t/<file>})" >&2
+        exit 1
+    fi
+    runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
+    cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)"
+    corpus="$(find "corpus/$t" -type f | wc -l)"
+    summary+=("$(printf '%-8s %12s executions  coverage %6s  corpus %6s  ok' "$t" "$runs" "${cov:-?}" "$corpus")")
+done
+echo "fuzz: all targets passed"
+printf '  %s\n' "${summary[@]}"
