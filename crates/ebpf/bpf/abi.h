@@ -9,6 +9,10 @@
 
 #define SLUICE_MAX_PORTS 1024
 #define SLUICE_MAX_IPS 8
+/* The core's bounds on a GSO frame (MIN_GSO_SIZE, MAX_GSO_SEGMENTS): smaller segments, or
+ * more of them, are dropped as gso_limit. */
+#define SLUICE_MIN_GSO_SIZE 48
+#define SLUICE_MAX_GSO_SEGMENTS 1024
 
 /* port.flags */
 #define PF_KERNEL (1u << 0)   /* the kernel reaches the port; else frames to it go up */
@@ -119,6 +123,7 @@ struct sluice_neigh_val {
 #define D_NOT_IP 10
 #define D_NO_ROUTE 11
 #define D_UPCALL_LOST 13
+#define D_GSO_LIMIT 14
 
 struct sluice_counters {
 	__u64 v[C_COUNT];

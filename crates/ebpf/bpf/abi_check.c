@@ -60,6 +60,9 @@ int main(void)
 	printf("pub const D_NOT_IP: usize = %d;\n", D_NOT_IP);
 	printf("pub const D_NO_ROUTE: usize = %d;\n", D_NO_ROUTE);
 	printf("pub const D_UPCALL_LOST: usize = %d;\n", D_UPCALL_LOST);
+	printf("pub const D_GSO_LIMIT: usize = %d;\n", D_GSO_LIMIT);
+	printf("pub const MIN_GSO_SIZE: u16 = %d;\n", SLUICE_MIN_GSO_SIZE);
+	printf("pub const MAX_GSO_SEGMENTS: usize = %d;\n", SLUICE_MAX_GSO_SEGMENTS);
 	printf("pub const MAX_PORTS: u32 = %d;\n", SLUICE_MAX_PORTS);
 	printf("pub const MAX_IPS: usize = %d;\n", SLUICE_MAX_IPS);
 	return 0;

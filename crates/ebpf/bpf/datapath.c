@@ -512,6 +512,12 @@ int sluice_ingress(struct __sk_buff *skb)
 		c->v[C_RX_GSO]++;
 	if ((void *)(eth + 1) > end)
 		return drop(c, D_MALFORMED);
+	/* A GSO frame asking for tiny segments, or too many (a guest's raw socket can): the
+	 * core's bound, so that it costs no output, and no kernel that would cut it, thousands
+	 * of frames (counted with the headers, which the core leaves out). */
+	if (skb->gso_size &&
+	    (skb->gso_size < SLUICE_MIN_GSO_SIZE || (skb->len - ETH_HLEN) / skb->gso_size > SLUICE_MAX_GSO_SEGMENTS))
+		return drop(c, D_GSO_LIMIT);
 	/* Broadcast and multicast from the LAN: the guests' (through the core) and the host's
 	 * (Layer 2, where the uplink's device may be the host's interface too). */
 	if ((in->flags & PF_OWN_MAC) && is_group(eth->h_dest))

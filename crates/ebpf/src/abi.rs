@@ -253,6 +253,11 @@ mod tests {
             (PF_TRUNK, PF_SLOW, PF_EGRESS, MAX_PORTS, MAX_IPS),
             (from_c::PF_TRUNK, from_c::PF_SLOW, from_c::PF_EGRESS, from_c::MAX_PORTS, from_c::MAX_IPS)
         );
+        assert_eq!(
+            (sluice_switch::MIN_GSO_SIZE, sluice_switch::MAX_GSO_SEGMENTS),
+            (from_c::MIN_GSO_SIZE, from_c::MAX_GSO_SEGMENTS),
+            "the program bounds GSO frames as the core does"
+        );
         // Drop causes are indexed in `DropCause::ALL` order, and must fit their rows.
         let all = sluice_switch::DropCause::ALL;
         assert!(all.len() <= c::TX_DROP - c::RX_DROP && all.len() <= c::COUNT - c::TX_DROP);
@@ -268,6 +273,7 @@ mod tests {
             (sluice_switch::DropCause::NotIp, D_NOT_IP),
             (sluice_switch::DropCause::NoRoute, D_NO_ROUTE),
             (sluice_switch::DropCause::UpcallLost, D_UPCALL_LOST),
+            (sluice_switch::DropCause::GsoLimit, D_GSO_LIMIT),
         ] {
             assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
         }
