@@ -177,7 +177,9 @@ enum SwitchCmd {
     /// Start a running switch's daemon again in place (same process id, the program read
     /// anew: an upgraded binary takes over). On the kernel datapath frames keep flowing
     /// between veth guests meanwhile and the new daemon takes the kernel's state over;
-    /// TAP ports are created again.
+    /// TAP guests keep their interfaces (sluice's TAPs are persistent) and the new daemon
+    /// adopts them: their TCP connections retransmit, never reset. After a crash, any later
+    /// `sluice switch run` of the same switch does the same.
     Restart {
         #[command(flatten)]
         target: Target,

@@ -60,7 +60,14 @@ impl Jobs {
 }
 
 /// Creates the device behind a port (in its namespace, if it names one).
-pub fn create_port(spec: &PortSpec, default_mtu: u16, datapath: crate::config::DatapathKind) -> Result<Attachment> {
+/// Opens the device of port `spec`; a TAP is adopted when an earlier run left it with index
+/// `known_tap` (see `tun::open_tap`).
+pub fn create_port(
+    spec: &PortSpec,
+    default_mtu: u16,
+    datapath: crate::config::DatapathKind,
+    known_tap: Option<u32>,
+) -> Result<Attachment> {
     let kernel = datapath == crate::config::DatapathKind::Kernel;
     spec.validate().map_err(anyhow::Error::msg)?;
     if let Some(ns) = &spec.netns
@@ -73,21 +80,21 @@ pub fn create_port(spec: &PortSpec, default_mtu: u16, datapath: crate::config::D
     match spec.kind {
         PortKind::Tap => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
-            let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::create(&name, offload, mtu))
+            let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
                 .with_context(|| format!("creating TAP {:?}", spec.name))?;
-            Ok(Attachment { fd: tap.raw_fd(), port: Box::new(tap) })
+            Ok(Attachment { fd: tap.raw_fd(), tap_ifindex: Some(tap.ifindex()), port: Box::new(tap) })
         }
         PortKind::Veth => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            Ok(Attachment { fd: v.raw_fd(), port: Box::new(v) })
+            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, port: Box::new(v) })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
             let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            Ok(Attachment { fd: up.raw_fd(), port: Box::new(up) })
+            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, port: Box::new(up) })
         }
     }
 }
@@ -230,10 +237,11 @@ impl Server {
                     port.check_grants(g).map_err(anyhow::Error::msg)?;
                 }
                 crate::config::check_datapath(&port, s.datapath).map_err(anyhow::Error::msg)?;
-                let dev = create_port(&port, s.core.mtu, s.datapath)?;
-                let spec = port.clone();
+                let dev = create_port(&port, s.core.mtu, s.datapath, None)?;
+                let (spec, ifindex) = (port.clone(), dev.tap_ifindex);
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 self.remember(|r| {
+                    r.record_tap(&spec, ifindex);
                     r.ports.retain(|p| p.name != spec.name);
                     r.ports.push(spec);
                 });
@@ -244,6 +252,7 @@ impl Server {
                 self.jobs.run(move |dp| dp.detach(&name))??;
                 self.remember(|r| {
                     r.ports.retain(|p| p.name != n);
+                    r.taps.retain(|t| t.name != n);
                     r.macs.retain(|m| m.2 != n);
                 });
                 return Ok(None);

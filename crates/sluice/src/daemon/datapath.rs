@@ -307,6 +307,8 @@ impl Datapath {
                 k.sync(&mut self.sw);
             }
         }
+        // Leaving to start again in place: the TAPs stay for the new image (see KEEP_TAPS).
+        crate::port::tap::KEEP_TAPS.store(self.restart, std::sync::atomic::Ordering::Release);
         let mut upcall = None;
         if let Some(k) = self.kernel.take() {
             if self.restart {

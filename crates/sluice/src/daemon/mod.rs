@@ -71,18 +71,20 @@ pub fn run(s: Settings) -> Result<()> {
             .context("starting the kernel datapath (or run the switch with `datapath = \"user\"`)")?;
         dp.enable_kernel(k)?;
     }
+    // What an earlier run (restarted in place, or crashed) left: its TAPs, still there for
+    // their guests, are adopted; the ports it had attached beyond the file are attached
+    // again, checked as `sluice port add` checks them.
+    let mut runtime = state::Runtime::load(&s.name);
+    let mut kept = state::Runtime::default();
     for p in &s.ports {
-        let port = control::create_port(p, s.core.mtu, s.datapath)?;
+        let port = control::create_port(p, s.core.mtu, s.datapath, runtime.known_tap(p))?;
+        kept.record_tap(p, port.tap_ifindex);
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
     }
     for (vlan, mac, port) in &s.macs {
         dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
     }
-    // What an earlier run (restarted in place, or crashed) had attached beyond the file,
-    // checked as `sluice port add` checks it.
-    let mut runtime = state::Runtime::load(&s.name);
     runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
-    let mut kept = state::Runtime::default();
     let mut s = s;
     if s.grants.is_some()
         && let Some(g) = runtime.grants.take()
@@ -91,17 +93,22 @@ pub fn run(s: Settings) -> Result<()> {
         s.grants = Some(g.clone());
         kept.grants = Some(g);
     }
-    for p in runtime.ports {
+    for p in std::mem::take(&mut runtime.ports) {
         let checked = p
             .validate()
             .and_then(|_| s.grants.as_ref().map_or(Ok(()), |g| p.check_grants(g)))
             .and_then(|_| crate::config::check_datapath(&p, s.datapath))
             .map_err(anyhow::Error::msg);
-        let attached = checked
-            .and_then(|_| control::create_port(&p, s.core.mtu, s.datapath))
-            .and_then(|a| dp.attach(p.clone(), a));
+        let known = runtime.known_tap(&p);
+        let attached = checked.and_then(|_| control::create_port(&p, s.core.mtu, s.datapath, known)).and_then(|a| {
+            let ifindex = a.tap_ifindex;
+            dp.attach(p.clone(), a).map(|_| ifindex)
+        });
         match attached {
-            Ok(_) => kept.ports.push(p),
+            Ok(ifindex) => {
+                kept.record_tap(&p, ifindex);
+                kept.ports.push(p)
+            }
             Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),
         }
     }

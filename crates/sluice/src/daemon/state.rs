@@ -22,6 +22,36 @@ pub struct Runtime {
     /// The grants as changed at runtime, if they were.
     #[serde(default)]
     pub grants: Option<crate::config::Grants>,
+    /// The TAPs this switch made (from its file or at runtime), persistent: the next run
+    /// adopts each one that still has the index recorded here.
+    #[serde(default)]
+    pub taps: Vec<TapRecord>,
+}
+
+/// A TAP the switch made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapRecord {
+    /// The port's (and the device's) name.
+    pub name: String,
+    /// The namespace it is in (`None`: the switch's).
+    pub netns: Option<String>,
+    /// Its index there.
+    pub ifindex: u32,
+}
+
+impl Runtime {
+    /// The index the TAP of port `spec` had, if this switch made it.
+    pub fn known_tap(&self, spec: &PortSpec) -> Option<u32> {
+        self.taps.iter().find(|t| t.name == spec.name && t.netns == spec.netns).map(|t| t.ifindex)
+    }
+
+    /// Records the TAP of port `spec` (replacing an older record of that name).
+    pub fn record_tap(&mut self, spec: &PortSpec, ifindex: Option<u32>) {
+        self.taps.retain(|t| t.name != spec.name);
+        if let Some(ifindex) = ifindex {
+            self.taps.push(TapRecord { name: spec.name.clone(), netns: spec.netns.clone(), ifindex });
+        }
+    }
 }
 
 /// The state file of switch `name`.

@@ -15,4 +15,6 @@ pub struct Attachment {
     pub port: Box<dyn Port>,
     /// Its readiness descriptor (owned by the port).
     pub fd: RawFd,
+    /// A TAP's index in its namespace (recorded so that a later run can adopt it).
+    pub tap_ifindex: Option<u32>,
 }

@@ -12,19 +12,40 @@ use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 
 use crate::sys::tun;
 
+/// Set when the daemon leaves to start again in place (`sluice switch restart`): its TAPs
+/// stay, for the new image to adopt. Otherwise a TAP the switch lets go of (port deleted,
+/// switch stopped) is made non-persistent first, so that it goes with its descriptor.
+pub static KEEP_TAPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A TAP device attached to the switch.
 pub struct TapPort {
     name: String,
     fd: OwnedFd,
     offload: bool,
     stats: Option<File>,
+    ifindex: u32,
+}
+
+impl Drop for TapPort {
+    fn drop(&mut self) {
+        if !KEEP_TAPS.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = tun::set_persist(self.fd.as_raw_fd(), false);
+        }
+    }
 }
 
 impl TapPort {
-    /// Creates TAP `name` in the current thread's namespace (see `sys::netns::run_in`).
-    pub fn create(name: &str, offload: bool, mtu: u16) -> io::Result<Self> {
-        let t = tun::create_tap(name, offload, mtu)?;
-        Ok(TapPort { name: name.to_string(), fd: t.fd, offload, stats: t.stats })
+    /// Opens TAP `name` in the current thread's namespace (see `sys::netns::run_in`):
+    /// adopts the one an earlier run left with index `known`, or creates it (see
+    /// [`tun::open_tap`]).
+    pub fn open(name: &str, offload: bool, mtu: u16, known: Option<u32>) -> io::Result<Self> {
+        let t = tun::open_tap(name, offload, mtu, known)?;
+        Ok(TapPort { name: name.to_string(), fd: t.fd, offload, stats: t.stats, ifindex: t.ifindex })
+    }
+
+    /// The device's index in its namespace.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
     }
 
     /// The descriptor the event loop watches.

@@ -74,6 +74,46 @@ pub struct Tap {
     pub fd: OwnedFd,
     /// /proc/net/dev of the namespace the device was created in, for its drop counters.
     pub stats: Option<File>,
+    /// The device's index in its namespace.
+    pub ifindex: u32,
+}
+
+/// Opens a guest's TAP `name` in the calling thread's network namespace, persistent (it
+/// outlives a crash of the daemon, so the guest keeps its interface, addresses and
+/// connections): adopts the TAP an earlier run of the same switch left when `known` is the
+/// index it had and the device of that name still has it and is a TAP (an index is never
+/// handed out twice in a namespace, so no other device passes); otherwise creates it as
+/// [`create_tap`] does. A TAP some other process holds is refused by the kernel (busy).
+pub fn open_tap(name: &str, offload: bool, mtu: u16, known: Option<u32>) -> io::Result<Tap> {
+    let ours = known.is_some_and(|ix| {
+        super::link::ifindex(name).ok() == Some(ix) && super::link::driver(name).is_ok_and(|d| d == "tun")
+    });
+    let tap = if ours { adopt_tap(name, offload)? } else { create_tap(name, offload, mtu)? };
+    if let Err(e) = set_persist(tap.fd.as_raw_fd(), true) {
+        return Err(io::Error::new(e.kind(), format!("cannot make TAP {name:?} persistent: {e}")));
+    }
+    Ok(tap)
+}
+
+/// Attaches to the persistent TAP `name` as it is (its MTU, state and the guest's
+/// addresses stay).
+fn adopt_tap(name: &str, offload: bool) -> io::Result<Tap> {
+    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
+    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut req = IfReq::new(name);
+    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is (40 bytes).
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot attach to the TAP {name:?} an earlier run left: {e}")))?;
+    let hdr: libc::c_int = 12;
+    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
+    set_offload(fd.as_raw_fd(), offload)?;
+    let ifindex = super::link::ifindex(name)?;
+    Ok(Tap { fd, stats: File::open("/proc/thread-self/net/dev").ok(), ifindex })
 }
 
 /// Creates TAP device `name` in the calling thread's network namespace with a 12-byte
@@ -122,7 +162,8 @@ pub fn create_tap(name: &str, offload: bool, mtu: u16) -> io::Result<Tap> {
     // /proc/thread-self/net is the namespace of this thread: keep it open to read the
     // device's counters later from any thread.
     let stats = File::open("/proc/thread-self/net/dev").ok();
-    Ok(Tap { fd, stats })
+    let ifindex = super::link::ifindex(name)?;
+    Ok(Tap { fd, stats, ifindex })
 }
 
 /// Opens the kernel datapath's upcall TAP `name`: creates it, or — when an earlier run of
@@ -161,7 +202,8 @@ pub fn open_upcall_tap(name: &str) -> io::Result<Tap> {
         return Err(io::Error::new(e.kind(), format!("setting up the upcall TAP {name:?}: {e}")));
     }
     let stats = File::open("/proc/thread-self/net/dev").ok();
-    Ok(Tap { fd, stats })
+    let ifindex = super::link::ifindex(name)?;
+    Ok(Tap { fd, stats, ifindex })
 }
 
 /// Takes the upcall TAP `name` from descriptor `raw`, which an earlier run of the daemon
@@ -181,7 +223,8 @@ pub fn adopt_upcall_tap(raw: RawFd, name: &str) -> Option<Tap> {
         libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC);
     }
     let stats = File::open("/proc/thread-self/net/dev").ok();
-    Some(Tap { fd, stats })
+    let ifindex = super::link::ifindex(name).ok()?;
+    Some(Tap { fd, stats, ifindex })
 }
 
 /// The name of the TUN/TAP device behind `fd`, if it is one.
