@@ -92,6 +92,31 @@ pub struct RunArgs {
     pub background: u32,
 }
 
+/// Makes SIGINT and SIGTERM end the process with `exit`, as iperf3's and uperf's servers
+/// end: the C library's exit handlers run, so a server under `sluice smc run` takes its
+/// fast-path registry entries with it (the default action of SIGTERM would leave them for
+/// the next `smc run` to sweep).
+fn exit_cleanly_on_signals() {
+    // SAFETY: sigset operations on a local, initialized set; blocking them in this thread
+    // before any other is spawned makes every thread inherit the mask, so only the waiter
+    // below receives them.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        eprintln!("sluice bench server: stopped by signal {sig}");
+        std::process::exit(128 + sig);
+    });
+}
+
 /// Runs `sluice bench …`.
 pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
     match cmd {
@@ -106,6 +131,7 @@ pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
                 .with_context(|| format!("cannot listen on {at} (is another server running there?)"))?;
             let at = l.local_addr().unwrap_or(at);
             eprintln!("sluice bench server listening on {at}; Ctrl-C stops it");
+            exit_cleanly_on_signals();
             server::serve(l, Arc::new(|line: String| tracing::info!("{line}")))?;
             Ok(())
         }

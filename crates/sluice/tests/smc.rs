@@ -401,4 +401,22 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(entries().is_empty(), "not swept: {:?}", entries());
+    // A program that handles SIGTERM itself (`sluice bench serve` waits for it in one
+    // thread, the others block it) exits cleanly: the library's own threads never take
+    // the signal from it.
+    let port3 = port(37);
+    let mut s = Killed(
+        std::process::Command::new(BIN)
+            .args(["smc", "run", "--", BIN, "bench", "serve", "--listen", "127.0.0.1", "--port", &port3])
+            .env("SLUICE_RUN_DIR", &p.dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || entries().len() == 2), "{:?}", entries());
+    let _ = std::process::Command::new("kill").args(["-TERM", &s.0.id().to_string()]).status();
+    assert!(wait_for(10, || matches!(s.0.try_wait(), Ok(Some(_)))), "bench serve did not stop on SIGTERM");
+    assert!(entries().is_empty(), "left by a program that exits on SIGTERM: {:?}", entries());
 }

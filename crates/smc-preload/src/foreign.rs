@@ -49,7 +49,13 @@ pub fn release(fd: c_int) {
     let mut r = m.lock().unwrap_or_else(|p| p.into_inner());
     let me = sys::pid();
     if r.pid != me {
-        let started = std::thread::Builder::new().name("sluice-smc-reap".into()).spawn(reap).is_ok();
+        let started = std::thread::Builder::new()
+            .name("sluice-smc-reap".into())
+            .spawn(|| {
+                sys::block_signals();
+                reap()
+            })
+            .is_ok();
         if !started {
             drop(r);
             // No thread to be had: the one place left to close it is here.

@@ -566,7 +566,14 @@ pub fn start_door() {
         if let Some(g) = group {
             let _ = std::os::unix::fs::chown(&path, None, Some(g));
         }
-        std::thread::Builder::new().name("sluice-smc-door".into()).spawn(move || door_loop(fd)).is_ok()
+        std::thread::Builder::new()
+            .name("sluice-smc-door".into())
+            .spawn(move || {
+                // (The handshake threads it starts inherit the mask.)
+                sys::block_signals();
+                door_loop(fd)
+            })
+            .is_ok()
     });
 }
 

@@ -87,6 +87,24 @@ unsafe extern "C" {
     fn fstatfs(fd: c_int, buf: *mut c_void) -> c_int;
     fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int;
     fn syscall(n: std::ffi::c_long, ...) -> std::ffi::c_long;
+    fn sigfillset(set: *mut c_void) -> c_int;
+    fn pthread_sigmask(how: c_int, set: *const c_void, old: *mut c_void) -> c_int;
+}
+
+/// Blocks every signal in the calling thread: the library's own threads never take a
+/// signal meant for the program (a program that waits for SIGTERM with `sigwait`, its
+/// other threads blocking it, would otherwise be killed by it through one of ours).
+/// Faults a thread causes itself are still delivered to it.
+pub fn block_signals() {
+    const SIG_BLOCK: c_int = 0;
+    // (glibc's sigset_t is 128 bytes; 8-aligned.)
+    let mut set = [0u64; 16];
+    // SAFETY: `set` is as large and aligned as a sigset_t; both calls only write it or
+    // read it, and change this thread's mask.
+    unsafe {
+        sigfillset(set.as_mut_ptr().cast());
+        pthread_sigmask(SIG_BLOCK, set.as_ptr().cast(), std::ptr::null_mut());
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
