@@ -30,6 +30,7 @@ cleanup() {
     kill $(jobs -p) 2>/dev/null || true
     $S lab down --name $lab >/dev/null 2>&1 || true
     ip netns del $extra 2>/dev/null || true
+    rm -rf "$run"
 }
 trap cleanup EXIT
 

@@ -5,6 +5,7 @@
 #
 #   --time S   run each target S seconds (default 20; the test command uses this)
 #   --runs N   run each target N executions instead (the long runs in docs/results)
+#   --max-len B  inputs of at most B bytes (libFuzzer's default grows them to 4096)
 #   TARGET     frame profile smc switch neigh config control (default: all)
 #
 # Needs the nightly toolchain (libFuzzer's coverage instrumentation); without one it says
@@ -17,17 +18,20 @@
 # crash stops the run: its input is saved in fuzz/artifacts/TARGET/ and the command that
 # replays it is printed. Ends with one line per target: executions, coverage, corpus size.
 set -euo pipefail
+me="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/../fuzz"
 
 ALL=(frame profile smc switch neigh config control)
 mode=time
 amount=20
 targets=()
+maxlen=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --time) mode=time; amount="${2:?--time needs seconds}"; shift 2 ;;
         --runs) mode=runs; amount="${2:?--runs needs a count}"; shift 2 ;;
-        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --max-len) maxlen=(-max_len="${2:?--max-len needs bytes}"); shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$me" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *)
             if [[ " ${ALL[*]} " != *" $1 "* ]]; then
@@ -52,10 +56,10 @@ COVERAGE="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cforce-frame-pointers"
 
 want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
-plain=()
-for t in "${targets[@]}"; do [ "$t" = smc ] || plain+=(--bin "$t"); done
+plain=() names=()
+for t in "${targets[@]}"; do [ "$t" = smc ] || { plain+=(--bin "$t"); names+=("$t"); }; done
 if [ ${#plain[@]} -gt 0 ]; then
-    echo "fuzz: building ${plain[*]//--bin /} (coverage, overflow checks)"
+    echo "fuzz: building ${names[*]} (coverage, overflow checks)"
     RUSTFLAGS="$COVERAGE" cargo +nightly build --quiet --release --target "$TRIPLE" \
         --target-dir target/plain "${plain[@]}"
 fi
@@ -77,7 +81,7 @@ for t in "${targets[@]}"; do
     log="artifacts/$t/last-run.log"
     # -timeout: one input taking over 10 s is a hang, and a failure; -rss_limit_mb: so is
     # more than 2 GiB. -print_final_stats gives the execution count for the summary.
-    if ! "$bin" "corpus/$t" "${seeds[@]}" "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
+    if ! "$bin" "corpus/$t" "${seeds[@]}" "${dict[@]}" "${limit[@]}" "${maxlen[@]}" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="artifacts/$t/" -print_final_stats=1 >"$log" 2>&1; then
         tail -n 40 "$log" >&2
         crash="$(grep -o "artifacts/$t/[a-z-]*-[0-9a-f]*" "$log" | tail -n 1 || true)"

@@ -132,6 +132,7 @@ both_datapaths! {
         assert_conserved(&lab.stats());
         // Memory stays bounded: no more than 64 MB grown over a million frames.
         let rss_after = daemon_rss_kb(&lab);
+        eprintln!("daemon RSS {rss_before} kB before, {rss_after} kB after; port: {}", port3());
         assert!(rss_after < rss_before + 64 * 1024, "daemon RSS grew from {rss_before} kB to {rss_after} kB");
         // And it still forwards.
         ns_ok(&lab.ns(2), &format!("ping -c 2 -W 2 {}", lab.ip4(1)));

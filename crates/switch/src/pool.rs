@@ -44,16 +44,31 @@ struct Slot {
 pub struct FramePool {
     slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Slots whose memory was given back ([`FramePool::shrink`]); reused first by `grow`.
+    retired: Vec<u32>,
+    /// Buffers still to retire as they come back (in use when `shrink` asked for them).
+    debt: usize,
 }
 
 impl FramePool {
     /// An empty pool; call [`FramePool::grow`] before use.
     pub fn new() -> Self {
-        FramePool { slots: Vec::new(), free: Vec::new() }
+        FramePool { slots: Vec::new(), free: Vec::new(), retired: Vec::new(), debt: 0 }
     }
 
-    /// Adds `n` buffers.
+    /// Adds `n` buffers (first cancelling a shrink not yet done, then reviving retired
+    /// slots, then new ones).
     pub fn grow(&mut self, n: usize) {
+        let cancelled = n.min(self.debt);
+        self.debt -= cancelled;
+        let mut n = n - cancelled;
+        while n > 0
+            && let Some(id) = self.retired.pop()
+        {
+            self.slots[id as usize].data = vec![0u8; FRAME_BUF_LEN].into_boxed_slice();
+            self.free.push(id);
+            n -= 1;
+        }
         self.slots.reserve(n);
         self.free.reserve(n);
         for _ in 0..n {
@@ -67,9 +82,26 @@ impl FramePool {
         }
     }
 
-    /// Total buffers.
+    /// Gives back the memory of `n` buffers (a port left): free ones now, the rest as
+    /// they are released. Their slots stay (ids are stable) and `grow` reuses them.
+    pub fn shrink(&mut self, n: usize) {
+        self.debt += n;
+        while self.debt > 0
+            && let Some(id) = self.free.pop()
+        {
+            self.retire(id);
+        }
+    }
+
+    fn retire(&mut self, id: u32) {
+        self.slots[id as usize].data = Box::new([]);
+        self.retired.push(id);
+        self.debt -= 1;
+    }
+
+    /// Total buffers (not counting retired ones).
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.slots.len() - self.retired.len()
     }
 
     /// Buffers not holding a frame.
@@ -97,7 +129,11 @@ impl FramePool {
         debug_assert!(slot.refs > 0, "frame {id} released twice");
         slot.refs = slot.refs.saturating_sub(1);
         if slot.refs == 0 {
-            self.free.push(id);
+            if self.debt > 0 {
+                self.retire(id);
+            } else {
+                self.free.push(id);
+            }
         }
     }
 
@@ -152,5 +188,29 @@ mod tests {
         assert_eq!(p.available(), 0);
         p.release(a);
         assert_eq!(p.available(), 1);
+    }
+
+    #[test]
+    fn shrinking_gives_memory_back_now_or_when_buffers_return_and_growing_reuses_it() {
+        let mut p = FramePool::new();
+        p.grow(4);
+        let held = p.alloc().unwrap();
+        // Three of four are free: those go now, the fourth when it is released.
+        p.shrink(4);
+        assert_eq!((p.capacity(), p.available()), (1, 0));
+        p.release(held);
+        assert_eq!((p.capacity(), p.available()), (0, 0));
+        assert!(p.slots.iter().all(|s| s.data.is_empty()));
+        // Growing revives the retired slots before adding any.
+        p.grow(5);
+        assert_eq!((p.slots.len(), p.capacity(), p.available()), (5, 5, 5));
+        let a = p.alloc().unwrap();
+        assert_eq!(p.buf_mut(a).len(), FRAME_BUF_LEN);
+        // A shrink not yet done is cancelled by the next grow.
+        p.shrink(5);
+        assert_eq!(p.capacity(), 1);
+        p.grow(1);
+        p.release(a);
+        assert_eq!((p.capacity(), p.available()), (1, 1));
     }
 }

@@ -676,7 +676,14 @@ impl Switch {
         }
         self.fib.forget_port(id);
         self.settle();
+        // The buffers its queue needed go back (ports that come and go leak none).
+        self.pool.shrink(self.cfg.queue_len + 1);
         Ok((id, slot.port))
+    }
+
+    /// Frame buffers the switch holds memory for.
+    pub fn buffers(&self) -> usize {
+        self.pool.capacity()
     }
 
     /// The id of the port named `name`.
