@@ -577,3 +577,34 @@ fn a_tcp_connection_between_tap_guests_survives_a_restart_and_a_kill() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// After a crash, the next run adopts the TAPs of the ports it still has (the same
+/// devices) and deletes those of ports gone from its file; a clean stop deletes the rest.
+#[test]
+fn after_a_crash_the_next_run_adopts_its_taps_and_removes_those_no_port_uses() {
+    if !root() {
+        return;
+    }
+    let name = unique("tapleft");
+    let ns = format!("sluice-{name}");
+    sh_ok(&format!("ip netns add {ns}"));
+    let (a, b) = (format!("{name}-a"), format!("{name}-b"));
+    let port = |p: &str| format!("[[port]]\nname = \"{p}\"\nnetns = \"{ns}\"\n");
+    let mut d = Daemon::from_config(Dp::User, &name, &format!("{}{}", port(&a), port(&b)));
+    d.ns = Some(ns.clone());
+    let ifindex = |p: &str| ns_sh(&ns, &format!("cat /sys/class/net/{p}/ifindex")).stdout;
+    let a_before = ifindex(&a);
+    assert!(!a_before.is_empty() && !ifindex(&b).is_empty());
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    assert_eq!(ifindex(&a), a_before, "the TAPs outlive the switch");
+    // The next run's file has port a only.
+    let conf = d.dir.as_ref().unwrap().join("s.toml");
+    std::fs::write(&conf, format!("name = \"{name}\"\ndatapath = \"user\"\n{}", port(&a))).unwrap();
+    let again = Daemon::spawn(&conf, &d.dir.as_ref().unwrap().join("again.log"), ["--switch", &name]);
+    assert!(again.answers(), "{}", again.log());
+    assert_eq!(ifindex(&a), a_before, "port a adopted its TAP");
+    assert!(ifindex(&b).is_empty(), "the TAP of port b, gone from the file, is removed");
+    drop(again);
+    assert!(ifindex(&a).is_empty(), "a clean stop removes the TAP");
+}

@@ -118,6 +118,18 @@ pub fn run(s: Settings) -> Result<()> {
             kept.macs.push((vlan, mac, port));
         }
     }
+    // TAPs the earlier run made that no port took again (a port gone from the file): gone.
+    for t in runtime.taps.iter().filter(|t| !kept.taps.iter().any(|k| k.name == t.name)) {
+        if t.netns.as_deref().is_some_and(|n| !crate::sys::netns::exists(n)) {
+            continue;
+        }
+        let (name, ix) = (t.name.clone(), t.ifindex);
+        match crate::sys::netns::run_in(t.netns.as_deref(), move || crate::sys::tun::remove_left_tap(&name, ix)) {
+            Ok(true) => info!(tap = %t.name, "removed a TAP the earlier run left and no port uses"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(tap = %t.name, "cannot remove a TAP the earlier run left: {e:#}"),
+        }
+    }
     kept.save(&s.name);
     dp.finish_takeover();
     let waker = dp.waker();

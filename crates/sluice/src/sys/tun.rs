@@ -95,6 +95,20 @@ pub fn open_tap(name: &str, offload: bool, mtu: u16, known: Option<u32>) -> io::
     Ok(tap)
 }
 
+/// Deletes the persistent TAP `name` an earlier run of the switch left with index
+/// `ifindex` and no port took again; a device that is not that one is left alone. True if
+/// it was deleted.
+pub fn remove_left_tap(name: &str, ifindex: u32) -> io::Result<bool> {
+    let ours = super::link::ifindex(name).ok() == Some(ifindex) && super::link::driver(name).is_ok_and(|d| d == "tun");
+    if !ours {
+        return Ok(false);
+    }
+    let tap = adopt_tap(name, false)?;
+    // Not persistent any more: it goes with the descriptor, dropped here.
+    set_persist(tap.fd.as_raw_fd(), false)?;
+    Ok(true)
+}
+
 /// Attaches to the persistent TAP `name` as it is (its MTU, state and the guest's
 /// addresses stay).
 fn adopt_tap(name: &str, offload: bool) -> io::Result<Tap> {
