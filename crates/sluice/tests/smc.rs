@@ -369,7 +369,7 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
     let p = Peers::new("sweep");
     let smc = p.dir.join("smc");
     let entries = || -> Vec<String> {
-        ["door", "listen"]
+        ["door", "listen", "conn"]
             .iter()
             .flat_map(|d| std::fs::read_dir(smc.join(d)).into_iter().flatten().flatten())
             .map(|e| e.file_name().to_string_lossy().into_owned())

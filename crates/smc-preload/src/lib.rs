@@ -43,7 +43,7 @@ unsafe extern "C" {
     fn atexit(f: extern "C" fn()) -> c_int;
 }
 
-/// At a normal exit this process's door and listener entries go with it. (A process a
+/// At a normal exit this process's door, listener and connection entries go with it. (A process a
 /// signal kills leaves them; the next `sluice smc run` sweeps them, and clients pass by
 /// entries of processes that are gone.) A forked child that exits removes only its own.
 extern "C" fn remove_entries_at_exit() {
@@ -56,6 +56,14 @@ extern "C" fn remove_entries_at_exit() {
             if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&mine)) {
                 let _ = std::fs::remove_file(path);
             }
+        }
+    }
+    // The entries of connections still open at exit (`smc/conn/PID-N`).
+    let prefix = format!("{me}-");
+    let dir = run_dir().join("smc").join("conn");
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten().take(65536) {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }

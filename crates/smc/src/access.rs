@@ -41,11 +41,13 @@ pub fn parse_listener_name(name: &str) -> Option<(&str, u64, u32)> {
     Some((addr_port, netns.parse().ok()?, pid.parse().ok()?))
 }
 
-/// The process an entry of `door/` or `listen/` (`dir`) belongs to.
+/// The process an entry of `door/`, `listen/` or `conn/` (`dir`) belongs to.
 pub fn entry_pid(dir: &str, name: &str) -> Option<u32> {
     match dir {
         "door" => name.strip_suffix(".sock")?.parse().ok(),
         "listen" => parse_listener_name(name).map(|(_, _, pid)| pid),
+        // A connection's entry: PID-N.
+        "conn" => name.split_once('-')?.0.parse().ok(),
         _ => None,
     }
 }
@@ -148,6 +150,8 @@ mod tests {
         let l = super::listener_name("10.77.0.1_5201", 4026531840, 42);
         assert_eq!(super::parse_listener_name(&l), Some(("10.77.0.1_5201", 4026531840, 42)));
         assert_eq!(super::entry_pid("listen", &l), Some(42));
+        assert_eq!(super::entry_pid("conn", "42-7"), Some(42));
+        assert_eq!(super::entry_pid("conn", "x-7"), None);
         assert_eq!(super::entry_pid("door", &super::door_name(7)), Some(7));
         assert_eq!(super::entry_pid("door", "x.sock"), None);
         assert_eq!(super::parse_listener_name("fd77--1_80"), None);

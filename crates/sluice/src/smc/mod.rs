@@ -258,15 +258,15 @@ fn run(a: RunArgs) -> Result<()> {
     bail!("cannot run {program}: {err}")
 }
 
-/// Removes the side doors (`door/PID.sock`) and listener entries (`listen/ADDR_PORT.NETNS.PID`) of
-/// processes that are gone — killed by a signal, they could not remove their own: this
-/// user's, or anyone's when root (the directories are sticky). Looks at most at 4,096
-/// entries of each directory, never follows a link.
+/// Removes the side doors (`door/PID.sock`), listener entries (`listen/ADDR_PORT.NETNS.PID`)
+/// and connection entries (`conn/PID-N`) of processes that are gone — killed by a signal,
+/// they could not remove their own: this user's, or anyone's when root (the directories
+/// are sticky). Looks at most at 4,096 entries of each directory, never follows a link.
 fn sweep_stale() {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let smc = paths::run_dir().join("smc");
-    for sub in ["door", "listen"] {
+    for sub in ["door", "listen", "conn"] {
         for e in std::fs::read_dir(smc.join(sub)).into_iter().flatten().flatten().take(4096) {
             let Ok(m) = std::fs::symlink_metadata(e.path()) else { continue };
             if m.is_dir() || (me != 0 && std::os::unix::fs::MetadataExt::uid(&m) != me) {
