@@ -22,6 +22,16 @@ pub const BUILTINS: &[(&str, &str, &str)] = &[
         RR1C_200X1000,
     ),
     ("str-readx30k", "streaming read: the server sends 30 KiB chunks, the client reads (seed 003)", STR_READX30K),
+    (
+        "rr1c-200x200",
+        "request-response 200/200 bytes with TCP_NODELAY: what `sockperf ping-pong -m 200` does (calibration)",
+        RR1C_200X200,
+    ),
+    (
+        "str-write128k",
+        "streaming write: the client writes 128 KiB chunks, the server reads: what iperf3 does (calibration)",
+        STR_WRITE128K,
+    ),
 ];
 
 /// The profile text of built-in `name`.
@@ -106,6 +116,39 @@ const STR_READX30K: &str = r#"<?xml version="1.0"?>
     </transaction>
     <transaction duration="$d">
       <flowop type="read" options="size=30k"/>
+    </transaction>
+    <transaction iterations="1">
+      <flowop type="disconnect"/>
+    </transaction>
+  </group>
+</profile>
+"#;
+
+const RR1C_200X200: &str = r#"<?xml version="1.0"?>
+<profile name="rr1c-200x200">
+  <group nthreads="$n">
+    <transaction iterations="1">
+      <flowop type="connect" options="remotehost=$h protocol=tcp tcp_nodelay"/>
+    </transaction>
+    <transaction duration="$d">
+      <flowop type="write" options="size=200"/>
+      <flowop type="read" options="size=200"/>
+    </transaction>
+    <transaction iterations="1">
+      <flowop type="disconnect"/>
+    </transaction>
+  </group>
+</profile>
+"#;
+
+const STR_WRITE128K: &str = r#"<?xml version="1.0"?>
+<profile name="str-write128k">
+  <group nthreads="$n">
+    <transaction iterations="1">
+      <flowop type="connect" options="remotehost=$h protocol=tcp"/>
+    </transaction>
+    <transaction duration="$d">
+      <flowop type="write" options="size=128k"/>
     </transaction>
     <transaction iterations="1">
       <flowop type="disconnect"/>

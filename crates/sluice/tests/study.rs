@@ -237,3 +237,50 @@ duration = 1
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// iperf3 and sockperf run as workloads beside `sluice bench` (issue 15: the study is the
+/// one way to measure paths): their servers in the server namespace, their results in the
+/// same table, sockperf only at one connection.
+#[test]
+fn iperf3_and_sockperf_run_as_study_workloads() {
+    if !root() || !have("iperf3") || !have("sockperf") {
+        return;
+    }
+    init();
+    let d = scratch("tools");
+    let f = study_file(
+        &d,
+        r#"name = "tools"
+baseline = "direct"
+paths = ["direct", "sluice-l2"]
+workloads = ["iperf3", "sockperf", "rr1c-200x200"]
+conns = [1, 2]
+mtus = [1500]
+reps = 1
+duration = 1
+"#,
+    );
+    let out = d.join("out");
+    let child = spawn_study(&f, &out);
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // iperf3 and the profile at 1 and 2 connections, sockperf at 1: 5 cells per path.
+    assert!(err.contains("[10/10]"), "{err}");
+    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+    let cells = cells(&out);
+    for c in &cells {
+        let r = &c["result"];
+        let moved = r["client"]["bytes_sent"].as_u64().unwrap();
+        assert!(moved > 0 && r["duration_s"].as_f64().unwrap() > 0.0, "{c}");
+        if c["workload"] == "sockperf" {
+            assert_eq!(c["conns"], 1, "{c}");
+            assert!(r["latency"]["mean_us"].as_f64().unwrap() > 0.0, "round trips measured: {c}");
+        }
+    }
+    assert!(cells.iter().any(|c| c["workload"] == "iperf3" && c["conns"] == 2));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## iperf3") && report.contains("## sockperf"), "{report}");
+    let _ = std::fs::remove_dir_all(&d);
+}

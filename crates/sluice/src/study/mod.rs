@@ -1,8 +1,10 @@
 //! `sluice study`: builds the compared network paths from namespaces, runs the studies'
-//! workloads through all of them with the modeler, and writes the studies' tables and
-//! charts (docs/architecture.md, "The study runner"; the file format in docs/study.md).
+//! workloads through all of them with the modeler (or iperf3 and sockperf), and writes the
+//! studies' tables and charts (docs/architecture.md, "The study runner"; the file format in
+//! docs/study.md).
 //!
 //! - [`spec`]: the study file and the built-in studies.
+//! - [`tools`]: cells run by iperf3 or sockperf.
 //! - [`paths`]: one builder per compared path ([`ovs`]: Open vSwitch's daemons).
 //! - [`run`]: the matrix, interleaving, recording, resume.
 //! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG.
@@ -13,6 +15,7 @@ pub mod paths;
 pub mod report;
 pub mod run;
 pub mod spec;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,6 +42,8 @@ pub enum StudyCmd {
     ///   sluice study run vswitch-vs-router --quick          a first look, a few minutes
     ///   sluice study run dedicated-vs-vswitch --out results/dvv
     ///   sluice study run ./my-study.toml --reps 5 --duration 30 --pin
+    ///   sluice study run switch-paths       the paths as iperf3 and sockperf see them
+    ///   sluice study run calibrate          sluice bench against iperf3 and sockperf
     ///
     /// The output directory gets report.md (the tables), results.csv (one row per cell),
     /// results.json, charts/*.png, and cells.jsonl + study.json, from which

@@ -199,8 +199,8 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
         // handshake crosses the switch, the data goes through shared memory.
-        "sluice-l2" | "sluice-l2-lossless" | "sluice-l3" | "sluice-l2-lan" | "sluice-l3-lan" | "smc"
-        | "sluice-kernel" | "sluice-kernel-l3" => {
+        "sluice-l2" | "sluice-l2-lossless" | "sluice-l2-poll" | "sluice-l3" | "sluice-l2-lan" | "sluice-l3-lan"
+        | "smc" | "sluice-kernel" | "sluice-kernel-l3" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
             let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
@@ -219,6 +219,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             };
             let s = lab::up(&lab::UpArgs {
                 lossless: path == "sluice-l2-lossless",
+                poll: path == "sluice-l2-poll",
                 mode: if path.starts_with("sluice-l3") || path.ends_with("-l3") {
                     lab::ModeArg::L3
                 } else {

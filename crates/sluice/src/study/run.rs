@@ -140,6 +140,10 @@ pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
         for rep in 1..=reps {
             for w in &study.workloads {
                 for &conns in &study.conns {
+                    // sockperf measures one connection: its cells at other counts are none.
+                    if w.tool == Some(super::spec::Tool::Sockperf) && conns != 1 {
+                        continue;
+                    }
                     for &family in &study.families {
                         for i in 0..paths.len() {
                             let path = paths[(i + turn) % paths.len()].clone();
@@ -394,6 +398,9 @@ fn summary(r: &RunResult) -> String {
 
 /// Runs one cell: the workload from the client namespace against the path's server.
 fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Result<RunResult> {
+    if let Some(tool) = w.tool {
+        return super::tools::run(topo, tool, topo.server_addr(cell.family), cell.conns, o.duration_s);
+    }
     let host = topo.server_addr(cell.family).to_string();
     let mut profile = if w.builtin {
         crate::bench::builtin_profile(&w.name, &w.text, &host)?

@@ -19,6 +19,7 @@ pub const PATHS: &[(&str, &str)] = &[
     ("router", "a router namespace forwarding between two subnets: the studies' router guest (seed 000)"),
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
+    ("sluice-l2-poll", "the same sluice switch busy-polling (a core of its own)"),
     ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
     ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
@@ -36,6 +37,8 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("layer2-vs-layer3", include_str!("builtin/layer2-vs-layer3.toml")),
     ("smc-vs-tcp", include_str!("builtin/smc-vs-tcp.toml")),
     ("kernel-vs-bridge", include_str!("builtin/kernel-vs-bridge.toml")),
+    ("switch-paths", include_str!("builtin/switch-paths.toml")),
+    ("calibrate", include_str!("builtin/calibrate.toml")),
 ];
 
 /// An address family.
@@ -57,7 +60,30 @@ impl fmt::Display for Family {
     }
 }
 
-/// One workload: a built-in profile or a profile.xml, with its text.
+/// A reference tool a workload runs instead of `sluice bench`: what users measure paths
+/// with today, beside the modeler in the same study (calibration, and the paths compared
+/// the way iperf3 and sockperf users compare them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    /// `iperf3 -c … -t D -P CONNS`: TCP streaming, the receiver's bytes.
+    Iperf3,
+    /// `sockperf ping-pong --tcp -m 200 --full-rtt`: TCP request-response of 200 bytes on
+    /// one connection, round trips.
+    Sockperf,
+}
+
+impl Tool {
+    /// The workload name a study file uses for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Iperf3 => "iperf3",
+            Tool::Sockperf => "sockperf",
+        }
+    }
+}
+
+/// One workload: a built-in profile, a profile.xml with its text, or a reference tool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Workload {
     /// The name the report uses: the built-in's name or the file's stem.
@@ -68,6 +94,9 @@ pub struct Workload {
     pub text: String,
     /// A built-in profile (its variables are filled by the runner).
     pub builtin: bool,
+    /// A reference tool instead of a profile.
+    #[serde(default)]
+    pub tool: Option<Tool>,
 }
 
 /// A checked study.
@@ -219,12 +248,34 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         ));
     }
 
+    // The tools run on the paths' plain TCP: not on the fast path, which needs the
+    // launcher on both ends (`sluice smc run -- iperf3 …` does that by hand).
+    if let (Some(w), Some(p)) = (
+        raw.workloads.get_ref().iter().find(|w| ["iperf3", "sockperf"].contains(&w.get_ref().as_str())),
+        raw.paths.get_ref().iter().find(|p| p.get_ref() == "smc"),
+    ) {
+        return Err(err(
+            w.span(),
+            format!(
+                "workload {:?} cannot run on path {:?} here; compare it there with `sluice smc run -- {} …`",
+                w.get_ref(),
+                p.get_ref(),
+                w.get_ref()
+            ),
+        ));
+    }
     let mut conns = Vec::new();
     for c in raw.conns.get_ref() {
         if !(1..=MAX_CONNS).contains(c.get_ref()) {
             return Err(err(c.span(), format!("conns {} is out of range: use 1 to {MAX_CONNS}", c.get_ref())));
         }
         conns.push(*c.get_ref());
+    }
+    if raw.workloads.get_ref().iter().any(|w| w.get_ref() == "sockperf") && !conns.contains(&1) {
+        return Err(err(
+            raw.conns.span(),
+            "workload \"sockperf\" measures one connection, and conns has no 1: add 1 (its cells at other counts are left out)".into(),
+        ));
     }
     let mut mtus = Vec::new();
     for m in raw.mtus.get_ref() {
@@ -284,7 +335,18 @@ fn path_names() -> String {
 /// Resolves a workload: a built-in profile name, or a profile.xml file (relative to `dir`).
 fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     if let Some(text) = sluice_bench::builtin::get(src) {
-        return Ok(Workload { name: src.into(), source: src.into(), text: text.into(), builtin: true });
+        return Ok(Workload { name: src.into(), source: src.into(), text: text.into(), builtin: true, tool: None });
+    }
+    for tool in [Tool::Iperf3, Tool::Sockperf] {
+        if src == tool.name() {
+            return Ok(Workload {
+                name: src.into(),
+                source: src.into(),
+                text: String::new(),
+                builtin: false,
+                tool: Some(tool),
+            });
+        }
     }
     if src == "pa" {
         return Err("workload \"pa\" needs a worker topology that studies do not build yet (the lossless-pa study will); use it with `sluice bench run -m pa`".into());
@@ -292,7 +354,7 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     let p = if Path::new(src).is_absolute() { Path::new(src).to_path_buf() } else { dir.join(src) };
     if !p.exists() {
         return Err(format!(
-            "unknown workload {src:?}: not a built-in profile ({}) and no file {}",
+            "unknown workload {src:?}: not a built-in profile ({}), a reference tool (iperf3, sockperf) or a file {}",
             sluice_bench::builtin::names(),
             p.display()
         ));
@@ -302,7 +364,7 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     sluice_bench::profile::parse(&text, &p.display().to_string(), &env)
         .map_err(|e| format!("workload {src:?}: {e}"))?;
     let name = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| src.into());
-    Ok(Workload { name, source: src.into(), text, builtin: false })
+    Ok(Workload { name, source: src.into(), text, builtin: false, tool: None })
 }
 
 #[cfg(test)]
