@@ -97,9 +97,9 @@ pub struct RunArgs {
 /// fast-path registry entries with it (the default action of SIGTERM would leave them for
 /// the next `smc run` to sweep).
 fn exit_cleanly_on_signals() {
-    // SAFETY: sigset operations on a local, initialized set; blocking them in this thread
-    // before any other is spawned makes every thread inherit the mask, so only the waiter
-    // below receives them.
+    // SAFETY: sigset operations on a local, initialized set. Blocked here, before the
+    // server spawns its threads, they inherit the mask, so only the waiter below receives
+    // them (threads of a preload library block them on their own).
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);

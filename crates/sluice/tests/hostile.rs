@@ -203,7 +203,7 @@ both_datapaths! {
         // Every flood frame that reached the switch was refused a place but the first 1,024.
         let rx = n(&p3["counters"]["rx_frames"]) - n(&p3["upcall"]);
         let refused = n(&p3["counters"]["learn_refused"]);
-        assert!(rx > 50_000 && refused + 1024 >= rx, "{p3}");
+        assert!(rx > 10_000 && refused + 1024 >= rx, "{p3}");
         let p4 = p(4);
         assert!(n(&p4["counters"]["rx_drops"]["gso_limit"]) > 0, "1-byte segments are refused, not cut: {p4}");
         // The tiny-GSO frames were never cut into 1,400 segments each for guest 2.
