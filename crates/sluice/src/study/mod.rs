@@ -101,7 +101,10 @@ pub fn run_cmd(cmd: StudyCmd) -> Result<ExitCode> {
                 let note = paths::unavailable(name).map(|w| format!(" [{w}]")).unwrap_or_default();
                 println!("  {name:22} {what}{note}");
             }
-            println!("\nWorkloads: the built-in profiles ({}) or profile.xml files.", sluice_bench::builtin::names());
+            println!(
+                "\nWorkloads: the built-in profiles ({}), profile.xml files, or the reference tools iperf3 and sockperf.",
+                sluice_bench::builtin::names()
+            );
             Ok(ExitCode::SUCCESS)
         }
         StudyCmd::Show { name } => {
