@@ -35,8 +35,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-netns_before=$(ip netns list | wc -l)
-links_before=$(ip -o link | wc -l)
 shm_before=$(ls /dev/shm | wc -l)
 $S lab up --name $lab --datapath "$dp" --guests 4 >/dev/null
 ip netns add $extra
@@ -118,16 +116,17 @@ kill $(jobs -p) 2>/dev/null || true
 wait 2>/dev/null || true
 $S lab down --name $lab >/dev/null
 ip netns del $extra
-netns_after=$(ip netns list | wc -l)
-links_after=$(ip -o link | wc -l)
+# What this run made carries its lab's name (other work may add or remove its own meanwhile).
+netns_left=$(ip netns list | grep -c -- "$lab" || true)
+links_left=$(ip -o link | grep -c -- "$lab" || true)
 shm_after=$(ls /dev/shm | wc -l)
 smc_left=$(find "$run/smc" -mindepth 2 -maxdepth 2 \( -path '*/listen/*' -o -path '*/door/*' -o -path '*/intent/*' -o -path '*/conn/*' \) 2>/dev/null | wc -l)
 
-python3 - "$samples" "$md" "$dp" "$minutes" "$conserved" "$netns_before" "$netns_after" "$links_before" "$links_after" \
+python3 - "$samples" "$md" "$dp" "$minutes" "$conserved" "$netns_left" "$links_left" \
     "$shm_before" "$shm_after" "$smc_left" "$fail" <<'PY'
 import csv, sys
 samples, md, dp, minutes, conserved = sys.argv[1:6]
-nb, na, lb, la, sb, sa, smc_left, fail = map(int, sys.argv[6:14])
+netns_left, links_left, sb, sa, smc_left, fail = map(int, sys.argv[6:12])
 rows = list(csv.DictReader(open(samples)))
 warm = rows[min(len(rows) - 1, max(2, len(rows) // 10))]
 last = rows[-1]
@@ -139,8 +138,8 @@ checks = [
      f"{rss0} kB → {rss1} kB ({(rss1 - rss0) / rss0:+.1%}; peak {peak} kB)", abs(rss1 - rss0) <= rss0 * 0.10),
     ("daemon descriptors, round 1 → last", f"{fd0} → {fd1}", fd1 <= fd0),
     ("counters conserve at the end", conserved, conserved == "yes"),
-    ("namespaces left", f"{na - nb}", na == nb),
-    ("interfaces left (host namespace)", f"{la - lb}", la == lb),
+    ("namespaces of the run left", f"{netns_left}", netns_left == 0),
+    ("interfaces of the run left (host namespace)", f"{links_left}", links_left == 0),
     ("/dev/shm entries left", f"{sa - sb}", sa == sb),
     ("fast-path registry entries left", f"{smc_left}", smc_left == 0),
     ("every workload ran", "yes" if not fail else "NO (see the rounds log)", not fail),
