@@ -16,6 +16,7 @@ rounds=${1:-3} dur=${2:-10}
 S=${SLUICE:-sluice}
 H="$(cd "$(dirname "$0")/.." && pwd)/crates/sluice/tests/hostile.py"
 R="$(cd "$(dirname "$0")/.." && pwd)/crates/sluice/tests/rawframe.py"
+G="$(cd "$(dirname "$0")/.." && pwd)/crates/sluice/tests/gso_send.py"
 export SLUICE_RUN_DIR=${SLUICE_RUN_DIR:-$(mktemp -d /tmp/hostile.XXXXXX)}
 out=$(mktemp /tmp/hostile.XXXXXX.txt)
 cleanup() {
@@ -41,7 +42,7 @@ run() { # lab condition
     local heard=-
     if [ "$cond" = attacked ]; then
         ip netns exec ${g}3 timeout $((dur + 30)) python3 "$H" macflood $lab-g3 $((10000 * dur)) 10000 >/dev/null &
-        ip netns exec ${g}4 timeout $((dur + 30)) python3 "$H" tinygso $lab-g4 $((2000 * dur)) "$m2" 10.77.0.4 10.77.0.2 2000 >/dev/null &
+        ip netns exec ${g}4 timeout $((dur + 30)) python3 "$G" $lab-g4 "$m2" 10.77.0.4 10.77.0.2 1 $((2000 * dur)) 2000 >/dev/null &
         heard=$(mktemp /tmp/hostile.XXXXXX.heard)
         ip netns exec ${g}3 timeout $((dur + 30)) python3 "$R" recv $lab-g3 2048 "$dur" >"$heard" 2>/dev/null &
     fi

@@ -93,22 +93,9 @@ fn lab(sel: u8) -> Lab {
 }
 
 fn check(l: &Lab) {
-    let sw = &l.sw;
-    let mut copies = sw.departed().copies + sw.departed().generated;
-    let mut offered = sw.departed().tx_offered;
-    for p in sw.ports() {
-        let c = &p.counters;
-        assert_eq!(
-            c.rx_frames,
-            c.forwarded + c.flooded + c.consumed + c.rx_drops.total() + p.held as u64 + p.resolving as u64,
-            "ingress accounting of port {}: {c:?}",
-            p.name
-        );
-        assert_eq!(c.tx_offered, c.tx_frames + c.tx_drops.total() + p.queued as u64, "egress of {}: {c:?}", p.name);
-        copies += c.copies + c.generated;
-        offered += c.tx_offered;
+    if let Err(e) = l.sw.check_accounting() {
+        panic!("{e}");
     }
-    assert_eq!(copies, offered, "copies made + frames generated = copies offered");
 }
 
 fn drain(l: &Lab, at: usize) {

@@ -516,57 +516,13 @@ fn a_tcp_connection_between_tap_guests_survives_a_restart_and_a_kill() {
     let lab = Lab::up("tapkeep", &["--guests", "2"]);
     let dir = std::env::temp_dir().join(format!("sluice-tapkeep-{}", lab.name));
     std::fs::create_dir_all(&dir).unwrap();
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
-    sh_ok(&format!("head -c 300000000 /dev/urandom > {}", src.display()));
     let ifindex = |g: usize| ns_ok(&lab.ns(g), &format!("cat /sys/class/net/{}/ifindex", lab.tap(g)));
     let before = (ifindex(1), ifindex(2));
-    let iperf_server = ns_spawn(&lab.ns(2), "timeout 60 iperf3 -s -1 -p 5212");
-    let server = ns_spawn(&lab.ns(2), &format!("timeout 60 nc -l -N 5211 > {}", dst.display()));
-    assert!(wait_for(10, || {
-        let ss = String::from_utf8_lossy(&ns_sh(&lab.ns(2), "ss -ltn").stdout).into_owned();
-        ss.contains(":5211") && ss.contains(":5212")
-    }));
-    let iperf_client = ns_spawn(&lab.ns(1), &format!("timeout 60 iperf3 -c {} -p 5212 -t 12 -b 400M", lab.ip4(2)));
-    let sender = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/paced_send.py");
-    let client =
-        ns_spawn(&lab.ns(1), &format!("timeout 60 python3 {sender} {} 5211 {} 50e6", lab.ip4(2), src.display()));
-    let arrived = || std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
-    assert!(wait_for(20, || arrived() > 30_000_000), "the transfer did not start");
-    let pid = || -> u64 { lab.stats()["switch"]["pid"].as_u64().unwrap() };
-    // A restart in place: the same process, its TAPs adopted by the new image.
-    let p = pid();
-    sluice_ok(&["switch", "restart", "--switch", &lab.name]);
-    assert_eq!(pid(), p);
-    let at_restart = arrived();
-    assert!(wait_for(20, || arrived() > at_restart + 30_000_000), "the transfer stalled after the restart");
-    // A crash: the guests keep their interfaces while no switch runs.
-    let _ = std::process::Command::new("kill").args(["-9", &p.to_string()]).status();
-    assert!(wait_for(10, || !sluice(&["stats", "--switch", &lab.name]).status.success()));
-    assert_eq!((ifindex(1), ifindex(2)), before, "the guests' TAPs outlive the switch");
-    let conf = run_dir().join("labs").join(format!("{}.toml", lab.name));
-    let mut again = std::process::Command::new(BIN);
-    again.args(["switch", "run", "--config", conf.to_str().unwrap()]).stdin(std::process::Stdio::null());
-    let log = std::fs::File::create(dir.join("again.log")).unwrap();
-    again.stdout(std::process::Stdio::null()).stderr(log);
-    let again = common::smc::Killed(again.spawn().unwrap());
-    assert!(
-        wait_for(10, || sluice(&["stats", "--switch", &lab.name]).status.success()),
-        "the switch did not start again: {}",
-        std::fs::read_to_string(dir.join("again.log")).unwrap_or_default()
-    );
-    let said = |o: &std::process::Output| {
-        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-    };
-    let c = client.wait_with_output().unwrap();
-    let _ = server.wait_with_output();
-    assert!(c.status.success(), "the file's sender saw no reset: {}", said(&c));
-    let ic = iperf_client.wait_with_output().unwrap();
-    let is = iperf_server.wait_with_output().unwrap();
-    assert!(ic.status.success(), "the iperf3 client saw no reset: {}", said(&ic));
-    assert!(is.status.success(), "the iperf3 server saw no reset: {}", said(&is));
-    assert_eq!(arrived(), 300_000_000, "every byte arrived");
-    let sum = |f: &std::path::Path| sh_ok(&format!("sha256sum < {}", f.display()));
-    assert_eq!(sum(&dst), sum(&src), "every byte arrived, in order");
+    // The restart in place adopts the TAPs in the new image; while no switch runs, the
+    // guests keep their interfaces.
+    let again = transfers_cross_a_restart_and_a_kill(&lab, &dir, || {
+        assert_eq!((ifindex(1), ifindex(2)), before, "the guests' TAPs outlive the switch");
+    });
     assert_eq!((ifindex(1), ifindex(2)), before, "the same TAPs, adopted");
     assert_conserved(&lab.stats());
     // A clean stop takes the TAPs with it.

@@ -8,10 +8,8 @@
       MACs given (other guests') are among the destinations. Deterministic for a SEED.
   hostile.py macflood IFACE COUNT [RATE]
       COUNT frames, each from a new unicast source MAC, to unknown destinations.
-  hostile.py tinygso IFACE COUNT DST_MAC SRC_IP DST_IP [RATE]
-      COUNT TCP/IPv4 GSO frames of 1,400 payload bytes asking for 1-byte segments.
 
-RATE paces a mode at that many frames a second (default: as fast as it can), so that a
+RATE paces the flood at that many frames a second (default: as fast as it can), so that a
 measurement shows what the switch does with the frames, not what the sender's CPU costs.
 
 Frames go straight to the device (PACKET_QDISC_BYPASS): no queueing discipline drops any
@@ -138,20 +136,6 @@ class Pace:
                 time.sleep(ahead)
 
 
-def tinygso(dst_mac, src_mac, src_ip, dst_ip):
-    payload = bytes(1400)
-    tcp_len = 20 + len(payload)
-    ip = struct.pack(
-        "!BBHHHBBH4s4s", 0x45, 0, 20 + tcp_len, 1, 0x4000, 64, 6, 0, socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
-    )
-    ph = socket.inet_aton(src_ip) + socket.inet_aton(dst_ip) + struct.pack("!BBH", 0, 6, tcp_len)
-    total = sum(struct.unpack("!6H", ph))
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    tcp = struct.pack("!HHIIBBHHH", 40000, 9, 1, 0, 5 << 4, 0x18, 65535, total, 0)
-    return vnet(1, 1, 54, 1, 34, 16) + dst_mac + src_mac + b"\x08\x00" + ip + tcp + payload
-
-
 def send_all(s, frames, stats):
     """Sends each (kind, bytes) once."""
     if time.monotonic() > DEADLINE:
@@ -205,14 +189,6 @@ def main():
                 pace.wait(len(frames))
                 frames = []
         send_all(s, frames, stats)
-    elif mode == "tinygso":
-        dst_mac = bytes(int(x, 16) for x in sys.argv[4].split(":"))
-        src_mac = bytes(int(x, 16) for x in open(f"/sys/class/net/{iface}/address").read().strip().split(":"))
-        frame = tinygso(dst_mac, src_mac, sys.argv[5], sys.argv[6])
-        pace = Pace(float(sys.argv[7]) if len(sys.argv) > 7 else 0)
-        for _ in range(0, count, 100):
-            send_all(s, [("tinygso", frame)] * 100, stats)
-            pace.wait(100)
     else:
         sys.exit(f"hostile.py: unknown mode {mode}")
     print(json.dumps(stats))

@@ -107,10 +107,7 @@ both_datapaths! {
         // counted as its own drop; the switch's counters obey their rules.
         let sent_ok = n(&sent["sent"]);
         assert!(sent_ok >= 500_000, "most hostile frames should enter the link: {sent}");
-        let port3 = || {
-            let st = lab.stats();
-            st["ports"].as_array().unwrap().iter().find(|p| p["name"] == lab.tap(3).as_str()).unwrap().clone()
-        };
+        let port3 = || lab.port(&lab.tap(3));
         if dp == Dp::User {
             assert!(wait_for(30, || n(&port3()["counters"]["rx_frames"]) >= sent_ok), "{}", port3());
             let p3 = port3();

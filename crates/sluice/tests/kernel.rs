@@ -5,12 +5,7 @@
 
 mod common;
 
-use common::smc::Killed;
 use common::*;
-
-fn sha256_of(path: &std::path::Path) -> String {
-    sh_ok(&format!("sha256sum < {}", path.display()))
-}
 
 /// The name of switch `name`'s upcall TAP: `su` and the FNV-1a hash of the name.
 fn upcall_tap(name: &str) -> String {
@@ -21,12 +16,6 @@ fn upcall_tap(name: &str) -> String {
     format!("su{h:08x}")
 }
 
-/// The daemon's process id, from the switch itself.
-fn daemon_pid(lab: &Lab) -> u32 {
-    let v: serde_json::Value = serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &lab.name])).unwrap();
-    v["switch"]["pid"].as_u64().unwrap() as u32
-}
-
 #[test]
 fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop_leaves_nothing() {
     if !root() {
@@ -35,57 +24,9 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
     let lab = Lab::on(Dp::Kernel, "rst", &["--guests", "2"]);
     let dir = std::env::temp_dir().join(format!("sluice-rst-{}", lab.name));
     std::fs::create_dir_all(&dir).unwrap();
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
-    sh_ok(&format!("head -c 300000000 /dev/urandom > {}", src.display()));
-    // Two TCP transfers cross the restart and the kill: iperf3 at 400 Mbit/s for twelve
-    // seconds (a reset ends it with an error), and the file at 50 MB/s (six seconds) over
-    // nc, whose bytes are checked. (iperf3 -F is no file-transfer tool: over a bare veth
-    // pair with its server stopped twice it reported done with 89% of a file.)
-    let iperf_server = ns_spawn(&lab.ns(2), "timeout 60 iperf3 -s -1 -p 5212");
-    let server = ns_spawn(&lab.ns(2), &format!("timeout 60 nc -l -N 5211 > {}", dst.display()));
-    assert!(wait_for(10, || {
-        let ss = String::from_utf8_lossy(&ns_sh(&lab.ns(2), "ss -ltn").stdout).into_owned();
-        ss.contains(":5211") && ss.contains(":5212")
-    }));
-    let iperf_client = ns_spawn(&lab.ns(1), &format!("timeout 60 iperf3 -c {} -p 5212 -t 12 -b 400M", lab.ip4(2)));
-    let sender = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/paced_send.py");
-    let client =
-        ns_spawn(&lab.ns(1), &format!("timeout 60 python3 {sender} {} 5211 {} 50e6", lab.ip4(2), src.display()));
-    let arrived = || std::fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
-    assert!(wait_for(20, || arrived() > 30_000_000), "the transfer did not start");
-    // A restart in place: the same process, started anew, takes the kernel's state over.
-    let pid = daemon_pid(&lab);
-    sluice_ok(&["switch", "restart", "--switch", &lab.name]);
-    assert_eq!(daemon_pid(&lab), pid);
-    let at_restart = arrived();
-    assert!(wait_for(20, || arrived() > at_restart + 30_000_000), "the transfer stalled after the restart");
-    // A crash: kill -9, then start it again from its configuration.
-    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
-    // Dead once its socket stops answering (its threads go after the first one does).
-    assert!(wait_for(10, || !sluice(&["stats", "--switch", &lab.name]).status.success()));
-    let conf = run_dir().join("labs").join(format!("{}.toml", lab.name));
-    let mut again = std::process::Command::new(BIN);
-    again.args(["switch", "run", "--config", conf.to_str().unwrap()]).stdin(std::process::Stdio::null());
-    let log = std::fs::File::create(dir.join("again.log")).unwrap();
-    again.stdout(std::process::Stdio::null()).stderr(log);
-    let again = Killed(again.spawn().unwrap());
-    assert!(
-        wait_for(10, || sluice(&["stats", "--switch", &lab.name]).status.success()),
-        "the switch did not start again: {}",
-        std::fs::read_to_string(dir.join("again.log")).unwrap_or_default()
-    );
-    let said = |o: &std::process::Output| {
-        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-    };
-    let c = client.wait_with_output().unwrap();
-    let _ = server.wait_with_output();
-    assert!(c.status.success(), "the file's sender saw no reset: {}", said(&c));
-    let ic = iperf_client.wait_with_output().unwrap();
-    let is = iperf_server.wait_with_output().unwrap();
-    assert!(ic.status.success(), "the iperf3 client saw no reset: {}", said(&ic));
-    assert!(is.status.success(), "the iperf3 server saw no reset: {}", said(&is));
-    assert_eq!(arrived(), 300_000_000, "every byte arrived");
-    assert_eq!(sha256_of(&dst), sha256_of(&src), "every byte arrived, in order");
+    // The restart in place takes the kernel's state over; the kernel keeps forwarding
+    // while no daemon runs.
+    let again = transfers_cross_a_restart_and_a_kill(&lab, &dir, || {});
     assert_conserved(&lab.stats());
     // A clean stop leaves nothing: no pins, no bpffs, no upcall TAP.
     sluice_ok(&["switch", "stop", "--switch", &lab.name]);

@@ -78,17 +78,51 @@ pub struct Tap {
     pub ifindex: u32,
 }
 
+/// A fresh descriptor of /dev/net/tun (non-blocking, close-on-exec), not yet a device's.
+fn open_tun() -> io::Result<OwnedFd> {
+    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
+    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
+        .map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot open /dev/net/tun ({e}); is the tun module loaded and are you root?"))
+    })?;
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Makes `fd` a queue of TAP `name` with `flags` (TUNSETIFF: creates the device unless it
+/// exists); the kernel's error is returned as it is, for the caller to explain.
+fn set_iff(fd: &OwnedFd, name: &str, flags: i16) -> io::Result<()> {
+    let mut req = IfReq::new(name);
+    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is (40 bytes).
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) }).map(|_| ())
+}
+
+/// The 12-byte virtio header on every frame, and the offloads the guest may use.
+fn set_vnet(fd: &OwnedFd, offload: bool) -> io::Result<()> {
+    let hdr: libc::c_int = 12;
+    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
+    set_offload(fd.as_raw_fd(), offload)
+}
+
+/// True if interface `name` is the TAP with index `ifindex` (an index is never handed out
+/// twice in a namespace, so no other device passes).
+fn is_that_tap(name: &str, ifindex: u32) -> bool {
+    super::link::ifindex(name).ok() == Some(ifindex) && super::link::driver(name).is_ok_and(|d| d == "tun")
+}
+
 /// Opens a guest's TAP `name` in the calling thread's network namespace, persistent (it
 /// outlives a crash of the daemon, so the guest keeps its interface, addresses and
 /// connections): adopts the TAP an earlier run of the same switch left when `known` is the
-/// index it had and the device of that name still has it and is a TAP (an index is never
-/// handed out twice in a namespace, so no other device passes); otherwise creates it as
+/// index it had and the device of that name still has it and is a TAP ([`is_that_tap`]); otherwise creates it as
 /// [`create_tap`] does. A TAP some other process holds is refused by the kernel (busy).
 pub fn open_tap(name: &str, offload: bool, mtu: u16, known: Option<u32>) -> io::Result<Tap> {
-    let ours = known.is_some_and(|ix| {
-        super::link::ifindex(name).ok() == Some(ix) && super::link::driver(name).is_ok_and(|d| d == "tun")
-    });
-    let tap = if ours { adopt_tap(name, offload)? } else { create_tap(name, offload, mtu)? };
+    let tap = if known.is_some_and(|ix| is_that_tap(name, ix)) {
+        adopt_tap(name, offload)?
+    } else {
+        create_tap(name, offload, mtu)?
+    };
     if let Err(e) = set_persist(tap.fd.as_raw_fd(), true) {
         return Err(io::Error::new(e.kind(), format!("cannot make TAP {name:?} persistent: {e}")));
     }
@@ -99,8 +133,7 @@ pub fn open_tap(name: &str, offload: bool, mtu: u16, known: Option<u32>) -> io::
 /// `ifindex` and no port took again; a device that is not that one is left alone. True if
 /// it was deleted.
 pub fn remove_left_tap(name: &str, ifindex: u32) -> io::Result<bool> {
-    let ours = super::link::ifindex(name).ok() == Some(ifindex) && super::link::driver(name).is_ok_and(|d| d == "tun");
-    if !ours {
+    if !is_that_tap(name, ifindex) {
         return Ok(false);
     }
     let tap = adopt_tap(name, false)?;
@@ -112,20 +145,10 @@ pub fn remove_left_tap(name: &str, ifindex: u32) -> io::Result<bool> {
 /// Attaches to the persistent TAP `name` as it is (its MTU, state and the guest's
 /// addresses stay).
 fn adopt_tap(name: &str, offload: bool) -> io::Result<Tap> {
-    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
-    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
-    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut req = IfReq::new(name);
-    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is (40 bytes).
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })
+    let fd = open_tun()?;
+    set_iff(&fd, name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot attach to the TAP {name:?} an earlier run left: {e}")))?;
-    let hdr: libc::c_int = 12;
-    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
-    set_offload(fd.as_raw_fd(), offload)?;
+    set_vnet(&fd, offload)?;
     let ifindex = super::link::ifindex(name)?;
     Ok(Tap { fd, stats: File::open("/proc/thread-self/net/dev").ok(), ifindex })
 }
@@ -135,29 +158,15 @@ fn adopt_tap(name: &str, offload: bool) -> io::Result<Tap> {
 /// name exists (sluice never takes over an interface it did not create).
 pub fn create_tap(name: &str, offload: bool, mtu: u16) -> io::Result<Tap> {
     check_ifname(name).map_err(io::Error::other)?;
-    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
-    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
-        .map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot open /dev/net/tun ({e}); is the tun module loaded and are you root?"))
-    })?;
-    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-
-    let mut req = IfReq::new(name);
-    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL;
-    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is (40 bytes).
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) }).map_err(|e| {
+    let fd = open_tun()?;
+    set_iff(&fd, name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_TUN_EXCL).map_err(|e| {
         if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EEXIST) {
             io::Error::new(e.kind(), format!("an interface named {name:?} already exists; pick another name"))
         } else {
             io::Error::new(e.kind(), format!("cannot create TAP {name:?}: {e}"))
         }
     })?;
-    let hdr: libc::c_int = 12;
-    // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
-    set_offload(fd.as_raw_fd(), offload)?;
+    set_vnet(&fd, offload)?;
 
     let sock = control_socket()?;
     let mut req = IfReq::new(name);
@@ -186,24 +195,11 @@ pub fn create_tap(name: &str, offload: bool, mtu: u16) -> io::Result<Tap> {
 /// brought up with a long queue. Frames are read with [`read_upcall`].
 pub fn open_upcall_tap(name: &str) -> io::Result<Tap> {
     check_ifname(name).map_err(io::Error::other)?;
-    // SAFETY: opening a path with a NUL-terminated literal; the result is checked.
-    let raw = cvt(unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })
-        .map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot open /dev/net/tun ({e}); is the tun module loaded and are you root?"))
-    })?;
-    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut req = IfReq::new(name);
-    let flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
-    req.data[..2].copy_from_slice(&flags.to_ne_bytes());
-    // SAFETY: TUNSETIFF reads and writes a `struct ifreq`, which `req` is.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) })
+    let fd = open_tun()?;
+    set_iff(&fd, name, IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open the upcall TAP {name:?}: {e}")))?;
     let set_up = || -> io::Result<()> {
-        let hdr: libc::c_int = 12;
-        // SAFETY: TUNSETVNETHDRSZ reads an int from the pointer.
-        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETVNETHDRSZ, &hdr) })?;
-        set_offload(fd.as_raw_fd(), true)?;
+        set_vnet(&fd, true)?;
         set_persist(fd.as_raw_fd(), true)?;
         super::link::set_mtu(name, 9216)?;
         super::link::set_txqlen(name, 4096)?;
