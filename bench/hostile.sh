@@ -2,16 +2,18 @@
 # hostile.sh — how much of their iperf3 rate two guests keep while two others attack the
 # switch: one floods source MACs (100,000 new addresses at 10,000 a second), one sends GSO
 # frames asking for 1-byte segments (2,000 a second; cut, each would be 1,400 frames).
-# Quiet and attacked rounds alternate in one run, on each datapath.
+# Quiet and attacked rounds alternate in one run, on each datapath and, as the baseline, on
+# the Linux bridge (the same four veth guests on a kernel bridge, which floods in the
+# kernel and learns every address: it has no per-port limit).
 #
 #   bench/hostile.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 10 s)
 #
 # Prints one line per datapath, round and condition (Gbit/s iperf3 received), whether the
 # flooder heard any of the two guests' IPv4 frames, then a table of medians and the ratio
 # attacked / quiet. Needs root, sluice on the PATH (or SLUICE=path), iperf3, python3. The
-# labs it makes (hu, hk) are removed at the end.
+# labs it makes (hu, hk, and the bridge's hb) are removed at the end.
 set -euo pipefail
-if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 rounds=${1:-3} dur=${2:-10}
 S=${SLUICE:-sluice}
 H="$(cd "$(dirname "$0")/.." && pwd)/crates/sluice/tests/hostile.py"
@@ -22,12 +24,26 @@ out=$(mktemp /tmp/hostile.XXXXXX.txt)
 cleanup() {
     $S lab down --name hu >/dev/null 2>&1 || true
     $S lab down --name hk >/dev/null 2>&1 || true
+    for n in br 1 2 3 4; do ip netns del sluice-hb-g$n 2>/dev/null || true; done
 }
 trap cleanup EXIT
 cleanup
 $S lab up --name hu --datapath user --guests 4 >/dev/null
 $S lab up --name hk --datapath kernel --guests 4 >/dev/null
-for lab in hu hk; do
+# The baseline: four guests on a Linux bridge in a namespace of its own, named and
+# addressed as the labs' guests are.
+ip netns add sluice-hb-gbr
+ip -n sluice-hb-gbr link add br0 type bridge
+ip -n sluice-hb-gbr link set br0 up
+for n in 1 2 3 4; do
+    ip netns add sluice-hb-g$n
+    ip link add hb-g$n netns sluice-hb-g$n type veth peer name p$n netns sluice-hb-gbr
+    ip -n sluice-hb-gbr link set p$n master br0 up
+    ip -n sluice-hb-g$n addr add 10.77.0.$n/24 dev hb-g$n
+    ip -n sluice-hb-g$n link set hb-g$n up
+    ip -n sluice-hb-g$n link set lo up
+done
+for lab in hu hk hb; do
     # The flooder (g3) is silent: no addresses, no IPv6; what it hears is someone else's.
     ip netns exec sluice-$lab-g3 sysctl -qw net.ipv6.conf.all.disable_ipv6=1
     ip -n sluice-$lab-g3 addr flush dev $lab-g3
@@ -55,7 +71,7 @@ print(sys.argv[1], sys.argv[2], "%.2f" % (e["sum_received"]["bits_per_second"] /
     echo "heard=$heard" | tee -a "$out"
 }
 for r in $(seq "$rounds"); do
-    for lab in hu hk; do
+    for lab in hu hk hb; do
         run $lab quiet
         run $lab attacked
     done
@@ -66,9 +82,12 @@ for lab in hu hk; do
 s = json.load(sys.stdin)
 for p in s["ports"]:
     c = p["counters"]
-    print(sys.argv[1], p["name"], "rx", c["rx_frames"], "learn_refused", c["learn_refused"], "gso_limit", c["rx_drops"]["gso_limit"])
+    k = p.get("kernel") or {}
+    print(sys.argv[1], p["name"], "rx", c["rx_frames"], "learn_refused", c["learn_refused"], "gso_limit", c["rx_drops"]["gso_limit"],
+          "flooded", c["flooded"], *(("in the kernel: flooded", k["flooded"], "upcalls", k["upcalls"]) if k else ()))
 print(sys.argv[1], "fib entries", s["fib"]["entries"], "of", s["fib"]["max_entries"])' $lab
 done
+echo "hb bridge fdb entries $(bridge -n sluice-hb-gbr fdb show br br0 | wc -l)"
 python3 - "$out" <<'PY'
 import collections, statistics, sys
 cells = collections.defaultdict(list)
@@ -80,7 +99,7 @@ for line in open(sys.argv[1]):
         heard[lab] += int(h.split("=")[1])
 print("\n| datapath | quiet Gbit/s | attacked Gbit/s | attacked / quiet | IPv4 frames the flooder heard |")
 print("|--|--:|--:|--:|--:|")
-for lab, name in (("hu", "user"), ("hk", "kernel")):
+for lab, name in (("hu", "sluice user"), ("hk", "sluice kernel"), ("hb", "linux-bridge")):
     q, a = statistics.median(cells[(lab, "quiet")]), statistics.median(cells[(lab, "attacked")])
     print(f"| {name} | {q:.2f} | {a:.2f} | {a / q:.2f} | {heard[lab]} |")
 PY

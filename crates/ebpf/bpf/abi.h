@@ -30,6 +30,8 @@
 #define PF_EGRESS (1u << 12)  /* sent with bpf_redirect (egress) though not an uplink: a veth
 			       * whose peer is in the switch's own namespace, which
 			       * bpf_redirect_peer cannot reach */
+#define PF_LEARN_FULL (1u << 13) /* Layer 2: as many stations learned behind it as it may;
+				  * frames from others are forwarded or flooded unlearned */
 
 struct sluice_port {
 	__u32 ifindex; /* 0: slot unused */
@@ -74,6 +76,7 @@ struct sluice_config {
 	__u8 mode;            /* MODE_L2 or MODE_L3 */
 	__u8 router_mac[6];   /* Layer 3: the switch's MAC on the guests' side */
 	__u8 pad;
+	__u32 n_slots;        /* port slots in use are below this (a flood looks at those) */
 };
 
 /* Layer 3: which port owns an address. */
@@ -110,11 +113,14 @@ struct sluice_neigh_val {
 #define C_TX_GSO 9
 #define C_RX_DROP 10
 #define C_TX_DROP 26
-#define C_COUNT 42
+#define C_FLOODED 42        /* frames flooded by the kernel */
+#define C_LEARN_REFUSED 43  /* frames from sources the port may not learn, decided by the kernel */
+#define C_COUNT 44
 
 #define D_MALFORMED 1
 #define D_VLAN_FILTER 2
 #define D_OVER_MTU 3
+#define D_UNKNOWN_PORT 4
 #define D_SAME_PORT 5
 #define D_TX_ERROR 6
 #define D_ISOLATED 7

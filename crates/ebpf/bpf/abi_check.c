@@ -34,6 +34,7 @@ int main(void)
 	OFF(sluice_config, l3_uplink);
 	OFF(sluice_config, mode);
 	OFF(sluice_config, router_mac);
+	OFF(sluice_config, n_slots);
 	SIZE(sluice_ip_key);
 	OFF(sluice_ip_key, addr);
 	SIZE(sluice_neigh_key);
@@ -46,12 +47,16 @@ int main(void)
 	printf("pub const C_TX_DROP: usize = %d;\n", C_TX_DROP);
 	printf("pub const C_UPCALLS: usize = %d;\n", C_UPCALLS);
 	printf("pub const C_TX_GSO: usize = %d;\n", C_TX_GSO);
+	printf("pub const C_FLOODED: usize = %d;\n", C_FLOODED);
+	printf("pub const C_LEARN_REFUSED: usize = %d;\n", C_LEARN_REFUSED);
 	printf("pub const PF_TRUNK: u32 = %u;\n", PF_TRUNK);
 	printf("pub const PF_SLOW: u32 = %u;\n", PF_SLOW);
 	printf("pub const PF_EGRESS: u32 = %u;\n", PF_EGRESS);
+	printf("pub const PF_LEARN_FULL: u32 = %u;\n", PF_LEARN_FULL);
 	printf("pub const D_MALFORMED: usize = %d;\n", D_MALFORMED);
 	printf("pub const D_VLAN_FILTER: usize = %d;\n", D_VLAN_FILTER);
 	printf("pub const D_OVER_MTU: usize = %d;\n", D_OVER_MTU);
+	printf("pub const D_UNKNOWN_PORT: usize = %d;\n", D_UNKNOWN_PORT);
 	printf("pub const D_SAME_PORT: usize = %d;\n", D_SAME_PORT);
 	printf("pub const D_TX_ERROR: usize = %d;\n", D_TX_ERROR);
 	printf("pub const D_ISOLATED: usize = %d;\n", D_ISOLATED);

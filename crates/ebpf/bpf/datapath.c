@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0 OR GPL-2.0-only
 /*
  * sluice's kernel datapath: one TC ingress program on the switch side of every
- * veth-attached guest and on the uplink. It executes, for known unicast frames between
- * ports the kernel reaches, the rule the core wrote into the maps (the same rule as
- * `sluice_switch::fastpath::decide`, which tests hold against the core); every other frame
+ * veth-attached guest and on the uplink. It executes, for frames from known sources (or
+ * from sources a full port may not learn) to ports the kernel reaches, the rule the core
+ * wrote into the maps — known unicast to its port, the rest flooded — the same rule as
+ * `sluice_switch::fastpath::decide`, which tests hold against the core; every other frame
  * goes up to the core through the upcall TAP, tagged with its input port.
  * docs/architecture.md, "The kernel datapath".
  *
@@ -360,6 +361,141 @@ static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c
 	return bpf_redirect_peer(out->ifindex, 0);
 }
 
+/* The core's `may_talk`: isolated ports exchange frames with uplinks only. */
+static __always_inline int may_talk(__u32 a, __u32 b)
+{
+	return (!(a & PF_ISOLATED) && !(b & PF_ISOLATED)) || (a & PF_UPLINK) || (b & PF_UPLINK);
+}
+
+/* A flood in progress (bpf_loop's callbacks see it through a pointer to the stack). */
+struct flood {
+	struct __sk_buff *skb;
+	__u32 slot;     /* the input */
+	__u32 in_flags;
+	int vid;
+	int tagged;     /* the tag the frame has now (retag() keeps these) */
+	__u16 tci;
+	__u8 pcp;
+	__u8 up;        /* an output the kernel cannot serve: the core floods instead */
+	long l3;        /* l3_len(), against each output's MTU */
+	__u32 members;  /* the copies offered */
+	__u32 last;     /* slot + 1 of the output that gets the frame itself (0: none fits) */
+};
+
+/* Slot `i` if the flood reaches it: a live port of the VLAN, not the input, one the input
+ * may talk to (the core's `flood`). */
+static __always_inline struct sluice_port *flood_member(struct flood *f, __u32 i)
+{
+	__u32 k = i;
+	struct sluice_port *p;
+
+	if (i == f->slot)
+		return 0;
+	p = bpf_map_lookup_elem(&sluice_ports, &k);
+	if (!p || !p->ifindex || vlan_out(p, f->vid) < 0 || !may_talk(f->in_flags, p->flags))
+		return 0;
+	return p;
+}
+
+/* First pass: can the kernel do it all, and which output gets the frame itself. */
+static long flood_plan(__u32 i, void *ctx)
+{
+	struct flood *f = ctx;
+	struct sluice_port *p = flood_member(f, i);
+
+	if (!p)
+		return 0;
+	if (!(p->flags & PF_KERNEL) || (p->flags & PF_SLOW) || p->mirror) {
+		f->up = 1;
+		return 1;
+	}
+	f->members++;
+	if (f->l3 <= p->mtu)
+		f->last = i + 1;
+	return 0;
+}
+
+/* Second pass: a copy to every member but the last, counted at the output as send() does. */
+static long flood_copy(__u32 i, void *ctx)
+{
+	struct flood *f = ctx;
+	__u32 k = i;
+	struct sluice_port *p = flood_member(f, i);
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &k);
+
+	if (!p || !oc || i + 1 == f->last)
+		return 0;
+	oc->v[C_TX_OFFERED]++;
+	if (f->l3 > p->mtu) {
+		oc->v[C_TX_DROP + D_OVER_MTU]++;
+		return 0;
+	}
+	int otag = vlan_out(p, f->vid);
+	if (retag(f->skb, &f->tagged, &f->tci, otag, ((__u16)f->pcp << 13) | (__u16)f->vid) ||
+	    bpf_clone_redirect(f->skb, p->ifindex, 0)) {
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
+		return 0;
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += f->skb->len + (otag ? 4 : 0);
+	if (f->skb->gso_size)
+		oc->v[C_TX_GSO]++;
+	return 0;
+}
+
+/* Layer 2 flooding (the core's `flood`) when every port it reaches is the kernel's and no
+ * mirror takes part: a clone to each output but the last, which gets the frame. Else, or
+ * when the headers are past what l3_len() reads, the frame goes up and the core floods it.
+ * `refused`: the source is one the input may not learn (counted once decided here). */
+static __always_inline int flood(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *in,
+				 __u32 slot, int vid, __u8 pcp, int tagged, __u16 tci, int refused)
+{
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+	if (!cfg || in->mirror)
+		return up(skb, slot, c);
+	long l3 = l3_len(skb);
+	if (l3 < 0)
+		return up(skb, slot, c);
+	struct flood f = {
+		.skb = skb, .slot = slot, .in_flags = in->flags, .vid = vid, .tagged = tagged, .tci = tci,
+		.pcp = pcp, .l3 = l3,
+	};
+	__u32 n = cfg->n_slots;
+	if (n > SLUICE_MAX_PORTS)
+		n = SLUICE_MAX_PORTS;
+	bpf_loop(n, flood_plan, &f, 0);
+	if (f.up)
+		return up(skb, slot, c);
+	if (refused)
+		c->v[C_LEARN_REFUSED]++;
+	if (!f.members)
+		return drop(c, D_UNKNOWN_PORT);
+	c->v[C_FLOODED]++;
+	c->v[C_COPIES] += f.members;
+	bpf_loop(n, flood_copy, &f, 0);
+	if (!f.last)
+		return TC_ACT_SHOT; /* every output's MTU is too small: counted there */
+	__u32 ls = f.last - 1;
+	struct sluice_port *out = bpf_map_lookup_elem(&sluice_ports, &ls);
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &ls);
+	if (!out || !oc)
+		return TC_ACT_SHOT;
+	oc->v[C_TX_OFFERED]++;
+	int otag = vlan_out(out, vid);
+	if (otag < 0 || retag(skb, &f.tagged, &f.tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
+		return TC_ACT_SHOT;
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
+	if (out->flags & (PF_UPLINK | PF_EGRESS))
+		return bpf_redirect(out->ifindex, 0);
+	return bpf_redirect_peer(out->ifindex, 0);
+}
+
 static __always_inline int is_link_local6(const __u8 *a)
 {
 	return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
@@ -556,39 +692,46 @@ int sluice_ingress(struct __sk_buff *skb)
 			return drop(c, D_MALFORMED);
 	}
 
-	/* The source must be known on this port: learning and moves are the core's. */
+	/* The source must be known on this port — learning and moves are the core's — unless
+	 * the port may learn no more (and the source is not a static entry elsewhere): the core
+	 * would not learn it either, but forward it as it is. */
 	struct sluice_fib_key k = { .vlan = vid };
 	__builtin_memcpy(k.mac, eth->h_source, 6);
 	struct sluice_fib_val *src = bpf_map_lookup_elem(&sluice_fib, &k);
-	if (!src || src->slot != slot)
-		return up(skb, slot, c);
-	__u64 now = bpf_ktime_get_ns();
-	if (now - src->seen_ns > SEEN_EVERY_NS)
-		src->seen_ns = now;
+	int refused = 0;
+	if (!src || src->slot != slot) {
+		if (!(in->flags & PF_LEARN_FULL) || (src && (src->flags & FIB_STATIC)))
+			return up(skb, slot, c);
+		refused = 1;
+	} else {
+		__u64 now = bpf_ktime_get_ns();
+		if (now - src->seen_ns > SEEN_EVERY_NS)
+			src->seen_ns = now;
+	}
 
 	if (is_group(eth->h_dest))
-		return up(skb, slot, c);
+		return flood(skb, c, in, slot, vid, pcp, tagged, tci, refused);
 	__builtin_memcpy(k.mac, eth->h_dest, 6);
 	struct sluice_fib_val *dst = bpf_map_lookup_elem(&sluice_fib, &k);
 	if (!dst)
-		return up(skb, slot, c);
+		return flood(skb, c, in, slot, vid, pcp, tagged, tci, refused);
 	__u32 oslot = dst->slot;
-	if (oslot == slot)
-		return drop(c, D_SAME_PORT);
 	struct sluice_port *out = bpf_map_lookup_elem(&sluice_ports, &oslot);
 	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
-	if (!out || !oc || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW))
+	if (oslot != slot && (!out || !oc || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW)))
 		return up(skb, slot, c);
-	int otag = vlan_out(out, vid);
-	if (otag < 0)
-		return drop(c, D_VLAN_FILTER);
-	if ((in->flags & PF_ISOLATED || out->flags & PF_ISOLATED) && !(in->flags & PF_UPLINK) &&
-	    !(out->flags & PF_UPLINK))
-		return drop(c, D_ISOLATED);
-
 	long l3len = l3_len(skb);
 	if (l3len < 0)
 		return up(skb, slot, c);
+	/* Decided here from now on. */
+	c->v[C_LEARN_REFUSED] += refused;
+	if (oslot == slot || !out || !oc)
+		return drop(c, D_SAME_PORT);
+	int otag = vlan_out(out, vid);
+	if (otag < 0)
+		return drop(c, D_VLAN_FILTER);
+	if (!may_talk(in->flags, out->flags))
+		return drop(c, D_ISOLATED);
 	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len);
 }
 

@@ -36,6 +36,9 @@ pub const PF_LL_OK: u32 = 1 << 11;
 /// `PF_EGRESS`: sent with `bpf_redirect`, though not an uplink (a veth whose peer is in the
 /// switch's own namespace, which `bpf_redirect_peer` cannot reach).
 pub const PF_EGRESS: u32 = 1 << 12;
+/// `PF_LEARN_FULL`: Layer 2, as many stations learned behind the port as it may; frames
+/// from others are forwarded or flooded by the kernel without being learned.
+pub const PF_LEARN_FULL: u32 = 1 << 13;
 
 /// `MODE_L2`.
 pub const MODE_L2: u8 = 0;
@@ -120,6 +123,7 @@ pub struct Config {
     pub mode: u8,
     pub router_mac: [u8; 6],
     pub pad: u8,
+    pub n_slots: u32,
 }
 
 /// `struct sluice_ip_key`.
@@ -165,7 +169,11 @@ pub mod c {
     pub const RX_DROP: usize = 10;
     /// Transmit drops start here, one per `DropCause::ALL` entry.
     pub const TX_DROP: usize = 26;
-    pub const COUNT: usize = 42;
+    /// Frames the kernel flooded.
+    pub const FLOODED: usize = 42;
+    /// Frames the kernel forwarded or flooded from a source the port may not learn.
+    pub const LEARN_REFUSED: usize = 43;
+    pub const COUNT: usize = 44;
 }
 
 /// `struct sluice_counters`: one port's counters on one CPU.
@@ -229,6 +237,7 @@ mod tests {
         assert_eq!(offset_of!(Config, l3_uplink), OFF_sluice_config_l3_uplink);
         assert_eq!(offset_of!(Config, mode), OFF_sluice_config_mode);
         assert_eq!(offset_of!(Config, router_mac), OFF_sluice_config_router_mac);
+        assert_eq!(offset_of!(Config, n_slots), OFF_sluice_config_n_slots);
         assert_eq!(size_of::<IpKey>(), SIZE_sluice_ip_key);
         assert_eq!(offset_of!(IpKey, addr), OFF_sluice_ip_key_addr);
         assert_eq!(size_of::<NeighKey>(), SIZE_sluice_neigh_key);
@@ -246,12 +255,19 @@ mod tests {
         assert_eq!(size_of::<Config>(), SIZE_sluice_config);
         assert_eq!(size_of::<Counters>(), SIZE_sluice_counters);
         assert_eq!(
-            (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO),
-            (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO)
+            (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO, c::FLOODED, c::LEARN_REFUSED),
+            (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO, C_FLOODED, C_LEARN_REFUSED)
         );
         assert_eq!(
-            (PF_TRUNK, PF_SLOW, PF_EGRESS, MAX_PORTS, MAX_IPS),
-            (from_c::PF_TRUNK, from_c::PF_SLOW, from_c::PF_EGRESS, from_c::MAX_PORTS, from_c::MAX_IPS)
+            (PF_TRUNK, PF_SLOW, PF_EGRESS, PF_LEARN_FULL, MAX_PORTS, MAX_IPS),
+            (
+                from_c::PF_TRUNK,
+                from_c::PF_SLOW,
+                from_c::PF_EGRESS,
+                from_c::PF_LEARN_FULL,
+                from_c::MAX_PORTS,
+                from_c::MAX_IPS
+            )
         );
         assert_eq!(
             (sluice_switch::MIN_GSO_SIZE, sluice_switch::MAX_GSO_SEGMENTS),
@@ -260,11 +276,12 @@ mod tests {
         );
         // Drop causes are indexed in `DropCause::ALL` order, and must fit their rows.
         let all = sluice_switch::DropCause::ALL;
-        assert!(all.len() <= c::TX_DROP - c::RX_DROP && all.len() <= c::COUNT - c::TX_DROP);
+        assert!(all.len() <= c::TX_DROP - c::RX_DROP && all.len() <= c::FLOODED - c::TX_DROP);
         for (cause, at) in [
             (sluice_switch::DropCause::Malformed, D_MALFORMED),
             (sluice_switch::DropCause::VlanFilter, D_VLAN_FILTER),
             (sluice_switch::DropCause::OverMtu, D_OVER_MTU),
+            (sluice_switch::DropCause::UnknownPort, D_UNKNOWN_PORT),
             (sluice_switch::DropCause::SamePort, D_SAME_PORT),
             (sluice_switch::DropCause::TxError, D_TX_ERROR),
             (sluice_switch::DropCause::Isolated, D_ISOLATED),

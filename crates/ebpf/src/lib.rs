@@ -303,14 +303,16 @@ impl KernelDatapath {
     }
 
     /// Sets the switch-wide settings: the interface frames go up through (0: none), the
-    /// mode, the switch's MAC on the guests' side, and (Layer 3) the slot of the uplink
-    /// traffic off the switch leaves by.
+    /// mode, the switch's MAC on the guests' side, (Layer 3) the slot of the uplink
+    /// traffic off the switch leaves by, and how many slots a flood looks at (every port
+    /// in use has a slot below it).
     pub fn set_config(
         &mut self,
         upcall_ifindex: u32,
         mode: u8,
         router_mac: MacAddr,
         l3_uplink: Option<u32>,
+        n_slots: u32,
     ) -> Result<(), Error> {
         let c = abi::Config {
             upcall_ifindex,
@@ -318,6 +320,7 @@ impl KernelDatapath {
             mode,
             router_mac: router_mac.0,
             pad: 0,
+            n_slots,
         };
         self.config.set(0, c, 0).map_err(map_err("config"))
     }

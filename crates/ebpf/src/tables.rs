@@ -34,6 +34,9 @@ pub fn port_entry(p: &FastPort, mode: u8, mirror: Option<u32>) -> abi::Port {
     if p.slow {
         flags |= abi::PF_SLOW;
     }
+    if p.learn_full {
+        flags |= abi::PF_LEARN_FULL;
+    }
     if let Some(m) = p.dev_mac {
         // Layer 2: frames to the device's address are the host's. Layer 3: the address is
         // the switch's on the LAN (frames out of the uplink leave from it).
@@ -151,6 +154,7 @@ mod tests {
             guest_mac: None,
             link_local_ok: false,
             mirror: None,
+            learn_full: false,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The program in a real kernel, without the daemon: two namespaces on veth pairs, the
 //! program on the switch sides, entries written by hand as the core would — frames pass
-//! on the fast path, and a frame the tables cannot decide goes up the upcall interface
-//! with its port slot as an outer tag.
+//! on the fast path, floods stay in the kernel, and a frame the tables cannot decide goes
+//! up the upcall interface with its port slot as an outer tag.
 
 use std::process::Command;
 
@@ -76,6 +76,7 @@ fn port(ifindex: u32) -> FastPort {
         guest_mac: None,
         link_local_ok: false,
         mirror: None,
+        learn_full: false,
     }
 }
 
@@ -115,19 +116,50 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     // The program stamped the sources it forwarded from.
     assert!(dp.macs().iter().all(|m| m.4 > 0), "{:?}", dp.macs());
 
-    // An upcall interface (a veth here; its peer's counters show what arrived): a
-    // broadcast goes up.
+    // An upcall interface (a veth here; its peer's counters show what arrived, besides
+    // the ports' `upcalls`).
     let up = format!("{}up", g.0);
-    sh(&format!("ip link add {up} type veth peer name {up}p && ip link set {up} up && ip link set {up}p up"));
+    sh(&format!(
+        "ip link add {up} type veth peer name {up}p && sysctl -qw net.ipv6.conf.{up}.disable_ipv6=1 && \
+         ip link set {up} up && ip link set {up}p up"
+    ));
     let upcall = sh(&format!("cat /sys/class/net/{up}/ifindex")).parse().unwrap();
-    dp.set_config(upcall, abi::MODE_L2, MacAddr([2, 0, 0, 0, 0, 1]), None).unwrap();
-    let before: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
+    dp.set_config(upcall, abi::MODE_L2, MacAddr([2, 0, 0, 0, 0, 1]), None, 2).unwrap();
+    let went_up = |dp: &KernelDatapath| -> u64 {
+        let arrived: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
+        let sent = dp.counters(0).v[abi::c::UPCALLS] + dp.counters(1).v[abi::c::UPCALLS];
+        assert!(arrived >= sent, "{sent} sent up, {arrived} arrived");
+        sent
+    };
+
+    // A broadcast from a known source: flooded by the kernel to the other port.
+    let (before, b_tx) = (went_up(&dp), dp.counters(1).v[abi::c::TX_FRAMES]);
     let _ = Command::new("ip")
         .args(["netns", "exec", &format!("{}-a", g.0), "ping", "-c", "1", "-W", "1", "-b", "10.98.0.255"])
         .output();
-    let after: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
-    assert!(after > before, "nothing went up ({before} → {after})");
+    assert!(dp.counters(0).v[abi::c::FLOODED] >= 1, "{:?}", dp.counters(0));
+    assert!(dp.counters(1).v[abi::c::TX_FRAMES] > b_tx, "{:?}", dp.counters(1));
+    assert_eq!(went_up(&dp), before, "a flood the kernel can do went up");
+
+    // A source the table does not know on its port goes up: learning is the core's.
+    dp.del_mac(1, g.mac("a"));
+    let before = went_up(&dp);
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-a", g.0), "ping", "-c", "1", "-W", "1", "10.98.0.2"])
+        .output();
+    assert!(went_up(&dp) > before, "nothing went up");
     assert!(dp.counters(0).v[abi::c::UPCALLS] >= 1, "{:?}", dp.counters(0));
+
+    // Unless its port may learn no more: then the kernel forwards it unlearned, and b's
+    // replies to the unknown address are flooded back to a.
+    let full = FastPort { learn_full: true, ..port(g.ifindex("a")) };
+    dp.set_port(0, &tables::port_entry(&full, abi::MODE_L2, None)).unwrap();
+    let (before, refused) = (went_up(&dp), dp.counters(0).v[abi::c::LEARN_REFUSED]);
+    let out = sh(&format!("ip netns exec {}-a ping -c 3 -i 0.2 -W 2 10.98.0.2", g.0));
+    assert!(out.contains("3 received"), "{out}");
+    assert!(dp.counters(0).v[abi::c::LEARN_REFUSED] >= refused + 3, "{:?}", dp.counters(0));
+    assert!(dp.counters(1).v[abi::c::FLOODED] >= 3, "{:?}", dp.counters(1));
+    assert_eq!(went_up(&dp), before, "frames of a full port's unlearned sources went up");
 }
 
 #[test]

@@ -166,8 +166,11 @@ pub struct SwitchSummary {
 /// What the kernel datapath did with a kernel port's frames.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KernelPortStats {
-    /// Frames from the port the kernel forwarded itself.
+    /// Frames from the port the kernel forwarded itself (to one port).
     pub forwarded: u64,
+    /// Frames from the port the kernel flooded itself.
+    #[serde(default)]
+    pub flooded: u64,
     /// Frames from the port the kernel sent up to the core (to learn, flood, answer, or
     /// for a port in user space).
     pub upcalls: u64,

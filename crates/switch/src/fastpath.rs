@@ -3,9 +3,12 @@
 //!
 //! The core stays the only place where forwarding is decided. A kernel datapath executes
 //! the part of those decisions that needs no state beyond two tables — the per-port rules
-//! ([`FastPort`]) and the MAC table — for known unicast frames between ports it reaches,
-//! and hands every other frame back to be received with [`Switch::ingest`]: learning,
-//! flooding, Layer 3 answers, ports it does not reach. The driver fills the kernel's maps
+//! ([`FastPort`]) and the MAC table — for frames from stations known on their port (or
+//! that the port may not learn: [`FastPort::learn_full`]) to ports it reaches: known
+//! unicast to one port, the rest flooded to every port of the VLAN when all of them are
+//! the kernel's. It hands every other frame back to be received with [`Switch::ingest`]:
+//! learning, floods that reach user space or mirrors, Layer 3 answers, ports it does not
+//! reach. The driver fills the kernel's maps
 //! from [`Switch::fast_port`] and [`Switch::fast_mac`] for the keys
 //! [`Switch::take_fastpath_changes`] reports.
 //!
@@ -78,6 +81,10 @@ pub struct FastPort {
     /// The port failed (its device is gone or refused a frame): Layer 3 picks the first
     /// uplink that has not as the way off the switch.
     pub failed: bool,
+    /// Layer 2: the port has as many learned stations behind it as it may. The core
+    /// learns no other source there, so a frame from one is forwarded (or flooded) as it
+    /// is, counted as `learn_refused`; the kernel can do that itself.
+    pub learn_full: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.
@@ -103,7 +110,7 @@ pub struct FastMac {
 }
 
 /// What the kernel does with a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Hand it to the core.
     Up,
@@ -118,6 +125,16 @@ pub enum Verdict {
         port: PortId,
         /// The 802.1Q tag the frame leaves with, if any (VLAN id and priority).
         tag: Option<(u16, u8)>,
+        /// The source is not learned (the input is at its limit): count `learn_refused`.
+        refused: bool,
+    },
+    /// Send a copy to each of these ports (in slot order, with the tag each wants; MTUs
+    /// checked as for `To`); counted as flooded at the input.
+    Flood {
+        /// The outputs and their tags.
+        ports: Vec<(PortId, Option<(u16, u8)>)>,
+        /// As for `To`.
+        refused: bool,
     },
 }
 
@@ -136,10 +153,12 @@ pub struct FrameView {
 }
 
 /// The kernel program's rule, over the tables the core gives it: the frame `f` arriving
-/// on `from`. `port` looks up a port's rules, `mac` the MAC table.
+/// on `from`. `port` looks up a port's rules (slots `0..slots` are all there are), `mac`
+/// the MAC table.
 pub fn decide(
     from: PortId,
     f: &FrameView,
+    slots: PortId,
     port: impl Fn(PortId) -> Option<FastPort>,
     mac: impl Fn(u16, MacAddr) -> Option<FastMac>,
 ) -> Verdict {
@@ -168,14 +187,16 @@ pub fn decide(
             return Verdict::Drop(DropCause::SpoofedIp);
         }
     }
-    // The source must already be known here: learning and moves are the core's.
-    if mac(ing.vid, f.src).is_none_or(|e| e.port != from) {
-        return Verdict::Up;
-    }
-    if f.dst.is_multicast() {
-        return Verdict::Up;
-    }
-    let Some(e) = mac(ing.vid, f.dst) else { return Verdict::Up };
+    // The source must already be known here — learning and moves are the core's — unless
+    // the port may learn no more: then the core would not learn it either.
+    let refused = match mac(ing.vid, f.src) {
+        Some(e) if e.port == from => false,
+        Some(e) if e.is_static => return Verdict::Up,
+        _ if me.learn_full => true,
+        _ => return Verdict::Up,
+    };
+    let known = if f.dst.is_multicast() { None } else { mac(ing.vid, f.dst) };
+    let Some(e) = known else { return flood(from, &me, ing.vid, ing.pcp, refused, slots, port) };
     if e.port == from {
         return Verdict::Drop(DropCause::SamePort);
     }
@@ -188,5 +209,37 @@ pub fn decide(
     if (me.isolated || out.isolated) && !me.uplink && !out.uplink {
         return Verdict::Drop(DropCause::Isolated);
     }
-    Verdict::To { port: e.port, tag: tagged.then_some((ing.vid, ing.pcp)) }
+    Verdict::To { port: e.port, tag: tagged.then_some((ing.vid, ing.pcp)), refused }
+}
+
+/// A flood from `me` (port `from`) on VLAN `vid`: every other port of the VLAN it may talk
+/// to, if the kernel reaches them all and no mirror takes part (else the core floods).
+fn flood(
+    from: PortId,
+    me: &FastPort,
+    vid: u16,
+    pcp: u8,
+    refused: bool,
+    slots: PortId,
+    port: impl Fn(PortId) -> Option<FastPort>,
+) -> Verdict {
+    if me.mirror.is_some() {
+        return Verdict::Up;
+    }
+    let mut ports = Vec::new();
+    for id in (0..slots).filter(|&id| id != from) {
+        let Some(p) = port(id) else { continue };
+        let Some(tagged) = p.vlan.egress(vid) else { continue };
+        if (me.isolated || p.isolated) && !me.uplink && !p.uplink {
+            continue;
+        }
+        if p.slow || p.target.is_none() || p.mirror.is_some() {
+            return Verdict::Up;
+        }
+        ports.push((id, tagged.then_some((vid, pcp))));
+    }
+    if ports.is_empty() {
+        return Verdict::Drop(DropCause::UnknownPort);
+    }
+    Verdict::Flood { ports, refused }
 }

@@ -39,6 +39,9 @@ pub struct Fib {
     /// Keys whose port changed (added, moved, removed) since the last
     /// [`Fib::take_changes`], when a kernel datapath follows the table.
     changed: Option<Vec<(u16, MacAddr)>>,
+    /// Ports whose count of learned stations changed since the last
+    /// [`Fib::take_count_changes`], when tracking.
+    count_changed: Option<Vec<PortId>>,
 }
 
 impl Fib {
@@ -52,6 +55,7 @@ impl Fib {
             moves: 0,
             per_port: HashMap::new(),
             changed: None,
+            count_changed: None,
         }
     }
 
@@ -68,6 +72,19 @@ impl Fib {
     /// Starts recording which entries change (see [`Fib::take_changes`]).
     pub fn track_changes(&mut self) {
         self.changed.get_or_insert_with(Vec::new);
+        self.count_changed.get_or_insert_with(Vec::new);
+    }
+
+    /// Hands over the ports whose number of learned stations changed since the last call
+    /// (each once), when tracking.
+    pub fn take_count_changes(&mut self, mut f: impl FnMut(PortId)) {
+        let Some(c) = self.count_changed.as_mut() else { return };
+        c.sort_unstable();
+        c.dedup();
+        for &p in c.iter() {
+            f(p);
+        }
+        c.clear();
     }
 
     /// Hands over the keys whose port changed since the last call (each once), when
@@ -123,11 +140,13 @@ impl Fib {
                 e.last_seen_ms = now_ms;
                 Some(from)
             }
+            // (The port's limit first: a kernel datapath, which cannot see how full the
+            // table is, tells the two refusals apart the same way.)
+            None if port_full() => return false,
             None if len >= self.max_entries => {
                 self.full_refusals += 1;
                 return true;
             }
-            None if port_full() => return false,
             None => {
                 self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
                 None
@@ -148,6 +167,9 @@ impl Fib {
     }
 
     fn count(&mut self, port: PortId, up: bool) {
+        if let Some(c) = self.count_changed.as_mut() {
+            c.push(port);
+        }
         let n = self.per_port.entry(port).or_insert(0);
         if up {
             *n += 1;

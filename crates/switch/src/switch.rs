@@ -273,6 +273,8 @@ struct PortSlot {
     dirty: bool,
     failed: Option<String>,
     reported: Interest,
+    /// At its learning limit, as last reported to a kernel datapath.
+    learn_full: bool,
 }
 
 impl PortSlot {
@@ -403,13 +405,27 @@ impl Switch {
     /// Hands over the ports and MAC entries whose fast-path state changed since the last
     /// call, each once.
     pub fn take_fastpath_changes(&mut self, mut f: impl FnMut(FastChange)) {
-        if let Some(c) = self.fast_changed.as_mut() {
+        // Ports that reached their learning limit or left it.
+        let mut counted = Vec::new();
+        self.fib.take_count_changes(|p| counted.push(p));
+        for p in counted {
+            let full = self.learn_full(p);
+            if self.slot(p).is_some_and(|s| s.learn_full != full) {
+                self.note_fast(p);
+            }
+        }
+        if let Some(mut c) = self.fast_changed.take() {
             c.sort_unstable();
             c.dedup();
             for &id in c.iter() {
+                let full = self.learn_full(id);
+                if let Some(s) = self.slot_mut(id) {
+                    s.learn_full = full;
+                }
                 f(FastChange::Port(id));
             }
             c.clear();
+            self.fast_changed = Some(c);
         }
         self.fib.take_changes(|vlan, mac| f(FastChange::Mac(vlan, mac)));
         if let Some(c) = self.l3.changed_owners.as_mut() {
@@ -489,7 +505,16 @@ impl Switch {
             guest_mac: if self.cfg.mode == Mode::L3 { s.guest_mac } else { None },
             link_local_ok: self.cfg.mode == Mode::L3,
             mirror: s.mirrored_to,
+            learn_full: self.learn_full(id),
         })
+    }
+
+    /// Layer 2: port `id` has as many learned stations behind it as it may (it is not an
+    /// uplink): the core learns no other source there, and forwards their frames as they are.
+    fn learn_full(&self, id: PortId) -> bool {
+        self.cfg.mode == Mode::L2
+            && self.slot(id).is_some_and(|s| !s.policy.uplink)
+            && self.fib.learned_on(id) >= self.cfg.port_mac_limit
     }
 
     /// The MAC table's entry for `mac` on `vlan` as a kernel datapath executes it.
@@ -624,6 +649,7 @@ impl Switch {
             failed: None,
             // The driver registers the port with `interest(id)` when it attaches it.
             reported: Interest { read: true, write: false },
+            learn_full: false,
         }));
         Ok(id)
     }

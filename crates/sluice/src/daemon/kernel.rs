@@ -139,6 +139,9 @@ pub struct KernelSide {
     /// Layer 3: the uplink port off-switch traffic leaves by (the core's: the first live
     /// uplink), as the kernel's config holds it.
     l3_uplink: Option<u32>,
+    /// Every slot in use is below this, as the kernel's config holds it (a flood looks at
+    /// the slots below it).
+    n_slots: u32,
     /// Interfaces (by index) that are veths with their peer in this namespace.
     egress: HashMap<u32, bool>,
     /// Where the search for a free slot starts: slots are handed out in turn, so a slot
@@ -147,6 +150,11 @@ pub struct KernelSide {
     next_slot: usize,
     /// Left for the next run ([`KernelSide::leave`]): nothing is removed on drop.
     keep: bool,
+}
+
+/// One past the highest slot in use (0: none).
+fn slots_in_use(port_at: &[Option<PortId>]) -> u32 {
+    port_at.iter().rposition(Option::is_some).map_or(0, |i| i as u32 + 1)
 }
 
 fn monotonic_ns() -> u64 {
@@ -215,7 +223,8 @@ impl KernelSide {
         // Layer 3: until the ports are attached again, traffic off the switch keeps leaving
         // by the uplink the earlier run chose (its slot is reserved for it).
         let l3_uplink = if takeover { dp.config().and_then(|c| c.l3_uplink.checked_sub(1)) } else { None };
-        dp.set_config(ifindex, mode, cfg.router_mac, l3_uplink)?;
+        let n_slots = slots_in_use(&port_at);
+        dp.set_config(ifindex, mode, cfg.router_mac, l3_uplink, n_slots)?;
         info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
         Ok(KernelSide {
             dp,
@@ -237,6 +246,7 @@ impl KernelSide {
             router_mac: cfg.router_mac,
             upcall_ifindex: ifindex,
             l3_uplink,
+            n_slots,
             egress: HashMap::new(),
             next_slot: 0,
             keep: false,
@@ -351,6 +361,7 @@ impl KernelSide {
                 let _ = self.dp.clear_port(slot);
             }
         }
+        self.follow_slots();
         self.reserved.clear();
         let attached: std::collections::HashSet<&String> = self.attached.values().flatten().collect();
         for ifname in self.dp.linked() {
@@ -410,9 +421,25 @@ impl KernelSide {
             .and_then(|id| self.slot_of.get(&id).copied());
         if up != self.l3_uplink || force {
             self.l3_uplink = up;
-            if let Err(e) = self.dp.set_config(self.upcall_ifindex, self.mode, self.router_mac, up) {
-                warn!(switch = %self.switch, "kernel datapath: {e:#}");
-            }
+            self.write_config();
+        }
+    }
+
+    /// Follows the slots in use: a flood must look at every one (a port given a slot
+    /// past the others is written before this, so no flood misses it).
+    fn follow_slots(&mut self) {
+        let n = slots_in_use(&self.port_at);
+        if n != self.n_slots {
+            self.n_slots = n;
+            self.write_config();
+        }
+    }
+
+    fn write_config(&mut self) {
+        let (ifindex, mode, mac, up, n) =
+            (self.upcall_ifindex, self.mode, self.router_mac, self.l3_uplink, self.n_slots);
+        if let Err(e) = self.dp.set_config(ifindex, mode, mac, up, n) {
+            warn!(switch = %self.switch, "kernel datapath: {e:#}");
         }
     }
 
@@ -449,7 +476,9 @@ impl KernelSide {
                             {
                                 e.flags |= abi::PF_EGRESS;
                             }
-                            self.dp.set_port(slot, &e).map_err(anyhow::Error::from)
+                            let r = self.dp.set_port(slot, &e).map_err(anyhow::Error::from);
+                            self.follow_slots();
+                            r
                         }
                         None => {
                             Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
@@ -459,7 +488,9 @@ impl KernelSide {
                         if let Some(slot) = self.slot_of.remove(&id) {
                             self.port_at[slot as usize] = None;
                             let _ = self.dp.reset_counters(slot);
-                            self.dp.clear_port(slot).map_err(anyhow::Error::from)
+                            let r = self.dp.clear_port(slot).map_err(anyhow::Error::from);
+                            self.follow_slots();
+                            r
                         } else {
                             Ok(())
                         }
@@ -589,6 +620,7 @@ impl KernelSide {
         let (m, upcall) = merge(core, &k);
         let own = KernelPortStats {
             forwarded: k.v[abi::c::FORWARDED],
+            flooded: k.v[abi::c::FLOODED],
             upcalls: k.v[abi::c::UPCALLS],
             drops: k.v[abi::c::RX_DROP..abi::c::RX_DROP + sluice_switch::DropCause::ALL.len()].iter().sum(),
         };
@@ -611,6 +643,8 @@ impl KernelSide {
             rx_bytes: k.v[c::RX_BYTES].saturating_sub(core.rx_bytes),
             rx_gso: k.v[c::RX_GSO].saturating_sub(core.rx_gso),
             forwarded: k.v[c::FORWARDED],
+            flooded: k.v[c::FLOODED],
+            learn_refused: k.v[c::LEARN_REFUSED],
             copies: k.v[c::COPIES],
             tx_offered: k.v[c::TX_OFFERED],
             tx_frames: k.v[c::TX_FRAMES],
@@ -681,6 +715,8 @@ fn merge(core: PortCounters, k: &abi::Counters) -> (PortCounters, u64) {
     m.rx_bytes = k.v[c::RX_BYTES];
     m.rx_gso = k.v[c::RX_GSO];
     m.forwarded += k.v[c::FORWARDED];
+    m.flooded += k.v[c::FLOODED];
+    m.learn_refused += k.v[c::LEARN_REFUSED];
     m.copies += k.v[c::COPIES];
     m.tx_offered += k.v[c::TX_OFFERED];
     m.tx_frames += k.v[c::TX_FRAMES];
