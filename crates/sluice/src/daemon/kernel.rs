@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use sluice_ebpf::{KernelDatapath, abi, tables};
@@ -23,6 +23,9 @@ use crate::sys::{link, tun};
 
 /// A slot held for a port of an earlier run not attached again yet.
 const RESERVED: PortId = PortId::MAX;
+
+/// How long a port slot rests after its port left before another port gets it.
+const SLOT_QUARANTINE: Duration = Duration::from_secs(60);
 
 /// The environment variable through which a daemon restarting in place hands the upcall
 /// TAP's descriptor to the next (so the frames queued in it survive the `exec`).
@@ -144,12 +147,24 @@ pub struct KernelSide {
     n_slots: u32,
     /// Interfaces (by index) that are veths with their peer in this namespace.
     egress: HashMap<u32, bool>,
-    /// Where the search for a free slot starts: slots are handed out in turn, so a slot
-    /// just freed is not reused at once (a frame still in flight for the old port must
-    /// not reach a new one).
-    next_slot: usize,
+    /// When each free slot's last port left (`None`: never used, or a takeover's). A slot
+    /// is not given out again until [`SLOT_QUARANTINE`] has passed, so that a frame still
+    /// on its way for the old port (in the upcall TAP's queue, tagged with the slot) cannot
+    /// be taken for the new one's; within that, the lowest slot goes first, which keeps
+    /// the slots a flood looks at (`n_slots`) close to the ports in use.
+    freed_at: Vec<Option<Instant>>,
     /// Left for the next run ([`KernelSide::leave`]): nothing is removed on drop.
     keep: bool,
+}
+
+/// A slot for a new port at `now`: the lowest free one that has rested
+/// [`SLOT_QUARANTINE`] since its last port left (or never had one); when none has (ports
+/// churning faster), the free one that left longest ago; `None` when all are in use.
+fn pick_slot(port_at: &[Option<PortId>], freed_at: &[Option<Instant>], now: Instant) -> Option<usize> {
+    let free = |i: &usize| port_at[*i].is_none();
+    let rested = |i: &usize| freed_at[*i].is_none_or(|t| now.saturating_duration_since(t) >= SLOT_QUARANTINE);
+    let n = port_at.len();
+    (0..n).filter(free).find(rested).or_else(|| (0..n).filter(free).min_by_key(|&i| freed_at[i]))
 }
 
 /// One past the highest slot in use (0: none).
@@ -248,7 +263,7 @@ impl KernelSide {
             l3_uplink,
             n_slots,
             egress: HashMap::new(),
-            next_slot: 0,
+            freed_at: vec![None; abi::MAX_PORTS as usize],
             keep: false,
         })
     }
@@ -292,12 +307,7 @@ impl KernelSide {
         }
         let slot = match target.and_then(|t| self.reserved.remove(&t)) {
             Some(s) => s,
-            None => {
-                let n = self.port_at.len();
-                let free = (0..n).map(|i| (self.next_slot + i) % n).find(|&i| self.port_at[i].is_none())?;
-                self.next_slot = (free + 1) % n;
-                free as u32
-            }
+            None => pick_slot(&self.port_at, &self.freed_at, Instant::now())? as u32,
         };
         self.port_at[slot as usize] = Some(id);
         self.slot_of.insert(id, slot);
@@ -358,6 +368,7 @@ impl KernelSide {
         for slot in 0..abi::MAX_PORTS {
             if self.port_at[slot as usize] == Some(RESERVED) {
                 self.port_at[slot as usize] = None;
+                self.freed_at[slot as usize] = Some(Instant::now());
                 let _ = self.dp.clear_port(slot);
             }
         }
@@ -487,6 +498,7 @@ impl KernelSide {
                     None => {
                         if let Some(slot) = self.slot_of.remove(&id) {
                             self.port_at[slot as usize] = None;
+                            self.freed_at[slot as usize] = Some(Instant::now());
                             let _ = self.dp.reset_counters(slot);
                             let r = self.dp.clear_port(slot).map_err(anyhow::Error::from);
                             self.follow_slots();
@@ -728,4 +740,45 @@ fn merge(core: PortCounters, k: &abi::Counters) -> (PortCounters, u64) {
     }
     let upcall = k.v[c::UPCALLS].saturating_sub(core.rx_frames);
     (m, upcall)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_go_lowest_first_after_a_rest_and_bound_what_a_flood_looks_at() {
+        let t0 = Instant::now();
+        let mut port_at: Vec<Option<PortId>> = vec![None; 8];
+        let mut freed_at: Vec<Option<Instant>> = vec![None; 8];
+        for id in 0..3 {
+            let s = pick_slot(&port_at, &freed_at, t0).unwrap();
+            port_at[s] = Some(id);
+        }
+        assert_eq!(port_at[..3], [Some(0), Some(1), Some(2)]);
+        // Port 1 leaves: its slot rests; the next port gets slot 3, not 1.
+        port_at[1] = None;
+        freed_at[1] = Some(t0);
+        assert_eq!(pick_slot(&port_at, &freed_at, t0), Some(3));
+        // A minute later slot 1 is the lowest rested slot again.
+        let later = t0 + SLOT_QUARANTINE;
+        assert_eq!(pick_slot(&port_at, &freed_at, later), Some(1));
+        // Churning faster than the rest: the slot that left longest ago.
+        for (s, p) in port_at.iter_mut().enumerate() {
+            if p.is_none() {
+                *p = Some(9);
+                freed_at[s] = None;
+            }
+        }
+        port_at[5] = None;
+        freed_at[5] = Some(t0 + Duration::from_secs(2));
+        port_at[6] = None;
+        freed_at[6] = Some(t0 + Duration::from_secs(1));
+        assert_eq!(pick_slot(&port_at, &freed_at, t0 + Duration::from_secs(3)), Some(6));
+        assert_eq!(slots_in_use(&port_at), 8);
+        port_at.iter_mut().skip(3).for_each(|p| *p = None);
+        assert_eq!(slots_in_use(&port_at), 3);
+        port_at.iter_mut().for_each(|p| *p = Some(1));
+        assert_eq!(pick_slot(&port_at, &freed_at, later), None, "all in use");
+    }
 }
