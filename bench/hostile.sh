@@ -4,7 +4,9 @@
 # frames asking for 1-byte segments (2,000 a second; cut, each would be 1,400 frames).
 # Quiet and attacked rounds alternate in one run, on each datapath and, as the baseline, on
 # the Linux bridge (the same four veth guests on a kernel bridge, which floods in the
-# kernel and learns every address: it has no per-port limit).
+# kernel and learns every address: it has no per-port limit). A third condition on the
+# bridge, "elsewhere", runs the same attackers into interfaces that lead to no switch:
+# what the attack costs the machine itself (its CPU), whatever forwards.
 #
 #   bench/hostile.sh [ROUNDS] [SECONDS]      (defaults: 3 rounds of 10 s)
 #
@@ -13,7 +15,7 @@
 # attacked / quiet. Needs root, sluice on the PATH (or SLUICE=path), iperf3, python3. The
 # labs it makes (hu, hk, and the bridge's hb) are removed at the end.
 set -euo pipefail
-if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 rounds=${1:-3} dur=${2:-10}
 S=${SLUICE:-sluice}
 H="$(cd "$(dirname "$0")/.." && pwd)/crates/sluice/tests/hostile.py"
@@ -24,7 +26,7 @@ out=$(mktemp /tmp/hostile.XXXXXX.txt)
 cleanup() {
     $S lab down --name hu >/dev/null 2>&1 || true
     $S lab down --name hk >/dev/null 2>&1 || true
-    for n in br 1 2 3 4; do ip netns del sluice-hb-g$n 2>/dev/null || true; done
+    for n in gbr g1 g2 g3 g4 x0 x3 x4; do ip netns del sluice-hb-$n 2>/dev/null || true; done
 }
 trap cleanup EXIT
 cleanup
@@ -42,6 +44,14 @@ for n in 1 2 3 4; do
     ip -n sluice-hb-g$n addr add 10.77.0.$n/24 dev hb-g$n
     ip -n sluice-hb-g$n link set hb-g$n up
     ip -n sluice-hb-g$n link set lo up
+done
+# "Elsewhere": the attackers' interfaces lead to an empty namespace.
+ip netns add sluice-hb-x0
+for n in 3 4; do
+    ip netns add sluice-hb-x$n
+    ip link add hb-x$n netns sluice-hb-x$n type veth peer name x$n netns sluice-hb-x0
+    ip -n sluice-hb-x0 link set x$n up
+    ip -n sluice-hb-x$n link set hb-x$n up
 done
 for lab in hu hk hb; do
     # The flooder (g3) is silent: no addresses, no IPv6; what it hears is someone else's.
@@ -62,6 +72,10 @@ run() { # lab condition
         heard=$(mktemp /tmp/hostile.XXXXXX.heard)
         ip netns exec ${g}3 timeout $((dur + 30)) python3 "$R" recv $lab-g3 2048 "$dur" >"$heard" 2>/dev/null &
     fi
+    if [ "$cond" = elsewhere ]; then
+        ip netns exec sluice-$lab-x3 timeout $((dur + 30)) python3 "$H" macflood $lab-x3 $((10000 * dur)) 10000 >/dev/null &
+        ip netns exec sluice-$lab-x4 timeout $((dur + 30)) python3 "$G" $lab-x4 "$m2" 10.77.0.4 10.77.0.2 1 $((2000 * dur)) 2000 >/dev/null &
+    fi
     ip netns exec ${g}1 timeout $((dur + 30)) iperf3 -c 10.77.0.2 -p 5301 -t "$dur" -J |
         python3 -c 'import json, sys
 e = json.load(sys.stdin)["end"]
@@ -74,6 +88,7 @@ for r in $(seq "$rounds"); do
     for lab in hu hk hb; do
         run $lab quiet
         run $lab attacked
+        if [ $lab = hb ]; then run $lab elsewhere; fi
     done
 done
 echo "== the switch's view (last round)"
@@ -97,9 +112,12 @@ for line in open(sys.argv[1]):
     cells[(lab, cond)].append(float(g))
     if h != "heard=-":
         heard[lab] += int(h.split("=")[1])
-print("\n| datapath | quiet Gbit/s | attacked Gbit/s | attacked / quiet | IPv4 frames the flooder heard |")
+print("\n| path | quiet Gbit/s | attacked Gbit/s | attacked / quiet | IPv4 frames the flooder heard |")
 print("|--|--:|--:|--:|--:|")
-for lab, name in (("hu", "sluice user"), ("hk", "sluice kernel"), ("hb", "linux-bridge")):
-    q, a = statistics.median(cells[(lab, "quiet")]), statistics.median(cells[(lab, "attacked")])
-    print(f"| {name} | {q:.2f} | {a:.2f} | {a / q:.2f} | {heard[lab]} |")
+rows = (("hu", "attacked", "sluice user"), ("hk", "attacked", "sluice kernel"), ("hb", "attacked", "linux-bridge"),
+        ("hb", "elsewhere", "attackers elsewhere (no switch)"))
+for lab, cond, name in rows:
+    q, a = statistics.median(cells[(lab, "quiet")]), statistics.median(cells[(lab, cond)])
+    h = heard[lab] if cond == "attacked" else "-"
+    print(f"| {name} | {q:.2f} | {a:.2f} | {a / q:.2f} | {h} |")
 PY
