@@ -420,3 +420,31 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
     assert!(wait_for(10, || matches!(s.0.try_wait(), Ok(Some(_)))), "bench serve did not stop on SIGTERM");
     assert!(entries().is_empty(), "left by a program that exits on SIGTERM: {:?}", entries());
 }
+
+/// sendfile(2), splice(2) both ways and FIONREAD on moved sockets: every byte through
+/// the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
+/// read nothing, or another request's bytes).
+#[test]
+fn sendfile_splice_and_fionread_move_the_bytes_through_the_rings() {
+    let p = Peers::new("sf");
+    // sendfile from a file, at offsets and at the file's position.
+    let (s, out) = p.serve(true, &["serve", &port(40), "sendfile:30000000"]);
+    let got = p.run(true, &["connect", "127.0.0.1", &port(40), "sink"]);
+    let _ = s.wait_with_output();
+    let sent = rest(out);
+    assert!(sent.starts_with("30000000 "), "{sent}");
+    assert_eq!(got, sent, "sendfile");
+    // splice from a pipe into the socket, and from the socket into a pipe.
+    let (s, out) = p.serve(true, &["serve", &port(41), "splice-out"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(41), "splice-in:20000000"]);
+    let _ = s.wait_with_output();
+    assert!(sent.starts_with("20000000 "), "{sent}");
+    assert_eq!(rest(out), sent, "splice");
+    // FIONREAD counts the bytes in the ring, not the doorbell's.
+    let (s, out) = p.serve(true, &["serve", &port(42), "fionread"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(42), "source:1000+hold:1"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), format!("fionread 1000\n{sent}"));
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(3), Some(3)), "{st}");
+}

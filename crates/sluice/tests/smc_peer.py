@@ -33,6 +33,12 @@ MODE:
                    records at the same time, then the connection is shut down
   records          read to EOF as 64-byte records; print "P <n> C <n> bad <n>" (a record
                    is bad unless it is one tag byte repeated, as fork-race writes them)
+  sendfile:BYTES   as source, but from a file with sendfile(2): the first half at explicit
+                   offsets, the rest from the file's position (offset None)
+  splice-in:BYTES  as source, but through a pipe with splice(2) into the socket
+  splice-out       as sink, but with splice(2) from the socket into a pipe
+  fionread         wait until bytes arrive and stop arriving, print "fionread <FIONREAD>",
+                   then as sink
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
 library hooks.
 """
@@ -145,6 +151,94 @@ def records(c):
     return f"P {seen['P']} C {seen['C']} bad {bad + (1 if buf else 0)}"
 
 
+def random_bytes(total):
+    rnd = random.Random(42)
+    return rnd.randbytes(total)
+
+
+def sendfile(c, total):
+    import tempfile
+    data = random_bytes(total)
+    with tempfile.TemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        half, sent = total // 2, 0
+        while sent < half:
+            sent += os.sendfile(c.fileno(), f.fileno(), sent, min(1 << 20, half - sent))
+        f.seek(half)
+        while sent < total:
+            n = os.sendfile(c.fileno(), f.fileno(), None, min(1 << 20, total - sent))
+            if n == 0:
+                break
+            sent += n
+        if f.tell() != total:
+            return f"file position {f.tell()}, not {total}"
+    return f"{sent} {hashlib.sha256(data[:sent]).hexdigest()}"
+
+
+def splice_in(c, total):
+    import threading
+    data = random_bytes(total)
+    r, w = os.pipe()
+
+    def feed():
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    sent = 0
+    while sent < total:
+        n = os.splice(r, c.fileno(), total - sent)
+        if n == 0:
+            break
+        sent += n
+    t.join()
+    os.close(r)
+    return f"{sent} {hashlib.sha256(data[:sent]).hexdigest()}"
+
+
+def splice_out(c):
+    import threading
+    r, w = os.pipe()
+    result = {}
+
+    def drain():
+        h, n = hashlib.sha256(), 0
+        with os.fdopen(r, "rb") as f:
+            while True:
+                b = f.read(1 << 16)
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+        result["out"] = f"{n} {h.hexdigest()}"
+
+    t = threading.Thread(target=drain)
+    t.start()
+    while os.splice(c.fileno(), w, 1 << 20) > 0:
+        pass
+    os.close(w)
+    t.join()
+    return result["out"]
+
+
+def fionread(c):
+    import fcntl
+    import struct
+    import termios
+    select.select([c], [], [], 30)
+    last, n = -1, 0
+    for _ in range(100):
+        n = struct.unpack("i", fcntl.ioctl(c.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        if n == last:
+            break
+        last = n
+        time.sleep(0.05)
+    print(f"fionread {n}", flush=True)
+    return sink(c)
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -167,6 +261,16 @@ def run_mode(c, mode):
             out = records(c)
         elif kind == "nibble":
             out = nibble(c)
+        elif kind == "sendfile":
+            out = sendfile(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "splice-in":
+            out = splice_in(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "splice-out":
+            out = splice_out(c)
+        elif kind == "fionread":
+            out = fionread(c)
         elif kind == "gate":
             print(f"port {c.getsockname()[1]}", flush=True)
             deadline = time.time() + 60

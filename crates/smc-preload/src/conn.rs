@@ -15,7 +15,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering, fence};
 
-use sluice_smc::ring::{Corrupt, FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Ring};
+use sluice_smc::ring::{Corrupt, FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Push, Ring};
 use sluice_smc::stats::Counter;
 
 use crate::sys::{self, Shm};
@@ -129,6 +129,68 @@ pub struct Conn {
 
 /// The outcome of an I/O call: bytes, or an errno.
 pub type Io = Result<usize, c_int>;
+
+/// Why a [`Source`] gave nothing.
+pub enum SourceError {
+    /// The ring is broken (the peer garbled it).
+    Ring,
+    /// Reading the source failed with this errno.
+    Io(c_int),
+}
+
+/// Where the bytes of [`Conn::write_from`] come from.
+pub trait Source {
+    /// Copies at most `room` bytes (never 0) into `tx`, all of which fit; a push of 0
+    /// bytes means the source has ended.
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError>;
+}
+
+/// A caller's buffer.
+struct SliceSource<'a> {
+    data: &'a [u8],
+    off: usize,
+}
+
+impl Source for SliceSource<'_> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+        let end = self.data.len().min(self.off + room);
+        let p = tx.push(&self.data[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
+        self.off += p.n;
+        Ok(p)
+    }
+}
+
+/// A descriptor read into a bounce buffer, at most the ring's room at a time: `read`
+/// fills the buffer it is given from the descriptor (0: end of input).
+pub struct ReadSource<F: FnMut(&mut [u8]) -> Io> {
+    /// Reads into the buffer.
+    pub read: F,
+    buf: Vec<u8>,
+}
+
+impl<F: FnMut(&mut [u8]) -> Io> ReadSource<F> {
+    /// Bytes are read by `read`, in chunks of at most 256 KiB.
+    pub fn new(read: F) -> Self {
+        ReadSource { read, buf: Vec::new() }
+    }
+}
+
+impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+        let want = room.min(256 * 1024);
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        let k = (self.read)(&mut self.buf[..want]).map_err(SourceError::Io)?.min(want);
+        if k == 0 {
+            return Ok(Push::default());
+        }
+        let p = tx.push(&self.buf[..k]).map_err(|Corrupt| SourceError::Ring)?;
+        // (`room` was free and only the writer-lock holder fills it: all of it fits.)
+        debug_assert_eq!(p.n, k);
+        Ok(p)
+    }
+}
 
 impl Conn {
     /// A connection over the two mapped rings and this side's page; `peer_bell` is the
@@ -293,6 +355,44 @@ impl Conn {
         r
     }
 
+    /// Bytes waiting in the receive ring (`FIONREAD`).
+    pub fn readable_bytes(&self) -> usize {
+        self.rx.len().unwrap_or(0)
+    }
+
+    /// Bytes written that the peer has not read yet (`SIOCOUTQ`).
+    pub fn unread_bytes(&self) -> usize {
+        self.tx.len().unwrap_or(0)
+    }
+
+    /// Reads up to `max` bytes as [`Conn::read`] would and hands them to `sink`, which
+    /// takes what it can (`splice` into a pipe): only what it took is consumed.
+    pub fn read_to(&self, fd: c_int, flags: c_int, max: usize, sink: &mut dyn FnMut(&[u8]) -> Io) -> Io {
+        if max == 0 {
+            return Ok(0);
+        }
+        self.check(fd)?;
+        let _g = SharedLock::take(self.side.reader_lock());
+        let mut buf = vec![0u8; max.min(256 * 1024)];
+        let mut slept = false;
+        let r = self.read_locked(fd, &mut buf, flags | sys::MSG_PEEK, &mut slept);
+        if slept {
+            self.rx.cancel_sleep();
+        }
+        let n = r?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let took = sink(&buf[..n])?.min(n);
+        let p = self.rx.skip(took).map_err(|Corrupt| self.fault(fd))?;
+        if p.take_bell {
+            self.take_doorbell(fd);
+        }
+        self.release_writer();
+        crate::stats::add_rx(p.n);
+        Ok(p.n)
+    }
+
     fn read_locked(&self, fd: c_int, buf: &mut [u8], flags: c_int, slept: &mut bool) -> Io {
         let peek = flags & sys::MSG_PEEK != 0;
         let nonblock = self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0;
@@ -384,6 +484,14 @@ impl Conn {
     /// A blocking write that finds the ring full sleeps on the ring's flags word for a
     /// slice (the reader wakes it as it makes room), then waits on the descriptor.
     pub fn write(&self, fd: c_int, data: &[u8], flags: c_int) -> Io {
+        self.write_from(fd, flags, data.len(), &mut SliceSource { data, off: 0 })
+    }
+
+    /// Writes up to `max` bytes that `src` gives as room appears (`sendfile`, `splice`):
+    /// as [`Conn::write`] does, and never asking `src` for more than the ring takes at
+    /// once — under the writer lock room only grows, so no byte taken from the source is
+    /// ever left over. Stops early, with what it wrote, when the source ends.
+    pub fn write_from(&self, fd: c_int, flags: c_int, max: usize, src: &mut dyn Source) -> Io {
         if self.wr_shut.load(Ordering::Relaxed) {
             return Err(sys::EPIPE);
         }
@@ -394,8 +502,19 @@ impl Conn {
         let mut off = 0usize;
         let mut counted_full = false;
         let mut on_descriptor = timeout >= 0;
-        while off < data.len() {
-            let p = self.tx.push(&data[off..]).map_err(|Corrupt| self.fault(fd))?;
+        while off < max {
+            let used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
+            let room = (self.tx.capacity() - used).min(max - off);
+            let p = if room == 0 {
+                Push::default()
+            } else {
+                match src.push_into(&self.tx, room) {
+                    Ok(p) if p.n == 0 => return Ok(off),
+                    Ok(p) => p,
+                    Err(SourceError::Ring) => return Err(self.fault(fd)),
+                    Err(SourceError::Io(e)) => return if off > 0 { Ok(off) } else { Err(e) },
+                }
+            };
             if p.n > 0 {
                 off += p.n;
                 crate::stats::add_tx(p.n);

@@ -98,7 +98,10 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
     m[64..72].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
     // SAFETY: `m` is a complete request; the kernel's address is the default (pid 0).
     let n = unsafe { crate::real::send(fd, m.as_ptr().cast(), m.len(), 0) };
-    if n != m.len() as isize || !sys::wait(fd, sys::POLLIN, 200).unwrap_or(false) {
+    // (The kernel answers at once; the bound is for a machine so loaded that this thread
+    // is not run for a while — at 200 ms a test under load saw no answer, and an
+    // unanswered lookup is read as "not in this namespace".)
+    if n != m.len() as isize || !sys::wait(fd, sys::POLLIN, 1000).unwrap_or(false) {
         return None;
     }
     let mut buf = [0u8; 512];

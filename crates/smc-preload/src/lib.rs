@@ -637,12 +637,19 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 }
 
 /// `ioctl(2)` (one optional argument, as for `fcntl`): `FIONBIO` on a shared-memory
-/// connection is tracked like `O_NONBLOCK`.
+/// connection is tracked like `O_NONBLOCK`; `FIONREAD`, `SIOCOUTQ`, `SIOCOUTQNSD` and
+/// `SIOCATMARK` are answered from the rings.
 ///
 /// # Safety
 /// As for `ioctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) -> c_int {
+    if active() && marked(fd) {
+        // SAFETY: the caller's argument, for the requests `answer_ioctl` answers.
+        if let Some(r) = unsafe { transfer::answer_ioctl(fd, req, arg) } {
+            return r;
+        }
+    }
     // SAFETY: the caller's arguments.
     let r = unsafe { real::ioctl(fd, req, arg) };
     const FIONBIO: std::ffi::c_ulong = 0x5421;
@@ -666,10 +673,19 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) ->
 /// MSG_OOB: urgent data has no place on shared memory.
 const MSG_OOB: c_int = 1;
 
+/// MSG_ERRQUEUE: the socket's error queue (zero-copy completions, timestamps).
+const MSG_ERRQUEUE: c_int = 0x2000;
+
 fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
     stats::count(Counter::RxCalls);
     if flags & MSG_OOB != 0 {
         sys::set_errno(sys::EOPNOTSUPP);
+        return -1;
+    }
+    if flags & MSG_ERRQUEUE != 0 {
+        // Never the stream's bytes: a MSG_ZEROCOPY send here was a copy, and no
+        // completion is owed for it.
+        sys::set_errno(sys::EAGAIN);
         return -1;
     }
     if n == 0 {
@@ -943,3 +959,6 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
         unsafe { real::sendmsg(fd, msg, flags) }
     )
 }
+
+// After `data_hook!`, which it uses.
+mod transfer;

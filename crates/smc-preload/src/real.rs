@@ -88,6 +88,11 @@ real! {
     dup(fd: c_int) -> c_int;
     dup2(fd: c_int, to: c_int) -> c_int;
     dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
+    sendfile(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
+    sendfile64(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
+    splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, n: usize, flags: u32) -> isize;
+    pread64(fd: c_int, buf: *mut c_void, n: usize, offset: i64) -> isize;
+    lseek64(fd: c_int, offset: i64, whence: c_int) -> i64;
 }
 
 /// The real `ioctl` (variadic: one integer or pointer argument).
