@@ -271,14 +271,23 @@ fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
         c
     };
     let iport = port(20);
-    let mut srv = run(&["iperf3", "-s", "-1", "-p", &iport]).stdout(std::process::Stdio::null()).spawn().unwrap();
-    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{iport} "))));
-    let o = run(&["iperf3", "-c", "127.0.0.1", "-p", &iport, "-t", "3"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    let _ = srv.wait();
+    // Plain, and with -Z (sendfile from a file) each way: every variant moves its bytes
+    // (with -Z the bytes once went into the doorbell and nothing arrived).
+    for extra in [&[][..], &["-Z"], &["-Z", "-R"]] {
+        let mut srv = run(&["iperf3", "-s", "-1", "-p", &iport]).stdout(std::process::Stdio::null()).spawn().unwrap();
+        assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{iport} "))));
+        let mut args = vec!["timeout", "60", "iperf3", "-c", "127.0.0.1", "-p", &iport, "-t", "2", "-J"];
+        args.extend_from_slice(extra);
+        let o = run(&args).output().unwrap();
+        assert!(o.status.success(), "iperf3 {extra:?}: {}", String::from_utf8_lossy(&o.stdout));
+        let _ = srv.wait();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(got > 50_000_000, "iperf3 {extra:?} received {got} bytes");
+    }
     let st = p.stats();
-    assert!(st["smc_client"].as_u64().unwrap() >= 2, "iperf3's control and data connections: {st}");
-    assert!(st["tx_bytes"].as_u64().unwrap() > 100_000_000, "{st}");
+    assert!(st["smc_client"].as_u64().unwrap() >= 6, "iperf3's control and data connections: {st}");
+    assert!(st["tx_bytes"].as_u64().unwrap() > 150_000_000, "{st}");
     sluice_ok_in(&p, &["smc", "stats", "reset"]);
     let sport = port(21);
     let srv = Killed(
