@@ -430,11 +430,11 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
     assert!(entries().is_empty(), "left by a program that exits on SIGTERM: {:?}", entries());
 }
 
-/// sendfile(2), splice(2) both ways and FIONREAD on moved sockets: every byte through
-/// the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
+/// sendfile(2), splice(2) both ways, FIONREAD and sendmmsg/recvmmsg on moved sockets:
+/// every byte through the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
 /// read nothing, or another request's bytes).
 #[test]
-fn sendfile_splice_and_fionread_move_the_bytes_through_the_rings() {
+fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
     let p = Peers::new("sf");
     // sendfile from a file, at offsets and at the file's position.
     let (s, out) = p.serve(true, &["serve", &port(40), "sendfile:30000000"]);
@@ -454,6 +454,12 @@ fn sendfile_splice_and_fionread_move_the_bytes_through_the_rings() {
     let sent = p.run(true, &["connect", "127.0.0.1", &port(42), "source:1000+hold:1"]);
     let _ = s.wait_with_output();
     assert_eq!(rest(out), format!("fionread 1000\n{sent}"));
+    // sendmmsg(2) and recvmmsg(2).
+    let (s, out) = p.serve(true, &["serve", &port(43), "mmsg-sink"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(43), "mmsg:20000"]);
+    let _ = s.wait_with_output();
+    assert!(sent.starts_with("2000000 "), "{sent}");
+    assert_eq!(rest(out), sent, "sendmmsg/recvmmsg");
     let st = p.stats();
-    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(3), Some(3)), "{st}");
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(4), Some(4)), "{st}");
 }

@@ -39,6 +39,9 @@ MODE:
   splice-out       as sink, but with splice(2) from the socket into a pipe
   fionread         wait until bytes arrive and stop arriving, print "fionread <FIONREAD>",
                    then as sink
+  mmsg:COUNT       send COUNT 100-byte records, eight per sendmmsg(2) call, print
+                   "<bytes> <sha256>"
+  mmsg-sink        as sink, with recvmmsg(2) into eight 4 KiB buffers (MSG_WAITFORONE)
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
 library hooks.
 """
@@ -239,6 +242,73 @@ def fionread(c):
     return sink(c)
 
 
+class _IoVec(__import__("ctypes").Structure):
+    import ctypes as _c
+    _fields_ = [("base", _c.c_void_p), ("len", _c.c_size_t)]
+
+
+def _mmsg_types():
+    import ctypes as C
+
+    class MsgHdr(C.Structure):
+        _fields_ = [("name", C.c_void_p), ("namelen", C.c_uint32), ("iov", C.POINTER(_IoVec)),
+                    ("iovlen", C.c_size_t), ("control", C.c_void_p), ("controllen", C.c_size_t),
+                    ("flags", C.c_int)]
+
+    class MMsgHdr(C.Structure):
+        _fields_ = [("hdr", MsgHdr), ("len", C.c_uint)]
+
+    libc = C.CDLL(None, use_errno=True)
+    return C, MMsgHdr, libc
+
+
+def mmsg_send(c, count):
+    C, MMsgHdr, libc = _mmsg_types()
+    h, sent, i = hashlib.sha256(), 0, 0
+    while i < count:
+        k = min(8, count - i)
+        bufs = [C.create_string_buffer(bytes([(i + j) % 251]) * 100, 100) for j in range(k)]
+        iovs = [_IoVec(C.cast(b, C.c_void_p), 100) for b in bufs]
+        msgs = (MMsgHdr * k)()
+        for j in range(k):
+            msgs[j].hdr.iov = C.pointer(iovs[j])
+            msgs[j].hdr.iovlen = 1
+        n = libc.sendmmsg(c.fileno(), msgs, k, 0)
+        if n <= 0:
+            return f"sendmmsg failed: {os.strerror(C.get_errno())}"
+        for j in range(n):
+            if msgs[j].len != 100:
+                return f"short message {msgs[j].len}"
+            h.update(bufs[j].raw)
+            sent += 100
+        i += n
+    return f"{sent} {h.hexdigest()}"
+
+
+def mmsg_sink(c):
+    C, MMsgHdr, libc = _mmsg_types()
+    bufs = [C.create_string_buffer(4096) for _ in range(8)]
+    iovs = [_IoVec(C.cast(b, C.c_void_p), 4096) for b in bufs]
+    h, total = hashlib.sha256(), 0
+    while True:
+        msgs = (MMsgHdr * 8)()
+        for j in range(8):
+            msgs[j].hdr.iov = C.pointer(iovs[j])
+            msgs[j].hdr.iovlen = 1
+        n = libc.recvmmsg(c.fileno(), msgs, 8, 0x10000, None)
+        if n < 0:
+            return f"recvmmsg failed: {os.strerror(C.get_errno())}"
+        ended = False
+        for j in range(n):
+            if msgs[j].len == 0:
+                ended = True
+                break
+            h.update(bufs[j].raw[:msgs[j].len])
+            total += msgs[j].len
+        if ended or n == 0:
+            return f"{total} {h.hexdigest()}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -271,6 +341,11 @@ def run_mode(c, mode):
             out = splice_out(c)
         elif kind == "fionread":
             out = fionread(c)
+        elif kind == "mmsg":
+            out = mmsg_send(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "mmsg-sink":
+            out = mmsg_sink(c)
         elif kind == "gate":
             print(f"port {c.getsockname()[1]}", flush=True)
             deadline = time.time() + 60

@@ -912,6 +912,25 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize
     data_hook!(c, fd, smc_writev(&c, fd, unsafe { iovecs(iov, n) }, 0), unsafe { real::writev(fd, iov, n) })
 }
 
+/// `recvmsg` on a moved socket: data only (no address, no ancillary data).
+fn smc_recvmsg(c: &Conn, fd: c_int, m: &mut sys::MsgHdr, flags: c_int) -> isize {
+    m.namelen = 0;
+    m.controllen = 0;
+    m.flags = 0;
+    // SAFETY: the caller's msghdr names its iovecs.
+    smc_readv(c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
+}
+
+/// `sendmsg` on a moved socket: data only; ancillary data is refused (`EOPNOTSUPP`).
+fn smc_sendmsg(c: &Conn, fd: c_int, m: &sys::MsgHdr, flags: c_int) -> isize {
+    if m.controllen > 0 {
+        sys::set_errno(sys::EOPNOTSUPP);
+        return -1;
+    }
+    // SAFETY: the caller's msghdr names its iovecs.
+    smc_writev(c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
+}
+
 /// `recvmsg(2)`: data only; ancillary data is never delivered on shared memory.
 ///
 /// # Safety
@@ -921,15 +940,8 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
     data_hook!(
         c,
         fd,
-        {
-            // SAFETY: the caller's msghdr.
-            let m = unsafe { &mut *msg };
-            m.namelen = 0;
-            m.controllen = 0;
-            m.flags = 0;
-            // SAFETY: its iovecs.
-            smc_readv(&c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
-        },
+        // SAFETY: the caller's msghdr.
+        smc_recvmsg(&c, fd, unsafe { &mut *msg }, flags),
         // SAFETY: the caller's arguments.
         unsafe { real::recvmsg(fd, msg, flags) }
     )
@@ -944,17 +956,8 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
     data_hook!(
         c,
         fd,
-        {
-            // SAFETY: the caller's msghdr.
-            let m = unsafe { &*msg };
-            if m.controllen > 0 {
-                sys::set_errno(sys::EOPNOTSUPP);
-                -1
-            } else {
-                // SAFETY: its iovecs.
-                smc_writev(&c, fd, unsafe { iovecs(m.iov, m.iovlen as c_int) }, flags)
-            }
-        },
+        // SAFETY: the caller's msghdr.
+        smc_sendmsg(&c, fd, unsafe { &*msg }, flags),
         // SAFETY: the caller's arguments.
         unsafe { real::sendmsg(fd, msg, flags) }
     )

@@ -93,6 +93,8 @@ real! {
     splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, n: usize, flags: u32) -> isize;
     pread64(fd: c_int, buf: *mut c_void, n: usize, offset: i64) -> isize;
     lseek64(fd: c_int, offset: i64, whence: c_int) -> i64;
+    sendmmsg(fd: c_int, msgs: *mut crate::transfer::MMsgHdr, n: u32, flags: c_int) -> c_int;
+    recvmmsg(fd: c_int, msgs: *mut crate::transfer::MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int;
 }
 
 /// The real `ioctl` (variadic: one integer or pointer argument).

@@ -5,12 +5,13 @@
 //! bytes as data. Here they go through the rings; what the kernel refuses for a TCP socket
 //! is refused the same way.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use sluice_smc::stats::Counter;
 
 use crate::conn::{Conn, Io, ReadSource};
-use crate::{active, conn_of, guard, marked, real, ret, stats, sys};
+use crate::sys::MsgHdr;
+use crate::{active, conn_of, guard, marked, real, ret, smc_recvmsg, smc_sendmsg, stats, sys};
 
 /// The most one call moves, as the kernel caps `sendfile` and `splice`.
 const MAX_RW: usize = 0x7fff_f000;
@@ -225,4 +226,95 @@ pub(crate) unsafe fn answer_ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize)
     // SAFETY: for these requests the argument is the caller's int.
     unsafe { *(arg as *mut c_int) = n };
     Some(0)
+}
+
+/// `struct mmsghdr`.
+#[repr(C)]
+pub struct MMsgHdr {
+    hdr: MsgHdr,
+    len: u32,
+}
+
+/// MSG_WAITFORONE: only the first message may wait.
+const MSG_WAITFORONE: c_int = 0x10000;
+/// The most messages one call takes (the kernel's UIO_MAXIOV).
+const MAX_MMSG: usize = 1024;
+
+/// The messages of a `sendmmsg`/`recvmmsg` call.
+///
+/// # Safety
+/// `msgs` must point to `n` valid `mmsghdr`s.
+unsafe fn messages<'a>(msgs: *mut MMsgHdr, n: u32) -> &'a mut [MMsgHdr] {
+    if msgs.is_null() || n == 0 {
+        return &mut [];
+    }
+    // SAFETY: per the caller.
+    unsafe { std::slice::from_raw_parts_mut(msgs, (n as usize).min(MAX_MMSG)) }
+}
+
+/// Each message in turn through `one` (which returns bytes moved, or -1 with errno set):
+/// the count done, or -1 if the first failed; a short transfer ends the call.
+fn each(msgs: &mut [MMsgHdr], mut one: impl FnMut(&mut MsgHdr, usize) -> isize) -> c_int {
+    let mut done = 0;
+    for (i, m) in msgs.iter_mut().enumerate() {
+        let want: usize = iov_total(&m.hdr);
+        let n = one(&mut m.hdr, i);
+        if n < 0 {
+            return if done == 0 { -1 } else { done };
+        }
+        m.len = n as u32;
+        done += 1;
+        if (n as usize) < want {
+            break;
+        }
+    }
+    done
+}
+
+fn iov_total(m: &MsgHdr) -> usize {
+    if m.iov.is_null() || m.iovlen == 0 {
+        return 0;
+    }
+    // SAFETY: the caller's msghdr names its iovecs.
+    unsafe { std::slice::from_raw_parts(m.iov, m.iovlen) }.iter().map(|v| v.len).sum()
+}
+
+/// `sendmmsg(2)`.
+///
+/// # Safety
+/// As for `sendmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int) -> c_int {
+    if let Some(c) = moved(fd) {
+        // SAFETY: the caller's messages.
+        let msgs = unsafe { messages(msgs, n) };
+        return guard(|| each(msgs, |m, _| smc_sendmsg(&c, fd, m, flags)), || fail(sys::EINVAL) as c_int);
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::sendmmsg(fd, msgs, n, flags) }
+}
+
+/// `recvmmsg(2)` (on a moved socket its timeout is not applied: each message waits as
+/// `recvmsg` would, or not at all after the first with `MSG_WAITFORONE`).
+///
+/// # Safety
+/// As for `recvmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int {
+    if let Some(c) = moved(fd) {
+        // SAFETY: the caller's messages.
+        let msgs = unsafe { messages(msgs, n) };
+        return guard(
+            || {
+                each(msgs, |m, i| {
+                    let f = flags & !MSG_WAITFORONE;
+                    let f = if i > 0 && flags & MSG_WAITFORONE != 0 { f | sys::MSG_DONTWAIT } else { f };
+                    smc_recvmsg(&c, fd, m, f)
+                })
+            },
+            || fail(sys::EINVAL) as c_int,
+        );
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) }
 }
