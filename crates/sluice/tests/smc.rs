@@ -430,8 +430,8 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
     assert!(entries().is_empty(), "left by a program that exits on SIGTERM: {:?}", entries());
 }
 
-/// sendfile(2), splice(2) both ways, FIONREAD and sendmmsg/recvmmsg on moved sockets:
-/// every byte through the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
+/// sendfile(2), splice(2) both ways, FIONREAD, sendmmsg/recvmmsg and many-buffer sendmsg
+/// on moved sockets: every byte through the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
 /// read nothing, or another request's bytes).
 #[test]
 fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
@@ -460,6 +460,12 @@ fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
     let _ = s.wait_with_output();
     assert!(sent.starts_with("2000000 "), "{sent}");
     assert_eq!(rest(out), sent, "sendmmsg/recvmmsg");
+    // sendmsg(2) of several buffers (writev's path), past the ring's size.
+    let (s, out) = p.serve(true, &["serve", &port(44), "sink"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(44), "vec:300"]);
+    let _ = s.wait_with_output();
+    assert!(sent.starts_with("19530300 "), "{sent}");
+    assert_eq!(rest(out), sent, "sendmsg of five buffers");
     let st = p.stats();
-    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(4), Some(4)), "{st}");
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(5), Some(5)), "{st}");
 }

@@ -42,6 +42,8 @@ MODE:
   mmsg:COUNT       send COUNT 100-byte records, eight per sendmmsg(2) call, print
                    "<bytes> <sha256>"
   mmsg-sink        as sink, with recvmmsg(2) into eight 4 KiB buffers (MSG_WAITFORONE)
+  vec:COUNT        send COUNT sendmsg(2) calls of five buffers (1 to 60,000 bytes) each,
+                   print "<bytes> <sha256>"
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
 library hooks.
 """
@@ -309,6 +311,19 @@ def mmsg_sink(c):
             return f"{total} {h.hexdigest()}"
 
 
+def vec_send(c, count):
+    h, sent = hashlib.sha256(), 0
+    for i in range(count):
+        bufs = [bytes([(i + k) % 251]) * size for k, size in enumerate((1, 100, 1000, 4000, 60000))]
+        n = c.sendmsg(bufs)
+        if n != sum(map(len, bufs)):
+            return f"short sendmsg {n}"
+        for b in bufs:
+            h.update(b)
+        sent += n
+    return f"{sent} {h.hexdigest()}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -346,6 +361,9 @@ def run_mode(c, mode):
             c.shutdown(socket.SHUT_WR)
         elif kind == "mmsg-sink":
             out = mmsg_sink(c)
+        elif kind == "vec":
+            out = vec_send(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
         elif kind == "gate":
             print(f"port {c.getsockname()[1]}", flush=True)
             deadline = time.time() + 60

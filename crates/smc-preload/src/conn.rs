@@ -160,6 +160,42 @@ impl Source for SliceSource<'_> {
     }
 }
 
+/// A caller's buffers, in turn (`writev`, `sendmsg`): no copy of them all first.
+pub struct IovSource<'a> {
+    bufs: &'a [&'a [u8]],
+    at: usize,
+    off: usize,
+}
+
+impl<'a> IovSource<'a> {
+    /// Reads `bufs` in order.
+    pub fn new(bufs: &'a [&'a [u8]]) -> Self {
+        IovSource { bufs, at: 0, off: 0 }
+    }
+}
+
+impl Source for IovSource<'_> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+        let mut total = Push::default();
+        while total.n < room && self.at < self.bufs.len() {
+            let b = self.bufs[self.at];
+            let end = b.len().min(self.off + room - total.n);
+            let p = tx.push(&b[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
+            total.n += p.n;
+            total.ring_bell |= p.ring_bell;
+            total.wake_sleeper |= p.wake_sleeper;
+            self.off += p.n;
+            if self.off == b.len() {
+                self.at += 1;
+                self.off = 0;
+            } else if p.n == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
+
 /// A descriptor read into a bounce buffer, at most the ring's room at a time: `read`
 /// fills the buffer it is given from the descriptor (0: end of input).
 pub struct ReadSource<F: FnMut(&mut [u8]) -> Io> {

@@ -858,19 +858,33 @@ unsafe fn iovecs<'a>(iov: *const IoVec, n: c_int) -> &'a [IoVec] {
     if iov.is_null() || n <= 0 {
         return &[];
     }
+    // (Callers refuse a count above IOV_MAX first, as the kernel does.)
     // SAFETY: per the caller.
     unsafe { std::slice::from_raw_parts(iov, n as usize) }
 }
 
 fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
-    let mut all = Vec::with_capacity(iov.iter().map(|v| v.len).sum());
-    for v in iov {
-        if v.len > 0 {
-            // SAFETY: each iovec names a readable buffer of its length.
-            all.extend_from_slice(unsafe { std::slice::from_raw_parts(v.base.cast::<u8>(), v.len) });
-        }
+    stats::count(Counter::TxCalls);
+    if flags & MSG_OOB != 0 {
+        sys::set_errno(sys::EOPNOTSUPP);
+        return -1;
     }
-    smc_write(c, fd, all.as_ptr().cast(), all.len(), flags)
+    let bufs: Vec<&[u8]> = iov
+        .iter()
+        .filter(|v| v.len > 0)
+        // SAFETY: each iovec names a readable buffer of its length.
+        .map(|v| unsafe { std::slice::from_raw_parts(v.base.cast::<u8>(), v.len) })
+        .collect();
+    let total = bufs.iter().try_fold(0usize, |t, b| t.checked_add(b.len()).filter(|&t| t <= isize::MAX as usize));
+    let Some(total) = total else {
+        sys::set_errno(sys::EINVAL);
+        return -1;
+    };
+    if total == 0 {
+        return 0;
+    }
+    let r = c.write_from(fd, flags, total, &mut conn::IovSource::new(&bufs));
+    ret(r, flags & sys::MSG_NOSIGNAL != 0)
 }
 
 fn smc_readv(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
@@ -898,9 +912,16 @@ fn smc_readv(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
 /// As for `readv(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const IoVec, n: c_int) -> isize {
+    if !(0..=IOV_MAX).contains(&n) {
+        // SAFETY: the kernel refuses the count, on any descriptor.
+        return unsafe { real::readv(fd, iov, n) };
+    }
     // SAFETY: the caller's iovecs.
     data_hook!(c, fd, smc_readv(&c, fd, unsafe { iovecs(iov, n) }, 0), unsafe { real::readv(fd, iov, n) })
 }
+
+/// The most iovecs one call takes (the kernel's UIO_MAXIOV).
+const IOV_MAX: c_int = 1024;
 
 /// `writev(2)`.
 ///
@@ -908,6 +929,10 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const IoVec, n: c_int) -> isize 
 /// As for `writev(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize {
+    if !(0..=IOV_MAX).contains(&n) {
+        // SAFETY: the kernel refuses the count, on any descriptor.
+        return unsafe { real::writev(fd, iov, n) };
+    }
     // SAFETY: the caller's iovecs.
     data_hook!(c, fd, smc_writev(&c, fd, unsafe { iovecs(iov, n) }, 0), unsafe { real::writev(fd, iov, n) })
 }
