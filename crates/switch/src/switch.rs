@@ -1302,16 +1302,41 @@ impl Switch {
     /// Forwards the frames waiting for `ip` behind port `out` (any address: the guest's
     /// MAC became known).
     fn resolved(&mut self, out: PortId, ip: Option<IpAddr>, now_ms: u64) {
-        let mut i = 0;
-        while i < self.l3.pending.len() {
-            let p = self.l3.pending[i];
-            if p.out == out && ip.is_none_or(|ip| ip == p.ip) {
-                self.l3.pending.remove(i);
-                // Its input may already hold a frame: this one is placed without holding.
-                self.forward(p.from, p.fid, now_ms, false);
-            } else {
-                i += 1;
+        // Only the frames whose next hop is known now leave the list (an answer the table
+        // did not keep — it was full, or for another VLAN — leaves the rest waiting, still
+        // counted as asked for); they are taken out first and each forwarded once, so
+        // none can come round again in this loop.
+        let take: Vec<bool> = self
+            .l3
+            .pending
+            .iter()
+            .map(|p| p.out == out && ip.is_none_or(|ip| ip == p.ip) && self.next_hop_known(p, now_ms))
+            .collect();
+        let mut ready = Vec::new();
+        let mut k = 0;
+        self.l3.pending.retain(|p| {
+            let now = take[k];
+            k += 1;
+            if now {
+                ready.push(*p);
             }
+            !now
+        });
+        for p in ready {
+            // Its input may already hold a frame: this one is placed without holding.
+            self.forward(p.from, p.fid, now_ms, false);
+        }
+    }
+
+    /// Whether the MAC address a waiting frame needs is known now (its port gone: yes, the
+    /// frame is forwarded to be dropped).
+    fn next_hop_known(&self, p: &Pending, now_ms: u64) -> bool {
+        let Some(s) = self.slot(p.out) else { return true };
+        if s.policy.uplink {
+            let vlan = self.pool.meta(p.fid).vlan;
+            self.l3.lookup(vlan, p.ip, now_ms, self.cfg.aging_ms).is_some()
+        } else {
+            s.guest_mac.is_some()
         }
     }
 

@@ -327,3 +327,38 @@ fn in_layer_2_a_failover_sends_a_rarp_from_every_station_learned_on_this_side() 
     assert_eq!(from, vec![(0x8035, m(1)), (0x8035, m(2))]);
     assert_conserved(&sw);
 }
+
+/// Found by the `switch` fuzz target: a reply from a LAN host whose address the full
+/// neighbour table cannot take sent the frames waiting for it round and round — each
+/// forwarded, parked again at the end of the list, found again — and the switch never
+/// returned. Now each waiting frame is tried once per answer and waits on (until its
+/// address is learned, or it expires as `unresolved`).
+#[test]
+fn an_answer_the_full_neighbour_table_cannot_keep_leaves_the_waiting_frame_waiting() {
+    let mut sw = Switch::new(SwitchConfig { fib_max: 1, ..l3cfg() }).unwrap();
+    let (g1, h1) = port(&mut sw, "g1", guest_policy(1), None);
+    let (up, hu) = port(&mut sw, "up", PortPolicy { uplink: true, ..Default::default() }, Some(UP));
+    let other = MacAddr([0x02, 0xaa, 0, 0, 0, 0xc9]);
+    // Another LAN host asks for g1 first: it takes the table's one place.
+    send(&mut sw, up, &hu, &arp(1, MacAddr::BROADCAST, other, v4(201), v4(1)), 0);
+    hu.take_sent();
+    assert_eq!(sw.neighbours().len(), 1);
+    // g1 → 10.0.0.200: parked, asked for.
+    send(&mut sw, g1, &h1, &ip(ROUTER, m(1), v4(1).into(), v4(200).into()), 1);
+    assert!(neigh::parse_neigh(&only(&hu)).is_some());
+    // The answer comes, and the table has no room for it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        send(&mut sw, up, &hu, &arp(2, UP, HOST, v4(200), v4(1)), 2);
+        let _ = tx.send(());
+        (sw, hu)
+    });
+    assert!(rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok(), "the switch never returned from the answer");
+    let (mut sw, hu) = t.join().unwrap();
+    assert!(hu.take_sent().is_empty(), "nowhere to send it yet");
+    assert_eq!(sw.neighbours().len(), 1);
+    // It waits, and goes as unresolved when its time is up; the counters conserve.
+    sw.expire(60_000);
+    assert_eq!(sw.port_info(g1).unwrap().counters.rx_drops.unresolved, 1);
+    assert_conserved(&sw);
+}
