@@ -47,26 +47,39 @@ fn smc_sendfile(c: &Conn, fd: c_int, input: c_int, offset: *mut i64, count: usiz
     }
     let start = if offset.is_null() {
         // SAFETY: lseek on the caller's descriptor.
-        unsafe { real::lseek64(input, 0, SEEK_CUR) }
+        match unsafe { real::lseek64(input, 0, SEEK_CUR) } {
+            // Not seekable (a pipe): read in order; never more than the ring takes, so
+            // nothing read is left over.
+            -1 if sys::errno() == ESPIPE => -1,
+            -1 => return fail(sys::errno()),
+            p => p,
+        }
     } else {
         // SAFETY: the caller's offset word.
-        unsafe { *offset }
+        let p = unsafe { *offset };
+        if p < 0 {
+            return fail(sys::EINVAL);
+        }
+        p
     };
-    if start < 0 {
-        return fail(if offset.is_null() { sys::errno() } else { sys::EINVAL });
-    }
     if count == 0 {
         return 0;
     }
     let mut pos = start;
     let mut src = ReadSource::new(|buf: &mut [u8]| {
+        if pos < 0 {
+            // SAFETY: reads into a live buffer of its length.
+            return cvt(unsafe { real::read(input, buf.as_mut_ptr().cast(), buf.len()) });
+        }
         // SAFETY: reads into a live buffer of its length.
         let n = cvt(unsafe { real::pread64(input, buf.as_mut_ptr().cast(), buf.len(), pos) })?;
         pos += n as i64;
         Ok(n)
     });
     let r = c.write_from(fd, 0, count, &mut src);
-    if let Ok(n) = r {
+    if let Ok(n) = r
+        && start >= 0
+    {
         let end = start + n as i64;
         if offset.is_null() {
             // SAFETY: as above.
