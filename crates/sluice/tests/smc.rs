@@ -469,3 +469,66 @@ fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
     let st = p.stats();
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(5), Some(5)), "{st}");
 }
+
+/// Real programs, both ends under the launcher: redis-server with redis-benchmark at 50
+/// connections and a value written and read back with redis-cli; socat moving 200 MB
+/// (sha256 compared). Every connection on shared memory, none on TCP.
+#[test]
+fn redis_and_socat_run_on_shared_memory_under_the_launcher() {
+    if !have("redis-server") || !have("redis-benchmark") || !have("socat") {
+        eprintln!("skipped: needs redis-server, redis-tools and socat");
+        return;
+    }
+    let p = Peers::new("real");
+    let run = |args: &[&str]| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+        c
+    };
+    let rport = port(45);
+    let _redis = Killed(
+        run(&["redis-server", "--port", &rport, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{rport} "))));
+    let o = run(&["timeout", "120", "redis-benchmark", "-p", &rport, "-t", "set,get", "-n", "20000", "-c", "50", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("GET:") && text.contains("requests per second"), "{text}");
+    let o = run(&["redis-cli", "-p", &rport, "set", "sluice", "on-shared-memory"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "OK");
+    let o = run(&["redis-cli", "-p", &rport, "get", "sluice"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "on-shared-memory");
+    let st = p.stats();
+    let moved = st["smc_client"].as_u64().unwrap();
+    assert!(moved >= 52, "redis-benchmark's 50 connections and redis-cli's: {st}");
+    assert_eq!(st["smc_server"].as_u64(), Some(moved), "{st}");
+
+    // socat: 200 MB from a file to a file.
+    let dir = p.dir.join("socat");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    sh_ok(&format!("head -c 200000000 /dev/urandom > {}", src.display()));
+    let sport = port(46);
+    let server =
+        run(&["socat", "-u", &format!("TCP-LISTEN:{sport},bind=127.0.0.1"), &format!("CREATE:{}", dst.display())])
+            .spawn()
+            .unwrap();
+    let server = Killed(server);
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!(":{sport} "))));
+    let o =
+        run(&["timeout", "120", "socat", "-u", &format!("FILE:{}", src.display()), &format!("TCP:127.0.0.1:{sport}")])
+            .output()
+            .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut server = server;
+    assert!(wait_for(30, || server.0.try_wait().unwrap().is_some()), "socat's server did not finish after its client");
+    let sums = sh_ok(&format!("sha256sum {} {} | cut -d' ' -f1 | uniq | wc -l", src.display(), dst.display()));
+    assert_eq!(sums.trim(), "1", "socat's 200 MB arrived intact");
+    let st2 = p.stats();
+    assert_eq!(st2["smc_client"].as_u64(), Some(moved + 1), "{st2}");
+    let _ = std::fs::remove_dir_all(dir);
+}
