@@ -44,6 +44,8 @@ MODE:
   mmsg-sink        as sink, with recvmmsg(2) into eight 4 KiB buffers (MSG_WAITFORONE)
   vec:COUNT        send COUNT sendmsg(2) calls of five buffers (1 to 60,000 bytes) each,
                    print "<bytes> <sha256>"
+  trunc:BYTES      (before sink) wait for data, then throw BYTES away with
+                   recv(MSG_TRUNC); print "trunc <what recv returned>"
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
 library hooks.
 """
@@ -361,6 +363,10 @@ def run_mode(c, mode):
             c.shutdown(socket.SHUT_WR)
         elif kind == "mmsg-sink":
             out = mmsg_sink(c)
+        elif kind == "trunc":
+            select.select([c], [], [], 30)
+            time.sleep(0.2)
+            print(f"trunc {len(c.recv(int(arg), socket.MSG_TRUNC))}", flush=True)
         elif kind == "vec":
             out = vec_send(c, int(arg))
             c.shutdown(socket.SHUT_WR)

@@ -673,6 +673,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) ->
 /// MSG_OOB: urgent data has no place on shared memory.
 const MSG_OOB: c_int = 1;
 
+/// MSG_TRUNC: on a TCP read, discard the bytes instead of copying them.
+const MSG_TRUNC: c_int = 0x20;
+
 /// MSG_ERRQUEUE: the socket's error queue (zero-copy completions, timestamps).
 const MSG_ERRQUEUE: c_int = 0x2000;
 
@@ -690,6 +693,10 @@ fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> is
     }
     if n == 0 {
         return 0;
+    }
+    if flags & MSG_TRUNC != 0 && flags & sys::MSG_PEEK == 0 {
+        // TCP's MSG_TRUNC: up to `n` bytes are taken and thrown away; `buf` is not touched.
+        return ret(c.read_to(fd, flags & !MSG_TRUNC, n, &mut |b: &[u8]| Ok(b.len())), true);
     }
     // SAFETY: the caller's buffer of `n` bytes.
     let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
