@@ -361,14 +361,19 @@ fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
     // The listener (and its side door) belong to the parent; a child accepts. The door
     // commits only for an `accept` of its own process, so both ends stay on TCP rather
     // than one of them writing into memory nobody reads.
+    // Once a child has accepted on the parent's listener, the parent's door declines at
+    // once (`not_accepting`): no later connect waits for a claim that cannot come.
     let p = Peers::new("prefork");
-    let (s, out) = p.serve(true, &["serve-forked", &port(32)]);
-    let sent = p.run(true, &["connect", "127.0.0.1", &port(32), "source:2000000"]);
+    let (s, out) = p.serve(true, &["serve-forked", &port(32), "127.0.0.1", "2"]);
+    let first = p.run(true, &["connect", "127.0.0.1", &port(32), "source:2000000"]);
+    let second = p.run(true, &["connect", "127.0.0.1", &port(32), "source:1000"]);
     let _ = s.wait_with_output();
-    assert_eq!(rest(out), sent);
+    assert_eq!(rest(out), format!("{first}\n{second}"));
     let st = p.stats();
     assert_eq!(st["smc_client"], 0, "{st}");
-    assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
+    assert_eq!(st["fallback_client"]["peer_declined"], 2, "{st}");
+    assert_eq!(st["fallback_server"]["not_accepting"], 1, "the second connection: {st}");
+    assert_eq!(st["fallback_server"]["wrong_listener"], 2, "the child's accepts: {st}");
 }
 
 /// A program's side door and listener entries: gone when it exits normally; left when a

@@ -3,8 +3,9 @@
 
   smc_peer.py serve PORT MODE [ADDR]     accept one connection (MODE below), print a result
   smc_peer.py connect ADDR PORT MODE     connect once (MODE below), print a result
-  smc_peer.py serve-forked PORT [ADDR]  listen, fork; the child accepts one connection
-                                         and sinks it (a pre-forking server)
+  smc_peer.py serve-forked PORT [ADDR [N]]
+                                         listen, fork; the child accepts N connections
+                                         (default 1) and sinks each (a pre-forking server)
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
                                          each result, or the error that ended it
@@ -420,11 +421,14 @@ def main():
     elif cmd == "serve-forked":
         port = int(sys.argv[2])
         addr = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+        count = int(sys.argv[4]) if len(sys.argv) > 4 else 1
         s = listener(addr, port)
         pid = os.fork()
         if pid == 0:
-            c, _ = s.accept()
-            print(sink(c), flush=True)
+            for _ in range(count):
+                c, _ = s.accept()
+                print(sink(c), flush=True)
+                c.close()
             os._exit(0)
         os.waitpid(pid, 0)
     elif cmd == "connect":

@@ -533,6 +533,42 @@ pub fn listening_ports() -> &'static Mutex<Vec<u16>> {
     P.get_or_init(|| Mutex::new(Vec::new()))
 }
 
+/// A bit per port: a process forked from this one accepts on our listener of that port
+/// (a pre-forking server). Anonymous shared memory made before any fork (at the first
+/// `listen`), so the children's bits are the parent's: no file, nobody else's reach.
+fn child_accepts() -> Option<&'static [AtomicU64]> {
+    static AT: OnceLock<usize> = OnceLock::new();
+    let at = *AT.get_or_init(|| match Shm::anonymous(8192) {
+        Ok(shm) => {
+            let p = shm.ptr as usize;
+            // Mapped for the life of the process.
+            std::mem::forget(shm);
+            p
+        }
+        Err(_) => 0,
+    });
+    // SAFETY: 8192 zeroed bytes, page-aligned, mapped until the process ends; any bits are
+    // a valid AtomicU64, and only atomic operations touch them.
+    (at != 0).then(|| unsafe { std::slice::from_raw_parts(at as *const AtomicU64, 1024) })
+}
+
+/// Called at `listen`: the page must exist before the program forks.
+pub fn prepare_for_children() {
+    let _ = child_accepts();
+}
+
+/// This process accepted on a listener its parent registered, on `port`.
+pub fn note_child_accepts(port: u16) {
+    if let Some(b) = child_accepts() {
+        b[usize::from(port / 64)].fetch_or(1 << (port % 64), Ordering::Relaxed);
+    }
+}
+
+/// Whether a process forked from this one accepts on our listener of `port`.
+fn children_accept(port: u16) -> bool {
+    child_accepts().is_some_and(|b| b[usize::from(port / 64)].load(Ordering::Relaxed) & (1 << (port % 64)) != 0)
+}
+
 /// Starts this process's door thread (once).
 pub fn start_door() {
     static STARTED: OnceLock<bool> = OnceLock::new();
@@ -658,6 +694,11 @@ fn serve(c: c_int) -> Result<(), Reason> {
     foreign::release(fds[2]);
     if let Err(reason) = proven {
         return fail(reason, &fds[..2]);
+    }
+    // A pre-forking server's parent: its children accept, it does not, and the
+    // connection would wait for a claim that cannot come.
+    if children_accept(tuple.server.port()) && !accepting() {
+        return fail(Reason::NotAccepting, &fds[..2]);
     }
     if !take_doorbell(fds[1]) {
         return fail(Reason::Protocol, &fds[..2]);

@@ -52,7 +52,7 @@ extern "C" fn remove_entries_at_exit() {
     // (try_lock: a thread that held the lock when exit began must not hang the exit.)
     if let Ok(l) = listeners().try_lock() {
         let mine = format!(".{me}");
-        for (_, path) in l.values() {
+        for (_, path, _) in l.values() {
             if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&mine)) {
                 let _ = std::fs::remove_file(path);
             }
@@ -137,8 +137,13 @@ fn conns() -> &'static Mutex<HashMap<c_int, Arc<Conn>>> {
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn listeners() -> &'static Mutex<HashMap<c_int, (SocketAddr, PathBuf)>> {
-    static L: OnceLock<Mutex<HashMap<c_int, (SocketAddr, PathBuf)>>> = OnceLock::new();
+/// A listener: its address, its registry entry, and the pid of the process that registered
+/// it (whose side door takes the proposals; another process after a fork).
+type Listener = (SocketAddr, PathBuf, u32);
+
+/// This process's listeners, by descriptor.
+fn listeners() -> &'static Mutex<HashMap<c_int, Listener>> {
+    static L: OnceLock<Mutex<HashMap<c_int, Listener>>> = OnceLock::new();
     L.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -377,6 +382,7 @@ fn register(fd: c_int) {
     }
     let Some(addr) = sys::sock_addr(fd, false) else { return };
     handshake::start_door();
+    handshake::prepare_for_children();
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // SAFETY: atexit with a function that lives as long as the process.
     AT_EXIT.call_once(|| unsafe {
@@ -384,11 +390,11 @@ fn register(fd: c_int) {
     });
     let Some(path) = registry::register_listener(addr) else { return };
     handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
-    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path));
+    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid()));
 }
 
 fn unregister(fd: c_int) {
-    let Some((addr, path)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
+    let Some((addr, path, _)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
     let _ = std::fs::remove_file(path);
     let mut ports = handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = ports.iter().position(|p| *p == addr.port()) {
@@ -397,12 +403,22 @@ fn unregister(fd: c_int) {
 }
 
 fn accepted(listener: c_int, fd: c_int) {
-    if fd < 0 || fd as usize >= MAX_FD || !listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&listener)
-    {
+    if fd < 0 || fd as usize >= MAX_FD {
         return;
     }
+    let Some(owner) = listeners().lock().unwrap_or_else(|p| p.into_inner()).get(&listener).map(|l| l.2) else {
+        return;
+    };
     let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
     stats::count(Counter::ConnsServer);
+    if owner != sys::pid() {
+        // A listener inherited across fork (a pre-forking server: the parent listens, a
+        // child accepts): its clients propose to the parent's side door, so no proposal
+        // can come to this process — stay on TCP at once rather than wait for one.
+        handshake::note_child_accepts(local.port());
+        stats::fallback(Reason::WrongListener, true);
+        return;
+    }
     match handshake::take_prepared(local, peer) {
         Ok(p) => {
             let (conn, app_end, rmem, tmem) = p.into_parts();

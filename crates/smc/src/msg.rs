@@ -55,11 +55,14 @@ pub enum Reason {
     /// Not waited for: the client's user announced an earlier connection to this server
     /// and never proposed it, so its announcements are not believed for a while.
     Penalized = 15,
+    /// The listening process does not accept; processes it forked do (a pre-forking
+    /// server's parent): the client stays on TCP at once instead of waiting.
+    NotAccepting = 16,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -75,6 +78,7 @@ impl Reason {
         Reason::WrongListener,
         Reason::BadSegment,
         Reason::Penalized,
+        Reason::NotAccepting,
     ];
 
     /// The reason's name in stats and JSON.
@@ -95,6 +99,7 @@ impl Reason {
             Reason::WrongListener => "wrong_listener",
             Reason::BadSegment => "bad_segment",
             Reason::Penalized => "penalized",
+            Reason::NotAccepting => "not_accepting",
         }
     }
 
@@ -109,6 +114,7 @@ impl Reason {
                 | Reason::PeerDeclined
                 | Reason::NotAllowed
                 | Reason::Penalized
+                | Reason::NotAccepting
         )
     }
 

@@ -7,9 +7,9 @@
 
 use crate::msg::Reason;
 
-/// First word of the segment: "SLSMCST2" (the layout of this build; "…1" had one fallback
-/// reason fewer).
-pub const MAGIC: u64 = 0x3254_5343_4d53_4c53;
+/// First word of the segment: "SLSMCST3" (the layout of this build; "…2" had one fallback
+/// reason fewer, "…1" two).
+pub const MAGIC: u64 = 0x3354_5343_4d53_4c53;
 /// Size of the segment file.
 pub const LEN: usize = 4096;
 
