@@ -376,6 +376,20 @@ fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
     assert_eq!(st["fallback_server"]["wrong_listener"], 2, "the child's accepts: {st}");
 }
 
+/// A child forked after its parent started a side door listens on a port of its own: it
+/// gets a door of its own (threads do not survive fork; before, it had none, and its
+/// clients found no door to propose to).
+#[test]
+fn a_forked_child_listening_on_its_own_port_has_a_side_door_of_its_own() {
+    let p = Peers::new("childlisten");
+    let (s, out) = p.serve(true, &["serve-in-child", &port(48), "sink"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(48), "source:3000000"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+}
+
 /// A program's side door and listener entries: gone when it exits normally; left when a
 /// signal kills it, and then swept by the next `sluice smc run` (issue 15).
 #[test]

@@ -3,6 +3,8 @@
 
   smc_peer.py serve PORT MODE [ADDR]     accept one connection (MODE below), print a result
   smc_peer.py connect ADDR PORT MODE     connect once (MODE below), print a result
+  smc_peer.py serve-in-child PORT MODE  listen on a port of its own, fork; the child
+                                         listens on PORT and accepts one connection (MODE)
   smc_peer.py serve-forked PORT [ADDR [N]]
                                          listen, fork; the child accepts N connections
                                          (default 1) and sinks each (a pre-forking server)
@@ -418,6 +420,21 @@ def main():
             except OSError as e:
                 print(type(e).__name__, flush=True)
             c.close()
+    elif cmd == "serve-in-child":
+        # The parent listens first (so its side door runs), then forks; the child listens
+        # on PORT itself and accepts one connection there.
+        port, mode = int(sys.argv[2]), sys.argv[3]
+        first = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        first.bind(("127.0.0.1", 0))
+        first.listen(1)
+        pid = os.fork()
+        if pid == 0:
+            s = listener("127.0.0.1", port)
+            c, _ = s.accept()
+            run_mode(c, mode)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        first.close()
     elif cmd == "serve-forked":
         port = int(sys.argv[2])
         addr = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"

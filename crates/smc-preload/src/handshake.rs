@@ -571,8 +571,15 @@ fn children_accept(port: u16) -> bool {
 
 /// Starts this process's door thread (once).
 pub fn start_door() {
-    static STARTED: OnceLock<bool> = OnceLock::new();
-    STARTED.get_or_init(|| {
+    // The pid whose door runs: a child forked after its parent started one has no door
+    // thread of its own (threads do not survive fork) and gets one at its first `listen`.
+    static STARTED: Mutex<u32> = Mutex::new(0);
+    let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+    let me = sys::pid();
+    if *started == me {
+        return;
+    }
+    let ok = (|| {
         let path = registry::door_path(sys::pid());
         // A leftover of a process that had our pid (only its owner or root can remove it).
         let _ = std::fs::remove_file(&path);
@@ -610,7 +617,10 @@ pub fn start_door() {
                 door_loop(fd)
             })
             .is_ok()
-    });
+    })();
+    if ok {
+        *started = me;
+    }
 }
 
 /// Handshakes in flight at most: beyond this a door connection is closed at once, so a
