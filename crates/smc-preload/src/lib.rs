@@ -881,7 +881,7 @@ unsafe fn iovecs<'a>(iov: *const IoVec, n: c_int) -> &'a [IoVec] {
     if iov.is_null() || n <= 0 {
         return &[];
     }
-    // (Callers refuse a count above IOV_MAX first, as the kernel does.)
+    // (`readv`/`writev` leave a count above IOV_MAX to the kernel, which refuses it.)
     // SAFETY: per the caller.
     unsafe { std::slice::from_raw_parts(iov, n as usize) }
 }
