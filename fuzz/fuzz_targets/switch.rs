@@ -157,9 +157,13 @@ fuzz_target!(init: {
                     l.sw.remove_port(name).unwrap();
                     *id = None;
                 } else {
+                    // It may not come back: in Layer 3 mode another port may have taken
+                    // one of its addresses meanwhile (the switch refuses it, rightly).
                     let (p, h) = mem_port(*caps);
-                    *id = Some(l.sw.add_port(cfg.clone(), Box::new(p)).unwrap());
-                    l.ports[at].4 = h;
+                    if let Ok(new) = l.sw.add_port(cfg.clone(), Box::new(p)) {
+                        *id = Some(new);
+                        l.ports[at].4 = h;
+                    }
                 }
             }
             14 => {

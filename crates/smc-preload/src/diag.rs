@@ -20,6 +20,10 @@ const NLM_F_REQUEST: u16 = 1;
 const IPPROTO_TCP: u8 = 6;
 /// TCP_ESTABLISHED, TCP_SYN_RECV, TCP_LISTEN and TCP_NEW_SYN_RECV.
 const STATES: u32 = (1 << 1) | (1 << 3) | (1 << 10) | (1 << 12);
+/// Every state in which a connection's socket still has its owner: the above and the
+/// closing ones (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING) — not TIME_WAIT or CLOSE.
+const OWNED_STATES: u32 =
+    (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11) | (1 << 12);
 const LISTEN: u8 = 10;
 
 /// A socket as `sock_diag` reports it.
@@ -58,6 +62,17 @@ impl Diag {
         ask(self.0, local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
     }
 
+    /// The connection with local address `local` and peer `peer` while a process still
+    /// holds its socket, in any state — closing too (a client that sent everything and shut
+    /// its side down before the server accepted is still that user's connection). A
+    /// socket no process holds any more (closed, still finishing: no inode) reads as none:
+    /// the kernel no longer says whose it was.
+    pub fn owned_connection(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+        // (An exact lookup answers whatever socket the kernel finds, whatever the mask.)
+        ask_states(self.0, local, peer, OWNED_STATES)
+            .filter(|f| f.state < 32 && OWNED_STATES & (1 << f.state) != 0 && f.inode != 0 && f.dport == peer.port())
+    }
+
     /// The listening socket that takes connections to `local` in this namespace (the most
     /// specific one, as the kernel chooses).
     pub fn listener(&self, local: SocketAddr) -> Option<Found> {
@@ -80,6 +95,10 @@ fn put_ip(out: &mut [u8], ip: IpAddr) {
 }
 
 fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+    ask_states(fd, local, peer, STATES)
+}
+
+fn ask_states(fd: c_int, local: SocketAddr, peer: SocketAddr, states: u32) -> Option<Found> {
     let family = if local.is_ipv4() { sys::AF_INET } else { sys::AF_INET6 } as u8;
     let mut m = [0u8; 72];
     m[0..4].copy_from_slice(&72u32.to_ne_bytes());
@@ -89,7 +108,7 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
     // struct inet_diag_req_v2
     m[16] = family;
     m[17] = IPPROTO_TCP;
-    m[20..24].copy_from_slice(&STATES.to_ne_bytes());
+    m[20..24].copy_from_slice(&states.to_ne_bytes());
     // struct inet_diag_sockid: sport, dport (network order), src[4], dst[4], if, cookie[2]
     m[24..26].copy_from_slice(&local.port().to_be_bytes());
     m[26..28].copy_from_slice(&peer.port().to_be_bytes());

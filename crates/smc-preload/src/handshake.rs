@@ -521,7 +521,8 @@ pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Re
 /// client's own: its client end is owned by `by`, or is not in this namespace. `owner`
 /// keeps sock_diag's answer, asked once.
 fn client_announced(owner: &mut Option<Option<u32>>, peer: SocketAddr, local: SocketAddr, by: u32) -> bool {
-    let o = *owner.get_or_insert_with(|| diag::Diag::open().and_then(|d| d.connection(peer, local)).map(|f| f.uid));
+    let o =
+        *owner.get_or_insert_with(|| diag::Diag::open().and_then(|d| d.owned_connection(peer, local)).map(|f| f.uid));
     o.is_none_or(|uid| uid == by)
 }
 
