@@ -295,6 +295,15 @@ static __always_inline int retag(struct __sk_buff *skb, int *tagged, __u16 *tci,
 	return 0;
 }
 
+/* Counts a frame sent to an output (tagged: `otag`). */
+static __always_inline void count_sent(struct sluice_counters *oc, struct __sk_buff *skb, int otag)
+{
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
+}
+
 /* A copy for mirror slot `m1` (slot + 1; 0: none) of a frame of VLAN `vid` leaving for
  * `oslot` from `slot`: the core's `add_mirrors` — a live kernel member of the VLAN, not the
  * input or the output, never holding anything back. */
@@ -324,10 +333,28 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 		mc->v[C_TX_DROP + D_TX_ERROR]++;
 		return;
 	}
-	mc->v[C_TX_FRAMES]++;
-	mc->v[C_TX_BYTES] += skb->len + (mtag ? 4 : 0);
-	if (skb->gso_size)
-		mc->v[C_TX_GSO]++;
+	count_sent(mc, skb, mtag);
+}
+
+/* The frame itself to output `out`: offered, its MTU (against `l3`), the tag it wants
+ * (`otag`: tagged with VLAN `vid`), counted, and redirected — with bpf_redirect_peer into a
+ * guest's namespace, or bpf_redirect out of an uplink or a veth of the switch's own. */
+static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *out, struct sluice_counters *oc, int vid,
+				   __u8 pcp, int *tagged, __u16 *tci, int otag, long l3)
+{
+	oc->v[C_TX_OFFERED]++;
+	if (l3 > out->mtu) {
+		oc->v[C_TX_DROP + D_OVER_MTU]++;
+		return TC_ACT_SHOT;
+	}
+	if (retag(skb, tagged, tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
+		return TC_ACT_SHOT;
+	}
+	count_sent(oc, skb, otag);
+	if (out->flags & (PF_UPLINK | PF_EGRESS))
+		return bpf_redirect(out->ifindex, 0);
+	return bpf_redirect_peer(out->ifindex, 0);
 }
 
 /* The output stage, once the frame's one output is decided: copies for the mirrors of its
@@ -343,22 +370,7 @@ static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c
 	__u32 in_m = in->mirror, out_m = out->mirror;
 	mirror(skb, c, in_m, slot, oslot, 0, vid, pcp, &tagged, &tci, l3);
 	mirror(skb, c, out_m, slot, oslot, in_m, vid, pcp, &tagged, &tci, l3);
-	oc->v[C_TX_OFFERED]++;
-	if (l3 > out->mtu) {
-		oc->v[C_TX_DROP + D_OVER_MTU]++;
-		return TC_ACT_SHOT;
-	}
-	if (retag(skb, &tagged, &tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
-		oc->v[C_TX_DROP + D_TX_ERROR]++;
-		return TC_ACT_SHOT;
-	}
-	oc->v[C_TX_FRAMES]++;
-	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
-	if (skb->gso_size)
-		oc->v[C_TX_GSO]++;
-	if (out->flags & (PF_UPLINK | PF_EGRESS))
-		return bpf_redirect(out->ifindex, 0);
-	return bpf_redirect_peer(out->ifindex, 0);
+	return deliver(skb, out, oc, vid, pcp, &tagged, &tci, otag, l3);
 }
 
 /* The core's `may_talk`: isolated ports exchange frames with uplinks only. */
@@ -436,10 +448,7 @@ static long flood_copy(__u32 i, void *ctx)
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return 0;
 	}
-	oc->v[C_TX_FRAMES]++;
-	oc->v[C_TX_BYTES] += f->skb->len + (otag ? 4 : 0);
-	if (f->skb->gso_size)
-		oc->v[C_TX_GSO]++;
+	count_sent(oc, f->skb, otag);
 	return 0;
 }
 
@@ -481,19 +490,8 @@ static __always_inline int flood(struct __sk_buff *skb, struct sluice_counters *
 	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &ls);
 	if (!out || !oc)
 		return TC_ACT_SHOT;
-	oc->v[C_TX_OFFERED]++;
-	int otag = vlan_out(out, vid);
-	if (otag < 0 || retag(skb, &f.tagged, &f.tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
-		oc->v[C_TX_DROP + D_TX_ERROR]++;
-		return TC_ACT_SHOT;
-	}
-	oc->v[C_TX_FRAMES]++;
-	oc->v[C_TX_BYTES] += skb->len + (otag ? 4 : 0);
-	if (skb->gso_size)
-		oc->v[C_TX_GSO]++;
-	if (out->flags & (PF_UPLINK | PF_EGRESS))
-		return bpf_redirect(out->ifindex, 0);
-	return bpf_redirect_peer(out->ifindex, 0);
+	/* (A member of the VLAN, whose MTU the frame fits: flood_plan chose it.) */
+	return deliver(skb, out, oc, vid, pcp, &f.tagged, &f.tci, vlan_out(out, vid), f.l3);
 }
 
 static __always_inline int is_link_local6(const __u8 *a)

@@ -258,6 +258,13 @@ fn a_handshake_broken_at_any_step_leaves_the_connection_on_tcp_intact() {
     }
 }
 
+/// A program under `sluice smc run`, with the peers' run directory, stdin closed.
+fn launched(p: &Peers, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(BIN);
+    c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+    c
+}
+
 #[test]
 fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
     if !have("iperf3") || !have("sockperf") {
@@ -265,11 +272,7 @@ fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
         return;
     }
     let p = Peers::new("tools");
-    let run = |args: &[&str]| {
-        let mut c = std::process::Command::new(BIN);
-        c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
-        c
-    };
+    let run = |args: &[&str]| launched(&p, args);
     let iport = port(20);
     // Plain, and with -Z (sendfile from a file) each way: every variant moves its bytes
     // (with -Z the bytes once went into the doorbell and nothing arrived).
@@ -505,11 +508,7 @@ fn redis_and_socat_run_on_shared_memory_under_the_launcher() {
         return;
     }
     let p = Peers::new("real");
-    let run = |args: &[&str]| {
-        let mut c = std::process::Command::new(BIN);
-        c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
-        c
-    };
+    let run = |args: &[&str]| launched(&p, args);
     let rport = port(45);
     let _redis = Killed(
         run(&["redis-server", "--port", &rport, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])

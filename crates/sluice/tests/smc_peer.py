@@ -269,6 +269,15 @@ def _mmsg_types():
     return C, MMsgHdr, libc
 
 
+def _messages(C, MMsgHdr, iovs):
+    """An mmsghdr array, one iovec each."""
+    msgs = (MMsgHdr * len(iovs))()
+    for j, iov in enumerate(iovs):
+        msgs[j].hdr.iov = C.pointer(iov)
+        msgs[j].hdr.iovlen = 1
+    return msgs
+
+
 def mmsg_send(c, count):
     C, MMsgHdr, libc = _mmsg_types()
     h, sent, i = hashlib.sha256(), 0, 0
@@ -276,10 +285,7 @@ def mmsg_send(c, count):
         k = min(8, count - i)
         bufs = [C.create_string_buffer(bytes([(i + j) % 251]) * 100, 100) for j in range(k)]
         iovs = [_IoVec(C.cast(b, C.c_void_p), 100) for b in bufs]
-        msgs = (MMsgHdr * k)()
-        for j in range(k):
-            msgs[j].hdr.iov = C.pointer(iovs[j])
-            msgs[j].hdr.iovlen = 1
+        msgs = _messages(C, MMsgHdr, iovs)
         n = libc.sendmmsg(c.fileno(), msgs, k, 0)
         if n <= 0:
             return f"sendmmsg failed: {os.strerror(C.get_errno())}"
@@ -298,10 +304,7 @@ def mmsg_sink(c):
     iovs = [_IoVec(C.cast(b, C.c_void_p), 4096) for b in bufs]
     h, total = hashlib.sha256(), 0
     while True:
-        msgs = (MMsgHdr * 8)()
-        for j in range(8):
-            msgs[j].hdr.iov = C.pointer(iovs[j])
-            msgs[j].hdr.iovlen = 1
+        msgs = _messages(C, MMsgHdr, iovs)
         n = libc.recvmmsg(c.fileno(), msgs, 8, 0x10000, None)
         if n < 0:
             return f"recvmmsg failed: {os.strerror(C.get_errno())}"

@@ -233,9 +233,9 @@ fn out_tag(out: &[u8]) -> Option<(u16, u8)> {
     })
 }
 
-#[test]
-fn the_rule_decides_known_unicast_between_kernel_ports_itself() {
-    let spec = PortSpec {
+/// A kernel port in access VLAN 1 with no policy.
+fn kernel_access_port() -> PortSpec {
+    PortSpec {
         vlan: VlanMode::Access(1),
         isolated: false,
         uplink: false,
@@ -243,7 +243,12 @@ fn the_rule_decides_known_unicast_between_kernel_ports_itself() {
         ips: vec![],
         learn_ips: false,
         kernel: true,
-    };
+    }
+}
+
+#[test]
+fn the_rule_decides_known_unicast_between_kernel_ports_itself() {
+    let spec = kernel_access_port();
     let (mut sw, h) = switch_with(&[spec.clone(), spec], 1024);
     // Both stations learned (as the core does from the first frames, sent up).
     send(&mut sw, 0, &h[0], &eth(mac(2), mac(1), 0x0800, 20), 0);
@@ -258,15 +263,7 @@ fn the_rule_decides_known_unicast_between_kernel_ports_itself() {
 
 #[test]
 fn a_port_reaching_its_learning_limit_is_reported_and_its_new_sources_are_the_kernels() {
-    let spec = PortSpec {
-        vlan: VlanMode::Access(1),
-        isolated: false,
-        uplink: false,
-        mac: None,
-        ips: vec![],
-        learn_ips: false,
-        kernel: true,
-    };
+    let spec = kernel_access_port();
     let (mut sw, h) = switch_with(&[spec.clone(), spec.clone(), spec], 2);
     let mut changes = Vec::new();
     sw.take_fastpath_changes(|c| changes.push(c));
