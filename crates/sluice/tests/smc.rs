@@ -359,13 +359,12 @@ fn a_plain_listener_with_the_same_address_elsewhere_never_sees_a_handshake_byte(
     assert_eq!(st["fallback_server"]["not_our_connection"], 1, "{st}");
 }
 
+/// A pre-forking server: the parent listens (its door takes the proposals), children
+/// accept and claim each connection from the parent over its claim channel — with a
+/// blocking `accept`, and with several workers polling a non-blocking listener at once,
+/// as nginx's do. Every connection moves, every byte arrives, nobody waits.
 #[test]
-fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
-    // The listener (and its side door) belong to the parent; a child accepts. The door
-    // commits only for an `accept` of its own process, so both ends stay on TCP rather
-    // than one of them writing into memory nobody reads.
-    // Once a child has accepted on the parent's listener, the parent's door declines at
-    // once (`not_accepting`): no later connect waits for a claim that cannot come.
+fn a_pre_forking_servers_children_take_their_connections_onto_shared_memory() {
     let p = Peers::new("prefork");
     let (s, out) = p.serve(true, &["serve-forked", &port(32), "127.0.0.1", "2"]);
     let first = p.run(true, &["connect", "127.0.0.1", &port(32), "source:2000000"]);
@@ -373,10 +372,27 @@ fn a_pre_forking_server_whose_child_accepts_keeps_both_ends_in_agreement() {
     let _ = s.wait_with_output();
     assert_eq!(rest(out), format!("{first}\n{second}"));
     let st = p.stats();
-    assert_eq!(st["smc_client"], 0, "{st}");
-    assert_eq!(st["fallback_client"]["peer_declined"], 2, "{st}");
-    assert_eq!(st["fallback_server"]["not_accepting"], 1, "the second connection: {st}");
-    assert_eq!(st["fallback_server"]["wrong_listener"], 2, "the child's accepts: {st}");
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(2), Some(2)), "{st}");
+    assert_eq!(st["handshake_errors"], 0, "{st}");
+
+    // Three workers, six clients at once.
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let (s, out) = p.serve(true, &["serve-workers", &port(49), "3", "6"]);
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let cmd = p.cmd(true, &["connect", "127.0.0.1", &port(49), &format!("source:{}", 100_000 * (i + 1))]);
+            std::thread::spawn(move || Peers::run_cmd_static(cmd))
+        })
+        .collect();
+    let mut sent: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let _ = s.wait_with_output();
+    let mut got: Vec<String> = rest(out).lines().map(str::to_string).collect();
+    sent.sort();
+    got.sort();
+    assert_eq!(got, sent, "every worker's connection arrived whole");
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(6), Some(6)), "{st}");
+    assert_eq!(st["handshake_errors"], 0, "{st}");
 }
 
 /// A child forked after its parent started a side door listens on a port of its own: it
@@ -555,4 +571,84 @@ fn redis_and_socat_run_on_shared_memory_under_the_launcher() {
     let st2 = p.stats();
     assert_eq!(st2["smc_client"].as_u64(), Some(moved + 1), "{st2}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// nginx as installed, with its default layout (a master that listens and workers — run as
+/// another user — that accept, `sendfile on`) under the launcher: a 100 MB file to curl
+/// intact, 1 KB files to ab (which counts any body of the wrong length as failed), and a
+/// pipelined client whose every body is checked; every connection on shared memory.
+#[test]
+fn nginx_with_its_default_layout_serves_on_shared_memory() {
+    if !have("nginx") || !have("curl") || !have("ab") {
+        eprintln!("skipped: needs nginx, curl and ab (apache2-utils)");
+        return;
+    }
+    let p = Peers::new("nginx");
+    let dir = p.dir.join("nginx");
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    sh_ok(&format!("head -c 100000000 /dev/urandom > {0}/big && head -c 1024 /dev/urandom > {0}/small", www.display()));
+    // Bodies of different sizes for the pipelined client: a body served for the wrong
+    // request, or cut, shows.
+    let sizes = [1, 700, 5000, 70_000, 300_000, 1_000_000];
+    for (i, n) in sizes.iter().enumerate() {
+        sh_ok(&format!("head -c {n} /dev/urandom > {}/p{i}", www.display()));
+    }
+    // The workers run as `nobody`: they must reach the files.
+    sh_ok(&format!("chmod -R a+rX {}", p.dir.display()));
+    let port = port(38);
+    // Debian's nginx.conf, less what needs the system's paths: the master and its
+    // workers (`worker_processes auto`), sendfile, tcp_nopush and keep-alive as shipped.
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 768; }}\n\
+             http {{\n sendfile on;\n tcp_nopush on;\n types_hash_max_size 2048;\n access_log off;\n\
+             client_body_temp_path {d}/tmp;\n proxy_temp_path {d}/tmp;\n fastcgi_temp_path {d}/tmp;\n\
+             uwsgi_temp_path {d}/tmp;\n scgi_temp_path {d}/tmp;\n\
+             server {{ listen 127.0.0.1:{port}; root {w}; }}\n}}\n",
+            d = dir.display(),
+            w = www.display(),
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| launched(&p, args);
+    let conf_s = conf.display().to_string();
+    let _nginx = Killed(run(&["nginx", "-c", &conf_s]).stdout(std::process::Stdio::null()).spawn().unwrap());
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port} "))), "nginx did not listen");
+    let url = |f: &str| format!("http://127.0.0.1:{port}/{f}");
+
+    let got = dir.join("got");
+    let o = run(&["timeout", "120", "curl", "-sS", "-o", &got.display().to_string(), &url("big")]).output().unwrap();
+    assert!(o.status.success(), "curl: {}", String::from_utf8_lossy(&o.stderr));
+    let sums = sh_ok(&format!("sha256sum {}/big {} | cut -d' ' -f1 | uniq | wc -l", www.display(), got.display()));
+    assert_eq!(sums.trim(), "1", "the 100 MB file arrived intact");
+    let _ = std::fs::remove_file(&got);
+
+    let o = run(&["timeout", "120", "ab", "-n", "2000", "-c", "50", &url("small")]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "ab: {text}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("Complete requests:      2000") && text.contains("Failed requests:        0"), "{text}");
+
+    let paths: Vec<String> = (0..sizes.len()).flat_map(|_| (0..sizes.len()).map(|i| format!("/p{i}"))).collect();
+    let mut args = vec!["pipeline", "127.0.0.1", &port];
+    args.extend(paths.iter().map(String::as_str));
+    let lines = p.run(true, &args);
+    let want: Vec<String> = paths
+        .iter()
+        .map(|path| {
+            let f = format!("{}{path}", www.display());
+            let sum = sh_ok(&format!("sha256sum {f} | cut -d' ' -f1"));
+            format!("{path} 200 {} {}", std::fs::metadata(&f).unwrap().len(), sum.trim())
+        })
+        .collect();
+    assert_eq!(lines.lines().collect::<Vec<_>>(), want, "every pipelined body is its request's");
+
+    let st = p.stats();
+    let moved = st["smc_client"].as_u64().unwrap();
+    assert!(moved >= 2002, "curl's, ab's and the pipelined client's connections: {st}");
+    assert_eq!(st["smc_server"].as_u64(), Some(moved), "the workers took every connection: {st}");
+    assert_eq!(st["handshake_errors"], 0, "{st}");
 }

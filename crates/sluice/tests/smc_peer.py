@@ -8,6 +8,13 @@
   smc_peer.py serve-forked PORT [ADDR [N]]
                                          listen, fork; the child accepts N connections
                                          (default 1) and sinks each (a pre-forking server)
+  smc_peer.py serve-workers PORT K N      listen, fork K children that accept on the listener
+                                         with non-blocking accept and poll (as nginx's
+                                         workers do) and sink each connection; the parent
+                                         ends them after N connections in all
+  smc_peer.py pipeline ADDR PORT PATH…   one connection, every HTTP GET sent at once
+                                         (pipelined), then each response read in turn: print
+                                         "<path> <status> <body bytes> <body sha256>" each
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
                                          each result, or the error that ended it
@@ -451,6 +458,55 @@ def main():
                 c.close()
             os._exit(0)
         os.waitpid(pid, 0)
+    elif cmd == "serve-workers":
+        port, workers, total = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+        s = listener("127.0.0.1", port, 64)
+        s.setblocking(False)
+        done_r, done_w = os.pipe()
+        kids = []
+        for _ in range(workers):
+            pid = os.fork()
+            if pid == 0:
+                os.close(done_r)
+                while True:
+                    select.select([s], [], [])
+                    try:
+                        c, _ = s.accept()
+                    except BlockingIOError:
+                        continue  # another worker took it
+                    c.setblocking(True)
+                    print(sink(c), flush=True)
+                    c.close()
+                    os.write(done_w, b"x")
+            kids.append(pid)
+        os.close(done_w)
+        got = 0
+        while got < total:
+            r, _, _ = select.select([done_r], [], [], 60)
+            if not r:
+                break
+            got += len(os.read(done_r, total - got))
+        for pid in kids:
+            os.kill(pid, 15)
+            os.waitpid(pid, 0)
+    elif cmd == "pipeline":
+        addr, port, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+        c = socket.create_connection((addr, port))
+        c.sendall(b"".join(f"GET {p} HTTP/1.1\r\nHost: sluice\r\n\r\n".encode() for p in paths))
+        f = c.makefile("rb")
+        for p in paths:
+            status = f.readline().split()[1].decode()
+            length = 0
+            while True:
+                line = f.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode().partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v)
+            body = f.read(length)
+            print(p, status, len(body), hashlib.sha256(body).hexdigest(), flush=True)
+        c.close()
     elif cmd == "connect":
         addr, port, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
         if mode.startswith("pregate:"):

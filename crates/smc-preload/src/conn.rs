@@ -252,6 +252,12 @@ impl Conn {
         }
     }
 
+    /// The memfds of our receive ring and the peer's (to hand the connection to a forked
+    /// child that accepted it: crate::claim).
+    pub fn ring_fds(&self) -> (c_int, c_int) {
+        (self._rx_shm.fd, self._tx_shm.fd)
+    }
+
     /// The peer broke a ring: the connection is reset, once — our descriptor and the
     /// peer's shut down (both see the end, poll reports it), counted.
     fn fault(&self, fd: c_int) -> c_int {

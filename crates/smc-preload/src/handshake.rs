@@ -53,9 +53,42 @@ pub const DECISION_MS: i32 = CLAIM_LIMIT_MS as i32 + 2 * TIMEOUT_MS;
 static IN_ACCEPT: AtomicUsize = AtomicUsize::new(0);
 static LAST_ACCEPT_MS: AtomicU64 = AtomicU64::new(0);
 
+/// Milliseconds on a clock this process shares with the processes it forks after its
+/// first `listen` ([`prepare_for_children`] starts it before any fork).
 fn now_ms() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
     BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// What the processes forked from a listening one share about `accept`: how many of
+/// their threads are in it, and when one last left it. Anonymous shared memory made at
+/// the first `listen`, before any fork, so a parent whose children accept on its
+/// listener (a pre-forking server) knows they do: no file, nobody else's reach.
+struct Tree {
+    in_accept: AtomicU64,
+    last_accept_ms: AtomicU64,
+}
+
+fn tree() -> Option<&'static Tree> {
+    static AT: OnceLock<usize> = OnceLock::new();
+    let at = *AT.get_or_init(|| match Shm::anonymous(4096) {
+        Ok(shm) => {
+            let p = shm.ptr as usize;
+            // Mapped for the life of the process (and its children's).
+            std::mem::forget(shm);
+            p
+        }
+        Err(_) => 0,
+    });
+    // SAFETY: a zeroed, page-aligned page mapped until the process ends; all-zero bytes
+    // are a valid `Tree`, and only atomic operations touch it.
+    (at != 0).then(|| unsafe { &*(at as *const Tree) })
+}
+
+/// Called at `listen`: the shared page and clock must exist before the program forks.
+pub fn prepare_for_children() {
+    let _ = now_ms();
+    let _ = tree();
 }
 
 /// Held by a thread inside `accept` (in the kernel's or in the claim): the program is
@@ -66,21 +99,34 @@ impl Accepting {
     /// Marks this thread as accepting.
     pub fn begin() -> Accepting {
         IN_ACCEPT.fetch_add(1, Ordering::SeqCst);
+        if let Some(t) = tree() {
+            t.in_accept.fetch_add(1, Ordering::SeqCst);
+        }
         Accepting(())
     }
 }
 
 impl Drop for Accepting {
     fn drop(&mut self) {
-        LAST_ACCEPT_MS.store(now_ms(), Ordering::SeqCst);
+        let now = now_ms();
+        LAST_ACCEPT_MS.store(now, Ordering::SeqCst);
         IN_ACCEPT.fetch_sub(1, Ordering::SeqCst);
+        if let Some(t) = tree() {
+            t.last_accept_ms.fetch_max(now, Ordering::SeqCst);
+            t.in_accept.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
-/// Whether the program has been accepting within the last [`CLAIM_IDLE_MS`].
+/// Whether the program — this process, or one forked from it that accepts on its
+/// listeners — has been accepting within the last [`CLAIM_IDLE_MS`].
 fn accepting() -> bool {
+    let recent = |ms: u64| now_ms().saturating_sub(ms) < CLAIM_IDLE_MS;
     IN_ACCEPT.load(Ordering::SeqCst) > 0
-        || now_ms().saturating_sub(LAST_ACCEPT_MS.load(Ordering::SeqCst)) < CLAIM_IDLE_MS
+        || recent(LAST_ACCEPT_MS.load(Ordering::SeqCst))
+        || tree().is_some_and(|t| {
+            t.in_accept.load(Ordering::SeqCst) > 0 || recent(t.last_accept_ms.load(Ordering::SeqCst))
+        })
 }
 
 /// A receive ring of `size` bytes in fresh shared memory, sealed against resizing (so the
@@ -96,7 +142,7 @@ fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
 /// Maps the peer's receive ring of `size` bytes from `fd` (which it takes) — only once the
 /// file is shown to be a memfd (not hugetlbfs) that can neither shrink nor change its
 /// seals, at least as long as the ring, whose header says the same size.
-fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
+pub(crate) fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
     let ok = size.is_power_of_two()
         && (sluice_smc::size::MIN..=sluice_smc::size::MAX).contains(&size)
         && sys::is_shmem(fd)
@@ -199,11 +245,11 @@ fn doorbell() -> Result<(c_int, c_int), Reason> {
     Ok((a, b))
 }
 
-fn decline(sock: c_int, token: [u8; 16], reason: Reason) {
+pub(crate) fn decline(sock: c_int, token: [u8; 16], reason: Reason) {
     let _ = sys::send_with_fds(sock, &Msg::Decline { token, reason }.encode(), &[]);
 }
 
-fn recv_msg(sock: c_int, timeout_ms: i32) -> Result<(Msg, Vec<c_int>), Reason> {
+pub(crate) fn recv_msg(sock: c_int, timeout_ms: i32) -> Result<(Msg, Vec<c_int>), Reason> {
     let mut buf = [0u8; 256];
     let (n, fds) = sys::recv_with_fds(sock, &mut buf, timeout_ms)
         .map_err(|e| if e.kind() == std::io::ErrorKind::TimedOut { Reason::Timeout } else { Reason::Protocol })?;
@@ -406,6 +452,9 @@ type Key = (SocketAddr, SocketAddr);
 struct Table {
     ready: HashMap<Key, Prepared>,
     claimed: HashSet<Key>,
+    /// Connections a forked child claimed, being handed over to it now: the door waits
+    /// for the outcome ([`handed`]).
+    handing: HashSet<Key>,
     /// Connections whose proposal a door thread is working on now.
     working: HashSet<Key>,
     /// Users whose announced connection brought no proposal within `ACCEPT_WAIT_MS`, and
@@ -417,7 +466,11 @@ fn table() -> &'static (Mutex<Table>, Condvar) {
     static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
     T.get_or_init(|| {
         let t =
-            Table { ready: HashMap::new(), claimed: HashSet::new(), working: HashSet::new(), broken: HashMap::new() };
+            Table {
+            ready: HashMap::new(),
+            claimed: HashSet::new(),
+            handing: HashSet::new(),
+            working: HashSet::new(), broken: HashMap::new() };
         (Mutex::new(t), Condvar::new())
     })
 }
@@ -461,7 +514,10 @@ impl Drop for Working {
 /// held `accept` for [`CLAIM_IDLE_MS`] or more and brought nothing is not waited for
 /// again for [`PENALTY_MS`]: announcing and then not proposing (or not confirming) holds
 /// a server once, not connection after connection.
-pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Reason> {
+///
+/// `to_child`: the claim is a forked child's ([`crate::claim`]); the door commits only
+/// once [`handed`] says the child took the connection.
+pub fn take_prepared(local: SocketAddr, peer: SocketAddr, to_child: bool) -> Result<Prepared, Reason> {
     let (m, cv) = table();
     let key = (local, peer);
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -473,7 +529,11 @@ pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Re
     let mut announcer = None;
     let out = loop {
         if let Some(p) = t.ready.remove(&key) {
-            t.claimed.insert(key);
+            if to_child {
+                t.handing.insert(key);
+            } else {
+                t.claimed.insert(key);
+            }
             cv.notify_all();
             return Ok(p);
         }
@@ -517,6 +577,18 @@ pub fn take_prepared(local: SocketAddr, peer: SocketAddr) -> Result<Prepared, Re
     Err(out)
 }
 
+/// The end of a handover to a forked child: it took the connection (`ok`: the door
+/// commits) or not (the door declines, and the client stays on TCP).
+pub fn handed(local: SocketAddr, peer: SocketAddr, ok: bool) {
+    let (m, cv) = table();
+    let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+    t.handing.remove(&(local, peer));
+    if ok {
+        t.claimed.insert((local, peer));
+    }
+    cv.notify_all();
+}
+
 /// Whether user `by`'s announcement of the connection from `peer` to `local` is the
 /// client's own: its client end is owned by `by`, or is not in this namespace. `owner`
 /// keeps sock_diag's answer, asked once.
@@ -532,42 +604,6 @@ const PENALTY: Duration = Duration::from_millis(PENALTY_MS);
 pub fn listening_ports() -> &'static Mutex<Vec<u16>> {
     static P: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
     P.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-/// A bit per port: a process forked from this one accepts on our listener of that port
-/// (a pre-forking server). Anonymous shared memory made before any fork (at the first
-/// `listen`), so the children's bits are the parent's: no file, nobody else's reach.
-fn child_accepts() -> Option<&'static [AtomicU64]> {
-    static AT: OnceLock<usize> = OnceLock::new();
-    let at = *AT.get_or_init(|| match Shm::anonymous(8192) {
-        Ok(shm) => {
-            let p = shm.ptr as usize;
-            // Mapped for the life of the process.
-            std::mem::forget(shm);
-            p
-        }
-        Err(_) => 0,
-    });
-    // SAFETY: 8192 zeroed bytes, page-aligned, mapped until the process ends; any bits are
-    // a valid AtomicU64, and only atomic operations touch them.
-    (at != 0).then(|| unsafe { std::slice::from_raw_parts(at as *const AtomicU64, 1024) })
-}
-
-/// Called at `listen`: the page must exist before the program forks.
-pub fn prepare_for_children() {
-    let _ = child_accepts();
-}
-
-/// This process accepted on a listener its parent registered, on `port`.
-pub fn note_child_accepts(port: u16) {
-    if let Some(b) = child_accepts() {
-        b[usize::from(port / 64)].fetch_or(1 << (port % 64), Ordering::Relaxed);
-    }
-}
-
-/// Whether a process forked from this one accepts on our listener of `port`.
-fn children_accept(port: u16) -> bool {
-    child_accepts().is_some_and(|b| b[usize::from(port / 64)].load(Ordering::Relaxed) & (1 << (port % 64)) != 0)
 }
 
 /// Starts this process's door thread (once).
@@ -628,8 +664,26 @@ pub fn start_door() {
 /// flood of connections that send nothing costs a bounded number of threads.
 const MAX_HANDSHAKES: usize = 1024;
 
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `work` on a thread of its own, unless [`MAX_HANDSHAKES`] are in flight already
+/// (then false, and `work` is dropped unrun). A panic in it ends only its thread.
+pub(crate) fn spawn_handshake(name: &str, work: impl FnOnce() + Send + 'static) -> bool {
+    if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+    spawned.is_ok()
+}
+
 fn door_loop(fd: c_int) {
-    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
     loop {
         // Taking no door connections while the reaper is behind: clients find the door
         // full and stay on TCP at once (they do not wait on it).
@@ -655,23 +709,15 @@ fn door_loop(fd: c_int) {
             }
             continue;
         }
-        if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-            crate::stats::fallback(Reason::NoMemory, true);
-            foreign::quiesce(c);
-            continue;
-        }
         // One thread per handshake: a slow client or a slow `accept` delays no other.
-        let spawned = std::thread::Builder::new().name("sluice-smc-hs".into()).spawn(move || {
-            let out = std::panic::catch_unwind(|| serve(c));
-            if let Ok(Err(reason)) = out {
+        let spawned = spawn_handshake("sluice-smc-hs", move || {
+            if let Ok(Err(reason)) = std::panic::catch_unwind(|| serve(c)) {
                 crate::stats::fallback(reason, true);
             }
             foreign::quiesce(c);
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        if !spawned {
+            crate::stats::fallback(Reason::NoMemory, true);
             foreign::quiesce(c);
         }
     }
@@ -705,11 +751,6 @@ fn serve(c: c_int) -> Result<(), Reason> {
     foreign::release(fds[2]);
     if let Err(reason) = proven {
         return fail(reason, &fds[..2]);
-    }
-    // A pre-forking server's parent: its children accept, it does not, and the
-    // connection would wait for a claim that cannot come.
-    if children_accept(tuple.server.port()) && !accepting() {
-        return fail(Reason::NotAccepting, &fds[..2]);
     }
     if !take_doorbell(fds[1]) {
         return fail(Reason::Protocol, &fds[..2]);
@@ -775,15 +816,28 @@ fn serve(c: c_int) -> Result<(), Reason> {
             let _ = sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]);
             return Ok(());
         }
-        let now = Instant::now();
-        let left = deadline.saturating_duration_since(now);
-        if left.is_zero() || (now >= idle_after && !accepting()) {
-            let p = t.ready.remove(&key);
+        if t.handing.contains(&key) {
+            // A child claimed it: its answer comes within a message's time.
+        } else if !t.ready.contains_key(&key) {
+            // A child claimed it and did not take it.
             drop(t);
-            drop(p);
             decline(c, token, Reason::NoProposal);
-            return Err(Reason::Timeout);
+            return Err(Reason::Protocol);
+        } else {
+            let now = Instant::now();
+            let idle = now >= idle_after && !accepting();
+            if now >= deadline || idle {
+                let p = t.ready.remove(&key);
+                drop(t);
+                drop(p);
+                decline(c, token, Reason::NoProposal);
+                return Err(if idle { Reason::NotAccepting } else { Reason::Timeout });
+            }
         }
-        t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+        let left = deadline.saturating_duration_since(Instant::now());
+        t = cv
+            .wait_timeout(t, left.clamp(Duration::from_millis(1), Duration::from_millis(50)))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }

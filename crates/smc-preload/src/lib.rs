@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use sluice_smc::msg::{Reason, Tuple};
 use sluice_smc::stats::Counter;
 
+mod claim;
 mod conn;
 mod diag;
 mod foreign;
@@ -52,7 +53,7 @@ extern "C" fn remove_entries_at_exit() {
     // (try_lock: a thread that held the lock when exit began must not hang the exit.)
     if let Ok(l) = listeners().try_lock() {
         let mine = format!(".{me}");
-        for (_, path, _) in l.values() {
+        for (_, path, ..) in l.values() {
             if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&mine)) {
                 let _ = std::fs::remove_file(path);
             }
@@ -137,9 +138,10 @@ fn conns() -> &'static Mutex<HashMap<c_int, Arc<Conn>>> {
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// A listener: its address, its registry entry, and the pid of the process that registered
-/// it (whose side door takes the proposals; another process after a fork).
-type Listener = (SocketAddr, PathBuf, u32);
+/// A listener: its address, its registry entry, the pid of the process that registered it
+/// (whose side door takes the proposals; another process after a fork), and that
+/// process's claim channel (crate::claim).
+type Listener = (SocketAddr, PathBuf, u32, c_int);
 
 /// This process's listeners, by descriptor.
 fn listeners() -> &'static Mutex<HashMap<c_int, Listener>> {
@@ -383,6 +385,8 @@ fn register(fd: c_int) {
     let Some(addr) = sys::sock_addr(fd, false) else { return };
     handshake::start_door();
     handshake::prepare_for_children();
+    stats::prepare();
+    let channel = claim::channel();
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // SAFETY: atexit with a function that lives as long as the process.
     AT_EXIT.call_once(|| unsafe {
@@ -390,11 +394,11 @@ fn register(fd: c_int) {
     });
     let Some(path) = registry::register_listener(addr) else { return };
     handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
-    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid()));
+    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid(), channel));
 }
 
 fn unregister(fd: c_int) {
-    let Some((addr, path, _)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
+    let Some((addr, path, ..)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
     let _ = std::fs::remove_file(path);
     let mut ports = handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = ports.iter().position(|p| *p == addr.port()) {
@@ -406,20 +410,21 @@ fn accepted(listener: c_int, fd: c_int) {
     if fd < 0 || fd as usize >= MAX_FD {
         return;
     }
-    let Some(owner) = listeners().lock().unwrap_or_else(|p| p.into_inner()).get(&listener).map(|l| l.2) else {
+    let Some((owner, channel)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).get(&listener).map(|l| (l.2, l.3))
+    else {
         return;
     };
     let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
     stats::count(Counter::ConnsServer);
-    if owner != sys::pid() {
-        // A listener inherited across fork (a pre-forking server: the parent listens, a
-        // child accepts): its clients propose to the parent's side door, so no proposal
-        // can come to this process — stay on TCP at once rather than wait for one.
-        handshake::note_child_accepts(local.port());
-        stats::fallback(Reason::WrongListener, true);
-        return;
-    }
-    match handshake::take_prepared(local, peer) {
+    // A listener inherited across fork (a pre-forking server: the parent listens, a child
+    // accepts): its clients proposed to the parent's side door; the child claims the
+    // connection from the parent.
+    let got = if owner == sys::pid() {
+        handshake::take_prepared(local, peer, false)
+    } else {
+        claim::claim(channel, owner, fd)
+    };
+    match got {
         Ok(p) => {
             let (conn, app_end, rmem, tmem) = p.into_parts();
             stats::smc(true, rmem, tmem);

@@ -70,6 +70,13 @@ fn add(i: usize, n: u64) {
     }
 }
 
+/// Maps this user's segment now (at `listen`, before the program forks): the processes
+/// it forks count into it too, also once they drop privileges (nginx's workers run as
+/// another user, who may not write this user's file).
+pub fn prepare() {
+    let _ = words();
+}
+
 /// Counts one event.
 pub fn count(c: Counter) {
     add(stats::counter_index(c), 1);

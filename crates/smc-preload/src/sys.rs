@@ -398,6 +398,17 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
     Ok((fds[0], fds[1]))
 }
 
+/// Sets `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: c_int) {
+    // SAFETY: fcntl on a descriptor the caller owns.
+    unsafe {
+        let fl = crate::real::fcntl(fd, F_GETFL, 0);
+        if fl >= 0 {
+            crate::real::fcntl(fd, F_SETFL, (fl | O_NONBLOCK) as usize);
+        }
+    }
+}
+
 /// Sends `data` with descriptors `fds` over unix socket `sock`.
 pub fn send_with_fds(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> {
     let mut iov = IoVec { base: data.as_ptr() as *mut c_void, len: data.len() };

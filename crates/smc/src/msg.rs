@@ -172,6 +172,23 @@ pub enum Msg {
         /// Why.
         reason: Reason,
     },
+    /// A forked child that accepted a connection on its parent's listener asks the parent
+    /// for the connection its door prepared (over the parent's claim channel, with the
+    /// answer's socket and the accepted TCP socket attached).
+    Claim {
+        /// The claim's own token (the answer carries it back).
+        token: [u8; 16],
+    },
+    /// The parent's answer to a claim: the two rings' memfds (receive ring first), the
+    /// peer's doorbell end and the application's end attached.
+    Handover {
+        /// The claim's token.
+        token: [u8; 16],
+        /// The receive ring's size.
+        rmem: u32,
+        /// The peer's receive ring's size.
+        tmem: u32,
+    },
 }
 
 /// A message that cannot be read.
@@ -217,6 +234,8 @@ impl Msg {
             Msg::Accept { token, .. } => (2, token),
             Msg::Confirm { token } => (3, token),
             Msg::Decline { token, .. } => (4, token),
+            Msg::Claim { token } => (5, token),
+            Msg::Handover { token, .. } => (6, token),
         };
         let mut out = Vec::with_capacity(HDR + 2 * ADDR + 20);
         out.extend_from_slice(MAGIC);
@@ -235,8 +254,12 @@ impl Msg {
                 out.extend_from_slice(&rmem.to_le_bytes());
                 out.extend_from_slice(&pid.to_le_bytes());
             }
-            Msg::Confirm { .. } => {}
+            Msg::Confirm { .. } | Msg::Claim { .. } => {}
             Msg::Decline { reason, .. } => out.push(reason as u8),
+            Msg::Handover { rmem, tmem, .. } => {
+                out.extend_from_slice(&rmem.to_le_bytes());
+                out.extend_from_slice(&tmem.to_le_bytes());
+            }
         }
         out
     }
@@ -280,6 +303,14 @@ impl Msg {
                 need(1)?;
                 Ok(Msg::Decline { token, reason: Reason::from_u8(body[0]).ok_or(DecodeError::Malformed)? })
             }
+            5 => {
+                need(0)?;
+                Ok(Msg::Claim { token })
+            }
+            6 => {
+                need(8)?;
+                Ok(Msg::Handover { token, rmem: u32_at(body, 0), tmem: u32_at(body, 4) })
+            }
             _ => Err(DecodeError::Malformed),
         }
     }
@@ -305,6 +336,8 @@ mod tests {
             Msg::Accept { token: [7; 16], rmem: 131072, pid: 43 },
             Msg::Confirm { token: [7; 16] },
             Msg::Decline { token: [7; 16], reason: Reason::NotOurConnection },
+            Msg::Claim { token: [7; 16] },
+            Msg::Handover { token: [7; 16], rmem: 65536, tmem: 262144 },
         ];
         for m in msgs {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));

@@ -59,7 +59,12 @@ impl Peers {
         self.run_cmd(self.cmd(launcher, args))
     }
 
-    pub fn run_cmd(&self, mut cmd: std::process::Command) -> String {
+    pub fn run_cmd(&self, cmd: std::process::Command) -> String {
+        Peers::run_cmd_static(cmd)
+    }
+
+    /// [`Peers::run_cmd`] without the peers (for a client on a thread of its own).
+    pub fn run_cmd_static(mut cmd: std::process::Command) -> String {
         let mut c = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while c.try_wait().unwrap().is_none() {
