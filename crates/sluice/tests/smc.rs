@@ -652,3 +652,27 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     assert_eq!(st["smc_server"].as_u64(), Some(moved), "the workers took every connection: {st}");
     assert_eq!(st["handshake_errors"], 0, "{st}");
 }
+
+/// A moved connection costs the program three descriptors where TCP costs one (the
+/// application's, and among the library's high numbers its TCP socket and the peer's
+/// doorbell end), not five: the rings' memfds are closed once mapped, and the program's
+/// own numbering is what TCP gives it.
+#[test]
+fn a_moved_connection_holds_three_descriptors_two_of_them_out_of_the_programs_way() {
+    let p = Peers::new("fds");
+    let count = |launcher: bool| {
+        let (s, out) = p.serve(launcher, &["echo-epoll", &port(39), "2"]);
+        let o = p.run(launcher, &["fds", "127.0.0.1", &port(39)]);
+        let _ = s.wait_with_output();
+        assert_eq!(rest(out), "echoed 2");
+        let w: Vec<u64> = o.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        (w[0], w[1], w[2])
+    };
+    let (tcp_fds, tcp_app, tcp_low) = count(false);
+    let (smc_fds, smc_app, smc_low) = count(true);
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 2, "{st}");
+    assert_eq!((tcp_fds, smc_fds), (1, 3), "descriptors a connection adds on TCP and on shared memory");
+    assert_eq!(smc_app, tcp_app, "the socket's own number is TCP's");
+    assert_eq!(smc_low, tcp_low, "the library's descriptors are above the program's");
+}

@@ -12,6 +12,9 @@
                                          with non-blocking accept and poll (as nginx's
                                          workers do) and sink each connection; the parent
                                          ends them after N connections in all
+  smc_peer.py fds ADDR PORT             open a connection, then a second one; print "fds
+                                         <descriptors the second added> app <its number> low
+                                         <descriptors below 64>" (echo-epoll PORT 2 serves it)
   smc_peer.py pipeline ADDR PORT PATH…   one connection, every HTTP GET sent at once
                                          (pipelined), then each response read in turn: print
                                          "<path> <status> <body bytes> <body sha256>" each
@@ -489,6 +492,16 @@ def main():
         for pid in kids:
             os.kill(pid, 15)
             os.waitpid(pid, 0)
+    elif cmd == "fds":
+        addr, port = sys.argv[2], int(sys.argv[3])
+        count = lambda: sorted(int(f) for f in os.listdir("/proc/self/fd"))
+        first = socket.create_connection((addr, port))
+        before = count()
+        second = socket.create_connection((addr, port))
+        after = count()
+        print(f"fds {len(after) - len(before)} app {second.fileno()} low {sum(1 for f in after if f < 64)}", flush=True)
+        first.close()
+        second.close()
     elif cmd == "pipeline":
         addr, port, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
         c = socket.create_connection((addr, port))

@@ -119,8 +119,7 @@ fn hand_over(reply: c_int, token: [u8; 16], p: Prepared) -> bool {
 
 /// How long a child waits for its parent's answer: as long as the parent's door may wait
 /// for the handshake it claims, and a message's time on top.
-const CLAIM_WAIT_MS: u64 =
-    handshake::ACCEPT_WAIT_MS + handshake::CLAIM_LIMIT_MS + 2 * handshake::TIMEOUT_MS as u64;
+const CLAIM_WAIT_MS: u64 = handshake::ACCEPT_WAIT_MS + handshake::CLAIM_LIMIT_MS + 2 * handshake::TIMEOUT_MS as u64;
 
 /// The child's half: claims the connection accepted as TCP socket `tcp` from the parent
 /// `owner` whose channel end is `channel`. On success the connection is ours, and the
@@ -164,7 +163,11 @@ fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Prepared, Reason> 
                 ((r, t), side) => {
                     sys::close(bell);
                     sys::close(app);
-                    return Err(r.err().or(t.err()).or(side.err().map(|_| Reason::NoMemory)).unwrap_or(Reason::NoMemory));
+                    return Err(r
+                        .err()
+                        .or(t.err())
+                        .or(side.err().map(|_| Reason::NoMemory))
+                        .unwrap_or(Reason::NoMemory));
                 }
             };
             let conn = Conn::new(rx_shm, rx, tx_shm, tx, side, bell);

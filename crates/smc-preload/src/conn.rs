@@ -252,6 +252,15 @@ impl Conn {
         }
     }
 
+    /// Lets go of every descriptor the connection does not need once it is the
+    /// application's: the rings' memfds (their mappings stay), and moves the peer's doorbell
+    /// end among the library's high descriptors.
+    pub fn settle(&mut self) {
+        self._rx_shm.close_fd();
+        self._tx_shm.close_fd();
+        self.peer_bell = sys::move_high(self.peer_bell);
+    }
+
     /// The memfds of our receive ring and the peer's (to hand the connection to a forked
     /// child that accepted it: crate::claim).
     pub fn ring_fds(&self) -> (c_int, c_int) {

@@ -124,9 +124,8 @@ fn accepting() -> bool {
     let recent = |ms: u64| now_ms().saturating_sub(ms) < CLAIM_IDLE_MS;
     IN_ACCEPT.load(Ordering::SeqCst) > 0
         || recent(LAST_ACCEPT_MS.load(Ordering::SeqCst))
-        || tree().is_some_and(|t| {
-            t.in_accept.load(Ordering::SeqCst) > 0 || recent(t.last_accept_ms.load(Ordering::SeqCst))
-        })
+        || tree()
+            .is_some_and(|t| t.in_accept.load(Ordering::SeqCst) > 0 || recent(t.last_accept_ms.load(Ordering::SeqCst)))
 }
 
 /// A receive ring of `size` bytes in fresh shared memory, sealed against resizing (so the
@@ -465,12 +464,13 @@ struct Table {
 fn table() -> &'static (Mutex<Table>, Condvar) {
     static T: OnceLock<(Mutex<Table>, Condvar)> = OnceLock::new();
     T.get_or_init(|| {
-        let t =
-            Table {
+        let t = Table {
             ready: HashMap::new(),
             claimed: HashSet::new(),
             handing: HashSet::new(),
-            working: HashSet::new(), broken: HashMap::new() };
+            working: HashSet::new(),
+            broken: HashMap::new(),
+        };
         (Mutex::new(t), Condvar::new())
     })
 }

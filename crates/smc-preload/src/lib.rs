@@ -228,7 +228,7 @@ fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize,
     unsafe {
         let fl = real::fcntl(fd, sys::F_GETFL, 0);
         let fdfl = real::fcntl(fd, 1 /* F_GETFD */, 0);
-        conn.tcp_fd = real::fcntl(fd, sys::F_DUPFD_CLOEXEC, 3);
+        conn.tcp_fd = sys::dup_high(fd);
         let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
         real::dup3(app_end, fd, cloexec);
         real::close(app_end);
@@ -237,6 +237,7 @@ fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize,
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
+    conn.settle();
     // Timeouts set before the connection moved to shared memory are the TCP socket's.
     conn.rcvtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_RCVTIMEO), Ordering::Relaxed);
     conn.sndtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_SNDTIMEO), Ordering::Relaxed);
@@ -410,7 +411,8 @@ fn accepted(listener: c_int, fd: c_int) {
     if fd < 0 || fd as usize >= MAX_FD {
         return;
     }
-    let Some((owner, channel)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).get(&listener).map(|l| (l.2, l.3))
+    let Some((owner, channel)) =
+        listeners().lock().unwrap_or_else(|p| p.into_inner()).get(&listener).map(|l| (l.2, l.3))
     else {
         return;
     };

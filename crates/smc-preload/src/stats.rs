@@ -44,7 +44,9 @@ fn words() -> Option<&'static [AtomicU64]> {
         if !crate::sys::allocate(std::os::fd::AsRawFd::as_raw_fd(&f), stats::LEN as u64) {
             return None;
         }
-        let shm = Shm::map(f.into_raw_fd(), stats::LEN).ok()?;
+        let mut shm = Shm::map(f.into_raw_fd(), stats::LEN).ok()?;
+        // The mapping is all we need: no descriptor of the program's is taken for good.
+        shm.close_fd();
         // A fresh segment gets its magic word once, here, not on every count; one of an
         // older layout (a sluice before this one) starts over in this one.
         let w = view(&shm);

@@ -80,6 +80,7 @@ unsafe extern "C" {
     fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn getpid() -> c_int;
+    fn getrlimit(resource: c_int, rlim: *mut [u64; 2]) -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
     fn geteuid() -> u32;
@@ -250,6 +251,17 @@ impl Shm {
     }
 }
 
+impl Shm {
+    /// Closes the memfd behind the mapping (the mapping keeps the memory): a moved
+    /// connection holds no descriptor for its buffers.
+    pub fn close_fd(&mut self) {
+        if self.fd >= 0 {
+            close(self.fd);
+            self.fd = -1;
+        }
+    }
+}
+
 impl Drop for Shm {
     fn drop(&mut self) {
         // SAFETY: our own mapping and descriptor.
@@ -396,6 +408,38 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
     // SAFETY: `fds` has room for two descriptors.
     cvt(unsafe { crate::real::socketpair(AF_UNIX, kind | SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
     Ok((fds[0], fds[1]))
+}
+
+/// Where the library keeps the descriptors a moved connection needs besides the
+/// application's (its TCP socket, the peer's doorbell end): from half the descriptor limit
+/// (at most 4096) up, away from the low numbers a program's own descriptors get, so the
+/// program's numbering stays as it would be on TCP (event loops sized by connection count,
+/// `select`'s 1024).
+fn high_base() -> c_int {
+    let mut r = [0u64; 2];
+    // SAFETY: RLIMIT_NOFILE (7) into a two-word struct rlimit.
+    let cur = if unsafe { getrlimit(7, &mut r) } == 0 { r[0] } else { 1024 };
+    (cur / 2).clamp(3, 4096) as c_int
+}
+
+/// A close-on-exec duplicate of `fd` among the library's high descriptors (or the lowest
+/// free one when those are full); -1 if none is left.
+pub fn dup_high(fd: c_int) -> c_int {
+    // SAFETY: fcntl on a descriptor the caller owns.
+    let n = unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, high_base() as usize) };
+    // SAFETY: as above.
+    if n >= 0 { n } else { unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, 3) } }
+}
+
+/// Moves `fd` (which it takes) among the library's high descriptors; the descriptor it
+/// is now.
+pub fn move_high(fd: c_int) -> c_int {
+    let n = dup_high(fd);
+    if n < 0 {
+        return fd;
+    }
+    close(fd);
+    n
 }
 
 /// Sets `O_NONBLOCK` on `fd`.
