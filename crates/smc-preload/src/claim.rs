@@ -94,8 +94,11 @@ fn serve_claim(token: [u8; 16], fds: &[c_int]) {
     sys::close(tcp);
     match handshake::take_prepared(local, peer, true) {
         Ok(p) => {
+            let committed = p.committed;
             let ok = hand_over(reply, token, p);
-            handshake::handed(local, peer, ok);
+            if !committed {
+                handshake::handed(local, peer, ok);
+            }
         }
         Err(reason) => handshake::decline(reply, token, reason),
     }
@@ -132,18 +135,29 @@ pub fn claim(channel: c_int, owner: u32, tcp: c_int) -> Result<Prepared, Reason>
     let token = sys::token();
     let sent = sys::send_with_fds(channel, &Msg::Claim { token }.encode(), &[theirs, tcp]);
     sys::close(theirs);
-    let out = if sent.is_err() { Err(Reason::DoorUnreachable) } else { answer(mine, owner, token) };
+    let out = if sent.is_err() { Err((Reason::DoorUnreachable, false)) } else { answer(mine, owner, token) };
     sys::close(mine);
-    out
+    out.map_err(|(reason, handed)| {
+        if handed {
+            // The parent handed the connection over and we could not take it: its client
+            // may be on shared memory already, so the connection fails rather than go on
+            // TCP with nobody writing to it.
+            // SAFETY: shutdown on the socket `accept` just returned.
+            unsafe { crate::real::shutdown(tcp, sys::SHUT_RDWR) };
+        }
+        reason
+    })
 }
 
-fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Prepared, Reason> {
+/// The parent's answer, and what it means; the error says whether the parent had handed
+/// the connection over.
+fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Prepared, (Reason, bool)> {
     let deadline = Instant::now() + Duration::from_millis(CLAIM_WAIT_MS);
     let (m, fds) = loop {
         match handshake::recv_msg(mine, 100) {
             Err(Reason::Timeout) if Instant::now() < deadline && sys::alive(owner) => continue,
-            Err(Reason::Timeout) => return Err(Reason::DoorUnreachable),
-            other => break other?,
+            Err(Reason::Timeout) => return Err((Reason::DoorUnreachable, false)),
+            other => break other.map_err(|r| (r, false))?,
         }
     };
     match (m, &fds[..]) {
@@ -154,35 +168,32 @@ fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Prepared, Reason> 
             };
             if !unix_stream(bell) || !unix_stream(app) {
                 foreign::release_all(&fds);
-                return Err(Reason::Protocol);
+                return Err((Reason::Protocol, true));
             }
             // (map_ring takes its descriptor whatever it answers.)
             let rings = (handshake::map_ring(rx, rmem as usize), handshake::map_ring(tx, tmem as usize));
             let ((rx_shm, rx), (tx_shm, tx), side) = match (rings, Side::new()) {
                 ((Ok(r), Ok(t)), Ok(side)) => (r, t, side),
-                ((r, t), side) => {
+                ((r, t), _) => {
                     sys::close(bell);
                     sys::close(app);
-                    return Err(r
-                        .err()
-                        .or(t.err())
-                        .or(side.err().map(|_| Reason::NoMemory))
-                        .unwrap_or(Reason::NoMemory));
+                    let why = r.err().or(t.err()).unwrap_or(Reason::NoMemory);
+                    return Err((why, true));
                 }
             };
             let conn = Conn::new(rx_shm, rx, tx_shm, tx, side, bell);
             if sys::send_with_fds(mine, &Msg::Confirm { token }.encode(), &[]).is_err() {
                 drop(conn);
                 sys::close(app);
-                return Err(Reason::DoorUnreachable);
+                return Err((Reason::DoorUnreachable, true));
             }
             let tmem = conn.tx.capacity();
-            Ok(Prepared { conn, app_end: app, rmem: rmem as usize, tmem })
+            Ok(Prepared { conn, app_end: app, rmem: rmem as usize, tmem, committed: true })
         }
-        (Msg::Decline { token: t, reason }, []) if t == token => Err(reason),
+        (Msg::Decline { token: t, reason }, []) if t == token => Err((reason, false)),
         _ => {
             foreign::release_all(&fds);
-            Err(Reason::Protocol)
+            Err((Reason::Protocol, false))
         }
     }
 }

@@ -423,6 +423,10 @@ pub struct Prepared {
     pub app_end: c_int,
     pub rmem: usize,
     pub tmem: usize,
+    /// Committed already (the program was accepting: the door confirmed to the client at
+    /// once, and `accept` takes it whenever it comes to it); otherwise the door commits
+    /// when `accept` claims it.
+    pub committed: bool,
 }
 
 impl Prepared {
@@ -529,7 +533,9 @@ pub fn take_prepared(local: SocketAddr, peer: SocketAddr, to_child: bool) -> Res
     let mut announcer = None;
     let out = loop {
         if let Some(p) = t.ready.remove(&key) {
-            if to_child {
+            if p.committed {
+                // Nothing to tell the door: it confirmed already.
+            } else if to_child {
                 t.handing.insert(key);
             } else {
                 t.claimed.insert(key);
@@ -800,14 +806,37 @@ fn serve(c: c_int) -> Result<(), Reason> {
     let tmem = tx.capacity();
     // The TCP socket is filled in by `accept`.
     let conn = Conn::new(rx_shm, rx, tx_shm, tx, side, peer_bell);
+    // A program that is accepting takes its connections in turn: commit at once, and let
+    // `accept` (or a child's claim) take the connection when it comes to it — the client
+    // is not kept waiting for that. One that is not accepting may never take it: commit
+    // only once it claims.
+    let committed = accepting();
     let (m, cv) = table();
     let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
-    t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem });
+    t.ready.insert(key, Prepared { conn, app_end, rmem: r, tmem, committed });
     cv.notify_all();
-    // Wait for `accept` in this process to claim it: as long as the program is
-    // accepting (a busy server reaches this connection in its turn), briefly if not.
     let start = Instant::now();
     let deadline = start + Duration::from_millis(CLAIM_LIMIT_MS);
+    if committed {
+        drop(t);
+        let _ = sys::send_with_fds(c, &Msg::Confirm { token }.encode(), &[]);
+        // Taken in time, or dropped: the client then sees its connection end, as a TCP
+        // connection ends that a listener never accepts.
+        let mut t = m.lock().unwrap_or_else(|p| p.into_inner());
+        while t.ready.contains_key(&key) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let p = t.ready.remove(&key);
+                drop(t);
+                drop(p);
+                return Err(Reason::Timeout);
+            }
+            t = cv.wait_timeout(t, left.min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        return Ok(());
+    }
+    // Wait for `accept` in this process to claim it: as long as the program is
+    // accepting (a busy server reaches this connection in its turn), briefly if not.
     let idle_after = start + Duration::from_millis(CLAIM_IDLE_MS);
     loop {
         if t.claimed.remove(&key) {
