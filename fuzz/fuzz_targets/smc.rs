@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let ptr = mem.as_mut_ptr().cast::<u8>();
     // SAFETY: `mem` is region_len(SIZE) bytes, 64-aligned, and outlives both views.
     let (w, r) =
-        unsafe { (Ring::create(ptr, region_len(SIZE), SIZE).unwrap(), Ring::attach(ptr, region_len(SIZE)).unwrap()) };
+        unsafe { (Ring::create(ptr, region_len(SIZE), SIZE, SIZE).unwrap(), Ring::attach(ptr, region_len(SIZE)).unwrap()) };
     let mut buf = vec![0u8; 2 * SIZE];
     for step in data.chunks_exact(11) {
         // Words at 64 (prod), 72 (quiet budget), 128 (cons), 192 (state, flags), 200 (want).

@@ -260,8 +260,14 @@ fn a_handshake_broken_at_any_step_leaves_the_connection_on_tcp_intact() {
 
 /// A program under `sluice smc run`, with the peers' run directory, stdin closed.
 fn launched(p: &Peers, args: &[&str]) -> std::process::Command {
+    launched_with(p, &[], args)
+}
+
+/// As [`launched`], with options of `sluice smc run`.
+fn launched_with(p: &Peers, opts: &[&str], args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(BIN);
-    c.args(["smc", "run", "--"]).args(args).env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+    c.args(["smc", "run"]).args(opts).arg("--").args(args);
+    c.env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
     c
 }
 
@@ -675,4 +681,45 @@ fn a_moved_connection_holds_three_descriptors_two_of_them_out_of_the_programs_wa
     assert_eq!((tcp_fds, smc_fds), (1, 3), "descriptors a connection adds on TCP and on shared memory");
     assert_eq!(smc_app, tcp_app, "the socket's own number is TCP's");
     assert_eq!(smc_low, tcp_low, "the library's descriptors are above the program's");
+}
+
+/// Buffers grow like TCP's: a stream that keeps filling its peer's buffer doubles it;
+/// a connection of small writes keeps its first size; `-r`/`-t` fix the sizes.
+#[test]
+fn a_streams_buffer_grows_a_trickles_does_not_and_fixed_sizes_stay_fixed() {
+    let p = Peers::new("grow");
+    let grown = |st: &serde_json::Value| st["buffers_grown"].as_u64().unwrap();
+    let (s, out) = p.serve(true, &["serve", &port(33), "sink"]);
+    // Writes larger than the buffer: each finds it full, and the reader, whose reads are
+    // as large as the whole first buffer, empties it, so the next write may double it.
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(33), "source1m:50000000"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 1, "{st}");
+    assert!(grown(&st) >= 1, "a 50 MB stream grew its buffer: {st}");
+
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let (s, out) = p.serve(true, &["serve", &port(33), "sink"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(33), "small:2000"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), grown(&st)), (Some(1), 0), "small writes never fill it: {st}");
+
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_peer.py");
+    let fixed = |args: &[&str]| {
+        let mut argv = vec!["python3", script];
+        argv.extend_from_slice(args);
+        launched_with(&p, &["-r", "64k", "-t", "64k"], &argv)
+    };
+    let (s, out) = p.serve_cmd(fixed(&["serve", &port(34), "sink"]));
+    let cl = fixed(&["connect", "127.0.0.1", &port(34), "source1m:50000000"]);
+    let sent = p.run_cmd(cl);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 1, "{st}");
+    assert_eq!(grown(&st), 0, "fixed sizes do not grow: {st}");
 }

@@ -62,9 +62,10 @@ import time
 VERSION = int(os.environ.get("SLUICE_HOSTILE_VERSION", "2"))
 REASONS = {1: "no_listener", 2: "door_unreachable", 3: "timeout", 4: "version", 5: "not_our_connection",
            6: "ambiguous", 7: "no_memory", 8: "peer_declined", 9: "protocol", 10: "no_proposal",
-           11: "not_allowed", 12: "unproven", 13: "wrong_listener", 14: "bad_segment", 15: "penalized"}
+           11: "not_allowed", 12: "unproven", 13: "wrong_listener", 14: "bad_segment", 15: "penalized",
+           16: "not_accepting"}
 RING_MAGIC = 0x5352_4543_4955_4C53
-RING_VERSION = 3 if VERSION >= 2 else 2
+RING_VERSION = 4 if VERSION >= 2 else 2
 HEADER = 256
 PROD, CONS, STATE = 64, 128, 192
 F_ADD_SEALS, SEALS = 1033, 0x1 | 0x2 | 0x4
@@ -120,6 +121,9 @@ def ring(size, sealed=True):
         fcntl.fcntl(fd, F_ADD_SEALS, SEALS)
     m = mmap.mmap(fd, HEADER + size)
     m[0:16] = struct.pack("<QII", RING_MAGIC, RING_VERSION, size.bit_length() - 1)
+    if RING_VERSION >= 4:
+        # The window: the whole ring (it does not grow).
+        struct.pack_into("<I", m, PROD + 12, size.bit_length() - 1)
     return fd, m
 
 

@@ -28,6 +28,7 @@
 MODE:
   sink             read to EOF, print "<bytes> <sha256>"
   source:BYTES     send BYTES pseudo-random bytes (seeded), print "<bytes> <sha256>"
+  source1m:BYTES   as source, in writes of 1 MiB (larger than a buffer's first size)
   small:COUNT      send COUNT 7-byte records one write each, print "<bytes> <sha256>"
   hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
   gate:PATH        (before the rest) print "port <local port>", then wait until PATH
@@ -86,11 +87,11 @@ def sink(c):
     return f"{n} {h.hexdigest()}"
 
 
-def source(c, total):
+def source(c, total, chunk_size=1 << 16):
     rnd = random.Random(42)
     h, sent = hashlib.sha256(), 0
     while sent < total:
-        chunk = rnd.randbytes(min(1 << 16, total - sent))
+        chunk = rnd.randbytes(min(chunk_size, total - sent))
         c.sendall(chunk)
         h.update(chunk)
         sent += len(chunk)
@@ -351,6 +352,9 @@ def run_mode(c, mode):
             out = sink(c)
         elif kind == "source":
             out = source(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
+        elif kind == "source1m":
+            out = source(c, int(arg), 1 << 20)
             c.shutdown(socket.SHUT_WR)
         elif kind == "small":
             out = small(c, int(arg))

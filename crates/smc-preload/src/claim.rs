@@ -108,8 +108,10 @@ fn serve_claim(token: [u8; 16], fds: &[c_int]) {
 /// Sends prepared connection `p` down `reply` and waits for the child's word that it took
 /// it. Our copies go when `p` does: the child's are the connection now.
 fn hand_over(reply: c_int, token: [u8; 16], p: Prepared) -> bool {
-    let (conn, app_end, rmem, tmem) = p.into_parts();
+    let (conn, app_end, _, _) = p.into_parts();
     let (rx, tx) = conn.ring_fds();
+    // The rings' whole sizes (their windows are in their headers).
+    let (rmem, tmem) = (conn.rx.max_capacity(), conn.tx.max_capacity());
     let m = Msg::Handover { token, rmem: rmem as u32, tmem: tmem as u32 };
     let sent = sys::send_with_fds(reply, &m.encode(), &[rx, tx, conn.peer_bell, app_end]).is_ok();
     let took = sent
@@ -187,8 +189,8 @@ fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Prepared, (Reason,
                 sys::close(app);
                 return Err((Reason::DoorUnreachable, true));
             }
-            let tmem = conn.tx.capacity();
-            Ok(Prepared { conn, app_end: app, rmem: rmem as usize, tmem, committed: true })
+            let (rmem, tmem) = (conn.rx.capacity(), conn.tx.capacity());
+            Ok(Prepared { conn, app_end: app, rmem, tmem, committed: true })
         }
         (Msg::Decline { token: t, reason }, []) if t == token => Err((reason, false)),
         _ => {

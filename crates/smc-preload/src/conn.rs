@@ -120,6 +120,15 @@ pub struct Conn {
     pub nonblock: AtomicBool,
     rd_shut: AtomicBool,
     wr_shut: AtomicBool,
+    /// A write found the peer's ring full: its window doubles the next time a write finds
+    /// it empty (only then may it change: sluice_smc::ring, "The window").
+    grow_wanted: AtomicBool,
+    /// How long this connection's reads have lately waited for the peer (crate::spin).
+    reader_waits: crate::spin::Adaptive,
+    /// Counted in [`crate::spin::LIVE`] (the application holds it).
+    live: bool,
+    /// Bytes and calls, added to the statistics now and then.
+    pub tally: crate::stats::Tally,
     /// `SO_RCVTIMEO`/`SO_SNDTIMEO` in ms (-1: none), as set through the hooks.
     pub rcvtimeo: AtomicI32,
     pub sndtimeo: AtomicI32,
@@ -246,6 +255,10 @@ impl Conn {
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
+            grow_wanted: AtomicBool::new(false),
+            reader_waits: crate::spin::Adaptive::new(),
+            live: false,
+            tally: crate::stats::Tally::default(),
             rcvtimeo: AtomicI32::new(-1),
             sndtimeo: AtomicI32::new(-1),
             info: None,
@@ -256,6 +269,10 @@ impl Conn {
     /// application's: the rings' memfds (their mappings stay), and moves the peer's doorbell
     /// end among the library's high descriptors.
     pub fn settle(&mut self) {
+        if !self.live {
+            self.live = true;
+            crate::spin::LIVE.fetch_add(1, Ordering::Relaxed);
+        }
         self._rx_shm.close_fd();
         self._tx_shm.close_fd();
         self.peer_bell = sys::move_high(self.peer_bell);
@@ -440,7 +457,7 @@ impl Conn {
             self.take_doorbell(fd);
         }
         self.release_writer();
-        crate::stats::add_rx(p.n);
+        self.tally.rx(p.n);
         Ok(p.n)
     }
 
@@ -454,19 +471,25 @@ impl Conn {
         // epoch); `on_descriptor`: its futex slice is used up.
         let mut on_descriptor = timeout >= 0;
         let mut idle = Backoff::default();
+        // When this call began to wait for the peer, and whether it has looked (spun) yet.
+        let mut waiting: Option<std::time::Instant> = None;
+        let mut spun = false;
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(got);
             }
             let p = self.rx.pop(&mut buf[got..], peek).map_err(|Corrupt| self.fault(fd))?;
             if p.n > 0 {
+                if let Some(t) = waiting.take() {
+                    self.reader_waits.record(t.elapsed());
+                }
                 idle = Backoff::default();
                 if p.take_bell {
                     self.take_doorbell(fd);
                 }
                 if !peek {
                     self.release_writer();
-                    crate::stats::add_rx(p.n);
+                    self.tally.rx(p.n);
                 }
                 got += p.n;
                 if got == buf.len() {
@@ -492,6 +515,15 @@ impl Conn {
                 return Ok(got);
             }
             if !nonblock && !on_descriptor {
+                waiting.get_or_insert_with(std::time::Instant::now);
+                if !spun {
+                    spun = true;
+                    // A peer that answers within microseconds is looked for before sleeping.
+                    let budget = self.reader_waits.budget();
+                    if crate::spin::spin_until(budget, || !self.rx.is_empty() || self.rx.has_flags(FLAG_SHUTDOWN_WR)) {
+                        continue;
+                    }
+                }
                 let room = if peek { 0 } else { buf.len() - got };
                 match self.rx.prepare_sleep(room) {
                     Ok(v) => {
@@ -555,6 +587,12 @@ impl Conn {
         let mut on_descriptor = timeout >= 0;
         while off < max {
             let used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
+            if used == 0 && self.grow_wanted.swap(false, Ordering::Relaxed) {
+                let before = self.tx.capacity();
+                if self.tx.grow().map_err(|Corrupt| self.fault(fd))? > before {
+                    crate::stats::count(Counter::BuffersGrown);
+                }
+            }
             let room = (self.tx.capacity() - used).min(max - off);
             let p = if room == 0 {
                 Push::default()
@@ -568,7 +606,7 @@ impl Conn {
             };
             if p.n > 0 {
                 off += p.n;
-                crate::stats::add_tx(p.n);
+                self.tally.tx(p.n);
                 if p.wake_sleeper {
                     sys::futex_wake(self.tx.state_word());
                 }
@@ -581,6 +619,9 @@ impl Conn {
             if !counted_full {
                 counted_full = true;
                 crate::stats::buffer_full();
+                if self.tx.capacity() < self.tx.max_capacity() {
+                    self.grow_wanted.store(true, Ordering::Relaxed);
+                }
             }
             if !nonblock && !on_descriptor {
                 let v = self.tx.flags_word().fetch_or(FLAG_WRITER_SLEEPING, Ordering::SeqCst) | FLAG_WRITER_SLEEPING;
@@ -699,6 +740,9 @@ impl Backoff {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        if self.live {
+            crate::spin::LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
         sys::close(self.peer_bell);
         sys::close(self.tcp_fd);
     }

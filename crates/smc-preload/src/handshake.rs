@@ -128,13 +128,14 @@ fn accepting() -> bool {
             .is_some_and(|t| t.in_accept.load(Ordering::SeqCst) > 0 || recent(t.last_accept_ms.load(Ordering::SeqCst)))
 }
 
-/// A receive ring of `size` bytes in fresh shared memory, sealed against resizing (so the
-/// peer cannot truncate what it maps).
-fn new_ring(size: usize) -> Result<(Shm, Ring), Reason> {
+/// A receive ring of `size` bytes, `window` of them in use to start with, in fresh shared
+/// memory sealed against resizing (so the peer cannot truncate what it maps). The memfd is
+/// sparse: pages past the window take no memory until the window grows over them.
+fn new_ring(size: usize, window: usize) -> Result<(Shm, Ring), Reason> {
     let shm = Shm::create(region_len(size)).map_err(|_| Reason::NoMemory)?;
     // SAFETY: a fresh, page-aligned shared mapping of the right length, owned by `shm`,
     // which the connection keeps alive as long as the ring.
-    let ring = unsafe { Ring::create(shm.ptr, shm.len, size) }.map_err(|_| Reason::NoMemory)?;
+    let ring = unsafe { Ring::create(shm.ptr, shm.len, size, window) }.map_err(|_| Reason::NoMemory)?;
     Ok((shm, ring))
 }
 
@@ -155,7 +156,7 @@ pub(crate) fn map_ring(fd: c_int, size: usize) -> Result<(Shm, Ring), Reason> {
     // SAFETY: a shared mapping of `region_len(size)` bytes that cannot shrink (sealed),
     // owned by `shm`, which the connection keeps alive as long as the ring.
     let ring = unsafe { Ring::attach(shm.ptr, shm.len) }.map_err(|_| Reason::BadSegment)?;
-    if ring.capacity() != size {
+    if ring.max_capacity() != size || ring.window().is_err() {
         return Err(Reason::BadSegment);
     }
     Ok((shm, ring))
@@ -324,11 +325,14 @@ fn client_on(door: c_int, tcp: c_int, tuple: Tuple, entry: &Entry, r: usize, t: 
     if crate::fault("client-no-proposal") {
         return Err(Reason::DoorUnreachable.into());
     }
-    let (rx_shm, rx) = new_ring(r)?;
+    let (rmax, _) = crate::maxima();
+    let (rx_shm, rx) = new_ring(rmax, r)?;
     let side = Side::new().map_err(|_| Reason::NoMemory)?;
     let (app_end, bell) = doorbell()?;
     let token = sys::token();
-    let p = Msg::Proposal { token, tuple, netns: sys::netns_inode(), pid: sys::pid(), rmem: r as u32, tmem: t as u32 };
+    // Our ring's whole size (the window is in its header), and the send buffer we start with.
+    let p =
+        Msg::Proposal { token, tuple, netns: sys::netns_inode(), pid: sys::pid(), rmem: rmax as u32, tmem: t as u32 };
     // The TCP socket travels too: the server's proof that we hold the connection.
     let sent = sys::send_with_fds(door, &p.encode(), &[rx_shm.fd, bell, tcp]);
     sys::close(bell);
@@ -764,14 +768,16 @@ fn serve(c: c_int) -> Result<(), Reason> {
     let key = (tuple.server, tuple.client);
     // One handshake per connection at a time; `accept` waits while this one lasts.
     let Some(_working) = Working::begin(key) else { return fail(Reason::Ambiguous, &fds[..2]) };
+    // Our ring starts as large as the client's send buffer wishes, and grows to our maximum.
     let (r, _) = settings();
     let r = r.max((peer_t as usize).min(sluice_smc::size::MAX)).next_power_of_two().min(sluice_smc::size::MAX);
+    let rmax = crate::maxima().0.max(r);
     let (tx_shm, tx) = match map_ring(fds[0], peer_r as usize) {
         Ok(x) => x,
         Err(e) => return fail(e, &fds[1..2]),
     };
     let peer_bell = fds[1];
-    let (rx_shm, rx) = match new_ring(r) {
+    let (rx_shm, rx) = match new_ring(rmax, r) {
         Ok(x) => x,
         Err(e) => return fail(e, &[peer_bell]),
     };
@@ -780,7 +786,7 @@ fn serve(c: c_int) -> Result<(), Reason> {
         Ok(x) => x,
         Err(e) => return fail(e, &[peer_bell]),
     };
-    let accept = Msg::Accept { token, rmem: r as u32, pid: sys::pid() };
+    let accept = Msg::Accept { token, rmem: rmax as u32, pid: sys::pid() };
     let sent = sys::send_with_fds(c, &accept.encode(), &[rx_shm.fd, bell]);
     sys::close(bell);
     if sent.is_err() {

@@ -24,6 +24,7 @@ mod foreign;
 mod handshake;
 mod real;
 mod registry;
+mod spin;
 mod stats;
 mod sys;
 
@@ -34,6 +35,8 @@ use sys::IoVec;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static RMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
 static TMEM: AtomicUsize = AtomicUsize::new(sluice_smc::size::MIN);
+static RMAX: AtomicUsize = AtomicUsize::new(0);
+static TMAX: AtomicUsize = AtomicUsize::new(0);
 static RUN_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// A handshake step to break on purpose (`SLUICE_SMC_FAULT`, for the tests only).
 static FAULT: OnceLock<String> = OnceLock::new();
@@ -77,6 +80,20 @@ fn env(name: &CStr) -> Option<String> {
     (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
 }
 
+/// At exit: what the live connections counted since their last addition goes into the
+/// statistics (a program may exit without closing them).
+extern "C" fn flush_at_exit() {
+    // (try_lock: a thread that held the lock when exit began must not hang the exit.)
+    for (fd, slot) in SLOTS.iter().enumerate() {
+        if marked(fd as c_int)
+            && let Ok(c) = slot.try_lock()
+            && let Some(c) = c.as_ref()
+        {
+            c.tally.flush();
+        }
+    }
+}
+
 /// Runs when the library is loaded, before `main`.
 extern "C" fn init() {
     real::resolve();
@@ -88,10 +105,16 @@ extern "C" fn init() {
         match kv.split_once('=') {
             Some(("r", v)) => RMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
             Some(("t", v)) => TMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
+            Some(("spin", v)) => spin::set_limit_us(v.parse().unwrap_or(spin::DEFAULT_US)),
+            Some(("rmax", v)) => RMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
+            Some(("tmax", v)) => TMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             _ => {}
         }
     }
     ACTIVE.store(true, Ordering::Relaxed);
+    sys::pid_after_fork();
+    // SAFETY: atexit with a function that lives as long as the process.
+    unsafe { atexit(flush_at_exit) };
 }
 
 #[used]
@@ -108,9 +131,16 @@ pub(crate) fn fault(step: &str) -> bool {
     FAULT.get().is_some_and(|f| f == step)
 }
 
-/// (receive, send) buffer sizes.
+/// Buffer sizes: (receive, send) to start with…
 pub(crate) fn settings() -> (usize, usize) {
     (RMEM.load(Ordering::Relaxed), TMEM.load(Ordering::Relaxed))
+}
+
+/// …and the most they grow to (never less than the start: a fixed size does not grow).
+pub(crate) fn maxima() -> (usize, usize) {
+    let (r, t) = settings();
+    let clamp = |m: usize, start: usize| m.clamp(start, sluice_smc::size::MAX).next_power_of_two();
+    (clamp(RMAX.load(Ordering::Relaxed), r), clamp(TMAX.load(Ordering::Relaxed), t))
 }
 
 /// The runtime directory (`SLUICE_RUN_DIR`, else /run/sluice).
@@ -133,10 +163,9 @@ pub extern "C" fn sluice_smc_version() -> *const c_char {
 const MAX_FD: usize = 65536;
 static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
 
-fn conns() -> &'static Mutex<HashMap<c_int, Arc<Conn>>> {
-    static C: OnceLock<Mutex<HashMap<c_int, Arc<Conn>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
-}
+/// The connection behind each moved descriptor: a lock per descriptor, so calls on
+/// different connections never meet on one lock (or one cache line of one).
+static SLOTS: [Mutex<Option<Arc<Conn>>>; MAX_FD] = [const { Mutex::new(None) }; MAX_FD];
 
 /// A listener: its address, its registry entry, the pid of the process that registered it
 /// (whose side door takes the proposals; another process after a fork), and that
@@ -157,11 +186,12 @@ fn conn_of(fd: c_int) -> Option<Arc<Conn>> {
     if !marked(fd) {
         return None;
     }
-    conns().lock().unwrap_or_else(|p| p.into_inner()).get(&fd).cloned()
+    SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 fn set_conn(fd: c_int, c: Arc<Conn>) {
-    if let Some(old) = conns().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, c) {
+    let old = SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).replace(c);
+    if let Some(old) = old {
         release(old);
     }
     MARK[fd as usize].store(true, Ordering::Release);
@@ -173,7 +203,7 @@ fn forget(fd: c_int) {
         return;
     }
     MARK[fd as usize].store(false, Ordering::Release);
-    let old = conns().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd);
+    let old = SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(c) = old {
         release(c);
     }
@@ -703,7 +733,7 @@ const MSG_TRUNC: c_int = 0x20;
 const MSG_ERRQUEUE: c_int = 0x2000;
 
 fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
-    stats::count(Counter::RxCalls);
+    c.tally.rx_call();
     if flags & MSG_OOB != 0 {
         sys::set_errno(sys::EOPNOTSUPP);
         return -1;
@@ -727,7 +757,7 @@ fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> is
 }
 
 fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize {
-    stats::count(Counter::TxCalls);
+    c.tally.tx_call();
     if flags & MSG_OOB != 0 {
         sys::set_errno(sys::EOPNOTSUPP);
         return -1;
@@ -894,7 +924,7 @@ unsafe fn iovecs<'a>(iov: *const IoVec, n: c_int) -> &'a [IoVec] {
 }
 
 fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
-    stats::count(Counter::TxCalls);
+    c.tally.tx_call();
     if flags & MSG_OOB != 0 {
         sys::set_errno(sys::EOPNOTSUPP);
         return -1;
@@ -1020,3 +1050,4 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
 
 // After `data_hook!`, which it uses.
 mod transfer;
+mod waits;

@@ -77,6 +77,9 @@ real! {
     sendmsg(fd: c_int, msg: *mut MsgHdr, flags: c_int) -> isize;
     recvmsg(fd: c_int, msg: *mut MsgHdr, flags: c_int) -> isize;
     poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
+    epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
+    epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, mask: *const c_void) -> c_int;
+    select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, timeout: *mut c_void) -> c_int;
     socket(domain: c_int, kind: c_int, proto: c_int) -> c_int;
     socketpair(domain: c_int, kind: c_int, proto: c_int, fds: *mut c_int) -> c_int;
     bind(fd: c_int, addr: *const c_void, len: u32) -> c_int;

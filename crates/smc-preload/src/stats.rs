@@ -99,14 +99,72 @@ pub fn smc(server: bool, rmem: usize, tmem: usize) {
     add(stats::hist_index(tmem, true), 1);
 }
 
-/// Bytes written into shared memory by one call.
-pub fn add_tx(n: usize) {
-    add(stats::counter_index(Counter::TxBytes), n as u64);
+/// One connection's data counters, kept in the connection (no cache line shared between
+/// connections, threads or processes on the data path) and added to the segment every
+/// [`Tally::EVERY`] calls, when the connection ends, and at exit. `sluice smc stats` is so
+/// at most that many calls behind per live connection.
+#[derive(Default)]
+pub struct Tally {
+    tx_bytes: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_calls: AtomicU64,
+    rx_calls: AtomicU64,
+    pending: AtomicU64,
 }
 
-/// Bytes read from shared memory by one call.
-pub fn add_rx(n: usize) {
-    add(stats::counter_index(Counter::RxBytes), n as u64);
+impl Tally {
+    /// Calls between additions to the segment.
+    pub const EVERY: u64 = 64;
+
+    /// A call that writes into shared memory.
+    pub fn tx_call(&self) {
+        self.tx_calls.fetch_add(1, Ordering::Relaxed);
+        self.tick();
+    }
+
+    /// A call that reads from shared memory.
+    pub fn rx_call(&self) {
+        self.rx_calls.fetch_add(1, Ordering::Relaxed);
+        self.tick();
+    }
+
+    /// Bytes written into shared memory.
+    pub fn tx(&self, n: usize) {
+        self.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes read from shared memory.
+    pub fn rx(&self, n: usize) {
+        self.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn tick(&self) {
+        if self.pending.fetch_add(1, Ordering::Relaxed) + 1 >= Self::EVERY {
+            self.flush();
+        }
+    }
+
+    /// Adds what was counted since the last time to the segment.
+    pub fn flush(&self) {
+        self.pending.store(0, Ordering::Relaxed);
+        for (c, v) in [
+            (Counter::TxBytes, &self.tx_bytes),
+            (Counter::RxBytes, &self.rx_bytes),
+            (Counter::TxCalls, &self.tx_calls),
+            (Counter::RxCalls, &self.rx_calls),
+        ] {
+            let n = v.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                add(stats::counter_index(c), n);
+            }
+        }
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 /// A write found the peer's ring full.

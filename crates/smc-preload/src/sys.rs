@@ -80,6 +80,11 @@ unsafe extern "C" {
     fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn getpid() -> c_int;
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> c_int;
     fn getrlimit(resource: c_int, rlim: *mut [u64; 2]) -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn getrandom(buf: *mut c_void, len: usize, flags: u32) -> isize;
@@ -164,8 +169,28 @@ pub fn euid() -> u32 {
 
 /// This process's id.
 pub fn pid() -> u32 {
+    // Asked of the kernel once per process: every read and write takes a lock that names
+    // its holder, and a system call each time showed in the profiles.
+    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
     // SAFETY: no preconditions.
-    unsafe { getpid() as u32 }
+    let p = unsafe { getpid() as u32 };
+    PID.store(p, std::sync::atomic::Ordering::Relaxed);
+    p
+}
+
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn forget_pid() {
+    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Makes a forked child ask its own pid again (called once, at load).
+pub fn pid_after_fork() {
+    // SAFETY: registers a child handler that only stores to an atomic.
+    unsafe { pthread_atfork(None, None, Some(forget_pid)) };
 }
 
 /// True if process `pid` exists.

@@ -7,11 +7,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use sluice_smc::stats::Counter;
-
 use crate::conn::{Conn, Io, ReadSource};
 use crate::sys::MsgHdr;
-use crate::{active, conn_of, guard, marked, real, ret, smc_recvmsg, smc_sendmsg, stats, sys};
+use crate::{active, conn_of, guard, marked, real, ret, smc_recvmsg, smc_sendmsg, sys};
 
 /// The most one call moves, as the kernel caps `sendfile` and `splice`.
 const MAX_RW: usize = 0x7fff_f000;
@@ -39,7 +37,7 @@ fn cvt(n: isize) -> Io {
 /// `sendfile` to moved socket `fd` from `input` at `*offset` (or the file's position,
 /// which moves by what was sent, when `offset` is null).
 fn smc_sendfile(c: &Conn, fd: c_int, input: c_int, offset: *mut i64, count: usize) -> isize {
-    stats::count(Counter::TxCalls);
+    c.tally.tx_call();
     let count = count.min(MAX_RW);
     if moved(input).is_some() {
         // A socket cannot be sendfile's source (the kernel says EINVAL for TCP too).
@@ -147,7 +145,7 @@ fn smc_splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, len
     if let Some(c) = cout {
         // Pipe → ring: what the pipe has now (waiting only for a first byte, unless
         // SPLICE_F_NONBLOCK), never more than the ring takes.
-        stats::count(Counter::TxCalls);
+        c.tally.tx_call();
         let mut first = true;
         let mut src = ReadSource::new(|buf: &mut [u8]| {
             if !ready(input, sys::POLLIN) {
@@ -168,7 +166,7 @@ fn smc_splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, len
     // Ring → pipe: the pipe takes what it can; only that leaves the ring. Without
     // SPLICE_F_NONBLOCK the write waits for the pipe (as the kernel's splice does); with
     // it, at most one pipe buffer's worth, and only if the pipe has room.
-    stats::count(Counter::RxCalls);
+    c.tally.rx_call();
     if nonblock && !ready(out, sys::POLLOUT) {
         return fail(sys::EAGAIN);
     }

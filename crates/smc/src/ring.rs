@@ -7,6 +7,15 @@
 //! data area, a power of two of bytes. Cursors count bytes from the start and never wrap
 //! in practice (2^64 bytes).
 //!
+//! **The window.** The data area is the most the ring may ever hold; the bytes in use are
+//! a *window* at its start, a power of two the producer may double (up to the whole area)
+//! when it keeps finding the ring full — and only while the ring is empty, so no byte is
+//! ever addressed under two windows: the producer stores the new window before it
+//! publishes the bytes written under it, and the consumer reads the window after it has
+//! acquired the cursor, never before. Pages past the window are never touched, so a
+//! connection that never fills its ring costs only its first window in memory (the area
+//! is a sparse file), as TCP's buffers grow only when a connection needs them.
+//!
 //! The *state word* — 32 bits: the bytes published and not yet consumed (`avail`) and
 //! four flags — changes only by atomic read-modify-write, so its transitions between
 //! empty and non-empty alternate in one total order. An *epoch* is a non-empty stretch.
@@ -38,7 +47,7 @@ pub const HEADER_LEN: usize = 256;
 /// "SLUICERG" in ASCII.
 pub const MAGIC: u64 = 0x5352_4543_4955_4c53;
 /// Layout version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The reader's peer has shut down writing: after the data, EOF.
 pub const FLAG_SHUTDOWN_WR: u32 = 1;
@@ -73,11 +82,13 @@ struct Header {
     state: Line<State>,
 }
 
-/// The producer's line: its cursor and what is left of a quiet epoch's budget.
+/// The producer's line: its cursor, what is left of a quiet epoch's budget, and the
+/// window (log2 of the data bytes in use).
 #[repr(C)]
 struct Producer {
     prod: AtomicU64,
     quiet_left: AtomicU32,
+    window_log2: AtomicU32,
 }
 
 /// The consumer's line: its cursor.
@@ -193,13 +204,18 @@ pub enum Awake {
 }
 
 impl Ring {
-    /// Writes a fresh header for a ring of `size` data bytes at `ptr` and returns a view.
+    /// Writes a fresh header for a ring of `size` data bytes, of which the first `window`
+    /// are in use, at `ptr` and returns a view.
     ///
     /// # Safety
     /// `ptr` must point to `len` writable bytes, shared only with other [`Ring`] views,
     /// that stay mapped for as long as the returned view (and every other view) lives.
-    pub unsafe fn create(ptr: *mut u8, len: usize, size: usize) -> Result<Ring, RingError> {
+    pub unsafe fn create(ptr: *mut u8, len: usize, size: usize, window: usize) -> Result<Ring, RingError> {
         check_size(size)?;
+        check_size(window)?;
+        if window > size {
+            return Err(RingError::BadSize);
+        }
         if !(ptr as usize).is_multiple_of(64) || len < region_len(size) {
             return Err(RingError::BadRegion);
         }
@@ -213,7 +229,11 @@ impl Ring {
                     version: AtomicU32::new(VERSION),
                     size_log2: AtomicU32::new(size.trailing_zeros()),
                 }),
-                prod: Line(Producer { prod: AtomicU64::new(0), quiet_left: AtomicU32::new(0) }),
+                prod: Line(Producer {
+                    prod: AtomicU64::new(0),
+                    quiet_left: AtomicU32::new(0),
+                    window_log2: AtomicU32::new(window.trailing_zeros()),
+                }),
                 cons: Line(Consumer { cons: AtomicU64::new(0) }),
                 state: Line(State { word: AtomicU32::new(0), flags: AtomicU32::new(0), want: AtomicU32::new(0) }),
             });
@@ -255,9 +275,41 @@ impl Ring {
         unsafe { self.base.as_ptr().add(HEADER_LEN) }
     }
 
-    /// Data bytes the ring holds when full.
+    /// The window now: the data bytes the ring holds when full. Read from shared memory
+    /// each time (the producer may grow it); one the peer garbled is [`Corrupt`].
+    pub fn window(&self) -> Result<usize, Corrupt> {
+        let log2 = self.header().prod.0.window_log2.load(Ordering::Acquire);
+        match 1usize.checked_shl(log2) {
+            Some(w) if (4096..=self.size).contains(&w) => Ok(w),
+            _ => Err(Corrupt),
+        }
+    }
+
+    /// Data bytes the ring holds when full now (the whole area if the window is garbled:
+    /// the next push or pop reports that).
     pub fn capacity(&self) -> usize {
+        self.window().unwrap_or(self.size)
+    }
+
+    /// The most the window can grow to: the data area this view was attached with.
+    pub fn max_capacity(&self) -> usize {
         self.size
+    }
+
+    /// Producer: doubles the window if the ring is empty and the area has room for it.
+    /// Returns the window it has now.
+    pub fn grow(&self) -> Result<usize, Corrupt> {
+        let h = self.header();
+        let w = self.window()?;
+        let prod = h.prod.0.prod.load(Ordering::Relaxed);
+        let cons = h.cons.0.cons.load(Ordering::Acquire);
+        if w >= self.size || prod != cons {
+            return Ok(w);
+        }
+        // Published by the next push's release of the cursor, before which the consumer
+        // has nothing to read under either window.
+        h.prod.0.window_log2.store((2 * w).trailing_zeros(), Ordering::Release);
+        Ok(2 * w)
     }
 
     /// The data size this view was attached with (never re-read from shared memory).
@@ -265,16 +317,17 @@ impl Ring {
         self.size.trailing_zeros()
     }
 
-    /// Bytes between `cons` and `prod`, if that is a possible fill of this ring.
-    fn used(&self, prod: u64, cons: u64) -> Result<usize, Corrupt> {
+    /// Bytes between `cons` and `prod`, if that is a possible fill of window `w`.
+    fn used(&self, prod: u64, cons: u64, w: usize) -> Result<usize, Corrupt> {
         let used = prod.wrapping_sub(cons);
-        if used > self.size as u64 { Err(Corrupt) } else { Ok(used as usize) }
+        if used > w as u64 { Err(Corrupt) } else { Ok(used as usize) }
     }
 
     /// Bytes published and not yet consumed.
     pub fn len(&self) -> Result<usize, Corrupt> {
         let h = self.header();
-        self.used(h.prod.0.prod.load(Ordering::Acquire), h.cons.0.cons.load(Ordering::Acquire))
+        let (prod, cons) = (h.prod.0.prod.load(Ordering::Acquire), h.cons.0.cons.load(Ordering::Acquire));
+        self.used(prod, cons, self.window()?)
     }
 
     /// True when nothing is waiting to be read (a broken ring is not empty).
@@ -287,14 +340,15 @@ impl Ring {
         let h = self.header();
         let prod = h.prod.0.prod.load(Ordering::Relaxed);
         let cons = h.cons.0.cons.load(Ordering::Acquire);
-        let free = self.size - self.used(prod, cons)?;
+        let w = self.window()?;
+        let free = w - self.used(prod, cons, w)?;
         let n = data.len().min(free);
         if n == 0 {
             return Ok(Push::default());
         }
-        let at = (prod as usize) & (self.size - 1);
-        let first = n.min(self.size - at);
-        // SAFETY: n ≤ free ≤ size (checked above), `at` < size (masked), so [at, at+first)
+        let at = (prod as usize) & (w - 1);
+        let first = n.min(w - at);
+        // SAFETY: n ≤ free ≤ w ≤ size (checked above), `at` < w (masked), so [at, at+first)
         // and [0, n-first) lie in the data area, which stays mapped. The peer may write
         // these bytes while we copy (it can lie about its cursor, or just write): shared
         // memory another process writes is never behind a Rust reference here, only raw
@@ -350,13 +404,15 @@ impl Ring {
         let h = self.header();
         let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
-        let n = out.len().min(self.used(prod, cons)?);
+        // After the cursor: the window these bytes were written under.
+        let w = self.window()?;
+        let n = out.len().min(self.used(prod, cons, w)?);
         if n == 0 {
             return Ok(Pop::default());
         }
-        let at = (cons as usize) & (self.size - 1);
-        let first = n.min(self.size - at);
-        // SAFETY: n ≤ used ≤ size (checked above) and `at` < size, so both copies read
+        let at = (cons as usize) & (w - 1);
+        let first = n.min(w - at);
+        // SAFETY: n ≤ used ≤ w ≤ size (checked above) and `at` < w, so both copies read
         // inside the data area (mapped) and write inside `out`. An honest producer does not
         // touch the bytes below `prod` (acquired) until `cons` passes them; a hostile one
         // may write them during the copy, through raw pointers only (no reference to them
@@ -394,7 +450,7 @@ impl Ring {
         let h = self.header();
         let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
-        let n = n.min(self.used(prod, cons)?);
+        let n = n.min(self.used(prod, cons, self.window()?)?);
         if n == 0 {
             return Ok(Pop::default());
         }
@@ -497,7 +553,7 @@ mod tests {
         let len = mem.len() * 64;
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives both views and is used only through them.
-        let w = unsafe { Ring::create(ptr, len, 4096) }.unwrap();
+        let w = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
         // SAFETY: as above.
         let r = unsafe { Ring::attach(ptr, len) }.unwrap();
         assert_eq!(r.capacity(), 4096);
@@ -540,7 +596,7 @@ mod tests {
         let len = mem.len() * 64;
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives the view.
-        let ring = unsafe { Ring::create(ptr, len, 4096) }.unwrap();
+        let ring = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
         assert_eq!(ring.push(b"hello").unwrap(), Push { n: 5, ring_bell: true, wake_sleeper: false });
         assert_eq!(ring.push(b" world").unwrap(), Push { n: 6, ring_bell: false, wake_sleeper: false });
         let mut out = [0u8; 5];
@@ -564,7 +620,7 @@ mod tests {
         let len = mem.len() * 64;
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives the view.
-        let ring = unsafe { Ring::create(ptr, len, 4096) }.unwrap();
+        let ring = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
         let mut out = [0u8; 100];
         // Asleep with room for 100: 60 + 40 arrive quietly; 1 more turns the epoch loud.
         let v = ring.prepare_sleep(100).unwrap();
@@ -602,7 +658,7 @@ mod tests {
         let len = mem.len() * 64;
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives both views and is used only through them.
-        let w = unsafe { Ring::create(ptr, len, 4096) }.unwrap();
+        let w = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
         // SAFETY: as above.
         let r = unsafe { Ring::attach(ptr, len) }.unwrap();
         let total = 2_000_000usize;
@@ -674,6 +730,57 @@ mod tests {
         });
     }
 
+    /// A window that grows only while the ring is empty: bytes cross in order through
+    /// every doubling, and a full ring never grows under its reader.
+    #[test]
+    fn the_window_doubles_only_when_empty_and_bytes_cross_it_in_order() {
+        let size = 64 * 1024;
+        let mut mem = region(size);
+        let len = mem.len() * 64;
+        let ptr = mem.as_mut_ptr().cast::<u8>();
+        // SAFETY: `mem` outlives both views and is used only through them.
+        let w = unsafe { Ring::create(ptr, len, size, 4096) }.unwrap();
+        // SAFETY: as above.
+        let r = unsafe { Ring::attach(ptr, len) }.unwrap();
+        assert_eq!((w.capacity(), r.max_capacity()), (4096, size));
+        assert_eq!(w.push(&[1; 100]).unwrap().n, 100);
+        assert_eq!(w.grow(), Ok(4096), "not while bytes wait");
+        let mut out = vec![0u8; 200];
+        assert_eq!(r.pop(&mut out, false).unwrap().n, 100);
+        assert_eq!(w.grow(), Ok(8192));
+        assert_eq!(r.capacity(), 8192);
+        let total = 2_000_000usize;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut sent = 0usize;
+                let mut wanted = false;
+                while sent < total {
+                    if wanted && w.is_empty() {
+                        // Found full before: the next empty ring gets a larger window.
+                        let _ = w.grow().unwrap();
+                        wanted = false;
+                    }
+                    let want = (total - sent).min(1 + sent % 7001);
+                    let buf: Vec<u8> = (0..want).map(|i| ((sent + i) % 253) as u8).collect();
+                    let n = w.push(&buf).unwrap().n;
+                    wanted |= n < want;
+                    sent += n;
+                }
+            });
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 3000];
+            while got < total {
+                let k = r.pop(&mut buf, false).unwrap().n;
+                for (i, b) in buf[..k].iter().enumerate() {
+                    assert_eq!(*b, ((got + i) % 253) as u8, "byte {}", got + i);
+                }
+                got += k;
+            }
+        });
+        assert!(r.capacity() > 8192, "it grew: {}", r.capacity());
+        assert!(r.capacity() <= size);
+    }
+
     #[test]
     fn bad_regions_are_refused() {
         let mut mem = region(8192);
@@ -681,11 +788,11 @@ mod tests {
         let ptr = mem.as_mut_ptr().cast::<u8>();
         // SAFETY: `mem` outlives every view; failed calls write nothing.
         unsafe {
-            assert_eq!(Ring::create(ptr, len, 3000).err(), Some(RingError::BadSize));
-            assert_eq!(Ring::create(ptr.add(1), len - 1, 4096).err(), Some(RingError::BadRegion));
-            assert_eq!(Ring::create(ptr, 4096, 4096).err(), Some(RingError::BadRegion));
+            assert_eq!(Ring::create(ptr, len, 3000, 3000).err(), Some(RingError::BadSize));
+            assert_eq!(Ring::create(ptr.add(1), len - 1, 4096, 4096).err(), Some(RingError::BadRegion));
+            assert_eq!(Ring::create(ptr, 4096, 4096, 4096).err(), Some(RingError::BadRegion));
             assert_eq!(Ring::attach(ptr, len).err(), Some(RingError::BadHeader));
-            Ring::create(ptr, len, 8192).unwrap();
+            Ring::create(ptr, len, 8192, 8192).unwrap();
             assert_eq!(Ring::attach(ptr, 4096).err(), Some(RingError::BadRegion));
             assert_eq!(Ring::attach(ptr, len).unwrap().capacity(), 8192);
         }
@@ -697,7 +804,7 @@ mod tests {
     /// guard bytes after the region, which are checked at the end).
     #[test]
     fn garbage_cursors_are_refused_never_followed() {
-        let size = 4096;
+        let size = 8192;
         let mut mem = region(size + 64);
         let len = mem.len() * 64;
         let ptr = mem.as_mut_ptr().cast::<u8>();
@@ -705,7 +812,7 @@ mod tests {
         // SAFETY: the region is `len` bytes; the ring uses region_len(size) of them.
         unsafe { std::ptr::write_bytes(ptr.add(region_len(size)), 0xA5, len - region_len(size)) };
         // SAFETY: `mem` outlives both views and is used only through them and the pokes.
-        let w = unsafe { Ring::create(ptr, region_len(size), size) }.unwrap();
+        let w = unsafe { Ring::create(ptr, region_len(size), size, size / 2) }.unwrap();
         // SAFETY: as above.
         let r = unsafe { Ring::attach(ptr, region_len(size)) }.unwrap();
         let poke = |off: usize, v: u64| {
@@ -731,6 +838,12 @@ mod tests {
             }
             // SAFETY: the state word's line; any value is a valid u32.
             unsafe { (ptr.add(192) as *mut u32).write_volatile(seed as u32) };
+            if i % 5 == 0 {
+                // The window: garbage, or a possible one.
+                let log2 = if i % 10 == 0 { (seed >> 32) as u32 } else { 12 + (seed % 2) as u32 };
+                // SAFETY: the window's word in the producer's line; any value is a valid u32.
+                unsafe { (ptr.add(76) as *mut u32).write_volatile(log2) };
+            }
             let results = [
                 w.push(&out[..(seed as usize) % (2 * size)]).map(|p| p.n),
                 r.pop(&mut out[..(seed as usize >> 8) % (3 * size)], i % 3 == 0).map(|p| p.n),

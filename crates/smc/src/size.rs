@@ -19,6 +19,27 @@ pub fn tcp_default_of(line: &str) -> Option<usize> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The largest value of a `tcp_[rw]mem` line, the most TCP lets a buffer grow to.
+pub fn tcp_max_of(line: &str) -> Option<usize> {
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The most a buffer grows to for a TCP maximum of `tcp_max` bytes: rounded down to a
+/// power of two, within 16 KiB to 64 MiB.
+pub fn max_from_tcp_max(tcp_max: usize) -> usize {
+    let down = if tcp_max == 0 { 0 } else { 1usize << (usize::BITS - 1 - tcp_max.leading_zeros()) };
+    down.clamp(MIN, MAX)
+}
+
+/// The most (receive, send) buffers grow to on this host: the TCP maxima (the last value
+/// of `tcp_rmem` and `tcp_wmem`) rounded down to a power of two (256 KiB each if they
+/// cannot be read).
+pub fn host_maxima() -> (usize, usize) {
+    let read =
+        |f: &str| std::fs::read_to_string(f).ok().as_deref().and_then(tcp_max_of).map_or(256 * 1024, max_from_tcp_max);
+    (read("/proc/sys/net/ipv4/tcp_rmem"), read("/proc/sys/net/ipv4/tcp_wmem"))
+}
+
 /// The default (receive, send) buffer sizes on this host, from the calling thread's
 /// network namespace's TCP settings (16 KiB each if they cannot be read).
 pub fn host_defaults() -> (usize, usize) {
@@ -61,6 +82,11 @@ mod tests {
         assert_eq!(from_tcp_default(0), MIN);
         assert_eq!(tcp_default_of("4096\t131072\t33554432\n"), Some(131_072));
         assert_eq!(tcp_default_of("4096"), None);
+        // The maxima: Debian's 6 MiB receive and 4 MiB send maxima.
+        assert_eq!(tcp_max_of("4096\t131072\t6291456\n").map(max_from_tcp_max), Some(4 << 20));
+        assert_eq!(tcp_max_of("4096 16384 4194304").map(max_from_tcp_max), Some(4 << 20));
+        assert_eq!(max_from_tcp_max(1 << 40), MAX);
+        assert_eq!(max_from_tcp_max(1000), MIN);
     }
 
     #[test]

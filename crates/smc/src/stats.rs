@@ -7,9 +7,9 @@
 
 use crate::msg::Reason;
 
-/// First word of the segment: "SLSMCST3" (the layout of this build; "…2" had one fallback
-/// reason fewer, "…1" two).
-pub const MAGIC: u64 = 0x3354_5343_4d53_4c53;
+/// First word of the segment: "SLSMCST4" (the layout of this build; "…3" had no
+/// `buffers_grown`, "…2" one fallback reason fewer, "…1" two).
+pub const MAGIC: u64 = 0x3454_5343_4d53_4c53;
 /// Size of the segment file.
 pub const LEN: usize = 4096;
 
@@ -39,11 +39,13 @@ pub enum Counter {
     BufferFull,
     /// Connections reset because the peer broke the shared ring (a cursor out of range).
     PeerFaults,
+    /// Times a connection that kept finding the peer's receive ring full doubled it.
+    BuffersGrown,
 }
 
 impl Counter {
     /// Every counter, in segment order.
-    pub const ALL: [Counter; 11] = [
+    pub const ALL: [Counter; 12] = [
         Counter::ConnsClient,
         Counter::ConnsServer,
         Counter::SmcClient,
@@ -55,6 +57,7 @@ impl Counter {
         Counter::RxCalls,
         Counter::BufferFull,
         Counter::PeerFaults,
+        Counter::BuffersGrown,
     ];
 
     /// Its name in `sluice smc stats --json`.
@@ -71,6 +74,7 @@ impl Counter {
             Counter::RxCalls => "rx_calls",
             Counter::BufferFull => "buffer_full",
             Counter::PeerFaults => "peer_faults",
+            Counter::BuffersGrown => "buffers_grown",
         }
     }
 }

@@ -27,12 +27,17 @@ pub enum SmcCmd {
     /// host (any network namespace), are to use shared memory; connections with any
     /// other peer stay plain TCP.
     ///
-    /// Buffer sizes default to SMC's rule: the TCP default buffer (net.ipv4.tcp_rmem and
-    /// tcp_wmem, middle value) rounded up to a power of two, halved, at least 16 KiB.
-    /// Streams gain from larger ones (-r 1m -t 1m), as with the kernel's SMC.
+    /// Buffers start at SMC's size: the TCP default buffer (net.ipv4.tcp_rmem and
+    /// tcp_wmem, middle value) rounded up to a power of two, halved, at least 16 KiB. Like
+    /// TCP's, a connection's buffer grows — doubling each time it is found full, up to the
+    /// TCP maximum (the last value of tcp_rmem/tcp_wmem, rounded down to a power of two),
+    /// or --max-buffer — while idle connections keep the small one. -r and -t fix the
+    /// sizes (no growth), as with the kernel's SMC.
     ///
-    /// Nothing busy-polls: blocking reads and writes sleep on a futex in the shared
-    /// buffer, poll/epoll programs on the socket itself.
+    /// Nothing busy-polls for long: a wait for the peer looks for its answer for a few
+    /// microseconds first (--spin: twice the recent wait, at most 50 µs, and only while
+    /// answers have lately come that fast), then blocking reads and writes sleep on a
+    /// futex in the shared buffer, poll/epoll programs on the socket itself.
     ///
     /// Both ends must run under the launcher; `sluice smc stats` shows what happened.
     ///
@@ -44,6 +49,7 @@ pub enum SmcCmd {
     ///
     ///   sluice smc run -- iperf3 -s
     ///   sluice smc run -r 128k -t 128k -- iperf3 -c 10.77.0.2
+    ///   sluice smc run --max-buffer 1m -- redis-server
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Host-wide counters of the fast path, like `smcd stats`: connections, how many moved
@@ -102,6 +108,14 @@ pub struct RunArgs {
     /// Send buffer size per connection (as -r).
     #[arg(short = 't', long = "tmem", value_name = "SIZE", value_parser = parse_size)]
     pub tmem: Option<usize>,
+    /// The most a growing buffer grows to (16k to 64m) [default: the TCP maxima].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_buffer: Option<usize>,
+    /// The longest a wait for the peer looks for its answer before it sleeps, in
+    /// microseconds (adaptive: only while answers lately came that fast; never on one CPU);
+    /// 0 never looks.
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub spin: u32,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     pub cmd: Vec<String>,
@@ -236,7 +250,14 @@ fn run(a: RunArgs) -> Result<()> {
     };
     sweep_stale();
     let (r_default, t_default) = sluice_smc::size::host_defaults();
-    let settings = format!("r={},t={}", a.rmem.unwrap_or(r_default), a.tmem.unwrap_or(t_default));
+    let (r_max, t_max) = sluice_smc::size::host_maxima();
+    let (r, t) = (a.rmem.unwrap_or(r_default), a.tmem.unwrap_or(t_default));
+    // A size given is fixed; a default one grows up to the maximum (or --max-buffer).
+    let grow_to = |given: Option<usize>, start: usize, max: usize| {
+        given.unwrap_or_else(|| a.max_buffer.unwrap_or(max).max(start))
+    };
+    let settings =
+        format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
     if let Some(path) = which(program)
         && is_static(&path)
     {

@@ -1,0 +1,158 @@
+//! The poll family — `epoll_wait`, `epoll_pwait`, `poll`, `select` — for event-loop
+//! programs (nginx, redis): while the process has a connection on shared memory and its
+//! waits have lately been short, a wait looks (without sleeping: a zero timeout) for up
+//! to the adaptive budget before it sleeps with what is left of the caller's timeout
+//! (crate::spin). The doorbell byte a peer writes makes the descriptor ready at once, so
+//! a looking wait sees it without a wake-up. Everything else is the real call's.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::spin::{self, Adaptive};
+use crate::sys::PollFd;
+use crate::{active, real};
+
+/// This process's event-loop waits.
+static LOOP: Adaptive = Adaptive::new();
+
+/// Runs a wait of `timeout_ms` (-1: none): `try_now` is the call with a zero timeout,
+/// `sleep` the call with the given one. Returns what the last call returned.
+fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, sleep: impl FnOnce(c_int) -> c_int) -> c_int {
+    if !active() || timeout_ms == 0 || spin::LIVE.load(Ordering::Relaxed) == 0 {
+        return sleep(timeout_ms);
+    }
+    let start = Instant::now();
+    let budget = LOOP.budget();
+    let mut r = 0;
+    if spin::spin_until(budget, || {
+        r = try_now();
+        r != 0
+    }) {
+        LOOP.record(start.elapsed());
+        return r;
+    }
+    let left = if timeout_ms < 0 {
+        -1
+    } else {
+        let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
+        (timeout_ms - spent).max(0)
+    };
+    let r = sleep(left);
+    if r != 0 {
+        LOOP.record(start.elapsed());
+    } else {
+        // A timeout: the wait was as long as the caller let it be.
+        LOOP.record(Duration::from_millis(timeout_ms.max(0) as u64).max(start.elapsed()));
+    }
+    r
+}
+
+/// `epoll_wait(2)`.
+///
+/// # Safety
+/// As for `epoll_wait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int {
+    // SAFETY (both closures): the caller's arguments, with a timeout of our choosing.
+    wait(
+        timeout,
+        || unsafe { real::epoll_wait(epfd, events, max, 0) },
+        |t| unsafe { real::epoll_wait(epfd, events, max, t) },
+    )
+}
+
+/// `epoll_pwait(2)`.
+///
+/// # Safety
+/// As for `epoll_pwait(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut c_void,
+    max: c_int,
+    timeout: c_int,
+    mask: *const c_void,
+) -> c_int {
+    // SAFETY (both closures): the caller's arguments, with a timeout of our choosing.
+    wait(
+        timeout,
+        || unsafe { real::epoll_pwait(epfd, events, max, 0, mask) },
+        |t| unsafe { real::epoll_pwait(epfd, events, max, t, mask) },
+    )
+}
+
+/// `poll(2)`.
+///
+/// # Safety
+/// As for `poll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int {
+    // SAFETY (both closures): the caller's arguments; poll only writes `revents`.
+    wait(timeout, || unsafe { real::poll(fds, n, 0) }, |t| unsafe { real::poll(fds, n, t) })
+}
+
+/// `struct timeval`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TimeVal {
+    sec: i64,
+    usec: i64,
+}
+
+/// An `fd_set` (1024 bits).
+type FdSet = [u64; 16];
+
+/// `select(2)`: the sets are kept and put back before every look (a zero-timeout select
+/// clears the bits of descriptors that are not ready).
+///
+/// # Safety
+/// As for `select(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, tv: *mut c_void) -> c_int {
+    // SAFETY: a set the caller passed is an fd_set of 128 bytes (and `tv` a timeval).
+    let keep = |p: *mut c_void| (!p.is_null()).then(|| unsafe { *p.cast::<FdSet>() });
+    let sets = [(r, keep(r)), (w, keep(w)), (e, keep(e))];
+    let restore = || {
+        for &(p, v) in &sets {
+            if let Some(v) = v {
+                // SAFETY: as above.
+                unsafe { p.cast::<FdSet>().write(v) };
+            }
+        }
+    };
+    let timeout_ms = if tv.is_null() {
+        -1
+    } else {
+        // SAFETY: as above.
+        let t = unsafe { *tv.cast::<TimeVal>() };
+        (t.sec.saturating_mul(1000).saturating_add(t.usec / 1000)).clamp(0, c_int::MAX as i64) as c_int
+    };
+    if timeout_ms == 0 {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::select(n, r, w, e, tv) };
+    }
+    wait(
+        timeout_ms,
+        || {
+            restore();
+            let mut zero = TimeVal { sec: 0, usec: 0 };
+            // SAFETY: the caller's sets, and a zero timeval of ours.
+            unsafe { real::select(n, r, w, e, (&raw mut zero).cast()) }
+        },
+        |left| {
+            restore();
+            if tv.is_null() {
+                // SAFETY: the caller's arguments.
+                return unsafe { real::select(n, r, w, e, tv) };
+            }
+            let mut t = TimeVal { sec: i64::from(left) / 1000, usec: i64::from(left) % 1000 * 1000 };
+            // SAFETY: the caller's sets, and a timeval of ours for what is left.
+            let out = unsafe { real::select(n, r, w, e, (&raw mut t).cast()) };
+            // As Linux does, the caller's timeval is left with the time not slept.
+            // SAFETY: `tv` is the caller's timeval.
+            unsafe { *tv.cast::<TimeVal>() = t };
+            out
+        },
+    )
+}
