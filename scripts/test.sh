@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 # openvswitch-switch: `sluice study`'s ovs path is tested against the real thing (the
 # study starts private OVS daemons; the package's own service is not needed).
 # clang + libbpf-dev: the kernel datapath's programs are compiled from C when sluice builds.
-# redis-server, redis-tools, socat, nginx, curl, apache2-utils (ab): real programs on the
-# shared-memory fast path (the tests start their own nginx on a port of their own).
+# redis-server, redis-tools, socat, nginx, curl, apache2-utils (ab), wrk: real programs on
+# the shared-memory fast path and in the studies (the tests start their own nginx on a
+# port of their own).
 PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch clang libbpf-dev
-    redis-server redis-tools socat nginx curl apache2-utils)
-TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab)
+    redis-server redis-tools socat nginx curl apache2-utils wrk)
+TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done

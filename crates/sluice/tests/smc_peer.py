@@ -41,6 +41,8 @@ MODE:
   nibble           read to EOF in blocking reads of 7 or 200 bytes; after each, whenever
                    bytes are waiting, poll must report the socket readable (else print
                    "unreadable" and exit 1); print "<bytes> <sha256>"
+  strict-sink      as sink, non-blocking, reading only after select said readable; print
+                   "spurious" if such a read found nothing (EAGAIN)
   fork             (connect) fork after connect: the child sends "child\\n" and exits, then
                    the parent sends "parent\\n"; the server's sink sees both
   fork-race:COUNT  (connect) fork after connect; parent and child each send COUNT 64-byte
@@ -139,6 +141,25 @@ def nibble(c):
             print(f"unreadable after {n} bytes with bytes waiting", flush=True)
             sys.exit(1)
     return f"{n} {h.hexdigest()}"
+
+
+def strict_sink(c):
+    """As sink, non-blocking: wait with select, then read; a read after select said
+    readable must never raise EAGAIN (programs like wrk count that as an error)."""
+    c.setblocking(False)
+    h, total = hashlib.sha256(), 0
+    while True:
+        r, _, _ = select.select([c], [], [], 30)
+        if not r:
+            return "timeout"
+        try:
+            b = c.recv(8192)
+        except BlockingIOError:
+            return "spurious"
+        if not b:
+            return f"{total} {h.hexdigest()}"
+        h.update(b)
+        total += len(b)
 
 
 def fork_race(c, count):
@@ -368,6 +389,8 @@ def run_mode(c, mode):
             out = records(c)
         elif kind == "nibble":
             out = nibble(c)
+        elif kind == "strict-sink":
+            out = strict_sink(c)
         elif kind == "sendfile":
             out = sendfile(c, int(arg))
             c.shutdown(socket.SHUT_WR)

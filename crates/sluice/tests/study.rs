@@ -284,3 +284,44 @@ duration = 1
     assert!(report.contains("## iperf3") && report.contains("## sockperf"), "{report}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Real programs as study workloads (issue 16): nginx as Debian ships it under wrk, and
+/// redis under redis-benchmark, on plain TCP and on the fast path (both ends under
+/// `sluice smc run`), in one run.
+#[test]
+fn nginx_and_redis_run_as_study_workloads_on_tcp_and_on_shared_memory() {
+    if !root() || !have("nginx") || !have("wrk") || !have("redis-server") || !have("redis-benchmark") {
+        return;
+    }
+    init();
+    let d = scratch("real");
+    let f = study_file(
+        &d,
+        r#"name = "real"
+baseline = "loopback"
+paths = ["smc", "loopback"]
+workloads = ["nginx-1k", "redis-get"]
+conns = [1]
+mtus = [1500]
+reps = 1
+duration = 1
+"#,
+    );
+    let out = d.join("out");
+    let child = spawn_study(&f, &out);
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("[4/4]") && !err.contains("FAILED"), "{err}");
+    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+    let cells = cells(&out);
+    assert_eq!(cells.len(), 4);
+    for c in &cells {
+        let r = &c["result"];
+        assert!(r["client"]["transactions"].as_u64().unwrap() > 0 && r["duration_s"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## nginx-1k") && report.contains("## redis-get"), "{report}");
+    let _ = std::fs::remove_dir_all(&d);
+}

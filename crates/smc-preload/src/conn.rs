@@ -327,10 +327,19 @@ impl Conn {
 
     /// The ring just emptied: its doorbell byte comes off our descriptor, with any owed
     /// from earlier emptyings whose bytes had not arrived yet.
+    ///
+    /// A reader quick enough (one that spun) empties the ring before the writer, which
+    /// publishes first and rings second, has sent the byte: it waits for it (briefly — the
+    /// writer is between two calls) rather than leave the descriptor readable with nothing
+    /// to read, which a program may take as an error (wrk counts a read that says EAGAIN
+    /// after poll said readable). A byte that does not come in a millisecond is owed.
     fn take_doorbell(&self, fd: c_int) {
         let owed = self.side.owed();
         let need = owed.load(Ordering::Relaxed).saturating_add(1);
-        let got = Conn::consume(fd, need);
+        let mut got = Conn::consume(fd, need);
+        if got < need && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
+            got += Conn::consume(fd, need - got);
+        }
         owed.store(need - got, Ordering::Relaxed);
     }
 
@@ -474,6 +483,7 @@ impl Conn {
         // When this call began to wait for the peer, and whether it has looked (spun) yet.
         let mut waiting: Option<std::time::Instant> = None;
         let mut spun = false;
+        let mut looked_for_count = false;
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(got);
@@ -548,6 +558,20 @@ impl Conn {
                     return Ok(got + p.n);
                 }
                 return if self.rx.has_flags(FLAG_RESET) { Err(sys::ECONNRESET) } else { Ok(got) };
+            }
+            if nonblock && got == 0 && !looked_for_count && self.rx.counted() {
+                // Counted and not yet published: the writer is between two stores, and its
+                // doorbell may already have made the descriptor readable. A program told
+                // "readable" must not be told EAGAIN (wrk counts that as an error): wait
+                // the moment it takes — a few yields (the writer may need this CPU),
+                // bounded in case the peer garbled the count.
+                looked_for_count = true;
+                if (0..64).any(|_| {
+                    std::thread::yield_now();
+                    !self.rx.is_empty()
+                }) {
+                    continue;
+                }
             }
             self.settle_doorbell(fd);
             if nonblock {

@@ -100,9 +100,6 @@ struct TimeVal {
     usec: i64,
 }
 
-/// An `fd_set` (1024 bits).
-type FdSet = [u64; 16];
-
 /// `select(2)`: the sets are kept and put back before every look (a zero-timeout select
 /// clears the bits of descriptors that are not ready).
 ///
@@ -110,28 +107,32 @@ type FdSet = [u64; 16];
 /// As for `select(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, tv: *mut c_void) -> c_int {
-    // SAFETY: a set the caller passed is an fd_set of 128 bytes (and `tv` a timeval).
-    let keep = |p: *mut c_void| (!p.is_null()).then(|| unsafe { *p.cast::<FdSet>() });
-    let sets = [(r, keep(r)), (w, keep(w)), (e, keep(e))];
-    let restore = || {
-        for &(p, v) in &sets {
-            if let Some(v) = v {
-                // SAFETY: as above.
-                unsafe { p.cast::<FdSet>().write(v) };
-            }
-        }
-    };
     let timeout_ms = if tv.is_null() {
         -1
     } else {
-        // SAFETY: as above.
+        // SAFETY: `tv` is the caller's timeval.
         let t = unsafe { *tv.cast::<TimeVal>() };
         (t.sec.saturating_mul(1000).saturating_add(t.usec / 1000)).clamp(0, c_int::MAX as i64) as c_int
     };
-    if timeout_ms == 0 {
+    if timeout_ms == 0 || !active() || spin::LIVE.load(Ordering::Relaxed) == 0 {
         // SAFETY: the caller's arguments.
         return unsafe { real::select(n, r, w, e, tv) };
     }
+    // The words of each set that select reads and writes: `n` bits (also when a program
+    // built with a larger FD_SETSIZE passes more than 1024).
+    let words = (n.max(0) as usize).div_ceil(64);
+    // SAFETY: a set the caller passed holds at least `n` bits.
+    let keep =
+        |p: *mut c_void| (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u64>(), words) }.to_vec());
+    let sets = [(r, keep(r)), (w, keep(w)), (e, keep(e))];
+    let restore = || {
+        for (p, v) in &sets {
+            if let Some(v) = v {
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), p.cast::<u64>(), words) };
+            }
+        }
+    };
     wait(
         timeout_ms,
         || {
@@ -142,7 +143,8 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         },
         |left| {
             restore();
-            if tv.is_null() {
+            if tv.is_null() || left == timeout_ms {
+                // Nothing spent looking: the caller's own timeout, to the microsecond.
                 // SAFETY: the caller's arguments.
                 return unsafe { real::select(n, r, w, e, tv) };
             }

@@ -502,6 +502,12 @@ impl Ring {
         &self.header().state.0.word
     }
 
+    /// True while bytes are counted in the state word (published, or about to be: the
+    /// producer counts before it publishes).
+    pub fn counted(&self) -> bool {
+        self.header().state.0.word.load(Ordering::Acquire) & AVAIL != 0
+    }
+
     /// True while an epoch that rang the doorbell is open: one doorbell byte is (or is
     /// about to be) waiting on the reader's descriptor for it.
     pub fn bell_open(&self) -> bool {

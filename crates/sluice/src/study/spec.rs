@@ -71,16 +71,47 @@ pub enum Tool {
     /// `sockperf ping-pong --tcp -m 200 --full-rtt`: TCP request-response of 200 bytes on
     /// one connection, round trips.
     Sockperf,
+    /// nginx (master and workers, `sendfile on`, keep-alive: Debian's defaults) serving a
+    /// 1 KB file to `wrk -c CONNS -d D`: requests/s.
+    Nginx1k,
+    /// The same nginx serving a 10 MB file: MB/s.
+    Nginx10m,
+    /// redis-server and `redis-benchmark -t get -c CONNS`: requests/s.
+    RedisGet,
+    /// As `redis-get`, with SET.
+    RedisSet,
 }
 
 impl Tool {
+    /// Every tool.
+    pub const ALL: [Tool; 6] =
+        [Tool::Iperf3, Tool::Sockperf, Tool::Nginx1k, Tool::Nginx10m, Tool::RedisGet, Tool::RedisSet];
+
     /// The workload name a study file uses for it.
     pub fn name(self) -> &'static str {
         match self {
             Tool::Iperf3 => "iperf3",
             Tool::Sockperf => "sockperf",
+            Tool::Nginx1k => "nginx-1k",
+            Tool::Nginx10m => "nginx-10m",
+            Tool::RedisGet => "redis-get",
+            Tool::RedisSet => "redis-set",
         }
     }
+
+    /// The programs it runs (each must be installed), and the Debian package of each.
+    pub fn programs(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Tool::Iperf3 => &[("iperf3", "iperf3")],
+            Tool::Sockperf => &[("sockperf", "sockperf")],
+            Tool::Nginx1k | Tool::Nginx10m => &[("nginx", "nginx"), ("wrk", "wrk")],
+            Tool::RedisGet | Tool::RedisSet => &[("redis-server", "redis-server"), ("redis-benchmark", "redis-tools")],
+        }
+    }
+}
+
+fn tool_names() -> String {
+    Tool::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// One workload: a built-in profile, a profile.xml with its text, or a reference tool.
@@ -248,22 +279,6 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         ));
     }
 
-    // The tools run on the paths' plain TCP: not on the fast path, which needs the
-    // launcher on both ends (`sluice smc run -- iperf3 …` does that by hand).
-    if let (Some(w), Some(p)) = (
-        raw.workloads.get_ref().iter().find(|w| ["iperf3", "sockperf"].contains(&w.get_ref().as_str())),
-        raw.paths.get_ref().iter().find(|p| p.get_ref() == "smc"),
-    ) {
-        return Err(err(
-            w.span(),
-            format!(
-                "workload {:?} cannot run on path {:?} here; compare it there with `sluice smc run -- {} …`",
-                w.get_ref(),
-                p.get_ref(),
-                w.get_ref()
-            ),
-        ));
-    }
     let mut conns = Vec::new();
     for c in raw.conns.get_ref() {
         if !(1..=MAX_CONNS).contains(c.get_ref()) {
@@ -337,7 +352,7 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     if let Some(text) = sluice_bench::builtin::get(src) {
         return Ok(Workload { name: src.into(), source: src.into(), text: text.into(), builtin: true, tool: None });
     }
-    for tool in [Tool::Iperf3, Tool::Sockperf] {
+    for tool in Tool::ALL {
         if src == tool.name() {
             return Ok(Workload {
                 name: src.into(),
@@ -354,8 +369,9 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     let p = if Path::new(src).is_absolute() { Path::new(src).to_path_buf() } else { dir.join(src) };
     if !p.exists() {
         return Err(format!(
-            "unknown workload {src:?}: not a built-in profile ({}), a reference tool (iperf3, sockperf) or a file {}",
+            "unknown workload {src:?}: not a built-in profile ({}), a reference tool ({}) or a file {}",
             sluice_bench::builtin::names(),
+            tool_names(),
             p.display()
         ));
     }
