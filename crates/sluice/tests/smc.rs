@@ -742,3 +742,47 @@ fn a_reader_told_readable_always_finds_bytes() {
     let st = p.stats();
     assert_eq!(st["smc_server"], 3, "{st}");
 }
+
+/// `MSG_ZEROCOPY` is decided before the first byte: a socket with `SO_ZEROCOPY` set before
+/// it connects, or a listener with it set, stays on TCP (`zerocopy`), where the kernel
+/// raises its completions; a moved socket that sets it later gets every send reported
+/// as copied (`SO_EE_CODE_ZEROCOPY_COPIED`) on its error queue. Bytes intact each way.
+#[test]
+fn zero_copy_sends_stay_on_tcp_when_asked_first_and_complete_as_copies_when_moved() {
+    let p = Peers::new("zerocopy");
+    let split = |o: String| -> (String, String) {
+        let (zc, bytes) = o.split_once('\n').unwrap();
+        (zc.to_string(), bytes.to_string())
+    };
+    // Set before connect: TCP, and the kernel's completions.
+    let (s, out) = p.serve(true, &["serve", &port(25), "sink"]);
+    let (zc, sent) = split(p.run(true, &["connect", "127.0.0.1", &port(25), "zcfirst+zerocopy:200"]));
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let w: Vec<&str> = zc.split_whitespace().collect();
+    assert_eq!(w[1], w[2], "the kernel reported every zero-copy send: {zc}");
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["fallback_client"]["zerocopy"].as_u64()), (Some(0), Some(1)), "{st}");
+
+    // A listener with it: the server declines.
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let (s, out) = p.serve(true, &["serve-zc", &port(26), "sink"]);
+    let sent = p.run(true, &["connect", "127.0.0.1", &port(26), "source:100000"]);
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let st = p.stats();
+    assert_eq!(st["fallback_server"]["zerocopy"], 1, "{st}");
+    assert_eq!(st["fallback_client"]["peer_declined"], 1, "{st}");
+
+    // Set after the connection moved: every send completes as a copy.
+    sluice_ok_in(&p, &["smc", "stats", "reset"]);
+    let (s, out) = p.serve(true, &["serve", &port(27), "sink"]);
+    let (zc, sent) = split(p.run(true, &["connect", "127.0.0.1", &port(27), "zerocopy:200"]));
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), sent);
+    let w: Vec<&str> = zc.split_whitespace().collect();
+    assert_eq!(w[1], w[2], "every zero-copy send was reported: {zc}");
+    assert_eq!(w[3], "[1]", "as copied (SO_EE_CODE_ZEROCOPY_COPIED): {zc}");
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 1, "{st}");
+}

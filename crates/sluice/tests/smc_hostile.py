@@ -63,7 +63,7 @@ VERSION = int(os.environ.get("SLUICE_HOSTILE_VERSION", "2"))
 REASONS = {1: "no_listener", 2: "door_unreachable", 3: "timeout", 4: "version", 5: "not_our_connection",
            6: "ambiguous", 7: "no_memory", 8: "peer_declined", 9: "protocol", 10: "no_proposal",
            11: "not_allowed", 12: "unproven", 13: "wrong_listener", 14: "bad_segment", 15: "penalized",
-           16: "not_accepting"}
+           16: "not_accepting", 17: "zerocopy"}
 RING_MAGIC = 0x5352_4543_4955_4C53
 RING_VERSION = 4 if VERSION >= 2 else 2
 HEADER = 256

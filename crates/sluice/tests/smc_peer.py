@@ -18,6 +18,7 @@
   smc_peer.py pipeline ADDR PORT PATH…   one connection, every HTTP GET sent at once
                                          (pipelined), then each response read in turn: print
                                          "<path> <status> <body bytes> <body sha256>" each
+  smc_peer.py serve-zc PORT MODE         as serve, on a listener with SO_ZEROCOPY set
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
                                          each result, or the error that ended it
@@ -41,6 +42,10 @@ MODE:
   nibble           read to EOF in blocking reads of 7 or 200 bytes; after each, whenever
                    bytes are waiting, poll must report the socket readable (else print
                    "unreadable" and exit 1); print "<bytes> <sha256>"
+  zerocopy:COUNT   (connect) set SO_ZEROCOPY, send COUNT 10,000-byte messages with
+                   MSG_ZEROCOPY, read the completions off the error queue; print "zc <sends>
+                   <sends covered> <codes>", then "<bytes> <sha256>"
+  zcfirst+MODE     (connect; first) set SO_ZEROCOPY before connecting, then MODE
   strict-sink      as sink, non-blocking, reading only after select said readable; print
                    "spurious" if such a read found nothing (EAGAIN)
   fork             (connect) fork after connect: the child sends "child\\n" and exits, then
@@ -160,6 +165,51 @@ def strict_sink(c):
             return f"{total} {h.hexdigest()}"
         h.update(b)
         total += len(b)
+
+
+SO_ZEROCOPY, MSG_ZEROCOPY = 60, 0x4000000
+
+
+def zerocopy_send(c, count):
+    """Sets SO_ZEROCOPY, sends COUNT 10,000-byte MSG_ZEROCOPY messages, then reads the
+    completions off the error queue (waiting for POLLERR while some are missing, at most
+    5 s); prints "zc <sends> <sends the completions covered> <codes seen>", then returns
+    the bytes' summary."""
+    import struct
+    c.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+    rnd = random.Random(7)
+    h, total, sends = hashlib.sha256(), 0, 0
+    # A zero-copy send's buffer must stay as it is until its completion: every one is
+    # kept alive to the end.
+    keep = []
+    for _ in range(count):
+        chunk = rnd.randbytes(10000)
+        off = 0
+        while off < len(chunk):
+            keep.append(memoryview(chunk)[off:])
+            n = c.sendmsg([keep[-1]], [], MSG_ZEROCOPY)
+            sends += 1
+            off += n
+        h.update(chunk)
+        total += len(chunk)
+    covered, codes = 0, set()
+    deadline = time.time() + 5
+    p = select.poll()
+    p.register(c, select.POLLERR)
+    while covered < sends and time.time() < deadline:
+        try:
+            _, anc, flags, _ = c.recvmsg(1, 1024, socket.MSG_ERRQUEUE)
+        except BlockingIOError:
+            p.poll(100)
+            continue
+        for level, kind, data in anc:
+            _, origin, _, code, _, lo, hi = struct.unpack("=IBBBBII", data[:16])
+            if origin == 5:
+                covered += hi - lo + 1
+                codes.add(code)
+    print(f"zc {sends} {covered} {sorted(codes)}", flush=True)
+    keep.clear()
+    return f"{total} {h.hexdigest()}"
 
 
 def fork_race(c, count):
@@ -389,6 +439,10 @@ def run_mode(c, mode):
             out = records(c)
         elif kind == "nibble":
             out = nibble(c)
+        elif kind == "zerocopy":
+            c.setblocking(True)
+            out = zerocopy_send(c, int(arg))
+            c.shutdown(socket.SHUT_WR)
         elif kind == "strict-sink":
             out = strict_sink(c)
         elif kind == "sendfile":
@@ -447,6 +501,17 @@ def main():
         port, mode = int(sys.argv[2]), sys.argv[3]
         addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
         s = listener(addr, port)
+        c, _ = s.accept()
+        run_mode(c, mode)
+    elif cmd == "serve-zc":
+        # A listener with SO_ZEROCOPY: its connections are to stay on TCP.
+        port, mode = int(sys.argv[2]), sys.argv[3]
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(16)
+        print("listening", flush=True)
         c, _ = s.accept()
         run_mode(c, mode)
     elif cmd == "serve-seq":
@@ -555,7 +620,13 @@ def main():
         c.close()
     elif cmd == "connect":
         addr, port, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
-        if mode.startswith("pregate:"):
+        if mode.startswith("zcfirst+"):
+            # SO_ZEROCOPY before connect: the connection is to stay on TCP.
+            mode = mode[len("zcfirst+"):]
+            c = socket.socket(family(addr), socket.SOCK_STREAM)
+            c.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+            c.connect((addr, port))
+        elif mode.startswith("pregate:"):
             gate, _, mode = mode[len("pregate:"):].partition("+")
             c = socket.socket(family(addr), socket.SOCK_STREAM)
             c.bind(("", 0))

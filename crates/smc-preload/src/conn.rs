@@ -129,6 +129,10 @@ pub struct Conn {
     live: bool,
     /// Bytes and calls, added to the statistics now and then.
     pub tally: crate::stats::Tally,
+    /// `MSG_ZEROCOPY` sends so far, and how many of them a completion has reported
+    /// (crate::zerocopy).
+    pub zc_sent: AtomicU32,
+    pub zc_reported: AtomicU32,
     /// `SO_RCVTIMEO`/`SO_SNDTIMEO` in ms (-1: none), as set through the hooks.
     pub rcvtimeo: AtomicI32,
     pub sndtimeo: AtomicI32,
@@ -259,6 +263,8 @@ impl Conn {
             reader_waits: crate::spin::Adaptive::new(),
             live: false,
             tally: crate::stats::Tally::default(),
+            zc_sent: AtomicU32::new(0),
+            zc_reported: AtomicU32::new(0),
             rcvtimeo: AtomicI32::new(-1),
             sndtimeo: AtomicI32::new(-1),
             info: None,
@@ -608,9 +614,22 @@ impl Conn {
         let _g = SharedLock::take(self.side.writer_lock());
         let mut off = 0usize;
         let mut counted_full = false;
+        let mut waited_to_grow = false;
         let mut on_descriptor = timeout >= 0;
         while off < max {
-            let used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
+            let mut used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
+            if used > 0 && !waited_to_grow && self.grow_wanted.load(Ordering::Relaxed) {
+                // Only an empty ring can grow: give the reader, which is most likely
+                // draining it now, a moment (a few yields, once per call) to finish.
+                waited_to_grow = true;
+                for _ in 0..64 {
+                    std::thread::yield_now();
+                    used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
+                    if used == 0 {
+                        break;
+                    }
+                }
+            }
             if used == 0 && self.grow_wanted.swap(false, Ordering::Relaxed) {
                 let before = self.tx.capacity();
                 if self.tx.grow().map_err(|Corrupt| self.fault(fd))? > before {

@@ -762,6 +762,10 @@ fn serve(c: c_int) -> Result<(), Reason> {
     if let Err(reason) = proven {
         return fail(reason, &fds[..2]);
     }
+    if crate::listener_zerocopy(tuple.server.port()) {
+        // Decided before the first byte: its completions would need POLLERR.
+        return fail(Reason::ZeroCopy, &fds[..2]);
+    }
     if !take_doorbell(fds[1]) {
         return fail(Reason::Protocol, &fds[..2]);
     }

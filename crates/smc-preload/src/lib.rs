@@ -312,6 +312,12 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
         // SAFETY: the caller's arguments.
         return unsafe { real::connect(fd, addr, len) };
     }
+    if zerocopy::enabled(fd) {
+        // Decided before the first byte: its completions would need POLLERR.
+        stats::fallback(Reason::ZeroCopy, false);
+        // SAFETY: the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    }
     // Learn our port before the SYN, so the listener's `accept` knows to wait for us.
     let mut port = sys::sock_addr(fd, false).map_or(0, |a| a.port());
     if port == 0 {
@@ -426,6 +432,20 @@ fn register(fd: c_int) {
     let Some(path) = registry::register_listener(addr) else { return };
     handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
     listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid(), channel));
+}
+
+/// Whether a listener of this process on `port` has `SO_ZEROCOPY` set (its connections
+/// stay on TCP: crate::zerocopy).
+pub(crate) fn listener_zerocopy(port: u16) -> bool {
+    let me = sys::pid();
+    let fds: Vec<c_int> = listeners()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(_, l)| l.0.port() == port && l.2 == me)
+        .map(|(fd, _)| *fd)
+        .collect();
+    fds.into_iter().any(zerocopy::enabled)
 }
 
 fn unregister(fd: c_int) {
@@ -739,8 +759,8 @@ fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> is
         return -1;
     }
     if flags & MSG_ERRQUEUE != 0 {
-        // Never the stream's bytes: a MSG_ZEROCOPY send here was a copy, and no
-        // completion is owed for it.
+        // Never the stream's bytes. (Completions are read with recvmsg, which has room
+        // for them: crate::zerocopy.)
         sys::set_errno(sys::EAGAIN);
         return -1;
     }
@@ -767,7 +787,9 @@ fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) ->
     }
     // SAFETY: the caller's buffer of `n` bytes.
     let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    ret(c.write(fd, b, flags), flags & sys::MSG_NOSIGNAL != 0)
+    let r = ret(c.write(fd, b, flags), flags & sys::MSG_NOSIGNAL != 0);
+    zerocopy::sent(c, flags, r);
+    r
 }
 
 macro_rules! data_hook {
@@ -944,7 +966,9 @@ fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
         return 0;
     }
     let r = c.write_from(fd, flags, total, &mut conn::IovSource::new(&bufs));
-    ret(r, flags & sys::MSG_NOSIGNAL != 0)
+    let r = ret(r, flags & sys::MSG_NOSIGNAL != 0);
+    zerocopy::sent(c, flags, r);
+    r
 }
 
 fn smc_readv(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
@@ -999,6 +1023,9 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize
 
 /// `recvmsg` on a moved socket: data only (no address, no ancillary data).
 fn smc_recvmsg(c: &Conn, fd: c_int, m: &mut sys::MsgHdr, flags: c_int) -> isize {
+    if flags & MSG_ERRQUEUE != 0 {
+        return zerocopy::completion(c, m);
+    }
     m.namelen = 0;
     m.controllen = 0;
     m.flags = 0;
@@ -1051,3 +1078,4 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
 // After `data_hook!`, which it uses.
 mod transfer;
 mod waits;
+mod zerocopy;

@@ -264,10 +264,14 @@ unsafe fn messages<'a>(msgs: *mut MMsgHdr, n: u32) -> &'a mut [MMsgHdr] {
 }
 
 /// Each message in turn through `one` (which returns bytes moved, or -1 with errno set):
-/// the count done, or -1 if the first failed; a short transfer ends the call.
-fn each(msgs: &mut [MMsgHdr], mut one: impl FnMut(&mut MsgHdr, usize) -> isize) -> c_int {
+/// the count done, or -1 if the first failed; a short transfer ends the call, and so does
+/// `stop` (asked before every message after the first).
+fn each(msgs: &mut [MMsgHdr], stop: impl Fn() -> bool, mut one: impl FnMut(&mut MsgHdr, usize) -> isize) -> c_int {
     let mut done = 0;
     for (i, m) in msgs.iter_mut().enumerate() {
+        if i > 0 && stop() {
+            break;
+        }
         let want: usize = iov_total(&m.hdr);
         let n = one(&mut m.hdr, i);
         if n < 0 {
@@ -299,14 +303,15 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: 
     if let Some(c) = moved(fd) {
         // SAFETY: the caller's messages.
         let msgs = unsafe { messages(msgs, n) };
-        return guard(|| each(msgs, |m, _| smc_sendmsg(&c, fd, m, flags)), || fail(sys::EINVAL) as c_int);
+        return guard(|| each(msgs, || false, |m, _| smc_sendmsg(&c, fd, m, flags)), || fail(sys::EINVAL) as c_int);
     }
     // SAFETY: the caller's arguments.
     unsafe { real::sendmmsg(fd, msgs, n, flags) }
 }
 
-/// `recvmmsg(2)` (on a moved socket its timeout is not applied: each message waits as
-/// `recvmsg` would, or not at all after the first with `MSG_WAITFORONE`).
+/// `recvmmsg(2)`: each message waits as `recvmsg` would (or not at all after the first,
+/// with `MSG_WAITFORONE`); the timeout is looked at after each message, as the kernel does
+/// — the call returns once it has passed (it does not bound the wait for a message).
 ///
 /// # Safety
 /// As for `recvmmsg(2)`.
@@ -315,13 +320,22 @@ pub unsafe extern "C" fn recvmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: 
     if let Some(c) = moved(fd) {
         // SAFETY: the caller's messages.
         let msgs = unsafe { messages(msgs, n) };
+        let deadline = (!timeout.is_null()).then(|| {
+            // SAFETY: a non-null timeout is the caller's struct timespec.
+            let t = unsafe { *timeout.cast::<[i64; 2]>() };
+            std::time::Instant::now() + std::time::Duration::new(t[0].max(0) as u64, t[1].clamp(0, 999_999_999) as u32)
+        });
         return guard(
             || {
-                each(msgs, |m, i| {
-                    let f = flags & !MSG_WAITFORONE;
-                    let f = if i > 0 && flags & MSG_WAITFORONE != 0 { f | sys::MSG_DONTWAIT } else { f };
-                    smc_recvmsg(&c, fd, m, f)
-                })
+                each(
+                    msgs,
+                    || deadline.is_some_and(|d| std::time::Instant::now() >= d),
+                    |m, i| {
+                        let f = flags & !MSG_WAITFORONE;
+                        let f = if i > 0 && flags & MSG_WAITFORONE != 0 { f | sys::MSG_DONTWAIT } else { f };
+                        smc_recvmsg(&c, fd, m, f)
+                    },
+                )
             },
             || fail(sys::EINVAL) as c_int,
         );

@@ -55,14 +55,17 @@ pub enum Reason {
     /// Not waited for: the client's user announced an earlier connection to this server
     /// and never proposed it, so its announcements are not believed for a while.
     Penalized = 15,
-    /// The listening process does not accept; processes it forked do (a pre-forking
-    /// server's parent): the client stays on TCP at once instead of waiting.
+    /// Nothing in the listening program (nor in the processes it forked) accepted within
+    /// half a second of the proposal.
     NotAccepting = 16,
+    /// The socket asked for `MSG_ZEROCOPY` (`SO_ZEROCOPY`) before it connected or listened:
+    /// its completions come with `POLLERR`, which a shared-memory socket cannot raise.
+    ZeroCopy = 17,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 16] = [
+    pub const ALL: [Reason; 17] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -79,6 +82,7 @@ impl Reason {
         Reason::BadSegment,
         Reason::Penalized,
         Reason::NotAccepting,
+        Reason::ZeroCopy,
     ];
 
     /// The reason's name in stats and JSON.
@@ -100,6 +104,7 @@ impl Reason {
             Reason::BadSegment => "bad_segment",
             Reason::Penalized => "penalized",
             Reason::NotAccepting => "not_accepting",
+            Reason::ZeroCopy => "zerocopy",
         }
     }
 
@@ -115,6 +120,7 @@ impl Reason {
                 | Reason::NotAllowed
                 | Reason::Penalized
                 | Reason::NotAccepting
+                | Reason::ZeroCopy
         )
     }
 

@@ -761,8 +761,12 @@ mod tests {
                 let mut sent = 0usize;
                 let mut wanted = false;
                 while sent < total {
-                    if wanted && w.is_empty() {
-                        // Found full before: the next empty ring gets a larger window.
+                    if wanted {
+                        // Found full before: wait for the reader to empty it (it keeps
+                        // reading), then the window doubles.
+                        while !w.is_empty() {
+                            std::thread::yield_now();
+                        }
                         let _ = w.grow().unwrap();
                         wanted = false;
                     }
