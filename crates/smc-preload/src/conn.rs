@@ -636,7 +636,8 @@ impl Conn {
                     crate::stats::count(Counter::BuffersGrown);
                 }
             }
-            let room = (self.tx.capacity() - used).min(max - off);
+            // (Saturating: a window the peer garbled below its fill is its own loss.)
+            let room = self.tx.capacity().saturating_sub(used).min(max - off);
             let p = if room == 0 {
                 Push::default()
             } else {
