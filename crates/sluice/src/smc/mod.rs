@@ -101,11 +101,11 @@ pub enum StatsReset {
 /// Arguments of `sluice smc run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Receive buffer size per connection (e.g. 64k, 1m; 16k to 64m, rounded up to a power
-    /// of two).
+    /// Receive buffer size per connection, fixed (e.g. 64k, 1m; 16k to 64m, rounded up to
+    /// a power of two) [default: SMC's rule, growing].
     #[arg(short = 'r', long = "rmem", value_name = "SIZE", value_parser = parse_size)]
     pub rmem: Option<usize>,
-    /// Send buffer size per connection (as -r).
+    /// Send buffer size per connection, fixed (as -r).
     #[arg(short = 't', long = "tmem", value_name = "SIZE", value_parser = parse_size)]
     pub tmem: Option<usize>,
     /// The most a growing buffer grows to (16k to 64m) [default: the TCP maxima].
