@@ -47,6 +47,18 @@ fn spawn_study(file: &Path, out: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// Runs study `file` to its end: it must succeed and leave nothing behind. Its progress
+/// (stderr).
+fn run_study_ok(file: &Path, out: &Path) -> String {
+    let child = spawn_study(file, out);
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
+    err
+}
+
 fn cells(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("cells.jsonl"))
         .unwrap_or_default()
@@ -76,13 +88,8 @@ duration = 1
 "#,
     );
     let out = d.join("out");
-    let child = spawn_study(&f, &out);
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = run_study_ok(&f, &out);
     assert!(err.contains("[4/4]"), "progress per cell: {err}");
-    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
 
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("| **direct** (baseline) |"), "{report}");
@@ -261,14 +268,9 @@ duration = 1
 "#,
     );
     let out = d.join("out");
-    let child = spawn_study(&f, &out);
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = run_study_ok(&f, &out);
     // iperf3 and the profile at 1 and 2 connections, sockperf at 1: 5 cells per path.
     assert!(err.contains("[10/10]"), "{err}");
-    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
     let cells = cells(&out);
     for c in &cells {
         let r = &c["result"];
@@ -308,13 +310,8 @@ duration = 1
 "#,
     );
     let out = d.join("out");
-    let child = spawn_study(&f, &out);
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = run_study_ok(&f, &out);
     assert!(err.contains("[4/4]") && !err.contains("FAILED"), "{err}");
-    assert!(leftovers(pid).is_empty(), "left behind: {:?}", leftovers(pid));
     let cells = cells(&out);
     assert_eq!(cells.len(), 4);
     for c in &cells {

@@ -50,9 +50,6 @@ pub const CLAIM_IDLE_MS: u64 = 500;
 /// whether the server moved its end, so it fails the connection rather than guess.
 pub const DECISION_MS: i32 = CLAIM_LIMIT_MS as i32 + 2 * TIMEOUT_MS;
 
-static IN_ACCEPT: AtomicUsize = AtomicUsize::new(0);
-static LAST_ACCEPT_MS: AtomicU64 = AtomicU64::new(0);
-
 /// Milliseconds on a clock this process shares with the processes it forks after its
 /// first `listen` ([`prepare_for_children`] starts it before any fork).
 fn now_ms() -> u64 {
@@ -63,13 +60,15 @@ fn now_ms() -> u64 {
 /// What the processes forked from a listening one share about `accept`: how many of
 /// their threads are in it, and when one last left it. Anonymous shared memory made at
 /// the first `listen`, before any fork, so a parent whose children accept on its
-/// listener (a pre-forking server) knows they do: no file, nobody else's reach.
+/// listener (a pre-forking server) knows they do: no file, nobody else's reach. (If it
+/// cannot be mapped, this process's own memory: its children are then not seen.)
 struct Tree {
     in_accept: AtomicU64,
     last_accept_ms: AtomicU64,
 }
 
-fn tree() -> Option<&'static Tree> {
+fn tree() -> &'static Tree {
+    static OWN: Tree = Tree { in_accept: AtomicU64::new(0), last_accept_ms: AtomicU64::new(0) };
     static AT: OnceLock<usize> = OnceLock::new();
     let at = *AT.get_or_init(|| match Shm::anonymous(4096) {
         Ok(shm) => {
@@ -80,9 +79,12 @@ fn tree() -> Option<&'static Tree> {
         }
         Err(_) => 0,
     });
+    if at == 0 {
+        return &OWN;
+    }
     // SAFETY: a zeroed, page-aligned page mapped until the process ends; all-zero bytes
     // are a valid `Tree`, and only atomic operations touch it.
-    (at != 0).then(|| unsafe { &*(at as *const Tree) })
+    unsafe { &*(at as *const Tree) }
 }
 
 /// Called at `listen`: the shared page and clock must exist before the program forks.
@@ -98,34 +100,25 @@ pub struct Accepting(());
 impl Accepting {
     /// Marks this thread as accepting.
     pub fn begin() -> Accepting {
-        IN_ACCEPT.fetch_add(1, Ordering::SeqCst);
-        if let Some(t) = tree() {
-            t.in_accept.fetch_add(1, Ordering::SeqCst);
-        }
+        tree().in_accept.fetch_add(1, Ordering::SeqCst);
         Accepting(())
     }
 }
 
 impl Drop for Accepting {
     fn drop(&mut self) {
-        let now = now_ms();
-        LAST_ACCEPT_MS.store(now, Ordering::SeqCst);
-        IN_ACCEPT.fetch_sub(1, Ordering::SeqCst);
-        if let Some(t) = tree() {
-            t.last_accept_ms.fetch_max(now, Ordering::SeqCst);
-            t.in_accept.fetch_sub(1, Ordering::SeqCst);
-        }
+        let t = tree();
+        t.last_accept_ms.fetch_max(now_ms(), Ordering::SeqCst);
+        t.in_accept.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 /// Whether the program — this process, or one forked from it that accepts on its
 /// listeners — has been accepting within the last [`CLAIM_IDLE_MS`].
 fn accepting() -> bool {
-    let recent = |ms: u64| now_ms().saturating_sub(ms) < CLAIM_IDLE_MS;
-    IN_ACCEPT.load(Ordering::SeqCst) > 0
-        || recent(LAST_ACCEPT_MS.load(Ordering::SeqCst))
-        || tree()
-            .is_some_and(|t| t.in_accept.load(Ordering::SeqCst) > 0 || recent(t.last_accept_ms.load(Ordering::SeqCst)))
+    let t = tree();
+    t.in_accept.load(Ordering::SeqCst) > 0
+        || now_ms().saturating_sub(t.last_accept_ms.load(Ordering::SeqCst)) < CLAIM_IDLE_MS
 }
 
 /// A receive ring of `size` bytes, `window` of them in use to start with, in fresh shared

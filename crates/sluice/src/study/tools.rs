@@ -319,17 +319,7 @@ pub fn wrk_result(text: &str) -> Result<RunResult> {
         max_us: 0.0,
     };
     let side = SideCounts { transactions: requests, bytes_sent: bytes, bytes_received: 0, connections: 0 };
-    Ok(RunResult {
-        profile: "wrk".into(),
-        conns: 1,
-        duration_s: secs.max(1e-9),
-        client: side,
-        server: side,
-        latency,
-        flowops: Vec::new(),
-        cpu: CpuSplit::default(),
-        completion: None,
-    })
+    Ok(tool_result("wrk", secs.max(1e-9), side, latency))
 }
 
 /// Reads `redis-benchmark --csv`: requests/s and latencies (ms) of the one test run;
@@ -361,17 +351,24 @@ pub fn redis_result(text: &str, requests: u32) -> Result<RunResult> {
         bytes_received: 0,
         connections: 0,
     };
-    Ok(RunResult {
-        profile: "redis-benchmark".into(),
+    Ok(tool_result("redis-benchmark", f64::from(requests) / rps, side, latency))
+}
+
+/// A tool's result, as the report reads every cell: one side's counts stand for both (the
+/// tool reports one side), one connection until the caller sets the cell's, CPU measured
+/// around the run by the caller.
+fn tool_result(profile: &str, duration_s: f64, side: SideCounts, latency: Latency) -> RunResult {
+    RunResult {
+        profile: profile.into(),
         conns: 1,
-        duration_s: f64::from(requests) / rps,
+        duration_s,
         client: side,
         server: side,
         latency,
         flowops: Vec::new(),
         cpu: CpuSplit::default(),
         completion: None,
-    })
+    }
 }
 
 /// Reads `iperf3 -J`: what the receiver got, over the receiver's seconds.
@@ -387,17 +384,7 @@ pub fn iperf3_result(json: &str) -> Result<RunResult> {
     // report gives both in MB/s).
     let side =
         SideCounts { transactions: bytes.div_ceil(128 * 1024), bytes_sent: bytes, bytes_received: 0, connections: 0 };
-    Ok(RunResult {
-        profile: "iperf3".into(),
-        conns: 1,
-        duration_s: secs,
-        client: side,
-        server: side,
-        latency: Latency::default(),
-        flowops: Vec::new(),
-        cpu: CpuSplit::default(),
-        completion: None,
-    })
+    Ok(tool_result("iperf3", secs, side, Latency::default()))
 }
 
 /// Reads sockperf's ping-pong summary: the valid run time, the messages received (each a
@@ -426,17 +413,7 @@ pub fn sockperf_result(text: &str) -> Result<RunResult> {
     };
     let bytes = received * u64::from(SOCKPERF_MSG);
     let side = SideCounts { transactions: received, bytes_sent: bytes, bytes_received: bytes, connections: 1 };
-    Ok(RunResult {
-        profile: "sockperf".into(),
-        conns: 1,
-        duration_s: secs,
-        client: side,
-        server: side,
-        latency,
-        flowops: Vec::new(),
-        cpu: CpuSplit::default(),
-        completion: None,
-    })
+    Ok(tool_result("sockperf", secs, side, latency))
 }
 
 #[cfg(test)]
