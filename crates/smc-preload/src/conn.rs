@@ -1,24 +1,40 @@
 //! One connection on shared memory, and reading and writing it with TCP's semantics
-//! (docs/architecture.md, "Data path" and "Wake-ups").
+//! (docs/architecture.md, "Data path", "Wake-ups" and "Connections at TCP's cost").
 //!
-//! The application's descriptor is one end of a unix socket pair (the "doorbell"); the
-//! other end was handed to the peer. `peer_bell` is the peer's pair's other end: a byte
-//! written there makes the peer's descriptor readable, and filler this side leaves in its
-//! own descriptor's send direction is drained from there by the peer.
+//! The application's descriptor is one end of a unix socket pair; the peer's descriptor is
+//! the other end. Each direction of the pair carries the signals of one ring: what this
+//! side writes into its descriptor arrives at the peer's and is about the ring this side
+//! writes (the doorbell byte when an epoch opens, the filler when the ring is full, so
+//! this side's descriptor stops polling writable); what arrives at this side's descriptor
+//! is about the ring it reads. The reader keeps its descriptor readable exactly while a
+//! bell epoch is open ([`Conn::settle`]).
 //!
 //! The rings are memory the peer can write, so every call that reads them may find them
-//! broken ([`sluice_smc::ring::Corrupt`]): that connection is then reset — both
-//! descriptors shut down, counted as a peer fault — and nothing else happens. What must not
-//! be in the peer's reach (the locks that serialize forked processes, the count of
-//! doorbell bytes owed) lives on a page of this side's own ([`Side`]).
+//! broken ([`sluice_smc::ring::Corrupt`]): that connection is then reset — the pair shut
+//! down both ways, counted as a peer fault — and nothing else happens. What must not
+//! be in the peer's reach (the locks that serialize forked processes) lives on a page of
+//! this side's own ([`Side`]).
+//!
+//! A client's connection is *pending* from `connect` until the server decides (the
+//! slot's control word, sluice_smc::slot): writes go into the ring meanwhile; a read that
+//! finds the server declined, or that the server took the connection as plain TCP,
+//! answers [`FELL_BACK`] and the caller moves the descriptor back to TCP
+//! (crate::pending).
 
 use std::ffi::c_int;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering, fence};
 
 use sluice_smc::ring::{Corrupt, FLAG_SHUTDOWN_WR, FLAG_WRITER_SLEEPING, FLAG_WRITER_WAITING, Push, Ring};
+use sluice_smc::slot::{self, Control, State};
 use sluice_smc::stats::Counter;
 
+use crate::arena::Arena;
 use crate::sys::{self, Shm};
+
+/// Not an errno: a pending connection's server did not take it onto shared memory; the
+/// caller hands the descriptor back to TCP and makes the call there (crate::pending).
+pub const FELL_BACK: c_int = 0x5eec_0001;
 
 /// The peer closed with unread data (as TCP answers with a reset).
 pub const FLAG_RESET: u32 = 4;
@@ -26,6 +42,14 @@ pub const FLAG_RESET: u32 = 4;
 /// How long a blocking read or write sleeps on the ring's futex before it waits on its
 /// descriptor instead — where an idle connection costs nothing and a dead peer shows.
 const FUTEX_SLICE_MS: i32 = 50;
+/// The same while the server has not decided: between slices the read looks whether it
+/// declined (or took the connection as TCP), which wakes nobody here.
+const PENDING_SLICE_MS: i32 = 2;
+/// The longest a client's connection stays pending: then the client gives up on it (first,
+/// by compare-and-swap, so the server cannot commit it any more) and stays on TCP, where
+/// what it wrote meanwhile goes. A server declines or commits within its `accept`; one
+/// that never decides costs its clients this long, once.
+pub const DECISION_MS: u64 = 10_000;
 
 /// A lock in the ring's shared header: one reader and one writer at a time across every
 /// thread of every process holding the connection (a forked child and its parent write
@@ -64,23 +88,56 @@ impl Drop for SharedLock<'_> {
     }
 }
 
-/// This side's own shared page of a connection: shared with the processes this one forks
-/// (an anonymous `MAP_SHARED` mapping is inherited as shared), never reachable by the peer.
+/// This side's own shared words of a connection (its fork-wide locks): in memory shared
+/// with the processes this one forks (anonymous `MAP_SHARED`, inherited as shared), never
+/// reachable by the peer. Carved from chunks that are kept and reused, so a connection
+/// maps nothing: a slot goes back to the pool when its connection ends — unless the
+/// process forked meanwhile (a child may still hold the connection, and its locks).
 pub struct Side {
-    shm: Shm,
+    at: *mut u8,
+    fork_epoch: u64,
 }
 
+// SAFETY: a pointer into a mapping that is never unmapped; only atomics touch it.
+unsafe impl Send for Side {}
+// SAFETY: as above.
+unsafe impl Sync for Side {}
+
+/// Bytes of one side's slot: two words on their own cache lines.
+const SIDE_LEN: usize = 128;
+/// Bytes of a chunk of slots.
+const SIDE_CHUNK: usize = 64 * 1024;
+
+/// Free slots, and the process they belong to (a forked child starts a pool of its own).
+static SIDES: std::sync::Mutex<(u32, Vec<usize>)> = std::sync::Mutex::new((0, Vec::new()));
+/// Forks so far in this process (a slot made before one is not reused).
+pub static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Side {
-    /// A fresh page (made before the handshake commits, so that building the connection
+    /// Fresh words (taken before the server commits, so that building the connection
     /// afterwards cannot fail).
     pub fn new() -> std::io::Result<Side> {
-        Ok(Side { shm: Shm::anonymous(4096)? })
+        let mut pool = SIDES.lock().unwrap_or_else(|p| p.into_inner());
+        let me = sys::pid();
+        if pool.0 != me {
+            // Inherited slots are the parent's connections' (and shared with it).
+            *pool = (me, Vec::new());
+        }
+        if pool.1.is_empty() {
+            let chunk = Shm::anonymous(SIDE_CHUNK)?;
+            let base = chunk.ptr as usize;
+            // Kept for the life of the process (its slots are reused, never unmapped).
+            std::mem::forget(chunk);
+            pool.1.extend((0..SIDE_CHUNK / SIDE_LEN).rev().map(|i| base + i * SIDE_LEN));
+        }
+        let at = pool.1.pop().unwrap_or_default() as *mut u8;
+        Ok(Side { at, fork_epoch: FORKS.load(Ordering::Relaxed) })
     }
 
     fn word(&self, line: usize) -> &AtomicU32 {
-        // SAFETY: a page-aligned mapping of 4096 bytes, alive as long as `self`; lines 0–2
-        // are 64-byte-aligned u32 words written only through atomics.
-        unsafe { &*self.shm.ptr.add(line * 64).cast::<AtomicU32>() }
+        // SAFETY: a 128-byte slot of a page-aligned shared mapping that is never unmapped;
+        // lines 0–1 are 64-byte-aligned u32 words written only through atomics.
+        unsafe { &*self.at.add(line * 64).cast::<AtomicU32>() }
     }
 
     /// The lock readers hold while they pop.
@@ -92,28 +149,56 @@ impl Side {
     fn writer_lock(&self) -> &AtomicU32 {
         self.word(1)
     }
+}
 
-    /// Doorbell bytes that must still come off our descriptor (for bell epochs that ended
-    /// before their byte arrived).
-    fn owed(&self) -> &AtomicU32 {
-        self.word(2)
+impl Drop for Side {
+    fn drop(&mut self) {
+        if self.fork_epoch != FORKS.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut pool = SIDES.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.0 == sys::pid() {
+            self.word(0).store(0, Ordering::Relaxed);
+            self.word(1).store(0, Ordering::Relaxed);
+            pool.1.push(self.at as usize);
+        }
     }
+}
+
+/// Which end of the connection this side is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// A client's slot, given back to its association when dropped (crate::assoc), for the
+/// next connection to the same server.
+pub trait Lease: Send + Sync {
+    /// A ring grew past its first window: the slot's pages are trimmed before reuse.
+    fn set_grew(&self);
 }
 
 /// A connection on shared memory.
 pub struct Conn {
-    /// Our receive ring (we created it) and the peer's receive ring (we write into it).
+    /// The ring we read and the ring we write (a client reads server-to-client).
     pub rx: Ring,
     pub tx: Ring,
-    _rx_shm: Shm,
-    _tx_shm: Shm,
+    /// The arena the rings live in (kept mapped as long as the connection).
+    _arena: Arc<Arena>,
+    /// The slot's control line, and this connection's generation of it.
+    control: Control,
+    pub generation: u32,
+    pub role: Role,
     side: Side,
     /// The peer broke a ring: every call answers a reset.
     broken: AtomicBool,
     /// The TCP socket, kept at a descriptor of the library's.
     pub tcp_fd: c_int,
-    /// The peer's doorbell end.
-    pub peer_bell: c_int,
+    /// A client's connection whose server has not decided yet.
+    pending: AtomicBool,
+    /// The client's slot lease.
+    lease: Option<Box<dyn Lease>>,
     /// The process that made the connection (a forked child does not end it on close).
     pub owner: u32,
     /// O_NONBLOCK on the application's descriptor (shared by its duplicates).
@@ -123,6 +208,8 @@ pub struct Conn {
     /// A write found the peer's ring full: its window doubles the next time a write finds
     /// it empty (only then may it change: sluice_smc::ring, "The window").
     grow_wanted: AtomicBool,
+    /// A ring grew past its first window (the slot is trimmed before its next use).
+    grew: AtomicBool,
     /// How long this connection's reads have lately waited for the peer (crate::spin).
     reader_waits: crate::spin::Adaptive,
     /// Counted in [`crate::spin::LIVE`] (the application holds it).
@@ -136,8 +223,18 @@ pub struct Conn {
     /// `SO_RCVTIMEO`/`SO_SNDTIMEO` in ms (-1: none), as set through the hooks.
     pub rcvtimeo: AtomicI32,
     pub sndtimeo: AtomicI32,
-    /// This connection's entry for `sluice smc info`.
-    pub info: Option<std::path::PathBuf>,
+    /// This connection's line in the process's table for `sluice smc info`.
+    pub info: Option<crate::info::Line>,
+    /// Ring sizes to count when the connection moves (a client's, at the decision).
+    pub sizes: (usize, usize),
+    /// Why this side gave up on its pending connection (a `Reason` as a byte; 0: it did
+    /// not).
+    abandoned: std::sync::atomic::AtomicU8,
+    /// The program's epoll registrations of the descriptor while it is pending: made again
+    /// on the TCP socket if the connection stays there (crate::pending).
+    regs: std::sync::Mutex<Vec<(c_int, [u8; 16])>>,
+    /// When the connection was made (a pending one is given up on after [`DECISION_MS`]).
+    born: std::time::Instant,
 }
 
 /// The outcome of an I/O call: bytes, or an errno.
@@ -242,24 +339,39 @@ impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
 }
 
 impl Conn {
-    /// A connection over the two mapped rings and this side's page; `peer_bell` is the
-    /// peer's doorbell end, which it takes. The TCP socket is filled in when the connection
-    /// takes the application's descriptor over.
-    pub fn new(rx_shm: Shm, rx: Ring, tx_shm: Shm, tx: Ring, side: Side, peer_bell: c_int) -> Conn {
-        Conn {
+    /// A connection over slot `slot` of `arena`, its rings `rx` and `tx`, this side's
+    /// page. A client's is pending (its server has not decided yet) and holds `lease`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        arena: Arc<Arena>,
+        slot: u32,
+        generation: u32,
+        rx: Ring,
+        tx: Ring,
+        side: Side,
+        role: Role,
+        lease: Option<Box<dyn Lease>>,
+    ) -> Option<Conn> {
+        let control = arena.control(slot)?;
+        let sizes = (rx.capacity(), tx.capacity());
+        Some(Conn {
             rx,
             tx,
-            _rx_shm: rx_shm,
-            _tx_shm: tx_shm,
+            _arena: arena,
+            control,
+            generation,
+            role,
             side,
             broken: AtomicBool::new(false),
             tcp_fd: -1,
-            peer_bell,
+            pending: AtomicBool::new(role == Role::Client),
+            lease,
             owner: sys::pid(),
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
             grow_wanted: AtomicBool::new(false),
+            grew: AtomicBool::new(false),
             reader_waits: crate::spin::Adaptive::new(),
             live: false,
             tally: crate::stats::Tally::default(),
@@ -268,39 +380,134 @@ impl Conn {
             rcvtimeo: AtomicI32::new(-1),
             sndtimeo: AtomicI32::new(-1),
             info: None,
-        }
+            sizes,
+            abandoned: std::sync::atomic::AtomicU8::new(0),
+            regs: std::sync::Mutex::new(Vec::new()),
+            born: std::time::Instant::now(),
+        })
     }
 
-    /// Lets go of every descriptor the connection does not need once it is the
-    /// application's: the rings' memfds (their mappings stay), and moves the peer's doorbell
-    /// end among the library's high descriptors.
-    pub fn settle(&mut self) {
+    /// The connection is the application's now (counted among the live ones).
+    pub fn settle_in(&mut self) {
         if !self.live {
             self.live = true;
             crate::spin::LIVE.fetch_add(1, Ordering::Relaxed);
         }
-        self._rx_shm.close_fd();
-        self._tx_shm.close_fd();
-        self.peer_bell = sys::move_high(self.peer_bell);
     }
 
-    /// The memfds of our receive ring and the peer's (to hand the connection to a forked
-    /// child that accepted it: crate::claim).
-    pub fn ring_fds(&self) -> (c_int, c_int) {
-        (self._rx_shm.fd, self._tx_shm.fd)
+    /// The slot's control line.
+    pub fn control(&self) -> &Control {
+        &self.control
     }
 
-    /// The peer broke a ring: the connection is reset, once — our descriptor and the
-    /// peer's shut down (both see the end, poll reports it), counted.
+    /// True while a client's server has not decided.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// What the control word says of this connection now: `None` while undecided.
+    pub fn decision(&self) -> Option<(State, u8)> {
+        match slot::unpack(self.control.word()) {
+            Some((g, State::Proposed, _)) if g == self.generation & slot::GEN_MASK => None,
+            Some((g, st, reason)) if g == self.generation & slot::GEN_MASK => Some((st, reason)),
+            // Another generation, or a word no side writes: the peer garbled it.
+            _ => Some((State::Abandoned, 0)),
+        }
+    }
+
+    /// A pending client's server committed: the connection is on shared memory.
+    pub fn mark_moved(&self) {
+        if self.pending.swap(false, Ordering::AcqRel) {
+            crate::stats::smc(false, self.sizes.0, self.sizes.1);
+            self.regs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    /// Gives up on the pending connection for `reason`: true when this side decided
+    /// (the server cannot commit it any more).
+    fn abandon(&self, reason: sluice_smc::msg::Reason) -> bool {
+        let won = self.control.decide(self.generation, State::Abandoned, 0);
+        if won {
+            self.abandoned.store(reason as u8, Ordering::Relaxed);
+        }
+        won
+    }
+
+    /// Why this side gave up on it (when the server did not decline).
+    pub fn abandoned_for(&self) -> sluice_smc::msg::Reason {
+        let b = self.abandoned.load(Ordering::Relaxed);
+        sluice_smc::msg::Reason::ALL.into_iter().find(|r| *r as u8 == b).unwrap_or(sluice_smc::msg::Reason::Protocol)
+    }
+
+    /// Remembers an epoll registration of the pending descriptor (`op` 1 ADD, 2 DEL,
+    /// 3 MOD; `event` as the program passed it).
+    pub fn note_epoll(&self, epfd: c_int, op: c_int, event: Option<[u8; 16]>) {
+        let mut r = self.regs.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|(e, _)| *e != epfd);
+        if let (1 | 3, Some(ev)) = (op, event) {
+            r.push((epfd, ev));
+        }
+    }
+
+    /// The epoll registrations to make again on the TCP socket.
+    pub fn take_regs(&self) -> Vec<(c_int, [u8; 16])> {
+        std::mem::take(&mut *self.regs.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Looks at a pending connection's decision: Ok while undecided or committed (the
+    /// connection is then moved), [`FELL_BACK`] once it is known to stay on TCP. With
+    /// `signals`, also asks whether the server took it as TCP (bytes or an end on the TCP
+    /// socket, or our pair's other end gone without a decision) and if so gives up on it.
+    pub fn check_pending(&self, fd: c_int, signals: bool) -> Result<(), c_int> {
+        if !self.is_pending() {
+            return Ok(());
+        }
+        match self.decision() {
+            Some((State::Committed, _)) => {
+                self.mark_moved();
+                Ok(())
+            }
+            Some(_) => Err(FELL_BACK),
+            None if signals && (sys::readable_or_ended(self.tcp_fd) || self.pair_closed(fd)) => {
+                // The server took it where the library cannot see (or died): unless it
+                // decided meanwhile, it stays TCP.
+                if self.abandon(sluice_smc::msg::Reason::TakenAsTcp) {
+                    Err(FELL_BACK)
+                } else {
+                    self.check_pending(fd, false)
+                }
+            }
+            None if signals && self.born.elapsed() >= std::time::Duration::from_millis(DECISION_MS) => {
+                // A server that says nothing this long is not waited for: TCP's.
+                if self.abandon(sluice_smc::msg::Reason::Timeout) {
+                    Err(FELL_BACK)
+                } else {
+                    self.check_pending(fd, false)
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The peer's end of the pair is closed (not merely shut for writing).
+    fn pair_closed(&self, fd: c_int) -> bool {
+        if fd < 0 {
+            return false;
+        }
+        let mut p = sys::PollFd { fd, events: 0, revents: 0 };
+        // SAFETY: one valid pollfd, no waiting.
+        let r = unsafe { crate::real::poll(&mut p, 1, 0) };
+        r > 0 && p.revents & (0x10 | 0x8) != 0
+    }
+
+    /// The peer broke a ring: the connection is reset, once — the pair shut down both
+    /// ways (both sides see the end, poll reports it), counted.
     fn fault(&self, fd: c_int) -> c_int {
         if !self.broken.swap(true, Ordering::SeqCst) {
             crate::stats::count(Counter::PeerFaults);
             self.tx.set_flags(FLAG_RESET);
-            // SAFETY: our own descriptors of the two doorbell pairs.
-            unsafe {
-                crate::real::shutdown(fd, sys::SHUT_RDWR);
-                crate::real::shutdown(self.peer_bell, sys::SHUT_RDWR);
-            }
+            // SAFETY: the application's descriptor of the pair, in the call at hand.
+            unsafe { crate::real::shutdown(fd, sys::SHUT_RDWR) };
         }
         sys::ECONNRESET
     }
@@ -309,93 +516,83 @@ impl Conn {
         if self.broken.load(Ordering::Relaxed) { Err(self.fault(fd)) } else { Ok(()) }
     }
 
-    /// Wakes the peer's reader. False when the peer is gone.
-    fn ring_peer(&self) -> bool {
+    /// Wakes the peer's reader: a byte into our end of the pair, which arrives at theirs.
+    /// False when the peer is gone.
+    fn ring_peer(&self, fd: c_int) -> bool {
         let b = [1u8];
-        // SAFETY: one byte from a live buffer.
-        let n =
-            unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
-        // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
+        // SAFETY: one byte from a live buffer, on the application's descriptor.
+        let n = unsafe { crate::real::send(fd, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
+        // EAGAIN: our direction of the pair is full of filler; the peer will look.
         n == 1 || sys::errno() == sys::EAGAIN
     }
 
-    /// Takes up to `n` doorbell bytes off our descriptor `fd`; returns how many it took.
-    fn consume(fd: c_int, n: u32) -> u32 {
-        let mut buf = [0u8; 64];
-        let want = (n as usize).min(buf.len());
-        if want == 0 {
-            return 0;
+    /// Takes up to `n` bytes off our descriptor; returns how many it took. (With room for
+    /// descriptors: any the peer queued before its end refused them are let go off this
+    /// thread, never released by the kernel on it.)
+    fn consume(fd: c_int, n: usize) -> usize {
+        let mut buf = [0u8; 256];
+        let mut taken = 0;
+        // Bounded: a peer writing as fast as we take must not keep us here.
+        for _ in 0..64 {
+            let want = (n - taken).min(buf.len());
+            if want == 0 {
+                break;
+            }
+            match sys::recv_releasing(fd, &mut buf[..want]) {
+                Some(got) if got > 0 => taken += got,
+                _ => break,
+            }
         }
-        // SAFETY: `buf` has room for `want` bytes.
-        let got = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), want, sys::MSG_DONTWAIT) };
-        if got > 0 { got as u32 } else { 0 }
+        taken
     }
 
-    /// The ring just emptied: its doorbell byte comes off our descriptor, with any owed
-    /// from earlier emptyings whose bytes had not arrived yet.
+    /// The ring just emptied and closed a bell epoch: its doorbell byte comes off our
+    /// descriptor, with everything else there (filler, bytes of epochs that ended).
     ///
     /// A reader quick enough (one that spun) empties the ring before the writer, which
     /// publishes first and rings second, has sent the byte: it waits for it (briefly — the
     /// writer is between two calls) rather than leave the descriptor readable with nothing
     /// to read, which a program may take as an error (wrk counts a read that says EAGAIN
-    /// after poll said readable). A byte that does not come in a millisecond is owed.
+    /// after poll said readable). A byte that does not come in a millisecond is taken off
+    /// by the next [`Conn::settle`] that finds the ring empty.
     fn take_doorbell(&self, fd: c_int) {
-        let owed = self.side.owed();
-        let need = owed.load(Ordering::Relaxed).saturating_add(1);
-        let mut got = Conn::consume(fd, need);
-        if got < need && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
-            got += Conn::consume(fd, need - got);
+        let mut n = sys::pending(fd);
+        if n == Some(0) && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
+            n = sys::pending(fd);
         }
-        owed.store(need - got, Ordering::Relaxed);
+        self.settle_with(fd, n);
     }
 
-    /// The ring is empty: takes off our descriptor every byte no open epoch accounts for —
-    /// those owed for epochs that ended, and any the peer wrote beyond its epochs — so the
-    /// descriptor is readable exactly while a bell epoch is open, and a stray byte cannot
-    /// keep `poll` returning. (Counted first, then the state: a byte of an epoch opened in
-    /// between was counted only if its epoch shows as open.)
-    fn settle_doorbell(&self, fd: c_int) {
-        let Some(n) = sys::pending(fd) else { return };
+    /// Keeps our descriptor readable exactly while a bell epoch is open: takes off every
+    /// byte but the one an open epoch owns — bytes of epochs that ended, and the filler a
+    /// writer waiting for room wrote (taking it makes the writer's end writable again).
+    /// (Counted first, then the state: a byte of an epoch opened in between was counted
+    /// only if its epoch shows as open, so nothing an open epoch needs is taken.)
+    fn settle(&self, fd: c_int) {
+        self.settle_with(fd, sys::pending(fd));
+    }
+
+    /// [`Conn::settle`] with the bytes waiting just counted.
+    fn settle_with(&self, fd: c_int, n: Option<usize>) {
+        let Some(n) = n else { return };
         let open = usize::from(self.rx.bell_open());
-        let mut extra = n.saturating_sub(open);
-        let owed = self.side.owed();
-        let mut taken = 0u32;
-        // Bounded: a peer writing as fast as we take must not keep us here.
-        for _ in 0..64 {
-            if extra == 0 {
-                break;
-            }
-            let got = Conn::consume(fd, extra.min(64) as u32);
-            if got == 0 {
-                break;
-            }
-            extra -= got as usize;
-            taken += got;
+        if n > open {
+            Conn::consume(fd, n - open);
         }
-        let o = owed.load(Ordering::Relaxed);
-        owed.store(o.saturating_sub(taken), Ordering::Relaxed);
     }
 
     /// Wakes a peer writer waiting for room: asleep on the flags word, or waiting on its
-    /// descriptor behind the filler it wrote (drained here so it is writable again).
-    fn release_writer(&self) {
+    /// descriptor behind the filler it wrote into ours (taken off here, so its end is
+    /// writable again).
+    fn release_writer(&self, fd: c_int) {
         // Pairs with the writer's fence between setting its flag and looking for room.
         fence(Ordering::SeqCst);
         let f = self.rx.flags_word().load(Ordering::Relaxed);
         if f & FLAG_WRITER_SLEEPING != 0 && self.rx.take_flags(FLAG_WRITER_SLEEPING) {
             sys::futex_wake(self.rx.flags_word());
         }
-        if f & FLAG_WRITER_WAITING == 0 || !self.rx.take_flags(FLAG_WRITER_WAITING) {
-            return;
-        }
-        let mut buf = [0u8; 4096];
-        // Bounded: a writer filling while we drain must not keep both of us looping.
-        for _ in 0..64 {
-            // SAFETY: reads into a live buffer.
-            let n = unsafe { crate::real::recv(self.peer_bell, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
-            if n <= 0 {
-                break;
-            }
+        if f & FLAG_WRITER_WAITING != 0 && self.rx.take_flags(FLAG_WRITER_WAITING) {
+            self.settle(fd);
         }
     }
 
@@ -471,7 +668,7 @@ impl Conn {
         if p.take_bell {
             self.take_doorbell(fd);
         }
-        self.release_writer();
+        self.release_writer(fd);
         self.tally.rx(p.n);
         Ok(p.n)
     }
@@ -499,12 +696,20 @@ impl Conn {
                 if let Some(t) = waiting.take() {
                     self.reader_waits.record(t.elapsed());
                 }
+                if self.is_pending() {
+                    // A server writes only once it committed; bytes from one that did not
+                    // are a broken peer's.
+                    match self.decision() {
+                        Some((State::Committed, _)) => self.mark_moved(),
+                        _ => return Err(self.fault(fd)),
+                    }
+                }
                 idle = Backoff::default();
                 if p.take_bell {
                     self.take_doorbell(fd);
                 }
                 if !peek {
-                    self.release_writer();
+                    self.release_writer(fd);
                     self.tally.rx(p.n);
                 }
                 got += p.n;
@@ -527,9 +732,12 @@ impl Conn {
             if got > 0 && !waitall {
                 return Ok(got);
             }
-            if self.rx.has_flags(FLAG_SHUTDOWN_WR) {
+            if self.rx.has_flags(FLAG_SHUTDOWN_WR) && !self.is_pending() {
                 return Ok(got);
             }
+            // Still waiting for the server's decision: it may have declined, or taken the
+            // connection as plain TCP (then our bytes go there, and so does this read).
+            self.check_pending(fd, on_descriptor || nonblock)?;
             if !nonblock && !on_descriptor {
                 waiting.get_or_insert_with(std::time::Instant::now);
                 if !spun {
@@ -544,9 +752,14 @@ impl Conn {
                 match self.rx.prepare_sleep(room) {
                     Ok(v) => {
                         *slept = true;
-                        if sys::futex_wait(self.rx.state_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
+                        // A pending connection's server may decline without a word into
+                        // this ring: short slices, each followed by a look at the decision.
+                        let slice = if self.is_pending() { PENDING_SLICE_MS } else { FUTEX_SLICE_MS };
+                        if sys::futex_wait(self.rx.state_word(), v, slice) == sys::Woke::TimedOut {
                             self.rx.cancel_sleep();
-                            on_descriptor = true;
+                            on_descriptor =
+                                !self.is_pending() || waiting.is_some_and(|t| t.elapsed().as_millis() >= 50);
+                            self.check_pending(fd, true)?;
                         }
                     }
                     // Counted, not yet published: look again — for a while; a count that
@@ -557,6 +770,8 @@ impl Conn {
                 continue;
             }
             if self.peer_gone(fd) {
+                // A pending connection's server that went without deciding: TCP's.
+                self.check_pending(fd, true)?;
                 // Whatever the peer wrote before it went is read first (the ring was
                 // empty just above; look once more now that it is certainly gone).
                 let p = self.rx.pop(&mut buf[got..], peek).map_err(|Corrupt| self.fault(fd))?;
@@ -579,11 +794,16 @@ impl Conn {
                     continue;
                 }
             }
-            self.settle_doorbell(fd);
+            if self.rx.is_empty() {
+                self.settle(fd);
+            }
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
-            match sys::wait(fd, sys::POLLIN, timeout) {
+            // (While pending, the TCP socket too: bytes or an end there mean the server
+            // took the connection as TCP.)
+            let tcp = if self.is_pending() { self.tcp_fd } else { -1 };
+            match sys::wait2(fd, tcp, sys::POLLIN, timeout) {
                 Ok(true) => {}
                 // SO_RCVTIMEO expired, as a TCP socket reports it.
                 Ok(false) => return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) },
@@ -654,12 +874,20 @@ impl Conn {
                 if p.wake_sleeper {
                     sys::futex_wake(self.tx.state_word());
                 }
-                if p.ring_bell && !self.ring_peer() {
+                if p.ring_bell && !self.ring_peer(fd) {
                     return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
                 }
                 continue;
             }
             // Full.
+            if self.is_pending() {
+                // Nobody reads this ring before the server decides: wait for it. Bytes
+                // written already stay (replayed onto TCP if it declines).
+                match self.await_decision(fd) {
+                    Ok(()) => continue,
+                    Err(e) => return if off > 0 { Ok(off) } else { Err(e) },
+                }
+            }
             if !counted_full {
                 counted_full = true;
                 crate::stats::buffer_full();
@@ -712,23 +940,42 @@ impl Conn {
         !matches!(self.tx.len(), Ok(n) if n >= self.tx.capacity())
     }
 
-    /// Fills our descriptor's send direction so it stops being writable.
+    /// Fills our direction of the pair so our descriptor stops being writable: one byte
+    /// a send (with the send buffer at its least, one queued byte leaves a socket
+    /// writable and two do not — and the reader, making room, takes all but one), until
+    /// the socket takes no more; bounded, in case the reader drains as fast as we fill.
     fn fill(&self, fd: c_int) {
-        let junk = [0u8; 1024];
-        // Until the socket is full — bounded, in case the reader drains as fast as we fill.
-        for _ in 0..64 {
-            // SAFETY: writes from a live buffer.
-            let n = unsafe {
-                crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
-            };
+        let junk = [0u8; 1];
+        for _ in 0..16 {
+            // SAFETY: writes one byte from a live buffer.
+            let n = unsafe { crate::real::send(fd, junk.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
             if n <= 0 {
                 break;
             }
         }
     }
 
+    /// Waits for a pending connection's server to decide: Ok once the connection is on
+    /// shared memory, [`FELL_BACK`] once it is TCP's. Bounded: past [`DECISION_MS`] the
+    /// client gives up on it (and, having decided first, keeps TCP).
+    pub fn await_decision(&self, fd: c_int) -> Result<(), c_int> {
+        loop {
+            // (Past DECISION_MS from the connection's start, this gives up on it.)
+            self.check_pending(fd, true)?;
+            if !self.is_pending() {
+                return Ok(());
+            }
+            // The server wakes the word when it decides; a slice, then look at the TCP
+            // socket too (a server that took it as TCP says nothing here).
+            let w = self.control.word();
+            if matches!(slot::unpack(w), Some((_, State::Proposed, _))) {
+                sys::futex_wait(self.control.word_atomic(), w, PENDING_SLICE_MS);
+            }
+        }
+    }
+
     /// `shutdown`.
-    pub fn shutdown(&self, how: c_int) {
+    pub fn shutdown(&self, fd: c_int, how: c_int) {
         if how == sys::SHUT_RD || how == sys::SHUT_RDWR {
             self.rd_shut.store(true, Ordering::Relaxed);
         }
@@ -739,24 +986,31 @@ impl Conn {
             sys::futex_wake(self.tx.state_word());
             // The peer's descriptor now reads end-of-file and polls POLLRDHUP, as after
             // a TCP FIN (programs that ask poll whether the peer half-closed see it).
-            // SAFETY: our own descriptor of the peer's pair.
-            unsafe { crate::real::shutdown(self.peer_bell, sys::SHUT_WR) };
+            // SAFETY: the application's descriptor of the pair, in the call at hand.
+            unsafe { crate::real::shutdown(fd, sys::SHUT_WR) };
         }
     }
 
-    /// The last descriptor of the connection in this process was closed.
+    /// The last descriptor of the connection in this process is being closed (the pair
+    /// closes with it, which the peer sees): the flags say how it ended.
     pub fn closed(&self) {
         if sys::pid() != self.owner {
             return;
-        }
-        if let Some(p) = &self.info {
-            let _ = std::fs::remove_file(p);
         }
         if !self.rx.is_empty() {
             // Closing with unread data: the peer sees a reset, as with TCP.
             self.tx.set_flags(FLAG_RESET);
         }
-        self.shutdown(sys::SHUT_RDWR);
+        if !self.wr_shut.swap(true, Ordering::Relaxed) {
+            self.tx.set_flags(FLAG_SHUTDOWN_WR);
+            self.tx.poke();
+            sys::futex_wake(self.tx.state_word());
+        }
+        self.rd_shut.store(true, Ordering::Relaxed);
+        self.grew.fetch_or(self.tx.capacity() > self.sizes.1 || self.rx.capacity() > self.sizes.0, Ordering::Relaxed);
+        if self.role == Role::Server {
+            self.control.server_done(self.generation);
+        }
     }
 }
 
@@ -787,7 +1041,13 @@ impl Drop for Conn {
         if self.live {
             crate::spin::LIVE.fetch_sub(1, Ordering::Relaxed);
         }
-        sys::close(self.peer_bell);
-        sys::close(self.tcp_fd);
+        if self.tcp_fd >= 0 {
+            sys::close(self.tcp_fd);
+        }
+        if let Some(l) = self.lease.take()
+            && self.grew.load(Ordering::Relaxed)
+        {
+            l.set_grew();
+        }
     }
 }

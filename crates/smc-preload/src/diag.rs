@@ -20,10 +20,6 @@ const NLM_F_REQUEST: u16 = 1;
 const IPPROTO_TCP: u8 = 6;
 /// TCP_ESTABLISHED, TCP_SYN_RECV, TCP_LISTEN and TCP_NEW_SYN_RECV.
 const STATES: u32 = (1 << 1) | (1 << 3) | (1 << 10) | (1 << 12);
-/// Every state in which a connection's socket still has its owner: the above and the
-/// closing ones (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING) — not TIME_WAIT or CLOSE.
-const OWNED_STATES: u32 =
-    (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11) | (1 << 12);
 const LISTEN: u8 = 10;
 
 /// A socket as `sock_diag` reports it.
@@ -42,9 +38,24 @@ pub struct Found {
     pub inode: u32,
 }
 
-/// A `sock_diag` socket for the lookups of one handshake, in the calling thread's
-/// namespace (closed on drop).
+/// A `sock_diag` socket, in the namespace of the thread that opened it (closed on drop).
 pub struct Diag(c_int);
+
+thread_local! {
+    static MINE: std::cell::RefCell<Option<Diag>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's `sock_diag` socket (opened at its first use and kept: a
+/// lookup costs a send and a receive, not a socket). `None` when none can be had.
+pub fn with<T>(f: impl FnOnce(&Diag) -> Option<T>) -> Option<T> {
+    MINE.with(|m| {
+        let mut m = m.try_borrow_mut().ok()?;
+        if m.is_none() {
+            *m = Diag::open();
+        }
+        f(m.as_ref()?)
+    })
+}
 
 impl Diag {
     /// Opens one.
@@ -53,24 +64,13 @@ impl Diag {
         let fd = unsafe {
             crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2 /* SOCK_DGRAM */, NETLINK_SOCK_DIAG)
         };
-        (fd >= 0).then_some(Diag(fd))
+        (fd >= 0).then(|| Diag(sys::move_high(fd)))
     }
 
     /// The connection with local address `local` and peer `peer`, if one exists in this
     /// namespace (established, or half-open).
     pub fn connection(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
         ask(self.0, local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
-    }
-
-    /// The connection with local address `local` and peer `peer` while a process still
-    /// holds its socket, in any state — closing too (a client that sent everything and shut
-    /// its side down before the server accepted is still that user's connection). A
-    /// socket no process holds any more (closed, still finishing: no inode) reads as none:
-    /// the kernel no longer says whose it was.
-    pub fn owned_connection(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
-        // (An exact lookup answers whatever socket the kernel finds, whatever the mask.)
-        ask_states(self.0, local, peer, OWNED_STATES)
-            .filter(|f| f.state < 32 && OWNED_STATES & (1 << f.state) != 0 && f.inode != 0 && f.dport == peer.port())
     }
 
     /// The listening socket that takes connections to `local` in this namespace (the most
@@ -100,11 +100,12 @@ fn ask(fd: c_int, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
 
 fn ask_states(fd: c_int, local: SocketAddr, peer: SocketAddr, states: u32) -> Option<Found> {
     let family = if local.is_ipv4() { sys::AF_INET } else { sys::AF_INET6 } as u8;
+    let seq = next_seq();
     let mut m = [0u8; 72];
     m[0..4].copy_from_slice(&72u32.to_ne_bytes());
     m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
     m[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    m[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    m[8..12].copy_from_slice(&seq.to_ne_bytes());
     // struct inet_diag_req_v2
     m[16] = family;
     m[17] = IPPROTO_TCP;
@@ -117,21 +118,110 @@ fn ask_states(fd: c_int, local: SocketAddr, peer: SocketAddr, states: u32) -> Op
     m[64..72].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
     // SAFETY: `m` is a complete request; the kernel's address is the default (pid 0).
     let n = unsafe { crate::real::send(fd, m.as_ptr().cast(), m.len(), 0) };
-    // (The kernel answers at once; the bound is for a machine so loaded that this thread
-    // is not run for a while — at 200 ms a test under load saw no answer, and an
-    // unanswered lookup is read as "not in this namespace".)
-    if n != m.len() as isize || !sys::wait(fd, sys::POLLIN, 1000).unwrap_or(false) {
+    if n != m.len() as isize {
         return None;
     }
-    let mut buf = [0u8; 512];
-    // SAFETY: `buf` has room for the answer.
-    let n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
-    let found = parse(buf.get(..n.max(0) as usize)?);
-    // An answer of more than one message (never for an exact lookup) must not be read as
-    // the next lookup's: take whatever is left.
-    // SAFETY: as above.
-    while unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) } > 0 {}
-    found
+    answer(fd, seq).and_then(|b| parse(&b))
+}
+
+fn next_seq() -> u32 {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The kernel's answer to request `seq` on netlink socket `fd`: it answers within the
+/// send, so the first receive finds it; answers to earlier requests that were given up
+/// on are passed by. (Waited for at most a second, for a machine so loaded that this
+/// thread is not run for a while — an unanswered lookup reads as "not found".)
+fn answer(fd: c_int, seq: u32) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 1024];
+    for _ in 0..16 {
+        // SAFETY: `buf` has room for the answer.
+        let mut n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
+        if n < 0 && sys::errno() == sys::EAGAIN {
+            if !sys::wait(fd, sys::POLLIN, 1000).unwrap_or(false) {
+                return None;
+            }
+            // SAFETY: as above.
+            n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
+        }
+        if n < 16 {
+            return None;
+        }
+        if u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]) == seq {
+            buf.truncate(n as usize);
+            return Some(buf);
+        }
+    }
+    None
+}
+
+/// A `NETLINK_ROUTE` socket of this thread's, for [`is_local`].
+struct Route(c_int);
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        sys::close(self.0);
+    }
+}
+
+thread_local! {
+    static ROUTE: std::cell::RefCell<Option<Route>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether `ip` is an address of this thread's network namespace (the kernel's route to
+/// it is local): a connection to it ends here. Loopback addresses are, without asking.
+pub fn is_local(ip: IpAddr) -> bool {
+    if ip.is_loopback() {
+        return true;
+    }
+    ROUTE.with(|r| {
+        let Ok(mut r) = r.try_borrow_mut() else { return false };
+        if r.is_none() {
+            // SAFETY: a plain socket call; NETLINK_ROUTE is 0.
+            let fd = unsafe { crate::real::socket(AF_NETLINK, sys::SOCK_CLOEXEC | 2, 0) };
+            if fd < 0 {
+                return false;
+            }
+            *r = Some(Route(sys::move_high(fd)));
+        }
+        let Some(Route(fd)) = r.as_ref() else { return false };
+        route_type(*fd, ip) == Some(RTN_LOCAL)
+    })
+}
+
+const RTM_GETROUTE: u16 = 26;
+const RTM_NEWROUTE: u16 = 24;
+const RTA_DST: u16 = 1;
+const RTN_LOCAL: u8 = 2;
+
+/// The type of the kernel's route to `ip` (`RTM_GETROUTE`, as `ip route get`).
+fn route_type(fd: c_int, ip: IpAddr) -> Option<u8> {
+    let (family, alen) = match ip {
+        IpAddr::V4(_) => (sys::AF_INET as u8, 4usize),
+        IpAddr::V6(_) => (sys::AF_INET6 as u8, 16),
+    };
+    let seq = next_seq();
+    let len = 16 + 12 + 4 + alen;
+    let mut m = vec![0u8; len];
+    m[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+    m[4..6].copy_from_slice(&RTM_GETROUTE.to_ne_bytes());
+    m[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    m[8..12].copy_from_slice(&seq.to_ne_bytes());
+    // struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+    m[16] = family;
+    m[17] = (alen * 8) as u8;
+    // One attribute: RTA_DST.
+    m[28..30].copy_from_slice(&((4 + alen) as u16).to_ne_bytes());
+    m[30..32].copy_from_slice(&RTA_DST.to_ne_bytes());
+    put_ip(&mut m[32..32 + alen], ip);
+    // SAFETY: `m` is a complete request.
+    let n = unsafe { crate::real::send(fd, m.as_ptr().cast(), m.len(), 0) };
+    if n != m.len() as isize {
+        return None;
+    }
+    let b = answer(fd, seq)?;
+    (b.len() >= 28 && u16::from_ne_bytes([b[4], b[5]]) == RTM_NEWROUTE).then(|| b[16 + 7])
 }
 
 /// Reads the answer: an `inet_diag_msg` after the netlink header (an error, such as

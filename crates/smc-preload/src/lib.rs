@@ -14,14 +14,19 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use sluice_smc::msg::{Reason, Tuple};
+use sluice_smc::msg::Reason;
 use sluice_smc::stats::Counter;
 
+mod arena;
+mod assoc;
 mod claim;
 mod conn;
 mod diag;
+mod door;
 mod foreign;
 mod handshake;
+mod info;
+mod pending;
 mod real;
 mod registry;
 mod spin;
@@ -62,14 +67,8 @@ extern "C" fn remove_entries_at_exit() {
             }
         }
     }
-    // The entries of connections still open at exit (`smc/conn/PID-N`).
-    let prefix = format!("{me}-");
-    let dir = run_dir().join("smc").join("conn");
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten().take(65536) {
-        if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    // The table of its connections (`smc/conn/PID`).
+    let _ = std::fs::remove_file(info::path_of(me));
 }
 
 fn env(name: &CStr) -> Option<String> {
@@ -108,13 +107,19 @@ extern "C" fn init() {
             Some(("spin", v)) => spin::set_limit_us(v.parse().unwrap_or(spin::DEFAULT_US)),
             Some(("rmax", v)) => RMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             Some(("tmax", v)) => TMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
+            Some(("uring", "1")) => IO_URING.store(true, Ordering::Relaxed),
             _ => {}
         }
     }
     ACTIVE.store(true, Ordering::Relaxed);
     sys::pid_after_fork();
-    // SAFETY: atexit with a function that lives as long as the process.
-    unsafe { atexit(flush_at_exit) };
+    sys::before_fork(pending::before_fork);
+    // SAFETY: atexit with functions that live as long as the process (run in reverse:
+    // pending bytes are delivered first, then the counters flushed).
+    unsafe {
+        atexit(flush_at_exit);
+        atexit(pending::at_exit);
+    }
 }
 
 #[used]
@@ -192,26 +197,41 @@ fn conn_of(fd: c_int) -> Option<Arc<Conn>> {
 fn set_conn(fd: c_int, c: Arc<Conn>) {
     let old = SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).replace(c);
     if let Some(old) = old {
-        release(old);
+        release(old, -1);
     }
     MARK[fd as usize].store(true, Ordering::Release);
 }
 
-/// Forgets descriptor `fd`; the connection ends when no descriptor is left.
-fn forget(fd: c_int) {
+/// Forgets descriptor `fd`, which the program is closing (`open`: it still names the
+/// connection's descriptor) or which names something else already; the connection ends
+/// when no descriptor is left.
+fn forget(fd: c_int, open: bool) {
     if !marked(fd) {
         return;
     }
     MARK[fd as usize].store(false, Ordering::Release);
     let old = SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(c) = old {
-        release(c);
+        release(c, if open { fd } else { -1 });
     }
 }
 
-fn release(c: Arc<Conn>) {
+/// Forgets descriptor `fd` without ending its connection (it went back to TCP:
+/// crate::pending).
+pub(crate) fn forget_quietly(fd: c_int) {
+    if marked(fd) {
+        MARK[fd as usize].store(false, Ordering::Release);
+        drop(SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+fn release(c: Arc<Conn>, fd: c_int) {
     if Arc::strong_count(&c) == 1 {
-        c.closed();
+        if c.is_pending() && c.owner == sys::pid() {
+            pending::closing(c, fd);
+        } else {
+            c.closed();
+        }
     }
 }
 
@@ -236,24 +256,15 @@ fn ret(r: conn::Io, nosignal: bool) -> isize {
 
 // ---- turning a TCP descriptor into a shared-memory one ----
 
-/// Writes the connection's entry for `sluice smc info`: one line of JSON in
-/// `smc/conn/PID-N`, removed when the connection ends.
-fn describe(conn: &Conn, server: bool, rmem: usize, tmem: usize) -> Option<PathBuf> {
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let (local, peer) = (sys::sock_addr(conn.tcp_fd, false)?, sys::sock_addr(conn.tcp_fd, true)?);
-    let dir = run_dir().join("smc").join("conn");
-    let path = dir.join(format!("{}-{}", sys::pid(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let line = format!(
-        "{{\"pid\":{},\"role\":\"{}\",\"local\":\"{local}\",\"peer\":\"{peer}\",\"rmem\":{rmem},\"tmem\":{tmem},\"since\":{since}}}\n",
-        sys::pid(),
-        if server { "server" } else { "client" },
-    );
-    registry::create_entry(&path, line.as_bytes())?;
-    Some(path)
-}
-
-fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize, tmem: usize) {
+/// Makes descriptor `fd` (a TCP socket) the connection's: the TCP socket moves among the
+/// library's descriptors, `app_end` (our end of the pair) takes its number and its flags.
+fn convert(
+    fd: c_int,
+    mut conn: Conn,
+    app_end: c_int,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+) -> Arc<Conn> {
     // SAFETY: fcntl and dup3 on descriptors this call owns or the caller passed.
     unsafe {
         let fl = real::fcntl(fd, sys::F_GETFL, 0);
@@ -267,12 +278,14 @@ fn convert(fd: c_int, mut conn: Conn, app_end: c_int, server: bool, rmem: usize,
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
-    conn.settle();
+    conn.settle_in();
     // Timeouts set before the connection moved to shared memory are the TCP socket's.
     conn.rcvtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_RCVTIMEO), Ordering::Relaxed);
     conn.sndtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_SNDTIMEO), Ordering::Relaxed);
-    conn.info = describe(&conn, server, rmem, tmem);
-    set_conn(fd, Arc::new(conn));
+    conn.info = info::add(conn.role == conn::Role::Server, local, peer, conn.sizes.0, conn.sizes.1);
+    let c = Arc::new(conn);
+    set_conn(fd, c.clone());
+    c
 }
 
 pub(crate) fn is_tcp(fd: c_int) -> bool {
@@ -283,8 +296,9 @@ pub(crate) fn is_tcp(fd: c_int) -> bool {
 
 // ---- connect, listen, accept ----
 
-/// `connect(2)`: a TCP connection to a registered sluice listener is proposed shared
-/// memory once it is established.
+/// `connect(2)`: a TCP connection to a registered sluice listener is announced to it
+/// before the SYN, proven right after, and pending from then on (crate::pending):
+/// `connect` waits for nothing but what TCP's waits for.
 ///
 /// # Safety
 /// As for `connect(2)`.
@@ -293,6 +307,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const c_void, len: u32) -> c_
     if !active() || fd < 0 || fd as usize >= MAX_FD {
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::connect(fd, addr, len) };
+    }
+    if let Some(c) = conn_of(fd) {
+        // A moved socket: TCP's own answers (EISCONN, EALREADY while connecting).
+        // SAFETY: the caller's address, on the connection's TCP socket.
+        return unsafe { real::connect(c.tcp_fd, addr, len) };
     }
     // SAFETY: as above, in both branches.
     guard(|| unsafe { connect_smc(fd, addr, len) }, || unsafe { real::connect(fd, addr, len) })
@@ -307,96 +326,123 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
     };
     stats::count(Counter::ConnsClient);
     let cands = registry::listeners_for(dst);
-    if cands.is_empty() {
-        stats::fallback(Reason::NoListener, false);
-        // SAFETY: the caller's arguments.
-        return unsafe { real::connect(fd, addr, len) };
-    }
-    if zerocopy::enabled(fd) {
+    let early = if cands.is_empty() {
+        Some(Reason::NoListener)
+    } else if zerocopy::enabled(fd) {
         // Decided before the first byte: its completions would need POLLERR.
-        stats::fallback(Reason::ZeroCopy, false);
+        Some(Reason::ZeroCopy)
+    } else if uses_io_uring() {
+        Some(Reason::IoUring)
+    } else {
+        None
+    };
+    if let Some(reason) = early {
+        stats::fallback(reason, false);
         // SAFETY: the caller's arguments.
         return unsafe { real::connect(fd, addr, len) };
     }
-    // Learn our port before the SYN, so the listener's `accept` knows to wait for us.
-    let mut port = sys::sock_addr(fd, false).map_or(0, |a| a.port());
-    if port == 0 {
-        bind_any(fd);
-        port = sys::sock_addr(fd, false).map_or(0, |a| a.port());
-    }
-    let intent = registry::announce(port, dst);
-    let done = |intent: &Option<PathBuf>| {
-        if let Some(p) = intent {
-            let _ = std::fs::remove_file(p);
-        }
-    };
-    // SAFETY: the caller's arguments.
-    let r = unsafe { real::connect(fd, addr, len) };
-    if r < 0 {
-        let e = sys::errno();
-        if e != sys::EINPROGRESS {
-            done(&intent);
-            sys::set_errno(e);
-            return r;
-        }
-        // Non-blocking: a connection on this host completes at once or not at all; wait
-        // briefly for it, so the handshake can run before `connect` returns.
-        let ready = sys::wait(fd, sys::POLLOUT, 100).unwrap_or(false);
-        let err = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_ERROR).unwrap_or(sys::EINVAL);
-        if !ready {
-            done(&intent);
-            stats::fallback(Reason::Timeout, false);
-            sys::set_errno(sys::EINPROGRESS);
-            return -1;
-        }
-        if err != 0 {
-            done(&intent);
-            sys::set_errno(err);
-            return -1;
-        }
-    }
-    let (Some(client), Some(server)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else {
-        done(&intent);
-        stats::fallback(Reason::Protocol, false);
-        return 0;
-    };
-    let tuple = Tuple { client, server };
     let mut last = Reason::NoListener;
+    let mut proposal = None;
     for entry in &cands {
-        match handshake::client(fd, tuple, entry) {
-            Ok(ready) => {
-                done(&intent);
-                stats::smc(false, ready.rmem, ready.tmem);
-                convert(fd, ready.conn, ready.app_end, false, ready.rmem, ready.tmem);
-                return 0;
+        match handshake::announce(fd, dst, entry) {
+            Ok(p) => {
+                proposal = Some(p);
+                break;
             }
-            Err(handshake::Failed::Fallback(reason)) => last = reason,
-            Err(handshake::Failed::Undecided) => {
-                // The server may have moved its end: the connection is failed, both ends
-                // see it end, nothing is guessed.
-                done(&intent);
-                stats::fallback(Reason::Timeout, false);
-                // SAFETY: shutdown on the caller's socket.
-                unsafe { real::shutdown(fd, sys::SHUT_RDWR) };
-                sys::set_errno(sys::ETIMEDOUT);
-                return -1;
-            }
+            Err(reason) => last = reason,
         }
     }
-    done(&intent);
-    stats::fallback(last, false);
-    0
+    let Some(p) = proposal else {
+        stats::fallback(last, false);
+        // SAFETY: the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    };
+    // The SYN, without waiting: the proof must follow it at once.
+    // SAFETY: fcntl and connect on the caller's socket, with its address.
+    let (fl, r, e) = unsafe {
+        let fl = real::fcntl(fd, sys::F_GETFL, 0);
+        if fl >= 0 && fl & sys::O_NONBLOCK == 0 {
+            real::fcntl(fd, sys::F_SETFL, (fl | sys::O_NONBLOCK) as usize);
+        }
+        let r = real::connect(fd, addr, len);
+        (fl, r, sys::errno())
+    };
+    let started = r == 0 || e == sys::EINPROGRESS;
+    let proven = started && handshake::prove(&p, fd).is_ok();
+    let blocking = fl >= 0 && fl & sys::O_NONBLOCK == 0;
+    if blocking {
+        // SAFETY: the caller's socket, its flags as they were.
+        unsafe { real::fcntl(fd, sys::F_SETFL, fl as usize) };
+    }
+    if !started {
+        // No connection: its announcement is let go of by the server in time.
+        p.abandon();
+        sys::set_errno(e);
+        return -1;
+    }
+    if !proven {
+        p.abandon();
+        stats::fallback(Reason::DoorUnreachable, false);
+        return if blocking { finish_connect(fd) } else { in_progress(r) };
+    }
+    if blocking && finish_connect(fd) < 0 {
+        let e = sys::errno();
+        p.abandon();
+        sys::set_errno(e);
+        return -1;
+    }
+    match handshake::client_conn(p) {
+        Ok((conn, app_end)) => {
+            let c = convert(fd, conn, app_end, sys::sock_addr(fd, false), Some(dst));
+            pending::watch(fd, &c);
+        }
+        Err(reason) => stats::fallback(reason, false),
+    }
+    if blocking { 0 } else { in_progress(r) }
 }
 
-/// Binds `fd` to the wildcard address of its family and port 0.
-fn bind_any(fd: c_int) {
-    let v6 = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_INET6);
-    let mut sa = [0u8; 28];
-    sa[..2].copy_from_slice(&(if v6 { sys::AF_INET6 } else { sys::AF_INET } as u16).to_ne_bytes());
-    let len = if v6 { 28 } else { 16 };
-    // SAFETY: a zeroed sockaddr_in/in6 of the right length (wildcard address, port 0).
-    unsafe { real::bind(fd, sa.as_ptr().cast(), len) };
+/// What a non-blocking `connect` returns: 0 if it completed at once, else `EINPROGRESS`.
+fn in_progress(r: c_int) -> c_int {
+    if r == 0 {
+        return 0;
+    }
+    sys::set_errno(sys::EINPROGRESS);
+    -1
 }
+
+/// A blocking `connect` whose SYN went out non-blocking: waits as the kernel's would
+/// (bounded by `SO_SNDTIMEO` when set, then `EINPROGRESS`) and answers what it answers.
+fn finish_connect(fd: c_int) -> c_int {
+    let timeout = sys::timeout_ms(fd, sys::SO_SNDTIMEO);
+    match sys::wait(fd, sys::POLLOUT, timeout) {
+        Ok(true) => match sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_ERROR) {
+            Some(0) => 0,
+            Some(e) => {
+                sys::set_errno(e);
+                -1
+            }
+            None => -1,
+        },
+        Ok(false) => {
+            sys::set_errno(sys::EINPROGRESS);
+            -1
+        }
+        Err(e) => {
+            sys::set_errno(e.raw_os_error().unwrap_or(sys::EINVAL));
+            -1
+        }
+    }
+}
+
+/// True once the program has set up io_uring (its calls bypass the library: its
+/// connections stay on TCP), as far as the library can see it: through the C library's
+/// `syscall` (liburing before 2.2), or a launcher that found liburing among the program's
+/// libraries.
+fn uses_io_uring() -> bool {
+    IO_URING.load(Ordering::Relaxed)
+}
+
+static IO_URING: AtomicBool = AtomicBool::new(false);
 
 /// `listen(2)`: a TCP listener is registered so clients under the launcher find it.
 ///
@@ -420,29 +466,41 @@ fn register(fd: c_int) {
         return;
     }
     let Some(addr) = sys::sock_addr(fd, false) else { return };
-    handshake::start_door();
-    handshake::prepare_for_children();
+    door::start();
     stats::prepare();
     let channel = claim::channel();
+    remove_at_exit();
+    let Some(path) = registry::register_listener(addr) else { return };
+    PORTS.lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
+    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid(), channel));
+}
+
+/// Makes this process remove its door, listener entries and connection table at a normal
+/// exit (once; a forked child removes only its own).
+pub(crate) fn remove_at_exit() {
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // SAFETY: atexit with a function that lives as long as the process.
     AT_EXIT.call_once(|| unsafe {
         atexit(remove_entries_at_exit);
     });
-    let Some(path) = registry::register_listener(addr) else { return };
-    handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner()).push(addr.port());
-    listeners().lock().unwrap_or_else(|p| p.into_inner()).insert(fd, (addr, path, sys::pid(), channel));
+}
+
+/// Ports this process listens on (a claim names one of them: crate::claim).
+static PORTS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+/// Whether this process listens on `port`.
+pub(crate) fn listening_port(port: u16) -> bool {
+    PORTS.lock().unwrap_or_else(|p| p.into_inner()).contains(&port)
 }
 
 /// Whether a listener of this process on `port` has `SO_ZEROCOPY` set (its connections
 /// stay on TCP: crate::zerocopy).
 pub(crate) fn listener_zerocopy(port: u16) -> bool {
-    let me = sys::pid();
     let fds: Vec<c_int> = listeners()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .filter(|(_, l)| l.0.port() == port && l.2 == me)
+        .filter(|(_, l)| l.0.port() == port)
         .map(|(fd, _)| *fd)
         .collect();
     fds.into_iter().any(zerocopy::enabled)
@@ -451,12 +509,14 @@ pub(crate) fn listener_zerocopy(port: u16) -> bool {
 fn unregister(fd: c_int) {
     let Some((addr, path, ..)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
     let _ = std::fs::remove_file(path);
-    let mut ports = handshake::listening_ports().lock().unwrap_or_else(|p| p.into_inner());
+    let mut ports = PORTS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = ports.iter().position(|p| *p == addr.port()) {
         ports.remove(i);
     }
 }
 
+/// `accept` returned `fd` on `listener`: its proposal, if a client made one, is found at
+/// the door (or, in a forked child, claimed from the parent's) and committed.
 fn accepted(listener: c_int, fd: c_int) {
     if fd < 0 || fd as usize >= MAX_FD {
         return;
@@ -469,18 +529,28 @@ fn accepted(listener: c_int, fd: c_int) {
     let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
     stats::count(Counter::ConnsServer);
     // A listener inherited across fork (a pre-forking server: the parent listens, a child
-    // accepts): its clients proposed to the parent's side door; the child claims the
-    // connection from the parent.
-    let got = if owner == sys::pid() {
-        handshake::take_prepared(local, peer, false)
-    } else {
-        claim::claim(channel, owner, fd)
+    // accepts): its clients announced to the parent's side door; the child claims there.
+    let got = if owner == sys::pid() { door::take(local, peer) } else { claim::claim(channel, owner, fd) };
+    let t = match got {
+        Ok(t) => t,
+        Err(why) => return stats::fallback(why, true),
     };
-    match got {
-        Ok(p) => {
-            let (conn, app_end, rmem, tmem) = p.into_parts();
-            stats::smc(true, rmem, tmem);
-            convert(fd, conn, app_end, true, rmem, tmem);
+    let refuse = if listener_zerocopy(local.port()) {
+        // Decided before the first byte: its completions would need POLLERR.
+        Some(Reason::ZeroCopy)
+    } else if uses_io_uring() {
+        Some(Reason::IoUring)
+    } else {
+        None
+    };
+    if let Some(why) = refuse {
+        t.decline(why);
+        return stats::fallback(why, true);
+    }
+    match handshake::commit(t) {
+        Ok((conn, bell)) => {
+            stats::smc(true, conn.sizes.0, conn.sizes.1);
+            convert(fd, conn, bell, Some(local), Some(peer));
         }
         Err(why) => stats::fallback(why, true),
     }
@@ -492,7 +562,6 @@ fn accepted(listener: c_int, fd: c_int) {
 /// As for `accept(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
-    let _busy = active().then(handshake::Accepting::begin);
     // SAFETY: the caller's arguments.
     let r = unsafe { real::accept(fd, addr, len) };
     if r >= 0 && active() {
@@ -507,7 +576,6 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut c_void, len: *mut u32) -> 
 /// As for `accept4(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut c_void, len: *mut u32, flags: c_int) -> c_int {
-    let _busy = active().then(handshake::Accepting::begin);
     // SAFETY: the caller's arguments.
     let r = unsafe { real::accept4(fd, addr, len, flags) };
     if r >= 0 && active() {
@@ -527,7 +595,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if active() {
         guard(
             || {
-                forget(fd);
+                forget(fd, true);
                 unregister(fd);
             },
             || (),
@@ -535,6 +603,23 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
     // SAFETY: the caller's descriptor.
     unsafe { real::close(fd) }
+}
+
+/// Before a call that copies or ends a descriptor's connection as a whole (`dup`,
+/// `shutdown`): a pending connection's outcome is waited for, so the copy is of what the
+/// connection is (a descriptor back on TCP is plain TCP's, its copies too).
+fn settle(fd: c_int) {
+    if active()
+        && let Some(c) = conn_of(fd)
+        && c.is_pending()
+    {
+        guard(
+            || {
+                let _ = pending::settle(fd, &c);
+            },
+            || (),
+        );
+    }
 }
 
 fn dup_conn(old: c_int, new: c_int) {
@@ -552,6 +637,7 @@ fn dup_conn(old: c_int, new: c_int) {
 /// As for `dup(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    settle(fd);
     // SAFETY: the caller's descriptor.
     let r = unsafe { real::dup(fd) };
     if active() {
@@ -566,6 +652,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 /// As for `dup2(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    settle(fd);
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup2(fd, to) };
     duplicated_onto(fd, to, r);
@@ -578,7 +665,7 @@ fn duplicated_onto(fd: c_int, to: c_int, r: c_int) {
     if active() && fd != to && r >= 0 {
         guard(
             || {
-                forget(to);
+                forget(to, false);
                 dup_conn(fd, r);
             },
             || (),
@@ -592,6 +679,7 @@ fn duplicated_onto(fd: c_int, to: c_int, r: c_int) {
 /// As for `dup3(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    settle(fd);
     // SAFETY: the caller's descriptors.
     let r = unsafe { real::dup3(fd, to, flags) };
     duplicated_onto(fd, to, r);
@@ -605,6 +693,9 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 /// As for `fcntl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    if cmd == 0 || cmd == sys::F_DUPFD_CLOEXEC {
+        settle(fd);
+    }
     // SAFETY: the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
     if active() && r >= 0 {
@@ -640,12 +731,42 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 /// As for `shutdown(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    settle(fd);
     if let Some(c) = active().then(|| conn_of(fd)).flatten() {
-        c.shutdown(how);
+        c.shutdown(fd, how);
         return 0;
     }
     // SAFETY: the caller's arguments.
     unsafe { real::shutdown(fd, how) }
+}
+
+/// `epoll_ctl(2)`: a pending connection's registrations are remembered, to be made again
+/// on its TCP socket if it stays there (crate::pending).
+///
+/// # Safety
+/// As for `epoll_ctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut c_void) -> c_int {
+    if active() && marked(fd) {
+        guard(
+            || {
+                if let Some(c) = conn_of(fd).filter(|c| c.is_pending()) {
+                    let ev = (!event.is_null()).then(|| {
+                        let mut ev = [0u8; 16];
+                        // SAFETY: the caller's struct epoll_event, EPOLL_EVENT.0 bytes.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(event.cast::<u8>(), ev.as_mut_ptr(), sys::EPOLL_EVENT.0)
+                        };
+                        ev
+                    });
+                    c.note_epoll(epfd, op, ev);
+                }
+            },
+            || (),
+        );
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::epoll_ctl(epfd, op, fd, event) }
 }
 
 // ---- addresses and options come from the TCP socket ----
@@ -718,6 +839,13 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) -> c_int {
     if active() && marked(fd) {
+        if let Some(c) = conn_of(fd)
+            && c.is_pending()
+            && c.check_pending(fd, true) == Err(conn::FELL_BACK)
+        {
+            // Back on TCP: the kernel answers for it.
+            let _ = guard(|| pending::fall_back(fd, &c), || Ok(()));
+        }
         // SAFETY: the caller's argument, for the requests `answer_ioctl` answers.
         if let Some(r) = unsafe { transfer::answer_ioctl(fd, req, arg) } {
             return r;
@@ -792,17 +920,27 @@ fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) ->
     r
 }
 
+/// A call on a moved descriptor goes to shared memory (`$smc`, with `$c` the
+/// connection); anywhere else, or on a pending connection that turns out to stay on TCP
+/// ([`conn::FELL_BACK`]: crate::pending moves the descriptor back first), to the kernel.
 macro_rules! data_hook {
     ($c:ident, $fd:expr, $smc:expr, $real:expr) => {{
         if active() && marked($fd) {
             if let Some($c) = conn_of($fd) {
-                return guard(
+                let r = guard(
                     || $smc,
                     || {
                         sys::set_errno(sys::EINVAL);
                         -1
                     },
                 );
+                if r != -1 || sys::errno() != conn::FELL_BACK {
+                    return r;
+                }
+                if let Err(e) = guard(|| pending::fall_back($fd, &$c), || Err(sys::EINVAL)) {
+                    sys::set_errno(e);
+                    return -1;
+                }
             }
         }
         $real

@@ -4,10 +4,9 @@
 //!
 //! - `smc/listen/KEY_PORT.NETNS.PID` — a sluice listener (KEY: the address, `any4` or
 //!   `any6` for wildcards); its side door is `smc/door/PID.sock`. The file's owner is the
-//!   listener's user; the client checks the door's credentials against it.
-//! - `smc/intent/CPORT_SADDR_SPORT` — a client under the launcher is about to connect
-//!   from port CPORT to SADDR:SPORT and will propose shared memory: the server's `accept`
-//!   waits for that proposal instead of deciding "plain TCP" at once.
+//!   listener's user; the client checks the door's credentials against it. It holds the
+//!   buffer sizes the listener receives with (`r=BYTES rmax=BYTES`), which the client
+//!   makes the rings it writes with.
 //!
 //! Entries are hints, never proof: any allowed user can write one. Every file is created
 //! new (`O_EXCL | O_NOFOLLOW`), so a planted file or symlink cannot make a program write
@@ -73,7 +72,9 @@ pub fn register_listener(addr: SocketAddr) -> Option<PathBuf> {
     policy()?;
     let addr_port = format!("{}_{}", key(addr.ip()), addr.port());
     let p = dir("listen").join(access::listener_name(&addr_port, sys::netns_inode(), sys::pid()));
-    create_entry(&p, b"")?;
+    let (r, _) = crate::settings();
+    let (rmax, _) = crate::maxima();
+    create_entry(&p, format!("r={r} rmax={rmax}\n").as_bytes())?;
     Some(p)
 }
 
@@ -86,6 +87,44 @@ pub struct Entry {
     pub netns: u64,
     /// The entry file's owner: the user the door must belong to.
     pub owner: u32,
+    /// The receive buffer the listener starts with, and the most it grows to (what the
+    /// entry says; only sizes: a liar gets rings of its choosing within the limits).
+    pub r: usize,
+    pub rmax: usize,
+}
+
+/// The sizes an entry's file holds (`r=BYTES rmax=BYTES`); this process's own when it
+/// says none.
+fn sizes_of(path: &Path) -> (usize, usize) {
+    let mut out = (crate::settings().0, crate::maxima().0);
+    // A regular file of at most a line (the caller checked the type; O_NONBLOCK against a
+    // FIFO swapped in meanwhile).
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(sys::O_NOFOLLOW | 0o4000).open(path) {
+        let _ = f.take(128).read_to_string(&mut text);
+    }
+    for kv in text.split_whitespace() {
+        match kv.split_once('=').map(|(k, v)| (k, v.parse::<usize>())) {
+            Some(("r", Ok(v))) => out.0 = v,
+            Some(("rmax", Ok(v))) => out.1 = v,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What the last look at `smc/listen/` found, and the directory's change time then: the
+/// directory is read again only when an entry came or went.
+struct Seen {
+    stamp: (i64, i64),
+    entries: Vec<(String, Entry)>,
+}
+
+fn seen() -> &'static std::sync::Mutex<Option<Seen>> {
+    static S: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+    &S
 }
 
 /// Sluice listeners that may be behind `dst`, those claiming our own namespace first.
@@ -93,7 +132,12 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     if policy().is_none() {
         return Vec::new();
     }
-    let Ok(rd) = std::fs::read_dir(dir("listen")) else { return Vec::new() };
+    let Ok(m) = std::fs::metadata(dir("listen")) else { return Vec::new() };
+    let stamp = (m.mtime(), m.mtime_nsec());
+    let mut g = seen().lock().unwrap_or_else(|p| p.into_inner());
+    if g.as_ref().is_none_or(|s| s.stamp != stamp) {
+        *g = Some(Seen { stamp, entries: read_listen_dir() });
+    }
     let port = dst.port();
     let mut keys = vec![format!("{}_{port}", key(dst.ip()))];
     if dst.is_ipv4() {
@@ -102,12 +146,23 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     // A dual-stack IPv6 wildcard listener also takes IPv4 connections.
     keys.push(format!("any6_{port}"));
     let mut out: Vec<Entry> = Vec::new();
-    for e in rd.flatten() {
+    for (addr_port, e) in g.as_ref().map(|s| &s.entries[..]).unwrap_or(&[]) {
+        if keys.iter().any(|k| k == addr_port) && sys::alive(e.pid) && !out.contains(e) {
+            out.push(*e);
+        }
+    }
+    let here = sys::netns_inode();
+    out.sort_by_key(|e| e.netns != here);
+    out
+}
+
+/// Every listener entry there is, by its address key.
+fn read_listen_dir() -> Vec<(String, Entry)> {
+    let Ok(rd) = std::fs::read_dir(dir("listen")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten().take(65536) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some((addr_port, netns, pid)) = access::parse_listener_name(&name) else { continue };
-        if !keys.iter().any(|k| k == addr_port) {
-            continue;
-        }
         let Ok(m) = e.path().symlink_metadata() else { continue };
         if !m.file_type().is_file() {
             continue;
@@ -117,29 +172,8 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
             let _ = std::fs::remove_file(e.path());
             continue;
         }
-        let entry = Entry { pid, netns, owner: m.uid() };
-        if !out.contains(&entry) {
-            out.push(entry);
-        }
+        let (r, rmax) = sizes_of(&e.path());
+        out.push((addr_port.to_string(), Entry { pid, netns, owner: m.uid(), r, rmax }));
     }
-    let here = sys::netns_inode();
-    out.sort_by_key(|e| e.netns != here);
     out
-}
-
-fn intent_path(client_port: u16, server: SocketAddr) -> PathBuf {
-    dir("intent").join(format!("{client_port}_{}_{}", key(server.ip()), server.port()))
-}
-
-/// Says a proposal is coming for the connection from `client_port` to `server`.
-pub fn announce(client_port: u16, server: SocketAddr) -> Option<PathBuf> {
-    let p = intent_path(client_port, server);
-    create_entry(&p, sys::pid().to_string().as_bytes())?;
-    Some(p)
-}
-
-/// Who announced a proposal for this connection (the announcement's owner), if anyone.
-pub fn announced(client: SocketAddr, server: SocketAddr) -> Option<u32> {
-    let m = intent_path(client.port(), server).symlink_metadata().ok()?;
-    m.file_type().is_file().then_some(m.uid())
 }

@@ -39,11 +39,6 @@ pub const EPIPE: c_int = 32;
 pub const ECONNRESET: c_int = 104;
 pub const EOPNOTSUPP: c_int = 95;
 pub const EINVAL: c_int = 22;
-pub const EMFILE: c_int = 24;
-pub const ENFILE: c_int = 23;
-pub const ENOBUFS: c_int = 105;
-pub const ENOMEM: c_int = 12;
-pub const ECONNABORTED: c_int = 103;
 pub const ETIMEDOUT: c_int = 110;
 pub const SHUT_RD: c_int = 0;
 pub const SHUT_WR: c_int = 1;
@@ -92,6 +87,8 @@ unsafe extern "C" {
     fn lseek(fd: c_int, off: i64, whence: c_int) -> i64;
     fn fstatfs(fd: c_int, buf: *mut c_void) -> c_int;
     fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int;
+    fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int;
+    fn fstat(fd: c_int, buf: *mut c_void) -> c_int;
     fn syscall(n: std::ffi::c_long, ...) -> std::ffi::c_long;
     fn sigfillset(set: *mut c_void) -> c_int;
     fn pthread_sigmask(how: c_int, set: *const c_void, old: *mut c_void) -> c_int;
@@ -187,6 +184,12 @@ extern "C" fn forget_pid() {
     PID.store(0, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Runs `f` in the parent before every fork (registered once, at load).
+pub fn before_fork(f: extern "C" fn()) {
+    // SAFETY: registers a prepare handler that lives as long as the process.
+    unsafe { pthread_atfork(Some(f), None, None) };
+}
+
 /// Makes a forked child ask its own pid again (called once, at load).
 pub fn pid_after_fork() {
     // SAFETY: registers a child handler that only stores to an atomic.
@@ -263,6 +266,17 @@ impl Shm {
 }
 
 impl Shm {
+    /// Maps `len` bytes of memfd `fd`, which stays the caller's (the mapping keeps the
+    /// memory; the view holds no descriptor).
+    pub fn map_borrowed(fd: c_int, len: usize) -> io::Result<Shm> {
+        // SAFETY: a fresh mapping of a descriptor the caller holds; the result is checked.
+        let p = unsafe { mmap(std::ptr::null_mut(), len, 0x1 | 0x2, 0x01, fd, 0) };
+        if p as isize == -1 {
+            return Err(io::Error::from_raw_os_error(errno()));
+        }
+        Ok(Shm { fd: -1, ptr: p.cast(), len })
+    }
+
     /// `len` zeroed bytes shared with the processes this one forks, and with nobody else
     /// (an anonymous shared mapping: no file, no descriptor).
     pub fn anonymous(len: usize) -> io::Result<Shm> {
@@ -328,6 +342,22 @@ pub fn is_shmem(fd: c_int) -> bool {
 pub fn allocate(fd: c_int, len: u64) -> bool {
     // SAFETY: on a descriptor the caller holds.
     unsafe { posix_fallocate(fd, 0, len as i64) == 0 }
+}
+
+/// Gives back the pages of `len` bytes of file `fd` from `off` (a hole; the size stays).
+pub fn punch(fd: c_int, off: u64, len: u64) {
+    const PUNCH_HOLE_KEEP_SIZE: c_int = 0x02 | 0x01;
+    // SAFETY: on a descriptor the caller holds; only that file's pages change.
+    unsafe { fallocate(fd, PUNCH_HOLE_KEEP_SIZE, off as i64, len as i64) };
+}
+
+/// The (device, inode) of the file behind `fd`.
+pub fn file_id(fd: c_int) -> Option<(u64, u64)> {
+    // struct stat on x86_64/aarch64: st_dev first (8 bytes), st_ino second; 144 bytes.
+    let mut st = [0u64; 18];
+    // SAFETY: `st` has room for a struct stat.
+    let r = unsafe { fstat(fd, st.as_mut_ptr().cast()) };
+    (r == 0).then_some((st[0], st[1]))
 }
 
 /// `SO_PASSRIGHTS` (Linux 6.16): off, a unix socket refuses descriptors sent to it.
@@ -441,10 +471,14 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
 /// program's numbering stays as it would be on TCP (event loops sized by connection count,
 /// `select`'s 1024).
 fn high_base() -> c_int {
-    let mut r = [0u64; 2];
-    // SAFETY: RLIMIT_NOFILE (7) into a two-word struct rlimit.
-    let cur = if unsafe { getrlimit(7, &mut r) } == 0 { r[0] } else { 1024 };
-    (cur / 2).clamp(3, 4096) as c_int
+    // Asked once (a program that raises its limit later only gets a lower base).
+    static BASE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        let mut r = [0u64; 2];
+        // SAFETY: RLIMIT_NOFILE (7) into a two-word struct rlimit.
+        let cur = if unsafe { getrlimit(7, &mut r) } == 0 { r[0] } else { 1024 };
+        (cur / 2).clamp(3, 4096) as c_int
+    })
 }
 
 /// A close-on-exec duplicate of `fd` among the library's high descriptors (or the lowest
@@ -478,8 +512,13 @@ pub fn set_nonblocking(fd: c_int) {
     }
 }
 
-/// Sends `data` with descriptors `fds` over unix socket `sock`.
-pub fn send_with_fds(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> {
+/// Sends `data` with descriptors `fds` over unix socket `sock`, never waiting (`EAGAIN`
+/// when the socket's queue is full).
+pub fn send_with_fds_nowait(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> {
+    send_with_fds_flags(sock, data, fds, MSG_NOSIGNAL | MSG_DONTWAIT)
+}
+
+fn send_with_fds_flags(sock: c_int, data: &[u8], fds: &[c_int], flags: c_int) -> io::Result<()> {
     let mut iov = IoVec { base: data.as_ptr() as *mut c_void, len: data.len() };
     // cmsghdr: len (usize), level (int), type (int), then the descriptors; aligned to 8.
     let mut ctl = [0u8; 64];
@@ -500,7 +539,7 @@ pub fn send_with_fds(sock: c_int, data: &[u8], fds: &[c_int]) -> io::Result<()> 
         flags: 0,
     };
     // SAFETY: `m` points at live buffers for the duration of the call.
-    let n = unsafe { crate::real::sendmsg(sock, &mut m, MSG_NOSIGNAL) };
+    let n = unsafe { crate::real::sendmsg(sock, &mut m, flags) };
     if n < 0 { Err(io::Error::from_raw_os_error(errno())) } else { Ok(()) }
 }
 
@@ -570,6 +609,173 @@ pub fn wait(fd: c_int, events: i16, timeout_ms: i32) -> io::Result<bool> {
         }
         return cvt(r).map(|n| n > 0);
     }
+}
+
+/// Waits until `fd` has one of `events`, or `also` (when not -1) is readable or ended
+/// (or either has an error or hang-up), at most `timeout_ms` (-1: forever). False on
+/// timeout.
+pub fn wait2(fd: c_int, also: c_int, events: i16, timeout_ms: i32) -> io::Result<bool> {
+    if also < 0 {
+        return wait(fd, events, timeout_ms);
+    }
+    const POLLRDHUP: i16 = 0x2000;
+    let mut p = [PollFd { fd, events, revents: 0 }, PollFd { fd: also, events: POLLIN | POLLRDHUP, revents: 0 }];
+    loop {
+        // SAFETY: two valid pollfds.
+        let r = unsafe { crate::real::poll(p.as_mut_ptr(), 2, timeout_ms) };
+        if r < 0 && errno() == EINTR {
+            continue;
+        }
+        return cvt(r).map(|n| n > 0);
+    }
+}
+
+/// True when socket `fd` has bytes to read, or its peer ended (a FIN, a reset, an error).
+pub fn readable_or_ended(fd: c_int) -> bool {
+    const POLLRDHUP: i16 = 0x2000;
+    let mut p = PollFd { fd, events: POLLIN | POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, no waiting.
+    let r = unsafe { crate::real::poll(&mut p, 1, 0) };
+    r > 0 && p.revents != 0
+}
+
+/// A `sockaddr_un` for `path`.
+pub fn unix_addr(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = path.as_os_str().as_bytes();
+    if p.len() >= 108 {
+        return None;
+    }
+    let mut sa = vec![0u8; 2 + p.len() + 1];
+    sa[..2].copy_from_slice(&(AF_UNIX as u16).to_ne_bytes());
+    sa[2..2 + p.len()].copy_from_slice(p);
+    Some(sa)
+}
+
+/// One datagram (up to `buf.len()`) and every descriptor it carries, without waiting:
+/// `None` when nothing is queued, a length of 0 and no descriptors when the peer is gone.
+pub fn recv_with_fds_nowait(sock: c_int, buf: &mut [u8]) -> io::Result<Option<(usize, Vec<c_int>)>> {
+    let mut iov = IoVec { base: buf.as_mut_ptr().cast(), len: buf.len() };
+    let mut ctl = [0u64; CONTROL_LEN / 8];
+    let mut m = MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: ctl.as_mut_ptr().cast(),
+        controllen: CONTROL_LEN,
+        flags: 0,
+    };
+    // SAFETY: `m` points at live buffers for the duration of the call.
+    let n = unsafe { crate::real::recvmsg(sock, &mut m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) };
+    if n < 0 {
+        return match errno() {
+            EAGAIN | EINTR => Ok(None),
+            e => Err(io::Error::from_raw_os_error(e)),
+        };
+    }
+    let ctl_bytes: &[u8] =
+        // SAFETY: `ctl` is CONTROL_LEN initialized bytes.
+        unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(CONTROL_LEN)) };
+    Ok(Some((n as usize, rights(ctl_bytes))))
+}
+
+/// Takes up to `buf.len()` bytes off unix stream socket `fd` without waiting, with room
+/// for every descriptor a message can carry: any that come are let go off this thread
+/// ([`crate::foreign::release`]), so a peer cannot make this read release something of
+/// its choosing. `None` when nothing could be read.
+pub fn recv_releasing(fd: c_int, buf: &mut [u8]) -> Option<usize> {
+    let mut iov = IoVec { base: buf.as_mut_ptr().cast(), len: buf.len() };
+    let mut ctl = [0u64; CONTROL_LEN / 8];
+    let mut m = MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: ctl.as_mut_ptr().cast(),
+        controllen: CONTROL_LEN,
+        flags: 0,
+    };
+    // SAFETY: `m` points at live buffers for the duration of the call.
+    let n = unsafe { crate::real::recvmsg(fd, &mut m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) };
+    if m.controllen > 0 {
+        let ctl_bytes: &[u8] =
+            // SAFETY: `ctl` is CONTROL_LEN initialized bytes.
+            unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(CONTROL_LEN)) };
+        crate::foreign::release_all(&rights(ctl_bytes));
+    }
+    (n >= 0).then_some(n as usize)
+}
+
+const EPOLL_CTL_ADD: c_int = 1;
+const EPOLL_CTL_DEL: c_int = 2;
+
+/// A new epoll instance of the library's own (close-on-exec, among the high descriptors).
+pub fn epoll_create() -> c_int {
+    // SAFETY: no pointers.
+    let fd = unsafe { crate::real::epoll_create1(O_CLOEXEC) };
+    if fd < 0 { fd } else { move_high(fd) }
+}
+
+/// `struct epoll_event`: packed on x86_64 (events, then data at 4), 16 bytes elsewhere.
+#[cfg(target_arch = "x86_64")]
+pub const EPOLL_EVENT: (usize, usize) = (12, 4);
+#[cfg(not(target_arch = "x86_64"))]
+pub const EPOLL_EVENT: (usize, usize) = (16, 8);
+
+/// An epoll event of `events` carrying `data`.
+pub fn epoll_event(events: u32, data: u64) -> [u8; 16] {
+    let mut ev = [0u8; 16];
+    ev[..4].copy_from_slice(&events.to_ne_bytes());
+    ev[EPOLL_EVENT.1..EPOLL_EVENT.1 + 8].copy_from_slice(&data.to_ne_bytes());
+    ev
+}
+
+/// Watches `fd` for input on epoll instance `epfd` (its number is the event's data).
+pub fn epoll_add(epfd: c_int, fd: c_int) -> bool {
+    let mut ev = epoll_event(POLLIN as u32, fd as u64);
+    // SAFETY: a complete epoll_event.
+    unsafe { crate::real::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, ev.as_mut_ptr().cast()) == 0 }
+}
+
+const EPOLLONESHOT: u32 = 1 << 30;
+const EPOLL_CTL_MOD: c_int = 3;
+
+/// Watches `fd` for input on `epfd` once: after it fires, until [`epoll_rearm`].
+pub fn epoll_add_oneshot(epfd: c_int, fd: c_int) -> bool {
+    let mut ev = epoll_event(POLLIN as u32 | EPOLLONESHOT, fd as u64);
+    // SAFETY: a complete epoll_event.
+    unsafe { crate::real::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, ev.as_mut_ptr().cast()) == 0 }
+}
+
+/// Watches `fd` (added with [`epoll_add_oneshot`]) once more.
+pub fn epoll_rearm(epfd: c_int, fd: c_int) {
+    let mut ev = epoll_event(POLLIN as u32 | EPOLLONESHOT, fd as u64);
+    // SAFETY: a complete epoll_event.
+    unsafe { crate::real::epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev.as_mut_ptr().cast()) };
+}
+
+/// Stops watching `fd`.
+pub fn epoll_del(epfd: c_int, fd: c_int) {
+    let mut ev = [0u8; 16];
+    // SAFETY: a complete (ignored) epoll_event.
+    unsafe { crate::real::epoll_ctl(epfd, EPOLL_CTL_DEL, fd, ev.as_mut_ptr().cast()) };
+}
+
+/// The data of the events ready on `epfd` (up to 64 and `out.len()`), waiting at most
+/// `timeout_ms`; how many.
+pub fn epoll_ready(epfd: c_int, out: &mut [u64], timeout_ms: i32) -> usize {
+    let (len, at) = EPOLL_EVENT;
+    let max = out.len().min(64);
+    let mut evs = [0u8; 64 * 16];
+    // SAFETY: room for `max` events.
+    let n = unsafe { crate::real::epoll_wait(epfd, evs.as_mut_ptr().cast(), max as c_int, timeout_ms) };
+    let n = (n.max(0) as usize).min(max);
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        let e = &evs[i * len..(i + 1) * len];
+        *o = u64::from_ne_bytes(e[at..at + 8].try_into().unwrap_or_default());
+    }
+    n
 }
 
 /// Reads a `struct sockaddr` of `len` bytes.

@@ -20,9 +20,14 @@ const SPLICE_F_NONBLOCK: u32 = 2;
 /// `fcntl(F_GETPIPE_SZ)`: succeeds on pipes only.
 const F_GETPIPE_SZ: c_int = 1032;
 
-/// The moved connection behind `fd`, if it is one.
+/// The moved connection behind `fd`, if it is one — a pending one once its server
+/// decided (these calls do not run while the outcome is open: crate::pending).
 fn moved(fd: c_int) -> Option<std::sync::Arc<Conn>> {
-    if active() && marked(fd) { conn_of(fd) } else { None }
+    let c = if active() && marked(fd) { conn_of(fd)? } else { return None };
+    if c.is_pending() && !matches!(crate::pending::settle(fd, &c), Ok(true)) {
+        return None;
+    }
+    Some(c)
 }
 
 fn fail(e: c_int) -> isize {

@@ -11,15 +11,20 @@ use std::time::{Duration, Instant};
 
 use crate::spin::{self, Adaptive};
 use crate::sys::PollFd;
-use crate::{active, real};
+use crate::{active, pending, real};
 
 /// This process's event-loop waits.
 static LOOP: Adaptive = Adaptive::new();
 
 /// Runs a wait of `timeout_ms` (-1: none): `try_now` is the call with a zero timeout,
 /// `sleep` the call with the given one. Returns what the last call returned.
-fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, sleep: impl FnOnce(c_int) -> c_int) -> c_int {
-    if !active() || timeout_ms == 0 || spin::LIVE.load(Ordering::Relaxed) == 0 {
+///
+/// While the process has pending connections (crate::pending) the sleep is cut into
+/// slices, and between them the pending connections are looked at: one whose server took
+/// it as plain TCP goes back to its TCP socket, where this wait then sees its bytes.
+fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, mut sleep: impl FnMut(c_int) -> c_int) -> c_int {
+    let watching = || pending::WATCHING.load(Ordering::Relaxed) > 0;
+    if !active() || timeout_ms == 0 || (spin::LIVE.load(Ordering::Relaxed) == 0 && !watching()) {
         return sleep(timeout_ms);
     }
     let start = Instant::now();
@@ -32,13 +37,26 @@ fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, sleep: impl FnOnc
         LOOP.record(start.elapsed());
         return r;
     }
-    let left = if timeout_ms < 0 {
-        -1
-    } else {
-        let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
-        (timeout_ms - spent).max(0)
+    let left = |start: Instant| {
+        if timeout_ms < 0 {
+            -1
+        } else {
+            let spent = start.elapsed().as_millis().min(c_int::MAX as u128) as c_int;
+            (timeout_ms - spent).max(0)
+        }
     };
-    let r = sleep(left);
+    let r = loop {
+        let l = left(start);
+        if !watching() || l == 0 {
+            break sleep(l);
+        }
+        let slice = if l < 0 { PENDING_SLICE_MS } else { l.min(PENDING_SLICE_MS) };
+        let r = sleep(slice);
+        if r != 0 || (l >= 0 && slice == l) {
+            break r;
+        }
+        pending::sweep();
+    };
     if r != 0 {
         LOOP.record(start.elapsed());
     } else {
@@ -47,6 +65,9 @@ fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, sleep: impl FnOnc
     }
     r
 }
+
+/// How long a wait sleeps between looks at the pending connections.
+const PENDING_SLICE_MS: c_int = 10;
 
 /// `epoll_wait(2)`.
 ///
@@ -114,7 +135,10 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         let t = unsafe { *tv.cast::<TimeVal>() };
         (t.sec.saturating_mul(1000).saturating_add(t.usec / 1000)).clamp(0, c_int::MAX as i64) as c_int
     };
-    if timeout_ms == 0 || !active() || spin::LIVE.load(Ordering::Relaxed) == 0 {
+    if timeout_ms == 0
+        || !active()
+        || (spin::LIVE.load(Ordering::Relaxed) == 0 && pending::WATCHING.load(Ordering::Relaxed) == 0)
+    {
         // SAFETY: the caller's arguments.
         return unsafe { real::select(n, r, w, e, tv) };
     }

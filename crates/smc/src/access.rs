@@ -46,8 +46,8 @@ pub fn entry_pid(dir: &str, name: &str) -> Option<u32> {
     match dir {
         "door" => name.strip_suffix(".sock")?.parse().ok(),
         "listen" => parse_listener_name(name).map(|(_, _, pid)| pid),
-        // A connection's entry: PID-N.
-        "conn" => name.split_once('-')?.0.parse().ok(),
+        // A process's table of its connections: PID (PID-N before sluice 0.2's tables).
+        "conn" => name.split('-').next()?.parse().ok(),
         _ => None,
     }
 }

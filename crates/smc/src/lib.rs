@@ -1,6 +1,7 @@
 //! What both ends of sluice's shared-memory fast path agree on, and what the `sluice`
 //! binary and the preload library share: the ring buffer laid out in shared memory
-//! ([`ring`]), the side-door handshake messages ([`msg`]), SMC's buffer-size rule
+//! ([`ring`]) and the arenas of slots that hold them ([`slot`]), the side-door messages
+//! ([`msg`]), SMC's buffer-size rule
 //! ([`size`]), the statistics layout ([`stats`]), and who may use the fast path
 //! ([`access`]).
 //!
@@ -13,4 +14,5 @@ pub mod access;
 pub mod msg;
 pub mod ring;
 pub mod size;
+pub mod slot;
 pub mod stats;

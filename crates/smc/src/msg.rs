@@ -1,21 +1,24 @@
-//! The side-door handshake, modelled on SMC's CLC: PROPOSAL (client), ACCEPT (server),
-//! CONFIRM (client), or DECLINE with a reason from either side (docs/architecture.md,
-//! "Capability: never a byte to a peer that is not sluice").
+//! The side-door messages, modelled on SMC's CLC handshake but without its round trips
+//! (docs/architecture.md, "Connections at TCP's cost"): the client's ANNOUNCE before its
+//! SYN and PROOF after it; the server decides in `accept` and answers through the slot's
+//! control word (crate::slot), not with a message. CLAIM, HANDOVER and DECLINE pass a
+//! proposal from a pre-forking parent to the child that accepted its connection.
 //!
 //! Each message is one `SOCK_SEQPACKET` datagram with a fixed layout, little-endian:
-//! `"SLCL"`, version, kind, two reserved bytes, the 16-byte connection token, then the
-//! kind's fields. Descriptors travel beside it as `SCM_RIGHTS`: with a PROPOSAL the
-//! client's ring memfd, its doorbell end and its TCP socket (the proof that the proposer
-//! holds the connection); with an ACCEPT the server's ring memfd and doorbell end.
-//! Version 2 added the TCP socket (docs/architecture.md, "The fast path's trust boundary").
+//! `"SLCL"`, version, kind, two reserved bytes, a 16-byte token (claims; zero otherwise),
+//! then the kind's fields. Descriptors travel beside it as `SCM_RIGHTS`: with ANNOUNCE the
+//! arena's memfd and the server's end of the connection's socket pair; with PROOF the
+//! client's TCP socket (the proof that the proposer holds the connection). Version 2 added
+//! the TCP socket; version 3 is this shape.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::slot::{GEOMETRY_LEN, Geometry};
+
 /// Protocol version spoken here.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 const MAGIC: &[u8; 4] = b"SLCL";
 const HDR: usize = 24;
-const ADDR: usize = 19;
 
 /// Why a connection stayed on TCP (or a handshake failed), as counted in the stats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,11 +64,18 @@ pub enum Reason {
     /// The socket asked for `MSG_ZEROCOPY` (`SO_ZEROCOPY`) before it connected or listened:
     /// its completions come with `POLLERR`, which a shared-memory socket cannot raise.
     ZeroCopy = 17,
+    /// The server accepted the connection where the library could not take it (its end
+    /// stayed plain TCP: an `accept` the library does not see, or another program): the
+    /// client saw TCP bytes or an end before any decision, and stays on TCP too.
+    TakenAsTcp = 18,
+    /// The program uses io_uring, whose calls the library cannot see: its connections stay
+    /// on TCP.
+    IoUring = 19,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -83,6 +93,8 @@ impl Reason {
         Reason::Penalized,
         Reason::NotAccepting,
         Reason::ZeroCopy,
+        Reason::TakenAsTcp,
+        Reason::IoUring,
     ];
 
     /// The reason's name in stats and JSON.
@@ -105,6 +117,8 @@ impl Reason {
             Reason::Penalized => "penalized",
             Reason::NotAccepting => "not_accepting",
             Reason::ZeroCopy => "zerocopy",
+            Reason::TakenAsTcp => "taken_as_tcp",
+            Reason::IoUring => "io_uring",
         }
     }
 
@@ -121,6 +135,8 @@ impl Reason {
                 | Reason::Penalized
                 | Reason::NotAccepting
                 | Reason::ZeroCopy
+                | Reason::TakenAsTcp
+                | Reason::IoUring
         )
     }
 
@@ -138,64 +154,66 @@ pub struct Tuple {
     pub server: SocketAddr,
 }
 
-/// One handshake message.
+/// One side-door message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Msg {
-    /// The client offers shared memory for a connection (its receive ring and its end of
-    /// the doorbell travel beside it).
-    Proposal {
-        /// Random token naming this connection's handshake.
-        token: [u8; 16],
-        /// The connection.
-        tuple: Tuple,
-        /// Inode of the client's network namespace.
-        netns: u64,
+    /// The client is about to connect, and offers shared memory for the connection: sent
+    /// before its SYN, with the arena's memfd and the server's end of the connection's
+    /// socket pair attached.
+    Announce {
+        /// The cookie of the client's TCP socket (what PROOF and the server's `sock_diag`
+        /// lookup match it by).
+        cookie: u64,
+        /// The slot of the arena this connection uses.
+        slot: u32,
+        /// The slot's generation for this connection (its control word says it).
+        generation: u32,
         /// The client's process id (for `sluice smc info`).
         pid: u32,
-        /// Size of the client's receive ring.
-        rmem: u32,
-        /// The send buffer the client wants (the server's receive ring is at least this).
-        tmem: u32,
+        /// [`PROOF_FOLLOWS`]: the client is in another namespace than the listener, and its
+        /// TCP socket follows its SYN (PROOF).
+        flags: u64,
+        /// The arena's shape.
+        geometry: Geometry,
     },
-    /// The server agrees (its receive ring and doorbell end travel beside it).
-    Accept {
-        /// The proposal's token.
-        token: [u8; 16],
-        /// Size of the server's receive ring.
-        rmem: u32,
-        /// The server's process id.
-        pid: u32,
+    /// The client's proof that it holds the connection: its TCP socket, attached, sent
+    /// once the SYN is out (a socket that has sent its SYN cannot be connected elsewhere).
+    Proof {
+        /// The cookie the announcement named.
+        cookie: u64,
     },
-    /// The client has mapped the server's ring: the connection is on shared memory.
-    Confirm {
-        /// The proposal's token.
-        token: [u8; 16],
-    },
-    /// Either side refuses: the connection stays on TCP.
+    /// A claim's negative answer.
     Decline {
-        /// The proposal's token.
+        /// The claim's token.
         token: [u8; 16],
         /// Why.
         reason: Reason,
     },
     /// A forked child that accepted a connection on its parent's listener asks the parent
-    /// for the connection its door prepared (over the parent's claim channel, with the
-    /// answer's socket and the accepted TCP socket attached).
+    /// for the connection's proposal (over the parent's claim channel, with the answer's
+    /// socket and the accepted TCP socket attached).
     Claim {
         /// The claim's own token (the answer carries it back).
         token: [u8; 16],
     },
-    /// The parent's answer to a claim: the two rings' memfds (receive ring first), the
-    /// peer's doorbell end and the application's end attached.
+    /// The parent's answer to a claim: the proposal, with the arena's memfd and the
+    /// server's end of the socket pair attached. The child commits it itself.
     Handover {
         /// The claim's token.
         token: [u8; 16],
-        /// The receive ring's size.
-        rmem: u32,
-        /// The peer's receive ring's size.
-        tmem: u32,
+        /// The slot.
+        slot: u32,
+        /// Its generation.
+        generation: u32,
+        /// The client's process id.
+        pid: u32,
+        /// The arena's shape.
+        geometry: Geometry,
     },
 }
+
+/// ANNOUNCE flag: a PROOF follows the SYN.
+pub const PROOF_FOLLOWS: u64 = 1;
 
 /// A message that cannot be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,65 +224,46 @@ pub enum DecodeError {
     Version(u8),
 }
 
-fn put_addr(out: &mut Vec<u8>, a: SocketAddr) {
-    let (fam, ip) = match a.ip() {
-        IpAddr::V4(v) => (4u8, v.to_ipv6_mapped().octets()),
-        IpAddr::V6(v) => (6u8, v.octets()),
-    };
-    out.push(fam);
-    out.extend_from_slice(&a.port().to_le_bytes());
-    out.extend_from_slice(&ip);
-}
-
-fn get_addr(b: &[u8]) -> Option<SocketAddr> {
-    let port = u16::from_le_bytes([b[1], b[2]]);
-    let ip: [u8; 16] = b[3..19].try_into().ok()?;
-    let v6 = Ipv6Addr::from(ip);
-    let ip = match b[0] {
-        4 => IpAddr::V4(v6.to_ipv4_mapped()?),
-        6 => IpAddr::V6(v6),
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
-}
-
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from(u32_at(b, at)) | u64::from(u32_at(b, at + 4)) << 32
 }
 
 impl Msg {
     /// The message as one datagram.
     pub fn encode(&self) -> Vec<u8> {
+        let zero = [0u8; 16];
         let (kind, token) = match self {
-            Msg::Proposal { token, .. } => (1u8, token),
-            Msg::Accept { token, .. } => (2, token),
-            Msg::Confirm { token } => (3, token),
+            Msg::Announce { .. } => (1u8, &zero),
+            Msg::Proof { .. } => (2, &zero),
             Msg::Decline { token, .. } => (4, token),
             Msg::Claim { token } => (5, token),
             Msg::Handover { token, .. } => (6, token),
         };
-        let mut out = Vec::with_capacity(HDR + 2 * ADDR + 20);
+        let mut out = Vec::with_capacity(HDR + 64);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&[VERSION, kind, 0, 0]);
         out.extend_from_slice(token);
         match *self {
-            Msg::Proposal { tuple, netns, pid, rmem, tmem, .. } => {
-                put_addr(&mut out, tuple.client);
-                put_addr(&mut out, tuple.server);
-                out.extend_from_slice(&netns.to_le_bytes());
+            Msg::Announce { cookie, slot, generation, pid, flags, geometry } => {
+                out.extend_from_slice(&cookie.to_le_bytes());
+                out.extend_from_slice(&slot.to_le_bytes());
+                out.extend_from_slice(&generation.to_le_bytes());
                 out.extend_from_slice(&pid.to_le_bytes());
-                out.extend_from_slice(&rmem.to_le_bytes());
-                out.extend_from_slice(&tmem.to_le_bytes());
+                out.extend_from_slice(&flags.to_le_bytes());
+                geometry.encode(&mut out);
             }
-            Msg::Accept { rmem, pid, .. } => {
-                out.extend_from_slice(&rmem.to_le_bytes());
-                out.extend_from_slice(&pid.to_le_bytes());
-            }
-            Msg::Confirm { .. } | Msg::Claim { .. } => {}
+            Msg::Proof { cookie } => out.extend_from_slice(&cookie.to_le_bytes()),
+            Msg::Claim { .. } => {}
             Msg::Decline { reason, .. } => out.push(reason as u8),
-            Msg::Handover { rmem, tmem, .. } => {
-                out.extend_from_slice(&rmem.to_le_bytes());
-                out.extend_from_slice(&tmem.to_le_bytes());
+            Msg::Handover { slot, generation, pid, geometry, .. } => {
+                out.extend_from_slice(&slot.to_le_bytes());
+                out.extend_from_slice(&generation.to_le_bytes());
+                out.extend_from_slice(&pid.to_le_bytes());
+                geometry.encode(&mut out);
             }
         }
         out
@@ -281,29 +280,22 @@ impl Msg {
         let token: [u8; 16] = b[8..24].try_into().map_err(|_| DecodeError::Malformed)?;
         let body = &b[HDR..];
         let need = |n: usize| if body.len() == n { Ok(()) } else { Err(DecodeError::Malformed) };
+        let geometry = |at: usize| Geometry::decode(&body[at..]).ok_or(DecodeError::Malformed);
         match b[5] {
             1 => {
-                need(2 * ADDR + 20)?;
-                let client = get_addr(&body[..ADDR]).ok_or(DecodeError::Malformed)?;
-                let server = get_addr(&body[ADDR..2 * ADDR]).ok_or(DecodeError::Malformed)?;
-                let r = &body[2 * ADDR..];
-                let netns = u64::from_le_bytes(r[..8].try_into().map_err(|_| DecodeError::Malformed)?);
-                Ok(Msg::Proposal {
-                    token,
-                    tuple: Tuple { client, server },
-                    netns,
-                    pid: u32_at(r, 8),
-                    rmem: u32_at(r, 12),
-                    tmem: u32_at(r, 16),
+                need(28 + GEOMETRY_LEN)?;
+                Ok(Msg::Announce {
+                    cookie: u64_at(body, 0),
+                    slot: u32_at(body, 8),
+                    generation: u32_at(body, 12),
+                    pid: u32_at(body, 16),
+                    flags: u64_at(body, 20),
+                    geometry: geometry(28)?,
                 })
             }
             2 => {
                 need(8)?;
-                Ok(Msg::Accept { token, rmem: u32_at(body, 0), pid: u32_at(body, 4) })
-            }
-            3 => {
-                need(0)?;
-                Ok(Msg::Confirm { token })
+                Ok(Msg::Proof { cookie: u64_at(body, 0) })
             }
             4 => {
                 need(1)?;
@@ -314,8 +306,14 @@ impl Msg {
                 Ok(Msg::Claim { token })
             }
             6 => {
-                need(8)?;
-                Ok(Msg::Handover { token, rmem: u32_at(body, 0), tmem: u32_at(body, 4) })
+                need(12 + GEOMETRY_LEN)?;
+                Ok(Msg::Handover {
+                    token,
+                    slot: u32_at(body, 0),
+                    generation: u32_at(body, 4),
+                    pid: u32_at(body, 8),
+                    geometry: geometry(12)?,
+                })
             }
             _ => Err(DecodeError::Malformed),
         }
@@ -336,14 +334,13 @@ mod tests {
 
     #[test]
     fn every_message_round_trips() {
-        let tuple = Tuple { client: "10.77.0.1:40000".parse().unwrap(), server: "[fd77::2]:5201".parse().unwrap() };
+        let geometry = Geometry { slots: 64, cs_area: 1 << 25, sc_area: 1 << 25, cs_window: 65536, sc_window: 65536 };
         let msgs = [
-            Msg::Proposal { token: [7; 16], tuple, netns: 4026531992, pid: 42, rmem: 65536, tmem: 16384 },
-            Msg::Accept { token: [7; 16], rmem: 131072, pid: 43 },
-            Msg::Confirm { token: [7; 16] },
+            Msg::Announce { cookie: 0x1234_5678_9abc, slot: 3, generation: 9, pid: 42, flags: PROOF_FOLLOWS, geometry },
+            Msg::Proof { cookie: 77 },
             Msg::Decline { token: [7; 16], reason: Reason::NotOurConnection },
             Msg::Claim { token: [7; 16] },
-            Msg::Handover { token: [7; 16], rmem: 65536, tmem: 262144 },
+            Msg::Handover { token: [7; 16], slot: 1, generation: 2, pid: 3, geometry },
         ];
         for m in msgs {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));
@@ -352,7 +349,7 @@ mod tests {
 
     #[test]
     fn bad_datagrams_are_refused() {
-        let m = Msg::Confirm { token: [1; 16] }.encode();
+        let m = Msg::Claim { token: [1; 16] }.encode();
         assert_eq!(Msg::decode(&m[..10]), Err(DecodeError::Malformed));
         let mut v = m.clone();
         v[4] = 9;

@@ -7,9 +7,10 @@
 
 use crate::msg::Reason;
 
-/// First word of the segment: "SLSMCST5" (the layout of this build; "…4" had no
-/// `zerocopy` reason, "…3" no `buffers_grown`, "…2" one fallback reason fewer, "…1" two).
-pub const MAGIC: u64 = 0x3554_5343_4d53_4c53;
+/// First word of the segment: "SLSMCST6" (the layout of this build; "…5" had no
+/// `taken_as_tcp` and `io_uring` reasons, "…4" no `zerocopy`, "…3" no `buffers_grown`,
+/// "…2" one fallback reason fewer, "…1" two).
+pub const MAGIC: u64 = 0x3654_5343_4d53_4c53;
 /// Size of the segment file.
 pub const LEN: usize = 4096;
 

@@ -175,21 +175,26 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
 fn info(json: bool) -> Result<()> {
     let dir = paths::run_dir().join("smc").join("conn");
     let mut rows: Vec<serde_json::Value> = Vec::new();
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        // An entry is a line of JSON; anything else (a FIFO, a link, a huge file) is passed by.
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten().take(65536) {
+        // A process's table: fixed-width lines of JSON, blank ones free; anything else (a
+        // FIFO, a link, a huge file) is passed by.
         let Ok(f) = layout::open_entry(&e.path(), false, None) else { continue };
-        let mut text = String::new();
-        if std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut text).is_err() {
-            continue;
-        }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(text.trim()) else { continue };
-        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+        let pid: u32 = e.file_name().to_str().and_then(|n| sluice_smc::access::entry_pid("conn", n)).unwrap_or(0);
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            // Its process died without closing: the entry is stale.
+            // Its process died without closing: the table is stale.
             let _ = std::fs::remove_file(e.path());
             continue;
         }
-        rows.push(v);
+        let mut text = String::new();
+        if std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text).is_err() {
+            continue;
+        }
+        for line in text.lines().map(str::trim).filter(|l| l.starts_with('{')) {
+            // (A line being written as we read it does not parse, and is passed by.)
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                rows.push(v);
+            }
+        }
     }
     rows.sort_by_key(|v| (v["pid"].as_u64(), v["since"].as_u64()));
     if json {
@@ -256,15 +261,18 @@ fn run(a: RunArgs) -> Result<()> {
     let grow_to = |given: Option<usize>, start: usize, max: usize| {
         given.unwrap_or_else(|| a.max_buffer.unwrap_or(max).max(start))
     };
-    let settings =
+    let mut settings =
         format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
-    if let Some(path) = which(program)
-        && is_static(&path)
-    {
-        eprintln!(
-            "sluice: warning: {} is statically linked: the preload library cannot reach it, so its connections stay on TCP",
-            path.display()
-        );
+    if let Some(path) = which(program) {
+        if is_static(&path) {
+            eprintln!(
+                "sluice: warning: {} is statically linked: the preload library cannot reach it, so its connections stay on TCP",
+                path.display()
+            );
+        } else if uses_liburing(&path) {
+            // Its io_uring calls bypass the library: its connections stay on TCP, counted.
+            settings.push_str(",uring=1");
+        }
     }
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
@@ -280,7 +288,7 @@ fn run(a: RunArgs) -> Result<()> {
 }
 
 /// Removes the side doors (`door/PID.sock`), listener entries (`listen/ADDR_PORT.NETNS.PID`)
-/// and connection entries (`conn/PID-N`) of processes that are gone — killed by a signal,
+/// and connection tables (`conn/PID`) of processes that are gone — killed by a signal,
 /// they could not remove their own: this user's, or anyone's when root (the directories
 /// are sticky). Looks at most at 4,096 entries of each directory, never follows a link.
 fn sweep_stale() {
@@ -327,9 +335,27 @@ fn is_static(path: &Path) -> bool {
     })
 }
 
+/// True for a program that names liburing among its libraries (or anywhere in its file:
+/// a program that loads it itself stays on TCP too).
+fn uses_liburing(path: &Path) -> bool {
+    let Ok(b) = std::fs::read(path) else { return false };
+    b.windows(11).any(|w| w == b"liburing.so")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_that_use_liburing_are_found() {
+        let dir = std::env::temp_dir().join(format!("sluice-uring-{}", std::process::id()));
+        std::fs::write(&dir, b"\x7fELF...liburing.so.2\0...").unwrap();
+        assert!(uses_liburing(&dir));
+        std::fs::write(&dir, b"\x7fELF...libc.so.6\0").unwrap();
+        assert!(!uses_liburing(&dir));
+        let _ = std::fs::remove_file(&dir);
+        assert!(!uses_liburing(Path::new("/bin/sh")));
+    }
 
     #[test]
     fn dynamic_and_static_programs_are_told_apart() {
