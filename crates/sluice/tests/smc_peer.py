@@ -32,9 +32,9 @@ MODE:
   source1m:BYTES   as source, in writes of 1 MiB (larger than a buffer's first size)
   small:COUNT      send COUNT 7-byte records one write each, print "<bytes> <sha256>"
   hold:SECONDS     (after sink or source) keep the connection open this long: "sink+hold:2"
-  gate:PATH        (before the rest) print "port <local port>", then wait until PATH
-                   exists (at most 60 s): "gate:/tmp/go+source:1000"
-  pregate:PATH     (connect; first) bind the socket, print "port <local port>", wait until
+  gate:PATH        (before the rest) print "port <local port> cookie <socket cookie>", then
+                   wait until PATH exists (at most 60 s): "gate:/tmp/go+source:1000"
+  pregate:PATH     (connect; first) bind the socket, print "port … cookie …", wait until
                    PATH exists (at most 60 s), then connect: "pregate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
   bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
@@ -468,7 +468,9 @@ def run_mode(c, mode):
             out = vec_send(c, int(arg))
             c.shutdown(socket.SHUT_WR)
         elif kind == "gate":
-            print(f"port {c.getsockname()[1]}", flush=True)
+            import struct
+            cookie = struct.unpack("<Q", c.getsockopt(socket.SOL_SOCKET, 57, 8))[0]  # SO_COOKIE
+            print(f"port {c.getsockname()[1]} cookie {cookie}", flush=True)
             deadline = time.time() + 60
             while not os.path.exists(arg) and time.time() < deadline:
                 time.sleep(0.02)

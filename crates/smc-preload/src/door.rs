@@ -381,8 +381,12 @@ impl Door {
                             let (arena_fd, bell) = (fds[0], fds[1]);
                             p.announces.push(Announce { cookie, slot, generation, pid, arena, arena_fd, bell, at });
                         }
-                        // Not an arena we can map: the client sees its end of the pair close.
-                        _ => foreign::release_all(&fds),
+                        // Not an arena we can map (unsealed, of another length, not a memfd):
+                        // the client sees its end of the pair close, and stays on TCP.
+                        _ => {
+                            crate::stats::fallback(Reason::BadSegment, true);
+                            foreign::release_all(&fds);
+                        }
                     }
                 }
                 Ok(Msg::Proof { cookie }) if fds.len() == 1 => {
@@ -426,6 +430,9 @@ impl Door {
                 }
             }
             // Announcements of another user's socket are let go (their clients stay on TCP).
+            if matches!(found, Found::Nothing) && !liars.is_empty() {
+                found = Found::Liar;
+            }
             for (fd, at) in liars {
                 if let Some(p) = self.peers.get_mut(&fd)
                     && let Some(i) = p.announces.iter().position(|a| a.cookie == cookie && a.at == at)
@@ -456,9 +463,10 @@ impl Door {
         let now = Instant::now();
         for p in self.peers.values() {
             let proven = |c: u64| p.proofs.iter().any(|q| q.cookie == c);
+            // (Fresh for twice the wait, so one `accept` waiting on it sees it lapse.)
             if p.announces
                 .iter()
-                .any(|a| now.duration_since(a.at) < Duration::from_millis(PROOF_WAIT_MS) && !proven(a.cookie))
+                .any(|a| now.duration_since(a.at) < Duration::from_millis(2 * PROOF_WAIT_MS) && !proven(a.cookie))
             {
                 return Found::Announced(p.cred.uid);
             }
@@ -477,6 +485,8 @@ enum Found {
     },
     /// An announcement that may be this connection's, its proof not here yet (its user).
     Announced(u32),
+    /// Only announcements by another user than the one whose socket it is.
+    Liar,
     Nothing,
 }
 
@@ -573,6 +583,7 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
                 sys::epoll_ready(door.epfd, &mut ready, left);
                 door.pump();
             }
+            Found::Liar => return Err(Reason::Unproven),
             Found::Nothing => return Err(Reason::NoProposal),
         }
     }

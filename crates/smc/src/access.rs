@@ -9,7 +9,7 @@
 //! follow what `sluice smc setup` made.
 
 /// The directories every allowed user's programs write into.
-pub const SHARED_DIRS: [&str; 5] = ["listen", "door", "intent", "conn", "stats"];
+pub const SHARED_DIRS: [&str; 4] = ["listen", "door", "conn", "stats"];
 /// Mode of a shared directory when a group may use the fast path.
 pub const GROUP_DIR_MODE: u32 = 0o3770;
 /// Mode of `smc/`, `smc/lib/`, and of the shared directories without a group.
@@ -18,7 +18,7 @@ pub const ROOT_DIR_MODE: u32 = 0o755;
 pub const DOOR_MODE_GROUP: u32 = 0o660;
 /// …and without one.
 pub const DOOR_MODE_OWNER: u32 = 0o600;
-/// Mode of registry entries, intents, connection entries and statistics files.
+/// Mode of registry entries, connection tables and statistics files.
 pub const ENTRY_MODE: u32 = 0o644;
 /// The group that may use the fast path when `sluice smc setup` is not told another.
 pub const DEFAULT_GROUP: &str = "sluice";

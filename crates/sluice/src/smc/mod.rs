@@ -179,7 +179,9 @@ fn info(json: bool) -> Result<()> {
         // A process's table: fixed-width lines of JSON, blank ones free; anything else (a
         // FIFO, a link, a huge file) is passed by.
         let Ok(f) = layout::open_entry(&e.path(), false, None) else { continue };
-        let pid: u32 = e.file_name().to_str().and_then(|n| sluice_smc::access::entry_pid("conn", n)).unwrap_or(0);
+        let Some(pid) = e.file_name().to_str().and_then(|n| sluice_smc::access::entry_pid("conn", n)) else {
+            continue;
+        };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             // Its process died without closing: the table is stale.
             let _ = std::fs::remove_file(e.path());
