@@ -250,9 +250,10 @@ pub enum SourceError {
 
 /// Where the bytes of [`Conn::write_from`] come from.
 pub trait Source {
-    /// Copies at most `room` bytes (never 0) into `tx`, all of which fit; a push of 0
-    /// bytes means the source has ended.
-    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError>;
+    /// Copies at most `room` bytes (never 0) into `tx`, all of which fit, calling `bell`
+    /// if a push opens a bell epoch ([`Ring::push_ringing`]); a push of 0 bytes means the
+    /// source has ended.
+    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError>;
 }
 
 /// A caller's buffer.
@@ -262,9 +263,9 @@ struct SliceSource<'a> {
 }
 
 impl Source for SliceSource<'_> {
-    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
         let end = self.data.len().min(self.off + room);
-        let p = tx.push(&self.data[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
+        let p = tx.push_ringing(&self.data[self.off..end], bell).map_err(|Corrupt| SourceError::Ring)?;
         self.off += p.n;
         Ok(p)
     }
@@ -285,12 +286,12 @@ impl<'a> IovSource<'a> {
 }
 
 impl Source for IovSource<'_> {
-    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
         let mut total = Push::default();
         while total.n < room && self.at < self.bufs.len() {
             let b = self.bufs[self.at];
             let end = b.len().min(self.off + room - total.n);
-            let p = tx.push(&b[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
+            let p = tx.push_ringing(&b[self.off..end], bell).map_err(|Corrupt| SourceError::Ring)?;
             total.n += p.n;
             total.ring_bell |= p.ring_bell;
             total.wake_sleeper |= p.wake_sleeper;
@@ -322,7 +323,7 @@ impl<F: FnMut(&mut [u8]) -> Io> ReadSource<F> {
 }
 
 impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
-    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
         let want = room.min(256 * 1024);
         if self.buf.len() < want {
             self.buf.resize(want, 0);
@@ -331,7 +332,7 @@ impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
         if k == 0 {
             return Ok(Push::default());
         }
-        let p = tx.push(&self.buf[..k]).map_err(|Corrupt| SourceError::Ring)?;
+        let p = tx.push_ringing(&self.buf[..k], bell).map_err(|Corrupt| SourceError::Ring)?;
         // (`room` was free and only the writer-lock holder fills it: all of it fits.)
         debug_assert_eq!(p.n, k);
         Ok(p)
@@ -858,10 +859,12 @@ impl Conn {
             }
             // (Saturating: a window the peer garbled below its fill is its own loss.)
             let room = self.tx.capacity().saturating_sub(used).min(max - off);
+            // The doorbell goes before the bytes are published (Ring::push_ringing).
+            let mut rang = true;
             let p = if room == 0 {
                 Push::default()
             } else {
-                match src.push_into(&self.tx, room) {
+                match src.push_into(&self.tx, room, &mut || rang = self.ring_peer(fd)) {
                     Ok(p) if p.n == 0 => return Ok(off),
                     Ok(p) => p,
                     Err(SourceError::Ring) => return Err(self.fault(fd)),
@@ -874,7 +877,7 @@ impl Conn {
                 if p.wake_sleeper {
                     sys::futex_wake(self.tx.state_word());
                 }
-                if p.ring_bell && !self.ring_peer(fd) {
+                if !rang {
                     return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
                 }
                 continue;
