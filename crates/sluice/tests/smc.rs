@@ -658,13 +658,12 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     assert_eq!(st["handshake_errors"], 0, "{st}");
 }
 
-/// A moved connection costs the program two descriptors where TCP costs one (the
-/// application's, which is its end of the connection's one socket pair, and its TCP
-/// socket among the library's high numbers), not five as it once did: the rings live in
-/// the association's arena (made once per server process), and the program's own
-/// numbering is what TCP gives it.
+/// A moved connection costs the program three descriptors where TCP costs one (the
+/// application's, and among the library's high numbers its TCP socket and the peer's
+/// doorbell end), not five as it once did: the rings live in the association's arena
+/// (made once per server process), and the program's own numbering is what TCP gives it.
 #[test]
-fn a_moved_connection_holds_two_descriptors_one_of_them_out_of_the_programs_way() {
+fn a_moved_connection_holds_three_descriptors_two_of_them_out_of_the_programs_way() {
     let p = Peers::new("fds");
     let count = |launcher: bool| {
         let (s, out) = p.serve(launcher, &["echo-epoll", &port(39), "2"]);
@@ -678,7 +677,7 @@ fn a_moved_connection_holds_two_descriptors_one_of_them_out_of_the_programs_way(
     let (smc_fds, smc_app, smc_low) = count(true);
     let st = p.stats();
     assert_eq!(st["smc_client"], 2, "{st}");
-    assert_eq!((tcp_fds, smc_fds), (1, 2), "descriptors a connection adds on TCP and on shared memory");
+    assert_eq!((tcp_fds, smc_fds), (1, 3), "descriptors a connection adds on TCP and on shared memory");
     assert_eq!(smc_app, tcp_app, "the socket's own number is TCP's");
     assert_eq!(smc_low, tcp_low, "the library's descriptors are above the program's");
 }

@@ -128,6 +128,15 @@ def proof_msg(cookie):
     return b"SLCL" + bytes([VERSION, 2, 0, 0]) + bytes(16) + struct.pack("<Q", cookie)
 
 
+def pairs():
+    """The two socket pairs of a connection, as the library makes them: (ours, the end
+    the server rings us through, the server's descriptor-to-be, the end we ring it
+    through)."""
+    mine, to_us = socket.socketpair()
+    theirs, to_them = socket.socketpair()
+    return mine, to_us, theirs, to_them
+
+
 def cookie_of(sock):
     return struct.unpack("<Q", sock.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8))[0]
 
@@ -179,8 +188,8 @@ def propose(rundir, port, caddr, cport, saddr, how):
         print("refused", errno.errorcode[e.errno])
         return
     fd, m = arena()
-    mine, theirs = socket.socketpair()
-    socket.send_fds(door, [announce_msg(cookie, flags)], [fd, theirs.fileno()])
+    mine, to_us, theirs, to_them = pairs()
+    socket.send_fds(door, [announce_msg(cookie, flags)], [fd, to_us.fileno(), theirs.fileno()])
     if proof is not None:
         socket.send_fds(door, [proof_msg(cookie)], [proof.fileno()])
     print("sent", flush=True)
@@ -192,8 +201,9 @@ def client(rundir, ip, port, attack):
     tcp = socket.socket(fam)
     door = open_door(find_door(rundir, port))
     fd, m = arena(sealed=(attack != "unsealed"))
-    mine, theirs = socket.socketpair()
-    socket.send_fds(door, [announce_msg(cookie_of(tcp))], [fd, theirs.fileno()])
+    mine, to_us, theirs, to_them = pairs()
+    socket.send_fds(door, [announce_msg(cookie_of(tcp))], [fd, to_us.fileno(), theirs.fileno()])
+    to_us.close()
     theirs.close()
     tcp.connect((ip, port))
     decision = wait_decision(m, 5)
@@ -221,7 +231,7 @@ def client(rundir, ip, port, attack):
     elif attack == "bad-prod":
         cons = struct.unpack_from("<Q", m, CS + CONS)[0]
         struct.pack_into("<Q", m, CS + PROD, (cons + (1 << 40)) % (1 << 64))
-        mine.send(b"\x01")
+        to_them.send(b"\x01")
         print("wrote bad producer cursor", flush=True)
     elif attack == "bad-cons":
         # Wait until the server has filled the ring a little, then lie about our cursor.
@@ -232,9 +242,9 @@ def client(rundir, ip, port, attack):
         prod = struct.unpack_from("<Q", m, SC + PROD)[0]
         struct.pack_into("<Q", m, SC + CONS, (prod + 12345) % (1 << 64))
         # The server's writer may wait behind the filler it sent us: take it.
-        mine.setblocking(False)
+        to_them.setblocking(False)
         try:
-            while mine.recv(65536):
+            while to_them.recv(65536):
                 pass
         except OSError:
             pass
@@ -326,7 +336,7 @@ def server(rundir, ip, port, attack, seconds):
     print("listening", flush=True)
 
     def cheat(what, fds):
-        if what != "announce" or len(fds) != 2:
+        if what != "announce" or len(fds) != 3:
             return
         if attack == "close-bell":
             os.close(fds[1])
@@ -353,9 +363,10 @@ def liar(rundir, ip, port, count, nbytes):
     for i in range(count):
         tcp = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
         fd, _ = arena()
-        mine, theirs = socket.socketpair()
-        socket.send_fds(door, [announce_msg(cookie_of(tcp), PROOF_FOLLOWS)], [fd, theirs.fileno()])
+        mine, to_us, theirs, to_them = pairs()
+        socket.send_fds(door, [announce_msg(cookie_of(tcp), PROOF_FOLLOWS)], [fd, to_us.fileno(), theirs.fileno()])
         os.close(fd)
+        to_us.close()
         theirs.close()
         tcp.connect((ip, port))
         data = bytes([i % 256]) * nbytes

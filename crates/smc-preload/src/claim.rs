@@ -90,12 +90,13 @@ fn serve_claim(token: [u8; 16], reply: c_int, tcp: c_int) {
                 return;
             };
             let m = Msg::Handover { token, slot: t.slot, generation: t.generation, pid: t.pid, geometry };
-            if sys::send_with_fds_nowait(reply, &m.encode(), &[t.arena_fd, t.bell]).is_ok() {
+            if sys::send_with_fds_nowait(reply, &m.encode(), &[t.arena_fd, t.bell, t.app_end]).is_ok() {
                 // Ours go; the child's copies are the connection now (or, if it never
                 // takes them, close with its end of the answer's socket — its client
                 // sees the pair close and stays on TCP).
                 t.close_arena_fd();
                 sys::close(std::mem::replace(&mut t.bell, -1));
+                sys::close(std::mem::replace(&mut t.app_end, -1));
             } else {
                 t.decline(Reason::DoorUnreachable);
             }
@@ -137,16 +138,16 @@ fn answer(mine: c_int, owner: u32, token: [u8; 16]) -> Result<Taken, Reason> {
         }
     };
     match (Msg::decode(&buf[..n]), &fds[..]) {
-        (Ok(Msg::Handover { token: t, slot, generation, pid, geometry }), &[arena_fd, bell]) if t == token => {
+        (Ok(Msg::Handover { token: t, slot, generation, pid, geometry }), &[arena_fd, bell, app_end]) if t == token => {
             let arena = match crate::handshake::handed_arena(arena_fd, geometry) {
                 Ok(a) => a,
                 Err(e) => {
-                    // Nobody can decline in the slot: the client sees the pair close.
-                    foreign::release(bell);
+                    // Nobody can decline in the slot: the client sees the pairs close.
+                    foreign::release_all(&[bell, app_end]);
                     return Err(e);
                 }
             };
-            Ok(Taken { arena, arena_fd: -1, slot, generation, pid, bell })
+            Ok(Taken { arena, arena_fd: -1, slot, generation, pid, bell, app_end })
         }
         (Ok(Msg::Decline { token: t, reason }), []) if t == token => Err(reason),
         _ => {

@@ -1,13 +1,12 @@
 //! One connection on shared memory, and reading and writing it with TCP's semantics
 //! (docs/architecture.md, "Data path", "Wake-ups" and "Connections at TCP's cost").
 //!
-//! The application's descriptor is one end of a unix socket pair; the peer's descriptor is
-//! the other end. Each direction of the pair carries the signals of one ring: what this
-//! side writes into its descriptor arrives at the peer's and is about the ring this side
-//! writes (the doorbell byte when an epoch opens, the filler when the ring is full, so
-//! this side's descriptor stops polling writable); what arrives at this side's descriptor
-//! is about the ring it reads. The reader keeps its descriptor readable exactly while a
-//! bell epoch is open ([`Conn::settle`]).
+//! The application's descriptor is one end of a unix socket pair (the "doorbell"); the
+//! other end is the peer's. `peer_bell` is the peer's pair's other end: a byte written
+//! there makes the peer's descriptor readable, and filler this side leaves in its own
+//! descriptor's send direction is drained from there by the peer. (One pair for both
+//! directions was tried: a late doorbell byte and filler then share one queue and cannot
+//! be told apart, and wrk was told EAGAIN after poll said readable.)
 //!
 //! The rings are memory the peer can write, so every call that reads them may find them
 //! broken ([`sluice_smc::ring::Corrupt`]): that connection is then reset — the pair shut
@@ -103,10 +102,10 @@ unsafe impl Send for Side {}
 // SAFETY: as above.
 unsafe impl Sync for Side {}
 
-/// Bytes of one side's slot: two words on their own cache lines.
-const SIDE_LEN: usize = 128;
+/// Bytes of one side's slot: three words on their own cache lines.
+const SIDE_LEN: usize = 192;
 /// Bytes of a chunk of slots.
-const SIDE_CHUNK: usize = 64 * 1024;
+const SIDE_CHUNK: usize = 48 * 1024;
 
 /// Free slots, and the process they belong to (a forked child starts a pool of its own).
 static SIDES: std::sync::Mutex<(u32, Vec<usize>)> = std::sync::Mutex::new((0, Vec::new()));
@@ -135,8 +134,8 @@ impl Side {
     }
 
     fn word(&self, line: usize) -> &AtomicU32 {
-        // SAFETY: a 128-byte slot of a page-aligned shared mapping that is never unmapped;
-        // lines 0–1 are 64-byte-aligned u32 words written only through atomics.
+        // SAFETY: a 192-byte slot of a page-aligned shared mapping that is never unmapped;
+        // lines 0–2 are 64-byte-aligned u32 words written only through atomics.
         unsafe { &*self.at.add(line * 64).cast::<AtomicU32>() }
     }
 
@@ -149,6 +148,12 @@ impl Side {
     fn writer_lock(&self) -> &AtomicU32 {
         self.word(1)
     }
+
+    /// Doorbell bytes that must still come off our descriptor (for bell epochs that ended
+    /// before their byte arrived).
+    fn owed(&self) -> &AtomicU32 {
+        self.word(2)
+    }
 }
 
 impl Drop for Side {
@@ -158,8 +163,7 @@ impl Drop for Side {
         }
         let mut pool = SIDES.lock().unwrap_or_else(|p| p.into_inner());
         if pool.0 == sys::pid() {
-            self.word(0).store(0, Ordering::Relaxed);
-            self.word(1).store(0, Ordering::Relaxed);
+            (0..3).for_each(|l| self.word(l).store(0, Ordering::Relaxed));
             pool.1.push(self.at as usize);
         }
     }
@@ -195,6 +199,8 @@ pub struct Conn {
     broken: AtomicBool,
     /// The TCP socket, kept at a descriptor of the library's.
     pub tcp_fd: c_int,
+    /// The peer's doorbell end (among the library's descriptors).
+    pub peer_bell: c_int,
     /// A client's connection whose server has not decided yet.
     pending: AtomicBool,
     /// The client's slot lease.
@@ -250,10 +256,9 @@ pub enum SourceError {
 
 /// Where the bytes of [`Conn::write_from`] come from.
 pub trait Source {
-    /// Copies at most `room` bytes (never 0) into `tx`, all of which fit, calling `bell`
-    /// if a push opens a bell epoch ([`Ring::push_ringing`]); a push of 0 bytes means the
-    /// source has ended.
-    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError>;
+    /// Copies at most `room` bytes (never 0) into `tx`, all of which fit; a push of 0
+    /// bytes means the source has ended.
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError>;
 }
 
 /// A caller's buffer.
@@ -263,9 +268,9 @@ struct SliceSource<'a> {
 }
 
 impl Source for SliceSource<'_> {
-    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
         let end = self.data.len().min(self.off + room);
-        let p = tx.push_ringing(&self.data[self.off..end], bell).map_err(|Corrupt| SourceError::Ring)?;
+        let p = tx.push(&self.data[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
         self.off += p.n;
         Ok(p)
     }
@@ -286,12 +291,12 @@ impl<'a> IovSource<'a> {
 }
 
 impl Source for IovSource<'_> {
-    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
         let mut total = Push::default();
         while total.n < room && self.at < self.bufs.len() {
             let b = self.bufs[self.at];
             let end = b.len().min(self.off + room - total.n);
-            let p = tx.push_ringing(&b[self.off..end], bell).map_err(|Corrupt| SourceError::Ring)?;
+            let p = tx.push(&b[self.off..end]).map_err(|Corrupt| SourceError::Ring)?;
             total.n += p.n;
             total.ring_bell |= p.ring_bell;
             total.wake_sleeper |= p.wake_sleeper;
@@ -323,7 +328,7 @@ impl<F: FnMut(&mut [u8]) -> Io> ReadSource<F> {
 }
 
 impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
-    fn push_into(&mut self, tx: &Ring, room: usize, bell: &mut dyn FnMut()) -> Result<Push, SourceError> {
+    fn push_into(&mut self, tx: &Ring, room: usize) -> Result<Push, SourceError> {
         let want = room.min(256 * 1024);
         if self.buf.len() < want {
             self.buf.resize(want, 0);
@@ -332,7 +337,7 @@ impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
         if k == 0 {
             return Ok(Push::default());
         }
-        let p = tx.push_ringing(&self.buf[..k], bell).map_err(|Corrupt| SourceError::Ring)?;
+        let p = tx.push(&self.buf[..k]).map_err(|Corrupt| SourceError::Ring)?;
         // (`room` was free and only the writer-lock holder fills it: all of it fits.)
         debug_assert_eq!(p.n, k);
         Ok(p)
@@ -341,7 +346,8 @@ impl<F: FnMut(&mut [u8]) -> Io> Source for ReadSource<F> {
 
 impl Conn {
     /// A connection over slot `slot` of `arena`, its rings `rx` and `tx`, this side's
-    /// page. A client's is pending (its server has not decided yet) and holds `lease`.
+    /// words, the peer's doorbell end `peer_bell` (which it takes). A client's is pending
+    /// (its server has not decided yet) and holds `lease`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: Arc<Arena>,
@@ -350,10 +356,14 @@ impl Conn {
         rx: Ring,
         tx: Ring,
         side: Side,
+        peer_bell: c_int,
         role: Role,
         lease: Option<Box<dyn Lease>>,
     ) -> Option<Conn> {
-        let control = arena.control(slot)?;
+        let Some(control) = arena.control(slot) else {
+            sys::close(peer_bell);
+            return None;
+        };
         let sizes = (rx.capacity(), tx.capacity());
         Some(Conn {
             rx,
@@ -365,6 +375,7 @@ impl Conn {
             side,
             broken: AtomicBool::new(false),
             tcp_fd: -1,
+            peer_bell: sys::move_high(peer_bell),
             pending: AtomicBool::new(role == Role::Client),
             lease,
             owner: sys::pid(),
@@ -507,8 +518,11 @@ impl Conn {
         if !self.broken.swap(true, Ordering::SeqCst) {
             crate::stats::count(Counter::PeerFaults);
             self.tx.set_flags(FLAG_RESET);
-            // SAFETY: the application's descriptor of the pair, in the call at hand.
-            unsafe { crate::real::shutdown(fd, sys::SHUT_RDWR) };
+            // SAFETY: our descriptors of the two doorbell pairs.
+            unsafe {
+                crate::real::shutdown(fd, sys::SHUT_RDWR);
+                crate::real::shutdown(self.peer_bell, sys::SHUT_RDWR);
+            }
         }
         sys::ECONNRESET
     }
@@ -517,84 +531,85 @@ impl Conn {
         if self.broken.load(Ordering::Relaxed) { Err(self.fault(fd)) } else { Ok(()) }
     }
 
-    /// Wakes the peer's reader: a byte into our end of the pair, which arrives at theirs.
-    /// False when the peer is gone.
-    fn ring_peer(&self, fd: c_int) -> bool {
+    /// Wakes the peer's reader. False when the peer is gone.
+    fn ring_peer(&self) -> bool {
         let b = [1u8];
-        // SAFETY: one byte from a live buffer, on the application's descriptor.
-        let n = unsafe { crate::real::send(fd, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
-        // EAGAIN: our direction of the pair is full of filler; the peer will look.
+        // SAFETY: one byte from a live buffer.
+        let n =
+            unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
+        // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
         n == 1 || sys::errno() == sys::EAGAIN
     }
 
-    /// Takes up to `n` bytes off our descriptor; returns how many it took. (With room for
+    /// Takes up to `n` bytes off descriptor `fd`; returns how many it took. (With room for
     /// descriptors: any the peer queued before its end refused them are let go off this
     /// thread, never released by the kernel on it.)
-    fn consume(fd: c_int, n: usize) -> usize {
-        let mut buf = [0u8; 256];
-        let mut taken = 0;
+    fn consume(fd: c_int, n: u32) -> u32 {
+        let mut buf = [0u8; 4096];
+        let mut taken = 0u32;
         // Bounded: a peer writing as fast as we take must not keep us here.
         for _ in 0..64 {
-            let want = (n - taken).min(buf.len());
+            let want = ((n - taken) as usize).min(buf.len());
             if want == 0 {
                 break;
             }
             match sys::recv_releasing(fd, &mut buf[..want]) {
-                Some(got) if got > 0 => taken += got,
+                Some(got) if got > 0 => taken += got as u32,
                 _ => break,
             }
         }
         taken
     }
 
-    /// The ring just emptied and closed a bell epoch: its doorbell byte comes off our
-    /// descriptor, with everything else there (filler, bytes of epochs that ended).
+    /// The ring just emptied: its doorbell byte comes off our descriptor, with any owed
+    /// from earlier emptyings whose bytes had not arrived yet.
     ///
     /// A reader quick enough (one that spun) empties the ring before the writer, which
-    /// publishes first and rings second, has sent the byte: it waits for it (briefly — the
-    /// writer is between two calls) rather than leave the descriptor readable with nothing
-    /// to read, which a program may take as an error (wrk counts a read that says EAGAIN
-    /// after poll said readable). A byte that does not come in a millisecond is taken off
-    /// by the next [`Conn::settle`] that finds the ring empty.
-    fn take_doorbell(&self, fd: c_int) {
-        let mut n = sys::pending(fd);
-        if n == Some(0) && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
-            n = sys::pending(fd);
+    /// publishes first and rings second, has sent the byte. A non-blocking reader (`wait`:
+    /// a program that polls) waits for it — briefly, the writer is between two calls —
+    /// rather than leave the descriptor readable with nothing to read, which a program may
+    /// take as an error (wrk counts a read that says EAGAIN after poll said readable). A
+    /// blocking reader does not (it does not poll; waiting cost sockperf a wake-up in most
+    /// of its round trips): the byte is owed, and comes off with the next. So is a byte
+    /// that does not come in a millisecond.
+    fn take_doorbell(&self, fd: c_int, wait: bool) {
+        let owed = self.side.owed();
+        let need = owed.load(Ordering::Relaxed).saturating_add(1);
+        let mut got = Conn::consume(fd, need);
+        if got < need && wait && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
+            got += Conn::consume(fd, need - got);
         }
-        self.settle_with(fd, n);
+        owed.store(need - got, Ordering::Relaxed);
     }
 
-    /// Keeps our descriptor readable exactly while a bell epoch is open: takes off every
-    /// byte but the one an open epoch owns — bytes of epochs that ended, and the filler a
-    /// writer waiting for room wrote (taking it makes the writer's end writable again).
-    /// (Counted first, then the state: a byte of an epoch opened in between was counted
-    /// only if its epoch shows as open, so nothing an open epoch needs is taken.)
-    fn settle(&self, fd: c_int) {
-        self.settle_with(fd, sys::pending(fd));
-    }
-
-    /// [`Conn::settle`] with the bytes waiting just counted.
-    fn settle_with(&self, fd: c_int, n: Option<usize>) {
-        let Some(n) = n else { return };
+    /// The ring is empty: takes off our descriptor every byte no open epoch accounts for —
+    /// those owed for epochs that ended, and any the peer wrote beyond its epochs — so the
+    /// descriptor is readable exactly while a bell epoch is open, and a stray byte cannot
+    /// keep `poll` returning. (Counted first, then the state: a byte of an epoch opened in
+    /// between was counted only if its epoch shows as open.)
+    fn settle_doorbell(&self, fd: c_int) {
+        let Some(n) = sys::pending(fd) else { return };
         let open = usize::from(self.rx.bell_open());
-        if n > open {
-            Conn::consume(fd, n - open);
-        }
+        let extra = n.saturating_sub(open).min(u32::MAX as usize) as u32;
+        let taken = if extra > 0 { Conn::consume(fd, extra) } else { 0 };
+        let owed = self.side.owed();
+        let o = owed.load(Ordering::Relaxed);
+        owed.store(o.saturating_sub(taken), Ordering::Relaxed);
     }
 
     /// Wakes a peer writer waiting for room: asleep on the flags word, or waiting on its
-    /// descriptor behind the filler it wrote into ours (taken off here, so its end is
-    /// writable again).
-    fn release_writer(&self, fd: c_int) {
+    /// descriptor behind the filler it wrote (drained here so it is writable again).
+    fn release_writer(&self) {
         // Pairs with the writer's fence between setting its flag and looking for room.
         fence(Ordering::SeqCst);
         let f = self.rx.flags_word().load(Ordering::Relaxed);
         if f & FLAG_WRITER_SLEEPING != 0 && self.rx.take_flags(FLAG_WRITER_SLEEPING) {
             sys::futex_wake(self.rx.flags_word());
         }
-        if f & FLAG_WRITER_WAITING != 0 && self.rx.take_flags(FLAG_WRITER_WAITING) {
-            self.settle(fd);
+        if f & FLAG_WRITER_WAITING == 0 || !self.rx.take_flags(FLAG_WRITER_WAITING) {
+            return;
         }
+        Conn::consume(self.peer_bell, 64 * 4096);
     }
 
     /// Whether our descriptor says the peer is gone (its doorbell end closed). Asked of
@@ -667,9 +682,9 @@ impl Conn {
         let took = sink(&buf[..n])?.min(n);
         let p = self.rx.skip(took).map_err(|Corrupt| self.fault(fd))?;
         if p.take_bell {
-            self.take_doorbell(fd);
+            self.take_doorbell(fd, self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0);
         }
-        self.release_writer(fd);
+        self.release_writer();
         self.tally.rx(p.n);
         Ok(p.n)
     }
@@ -707,10 +722,10 @@ impl Conn {
                 }
                 idle = Backoff::default();
                 if p.take_bell {
-                    self.take_doorbell(fd);
+                    self.take_doorbell(fd, nonblock);
                 }
                 if !peek {
-                    self.release_writer(fd);
+                    self.release_writer();
                     self.tally.rx(p.n);
                 }
                 got += p.n;
@@ -795,9 +810,7 @@ impl Conn {
                     continue;
                 }
             }
-            if self.rx.is_empty() {
-                self.settle(fd);
-            }
+            self.settle_doorbell(fd);
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
@@ -859,12 +872,10 @@ impl Conn {
             }
             // (Saturating: a window the peer garbled below its fill is its own loss.)
             let room = self.tx.capacity().saturating_sub(used).min(max - off);
-            // The doorbell goes before the bytes are published (Ring::push_ringing).
-            let mut rang = true;
             let p = if room == 0 {
                 Push::default()
             } else {
-                match src.push_into(&self.tx, room, &mut || rang = self.ring_peer(fd)) {
+                match src.push_into(&self.tx, room) {
                     Ok(p) if p.n == 0 => return Ok(off),
                     Ok(p) => p,
                     Err(SourceError::Ring) => return Err(self.fault(fd)),
@@ -877,7 +888,7 @@ impl Conn {
                 if p.wake_sleeper {
                     sys::futex_wake(self.tx.state_word());
                 }
-                if !rang {
+                if p.ring_bell && !self.ring_peer() {
                     return if off > 0 { Ok(off) } else { Err(sys::EPIPE) };
                 }
                 continue;
@@ -943,15 +954,15 @@ impl Conn {
         !matches!(self.tx.len(), Ok(n) if n >= self.tx.capacity())
     }
 
-    /// Fills our direction of the pair so our descriptor stops being writable: one byte
-    /// a send (with the send buffer at its least, one queued byte leaves a socket
-    /// writable and two do not — and the reader, making room, takes all but one), until
-    /// the socket takes no more; bounded, in case the reader drains as fast as we fill.
+    /// Fills our descriptor's send direction so it stops being writable.
     fn fill(&self, fd: c_int) {
-        let junk = [0u8; 1];
-        for _ in 0..16 {
-            // SAFETY: writes one byte from a live buffer.
-            let n = unsafe { crate::real::send(fd, junk.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
+        let junk = [0u8; 1024];
+        // Until the socket is full — bounded, in case the reader drains as fast as we fill.
+        for _ in 0..64 {
+            // SAFETY: writes from a live buffer.
+            let n = unsafe {
+                crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
+            };
             if n <= 0 {
                 break;
             }
@@ -978,7 +989,7 @@ impl Conn {
     }
 
     /// `shutdown`.
-    pub fn shutdown(&self, fd: c_int, how: c_int) {
+    pub fn shutdown(&self, how: c_int) {
         if how == sys::SHUT_RD || how == sys::SHUT_RDWR {
             self.rd_shut.store(true, Ordering::Relaxed);
         }
@@ -989,13 +1000,12 @@ impl Conn {
             sys::futex_wake(self.tx.state_word());
             // The peer's descriptor now reads end-of-file and polls POLLRDHUP, as after
             // a TCP FIN (programs that ask poll whether the peer half-closed see it).
-            // SAFETY: the application's descriptor of the pair, in the call at hand.
-            unsafe { crate::real::shutdown(fd, sys::SHUT_WR) };
+            // SAFETY: our own descriptor of the peer's pair.
+            unsafe { crate::real::shutdown(self.peer_bell, sys::SHUT_WR) };
         }
     }
 
-    /// The last descriptor of the connection in this process is being closed (the pair
-    /// closes with it, which the peer sees): the flags say how it ended.
+    /// The last descriptor of the connection in this process was closed.
     pub fn closed(&self) {
         if sys::pid() != self.owner {
             return;
@@ -1004,12 +1014,7 @@ impl Conn {
             // Closing with unread data: the peer sees a reset, as with TCP.
             self.tx.set_flags(FLAG_RESET);
         }
-        if !self.wr_shut.swap(true, Ordering::Relaxed) {
-            self.tx.set_flags(FLAG_SHUTDOWN_WR);
-            self.tx.poke();
-            sys::futex_wake(self.tx.state_word());
-        }
-        self.rd_shut.store(true, Ordering::Relaxed);
+        self.shutdown(sys::SHUT_RDWR);
         self.grew.fetch_or(self.tx.capacity() > self.sizes.1 || self.rx.capacity() > self.sizes.0, Ordering::Relaxed);
         if self.role == Role::Server {
             self.control.server_done(self.generation);
@@ -1047,6 +1052,7 @@ impl Drop for Conn {
         if self.tcp_fd >= 0 {
             sys::close(self.tcp_fd);
         }
+        sys::close(self.peer_bell);
         if let Some(l) = self.lease.take()
             && self.grew.load(Ordering::Relaxed)
         {

@@ -47,6 +47,7 @@ struct Announce {
     arena: Arc<Arena>,
     arena_fd: c_int,
     bell: c_int,
+    app_end: c_int,
     at: Instant,
 }
 
@@ -93,8 +94,10 @@ pub struct Taken {
     pub slot: u32,
     pub generation: u32,
     pub pid: u32,
-    /// The server's end of the connection's socket pair.
+    /// The end of the client's pair that rings it (and where its filler arrives).
     pub bell: c_int,
+    /// The server's pair's end that becomes the application's descriptor.
+    pub app_end: c_int,
 }
 
 impl Taken {
@@ -107,7 +110,9 @@ impl Taken {
             sys::futex_wake(c.word_atomic());
         }
         foreign::release(self.bell);
+        foreign::release(self.app_end);
         self.bell = -1;
+        self.app_end = -1;
     }
 
     /// Lets the announcement's memfd go (the mapping keeps the memory).
@@ -122,6 +127,11 @@ impl Taken {
 impl Drop for Taken {
     fn drop(&mut self) {
         self.close_arena_fd();
+        for fd in [self.bell, self.app_end] {
+            if fd >= 0 {
+                foreign::release(fd);
+            }
+        }
     }
 }
 
@@ -264,6 +274,7 @@ impl Door {
             for a in p.announces {
                 sys::close(a.arena_fd);
                 sys::close(a.bell);
+                sys::close(a.app_end);
             }
             for q in p.proofs {
                 sys::close(q.tcp);
@@ -365,7 +376,7 @@ impl Door {
                 return false;
             }
             match Msg::decode(&buf[..n]) {
-                Ok(Msg::Announce { cookie, slot, generation, pid, geometry, flags }) if fds.len() == 2 => {
+                Ok(Msg::Announce { cookie, slot, generation, pid, geometry, flags }) if fds.len() == 3 => {
                     if flags & sluice_smc::msg::PROOF_FOLLOWS != 0 && !p.across {
                         // Its client is in another namespace: the watcher hears of this
                         // association's messages from now on (its proof comes next).
@@ -378,8 +389,18 @@ impl Door {
                                 drop_announce(p.announces.remove(0), Reason::NoMemory);
                             }
                             let at = Instant::now();
-                            let (arena_fd, bell) = (fds[0], fds[1]);
-                            p.announces.push(Announce { cookie, slot, generation, pid, arena, arena_fd, bell, at });
+                            let (arena_fd, bell, app_end) = (fds[0], fds[1], fds[2]);
+                            p.announces.push(Announce {
+                                cookie,
+                                slot,
+                                generation,
+                                pid,
+                                arena,
+                                arena_fd,
+                                bell,
+                                app_end,
+                                at,
+                            });
                         }
                         // Not an arena we can map (unsealed, of another length, not a memfd):
                         // the client sees its end of the pair close, and stays on TCP.
@@ -517,6 +538,7 @@ fn drop_announce(a: Announce, reason: Reason) {
         generation: a.generation,
         pid: a.pid,
         bell: a.bell,
+        app_end: a.app_end,
     };
     t.decline(reason);
 }
@@ -549,6 +571,7 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
                     generation: a.generation,
                     pid: a.pid,
                     bell: a.bell,
+                    app_end: a.app_end,
                 };
                 // Across namespaces the addresses matched; the socket must also be a
                 // connection, not a socket merely bound and connected elsewhere before.

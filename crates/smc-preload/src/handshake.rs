@@ -71,8 +71,10 @@ pub struct Proposal {
     pub assoc: Arc<Assoc>,
     pub lease: SlotLease,
     pub cookie: u64,
-    /// Our end of the pair (the application's descriptor-to-be).
+    /// Our end of our pair (the application's descriptor-to-be).
     pub app_end: c_int,
+    /// The server's pair's other end (we ring it there, and drain its filler).
+    pub peer_bell: c_int,
     pub rx: Ring,
     pub tx: Ring,
     /// The server is in another namespace: it cannot see our socket, so the socket itself
@@ -85,6 +87,7 @@ impl Proposal {
     /// when it finds no connection for it).
     pub fn abandon(self) {
         sys::close(self.app_end);
+        sys::close(self.peer_bell);
     }
 }
 
@@ -101,11 +104,19 @@ pub fn announce(fd: c_int, dst: SocketAddr, entry: &Entry) -> Result<Proposal, R
     let (tx, rx) = lease.arena.create_rings(lease.slot).map_err(|_| Reason::NoMemory)?;
     let control = lease.arena.control(lease.slot).ok_or(Reason::NoMemory)?;
     control.propose(lease.generation, sys::pid());
-    let (app_end, bell) = sys::socketpair(sys::SOCK_STREAM).map_err(|_| Reason::NoMemory)?;
-    // A small send buffer: a byte or two of filler makes it unwritable when the ring is full.
-    sys::set_sockopt_int(app_end, sys::SOL_SOCKET, sys::SO_SNDBUF, 1);
-    // What the server writes into its end arrives here: bytes, never descriptors.
-    sys::refuse_rights(app_end);
+    // Two pairs: ours (our descriptor-to-be, and the end the server rings us through) and
+    // the server's (its descriptor-to-be, and the end we ring it through).
+    let (app_end, bell) = doorbell()?;
+    let (their_app, peer_bell) = match doorbell() {
+        Ok(x) => x,
+        Err(e) => {
+            sys::close(app_end);
+            sys::close(bell);
+            return Err(e);
+        }
+    };
+    // The server drains our filler from its end of our pair; we drain its from ours.
+    sys::refuse_rights(peer_bell);
     let m = Msg::Announce {
         cookie,
         slot: lease.slot,
@@ -114,11 +125,16 @@ pub fn announce(fd: c_int, dst: SocketAddr, entry: &Entry) -> Result<Proposal, R
         flags: if exact { 0 } else { sluice_smc::msg::PROOF_FOLLOWS },
         geometry: lease.arena.geometry,
     };
-    let sent = a.send(&m, &[lease.arena.fd(), bell]);
+    let sent = a.send(&m, &[lease.arena.fd(), bell, their_app]);
     sys::close(bell);
-    sent.inspect_err(|_| sys::close(app_end))?;
+    sys::close(their_app);
+    if let Err(e) = sent {
+        sys::close(app_end);
+        sys::close(peer_bell);
+        return Err(e);
+    }
     lease.announced.store(true, std::sync::atomic::Ordering::Relaxed);
-    Ok(Proposal { assoc: a, lease, cookie, app_end, rx, tx, needs_proof: !exact })
+    Ok(Proposal { assoc: a, lease, cookie, app_end, peer_bell, rx, tx, needs_proof: !exact })
 }
 
 /// The client's proof, once its SYN is out, when the server cannot see our socket: the
@@ -136,13 +152,14 @@ pub fn prove(p: &Proposal, fd: c_int) -> Result<(), Reason> {
 /// The connection of proposal `p`, pending until the server decides, and the
 /// application's descriptor-to-be.
 pub fn client_conn(p: Proposal) -> Result<(Conn, c_int), Reason> {
-    let Proposal { lease, app_end, rx, tx, .. } = p;
+    let Proposal { lease, app_end, peer_bell, rx, tx, .. } = p;
     let Ok(side) = Side::new() else {
         sys::close(app_end);
+        sys::close(peer_bell);
         return Err(Reason::NoMemory);
     };
     let (arena, slot, generation) = (lease.arena.clone(), lease.slot, lease.generation);
-    match Conn::new(arena, slot, generation, rx, tx, side, Role::Client, Some(Box::new(lease))) {
+    match Conn::new(arena, slot, generation, rx, tx, side, peer_bell, Role::Client, Some(Box::new(lease))) {
         Some(c) => Ok((c, app_end)),
         None => {
             sys::close(app_end);
@@ -151,12 +168,22 @@ pub fn client_conn(p: Proposal) -> Result<(Conn, c_int), Reason> {
     }
 }
 
-/// True when `fd`, the server's end of the connection's pair as the client made it, is fit
-/// to be the application's descriptor: a unix stream socket, which from now on refuses
-/// descriptors. (Any the client queued before it was handed over arrive with the bytes
-/// its pending writes rang; every read of ours takes them with room for them and lets
-/// them go off this thread — crate::conn — so the peer cannot make a read of ours, or our
-/// close, release something of its choosing.)
+/// A doorbell pair: (our descriptor-to-be, its other end).
+fn doorbell() -> Result<(c_int, c_int), Reason> {
+    let (a, b) = sys::socketpair(sys::SOCK_STREAM).map_err(|_| Reason::NoMemory)?;
+    // A small send buffer: filler makes it unwritable quickly when the ring is full.
+    sys::set_sockopt_int(a, sys::SOL_SOCKET, sys::SO_SNDBUF, 4096);
+    // What the peer writes into the other end arrives here: bytes, never descriptors.
+    sys::refuse_rights(a);
+    Ok((a, b))
+}
+
+/// True when `fd`, one of the two socket ends the client made for the server, is fit to be
+/// ours: a unix stream socket, which from now on refuses descriptors. (Any the client
+/// queued before it was handed over arrive with the bytes its pending writes rang; every
+/// read of ours takes them with room for them and lets them go off this thread —
+/// crate::conn — so the peer cannot make a read of ours, or our close, release something
+/// of its choosing.)
 fn take_doorbell(fd: c_int) -> bool {
     let unix = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(sys::AF_UNIX)
         && sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM);
@@ -175,10 +202,11 @@ pub fn commit(mut t: Taken) -> Result<(Conn, c_int), Reason> {
         t.decline(Reason::Protocol);
         return Err(Reason::Protocol);
     }
-    if !take_doorbell(t.bell) {
+    if !take_doorbell(t.bell) || !take_doorbell(t.app_end) {
         t.decline(Reason::Protocol);
         return Err(Reason::Protocol);
     }
+    sys::set_sockopt_int(t.app_end, sys::SOL_SOCKET, sys::SO_SNDBUF, 4096);
     let (rx, tx) = match t.arena.attach_rings(t.slot) {
         Ok(x) => x,
         Err(e) => {
@@ -190,7 +218,8 @@ pub fn commit(mut t: Taken) -> Result<(Conn, c_int), Reason> {
         t.decline(Reason::NoMemory);
         return Err(Reason::NoMemory);
     };
-    let Some(conn) = Conn::new(t.arena.clone(), t.slot, t.generation, rx, tx, side, Role::Server, None) else {
+    let bell = std::mem::replace(&mut t.bell, -1);
+    let Some(conn) = Conn::new(t.arena.clone(), t.slot, t.generation, rx, tx, side, bell, Role::Server, None) else {
         t.decline(Reason::Protocol);
         return Err(Reason::Protocol);
     };
@@ -198,15 +227,13 @@ pub fn commit(mut t: Taken) -> Result<(Conn, c_int), Reason> {
     if !control.decide(t.generation, State::Committed, 0) {
         // The client gave up on it first (it saw the connection go another way): TCP.
         control.server_done(t.generation);
-        foreign::release(t.bell);
-        t.bell = -1;
         return Err(Reason::PeerDeclined);
     }
     control.set_server_pid(sys::pid());
     // A client waiting for the decision (a full ring, a dup) sleeps on the word.
     sys::futex_wake(control.word_atomic());
-    let bell = std::mem::replace(&mut t.bell, -1);
-    Ok((conn, bell))
+    let app_end = std::mem::replace(&mut t.app_end, -1);
+    Ok((conn, app_end))
 }
 
 /// A forked child's arena, from a handover (crate::claim).

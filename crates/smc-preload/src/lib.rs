@@ -733,7 +733,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     settle(fd);
     if let Some(c) = active().then(|| conn_of(fd)).flatten() {
-        c.shutdown(fd, how);
+        c.shutdown(how);
         return 0;
     }
     // SAFETY: the caller's arguments.

@@ -337,13 +337,6 @@ impl Ring {
 
     /// Producer: copies as much of `data` as fits and publishes it.
     pub fn push(&self, data: &[u8]) -> Result<Push, Corrupt> {
-        self.push_ringing(data, &mut || {})
-    }
-
-    /// [`Ring::push`], calling `bell` when the push opens a bell epoch — after the bytes are
-    /// counted and *before* they are published, so a reader quick enough to see them (one
-    /// that spins) finds their doorbell byte already sent, and never waits for it.
-    pub fn push_ringing(&self, data: &[u8], bell: &mut dyn FnMut()) -> Result<Push, Corrupt> {
         let h = self.header();
         let prod = h.prod.0.prod.load(Ordering::Relaxed);
         let cons = h.cons.0.cons.load(Ordering::Acquire);
@@ -400,9 +393,6 @@ impl Ring {
         });
         if let Some(l) = new_left {
             h.prod.0.quiet_left.store(l, Ordering::Relaxed);
-        }
-        if p.ring_bell {
-            bell();
         }
         h.prod.0.prod.store(prod.wrapping_add(n as u64), Ordering::Release);
         Ok(p)
@@ -604,25 +594,6 @@ mod tests {
         // Every empty→non-empty transition was matched by a non-empty→empty one.
         assert_eq!(wakes, empties);
         assert!(r.is_empty());
-    }
-
-    #[test]
-    fn the_bell_rings_before_the_bytes_are_published() {
-        let mut mem = region(4096);
-        let len = mem.len() * 64;
-        let ptr = mem.as_mut_ptr().cast::<u8>();
-        // SAFETY: `mem` outlives both views and is used only through them.
-        let w = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
-        // SAFETY: as above.
-        let r = unsafe { Ring::attach(ptr, len) }.unwrap();
-        let mut seen = None;
-        let p = w.push_ringing(b"abc", &mut || seen = Some((r.is_empty(), r.counted()))).unwrap();
-        assert!(p.ring_bell);
-        assert_eq!(seen, Some((true, true)), "counted, not yet readable, when the bell rang");
-        let mut rang = false;
-        w.push_ringing(b"de", &mut || rang = true).unwrap();
-        assert!(!rang, "no bell within an open epoch");
-        assert_eq!(r.len(), Ok(5));
     }
 
     #[test]
