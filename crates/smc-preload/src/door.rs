@@ -49,6 +49,8 @@ struct Announce {
     bell: c_int,
     app_end: c_int,
     at: Instant,
+    /// Its client is in another namespace: a proof follows (across the namespaces).
+    proof_follows: bool,
 }
 
 struct Proof {
@@ -238,6 +240,21 @@ fn watch(me: u32, watch_epfd: c_int) {
 }
 
 impl Door {
+    /// Declines the announcements across namespaces of user `uid` whose proofs have not
+    /// come (one of them may be the connection `accept` just kept on TCP).
+    fn decline_unproven(&mut self, uid: u32) {
+        for p in self.peers.values_mut().filter(|p| p.cred.uid == uid && p.across) {
+            let proofs: Vec<u64> = p.proofs.iter().map(|q| q.cookie).collect();
+            let (keep, lapsed): (Vec<Announce>, Vec<Announce>) = std::mem::take(&mut p.announces)
+                .into_iter()
+                .partition(|a| !a.proof_follows || proofs.contains(&a.cookie));
+            p.announces = keep;
+            for a in lapsed {
+                drop_announce(a, Reason::Timeout);
+            }
+        }
+    }
+
     /// Declines the proposals whose proofs name connections this namespace does not have
     /// (after [`UNSEEN_MS`]: the SYN may still be on its way).
     fn decline_unseen(&mut self) {
@@ -400,6 +417,7 @@ impl Door {
                                 bell,
                                 app_end,
                                 at,
+                                proof_follows: flags & sluice_smc::msg::PROOF_FOLLOWS != 0,
                             });
                         }
                         // Not an arena we can map (unsealed, of another length, not a memfd):
@@ -485,10 +503,11 @@ impl Door {
         for p in self.peers.values() {
             let proven = |c: u64| p.proofs.iter().any(|q| q.cookie == c);
             // (Fresh for twice the wait, so one `accept` waiting on it sees it lapse.)
-            if p.announces
-                .iter()
-                .any(|a| now.duration_since(a.at) < Duration::from_millis(2 * PROOF_WAIT_MS) && !proven(a.cookie))
-            {
+            if p.announces.iter().any(|a| {
+                a.proof_follows
+                    && now.duration_since(a.at) < Duration::from_millis(2 * PROOF_WAIT_MS)
+                    && !proven(a.cookie)
+            }) {
                 return Found::Announced(p.cred.uid);
             }
         }
@@ -594,11 +613,16 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
                 let now = Instant::now();
                 if door.penalized.get(&uid).is_some_and(|t| now.duration_since(*t) < Duration::from_millis(PENALTY_MS))
                 {
+                    // Not waited for — and its unproven announcements are declined, so a
+                    // client whose connection this is (it cannot be told) stays on TCP at
+                    // once instead of waiting for a decision.
+                    door.decline_unproven(uid);
                     return Err(Reason::Penalized);
                 }
                 if now >= deadline {
                     door.penalized.retain(|_, t| now.duration_since(*t) < Duration::from_millis(PENALTY_MS));
                     door.penalized.insert(uid, now);
+                    door.decline_unproven(uid);
                     return Err(Reason::Timeout);
                 }
                 let left = deadline.saturating_duration_since(now).as_millis().clamp(1, 5) as i32;

@@ -11,7 +11,8 @@
 //!
 //! A reaper stuck on a close holds what comes after it; past [`CONGESTED`] descriptors the
 //! library stops taking new ones (no handshakes) until it catches up, so what a peer can
-//! pin is bounded.
+//! pin is bounded. The reaper is woken once [`BATCH`] descriptors wait, or looks on its
+//! own every [`PATIENCE_MS`] while any do: a connection's proof socket costs no wake-up.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +22,10 @@ use crate::sys;
 
 /// Descriptors waiting for the reaper beyond which no handshake starts.
 pub const CONGESTED: usize = 256;
+/// Descriptors waiting at which the reaper is woken.
+const BATCH: usize = 32;
+/// How long a descriptor waits for the reaper at most (when fewer than [`BATCH`] do).
+const PATIENCE_MS: u64 = 100;
 
 static WAITING: AtomicUsize = AtomicUsize::new(0);
 
@@ -28,11 +33,14 @@ struct Reaper {
     /// The process whose thread this is (a forked child starts its own).
     pid: u32,
     queue: Vec<c_int>,
+    /// The reaper sleeps with nothing to do (no timeout): the first descriptor wakes it,
+    /// after which it looks every PATIENCE_MS.
+    idle: bool,
 }
 
 fn reaper() -> &'static (Mutex<Reaper>, Condvar) {
     static R: OnceLock<(Mutex<Reaper>, Condvar)> = OnceLock::new();
-    R.get_or_init(|| (Mutex::new(Reaper { pid: 0, queue: Vec::new() }), Condvar::new()))
+    R.get_or_init(|| (Mutex::new(Reaper { pid: 0, queue: Vec::new(), idle: false }), Condvar::new()))
 }
 
 /// Lets go of descriptor `fd`, which a peer sent: closed here if it is a memfd, by the
@@ -65,8 +73,9 @@ pub fn release(fd: c_int) {
         r.pid = me;
     }
     r.queue.push(fd);
-    WAITING.fetch_add(1, Ordering::SeqCst);
-    cv.notify_one();
+    if WAITING.fetch_add(1, Ordering::SeqCst) + 1 >= BATCH || r.queue.len() == 1 && r.idle {
+        cv.notify_one();
+    }
 }
 
 /// Lets go of every descriptor in `fds`.
@@ -81,18 +90,23 @@ pub fn congested() -> bool {
 
 fn reap() {
     let (m, cv) = reaper();
+    let mut r = m.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let fd = {
-            let mut r = m.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(fd) = r.queue.pop() {
-                    break fd;
-                }
-                r = cv.wait(r).unwrap_or_else(|p| p.into_inner());
-            }
-        };
-        sys::close(fd);
-        WAITING.fetch_sub(1, Ordering::SeqCst);
+        if let Some(fd) = r.queue.pop() {
+            drop(r);
+            sys::close(fd);
+            WAITING.fetch_sub(1, Ordering::SeqCst);
+            r = m.lock().unwrap_or_else(|p| p.into_inner());
+            continue;
+        }
+        // Nothing queued: sleep until the first comes (it wakes us), then gather for a
+        // while before closing (later ones do not wake us, unless a batch is full).
+        r.idle = true;
+        r = cv.wait(r).unwrap_or_else(|p| p.into_inner());
+        r.idle = false;
+        if !r.queue.is_empty() && WAITING.load(Ordering::SeqCst) < BATCH {
+            r = cv.wait_timeout(r, std::time::Duration::from_millis(PATIENCE_MS)).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
 }
 
