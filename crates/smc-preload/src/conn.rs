@@ -41,6 +41,8 @@ pub const FLAG_RESET: u32 = 4;
 /// How long a blocking read or write sleeps on the ring's futex before it waits on its
 /// descriptor instead — where an idle connection costs nothing and a dead peer shows.
 const FUTEX_SLICE_MS: i32 = 50;
+/// How long a non-blocking reader that emptied a bell epoch waits for its doorbell byte.
+const BELL_WAIT_MS: i32 = 20;
 /// The same while the server has not decided: between slices the read looks whether it
 /// declined (or took the connection as TCP), which wakes nobody here.
 const PENDING_SLICE_MS: i32 = 2;
@@ -571,12 +573,13 @@ impl Conn {
     /// take as an error (wrk counts a read that says EAGAIN after poll said readable). A
     /// blocking reader does not (it does not poll; waiting cost sockperf a wake-up in most
     /// of its round trips): the byte is owed, and comes off with the next. So is a byte
-    /// that does not come in a millisecond.
+    /// that does not come within [`BELL_WAIT_MS`] (a writer preempted between its two
+    /// steps on a busy machine: 1 ms was not always enough for wrk against nginx).
     fn take_doorbell(&self, fd: c_int, wait: bool) {
         let owed = self.side.owed();
         let need = owed.load(Ordering::Relaxed).saturating_add(1);
         let mut got = Conn::consume(fd, need);
-        if got < need && wait && sys::wait(fd, sys::POLLIN, 1).unwrap_or(false) {
+        if got < need && wait && sys::wait(fd, sys::POLLIN, BELL_WAIT_MS).unwrap_or(false) {
             got += Conn::consume(fd, need - got);
         }
         owed.store(need - got, Ordering::Relaxed);
