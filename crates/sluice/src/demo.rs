@@ -212,7 +212,11 @@ fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabSta
             counted(&after, "connections_client") - counted(&before, "connections_client"),
             counted(&after, "smc_client") - counted(&before, "smc_client"),
         );
-        println!("  {smc} of {conns} client connections moved to shared memory (`sluice smc stats` says more)");
+        let early = |v: &serde_json::Value| v["fallback_client"]["closed_early"].as_u64().unwrap_or(0);
+        let early = early(&after) - early(&before);
+        println!(
+            "  {smc} of {conns} client connections moved to shared memory, {early} closed before their server decided (`sluice smc stats` says more)"
+        );
         Ok(())
     })();
     let _ = server.kill();

@@ -169,6 +169,7 @@ pub fn closing(c: Arc<Conn>, fd: c_int) {
             return;
         }
         Some(_) => {
+            crate::stats::fallback(reason_of(&c), false);
             let _ = replay(&c);
             return;
         }
@@ -177,6 +178,7 @@ pub fn closing(c: Arc<Conn>, fd: c_int) {
     if c.tx.is_empty() && c.control().decide(c.generation, State::Abandoned, 0) {
         // Nothing to deliver: the server finds it given up on and keeps TCP (our close of
         // the TCP socket is its end of file).
+        crate::stats::fallback(Reason::ClosedEarly, false);
         return;
     }
     // SAFETY: a duplicate of the caller's descriptor, ours to close.
@@ -205,6 +207,7 @@ fn deliver(c: &Conn, fd: c_int) {
     match c.await_decision(fd) {
         Ok(()) => c.closed(),
         Err(_) => {
+            crate::stats::fallback(reason_of(c), false);
             let _ = replay(c);
         }
     }

@@ -71,11 +71,14 @@ pub enum Reason {
     /// The program uses io_uring, whose calls the library cannot see: its connections stay
     /// on TCP.
     IoUring = 19,
+    /// The client closed the connection before its server decided, with nothing written:
+    /// there was nothing to move.
+    ClosedEarly = 20,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -95,6 +98,7 @@ impl Reason {
         Reason::ZeroCopy,
         Reason::TakenAsTcp,
         Reason::IoUring,
+        Reason::ClosedEarly,
     ];
 
     /// The reason's name in stats and JSON.
@@ -119,6 +123,7 @@ impl Reason {
             Reason::ZeroCopy => "zerocopy",
             Reason::TakenAsTcp => "taken_as_tcp",
             Reason::IoUring => "io_uring",
+            Reason::ClosedEarly => "closed_early",
         }
     }
 
@@ -137,6 +142,7 @@ impl Reason {
                 | Reason::ZeroCopy
                 | Reason::TakenAsTcp
                 | Reason::IoUring
+                | Reason::ClosedEarly
         )
     }
 

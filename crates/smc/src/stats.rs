@@ -8,7 +8,7 @@
 use crate::msg::Reason;
 
 /// First word of the segment: "SLSMCST6" (the layout of this build; "…5" had no
-/// `taken_as_tcp` and `io_uring` reasons, "…4" no `zerocopy`, "…3" no `buffers_grown`,
+/// `taken_as_tcp`, `io_uring` and `closed_early` reasons, "…4" no `zerocopy`, "…3" no `buffers_grown`,
 /// "…2" one fallback reason fewer, "…1" two).
 pub const MAGIC: u64 = 0x3654_5343_4d53_4c53;
 /// Size of the segment file.

@@ -191,10 +191,13 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
             router(&mut t, &ns("r"), mtu)?;
             t
         }
-        "loopback" => {
-            // One namespace: client and server talk over its loopback interface.
+        "loopback" | "smc-loopback" => {
+            // One namespace: client and server talk over its loopback interface ("smc-
+            // loopback": both under `sluice smc run`, as SMC-D's loopback device is
+            // measured against TCP loopback).
             let mut t = Topology::new(path, ns("c"), ns("c"), "127.0.0.1", "::1");
             t.netns(&ns("c"))?;
+            t.smc = path == "smc-loopback";
             t
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP

@@ -28,6 +28,10 @@ pub const PATHS: &[(&str, &str)] = &[
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
     ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
+    (
+        "smc-loopback",
+        "both ends under `sluice smc run` in one namespace: shared memory against TCP loopback (seed 003)",
+    ),
 ];
 
 /// The built-in studies: (name, study file text).
