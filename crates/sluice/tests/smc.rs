@@ -742,6 +742,36 @@ fn a_reader_told_readable_always_finds_bytes() {
     assert_eq!(st["smc_server"], 3, "{st}");
 }
 
+/// A reply written just before its writer closes is read whole, never cut short by the
+/// end of file (or reset) that follows it: `sluice bench`'s connect-request-response
+/// workload at 50 connections, the server writing 8 KB and closing at once, thousands of
+/// times. (A reader that looked at the ring, then at the flags the writer set after
+/// publishing, took the end for the reply in one run of eight.)
+#[test]
+fn a_reply_written_just_before_close_is_read_whole() {
+    let p = Peers::new("crr");
+    let port = port(28);
+    let _s = Killed(
+        std::process::Command::new(BIN)
+            .args(["smc", "run", "--", BIN, "bench", "serve", "--listen", "127.0.0.1", "--port", &port])
+            .env("SLUICE_RUN_DIR", &p.dir)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port}"))));
+    let to = format!("127.0.0.1:{port}");
+    let o = std::process::Command::new(BIN)
+        .args(["smc", "run", "--", BIN, "bench", "run", "--to", &to, "-m", "crr-64x8k", "--conns", "50"])
+        .args(["--duration", "4", "--json"])
+        .env("SLUICE_RUN_DIR", &p.dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = p.stats();
+    assert!(st["smc_client"].as_u64().unwrap() > 1000 && st["peer_faults"] == 0, "{st}");
+}
+
 /// `MSG_ZEROCOPY` is decided before the first byte: a socket with `SO_ZEROCOPY` set before
 /// it connects, or a listener with it set, stays on TCP (`zerocopy`), where the kernel
 /// raises its completions; a moved socket that sets it later gets every send reported

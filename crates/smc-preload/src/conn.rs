@@ -743,7 +743,8 @@ impl Conn {
             if *slept && self.rx.quiet() {
                 // Counted but not yet published: the writer is between two stores (or the
                 // peer garbled the word — then this backs off to sleeps, never spins).
-                if idle.pause() && self.peer_gone(fd) {
+                if idle.pause() && self.peer_gone(fd) && self.rx.is_empty() {
+                    // (Looked at after the peer went: what it published before is read.)
                     return if got > 0 { Ok(got) } else { Err(sys::ECONNRESET) };
                 }
                 continue;
@@ -752,6 +753,12 @@ impl Conn {
                 return Ok(got);
             }
             if self.rx.has_flags(FLAG_SHUTDOWN_WR) && !self.is_pending() {
+                // The writer publishes its last bytes before it sets the flag, and the pop
+                // above may have looked before they were: end of file only once the ring
+                // is still empty after the flag was seen.
+                if !self.rx.is_empty() {
+                    continue;
+                }
                 return Ok(got);
             }
             // Still waiting for the server's decision: it may have declined, or taken the
