@@ -46,6 +46,12 @@ const BELL_WAIT_MS: i32 = 20;
 /// The same while the server has not decided: between slices the read looks whether it
 /// declined (or took the connection as TCP), which wakes nobody here.
 const PENDING_SLICE_MS: i32 = 2;
+/// How long a blocking read of a pending connection sleeps in such slices before it waits
+/// on its two descriptors instead (the doorbell, which the server's first write rings,
+/// and the TCP socket, where a server that took the connection as TCP writes): a server
+/// this slow to decide is a busy one, and each slice that ends wakes the reader for
+/// nothing.
+const PENDING_FUTEX_MS: u128 = 4;
 /// The longest a client's connection stays pending: then the client gives up on it (first,
 /// by compare-and-swap, so the server cannot commit it any more) and stays on TCP, where
 /// what it wrote meanwhile goes. A server declines or commits within its `accept`; one
@@ -482,7 +488,7 @@ impl Conn {
                 Ok(())
             }
             Some(_) => Err(FELL_BACK),
-            None if signals && (sys::readable_or_ended(self.tcp_fd) || self.pair_closed(fd)) => {
+            None if signals && self.taken_elsewhere(fd) => {
                 // The server took it where the library cannot see (or died): unless it
                 // decided meanwhile, it stays TCP.
                 if self.abandon(sluice_smc::msg::Reason::TakenAsTcp) {
@@ -503,15 +509,24 @@ impl Conn {
         }
     }
 
-    /// The peer's end of the pair is closed (not merely shut for writing).
-    fn pair_closed(&self, fd: c_int) -> bool {
-        if fd < 0 {
-            return false;
-        }
-        let mut p = sys::PollFd { fd, events: 0, revents: 0 };
-        // SAFETY: one valid pollfd, no waiting.
-        let r = unsafe { crate::real::poll(&mut p, 1, 0) };
-        r > 0 && p.revents & (0x10 | 0x8) != 0
+    /// Milliseconds left before a pending connection is given up on (at least 1).
+    fn decision_left_ms(&self) -> i32 {
+        let left = DECISION_MS.saturating_sub(self.born.elapsed().as_millis() as u64);
+        left.clamp(1, i32::MAX as u64) as i32
+    }
+
+    /// A pending connection's signs that the server took it as TCP: bytes or an end on
+    /// the TCP socket, or the other end of our pair closed (not merely shut for writing)
+    /// — one `poll` of the two.
+    fn taken_elsewhere(&self, fd: c_int) -> bool {
+        const POLLRDHUP: i16 = 0x2000;
+        let mut p = [
+            sys::PollFd { fd: self.tcp_fd, events: sys::POLLIN | POLLRDHUP, revents: 0 },
+            sys::PollFd { fd, events: 0, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds (a negative descriptor is skipped), no waiting.
+        let r = unsafe { crate::real::poll(p.as_mut_ptr(), 2, 0) };
+        r > 0 && (p[0].revents != 0 || p[1].revents & (0x10 | 0x8) != 0)
     }
 
     /// The peer broke a ring: the connection is reset, once — the pair shut down both
@@ -706,6 +721,8 @@ impl Conn {
         let mut waiting: Option<std::time::Instant> = None;
         let mut spun = false;
         let mut looked_for_count = false;
+        // The wait on the descriptors returned (for a pending connection: look why).
+        let mut woke = false;
         loop {
             if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(got);
@@ -763,7 +780,9 @@ impl Conn {
             }
             // Still waiting for the server's decision: it may have declined, or taken the
             // connection as plain TCP (then our bytes go there, and so does this read).
-            self.check_pending(fd, on_descriptor || nonblock)?;
+            // (Asked of the descriptors only when something woke us there: the wait below
+            // watches both, and returns at once for what is already on them.)
+            self.check_pending(fd, nonblock || std::mem::take(&mut woke))?;
             if !nonblock && !on_descriptor {
                 waiting.get_or_insert_with(std::time::Instant::now);
                 if !spun {
@@ -783,8 +802,8 @@ impl Conn {
                         let slice = if self.is_pending() { PENDING_SLICE_MS } else { FUTEX_SLICE_MS };
                         if sys::futex_wait(self.rx.state_word(), v, slice) == sys::Woke::TimedOut {
                             self.rx.cancel_sleep();
-                            on_descriptor =
-                                !self.is_pending() || waiting.is_some_and(|t| t.elapsed().as_millis() >= 50);
+                            on_descriptor = !self.is_pending()
+                                || waiting.is_some_and(|t| t.elapsed().as_millis() >= PENDING_FUTEX_MS);
                             self.check_pending(fd, true)?;
                         }
                     }
@@ -824,11 +843,14 @@ impl Conn {
             if nonblock {
                 return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) };
             }
-            // (While pending, the TCP socket too: bytes or an end there mean the server
-            // took the connection as TCP.)
-            let tcp = if self.is_pending() { self.tcp_fd } else { -1 };
-            match sys::wait2(fd, tcp, sys::POLLIN, timeout) {
-                Ok(true) => {}
+            // While pending, the TCP socket too (bytes or an end there mean the server took
+            // the connection as TCP), and no longer than the decision's limit (a server that
+            // took it as TCP and waits for what we wrote neither decides nor writes).
+            let (tcp, left) = if self.is_pending() { (self.tcp_fd, self.decision_left_ms()) } else { (-1, -1) };
+            let wait_ms = if left >= 0 && (timeout < 0 || left < timeout) { left } else { timeout };
+            match sys::wait2(fd, tcp, sys::POLLIN, wait_ms) {
+                Ok(true) => woke = true,
+                Ok(false) if wait_ms != timeout => woke = true,
                 // SO_RCVTIMEO expired, as a TCP socket reports it.
                 Ok(false) => return if got > 0 { Ok(got) } else { Err(sys::EAGAIN) },
                 Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),

@@ -116,15 +116,72 @@ fn sizes_of(path: &Path) -> (usize, usize) {
 }
 
 /// What the last look at `smc/listen/` found, and the directory's change time then: the
-/// directory is read again only when an entry came or went.
+/// directory is read again only when an entry came or went. Its change time is asked of
+/// a descriptor of the directory kept open (no path walked per `connect`), opened again
+/// by name each second and whenever the one it holds was removed.
+#[derive(Default)]
 struct Seen {
-    stamp: (i64, i64),
+    stamp: Option<(i64, i64)>,
     entries: Vec<(String, Entry)>,
+    dir: Option<Held>,
 }
 
-fn seen() -> &'static std::sync::Mutex<Option<Seen>> {
-    static S: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
-    &S
+/// The listener directory, open (`O_PATH`, among the library's high descriptors).
+struct Held {
+    file: std::fs::File,
+    /// Device and inode it had when opened: a descriptor that no longer shows them was
+    /// closed by the program and its number reused — not ours to use or close.
+    id: (u64, u64),
+    opened: std::time::Instant,
+}
+
+impl Held {
+    fn open() -> Option<Held> {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        use std::os::unix::fs::OpenOptionsExt;
+        const O_PATH: i32 = 0o10_000_000;
+        let f =
+            std::fs::OpenOptions::new().read(true).custom_flags(O_PATH | sys::O_NOFOLLOW).open(dir("listen")).ok()?;
+        // SAFETY: a descriptor just opened, moved among ours and owned by the File again.
+        let file = unsafe { std::fs::File::from_raw_fd(sys::move_high(f.into_raw_fd())) };
+        let m = file.metadata().ok()?;
+        Some(Held { file, id: (m.dev(), m.ino()), opened: std::time::Instant::now() })
+    }
+
+    /// Its metadata, if the descriptor is still the directory it opened.
+    fn meta(&self) -> Option<std::fs::Metadata> {
+        self.file.metadata().ok().filter(|m| (m.dev(), m.ino()) == self.id)
+    }
+
+    /// Lets go of it: closed if it is still ours.
+    fn release(self) {
+        if self.meta().is_none() {
+            std::mem::forget(self.file);
+        }
+    }
+}
+
+fn seen() -> &'static std::sync::Mutex<Seen> {
+    static S: std::sync::OnceLock<std::sync::Mutex<Seen>> = std::sync::OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// The listener directory's metadata, through `s`'s descriptor of it.
+fn listen_dir_meta(s: &mut Seen) -> Option<std::fs::Metadata> {
+    if let Some(h) = &s.dir
+        && h.opened.elapsed() < std::time::Duration::from_secs(1)
+        && let Some(m) = h.meta()
+        && m.nlink() > 0
+    {
+        return Some(m);
+    }
+    if let Some(h) = s.dir.take() {
+        h.release();
+    }
+    let h = Held::open()?;
+    let m = h.meta();
+    s.dir = Some(h);
+    m
 }
 
 /// Sluice listeners that may be behind `dst`, those claiming our own namespace first.
@@ -132,11 +189,12 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     if policy().is_none() {
         return Vec::new();
     }
-    let Ok(m) = std::fs::metadata(dir("listen")) else { return Vec::new() };
-    let stamp = (m.mtime(), m.mtime_nsec());
     let mut g = seen().lock().unwrap_or_else(|p| p.into_inner());
-    if g.as_ref().is_none_or(|s| s.stamp != stamp) {
-        *g = Some(Seen { stamp, entries: read_listen_dir() });
+    let Some(m) = listen_dir_meta(&mut g) else { return Vec::new() };
+    let stamp = (m.mtime(), m.mtime_nsec());
+    if g.stamp != Some(stamp) {
+        g.stamp = Some(stamp);
+        g.entries = read_listen_dir();
     }
     let port = dst.port();
     let mut keys = vec![format!("{}_{port}", key(dst.ip()))];
@@ -146,7 +204,7 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     // A dual-stack IPv6 wildcard listener also takes IPv4 connections.
     keys.push(format!("any6_{port}"));
     let mut out: Vec<Entry> = Vec::new();
-    for (addr_port, e) in g.as_ref().map(|s| &s.entries[..]).unwrap_or(&[]) {
+    for (addr_port, e) in &g.entries {
         if keys.iter().any(|k| k == addr_port) && sys::alive(e.pid) && !out.contains(e) {
             out.push(*e);
         }

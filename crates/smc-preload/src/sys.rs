@@ -630,15 +630,6 @@ pub fn wait2(fd: c_int, also: c_int, events: i16, timeout_ms: i32) -> io::Result
     }
 }
 
-/// True when socket `fd` has bytes to read, or its peer ended (a FIN, a reset, an error).
-pub fn readable_or_ended(fd: c_int) -> bool {
-    const POLLRDHUP: i16 = 0x2000;
-    let mut p = PollFd { fd, events: POLLIN | POLLRDHUP, revents: 0 };
-    // SAFETY: one valid pollfd, no waiting.
-    let r = unsafe { crate::real::poll(&mut p, 1, 0) };
-    r > 0 && p.revents != 0
-}
-
 /// A `sockaddr_un` for `path`.
 pub fn unix_addr(path: &std::path::Path) -> Option<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
