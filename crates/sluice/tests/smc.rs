@@ -742,6 +742,28 @@ fn a_reader_told_readable_always_finds_bytes() {
     assert_eq!(st["smc_server"], 3, "{st}");
 }
 
+/// A server that declines a connection its client already waits on (in select, poll or
+/// epoll) closes its end of the pair, which the wait reports as readable; the library
+/// takes that report back, sends the connection back to TCP and waits on, so the
+/// program's non-blocking read after the wait finds the server's bytes (on TCP), not
+/// EAGAIN (wrk counted one read error in a study run).
+#[test]
+fn a_decline_while_the_client_waits_is_not_reported_as_readable() {
+    let p = Peers::new("declwait");
+    for (i, waiter) in ["select", "poll", "epoll"].iter().enumerate() {
+        sluice_ok_in(&p, &["smc", "stats", "reset"]);
+        let port = port(15 + i as u16);
+        let mut s = p.cmd(true, &["serve", &port, "late:1+pause:0.5+source:100000"]);
+        s.env("SLUICE_SMC_FAULT", "server-decline");
+        let (srv, out) = p.serve_cmd(s);
+        let got = p.run(true, &["connect", "127.0.0.1", &port, &format!("strict-sink:{waiter}")]);
+        let _ = srv.wait_with_output();
+        assert_eq!(got.trim(), rest(out).trim(), "{waiter}: the bytes arrived whole over TCP, no read found nothing");
+        let st = p.stats();
+        assert_eq!(st["fallback_client"]["peer_declined"], 1, "{waiter}: {st}");
+    }
+}
+
 /// A reply written just before its writer closes is read whole, never cut short by the
 /// end of file (or reset) that follows it: `sluice bench`'s connect-request-response
 /// workload at 50 connections, the server writing 8 KB and closing at once, thousands of

@@ -46,8 +46,11 @@ MODE:
                    MSG_ZEROCOPY, read the completions off the error queue; print "zc <sends>
                    <sends covered> <codes>", then "<bytes> <sha256>"
   zcfirst+MODE     (connect; first) set SO_ZEROCOPY before connecting, then MODE
-  strict-sink      as sink, non-blocking, reading only after select said readable; print
-                   "spurious" if such a read found nothing (EAGAIN)
+  strict-sink[:poll|:epoll]
+                   as sink, non-blocking, reading only after select (poll, epoll) said
+                   readable; print "spurious" if such a read found nothing (EAGAIN)
+  late:SECONDS     (serve; first) wait this long before accepting: "late:1+source:1000"
+  pause:SECONDS    wait this long, then the rest: "pause:0.5+source:1000"
   fork             (connect) fork after connect: the child sends "child\\n" and exits, then
                    the parent sends "parent\\n"; the server's sink sees both
   fork-race:COUNT  (connect) fork after connect; parent and child each send COUNT 64-byte
@@ -148,14 +151,24 @@ def nibble(c):
     return f"{n} {h.hexdigest()}"
 
 
-def strict_sink(c):
-    """As sink, non-blocking: wait with select, then read; a read after select said
-    readable must never raise EAGAIN (programs like wrk count that as an error)."""
+def strict_sink(c, waiter="select"):
+    """As sink, non-blocking: wait with select (or poll, or epoll), then read; a read
+    after the wait said readable must never raise EAGAIN (programs like wrk count that
+    as an error)."""
     c.setblocking(False)
     h, total = hashlib.sha256(), 0
+    if waiter == "poll":
+        p = select.poll()
+        p.register(c, select.POLLIN)
+        wait = lambda: p.poll(30000)  # noqa: E731
+    elif waiter == "epoll":
+        e = select.epoll()
+        e.register(c, select.EPOLLIN)
+        wait = lambda: e.poll(30)  # noqa: E731
+    else:
+        wait = lambda: select.select([c], [], [], 30)[0]  # noqa: E731
     while True:
-        r, _, _ = select.select([c], [], [], 30)
-        if not r:
+        if not wait():
             return "timeout"
         try:
             b = c.recv(8192)
@@ -444,7 +457,9 @@ def run_mode(c, mode):
             out = zerocopy_send(c, int(arg))
             c.shutdown(socket.SHUT_WR)
         elif kind == "strict-sink":
-            out = strict_sink(c)
+            out = strict_sink(c, arg or "select")
+        elif kind == "pause":
+            time.sleep(float(arg))
         elif kind == "sendfile":
             out = sendfile(c, int(arg))
             c.shutdown(socket.SHUT_WR)
@@ -503,6 +518,9 @@ def main():
         port, mode = int(sys.argv[2]), sys.argv[3]
         addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
         s = listener(addr, port)
+        if mode.startswith("late:"):
+            late, _, mode = mode[len("late:"):].partition("+")
+            time.sleep(float(late))
         c, _ = s.accept()
         run_mode(c, mode)
     elif cmd == "serve-zc":

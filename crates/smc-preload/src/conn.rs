@@ -469,6 +469,11 @@ impl Conn {
         }
     }
 
+    /// The program's epoll registrations of the pending descriptor, as they stand.
+    pub fn regs(&self) -> Vec<(c_int, [u8; 16])> {
+        self.regs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The epoll registrations to make again on the TCP socket.
     pub fn take_regs(&self) -> Vec<(c_int, [u8; 16])> {
         std::mem::take(&mut *self.regs.lock().unwrap_or_else(|p| p.into_inner()))

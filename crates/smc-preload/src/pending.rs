@@ -117,26 +117,41 @@ pub fn settle(fd: c_int, c: &Arc<Conn>) -> Result<bool, c_int> {
     }
 }
 
+/// A pending connection a sweep sent back to TCP: its descriptor and the epoll
+/// registrations the program had made of it.
+pub struct Fallen {
+    pub fd: c_int,
+    pub regs: Vec<(c_int, [u8; 16])>,
+}
+
 /// Looks at every pending connection for an outcome (the poll-family hooks call this
 /// between slices of their waits, so a program asleep in `epoll_wait` on a connection
-/// its server took as TCP wakes to the TCP socket).
-pub fn sweep() {
+/// its server took as TCP wakes to the TCP socket, and after a wait that reported
+/// something while connections were pending). Returns the connections that went back
+/// to TCP: what the wait reported of them was the library's doing — a declining
+/// server closes its end of the pair, which reads as "readable" — and must not reach
+/// the program, whose read would find nothing on the TCP socket yet.
+pub fn sweep() -> Vec<Fallen> {
     let list: Vec<(c_int, Arc<Conn>)> = {
         let w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
         w.iter().filter_map(|(fd, c)| Some((*fd, c.upgrade()?))).collect()
     };
+    let mut fallen = Vec::new();
     for (fd, c) in list {
         // Only if the descriptor still names this connection.
         if !crate::conn_of(fd).is_some_and(|now| Arc::ptr_eq(&now, &c)) {
             continue;
         }
         if let Err(FELL_BACK) = c.check_pending(fd, true) {
+            let regs = c.regs();
             let _ = fall_back(fd, &c);
+            fallen.push(Fallen { fd, regs });
         }
     }
     let mut w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
     w.retain(|(_, c)| c.upgrade().is_some_and(|c| c.is_pending()));
     WATCHING.store(w.len(), Ordering::Relaxed);
+    fallen
 }
 
 /// Settles every pending connection before the process forks (a child's copy of a

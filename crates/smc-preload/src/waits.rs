@@ -11,27 +11,48 @@ use std::time::{Duration, Instant};
 
 use crate::spin::{self, Adaptive};
 use crate::sys::PollFd;
-use crate::{active, pending, real};
+use crate::{active, pending, real, sys};
 
 /// This process's event-loop waits.
 static LOOP: Adaptive = Adaptive::new();
 
 /// Runs a wait of `timeout_ms` (-1: none): `try_now` is the call with a zero timeout,
-/// `sleep` the call with the given one. Returns what the last call returned.
+/// `sleep` the call with the given one. Returns what the last call returned, less what
+/// `forget` takes out of it.
 ///
 /// While the process has pending connections (crate::pending) the sleep is cut into
 /// slices, and between them the pending connections are looked at: one whose server took
-/// it as plain TCP goes back to its TCP socket, where this wait then sees its bytes.
-fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, mut sleep: impl FnMut(c_int) -> c_int) -> c_int {
+/// it as plain TCP goes back to its TCP socket, where this wait then sees its bytes. They
+/// are looked at also when a call reports something: a connection that went back to TCP
+/// was reported for its pair's end closing (the server's decline), which `forget(count,
+/// fallen)` takes out of the result — the program's read would find nothing yet on the
+/// TCP socket, and a program told "readable" that then reads nothing may count an error
+/// (wrk does). When nothing else was reported the wait goes on.
+fn wait(
+    timeout_ms: c_int,
+    mut try_now: impl FnMut() -> c_int,
+    mut sleep: impl FnMut(c_int) -> c_int,
+    mut forget: impl FnMut(c_int, &[pending::Fallen]) -> c_int,
+) -> c_int {
     let watching = || pending::WATCHING.load(Ordering::Relaxed) > 0;
-    if !active() || timeout_ms == 0 || (spin::LIVE.load(Ordering::Relaxed) == 0 && !watching()) {
+    if !active() || (spin::LIVE.load(Ordering::Relaxed) == 0 && !watching()) {
         return sleep(timeout_ms);
+    }
+    let mut settle = |r: c_int| -> c_int {
+        if r <= 0 || !watching() {
+            return r;
+        }
+        let fallen = pending::sweep();
+        if fallen.is_empty() { r } else { forget(r, &fallen) }
+    };
+    if timeout_ms == 0 {
+        return settle(try_now());
     }
     let start = Instant::now();
     let budget = LOOP.budget();
     let mut r = 0;
     if spin::spin_until(budget, || {
-        r = try_now();
+        r = settle(try_now());
         r != 0
     }) {
         LOOP.record(start.elapsed());
@@ -47,15 +68,27 @@ fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, mut sleep: impl F
     };
     let r = loop {
         let l = left(start);
-        if !watching() || l == 0 {
-            break sleep(l);
-        }
-        let slice = if l < 0 { PENDING_SLICE_MS } else { l.min(PENDING_SLICE_MS) };
-        let r = sleep(slice);
-        if r != 0 || (l >= 0 && slice == l) {
+        let slice = if !watching() || l == 0 {
+            l
+        } else if l < 0 {
+            PENDING_SLICE_MS
+        } else {
+            l.min(PENDING_SLICE_MS)
+        };
+        let raw = sleep(slice);
+        let r = settle(raw);
+        if r != 0 || l == 0 {
             break r;
         }
-        pending::sweep();
+        if raw == 0 {
+            if slice == l {
+                // The caller's whole timeout.
+                break 0;
+            }
+            // A slice: whatever went back to TCP in it was not reported.
+            let _ = pending::sweep();
+        }
+        // Else all it reported was of connections gone back to TCP: wait on.
     };
     if r != 0 {
         LOOP.record(start.elapsed());
@@ -64,6 +97,49 @@ fn wait(timeout_ms: c_int, mut try_now: impl FnMut() -> c_int, mut sleep: impl F
         LOOP.record(Duration::from_millis(timeout_ms.max(0) as u64).max(start.elapsed()));
     }
     r
+}
+
+/// Takes out of `count` epoll events at `events` those of registrations (on `epfd`) of
+/// connections that went back to TCP; returns how many are left, moved to the front.
+///
+/// # Safety
+/// `events` holds `count` events as `epoll_wait` wrote them.
+unsafe fn forget_epoll(epfd: c_int, events: *mut c_void, count: c_int, fallen: &[pending::Fallen]) -> c_int {
+    let (size, off) = sys::EPOLL_EVENT;
+    let base = events.cast::<u8>();
+    let mut kept = 0usize;
+    for i in 0..count.max(0) as usize {
+        // SAFETY: event `i` of the `count` the kernel wrote, `size` bytes each.
+        let ev = unsafe { std::slice::from_raw_parts(base.add(i * size), size) };
+        let data = &ev[off..off + 8];
+        let stale = fallen.iter().any(|f| f.regs.iter().any(|(e, reg)| *e == epfd && reg[off..off + 8] == *data));
+        if !stale {
+            if kept != i {
+                // SAFETY: both within the caller's array; `kept < i`, so they do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(base.add(i * size), base.add(kept * size), size) };
+            }
+            kept += 1;
+        }
+    }
+    kept as c_int
+}
+
+/// Clears what `poll` reported of descriptors that went back to TCP; returns the count
+/// left.
+///
+/// # Safety
+/// `fds` holds `n` pollfds.
+unsafe fn forget_poll(fds: *mut PollFd, n: u64, count: c_int, fallen: &[pending::Fallen]) -> c_int {
+    // SAFETY: the caller's array of `n` pollfds.
+    let fds = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+    let mut count = count;
+    for p in fds {
+        if p.revents != 0 && fallen.iter().any(|f| f.fd == p.fd) {
+            p.revents = 0;
+            count -= 1;
+        }
+    }
+    count
 }
 
 /// How long a wait sleeps between looks at the pending connections.
@@ -80,6 +156,7 @@ pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int
         timeout,
         || unsafe { real::epoll_wait(epfd, events, max, 0) },
         |t| unsafe { real::epoll_wait(epfd, events, max, t) },
+        |r, fallen| unsafe { forget_epoll(epfd, events, r, fallen) },
     )
 }
 
@@ -100,6 +177,7 @@ pub unsafe extern "C" fn epoll_pwait(
         timeout,
         || unsafe { real::epoll_pwait(epfd, events, max, 0, mask) },
         |t| unsafe { real::epoll_pwait(epfd, events, max, t, mask) },
+        |r, fallen| unsafe { forget_epoll(epfd, events, r, fallen) },
     )
 }
 
@@ -110,7 +188,12 @@ pub unsafe extern "C" fn epoll_pwait(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int {
     // SAFETY (both closures): the caller's arguments; poll only writes `revents`.
-    wait(timeout, || unsafe { real::poll(fds, n, 0) }, |t| unsafe { real::poll(fds, n, t) })
+    wait(
+        timeout,
+        || unsafe { real::poll(fds, n, 0) },
+        |t| unsafe { real::poll(fds, n, t) },
+        |r, fallen| unsafe { forget_poll(fds, n, r, fallen) },
+    )
 }
 
 /// `struct timeval`.
@@ -135,10 +218,8 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         let t = unsafe { *tv.cast::<TimeVal>() };
         (t.sec.saturating_mul(1000).saturating_add(t.usec / 1000)).clamp(0, c_int::MAX as i64) as c_int
     };
-    if timeout_ms == 0
-        || !active()
-        || (spin::LIVE.load(Ordering::Relaxed) == 0 && pending::WATCHING.load(Ordering::Relaxed) == 0)
-    {
+    let watching = pending::WATCHING.load(Ordering::Relaxed) > 0;
+    if !active() || (!watching && (timeout_ms == 0 || spin::LIVE.load(Ordering::Relaxed) == 0)) {
         // SAFETY: the caller's arguments.
         return unsafe { real::select(n, r, w, e, tv) };
     }
@@ -179,6 +260,20 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
             // SAFETY: `tv` is the caller's timeval.
             unsafe { *tv.cast::<TimeVal>() = t };
             out
+        },
+        |mut count, fallen| {
+            for f in fallen.iter().filter(|f| f.fd >= 0 && f.fd < n) {
+                let (word, bit) = (f.fd as usize / 64, 1u64 << (f.fd as usize % 64));
+                for p in [r, w, e].into_iter().filter(|p| !p.is_null()) {
+                    // SAFETY: a set the caller passed holds at least `n` bits.
+                    let set = unsafe { &mut *p.cast::<u64>().add(word) };
+                    if *set & bit != 0 {
+                        *set &= !bit;
+                        count -= 1;
+                    }
+                }
+            }
+            count
         },
     )
 }

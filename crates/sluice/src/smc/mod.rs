@@ -6,6 +6,7 @@
 //! `LD_PRELOAD` and its settings in `SLUICE_SMC` — when the user may use the fast path
 //! ([`layout`]); otherwise it says so once and runs the program on plain TCP.
 
+mod elf;
 mod layout;
 mod stats;
 
@@ -324,24 +325,15 @@ fn which(program: &str) -> Option<PathBuf> {
 /// cannot tell (scripts, unreadable files).
 fn is_static(path: &Path) -> bool {
     let Ok(b) = std::fs::read(path) else { return false };
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return false;
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let phoff = u64::from_le_bytes(b[32..40].try_into().unwrap_or_default()) as usize;
-    let (phentsize, phnum) = (u16_at(54), u16_at(56));
-    // PT_INTERP = 3.
-    !(0..phnum).any(|i| {
-        let at = phoff + i * phentsize;
-        b.get(at..at + 4).is_some_and(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) == 3)
-    })
+    elf::Elf::parse(&b).is_some_and(|e| !e.has_interp())
 }
 
-/// True for a program that names liburing among its libraries (or anywhere in its file:
-/// a program that loads it itself stays on TCP too).
+/// True for a program linked with liburing (it names the library among those it needs).
+/// Its io_uring calls bypass the library. A program that only mentions the name (as this
+/// one does) is not one; one that loads liburing itself with `dlopen` is not seen.
 fn uses_liburing(path: &Path) -> bool {
     let Ok(b) = std::fs::read(path) else { return false };
-    b.windows(11).any(|w| w == b"liburing.so")
+    elf::Elf::parse(&b).is_some_and(|e| e.needed().iter().any(|l| l.starts_with("liburing.so")))
 }
 
 #[cfg(test)]
@@ -350,13 +342,16 @@ mod tests {
 
     #[test]
     fn programs_that_use_liburing_are_found() {
-        let dir = std::env::temp_dir().join(format!("sluice-uring-{}", std::process::id()));
-        std::fs::write(&dir, b"\x7fELF...liburing.so.2\0...").unwrap();
-        assert!(uses_liburing(&dir));
-        std::fs::write(&dir, b"\x7fELF...libc.so.6\0").unwrap();
-        assert!(!uses_liburing(&dir));
-        let _ = std::fs::remove_file(&dir);
         assert!(!uses_liburing(Path::new("/bin/sh")));
+        // This test binary holds the name, as the launcher does: it does not link it.
+        assert!(!uses_liburing(&std::env::current_exe().unwrap()));
+        let file = std::env::temp_dir().join(format!("sluice-uring-{}", std::process::id()));
+        std::fs::write(&file, elf::tests::tiny(&["libc.so.6", "liburing.so.2"])).unwrap();
+        let linked = uses_liburing(&file);
+        std::fs::write(&file, elf::tests::tiny(&["libc.so.6"])).unwrap();
+        let plain = uses_liburing(&file);
+        let _ = std::fs::remove_file(&file);
+        assert!(linked && !plain);
     }
 
     #[test]

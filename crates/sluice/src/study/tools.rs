@@ -157,6 +157,10 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
             let conf = nginx.as_ref().map(|n| n.dir.join("nginx.conf").display().to_string()).unwrap_or_default();
             let file = if tool == Tool::Nginx1k { "1k" } else { "10m" };
             let threads = conns.clamp(1, 2).to_string();
+            // wrk gives up on a request after 2 s and counts a timeout; 50 connections
+            // fetching 10 MB each through a slow path can take longer without anything
+            // being wrong, so the large file waits for as long as the run.
+            let timeout = if tool == Tool::Nginx10m { duration_s.max(2) } else { 2 };
             (
                 NGINX_PORT,
                 strings(&["nginx", "-c", &conf]),
@@ -169,6 +173,8 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
                     "-d",
                     &format!("{d}s"),
                     "--latency",
+                    "--timeout",
+                    &format!("{timeout}s"),
                     &format!("http://{url_host}:{NGINX_PORT}/{file}"),
                 ]),
             )
