@@ -434,10 +434,10 @@ fn finish_connect(fd: c_int) -> c_int {
     }
 }
 
-/// True once the program has set up io_uring (its calls bypass the library: its
-/// connections stay on TCP), as far as the library can see it: through the C library's
-/// `syscall` (liburing before 2.2), or a launcher that found liburing among the program's
-/// libraries.
+/// True for a program that uses io_uring (its calls bypass the library: its connections
+/// stay on TCP), as far as the library can tell: the launcher found liburing among the
+/// libraries the program's ELF file needs. One that makes the system calls itself is not
+/// seen.
 fn uses_io_uring() -> bool {
     IO_URING.load(Ordering::Relaxed)
 }

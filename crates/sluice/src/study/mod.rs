@@ -168,8 +168,9 @@ fn run_new(a: RunArgs) -> Result<ExitCode> {
         );
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let sf =
-        StudyFile { study, options: Options { duration_s, reps, baseline, pin: a.pin, quick: a.quick }, runs: vec![] };
+    let file = (spec::builtin(&a.study).is_none() || Path::new(&a.study).exists()).then(|| a.study.clone());
+    let options = Options { duration_s, reps, baseline, pin: a.pin, quick: a.quick, file };
+    let sf = StudyFile { study, options, runs: vec![] };
     measure(&dir, sf)
 }
 

@@ -366,7 +366,7 @@ pub fn markdown(sf: &StudyFile, cells: &[CellRecord], tables: &[Table], charts: 
 /// The command that reproduces the first run.
 pub fn reproduce(sf: &StudyFile) -> String {
     let o = &sf.options;
-    let mut c = format!("sluice study run {}", sf.study.name);
+    let mut c = format!("sluice study run {}", o.file.as_deref().unwrap_or(&sf.study.name));
     if o.quick {
         c.push_str(" --quick");
     } else {

@@ -36,6 +36,9 @@ pub struct Options {
     pub pin: bool,
     /// A `--quick` look.
     pub quick: bool,
+    /// The study file, when the study came from one (not a built-in's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// One run (the first, or a resume) of a study.
