@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use libfuzzer_sys::fuzz_target;
 use sluice_switch::mem::{MemHandle, mem_port};
-use sluice_switch::{Mode, PortCaps, PortConfig, PortPolicy, Switch, SwitchConfig, VlanMode};
+use sluice_switch::{ClassConfig, ClassMatch, Mode, PortCaps, PortConfig, PortPolicy, Switch, SwitchConfig, VlanMode};
 use sluice_wire::{MacAddr, VnetHdr};
 
 const OFFLOAD: PortCaps = PortCaps { offload: true, lossless_input: false };
@@ -39,6 +39,19 @@ fn lab(sel: u8) -> Lab {
         fib_max: 16,
         port_mac_limit: 4,
         aging_ms: 1_000,
+        // Held lists of 1 to 4 frames, a watchdog that fires within the run, and (some
+        // runs) classes by DSCP and PCP, one of them lossy.
+        hold_len: 1 + usize::from((sel >> 2) & 3),
+        watchdog_ms: 50,
+        classes: if sel & 16 == 16 {
+            vec![
+                ClassConfig { name: "voice".into(), matches: ClassMatch::Dscp(46), lossless: true, queue_len: Some(2) },
+                ClassConfig { name: "bulk".into(), matches: ClassMatch::Pcp(1), lossless: false, queue_len: None },
+                ClassConfig { name: "rest".into(), matches: ClassMatch::Any, lossless: sel & 2 == 2, queue_len: None },
+            ]
+        } else {
+            Vec::new()
+        },
         ..SwitchConfig::default()
     };
     let mut sw = Switch::new(cfg).unwrap();

@@ -263,7 +263,7 @@ pub fn port_list(target: &Target, json: bool) -> Result<()> {
             if p.offload { "on" } else { "off" }.into(),
             match &p.failed {
                 Some(why) => format!("failed: {why}"),
-                None if p.held > 0 => "paused".into(),
+                None if p.paused => "paused".into(),
                 None => "up".into(),
             },
         ]);
@@ -474,7 +474,7 @@ fn render_port(p: &PortStats) -> String {
     for (cause, n) in nonzero(&c.rx_drops) {
         row(&format!("  dropped: {cause}"), n.to_string());
     }
-    row("  held (lossless)", format!("{} now, {} pauses", p.held, c.pauses));
+    row("  held (lossless)", format!("{} now{}, {} pauses", p.held, if p.paused { " (paused)" } else { "" }, c.pauses));
     if c.consumed > 0 || c.generated > 0 || p.resolving > 0 {
         row("  ARP/ND taken by the switch", c.consumed.to_string());
         row("  waiting for resolution", p.resolving.to_string());
@@ -494,6 +494,30 @@ fn render_port(p: &PortStats) -> String {
         row(&format!("  dropped: {cause}"), n.to_string());
     }
     row("  queued", p.queued.to_string());
+    // Classes: shown when there are several, or the one there is saw its watchdog.
+    if p.classes.len() > 1 || p.classes.iter().any(|k| k.stuck || k.counters.watchdog_trips > 0) {
+        for k in &p.classes {
+            let kc = &k.counters;
+            row(
+                &format!("class {}", k.name),
+                format!(
+                    "{}: in {}, out {} / {} bytes, queued {}{}",
+                    if k.lossless { "lossless" } else { "lossy" },
+                    kc.rx_frames,
+                    kc.tx_frames,
+                    kc.tx_bytes,
+                    k.queued,
+                    if k.stuck { ", STUCK (watchdog)" } else { "" }
+                ),
+            );
+            if kc.watchdog_trips > 0 {
+                row("  watchdog trips", kc.watchdog_trips.to_string());
+            }
+            for (cause, n) in nonzero(&kc.tx_drops) {
+                row(&format!("  dropped: {cause}"), n.to_string());
+            }
+        }
+    }
     if let Some(d) = p.device_drops {
         row("kernel drops to guest", d.to_guest.to_string());
         row("kernel drops from guest", d.from_guest.to_string());

@@ -269,6 +269,57 @@ pub struct Grants {
     pub promiscuous: std::collections::BTreeSet<String>,
 }
 
+/// A `[[class]]` table: a traffic class (docs/config.md, "Traffic classes").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassSpec {
+    name: String,
+    /// "any", "pcp=N", "dscp=N" or "port=NAME".
+    #[serde(rename = "match")]
+    matches: String,
+    #[serde(default)]
+    lossless: Option<bool>,
+    queue_len: Option<usize>,
+}
+
+impl ClassSpec {
+    /// The core's class, or what is wrong with this one.
+    fn core(&self, switch_lossless: bool) -> Result<sluice_switch::ClassConfig, String> {
+        use sluice_switch::ClassMatch;
+        let m = self.matches.trim();
+        let (key, value) = m.split_once('=').map(|(k, v)| (k.trim(), v.trim())).unwrap_or((m, ""));
+        let number =
+            |max: u8| -> Result<u8, String> {
+                value.parse::<u8>().ok().filter(|v| *v <= max).ok_or_else(|| {
+                    format!("class {:?}: {key} takes a number from 0 to {max}, not {value:?}", self.name)
+                })
+            };
+        let matches = match key {
+            "any" if value.is_empty() => ClassMatch::Any,
+            "pcp" => ClassMatch::Pcp(number(7)?),
+            "dscp" => ClassMatch::Dscp(number(63)?),
+            "port" if !value.is_empty() => ClassMatch::Port(value.trim_matches('"').to_string()),
+            _ => {
+                return Err(format!(
+                    "class {:?}: match {:?} is not one of \"any\", \"pcp=0..7\", \"dscp=0..63\", \"port=NAME\"",
+                    self.name, self.matches
+                ));
+            }
+        };
+        if let Some(q) = self.queue_len
+            && !(1..=65536).contains(&q)
+        {
+            return Err(format!("class {:?}: queue_len {q} is out of range: use 1 to 65536", self.name));
+        }
+        Ok(sluice_switch::ClassConfig {
+            name: self.name.clone(),
+            matches,
+            lossless: self.lossless.unwrap_or(switch_lossless),
+            queue_len: self.queue_len,
+        })
+    }
+}
+
 /// A `[[grant]]` table: `port` may join `vlans`, and be promiscuous if so granted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -370,6 +421,10 @@ struct SwitchFile {
     mac_aging: Option<Spanned<u64>>,
     lossless: Option<bool>,
     queue_len: Option<Spanned<usize>>,
+    hold_len: Option<Spanned<usize>>,
+    watchdog_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    class: Vec<Spanned<ClassSpec>>,
     batch: Option<Spanned<usize>>,
     mac_table_size: Option<Spanned<usize>>,
     mac_limit_per_port: Option<Spanned<usize>>,
@@ -495,6 +550,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     core.lossless = f.lossless.unwrap_or(false);
     for (field, target, max) in [
         (&f.queue_len, &mut core.queue_len, 65536usize),
+        (&f.hold_len, &mut core.hold_len, 65535),
         (&f.batch, &mut core.batch, 1024),
         (&f.mac_table_size, &mut core.fib_max, 1 << 20),
         (&f.mac_limit_per_port, &mut core.port_mac_limit, 1 << 20),
@@ -505,6 +561,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             }
             *target = *v.get_ref();
         }
+    }
+    if let Some(w) = &f.watchdog_ms {
+        if *w.get_ref() > 3_600_000 {
+            return Err(err(Some(w.span()), "watchdog_ms is out of range: use 0 (off) to 3600000".into()));
+        }
+        core.watchdog_ms = *w.get_ref();
+    }
+    for c in &f.class {
+        let class = c.get_ref().core(core.lossless).map_err(|m| err(Some(c.span()), m))?;
+        core.classes.push(class);
+    }
+    if let Err(e) = sluice_switch::class::check(&core.classes) {
+        return Err(err(f.class.last().map(|c| c.span()), e.to_string()));
     }
     let datapath_nice = match &f.datapath_nice {
         None => DEFAULT_DATAPATH_NICE,
@@ -554,7 +623,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             return Err(err(Some(d.span()), format!("unknown datapath {:?}; use \"user\" or \"kernel\"", d.get_ref())));
         }
     };
-    if let Err(m) = check_lossless(datapath, core.lossless) {
+    if let Err(m) = check_lossless(datapath, core.lossless || core.classes.iter().any(|c| c.lossless)) {
         let at = f.datapath.as_ref().map(|d| d.span());
         return Err(err(at, m));
     }
@@ -744,6 +813,43 @@ port = "tap0"
         assert!(e.message.contains("leave out `netns`"), "{e}");
         let e = parse_str("name = \"sw\"\ndatapath = \"kernal\"\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn classes_hold_len_and_the_watchdog_are_read_and_bad_ones_name_their_line() {
+        let s = parse_str(
+            "name = \"sw\"\nlossless = true\nhold_len = 32\nwatchdog_ms = 500\n\
+             [[class]]\nname = \"voice\"\nmatch = \"dscp=46\"\nqueue_len = 64\n\
+             [[class]]\nname = \"bulk\"\nmatch = \"port=g9\"\nlossless = false\n\
+             [[class]]\nname = \"rest\"\nmatch = \"any\"\n",
+        )
+        .unwrap();
+        assert_eq!((s.core.hold_len, s.core.watchdog_ms), (32, 500));
+        let c = &s.core.classes;
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            (c[0].matches.clone(), c[0].lossless, c[0].queue_len),
+            (sluice_switch::ClassMatch::Dscp(46), true, Some(64))
+        );
+        assert_eq!((c[1].matches.clone(), c[1].lossless), (sluice_switch::ClassMatch::Port("g9".into()), false));
+        assert!(c[2].lossless, "a class is lossless as the switch unless it says");
+        let e = parse_str("name = \"sw\"\n\n[[class]]\nname = \"x\"\nmatch = \"pcp=9\"\n").unwrap_err();
+        assert!(e.line.is_some_and(|l| (3..=5).contains(&l)), "{e}");
+        assert!(e.message.contains("class \"x\": pcp takes a number from 0 to 7, not \"9\""), "{e}");
+        let e = parse_str("name = \"sw\"\n[[class]]\nname = \"x\"\nmatch = \"vlan=3\"\n").unwrap_err();
+        assert!(e.message.contains("is not one of"), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("two classes are named \"a\""), "{e}");
+        let e = parse_str("name = \"sw\"\nhold_len = 0\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\nlossless = true\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
     }
 
     #[test]

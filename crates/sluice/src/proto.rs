@@ -182,6 +182,21 @@ fn user_datapath() -> String {
     "user".into()
 }
 
+/// One port in one traffic class.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClassStats {
+    /// The class's name.
+    pub name: String,
+    /// A lossless class (a full output holds its frames back).
+    pub lossless: bool,
+    /// Frames of the class waiting in the port's queue.
+    pub queued: usize,
+    /// The pause watchdog declared the port stuck in this class (frames toward it dropped).
+    pub stuck: bool,
+    /// Frames in, out, drops by cause, watchdog trips.
+    pub counters: sluice_switch::ClassCounters,
+}
+
 /// Counters and state of one port (the `ports[]` items of `sluice stats --json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PortStats {
@@ -199,8 +214,14 @@ pub struct PortStats {
     pub offload: bool,
     /// Frames waiting in its output queue.
     pub queued: usize,
-    /// Frames from it waiting for room at an output (lossless mode): 0 or 1.
+    /// Frames from it waiting for room at their outputs (lossless classes).
     pub held: usize,
+    /// Its input is paused: its held frames reached the switch's `hold_len`.
+    #[serde(default)]
+    pub paused: bool,
+    /// Per traffic class, in the switch's class order (the user-space core's view).
+    #[serde(default)]
+    pub classes: Vec<ClassStats>,
     /// Frames from it waiting for their next hop's address (Layer 3 mode).
     #[serde(default)]
     pub resolving: usize,

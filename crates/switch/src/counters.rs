@@ -61,11 +61,14 @@ pub enum DropCause {
     /// [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) of them (one frame must not cost the
     /// switch, and the other ports, tens of thousands).
     GsoLimit,
+    /// The pause watchdog declared the output stuck in the frame's (lossless) class: it
+    /// had frames waiting and sent none for `watchdog_ms`.
+    Watchdog,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 15] = [
+    pub const ALL: [DropCause; 16] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -81,6 +84,7 @@ impl DropCause {
         DropCause::Unresolved,
         DropCause::UpcallLost,
         DropCause::GsoLimit,
+        DropCause::Watchdog,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -101,6 +105,7 @@ impl DropCause {
             DropCause::Unresolved => "unresolved",
             DropCause::UpcallLost => "upcall_lost",
             DropCause::GsoLimit => "gso_limit",
+            DropCause::Watchdog => "watchdog",
         }
     }
 }
@@ -146,6 +151,9 @@ pub struct DropCounts {
     /// See [`DropCause::GsoLimit`].
     #[serde(default)]
     pub gso_limit: u64,
+    /// See [`DropCause::Watchdog`].
+    #[serde(default)]
+    pub watchdog: u64,
 }
 
 impl DropCounts {
@@ -177,6 +185,7 @@ impl DropCounts {
             DropCause::Unresolved => self.unresolved,
             DropCause::UpcallLost => self.upcall_lost,
             DropCause::GsoLimit => self.gso_limit,
+            DropCause::Watchdog => self.watchdog,
         }
     }
 
@@ -197,6 +206,7 @@ impl DropCounts {
             DropCause::Unresolved => &mut self.unresolved,
             DropCause::UpcallLost => &mut self.upcall_lost,
             DropCause::GsoLimit => &mut self.gso_limit,
+            DropCause::Watchdog => &mut self.watchdog,
         }
     }
 
@@ -291,4 +301,19 @@ impl PortCounters {
         self.failovers += o.failovers;
         self.learn_refused += o.learn_refused;
     }
+}
+
+/// Counters of one port in one traffic class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCounters {
+    /// Frames of the class received from the port.
+    pub rx_frames: u64,
+    /// Frames of the class transmitted to the port.
+    pub tx_frames: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Copies of the class dropped at this output, by cause.
+    pub tx_drops: DropCounts,
+    /// Times the pause watchdog declared this output stuck in the class.
+    pub watchdog_trips: u64,
 }

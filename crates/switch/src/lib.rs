@@ -17,9 +17,11 @@
 //! exactly once as transmitted, dropped with a cause, or still queued. See
 //! [`counters::PortCounters`].
 
+pub mod class;
 pub mod counters;
 pub mod fastpath;
 pub mod fib;
+pub mod hold;
 pub mod l3;
 pub mod mem;
 pub mod pool;
@@ -28,14 +30,15 @@ pub mod queue;
 mod switch;
 pub mod vlan;
 
-pub use counters::{DropCause, PortCounters};
+pub use class::{ClassConfig, ClassError, ClassMatch};
+pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use fastpath::{FastChange, FastMac, FastPort, IpRule};
 pub use fib::{Fib, FibEntry};
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::{
-    DEFAULT_ROUTER_MAC, Interest, MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortId, PortInfo, PortPolicy, Switch,
-    SwitchConfig, SwitchError,
+    ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, Interest, MAX_GSO_SEGMENTS, MIN_GSO_SIZE,
+    PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError, WatchdogEvent,
 };
 pub use vlan::VlanMode;
 

@@ -32,6 +32,8 @@ pub struct FrameMeta {
     /// Largest IP packet the frame is, or would be cut into by segmentation; compared
     /// with each output's MTU.
     pub l3_max: u32,
+    /// Its traffic class (an index into the switch's classes).
+    pub class: u8,
 }
 
 struct Slot {

@@ -17,13 +17,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use sluice_wire::neigh::{self, NdFields, Neigh};
 use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, parse_ethernet};
 
-use crate::counters::{DropCause, PortCounters};
+use crate::class::{self, ClassConfig, ClassError};
+use crate::counters::{ClassCounters, DropCause, PortCounters};
 use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
 use crate::fib::Fib;
+use crate::hold::{HeldList, SEVERAL};
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
 use crate::port::{DeviceDrops, OutFrame, Port, PortCaps, PortError, TxOutcome};
-use crate::queue::FrameQueue;
+use crate::queue::ClassQueues;
 use crate::vlan::VlanMode;
 
 /// Index of a port in its switch. Never reused while the switch lives.
@@ -65,7 +67,21 @@ pub struct SwitchConfig {
     /// Layer 3 mode: the switch's own MAC address on the guests' side (on the uplink it
     /// uses the uplink device's).
     pub router_mac: MacAddr,
+    /// Traffic classes, in match order; none: one class, `default`, lossless as `lossless`.
+    pub classes: Vec<ClassConfig>,
+    /// Frames each input may hold while their outputs (of lossless classes) are full
+    /// before it stops being read.
+    pub hold_len: usize,
+    /// An output of a lossless class that sends nothing for this long while frames wait
+    /// for it is declared stuck and its class drops toward it (ms; 0: never).
+    pub watchdog_ms: u64,
 }
+
+/// Frames an input holds for full outputs before it stops being read, unless configured.
+pub const DEFAULT_HOLD_LEN: usize = 64;
+
+/// The pause watchdog's time unless configured (ms).
+pub const DEFAULT_WATCHDOG_MS: u64 = 200;
 
 /// The switch's guest-side MAC address in Layer 3 mode unless configured otherwise.
 pub const DEFAULT_ROUTER_MAC: MacAddr = MacAddr([0x02, 0x73, 0x6c, 0x75, 0x69, 0x01]);
@@ -82,6 +98,9 @@ impl Default for SwitchConfig {
             port_mac_limit: 1024,
             mode: Mode::L2,
             router_mac: DEFAULT_ROUTER_MAC,
+            classes: Vec::new(),
+            hold_len: DEFAULT_HOLD_LEN,
+            watchdog_ms: DEFAULT_WATCHDOG_MS,
         }
     }
 }
@@ -200,14 +219,45 @@ pub struct PortInfo {
     pub counters: PortCounters,
     /// Frames waiting in its output queue.
     pub queued: usize,
-    /// 1 when a frame it sent waits for room at an output (input paused), else 0.
+    /// Frames it sent that wait for room at their outputs (lossless classes); at the
+    /// switch's `hold_len` its input is paused.
     pub held: usize,
+    /// Its input is not read: its held frames reached `hold_len`.
+    pub paused: bool,
+    /// Per traffic class, in the switch's class order.
+    pub classes: Vec<ClassInfo>,
     /// Frames it sent that wait for their next hop's address (Layer 3 mode).
     pub resolving: usize,
     /// Drops counted by the device underneath, outside the switch.
     pub device_drops: Option<DeviceDrops>,
     /// The port's device failed and it is no longer serviced.
     pub failed: Option<String>,
+}
+
+/// One port's view of one traffic class.
+#[derive(Clone, Debug)]
+pub struct ClassInfo {
+    /// The class's name.
+    pub name: String,
+    /// Lossless class.
+    pub lossless: bool,
+    /// Counters since the last reset.
+    pub counters: ClassCounters,
+    /// Frames waiting in the port's queue of this class.
+    pub queued: usize,
+    /// The pause watchdog declared the port stuck in this class (it drops toward it).
+    pub stuck: bool,
+}
+
+/// A change of an output's watchdog state, for the driver to log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchdogEvent {
+    /// The output.
+    pub port: PortId,
+    /// The class's name.
+    pub class: String,
+    /// True: declared stuck; false: it sent again.
+    pub stuck: bool,
 }
 
 /// Refusals of configuration changes.
@@ -236,6 +286,9 @@ pub enum SwitchError {
     /// A static MAC entry for an address no single station has.
     #[error("{0} is a {1} address, not one station's: a static entry needs a unicast MAC (the first byte even)")]
     NotUnicast(MacAddr, &'static str),
+    /// A bad list of traffic classes.
+    #[error(transparent)]
+    BadClass(#[from] ClassError),
     /// A port that already has a mirror, or a mirror of itself.
     #[error("port {port:?} cannot be mirrored to {mirror:?}: {why}")]
     BadMirror {
@@ -263,12 +316,15 @@ struct PortSlot {
     /// Layer 3 mode: the MAC address of the guest behind the port (its frames' source).
     guest_mac: Option<MacAddr>,
     counters: PortCounters,
-    queue: FrameQueue,
+    /// Per class: counters, and the watchdog's state as an output.
+    classes: Vec<ClassCounters>,
+    watch: Vec<Watch>,
+    queue: ClassQueues,
     /// Segments of the queue's head frame already sent (software segmentation resumed
     /// after `Full`).
     seg_done: u32,
-    /// A frame from this port waiting for room at its outputs (lossless mode).
-    held: Option<u32>,
+    /// Frames from this port waiting for room at their outputs (lossless classes).
+    held: HeldList,
     want_write: bool,
     dirty: bool,
     failed: Option<String>,
@@ -288,8 +344,17 @@ impl PortSlot {
         if self.failed.is_some() {
             return Interest::default();
         }
-        Interest { read: self.held.is_none(), write: self.want_write }
+        Interest { read: !self.held.is_full(), write: self.want_write }
     }
+}
+
+/// The pause watchdog's view of one output in one class.
+#[derive(Clone, Copy, Debug, Default)]
+struct Watch {
+    /// When it last sent a frame of the class, or got one into an empty queue (ms).
+    since_ms: u64,
+    /// Declared stuck: frames of the class toward it are dropped.
+    stuck: bool,
 }
 
 /// Where a frame goes.
@@ -313,7 +378,20 @@ enum Announce {
 
 enum Placement {
     Placed,
-    Held,
+    /// Waits for room at its output (or [`SEVERAL`] outputs).
+    Held(PortId),
+}
+
+/// How a frame being forwarded may wait for room.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// A frame just received: it waits (lossless class) if an output is full or an earlier
+    /// frame of its input waits for one of its outputs.
+    Fresh,
+    /// A held frame retried in order: it waits if an output is full.
+    Retry,
+    /// Never waits: a copy for a full output is dropped.
+    Never,
 }
 
 enum Sent {
@@ -334,6 +412,14 @@ pub struct Switch {
     dirty: Vec<PortId>,
     interest_changed: Vec<PortId>,
     held_count: usize,
+    /// The classes in force (at least one).
+    classes: Vec<ClassConfig>,
+    /// The class of frames the switch writes itself.
+    gen_class: u8,
+    /// Per output, during a retry of one input's held frames: an earlier frame still waits
+    /// for it.
+    pass_blocked: Vec<bool>,
+    watchdog_events: Vec<WatchdogEvent>,
     /// The driver's clock at the last call that told it (ms).
     now_ms: u64,
     /// Counters of ports removed since the last reset.
@@ -357,6 +443,10 @@ impl Switch {
         if !MTU_RANGE.contains(&cfg.mtu) {
             return Err(SwitchError::BadMtu(cfg.mtu));
         }
+        class::check(&cfg.classes)?;
+        let classes =
+            if cfg.classes.is_empty() { vec![ClassConfig::default_for(cfg.lossless)] } else { cfg.classes.clone() };
+        let gen_class = class::classify(&classes, &[], 0, "");
         let fib_max = cfg.fib_max;
         let mut pool = FramePool::new();
         pool.grow(1);
@@ -374,6 +464,10 @@ impl Switch {
             dirty: Vec::new(),
             interest_changed: Vec::new(),
             held_count: 0,
+            classes,
+            gen_class,
+            pass_blocked: Vec::new(),
+            watchdog_events: Vec::new(),
             now_ms: 0,
             departed: PortCounters::default(),
             l3: L3Tables::new(fib_max),
@@ -547,7 +641,7 @@ impl Switch {
             self.pool.release(fid);
             return false;
         };
-        if slot.held.is_some() || slot.failed.is_some() {
+        if slot.held.is_full() || slot.failed.is_some() {
             slot.counters.rx_frames += 1;
             slot.counters.rx_bytes += len as u64;
             slot.counters.rx_drops.add(DropCause::UpcallLost);
@@ -610,7 +704,12 @@ impl Switch {
                 s.mirrored_to = Some(id);
             }
         }
-        self.pool.grow(self.cfg.queue_len + 1);
+        self.pool.grow(self.port_buffers());
+        let n = self.ports.len() + 1;
+        for s in self.ports.iter_mut().flatten() {
+            s.held.ensure_ports(n);
+        }
+        self.pass_blocked.resize(self.ports.len() + 1, false);
         self.dests.reserve(self.ports.len() + 1);
         self.dirty.reserve(self.ports.len() + 1);
         self.interest_changed.reserve(self.ports.len() + 1);
@@ -641,9 +740,11 @@ impl Switch {
             mirrored_to,
             dev_mac,
             counters: PortCounters::default(),
-            queue: FrameQueue::new(self.cfg.queue_len),
+            classes: vec![ClassCounters::default(); self.classes.len()],
+            watch: vec![Watch::default(); self.classes.len()],
+            queue: ClassQueues::new(&self.class_caps()),
             seg_done: 0,
-            held: None,
+            held: HeldList::new(self.cfg.hold_len, self.ports.len() + 1),
             want_write: false,
             dirty: false,
             failed: None,
@@ -658,11 +759,12 @@ impl Switch {
     pub fn remove_port(&mut self, name: &str) -> Result<(PortId, Box<dyn Port>), SwitchError> {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
-        while let Some(fid) = slot.queue.pop() {
+        while let Some(fid) = slot.queue.pop_any() {
             slot.counters.tx_drops.add(DropCause::UnknownPort);
             self.pool.release(fid);
         }
-        if let Some(fid) = slot.held.take() {
+        while !slot.held.is_empty() {
+            let (fid, _) = slot.held.take(0);
             slot.counters.rx_drops.add(DropCause::UnknownPort);
             self.pool.release(fid);
             self.held_count -= 1;
@@ -703,8 +805,23 @@ impl Switch {
         self.fib.forget_port(id);
         self.settle();
         // The buffers its queue needed go back (ports that come and go leak none).
-        self.pool.shrink(self.cfg.queue_len + 1);
+        self.pool.shrink(self.port_buffers());
         Ok((id, slot.port))
+    }
+
+    /// The capacity of each class's queue at an output.
+    fn class_caps(&self) -> Vec<usize> {
+        self.classes.iter().map(|c| c.queue_len.unwrap_or(self.cfg.queue_len)).collect()
+    }
+
+    /// Buffers a port needs: its queues full, its held list full, and one being read.
+    fn port_buffers(&self) -> usize {
+        self.class_caps().iter().sum::<usize>() + self.cfg.hold_len + 1
+    }
+
+    /// The classes in force, in match order.
+    pub fn classes(&self) -> &[ClassConfig] {
+        &self.classes
     }
 
     /// Frame buffers the switch holds memory for.
@@ -734,7 +851,20 @@ impl Switch {
             caps: s.caps,
             counters: s.counters,
             queued: s.queue.len(),
-            held: usize::from(s.held.is_some()),
+            held: s.held.len(),
+            paused: s.held.is_full(),
+            classes: self
+                .classes
+                .iter()
+                .enumerate()
+                .map(|(c, k)| ClassInfo {
+                    name: k.name.clone(),
+                    lossless: k.lossless,
+                    counters: s.classes[c],
+                    queued: s.queue.class_len(c as u8),
+                    stuck: s.watch[c].stuck,
+                })
+                .collect(),
             resolving: self.l3.pending.iter().filter(|p| p.from == id).count(),
             device_drops: s.port.device_drops(),
             failed: s.failed.clone(),
@@ -835,6 +965,7 @@ impl Switch {
     /// that waited too long for address resolution.
     pub fn expire(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
+        self.watchdog(now_ms);
         self.fib.expire(now_ms);
         if self.cfg.mode == Mode::L3 {
             self.l3.expire(now_ms, self.cfg.aging_ms);
@@ -851,6 +982,76 @@ impl Switch {
                     i += 1;
                 }
             }
+        }
+    }
+
+    /// The pause watchdog: an output of a lossless class with frames waiting that has sent
+    /// none of them for `watchdog_ms` is declared stuck in that class — the frames queued
+    /// behind its head are dropped (`watchdog`), and so from now on are frames of the class
+    /// toward it, so the inputs it held flow again — until it sends again.
+    /// [`Switch::expire`] runs it too; a driver calls it alone at
+    /// [`Switch::next_deadline_ms`].
+    pub fn watchdog(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+        let limit = self.cfg.watchdog_ms;
+        if limit == 0 {
+            return;
+        }
+        let mut tripped = false;
+        for id in 0..self.ports.len() as PortId {
+            for ci in 0..self.classes.len() {
+                if !self.classes[ci].lossless {
+                    continue;
+                }
+                let Some(s) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else { break };
+                let w = s.watch[ci];
+                if w.stuck || s.queue.class_len(ci as u8) == 0 || now_ms.saturating_sub(w.since_ms) < limit {
+                    continue;
+                }
+                s.watch[ci].stuck = true;
+                s.classes[ci].watchdog_trips += 1;
+                while let Some(fid) = s.queue.pop_behind_head(ci as u8) {
+                    s.counters.tx_drops.add(DropCause::Watchdog);
+                    s.classes[ci].tx_drops.add(DropCause::Watchdog);
+                    self.pool.release(fid);
+                }
+                let class = self.classes[ci].name.clone();
+                self.watchdog_events.push(WatchdogEvent { port: id, class, stuck: true });
+                tripped = true;
+            }
+        }
+        if tripped && self.held_count > 0 {
+            // Frames held for a stuck output now go (their copies for it dropped).
+            while self.retry_held() {
+                self.settle();
+            }
+            self.settle();
+        }
+    }
+
+    /// When the driver must call [`Switch::expire`] next at the latest (its clock, ms) for
+    /// the pause watchdog to keep its time; `None` when nothing waits.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        let limit = self.cfg.watchdog_ms;
+        if limit == 0 {
+            return None;
+        }
+        let mut next: Option<u64> = None;
+        for s in self.ports.iter().flatten() {
+            for (ci, w) in s.watch.iter().enumerate() {
+                if self.classes[ci].lossless && !w.stuck && s.queue.class_len(ci as u8) > 0 {
+                    let at = w.since_ms.saturating_add(limit);
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+            }
+        }
+        next
+    }
+
+    /// Hands over the watchdog's changes since the last call (for the driver to log).
+    pub fn take_watchdog_events(&mut self, mut f: impl FnMut(WatchdogEvent)) {
+        for e in self.watchdog_events.drain(..) {
+            f(e);
         }
     }
 
@@ -940,7 +1141,7 @@ impl Switch {
                     neigh::write_nd(buf, neigh::multicast_mac(neigh::ALL_NODES), mac, &m)
                 }
             });
-            if self.slot(to).is_some_and(|s| s.queue.is_full()) {
+            if self.slot(to).is_some_and(|s| s.queue.is_full(self.gen_class)) {
                 self.flush_port(to);
             }
         }
@@ -967,11 +1168,16 @@ impl Switch {
             vlan,
             pcp: 0,
             l3_max: (len - ETH_HDR_LEN) as u32,
+            class: self.gen_class,
         };
+        let (now, class) = (self.now_ms, self.gen_class);
         let s = self.slot_mut(out).expect("checked above");
         s.counters.tx_offered += 1;
         s.counters.generated += 1;
-        if s.queue.push(fid) {
+        if s.queue.class_len(class) == 0 {
+            s.watch[usize::from(class)].since_ms = now;
+        }
+        if s.queue.push(class, fid) {
             if !s.dirty {
                 s.dirty = true;
                 self.dirty.push(out);
@@ -1011,7 +1217,7 @@ impl Switch {
             let Some(slot) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else {
                 break;
             };
-            if slot.held.is_some() || slot.failed.is_some() {
+            if slot.held.is_full() || slot.failed.is_some() {
                 break;
             }
             let Some(fid) = self.pool.alloc() else { break };
@@ -1090,7 +1296,7 @@ impl Switch {
         }
         s.failed = Some(why);
         let mut freed = 0u64;
-        while let Some(fid) = s.queue.pop() {
+        while let Some(fid) = s.queue.pop_any() {
             freed += 1;
             self.pool.release(fid);
         }
@@ -1117,10 +1323,13 @@ impl Switch {
         slot.counters.rx_frames += 1;
         slot.counters.rx_bytes += len as u64;
         let buf = self.pool.buf_mut(fid);
-        let Some(meta) = classify(buf, len, &slot.vlan, &mut slot.counters) else {
+        let Some(mut meta) = classify(buf, len, &slot.vlan, &mut slot.counters) else {
             self.pool.release(fid);
             return;
         };
+        let frame = &buf[meta.start as usize..(meta.start + meta.len) as usize];
+        meta.class = class::classify(&self.classes, frame, meta.pcp, &slot.name);
+        slot.classes[usize::from(meta.class)].rx_frames += 1;
         let src = MacAddr(buf[meta.start as usize + 6..meta.start as usize + 12].try_into().unwrap_or_default());
         if slot.policy.mac.is_some_and(|m| m != src) {
             // Before learning: a forged address must not move the real owner's entry.
@@ -1155,12 +1364,15 @@ impl Switch {
 
     /// Forwards a received frame, holding it at its input if it must wait for room.
     fn place(&mut self, id: PortId, fid: u32, now_ms: u64) {
-        if let Placement::Held = self.forward(id, fid, now_ms, true) {
+        if let Placement::Held(out) = self.forward(id, fid, now_ms, Hold::Fresh) {
             let s = self.ports[id as usize].as_mut().expect("caller checked");
-            s.held = Some(fid);
-            s.counters.pauses += 1;
+            s.held.push(fid, out);
             self.held_count += 1;
-            self.note_interest(id);
+            if s.held.is_full() {
+                // The input stops being read until something it holds is placed.
+                s.counters.pauses += 1;
+                self.note_interest(id);
+            }
         }
     }
 
@@ -1324,7 +1536,7 @@ impl Switch {
         });
         for p in ready {
             // Its input may already hold a frame: this one is placed without holding.
-            self.forward(p.from, p.fid, now_ms, false);
+            self.forward(p.from, p.fid, now_ms, Hold::Never);
         }
     }
 
@@ -1371,10 +1583,10 @@ impl Switch {
     }
 
     /// Decides the outputs of frame `fid` from port `from` and places copies in their
-    /// queues, or reports that it must be held (lossless mode, an output full).
-    /// A frame placed with `may_hold` false is dropped rather than held when an output is
-    /// full.
-    fn forward(&mut self, from: PortId, fid: u32, now_ms: u64, may_hold: bool) -> Placement {
+    /// queues, or reports that it must be held (a lossless class, an output full or, for a
+    /// fresh frame, an earlier frame of its input waiting for one of its outputs). With
+    /// [`Hold::Never`] a copy for a full output is dropped instead.
+    fn forward(&mut self, from: PortId, fid: u32, now_ms: u64, hold: Hold) -> Placement {
         let meta = *self.pool.meta(fid);
         let decision = match self.cfg.mode {
             Mode::L2 => {
@@ -1408,17 +1620,21 @@ impl Switch {
         // the frame is held or dropped for want of room.
         for i in 0..self.dests.len() {
             let d = self.dests[i];
-            if self.ports[d as usize].as_ref().is_some_and(|s| s.queue.is_full() && !s.want_write) {
+            if self.ports[d as usize].as_ref().is_some_and(|s| s.queue.is_full(meta.class) && !s.want_write) {
                 self.flush_port(d);
             }
         }
-        if self.cfg.lossless && may_hold {
-            let blocked = self.dests[..real].iter().any(|&d| {
+        let class = meta.class;
+        let ci = usize::from(class);
+        if hold != Hold::Never && self.classes[ci].lossless {
+            let full = self.dests[..real].iter().any(|&d| {
                 let s = self.ports[d as usize].as_ref().expect("destinations are live");
-                meta.l3_max <= u32::from(s.mtu) && s.queue.is_full()
+                meta.l3_max <= u32::from(s.mtu) && s.queue.is_full(class) && !s.watch[ci].stuck
             });
-            if blocked {
-                return Placement::Held;
+            let behind =
+                hold == Hold::Fresh && self.slot(from).is_some_and(|s| s.held.must_wait(&self.dests[..real], real > 1));
+            if full || behind {
+                return Placement::Held(if real == 1 { self.dests[0] } else { SEVERAL });
             }
         }
         let copies = self.dests.len() as u64;
@@ -1426,18 +1642,31 @@ impl Switch {
             let d = self.dests[i];
             let out = self.ports[d as usize].as_mut().expect("destinations are live");
             out.counters.tx_offered += 1;
-            if out.failed.is_some() {
+            let cause = if out.failed.is_some() {
                 // Failed while this frame was being placed (its flush hit a dead device).
-                out.counters.tx_drops.add(DropCause::TxError);
+                Some(DropCause::TxError)
             } else if meta.l3_max > u32::from(out.mtu) {
-                out.counters.tx_drops.add(DropCause::OverMtu);
-            } else if !out.queue.push(fid) {
-                out.counters.tx_drops.add(DropCause::QueueFull);
+                Some(DropCause::OverMtu)
+            } else if out.watch[ci].stuck && out.queue.class_len(class) > 0 {
+                // Stuck: one frame at a time is offered, to see whether it sends again.
+                Some(DropCause::Watchdog)
             } else {
-                self.pool.retain(fid);
-                if !out.dirty {
-                    out.dirty = true;
-                    self.dirty.push(d);
+                if out.queue.class_len(class) == 0 {
+                    out.watch[ci].since_ms = now_ms;
+                }
+                if out.queue.push(class, fid) { None } else { Some(DropCause::QueueFull) }
+            };
+            match cause {
+                Some(c) => {
+                    out.counters.tx_drops.add(c);
+                    out.classes[ci].tx_drops.add(c);
+                }
+                None => {
+                    self.pool.retain(fid);
+                    if !out.dirty {
+                        out.dirty = true;
+                        self.dirty.push(d);
+                    }
                 }
             }
         }
@@ -1569,19 +1798,39 @@ impl Switch {
         }
     }
 
-    /// Retries every held frame; true if any was placed.
+    /// Retries every input's held frames in arrival order, each only if no earlier frame
+    /// of its input still waits for one of its outputs; true if any was placed.
     fn retry_held(&mut self) -> bool {
         let mut placed = false;
         for id in 0..self.ports.len() as PortId {
-            let Some(fid) = self.slot(id).and_then(|s| s.held) else { continue };
-            // Learning and classification happened when the frame arrived; only the
-            // placement is retried.
-            if let Placement::Placed = self.forward(id, fid, self.now_ms, true) {
-                let s = self.slot_mut(id).expect("live");
-                s.held = None;
-                self.held_count -= 1;
+            if self.slot(id).is_none_or(|s| s.held.is_empty()) {
+                continue;
+            }
+            let was_full = self.slot(id).is_some_and(|s| s.held.is_full());
+            self.pass_blocked.iter_mut().for_each(|b| *b = false);
+            let mut all_blocked = false;
+            let mut i = 0;
+            while let Some(&(fid, out)) = self.slot(id).and_then(|s| s.held.entries().get(i)) {
+                let blocked = all_blocked
+                    || (out == SEVERAL && i > 0)
+                    || (out != SEVERAL && self.pass_blocked.get(out as usize).copied().unwrap_or(false));
+                // Learning and classification happened when the frame arrived; only the
+                // placement is retried.
+                if !blocked && matches!(self.forward(id, fid, self.now_ms, Hold::Retry), Placement::Placed) {
+                    self.slot_mut(id).expect("live").held.take(i);
+                    self.held_count -= 1;
+                    placed = true;
+                    continue;
+                }
+                if out == SEVERAL {
+                    all_blocked = true;
+                } else if let Some(b) = self.pass_blocked.get_mut(out as usize) {
+                    *b = true;
+                }
+                i += 1;
+            }
+            if was_full && self.slot(id).is_some_and(|s| !s.held.is_full()) {
                 self.note_interest(id);
-                placed = true;
             }
         }
         placed
@@ -1596,11 +1845,22 @@ impl Switch {
             if s.failed.is_some() {
                 return sent_any;
             }
-            let Some(fid) = s.queue.front() else { break };
+            let Some((class, fid)) = s.queue.front() else { break };
+            let ci = usize::from(class);
             match self.transmit(d, fid) {
                 Sent::Ok => {
+                    let len = u64::from(self.pool.meta(fid).len);
+                    let now = self.now_ms;
                     let s = self.slot_mut(d).expect("live");
-                    s.queue.pop();
+                    s.queue.pop_front();
+                    s.classes[ci].tx_frames += 1;
+                    s.classes[ci].tx_bytes += len;
+                    s.watch[ci].since_ms = now;
+                    if s.watch[ci].stuck {
+                        s.watch[ci].stuck = false;
+                        let class = self.classes[ci].name.clone();
+                        self.watchdog_events.push(WatchdogEvent { port: d, class, stuck: false });
+                    }
                     self.pool.release(fid);
                     sent_any = true;
                 }
@@ -1612,8 +1872,9 @@ impl Switch {
                 }
                 Sent::Drop(cause) => {
                     let s = self.slot_mut(d).expect("live");
-                    s.queue.pop();
+                    s.queue.pop_front();
                     s.counters.tx_drops.add(cause);
+                    s.classes[ci].tx_drops.add(cause);
                     self.pool.release(fid);
                     sent_any = true;
                 }
@@ -1827,5 +2088,6 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
         vlan: ing.vid,
         pcp: ing.pcp,
         l3_max: l3_max as u32,
+        class: 0,
     })
 }

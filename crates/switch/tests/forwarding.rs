@@ -164,7 +164,8 @@ fn frames_over_the_output_mtu_are_dropped_gso_by_segment_size() {
 fn stuck_output(
     lossless: bool,
 ) -> (Switch, (u32, sluice_switch::mem::MemHandle), (u32, sluice_switch::mem::MemHandle)) {
-    let mut sw = Switch::new(SwitchConfig { lossless, queue_len: 4, batch: 64, ..cfg() }).unwrap();
+    // One held frame per input: zOVN's Algorithm 1 as the seed states it.
+    let mut sw = Switch::new(SwitchConfig { lossless, queue_len: 4, batch: 64, hold_len: 1, ..cfg() }).unwrap();
     let a = add(&mut sw, "a", access(1), None, OFFLOAD);
     let b = add(&mut sw, "b", access(1), None, OFFLOAD);
     // Teach the switch where mac(2) is, then make b unable to take frames.

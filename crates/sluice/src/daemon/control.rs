@@ -399,6 +399,18 @@ impl Server {
                         offload: p.caps.offload,
                         queued: p.queued,
                         held: p.held,
+                        paused: p.paused,
+                        classes: p
+                            .classes
+                            .iter()
+                            .map(|k| ClassStats {
+                                name: k.name.clone(),
+                                lossless: k.lossless,
+                                queued: k.queued,
+                                stuck: k.stuck,
+                                counters: k.counters,
+                            })
+                            .collect(),
                         resolving: p.resolving,
                         upcall,
                         kernel,

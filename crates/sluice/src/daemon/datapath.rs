@@ -256,6 +256,26 @@ impl Datapath {
         self.full_logged = (refused, Some(Instant::now()));
     }
 
+    /// Logs the pause watchdog's changes: an output declared stuck in a class, and its
+    /// recovery.
+    fn log_watchdog(&mut self) {
+        let mut events = Vec::new();
+        self.sw.take_watchdog_events(|e| events.push(e));
+        for e in events {
+            let port = self.sw.port_name(e.port).unwrap_or("?").to_string();
+            if e.stuck {
+                warn!(
+                    port = %port,
+                    class = %e.class,
+                    "pause watchdog: the port took nothing for {} ms with frames waiting; its class drops toward it (cause watchdog) until it takes frames again",
+                    self.sw.config().watchdog_ms
+                );
+            } else {
+                info!(port = %port, class = %e.class, "pause watchdog: the port takes frames again");
+            }
+        }
+    }
+
     pub fn run(mut self) -> Result<Exit> {
         if self.nice != 0
             && let Err(e) = crate::sys::set_thread_nice(self.nice)
@@ -266,7 +286,9 @@ impl Datapath {
         let mut events: Vec<Event> = Vec::with_capacity(256);
         let mut next_expire = Instant::now() + Duration::from_secs(1);
         while !self.stop {
-            let timeout = if self.poll { 0 } else { 1000 };
+            // Once a second for aging, sooner when the pause watchdog has a deadline.
+            let watchdog = self.sw.next_deadline_ms().map(|at| at.saturating_sub(self.now_ms()));
+            let timeout = if self.poll { 0 } else { watchdog.map_or(1000, |w| w.clamp(1, 1000) as i32) };
             self.epoll.wait(&mut buf, timeout, &mut events)?;
             let now = self.now_ms();
             for ev in &events {
@@ -293,6 +315,11 @@ impl Datapath {
                 }
             }
             self.apply_interest();
+            if self.sw.next_deadline_ms().is_some_and(|at| at <= self.now_ms()) {
+                self.sw.watchdog(self.now_ms());
+                self.apply_interest();
+            }
+            self.log_watchdog();
             if Instant::now() >= next_expire {
                 if let Some(k) = self.kernel.as_mut() {
                     k.check_interfaces(&mut self.sw);
