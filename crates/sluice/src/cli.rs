@@ -252,7 +252,7 @@ pub fn port_list(target: &Target, json: bool) -> Result<()> {
         return Ok(());
     }
     let mut t = table();
-    t.set_header(["PORT", "TYPE", "NETNS", "VLAN", "MTU", "OFFLOAD", "STATE"]);
+    t.set_header(["PORT", "TYPE", "NETNS", "VLAN", "MTU", "OFFLOAD", "LOSSLESS", "STATE"]);
     for p in &r.ports {
         t.add_row([
             p.name.clone(),
@@ -261,6 +261,7 @@ pub fn port_list(target: &Target, json: bool) -> Result<()> {
             p.vlan.clone(),
             p.mtu.to_string(),
             if p.offload { "on" } else { "off" }.into(),
+            lossless_column(p).into(),
             match &p.failed {
                 Some(why) => format!("failed: {why}"),
                 None if p.paused => "paused".into(),
@@ -435,6 +436,17 @@ dropped by the TAP device in the kernel, to guest / from guest.\n";
         );
     }
     out
+}
+
+/// Whether a port's sender can be held back, and where its frames can be lost if not (the
+/// `LOSSLESS` column of `sluice port list`).
+fn lossless_column(p: &PortStats) -> &'static str {
+    match (p.lossless_input, p.kind.as_str()) {
+        (true, _) => "yes",
+        (false, "uplink") => "no: the LAN drops",
+        (false, "tap" | "veth") => "no: kernel drops",
+        (false, _) => "no",
+    }
 }
 
 /// The causes with a non-zero count, by name.

@@ -203,7 +203,9 @@ enum PortCmd {
         #[command(flatten)]
         target: Target,
     },
-    /// List ports with their VLAN, MTU and offloads.
+    /// List ports with their VLAN, MTU, offloads, and whether the switch can hold their
+    /// sender back (LOSSLESS: "no: kernel drops" for a TAP or veth, whose kernel side drops
+    /// frames the switch does not read in time; see `sluice stats` for those drops).
     List {
         /// Print JSON (same schema as `sluice stats --json`).
         #[arg(long)]

@@ -212,6 +212,10 @@ pub struct PortStats {
     pub mtu: u16,
     /// Offloads on (GSO frames cross whole).
     pub offload: bool,
+    /// Its sender can be held back (not reading from it stops the sender rather than
+    /// losing frames): the switch can be lossless from this port's guest on.
+    #[serde(default)]
+    pub lossless_input: bool,
     /// Frames waiting in its output queue.
     pub queued: usize,
     /// Frames from it waiting for room at their outputs (lossless classes).

@@ -397,6 +397,7 @@ impl Server {
                         vlan: p.vlan.to_string(),
                         mtu: p.mtu,
                         offload: p.caps.offload,
+                        lossless_input: p.caps.lossless_input,
                         queued: p.queued,
                         held: p.held,
                         paused: p.paused,
