@@ -54,6 +54,10 @@ pub struct PortAddArgs {
     /// Uplink: up to two backup interfaces that take over when the active one is down.
     #[arg(long = "backup", value_name = "IFACE,…", value_delimiter = ',')]
     pub backups: Vec<String>,
+    /// Stream: the unix socket its peer listens on (QEMU's `-netdev
+    /// stream,server=on,addr.type=unix,addr.path=PATH`, or `sluice port relay`).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -68,6 +72,9 @@ pub enum KindArg {
     /// The switch's end (NAME) of an existing veth pair whose other end is in the guest's
     /// namespace, forwarded by the kernel datapath (switches with `datapath = "kernel"`).
     Veth,
+    /// A unix stream socket (--path) a program listens on, carrying frames with QEMU's
+    /// `-netdev stream` framing; the switch can hold the program back (lossless).
+    Stream,
 }
 
 /// Arguments of `sluice stats`.
@@ -216,6 +223,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
             KindArg::Tap => PortKind::Tap,
             KindArg::Uplink => PortKind::Uplink,
             KindArg::Veth => PortKind::Veth,
+            KindArg::Stream => PortKind::Stream,
         },
         netns: a.netns,
         mtu: a.mtu,
@@ -228,6 +236,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         ips: a.ips,
         mirror: a.mirror,
         backups: a.backups,
+        path: a.path,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;

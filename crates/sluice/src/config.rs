@@ -54,6 +54,9 @@ pub enum PortKind {
     /// The switch's end of an existing veth pair whose other end is in a guest's namespace;
     /// forwarded by the kernel datapath (`datapath = "kernel"`).
     Veth,
+    /// A unix stream socket a program listens on (`path`), carrying frames as QEMU's
+    /// `-netdev stream` does; the switch can hold its peer back (user-space datapath).
+    Stream,
 }
 
 /// Which datapath executes the switch's forwarding.
@@ -125,6 +128,9 @@ pub struct PortSpec {
     /// when the active one is down or loses carrier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<String>,
+    /// Stream only: the unix socket its peer listens on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -166,6 +172,7 @@ impl PortSpec {
             ips: Vec::new(),
             mirror: Vec::new(),
             backups: Vec::new(),
+            path: None,
         }
     }
 
@@ -221,6 +228,23 @@ impl PortSpec {
                 "port {:?}: a veth port is the switch's end of the pair, in the switch's own namespace; leave out `netns` (the other end may be in any namespace)",
                 self.name
             ));
+        }
+        match (self.kind, &self.path) {
+            (PortKind::Stream, None) => {
+                return Err(format!(
+                    "port {:?}: a stream port needs `path`, the unix socket its peer (QEMU's `-netdev stream,server=on`, or `sluice port relay`) listens on",
+                    self.name
+                ));
+            }
+            (PortKind::Stream, Some(_)) if self.netns.is_some() => {
+                return Err(format!(
+                    "port {:?}: a stream port is a unix socket, reached by its path; leave out `netns`",
+                    self.name
+                ));
+            }
+            (PortKind::Stream, Some(_)) => {}
+            (_, Some(_)) => return Err(format!("port {:?}: `path` applies to stream ports only", self.name)),
+            (_, None) => {}
         }
         if !self.backups.is_empty() {
             if self.kind != PortKind::Uplink {
@@ -850,6 +874,17 @@ port = "tap0"
         )
         .unwrap_err();
         assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
+    }
+
+    #[test]
+    fn a_stream_port_needs_its_path_and_only_it_takes_one() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"q1\"\ntype = \"stream\"\npath = \"/run/q1.sock\"\n").unwrap();
+        assert_eq!((s.ports[0].kind, s.ports[0].path.as_deref()), (PortKind::Stream, Some(Path::new("/run/q1.sock"))));
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"q1\"\ntype = \"stream\"\n").unwrap_err();
+        assert!(e.message.contains("needs `path`"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\npath = \"/x\"\n").unwrap_err();
+        assert!(e.message.contains("`path` applies to stream ports only"), "{e}");
     }
 
     #[test]

@@ -213,6 +213,31 @@ enum PortCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Relay a TAP's frames over a unix socket that a stream port attaches to.
+    ///
+    /// Creates TAP `TAP` (in namespace --netns), listens on --listen (mode 0600), and once
+    /// the switch connects (`sluice port add NAME --type stream --path PATH`, within 30 s)
+    /// moves frames both ways until the switch lets go. The guest's frames then pass a
+    /// program that can be stopped: `kill -STOP` makes a receiver that stops draining, which
+    /// a lossless switch holds frames back for and its pause watchdog notices.
+    ///
+    /// Example:
+    ///   sluice port relay r1 --netns blue --listen /run/sluice/r1.sock &
+    ///   sluice port add r1 --type stream --path /run/sluice/r1.sock
+    #[command(verbatim_doc_comment)]
+    Relay {
+        /// The TAP to create.
+        tap: String,
+        /// Create it in this network namespace (an `ip netns` name).
+        #[arg(long, value_name = "NS")]
+        netns: Option<String>,
+        /// The unix socket to listen on.
+        #[arg(long, value_name = "PATH")]
+        listen: std::path::PathBuf,
+        /// The TAP's MTU.
+        #[arg(long, default_value_t = 1500, value_parser = crate::mtu_arg)]
+        mtu: u16,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -308,6 +333,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Port(PortCmd::Add(a)) => cli::port_add(a)?,
         Cmd::Port(PortCmd::Del { name, target }) => cli::port_del(&target, name)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
+        Cmd::Port(PortCmd::Relay { tap, netns, listen, mtu }) => {
+            port::relay::run(&tap, netns.as_deref(), &listen, mtu)?
+        }
         Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,

@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 use super::datapath::{Datapath, Job};
 use crate::config::{PortKind, PortSpec, Settings};
 use crate::port::Attachment;
+use crate::port::stream::StreamPort;
 use crate::port::tap::TapPort;
 use crate::port::uplink::UplinkPort;
 use crate::port::veth::VethPort;
@@ -89,6 +90,11 @@ pub fn create_port(
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
             Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, port: Box::new(v) })
+        }
+        PortKind::Stream => {
+            let path = spec.path.clone().unwrap_or_default();
+            let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
+            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, port: Box::new(s) })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();

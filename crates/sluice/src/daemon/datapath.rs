@@ -193,7 +193,7 @@ impl Datapath {
             let ifnames: Vec<String> = match spec.kind {
                 PortKind::Veth => vec![spec.name.clone()],
                 PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
-                PortKind::Tap => vec![],
+                PortKind::Tap | PortKind::Stream => vec![],
             };
             if !ifnames.is_empty()
                 && let Err(e) = k.attach(id, &ifnames, spec.kind == PortKind::Veth)

@@ -1,6 +1,8 @@
 //! Port kinds backed by operating-system devices. Each is a thin adapter: the forwarding
 //! decisions are in `sluice_switch`.
 
+pub mod relay;
+pub mod stream;
 pub mod tap;
 pub mod uplink;
 pub mod veth;
