@@ -34,9 +34,13 @@ pub struct PaOptions {
     pub guest_pids: Vec<u32>,
     /// The switch daemon on the path.
     pub switch_pid: Option<u32>,
-    /// Background streaming flows from the aggregator to the workers (spread over them),
-    /// running while the queries run. Their 64 KiB writes count as transactions too.
+    /// Background streaming flows from the workers (spread over them) into the
+    /// aggregator, running for the whole duration: they compete with the answers for the
+    /// aggregator's link, as seed 004's long flows do. Their 64 KiB writes count as
+    /// transactions too.
     pub background: u32,
+    /// Stop after this many queries (if the duration has not ended first).
+    pub queries: Option<u64>,
 }
 
 /// Size of one background write.
@@ -48,7 +52,7 @@ fn worker_profile(query: u64, response: u64, duration: Duration, background: u32
             r#"
   <group nthreads="{background}">
     <transaction iterations="1"><flowop type="connect" options="remotehost=worker protocol=tcp"/></transaction>
-    <transaction duration="{}ms"><flowop type="write" options="size={BACKGROUND_WRITE}"/></transaction>
+    <transaction duration="{}ms"><flowop type="read" options="size={BACKGROUND_WRITE}"/></transaction>
     <transaction iterations="1"><flowop type="disconnect"/></transaction>
   </group>"#,
             duration.as_millis()
@@ -137,7 +141,7 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     let mut client = SideCounts { connections: workers.len() as u64, ..SideCounts::default() };
     let mut queries = 0u64;
     let start = Instant::now();
-    while start.elapsed() < o.duration {
+    while start.elapsed() < o.duration && o.queries.is_none_or(|n| queries < n) {
         let t0 = Instant::now();
         for w in workers.iter_mut() {
             write_n(&mut w.data, out, o.query).map_err(io_err("sending a query"))?;
@@ -154,18 +158,18 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
         let _ = hist.record((t0.elapsed().as_nanos() as u64).max(1));
         queries += 1;
     }
+    stop.store(true, Ordering::Relaxed);
     let n = workers.len() as u64;
     client.transactions = queries * n;
     client.bytes_sent = queries * n * o.query;
     client.bytes_received = queries * n * o.response;
-    stop.store(true, Ordering::Relaxed);
     for f in flows {
         let (t, b) = f
             .join()
             .map_err(|_| BenchError::Profile("a background flow panicked".into()))?
             .map_err(io_err("a background flow"))?;
         client.transactions += t;
-        client.bytes_sent += b;
+        client.bytes_received += b;
         client.connections += 1;
     }
     for w in workers.iter_mut() {
@@ -210,15 +214,28 @@ pub fn run_pa(o: &PaOptions) -> Result<RunResult, BenchError> {
     })
 }
 
-/// Streams 64 KiB writes until told to stop, then half-closes; returns (writes, bytes).
+/// Reads a worker's stream in 64 KiB reads; once the queries are done (`stop`) tells the
+/// worker to end it (a half-close: the worker stops at its next write) and reads on to
+/// its end, so every byte written is read and both ends count alike. Returns (whole
+/// reads, bytes).
 fn background_flow(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<(u64, u64)> {
-    let buf = crate::buf::IoBuf::filled(BACKGROUND_WRITE as usize, 0x6b);
-    let buf = buf.as_slice();
-    let mut writes = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        write_n(&mut s, buf, BACKGROUND_WRITE)?;
-        writes += 1;
+    let mut buf = crate::buf::IoBuf::new(BACKGROUND_WRITE as usize);
+    let buf = buf.as_mut_slice();
+    let (mut reads, mut bytes) = (0u64, 0u64);
+    // Bounded: a worker that neither writes nor closes for this long is given up on.
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut told = false;
+    loop {
+        if !told && stop.load(Ordering::Relaxed) {
+            s.shutdown(std::net::Shutdown::Write)?;
+            told = true;
+        }
+        let got = read_n(&mut s, buf, BACKGROUND_WRITE)?;
+        bytes += got;
+        if got < BACKGROUND_WRITE {
+            break;
+        }
+        reads += 1;
     }
-    s.shutdown(std::net::Shutdown::Write)?;
-    Ok((writes, writes * BACKGROUND_WRITE))
+    Ok((reads, bytes))
 }

@@ -36,7 +36,7 @@ pub enum BenchCmd {
     ///   sluice bench run --to 10.77.0.2 -m ./profile.xml --duration 30 -a -i 5
     ///   sluice bench run --to 10.77.0.2 -m str-readx30k --json > run.json
     #[command(verbatim_doc_comment)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// List the built-in profiles, or print one as profile.xml.
     Profiles {
         /// Print this profile's XML.
@@ -87,9 +87,14 @@ pub struct RunArgs {
     /// `-m pa`: bytes of each query.
     #[arg(long, default_value = "64")]
     pub query: String,
-    /// `-m pa`: background streaming flows to the workers while the queries run.
+    /// `-m pa`: background streaming flows from the workers into the aggregator (this
+    /// program's guest) for the whole run, competing with the answers (seed 004's long
+    /// flows).
     #[arg(long, default_value_t = 0)]
     pub background: u32,
+    /// `-m pa`: stop after this many queries (or at --duration, whichever comes first).
+    #[arg(long, value_name = "N")]
+    pub queries: Option<u64>,
 }
 
 /// Makes SIGINT and SIGTERM end the process with `exit`, as iperf3's and uperf's servers
@@ -151,7 +156,7 @@ pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
             );
             Ok(())
         }
-        BenchCmd::Run(a) => bench_run(a),
+        BenchCmd::Run(a) => bench_run(*a),
     }
 }
 
@@ -253,6 +258,7 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
         guest_pids: vec![],
         switch_pid: switch,
         background: a.background,
+        queries: a.queries,
     };
     let r = sluice_bench::pa::run_pa(&o)?;
     let results = [r];

@@ -62,17 +62,32 @@ fn partition_aggregate_with_five_workers_in_five_namespaces() {
     assert_eq!(r["client"]["bytes_received"], r["server"]["bytes_sent"]);
     assert_eq!(r["client"]["bytes_sent"], r["server"]["bytes_received"]);
 
-    // With background streams competing for the same paths, counts still agree.
+    // With background streams from the workers into the aggregator competing with the
+    // answers, counts still agree.
     let out = ns_ok(
         &lab.ns(1),
         &format!("{BIN} bench run -m pa --workers {list} --background 3 --duration 2 --json --switch {}", lab.name),
     );
     let v: Value = serde_json::from_str(&out).unwrap();
     let r = &v["results"][0];
-    assert!(r["completion"]["queries"].as_u64().unwrap() > 0, "{r}");
+    let q = r["completion"]["queries"].as_u64().unwrap();
+    assert!(q > 0, "{r}");
     assert_eq!(r["client"]["connections"], 5 + 3);
     assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{r}");
     assert_eq!(r["client"]["bytes_sent"], r["server"]["bytes_received"], "{r}");
+    assert_eq!(r["client"]["bytes_received"], r["server"]["bytes_sent"], "{r}");
+    assert!(r["client"]["bytes_received"].as_u64().unwrap() > 5 * q * 3000, "the background streamed in: {r}");
+
+    // A number of queries ends the run before its duration.
+    let out = ns_ok(
+        &lab.ns(1),
+        &format!("{BIN} bench run -m pa --workers {list} --queries 40 --duration 60 --json --switch {}", lab.name),
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = &v["results"][0];
+    assert_eq!(r["completion"]["queries"], 40, "{r}");
+    assert!(r["duration_s"].as_f64().unwrap() < 60.0, "{r}");
+    assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{r}");
     assert_conserved(&lab.stats());
 }
 
