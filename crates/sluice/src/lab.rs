@@ -105,9 +105,25 @@ pub struct UpArgs {
     /// switch's.
     #[arg(long, value_enum)]
     pub datapath: Option<crate::DatapathArg>,
+    /// How guests attach: tap (a TAP port each) or stream (each guest's TAP is behind a
+    /// `sluice port relay` process on a stream port: a program that can be stopped, so the
+    /// switch can hold frames back for it and its pause watchdog can see it stop; user-space
+    /// datapath).
+    #[arg(long, value_enum, default_value = "tap")]
+    pub attach: AttachArg,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--attach` values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachArg {
+    /// A TAP port per guest (or a veth pair on the kernel datapath).
+    #[default]
+    Tap,
+    /// A stream port per guest, through a relay process.
+    Stream,
 }
 
 /// `--mode` values.
@@ -144,6 +160,7 @@ impl UpArgs {
             uplinks: 1,
             mode: ModeArg::L2,
             datapath: None,
+            attach: AttachArg::Tap,
             json: false,
         }
     }
@@ -166,6 +183,9 @@ pub struct Guest {
     pub created_netns: bool,
     /// The lab attached the port.
     pub added_port: bool,
+    /// The `sluice port relay` process between the guest's TAP and its stream port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_pid: Option<u32>,
 }
 
 /// What a lab made, as kept on disk.
@@ -384,7 +404,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     let auto = match running {
         Some(r) if r.datapath == "kernel" => crate::DatapathArg::Kernel,
         Some(_) => crate::DatapathArg::User,
-        None if a.lossless || !sluice_ebpf::available() => crate::DatapathArg::User,
+        None if a.lossless || a.attach == AttachArg::Stream || !sluice_ebpf::available() => crate::DatapathArg::User,
         None => crate::DatapathArg::Kernel,
     };
     let first = UpArgs { datapath: Some(auto), ..a.clone() };
@@ -407,6 +427,11 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
 fn up_on(a: &UpArgs) -> Result<LabState> {
     let datapath = a.datapath.unwrap_or_default();
     check_name(&a.name)?;
+    if a.attach == AttachArg::Stream && datapath == crate::DatapathArg::Kernel {
+        bail!(
+            "--attach stream needs the user-space datapath (--datapath user): the kernel datapath forwards between veth ports"
+        );
+    }
     if a.switch.is_none() {
         crate::config::check_lossless(datapath.kind(), a.lossless).map_err(|e| anyhow::anyhow!("--lossless: {e}"))?;
     }
@@ -489,6 +514,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             ipv6: format!("fd77::{i:x}/64"),
             created_netns: false,
             added_port: false,
+            relay_pid: None,
         };
         if netns::exists(&g.netns) {
             bail!(
@@ -521,6 +547,12 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             ])?;
             sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
             spec.kind = crate::config::PortKind::Veth;
+        } else if a.attach == AttachArg::Stream {
+            let pid = start_relay(s, idx, a.mtu)?;
+            s.guests[idx].relay_pid = Some(pid);
+            s.save()?;
+            spec.kind = crate::config::PortKind::Stream;
+            spec.path = Some(relay_socket(&s.name, &g.guest));
         } else {
             spec.netns = Some(g.netns.clone());
         }
@@ -531,6 +563,9 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{i:x}")];
         }
         client.call_value(&Request::PortAdd { port: spec })?;
+        if a.attach == AttachArg::Stream {
+            sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
+        }
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
@@ -566,6 +601,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel:
         ipv6: "fd77::c8/64".into(),
         created_netns: true,
         added_port: false,
+        relay_pid: None,
     };
     s.guests.push(g.clone());
     s.save()?;
@@ -686,6 +722,48 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     bail!("the switch daemon did not open its socket within 10 s (log: {})", log.display())
 }
 
+/// Where guest `guest`'s relay listens.
+fn relay_socket(lab: &str, guest: &str) -> PathBuf {
+    paths::labs_dir().join(format!("{lab}-{guest}.sock"))
+}
+
+/// Starts the relay for guest `idx` (its TAP in the guest's namespace, listening on
+/// [`relay_socket`]) and waits until it listens; returns its pid.
+fn start_relay(s: &LabState, idx: usize, mtu: u16) -> Result<u32> {
+    let g = &s.guests[idx];
+    let sock = relay_socket(&s.name, &g.guest);
+    let log =
+        fs::OpenOptions::new().create(true).append(true).open(paths::labs_dir().join(format!("{}.log", s.name)))?;
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let child = Command::new(exe)
+        .args(["port", "relay", &g.tap, "--netns", &g.netns, "--mtu", &mtu.to_string(), "--listen"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting a relay")?;
+    let pid = child.id();
+    // It outlives this command; init reaps it.
+    std::mem::forget(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if sock.exists() {
+            return Ok(pid);
+        }
+        if is_zombie(pid) {
+            bail!(
+                "the relay for {} exited at start (see {})",
+                g.guest,
+                paths::labs_dir().join(format!("{}.log", s.name)).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("the relay for {} did not listen on {} within 10 s", g.guest, sock.display())
+}
+
 fn is_zombie(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -706,6 +784,10 @@ pub fn down(name: &str) -> Result<()> {
             && !e.to_string().contains("no port named")
         {
             problems.push(format!("port {}: {e}", g.tap));
+        }
+        // A relay ends when its port goes; one the switch never took is stopped here.
+        if let Some(pid) = g.relay_pid {
+            stop_relay(pid, &g.tap);
         }
         // The switch's end of a guest's veth pair (kernel datapath): deleted here, so the
         // pair is gone at once, even while something keeps the guest's namespace alive.
@@ -752,6 +834,22 @@ pub fn down(name: &str) -> Result<()> {
         }
     }
     if problems.is_empty() { Ok(()) } else { bail!("lab {name} removed with problems: {}", problems.join("; ")) }
+}
+
+/// Stops relay `pid` if it is still the relay of TAP `tap`.
+fn stop_relay(pid: u32, tap: &str) {
+    let ours = || {
+        fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+                args.contains(&b"relay".as_slice()) && args.contains(&tap.as_bytes())
+            })
+            .unwrap_or(false)
+            && !is_zombie(pid)
+    };
+    if ours() {
+        let _ = crate::sys::kill(pid, libc::SIGKILL);
+    }
 }
 
 /// Waits for the lab's daemon to exit; terminates it if it does not (only if the process

@@ -190,58 +190,8 @@ fn a_lossless_switch_carries_tcp_without_dropping_for_full_queues() {
     assert_conserved(&s);
 }
 
-/// A guest behind `sluice port relay` on a stream port: a namespace of its own with the
-/// relay's TAP, removed (relay killed, namespace deleted) when dropped.
-struct Relayed {
-    ns: String,
-    relay: Option<std::process::Child>,
-}
-
-impl Relayed {
-    fn add(lab: &Lab, short: &str, ip4: &str) -> Relayed {
-        let ns = format!("sluice-{}-{short}", lab.name);
-        let name = format!("{}{short}", &lab.name[..lab.name.len().min(10)]);
-        sh_ok(&format!("ip netns add {ns}"));
-        let path = std::env::temp_dir().join(format!("sluice-relay-{name}.sock"));
-        let relay = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["port", "relay", &name, "--netns", &ns, "--listen", &path.display().to_string()])
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let me = Relayed { ns: ns.clone(), relay: Some(relay) };
-        assert!(wait_for(10, || path.exists()), "the relay did not listen on {}", path.display());
-        sluice_ok(&[
-            "port",
-            "add",
-            &name,
-            "--type",
-            "stream",
-            "--path",
-            &path.display().to_string(),
-            "--switch",
-            &lab.name,
-        ]);
-        ns_ok(&ns, &format!("ip link set lo up && ip addr add {ip4}/24 dev {name} && ip link set {name} up"));
-        me
-    }
-
-    fn signal(&self, sig: &str) {
-        sh_ok(&format!("kill -{sig} {}", self.relay.as_ref().unwrap().id()));
-    }
-}
-
-impl Drop for Relayed {
-    fn drop(&mut self) {
-        if let Some(mut r) = self.relay.take() {
-            let _ = r.kill();
-            let _ = r.wait();
-        }
-        let _ = std::process::Command::new("ip").args(["netns", "del", &self.ns]).output();
-    }
-}
-
 /// Two guests on stream ports (through relays, programs that can be stopped) receive a
-/// stream each from one sender. One receiver stops draining (its relay gets SIGSTOP): the
+/// stream each from one sender (also on one). One receiver stops draining (its relay gets SIGSTOP): the
 /// lossless switch holds the frames for it at the sender's input without stopping that
 /// input — the other receiver's stream keeps moving — and the pause watchdog declares the
 /// stopped port stuck. After SIGCONT it recovers by itself and its stream completes.
@@ -250,30 +200,33 @@ fn a_stopped_receiver_does_not_stall_the_others_and_the_watchdog_sees_it() {
     if !root() {
         return;
     }
-    let lab = Lab::up("stop", &["--guests", "1", "--lossless"]);
-    let r2 = Relayed::add(&lab, "r2", "10.77.0.12");
-    let r3 = Relayed::add(&lab, "r3", "10.77.0.13");
-    let name = |short: &str| format!("{}{short}", &lab.name[..lab.name.len().min(10)]);
-    let servers: Vec<_> = [&r2, &r3].iter().map(|r| ns_spawn(&r.ns, "timeout 60 iperf3 -s -1")).collect();
-    assert!(wait_for(10, || [&r2, &r3].iter().all(|r| ns_sh(&r.ns, "ss -ltn | grep -q :5201").status.success())));
-    let to2 = ns_spawn(&lab.ns(1), "timeout 60 iperf3 -c 10.77.0.12 -t 10");
-    let to3 = ns_spawn(&lab.ns(1), "timeout 60 iperf3 -c 10.77.0.13 -t 10");
-    let tx = |p: &str| lab.port(&name(p))["counters"]["tx_bytes"].as_u64().unwrap();
-    assert!(wait_for(10, || tx("r3") > 1_000_000), "the stream to r3 started");
-    r3.signal("STOP");
-    let stuck = || lab.port(&name("r3"))["classes"][0]["counters"]["watchdog_trips"].as_u64().unwrap() > 0;
-    assert!(wait_for(10, stuck), "the watchdog declared the stopped receiver stuck: {}", lab.port(&name("r3")));
-    // While r3 is stopped, r2's stream moves on.
-    let before = tx("r2");
-    assert!(wait_for(10, || tx("r2") > before + 5_000_000), "r2's stream stalled while r3 was stopped");
-    let a = lab.port(&lab.tap(1));
-    r3.signal("CONT");
+    // Every guest behind a relay on a stream port (`lab up --attach stream`).
+    let lab = Lab::up("stop", &["--guests", "3", "--lossless", "--attach", "stream"]);
+    let relay = |g: usize| lab.state["guests"][g - 1]["relay_pid"].as_u64().expect("a relay per guest");
+    let servers: Vec<_> = [2, 3].iter().map(|&g| ns_spawn(&lab.ns(g), "timeout 60 iperf3 -s -1")).collect();
+    assert!(wait_for(10, || [2, 3].iter().all(|&g| ns_sh(&lab.ns(g), "ss -ltn | grep -q :5201").status.success())));
+    let to2 = ns_spawn(&lab.ns(1), &format!("timeout 60 iperf3 -c {} -t 10", lab.ip4(2)));
+    let to3 = ns_spawn(&lab.ns(1), &format!("timeout 60 iperf3 -c {} -t 10", lab.ip4(3)));
+    let tx = |g: usize| lab.port(&lab.tap(g))["counters"]["tx_bytes"].as_u64().unwrap();
+    assert!(wait_for(10, || tx(3) > 1_000_000), "the stream to g3 started");
+    sh_ok(&format!("kill -STOP {}", relay(3)));
+    let trips = || lab.port(&lab.tap(3))["classes"][0]["counters"]["watchdog_trips"].as_u64().unwrap();
     assert!(
-        wait_for(10, || lab.port(&name("r3"))["classes"][0]["stuck"] == false),
-        "r3 recovered: {}",
-        lab.port(&name("r3"))
+        wait_for(10, || trips() > 0),
+        "the watchdog declared the stopped receiver stuck: {}",
+        lab.port(&lab.tap(3))
     );
-    for (c, who) in [(to2, "r2"), (to3, "r3")] {
+    // While g3 is stopped, g2's stream moves on, and the sender's input is not paused.
+    let before = tx(2);
+    assert!(wait_for(10, || tx(2) > before + 5_000_000), "g2's stream stalled while g3 was stopped");
+    let a = lab.port(&lab.tap(1));
+    sh_ok(&format!("kill -CONT {}", relay(3)));
+    assert!(
+        wait_for(10, || lab.port(&lab.tap(3))["classes"][0]["stuck"] == false),
+        "g3 recovered: {}",
+        lab.port(&lab.tap(3))
+    );
+    for (c, who) in [(to2, "g2"), (to3, "g3")] {
         let o = c.wait_with_output().unwrap();
         assert!(o.status.success(), "the stream to {who}: {}", String::from_utf8_lossy(&o.stdout));
     }
@@ -282,6 +235,6 @@ fn a_stopped_receiver_does_not_stall_the_others_and_the_watchdog_sees_it() {
     }
     assert_eq!(a["paused"], false, "the sender's input was not paused for one stopped receiver: {a}");
     let list = sluice_ok(&["port", "list", "--switch", &lab.name]);
-    assert!(list.lines().any(|l| l.contains(&name("r2")) && l.contains("stream") && l.contains("yes")), "{list}");
+    assert!(list.lines().any(|l| l.contains(&lab.tap(2)) && l.contains("stream") && l.contains("yes")), "{list}");
     assert_conserved(&lab.stats());
 }
