@@ -734,6 +734,8 @@ fn start_relay(s: &LabState, idx: usize, mtu: u16) -> Result<u32> {
     let sock = relay_socket(&s.name, &g.guest);
     let log =
         fs::OpenOptions::new().create(true).append(true).open(paths::labs_dir().join(format!("{}.log", s.name)))?;
+    // A socket left by an earlier lab of this name would look like this relay's.
+    let _ = fs::remove_file(&sock);
     let exe = std::env::current_exe().context("finding the sluice executable")?;
     let child = Command::new(exe)
         .args(["port", "relay", &g.tap, "--netns", &g.netns, "--mtu", &mtu.to_string(), "--listen"])
@@ -788,6 +790,7 @@ pub fn down(name: &str) -> Result<()> {
         // A relay ends when its port goes; one the switch never took is stopped here.
         if let Some(pid) = g.relay_pid {
             stop_relay(pid, &g.tap);
+            let _ = fs::remove_file(relay_socket(&s.name, &g.guest));
         }
         // The switch's end of a guest's veth pair (kernel datapath): deleted here, so the
         // pair is gone at once, even while something keeps the guest's namespace alive.
