@@ -4,6 +4,7 @@
 //! creates, so `sluice lab down` finds and removes everything — and only what — the lab
 //! made, even after a crash. Tests and studies build their topologies with the same code.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -692,22 +693,11 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     writeln!(f, "socket = {:?}", s.socket.display().to_string())?;
     drop(f);
     let logf = fs::File::create(&log)?;
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
-    let child = Command::new(exe)
-        .args(["switch", "run", "--config"])
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone()?)
-        .stderr(logf)
-        .process_group(0)
-        .spawn()
+    let pid = spawn_detached(["switch".as_ref(), "run".as_ref(), "--config".as_ref(), conf.as_os_str()], logf)
         .context("starting the switch daemon")?;
     s.started_switch = true;
-    s.switch_pid = Some(child.id());
+    s.switch_pid = Some(pid);
     s.save()?;
-    let pid = child.id();
-    // The daemon outlives this command; it is reaped by init once we exit.
-    std::mem::forget(child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if s.switch_alive() {
@@ -720,6 +710,22 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!("the switch daemon did not open its socket within 10 s (log: {})", log.display())
+}
+
+/// Starts this sluice executable with `args` in a process group of its own, its output
+/// appended to `log`; it outlives this command (init reaps it). Returns its pid.
+fn spawn_detached<'a>(args: impl IntoIterator<Item = &'a OsStr>, log: fs::File) -> Result<u32> {
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()?;
+    let pid = child.id();
+    std::mem::forget(child);
+    Ok(pid)
 }
 
 /// Where guest `guest`'s relay listens.
@@ -736,19 +742,9 @@ fn start_relay(s: &LabState, idx: usize, mtu: u16) -> Result<u32> {
         fs::OpenOptions::new().create(true).append(true).open(paths::labs_dir().join(format!("{}.log", s.name)))?;
     // A socket left by an earlier lab of this name would look like this relay's.
     let _ = fs::remove_file(&sock);
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
-    let child = Command::new(exe)
-        .args(["port", "relay", &g.tap, "--netns", &g.netns, "--mtu", &mtu.to_string(), "--listen"])
-        .arg(&sock)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("starting a relay")?;
-    let pid = child.id();
-    // It outlives this command; init reaps it.
-    std::mem::forget(child);
+    let mtu = mtu.to_string();
+    let args = ["port", "relay", &g.tap, "--netns", &g.netns, "--mtu", &mtu, "--listen"];
+    let pid = spawn_detached(args.iter().map(OsStr::new).chain([sock.as_os_str()]), log).context("starting a relay")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if sock.exists() {

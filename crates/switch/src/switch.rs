@@ -1022,9 +1022,7 @@ impl Switch {
         }
         if tripped && self.held_count > 0 {
             // Frames held for a stuck output now go (their copies for it dropped).
-            while self.retry_held() {
-                self.settle();
-            }
+            self.retry_held();
             self.settle();
         }
     }

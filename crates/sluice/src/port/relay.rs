@@ -5,7 +5,7 @@
 //! back for and its pause watchdog notices. Behind the relay the guest is still on a TAP,
 //! whose kernel side drops when the relay does not read.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
@@ -13,10 +13,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sluice_switch::{OutFrame, Port};
+use sluice_switch::{Port, PortError, TxOutcome};
 use sluice_wire::VNET_HDR_LEN;
 
-use super::stream::MAX_FRAME;
+use super::stream::{MAX_FRAME, StreamPort, out_frame};
 use super::tap::TapPort;
 use crate::sys::netns;
 
@@ -35,7 +35,7 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     listener.set_nonblocking(true)?;
     let deadline = Instant::now() + ACCEPT_WAIT;
-    let mut sock = loop {
+    let sock = loop {
         match listener.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -56,67 +56,41 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
     };
     drop(listener);
     let _ = std::fs::remove_file(path);
-    sock.set_nonblocking(true)?;
-    let mut frame = vec![0u8; VNET_HDR_LEN + MAX_FRAME];
-    // TAP → socket: a frame read but not yet (wholly) written.
-    let mut out: Vec<u8> = Vec::with_capacity(4 + MAX_FRAME);
-    let mut out_at = 0usize;
-    // Socket → TAP: bytes read, not yet whole frames.
-    let mut inb = vec![0u8; 2 * (4 + MAX_FRAME)];
-    let (mut in_start, mut in_end) = (0usize, 0usize);
+    let mut link = StreamPort::from_stream(sock)?;
+    // A frame from the TAP the socket had no room for yet, and one from the switch.
+    let mut up = vec![0u8; VNET_HDR_LEN + MAX_FRAME];
+    let mut waiting: Option<usize> = None;
+    let mut down = vec![0u8; VNET_HDR_LEN + MAX_FRAME];
     loop {
-        // Write what the TAP gave while the socket takes it; read the TAP only when
-        // nothing is waiting (so a stopped switch side stops this side's reading).
-        while out_at < out.len() {
-            match sock.write(&out[out_at..]) {
-                Ok(n) => out_at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        let mut moved = false;
+        // The rest of a frame the socket took part of goes first.
+        let flushed = match link.flush() {
+            Ok(f) => f,
+            Err(e) => return end(e),
+        };
+        // The TAP is read only when nothing waits for the socket, so a stopped switch side
+        // stops this side's reading.
+        if waiting.is_none() && flushed {
+            waiting = t.recv(&mut up).map_err(|e| anyhow::anyhow!("reading TAP {tap:?}: {e}"))?;
+        }
+        if let Some(n) = waiting {
+            match link.send(&out_frame(&up[VNET_HDR_LEN..VNET_HDR_LEN + n])) {
+                Ok(TxOutcome::Sent) => {
+                    waiting = None;
+                    moved = true;
+                }
+                Ok(TxOutcome::Full) => {}
                 Err(e) => return end(e),
             }
         }
-        let mut moved = false;
-        if out_at == out.len() {
-            out.clear();
-            out_at = 0;
-            if let Some(n) = t.recv(&mut frame).map_err(|e| anyhow::anyhow!("reading TAP {tap:?}: {e}"))? {
-                out.extend_from_slice(&(n as u32).to_be_bytes());
-                out.extend_from_slice(&frame[VNET_HDR_LEN..VNET_HDR_LEN + n]);
-                moved = true;
-            }
-        }
-        // Whole frames from the socket go to the TAP.
         loop {
-            let have = &inb[in_start..in_end];
-            if have.len() >= 4 {
-                let n = u32::from_be_bytes([have[0], have[1], have[2], have[3]]) as usize;
-                if n > MAX_FRAME {
-                    bail!("the switch sent a frame length of {n} bytes: the stream is broken");
-                }
-                if have.len() >= 4 + n {
-                    let f = &have[4..4 + n];
-                    let o =
-                        OutFrame { vnet: [0; VNET_HDR_LEN], macs: &f[..12.min(n)], tag: None, rest: &f[12.min(n)..] };
+            match link.recv(&mut down) {
+                Ok(Some(n)) => {
                     // A TAP takes every frame (the kernel drops what the guest cannot).
-                    let _ = t.send(&o);
-                    in_start += 4 + n;
-                    moved = true;
-                    continue;
-                }
-            }
-            if in_start > 0 {
-                inb.copy_within(in_start..in_end, 0);
-                in_end -= in_start;
-                in_start = 0;
-            }
-            match sock.read(&mut inb[in_end..]) {
-                Ok(0) => return Ok(()),
-                Ok(n) => {
-                    in_end += n;
+                    let _ = t.send(&out_frame(&down[VNET_HDR_LEN..VNET_HDR_LEN + n]));
                     moved = true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(None) => break,
                 Err(e) => return end(e),
             }
         }
@@ -125,11 +99,15 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
             // a frame (when none waits).
             let mut fds = [
                 libc::pollfd {
-                    fd: sock.as_raw_fd(),
-                    events: libc::POLLIN | if out.is_empty() { 0 } else { libc::POLLOUT },
+                    fd: link.raw_fd(),
+                    events: libc::POLLIN | if waiting.is_some() || !flushed { libc::POLLOUT } else { 0 },
                     revents: 0,
                 },
-                libc::pollfd { fd: t.raw_fd(), events: if out.is_empty() { libc::POLLIN } else { 0 }, revents: 0 },
+                libc::pollfd {
+                    fd: t.raw_fd(),
+                    events: if waiting.is_none() && flushed { libc::POLLIN } else { 0 },
+                    revents: 0,
+                },
             ];
             // SAFETY: two valid pollfds.
             unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
@@ -137,10 +115,17 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
     }
 }
 
-/// The switch's end went: a normal end for the relay.
-fn end(e: io::Error) -> Result<()> {
-    match e.kind() {
-        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Ok(()),
-        _ => Err(e).context("writing to the switch"),
+/// The switch's end went (a normal end for the relay), or the stream broke.
+fn end(e: PortError) -> Result<()> {
+    match e {
+        PortError::Gone(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Ok(())
+        }
+        e => Err(anyhow::anyhow!("the connection to the switch: {e}")),
     }
 }

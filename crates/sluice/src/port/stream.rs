@@ -57,10 +57,10 @@ impl StreamPort {
     }
 
     /// Writes what is left of a frame the socket took part of; true when nothing is left.
-    fn flush(&mut self) -> Result<bool, PortError> {
+    pub fn flush(&mut self) -> Result<bool, PortError> {
         while self.wstart < self.wbuf.len() {
             match self.sock.write(&self.wbuf[self.wstart..]) {
-                Ok(0) => return Err(gone("the peer closed the connection")),
+                Ok(0) => return Err(closed()),
                 Ok(n) => self.wstart += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -73,8 +73,19 @@ impl StreamPort {
     }
 }
 
+/// An Ethernet frame as one to send (no virtio header, no tag to insert).
+pub fn out_frame(f: &[u8]) -> OutFrame<'_> {
+    let (macs, rest) = f.split_at(12.min(f.len()));
+    OutFrame { vnet: [0; VNET_HDR_LEN], macs, tag: None, rest }
+}
+
+/// The peer closed its end (`UnexpectedEof`), as opposed to breaking the framing.
+fn closed() -> PortError {
+    PortError::Gone(io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed the connection"))
+}
+
 fn gone(why: &str) -> PortError {
-    PortError::Gone(io::Error::new(io::ErrorKind::ConnectionAborted, why.to_string()))
+    PortError::Gone(io::Error::new(io::ErrorKind::InvalidData, why.to_string()))
 }
 
 impl Port for StreamPort {
@@ -109,7 +120,7 @@ impl Port for StreamPort {
                 self.rstart = 0;
             }
             match self.sock.read(&mut self.rbuf[self.rend..]) {
-                Ok(0) => return Err(gone("the peer closed the connection")),
+                Ok(0) => return Err(closed()),
                 Ok(n) => self.rend += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -155,23 +166,19 @@ impl Port for StreamPort {
 mod tests {
     use super::*;
 
-    fn out(frame: &[u8]) -> OutFrame<'_> {
-        OutFrame { vnet: [0; VNET_HDR_LEN], macs: &frame[..12], tag: None, rest: &frame[12..] }
-    }
-
     #[test]
     fn frames_cross_with_their_lengths_and_a_full_socket_reports_full() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let mut p = StreamPort::from_stream(a).unwrap();
         let frame: Vec<u8> = (0..1514).map(|i| i as u8).collect();
-        assert_eq!(p.send(&out(&frame)).unwrap(), TxOutcome::Sent);
+        assert_eq!(p.send(&out_frame(&frame)).unwrap(), TxOutcome::Sent);
         let mut got = vec![0u8; 4 + 1514];
         b.read_exact(&mut got).unwrap();
         assert_eq!(&got[..4], &1514u32.to_be_bytes());
         assert_eq!(&got[4..], &frame[..]);
         // The peer stops reading: the socket fills, then Full (nothing half-sent is lost).
         let mut sent = 0usize;
-        while p.send(&out(&frame)).unwrap() == TxOutcome::Sent {
+        while p.send(&out_frame(&frame)).unwrap() == TxOutcome::Sent {
             sent += 1;
             assert!(sent < 100_000, "never full");
         }
