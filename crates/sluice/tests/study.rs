@@ -1,7 +1,8 @@
 //! `sluice study` end to end: a tiny study builds its paths from namespaces, runs, and
 //! writes the table, the CSV and charts that decode; a study naming an unknown path or
 //! workload is refused with the name and line; an interrupted study resumes without
-//! repeating finished cells, and leaves nothing behind either time.
+//! repeating finished cells, and leaves nothing behind either time; partition-aggregate
+//! points (seed 004) build six guests per path and report completion times and drops.
 
 mod common;
 
@@ -124,6 +125,99 @@ duration = 1
     // The report can be written again from the cells alone.
     let o = Command::new(BIN).args(["study", "report", out.to_str().unwrap()]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_partition_aggregate_study_builds_six_guests_and_reports_completion_times_and_drops() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("pa");
+    let f = study_file(
+        &d,
+        r#"name = "pa"
+baseline = "linux-bridge"
+paths = ["linux-bridge", "sluice-l2-lossless", "sluice-l2-stream"]
+workloads = ["pa-8mtu", "pa-64mtu-bg2"]
+reps = 1
+duration = 2
+queries = 200
+"#,
+    );
+    let out = d.join("out");
+    let err = run_study_ok(&f, &out);
+    assert!(err.contains("[6/6]") && err.contains("ms mean QCT"), "progress per point: {err}");
+
+    let cs = cells(&out);
+    assert_eq!(cs.len(), 6, "{cs:?}");
+    for c in &cs {
+        let r = &c["result"];
+        let q = r["completion"]["queries"].as_u64().unwrap();
+        assert!((1..=200).contains(&q), "{c}");
+        assert!(r["completion"]["mean_us"].as_f64().unwrap() > 0.0, "{c}");
+        // Five workers answered every query, and both ends counted alike.
+        assert_eq!(c["conns"], 5, "{c}");
+        assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{c}");
+        let bg = c["workload"] == "pa-64mtu-bg2";
+        let conns = r["client"]["connections"].as_u64().unwrap();
+        assert_eq!(conns, if bg { 7 } else { 5 }, "five query connections, two background streams: {c}");
+        if !bg {
+            assert_eq!(r["client"]["bytes_received"].as_u64().unwrap(), q * 5 * 8 * 1500, "{c}");
+        }
+        // The drops were read on every path.
+        let drops = &c["drops"];
+        assert!(drops["tcp_retrans"].is_u64() && drops["interfaces"].is_u64(), "{c}");
+        if c["path"] == "sluice-l2-lossless" {
+            let switch: u64 = drops["switch"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+            assert_eq!(switch, 0, "a lossless switch drops nothing: {c}");
+        }
+    }
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for want in [
+        "## Partition-aggregate, no background flows — MTU 1500, IPv4",
+        "## Partition-aggregate, 2 background streams — MTU 1500, IPv4",
+        "| answer | linux-bridge | sluice-l2-lossless | sluice-l2-stream |",
+        "| 8 MTUs (12 kB) |",
+        "| 64 MTUs (96 kB) |",
+        "switch (by cause) · interfaces · TCP rtx",
+    ] {
+        assert!(report.contains(want), "{want:?} in {report}");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let qi = header.iter().position(|h| *h == "qct_mean_us").unwrap();
+    for l in &lines[1..] {
+        let v: Vec<&str> = l.split(',').collect();
+        assert_eq!(v.len(), header.len(), "{l}");
+        assert!(v[qi].parse::<f64>().unwrap() > 0.0, "{l}");
+    }
+    for bg in [0, 2] {
+        let png = out.join(format!("charts/pa-mtu1500-ipv4-bg{bg}.png"));
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!((info.width, info.height), (900, 600));
+        assert!(buf.iter().any(|&b| b != 255), "the chart is not blank");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn partition_aggregate_points_need_paths_with_six_guests() {
+    let d = scratch("pa-bad");
+    let f = study_file(
+        &d,
+        "name = \"x\"\nbaseline = \"direct\"\npaths = [\"direct\", \"linux-bridge\"]\nworkloads = [\"pa-8mtu\"]\n",
+    );
+    let o = Command::new(BIN).args(["study", "run", f.to_str().unwrap(), "--out"]).arg(d.join("o")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("s.toml:4:") && err.contains("path \"direct\" builds two"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

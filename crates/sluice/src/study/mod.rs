@@ -6,11 +6,13 @@
 //! - [`spec`]: the study file and the built-in studies.
 //! - [`tools`]: cells run by iperf3 or sockperf.
 //! - [`paths`]: one builder per compared path ([`ovs`]: Open vSwitch's daemons).
+//! - [`pa`]: partition-aggregate points (six guests, completion times, drops per path).
 //! - [`run`]: the matrix, interleaving, recording, resume.
 //! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG.
 
 pub mod chart;
 pub mod ovs;
+pub mod pa;
 pub mod paths;
 pub mod report;
 pub mod run;
@@ -44,6 +46,7 @@ pub enum StudyCmd {
     ///   sluice study run ./my-study.toml --reps 5 --duration 30 --pin
     ///   sluice study run switch-paths       the paths as iperf3 and sockperf see them
     ///   sluice study run calibrate          sluice bench against iperf3 and sockperf
+    ///   sluice study run lossless-pa --quick   seed 004's partition-aggregate queries, six guests a path
     ///
     /// The output directory gets report.md (the tables), results.csv (one row per cell),
     /// results.json, charts/*.png, and cells.jsonl + study.json, from which

@@ -43,8 +43,17 @@ pub struct Topology {
     server_v6: IpAddr,
     /// The switch process whose CPU is the "switch" column (sluice paths).
     pub switch_pid: Option<u32>,
-    /// The bench server process.
-    server: Option<Child>,
+    /// Guests beyond the server that run a bench server too (partition-aggregate
+    /// workers): namespace, IPv4 and IPv6 address.
+    more: Vec<(String, IpAddr, IpAddr)>,
+    /// The bench server processes: the server guest's first, then one per `more`.
+    servers: Vec<Child>,
+    /// The namespace the path's own devices live in (the bridge's), if any.
+    pub(super) switch_ns: Option<String>,
+    /// The sluice switch's control socket (sluice paths).
+    pub(super) switch_socket: Option<std::path::PathBuf>,
+    /// The switch's devices in the host's namespace (the kernel datapath's veth ends).
+    pub(super) host_devices: Vec<String>,
     /// Namespaces this topology created, deleted on drop.
     created: Vec<String>,
     /// The sluice lab this topology brought up, taken down on drop.
@@ -66,7 +75,39 @@ impl Topology {
 
     /// The bench server's process id.
     pub fn server_pid(&self) -> Option<u32> {
-        self.server.as_ref().map(|c| c.id())
+        self.servers.first().map(|c| c.id())
+    }
+
+    /// Every bench server's process id.
+    pub fn server_pids(&self) -> Vec<u32> {
+        self.servers.iter().map(Child::id).collect()
+    }
+
+    /// The guests that serve (the server guest, then the partition-aggregate workers):
+    /// namespace and address in `family`.
+    pub fn servers(&self, family: Family) -> Vec<(String, IpAddr)> {
+        let mut v = vec![(self.server_ns.clone(), self.server_addr(family))];
+        v.extend(self.more.iter().map(|(ns, a4, a6)| {
+            (
+                ns.clone(),
+                match family {
+                    Family::Ipv4 => *a4,
+                    Family::Ipv6 => *a6,
+                },
+            )
+        }));
+        v
+    }
+
+    /// The namespaces of the path's guests (client, server, workers), each once.
+    pub fn guest_namespaces(&self) -> Vec<String> {
+        let mut v = vec![self.client_ns.clone()];
+        for (ns, _) in self.servers(Family::Ipv4) {
+            if !v.contains(&ns) {
+                v.push(ns);
+            }
+        }
+        v
     }
 
     fn new(path: &str, client_ns: String, server_ns: String, v4: &str, v6: &str) -> Topology {
@@ -77,7 +118,11 @@ impl Topology {
             server_v4: v4.parse().expect("literal address"),
             server_v6: v6.parse().expect("literal address"),
             switch_pid: None,
-            server: None,
+            more: Vec::new(),
+            servers: Vec::new(),
+            switch_ns: None,
+            switch_socket: None,
+            host_devices: Vec::new(),
             created: Vec::new(),
             lab: None,
             ovs: None,
@@ -103,36 +148,41 @@ impl Topology {
         Ok(())
     }
 
-    /// Starts `sluice bench serve` in the server namespace (on CPU 1 if `pin`) and waits
-    /// until it listens.
-    fn start_server(&mut self, pin: bool) -> Result<()> {
-        let child = crate::smc::sluice_in(&self.server_ns, pin.then_some(1), self.smc)?
-            .args(["bench", "serve"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the bench server")?;
-        self.server = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            let up = netns::run_in(Some(&self.server_ns), || {
-                Ok(std::net::TcpStream::connect(("127.0.0.1", sluice_bench::control::DEFAULT_PORT)).is_ok())
-            })?;
-            if up {
-                return Ok(());
+    /// Starts `sluice bench serve` in the server namespace and every worker's (on CPU 1
+    /// if `pin`) and waits until each listens.
+    fn start_servers(&mut self, pin: bool) -> Result<()> {
+        for (ns, _) in self.servers(Family::Ipv4) {
+            let child = crate::smc::sluice_in(&ns, pin.then_some(1), self.smc)?
+                .args(["bench", "serve"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting the bench server in {ns}"))?;
+            self.servers.push(child);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let up = netns::run_in(Some(&ns), || {
+                    Ok(std::net::TcpStream::connect(("127.0.0.1", sluice_bench::control::DEFAULT_PORT)).is_ok())
+                })?;
+                if up {
+                    break;
+                }
+                if let Some(Ok(Some(st))) = self.servers.last_mut().map(|c| c.try_wait()) {
+                    bail!("the bench server in {ns} exited at start ({st}); is port 20000 taken there?");
+                }
+                if Instant::now() >= deadline {
+                    bail!("the bench server in {ns} did not listen within 10 s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            if let Some(Ok(Some(st))) = self.server.as_mut().map(|c| c.try_wait()) {
-                bail!("the bench server in {} exited at start ({st}); is port 20000 taken there?", self.server_ns);
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        bail!("the bench server in {} did not listen within 10 s", self.server_ns)
+        Ok(())
     }
 
-    /// Stops the bench server (a run in flight then fails at once).
+    /// Stops the bench servers (a run in flight then fails at once).
     pub fn stop_server(&mut self) {
-        if let Some(mut c) = self.server.take() {
+        for mut c in self.servers.drain(..) {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -163,11 +213,15 @@ impl Drop for Topology {
 }
 
 /// Builds `path` with interfaces of `mtu`; `id` prefixes its names (unique per study
-/// run), `index` tells the paths of one run apart. With `pin` the bench server runs on
-/// CPU 1.
-pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<Topology> {
+/// run), `index` tells the paths of one run apart. With `pin` the bench servers run on
+/// CPU 1. `workers` is the number of serving guests: 1, or more for partition-aggregate
+/// points (the paths in `spec::PA_PATHS`).
+pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u32) -> Result<Topology> {
     if let Some(why) = unavailable(path) {
         bail!("{path}: {why}");
+    }
+    if workers > 1 && !super::spec::PA_PATHS.contains(&path) {
+        bail!("{path} builds two guests; {workers} serving guests need one of {}", super::spec::PA_PATHS.join(", "));
     }
     let ns = |role: &str| format!("{id}-{path}-{role}");
     let mut t = match path {
@@ -178,6 +232,10 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
         }
         "linux-bridge" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            for k in 2..=workers {
+                let (a4, a6) = (format!("10.231.0.{}", k + 1), format!("fd31::{:x}", k + 1));
+                t.more.push((ns(&format!("s{k}")), a4.parse()?, a6.parse()?));
+            }
             bridge(&mut t, &ns("sw"), mtu)?;
             t
         }
@@ -202,8 +260,17 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
         // handshake crosses the switch, the data goes through shared memory.
-        "sluice-l2" | "sluice-l2-lossless" | "sluice-l2-poll" | "sluice-l3" | "sluice-l2-lan" | "sluice-l3-lan"
-        | "smc" | "sluice-kernel" | "sluice-kernel-l3" => {
+        "sluice-l2"
+        | "sluice-l2-lossless"
+        | "sluice-l2-poll"
+        | "sluice-l2-stream"
+        | "sluice-l2-lossless-stream"
+        | "sluice-l3"
+        | "sluice-l2-lan"
+        | "sluice-l3-lan"
+        | "smc"
+        | "sluice-kernel"
+        | "sluice-kernel-l3" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
             let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
@@ -221,7 +288,8 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2")
             };
             let s = lab::up(&lab::UpArgs {
-                lossless: path == "sluice-l2-lossless",
+                lossless: path.starts_with("sluice-l2-lossless"),
+                attach: if path.ends_with("-stream") { lab::AttachArg::Stream } else { lab::AttachArg::Tap },
                 poll: path == "sluice-l2-poll",
                 mode: if path.starts_with("sluice-l3") || path.ends_with("-l3") {
                     lab::ModeArg::L3
@@ -233,10 +301,19 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
                 } else {
                     crate::DatapathArg::User
                 }),
-                guests: if lan { 1 } else { 2 },
+                guests: if lan { 1 } else { 1 + workers },
                 lan,
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
+            for g in s.guests.iter().skip(2) {
+                let (a4, a6) =
+                    (g.ipv4.split('/').next().unwrap_or_default(), g.ipv6.split('/').next().unwrap_or_default());
+                t.more.push((g.netns.clone(), a4.parse()?, a6.parse()?));
+            }
+            if s.datapath == "kernel" {
+                t.host_devices = s.guests.iter().map(|g| g.tap.clone()).collect();
+            }
+            t.switch_socket = Some(s.socket.clone());
             t.lab = Some(name);
             t.switch_pid = s.switch_pid;
             t.smc = path == "smc";
@@ -245,7 +322,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool) -> Result<
         other => bail!("unknown path {other:?}"),
     };
     tune_client(&t.client_ns)?;
-    t.start_server(pin)?;
+    t.start_servers(pin)?;
     Ok(t)
 }
 
@@ -273,20 +350,27 @@ fn direct(t: &mut Topology, mtu: u16) -> Result<()> {
 }
 
 fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
-    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    let c = t.client_ns.clone();
+    let guests: Vec<(String, IpAddr, IpAddr)> = std::iter::once((c.clone(), "10.231.0.1".parse()?, "fd31::1".parse()?))
+        .chain(t.servers(Family::Ipv4).into_iter().zip(t.servers(Family::Ipv6)).map(|((ns, a4), (_, a6))| (ns, a4, a6)))
+        .collect();
     t.netns(sw)?;
-    t.netns(&c)?;
-    t.netns(&s)?;
+    t.switch_ns = Some(sw.to_string());
+    for (g, _, _) in &guests {
+        t.netns(g)?;
+    }
     let m = mtu.to_string();
     sh(&["ip", "-n", sw, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
-    for (i, g) in [(1, &c), (2, &s)] {
-        let p = format!("p{i}");
+    for (i, (g, _, _)) in guests.iter().enumerate() {
+        let p = format!("p{}", i + 1);
         veth(sw, &p, g, "eth0", mtu)?;
         sh(&["ip", "-n", sw, "link", "set", &p, "master", "br0", "up"])?;
     }
     sh(&["ip", "-n", sw, "link", "set", "br0", "up"])?;
-    address(&c, "eth0", mtu, "10.231.0.1/24", "fd31::1/64")?;
-    address(&s, "eth0", mtu, "10.231.0.2/24", "fd31::2/64")
+    for (g, a4, a6) in &guests {
+        address(g, "eth0", mtu, &format!("{a4}/24"), &format!("{a6}/64"))?;
+    }
+    Ok(())
 }
 
 fn ovs(t: &mut Topology, sw: &str, tag: &str, mtu: u16) -> Result<()> {

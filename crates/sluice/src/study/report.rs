@@ -108,7 +108,8 @@ pub fn tables(sf: &StudyFile, cells: &[CellRecord]) -> Vec<Table> {
         paths.first().map(|p| p.to_string()).unwrap_or_default()
     };
     let mut out = Vec::new();
-    for w in &s.workloads {
+    // Partition-aggregate points have a section of their own (study/pa.rs).
+    for w in s.workloads.iter().filter(|w| w.pa.is_none()) {
         let of_w: Vec<&CellRecord> = cells.iter().filter(|c| c.key.workload == w.name).collect();
         let (tx, bytes) = of_w.iter().fold((0u64, 0u64), |(t, b), c| {
             (t + c.result.client.transactions, b + c.result.client.bytes_sent + c.result.client.bytes_received)
@@ -288,7 +289,14 @@ pub fn table_markdown(t: &Table) -> String {
 }
 
 /// The whole report.
-pub fn markdown(sf: &StudyFile, cells: &[CellRecord], tables: &[Table], charts: &[(String, String)]) -> String {
+/// `pa` is the partition-aggregate section (study/pa.rs), placed after the tables.
+pub fn markdown(
+    sf: &StudyFile,
+    cells: &[CellRecord],
+    tables: &[Table],
+    charts: &[(String, String)],
+    pa: &str,
+) -> String {
     let s = &sf.study;
     let o = &sf.options;
     let mut md = String::new();
@@ -360,6 +368,7 @@ pub fn markdown(sf: &StudyFile, cells: &[CellRecord], tables: &[Table], charts: 
             }
         }
     }
+    md.push_str(pa);
     md
 }
 
@@ -405,6 +414,12 @@ pub const CSV_COLUMNS: &[&str] = &[
     "cpu_ms_per_mb_total",
     "latency_p50_us",
     "latency_p99_us",
+    "queries",
+    "qct_mean_us",
+    "qct_p99_us",
+    "switch_drops",
+    "interface_drops",
+    "tcp_retrans",
 ];
 
 /// One row per measured cell.
@@ -416,7 +431,7 @@ pub fn csv(cells: &[CellRecord]) -> String {
         let k = &c.key;
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.2},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.5},{:.1},{:.1}",
+            "{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.2},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.5},{:.1},{:.1},{}",
             c.run,
             c.at,
             k.path,
@@ -438,7 +453,19 @@ pub fn csv(cells: &[CellRecord]) -> String {
             r.cpu_us_per_transaction()[3],
             r.cpu_ms_per_mb()[3],
             r.latency.p50_us,
-            r.latency.p99_us
+            r.latency.p99_us,
+            match (r.completion, &c.drops) {
+                (Some(q), Some(d)) => format!(
+                    "{},{:.1},{:.1},{},{},{}",
+                    q.queries,
+                    q.mean_us,
+                    q.p99_us,
+                    d.switch_total(),
+                    d.interfaces,
+                    d.tcp_retrans
+                ),
+                _ => ",,,,,".to_string(),
+            }
         );
     }
     out
@@ -462,7 +489,8 @@ pub fn write_all(dir: &Path, sf: &StudyFile, cells: &[CellRecord]) -> Result<std
         serde_json::to_vec_pretty(&serde_json::json!({ "schema": 1, "tables": ts }))?,
     )?;
     let report = dir.join("report.md");
-    std::fs::write(&report, markdown(sf, cells, &ts, &charts))?;
+    let pa = super::pa::section(Some(dir), sf, cells)?;
+    std::fs::write(&report, markdown(sf, cells, &ts, &charts, &pa))?;
     Ok(report)
 }
 

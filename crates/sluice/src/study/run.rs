@@ -114,6 +114,9 @@ pub struct CellRecord {
     pub at: String,
     /// What the modeler measured.
     pub result: RunResult,
+    /// What the path lost during the cell (partition-aggregate points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drops: Option<super::pa::PathDrops>,
 }
 
 /// How a run ended.
@@ -147,6 +150,12 @@ pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
                     if w.tool == Some(super::spec::Tool::Sockperf) && conns != 1 {
                         continue;
                     }
+                    // A partition-aggregate point has one connection per worker, whatever
+                    // `conns` says: one cell per point.
+                    if w.pa.is_some() && conns != study.conns[0] {
+                        continue;
+                    }
+                    let conns = if w.pa.is_some() { super::spec::PA_WORKERS } else { conns };
                     for &family in &study.families {
                         for i in 0..paths.len() {
                             let path = paths[(i + turn) % paths.len()].clone();
@@ -319,7 +328,8 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
         let mut topos: Vec<Topology> = Vec::new();
         for (i, p) in needed.iter().enumerate() {
             eprintln!("building {p} at MTU {mtu}…");
-            match paths::build(p, &id, i, mtu, o.pin) {
+            let workers = if study.has_pa() { super::spec::PA_WORKERS } else { 1 };
+            match paths::build(p, &id, i, mtu, o.pin, workers) {
                 Ok(t) => topos.push(t),
                 Err(e) => {
                     eprintln!(
@@ -329,7 +339,7 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
                 }
             }
         }
-        *servers.lock().unwrap_or_else(|p| p.into_inner()) = topos.iter().filter_map(|t| t.server_pid()).collect();
+        *servers.lock().unwrap_or_else(|p| p.into_inner()) = topos.iter().flat_map(|t| t.server_pids()).collect();
         for cell in cells {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 outcome = Outcome::Interrupted;
@@ -359,12 +369,17 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
                 cell.path,
                 w = total.to_string().len()
             );
-            let r = run_cell(topo, w, cell, o);
+            let r = match w.pa {
+                Some(point) => {
+                    super::pa::run_point(topo, point, cell, o, super::pa::queries(study, o)).map(|(r, d)| (r, Some(d)))
+                }
+                None => run_cell(topo, w, cell, o).map(|r| (r, None)),
+            };
             ran += 1;
             match r {
-                Ok(result) => {
-                    eprintln!("{}", summary(&result));
-                    let rec = CellRecord { key: cell.clone(), run: run_no, at: now_rfc3339(), result };
+                Ok((result, drops)) => {
+                    eprintln!("{}", summary(&result, drops.as_ref()));
+                    let rec = CellRecord { key: cell.clone(), run: run_no, at: now_rfc3339(), result, drops };
                     let mut line = serde_json::to_string(&rec)?;
                     line.push('\n');
                     log.write_all(line.as_bytes()).context("writing cells.jsonl")?;
@@ -392,7 +407,18 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
 }
 
 /// One line of what a cell measured.
-fn summary(r: &RunResult) -> String {
+fn summary(r: &RunResult, drops: Option<&super::pa::PathDrops>) -> String {
+    if let (Some(c), Some(d)) = (r.completion, drops) {
+        return format!(
+            "{:>9.2} ms mean QCT, p99 {:.2} ms, {} queries; drops: switch {}, interfaces {}, TCP rtx {}",
+            c.mean_us / 1000.0,
+            c.p99_us / 1000.0,
+            c.queries,
+            d.switch_total(),
+            d.interfaces,
+            d.tcp_retrans
+        );
+    }
     match Per::for_volume(r.client.transactions, r.client.bytes_sent + r.client.bytes_received) {
         Per::Megabyte => format!("{:>10.1} MB/s", r.mb_per_s()),
         Per::Transaction => format!("{:>10.0} tx/s", r.tps()),
@@ -538,6 +564,7 @@ reps = 2
             run: 1,
             at: now_rfc3339(),
             result: RunResult::default(),
+            drops: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();

@@ -20,6 +20,14 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
     ("sluice-l2-poll", "the same sluice switch busy-polling (a core of its own)"),
+    (
+        "sluice-l2-stream",
+        "a sluice switch, Layer 2, lossy, each guest behind a relay process on a stream port (QEMU's -netdev stream): a receiver that can fall behind, as a VM's backend can",
+    ),
+    (
+        "sluice-l2-lossless-stream",
+        "the same stream-attached switch in lossless mode: it holds senders back, end to end",
+    ),
     ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
     ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
@@ -41,6 +49,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("layer2-vs-layer3", include_str!("builtin/layer2-vs-layer3.toml")),
     ("smc-vs-tcp", include_str!("builtin/smc-vs-tcp.toml")),
     ("kernel-vs-bridge", include_str!("builtin/kernel-vs-bridge.toml")),
+    ("lossless-pa", include_str!("builtin/lossless-pa.toml")),
     ("switch-paths", include_str!("builtin/switch-paths.toml")),
     ("calibrate", include_str!("builtin/calibrate.toml")),
 ];
@@ -132,6 +141,67 @@ pub struct Workload {
     /// A reference tool instead of a profile.
     #[serde(default)]
     pub tool: Option<Tool>,
+    /// A partition-aggregate point instead of a profile (`pa-Nmtu[-bgK]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pa: Option<PaPoint>,
+}
+
+/// One point of a partition-aggregate study (seed 004's Figure 7): one aggregator (the
+/// path's client guest) queries [`PA_WORKERS`] workers (one guest each) and waits for
+/// every answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaPoint {
+    /// Each worker's answer, in MTUs (the answer is this many times the path's MTU).
+    pub response_mtus: u32,
+    /// Long streams from the workers into the aggregator during the queries.
+    pub background: u32,
+}
+
+/// Workers of a partition-aggregate point: five, as in seed 004's microbenchmark.
+pub const PA_WORKERS: u32 = 5;
+
+/// Paths that build the six guests a partition-aggregate point needs.
+pub const PA_PATHS: &[&str] = &[
+    "linux-bridge",
+    "sluice-l2",
+    "sluice-l2-lossless",
+    "sluice-l2-poll",
+    "sluice-l2-stream",
+    "sluice-l2-lossless-stream",
+    "sluice-kernel",
+];
+
+/// Largest answer of a partition-aggregate point, in MTUs.
+pub const PA_MAX_MTUS: u32 = 8192;
+
+/// Largest number of background streams of a partition-aggregate point.
+pub const PA_MAX_BACKGROUND: u32 = 16;
+
+/// Default `queries` of a study: seed 004's 10K repetitions per point.
+pub const DEFAULT_PA_QUERIES: u64 = 10_000;
+
+/// Reads a partition-aggregate workload name, `pa-8mtu` or `pa-8mtu-bg2`.
+fn pa_point(src: &str) -> Option<Result<PaPoint, String>> {
+    let rest = src.strip_prefix("pa-")?;
+    let form = || {
+        format!(
+            "workload {src:?}: a partition-aggregate point is written pa-Nmtu or pa-Nmtu-bgK (answers of N MTUs, 1 to {PA_MAX_MTUS}, with K background streams, 0 to {PA_MAX_BACKGROUND}), e.g. pa-32mtu or pa-32mtu-bg2"
+        )
+    };
+    let (size, bg) = match rest.split_once("-bg") {
+        Some((s, b)) => (s, Some(b)),
+        None => (rest, None),
+    };
+    let parse = || -> Option<PaPoint> {
+        let n: u32 = size.strip_suffix("mtu")?.parse().ok()?;
+        let k: u32 = match bg {
+            Some(b) => b.parse().ok()?,
+            None => 0,
+        };
+        ((1..=PA_MAX_MTUS).contains(&n) && k <= PA_MAX_BACKGROUND)
+            .then_some(PaPoint { response_mtus: n, background: k })
+    };
+    Some(parse().ok_or_else(form))
 }
 
 /// A checked study.
@@ -157,8 +227,24 @@ pub struct Study {
     pub families: Vec<Family>,
     /// Repetitions of every cell.
     pub reps: u32,
-    /// Seconds of each run's timed transactions.
+    /// Seconds of each run's timed transactions (a partition-aggregate point's upper bound).
     pub duration_s: u32,
+    /// Queries per partition-aggregate point (it ends at this many or at `duration_s`,
+    /// whichever comes first).
+    #[serde(default = "default_queries")]
+    pub queries: u64,
+}
+
+fn default_queries() -> u64 {
+    DEFAULT_PA_QUERIES
+}
+
+impl Study {
+    /// True if some workload is a partition-aggregate point (every path then builds six
+    /// guests).
+    pub fn has_pa(&self) -> bool {
+        self.workloads.iter().any(|w| w.pa.is_some())
+    }
 }
 
 /// A study file that cannot be used, with where and why.
@@ -194,6 +280,12 @@ struct Raw {
     reps: Spanned<u32>,
     #[serde(default = "default_duration")]
     duration: Spanned<u32>,
+    #[serde(default = "default_raw_queries")]
+    queries: Spanned<u64>,
+}
+
+fn default_raw_queries() -> Spanned<u64> {
+    Spanned::new(0..0, DEFAULT_PA_QUERIES)
 }
 
 fn default_conns() -> Spanned<Vec<Spanned<u32>>> {
@@ -328,6 +420,22 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
     if !(1..=50).contains(&reps) {
         return Err(err(raw.reps.span(), format!("reps {reps} is out of range: use 1 to 50")));
     }
+    let queries = *raw.queries.get_ref();
+    if !(1..=10_000_000).contains(&queries) {
+        return Err(err(raw.queries.span(), format!("queries {queries} is out of range: use 1 to 10000000")));
+    }
+    if let Some(w) = raw.workloads.get_ref().iter().find(|w| w.get_ref().starts_with("pa-"))
+        && let Some(p) = paths.iter().find(|p| !PA_PATHS.contains(&p.as_str()))
+    {
+        return Err(err(
+            w.span(),
+            format!(
+                "workload {:?} needs six guests, and path {p:?} builds two; partition-aggregate points run on {}",
+                w.get_ref(),
+                PA_PATHS.join(", ")
+            ),
+        ));
+    }
     let duration_s = *raw.duration.get_ref();
     if !(1..=3600).contains(&duration_s) {
         return Err(err(raw.duration.span(), format!("duration {duration_s} is out of range: use 1 to 3600 seconds")));
@@ -344,6 +452,7 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         families,
         reps,
         duration_s,
+        queries,
     })
 }
 
@@ -354,7 +463,14 @@ fn path_names() -> String {
 /// Resolves a workload: a built-in profile name, or a profile.xml file (relative to `dir`).
 fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     if let Some(text) = sluice_bench::builtin::get(src) {
-        return Ok(Workload { name: src.into(), source: src.into(), text: text.into(), builtin: true, tool: None });
+        return Ok(Workload {
+            name: src.into(),
+            source: src.into(),
+            text: text.into(),
+            builtin: true,
+            tool: None,
+            pa: None,
+        });
     }
     for tool in Tool::ALL {
         if src == tool.name() {
@@ -364,11 +480,23 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
                 text: String::new(),
                 builtin: false,
                 tool: Some(tool),
+                pa: None,
             });
         }
     }
+    if let Some(point) = pa_point(src) {
+        let pa = Some(point?);
+        return Ok(Workload {
+            name: src.into(),
+            source: src.into(),
+            text: String::new(),
+            builtin: false,
+            tool: None,
+            pa,
+        });
+    }
     if src == "pa" {
-        return Err("workload \"pa\" needs a worker topology that studies do not build yet (the lossless-pa study will); use it with `sluice bench run -m pa`".into());
+        return Err("workload \"pa\" needs its answer size: write pa-Nmtu or pa-Nmtu-bgK, e.g. pa-32mtu-bg2 (answers of 32 MTUs with two background streams)".into());
     }
     let p = if Path::new(src).is_absolute() { Path::new(src).to_path_buf() } else { dir.join(src) };
     if !p.exists() {
@@ -384,7 +512,7 @@ fn workload(src: &str, dir: &Path) -> Result<Workload, String> {
     sluice_bench::profile::parse(&text, &p.display().to_string(), &env)
         .map_err(|e| format!("workload {src:?}: {e}"))?;
     let name = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| src.into());
-    Ok(Workload { name, source: src.into(), text, builtin: false, tool: None })
+    Ok(Workload { name, source: src.into(), text, builtin: false, tool: None, pa: None })
 }
 
 #[cfg(test)]
@@ -429,7 +557,12 @@ duration = 3
             (OK.replace("duration = 3", "duraton = 3"), 9, "duraton"),
             (OK.replace("conns = [1, 10]", "conns = [1, 1001]"), 5, "1001"),
             (OK.replace("\"linux-bridge\"]", "\"direct\"]"), 3, "twice"),
-            (OK.replace("rr-200x1000", "pa"), 4, "worker topology"),
+            (OK.replace("rr-200x1000", "pa"), 4, "pa-Nmtu"),
+            (OK.replace("rr-200x1000", "pa-3kb"), 4, "pa-Nmtu-bgK"),
+            (OK.replace("rr-200x1000", "pa-0mtu"), 4, "1 to 8192"),
+            (OK.replace("rr-200x1000", "pa-2mtu-bg99"), 4, "0 to 16"),
+            (OK.replace("rr-200x1000", "pa-2mtu"), 4, "path \"direct\" builds two"),
+            (OK.replace("duration = 3", "duration = 3\nqueries = 0"), 10, "queries 0"),
         ];
         for (text, line, want) in cases {
             let e = p(&text).unwrap_err();
@@ -437,6 +570,18 @@ duration = 3
             assert!(e.to_string().contains(want), "{e}");
             assert!(e.to_string().starts_with(&format!("t.toml:{line}: ")), "{e}");
         }
+    }
+
+    #[test]
+    fn partition_aggregate_points_read_their_size_and_background() {
+        let text = OK
+            .replace("\"direct\", ", "\"sluice-l2\", ")
+            .replace("baseline = \"direct\"", "baseline = \"linux-bridge\"");
+        let s = p(&text.replace("\"rr-200x1000\"", "\"pa-2mtu\", \"pa-2048mtu-bg2\"")).unwrap();
+        assert_eq!(s.workloads[0].pa, Some(PaPoint { response_mtus: 2, background: 0 }));
+        assert_eq!(s.workloads[1].pa, Some(PaPoint { response_mtus: 2048, background: 2 }));
+        assert_eq!(s.queries, DEFAULT_PA_QUERIES);
+        assert!(s.has_pa());
     }
 
     #[test]
