@@ -60,6 +60,16 @@ fn run_study_ok(file: &Path, out: &Path) -> String {
     err
 }
 
+/// `png` is a PNG of `size` that is not blank.
+fn assert_chart(png: &Path, size: (u32, u32)) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), size, "{}", png.display());
+    assert!(buf.iter().any(|&b| b != 255), "the chart {} is not blank", png.display());
+}
+
 fn cells(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("cells.jsonl"))
         .unwrap_or_default()
@@ -114,13 +124,7 @@ duration = 1
         assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{c}");
     }
 
-    let png = out.join("charts/rr-200x1000-mtu1500-ipv4.png");
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1200, 480));
-    assert!(buf.iter().any(|&b| b != 255), "the chart is not blank");
+    assert_chart(&out.join("charts/rr-200x1000-mtu1500-ipv4.png"), (1200, 480));
 
     // The report can be written again from the cells alone.
     let o = Command::new(BIN).args(["study", "report", out.to_str().unwrap()]).output().unwrap();
@@ -196,13 +200,7 @@ queries = 200
         assert!(v[qi].parse::<f64>().unwrap() > 0.0, "{l}");
     }
     for bg in [0, 2] {
-        let png = out.join(format!("charts/pa-mtu1500-ipv4-bg{bg}.png"));
-        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        assert_eq!((info.width, info.height), (900, 600));
-        assert!(buf.iter().any(|&b| b != 255), "the chart is not blank");
+        assert_chart(&out.join(format!("charts/pa-mtu1500-ipv4-bg{bg}.png")), (900, 600));
     }
     let _ = std::fs::remove_dir_all(&d);
 }

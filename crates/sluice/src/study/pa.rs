@@ -307,12 +307,7 @@ pub fn section(dir: Option<&Path>, sf: &StudyFile, cells: &[CellRecord]) -> Resu
             "Mean QCT in ms (p99 in parentheses), its ratio to `{base}`, and [the queries made] where the point's time ran out before {}.\n",
             int(target)
         );
-        let _ = write!(md, "| answer |");
-        for p in &paths {
-            let _ = write!(md, " {p} |");
-        }
-        let _ = writeln!(md);
-        let _ = writeln!(md, "|---|{}", "---:|".repeat(paths.len()));
+        table_head(&mut md, &paths);
         for &n in &sizes {
             let _ = write!(md, "| {n} MTUs ({}) |", kb(u64::from(n) * u64::from(g.0)));
             for p in &paths {
@@ -336,12 +331,7 @@ pub fn section(dir: Option<&Path>, sf: &StudyFile, cells: &[CellRecord]) -> Resu
         }
         let _ = writeln!(md);
         let _ = writeln!(md, "Drops during each point: switch (by cause) · interfaces · TCP rtx.\n");
-        let _ = write!(md, "| answer |");
-        for p in &paths {
-            let _ = write!(md, " {p} |");
-        }
-        let _ = writeln!(md);
-        let _ = writeln!(md, "|---|{}", "---:|".repeat(paths.len()));
+        table_head(&mut md, &paths);
         for &n in &sizes {
             let _ = write!(md, "| {n} MTUs |");
             for p in &paths {
@@ -385,6 +375,16 @@ pub fn section(dir: Option<&Path>, sf: &StudyFile, cells: &[CellRecord]) -> Resu
         }
     }
     Ok(md)
+}
+
+/// A table's head: the answer column, then a column per path.
+fn table_head(md: &mut String, paths: &[&String]) {
+    let _ = write!(md, "| answer |");
+    for p in paths {
+        let _ = write!(md, " {p} |");
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(paths.len()));
 }
 
 /// Mean QCT against the answer size, both axes log scale, a line per path (seed 004's
