@@ -28,6 +28,7 @@ pub mod pool;
 pub mod port;
 pub mod queue;
 mod switch;
+pub mod tunnel;
 pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};

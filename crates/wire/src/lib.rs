@@ -1,7 +1,7 @@
 //! Bounds-checked views over the frames sluice switches: Ethernet with an optional 802.1Q
 //! tag, the virtio-net header that Linux TAP devices put in front of every frame, the
 //! Internet checksum, software segmentation of GSO frames, and the ARP and neighbour
-//! discovery messages a Layer 3 switch answers.
+//! discovery messages a Layer 3 switch answers, and the VXLAN header of its tunnels.
 //!
 //! Written in the style of smoltcp's `wire` module: every function takes a byte slice,
 //! checks its length once, and reads or writes fixed offsets. No function in this crate
@@ -21,6 +21,7 @@ pub mod ethernet;
 pub mod gso;
 pub mod neigh;
 pub mod vnet;
+pub mod vxlan;
 
 pub use error::WireError;
 pub use ethernet::{

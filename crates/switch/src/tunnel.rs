@@ -1,0 +1,228 @@
+//! What a VXLAN tunnel port knows beyond the switch: which remote endpoint each inner MAC
+//! is behind, which endpoints a flooded frame goes to, and which VNI carries which VLAN
+//! (docs/architecture.md, "VXLAN tunnels").
+//!
+//! Sans-IO like the rest of the core: times are milliseconds supplied by the caller, and
+//! endpoints are plain addresses; the port that owns a socket asks this table where to send.
+//! The table is bounded: when full, new stations are not learned (their frames flood to
+//! every endpoint, which still delivers them).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use sluice_wire::MacAddr;
+
+/// Which VNI carries which frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VniMap {
+    /// Every frame of the port (its native VLAN) in one VNI.
+    Single(u32),
+    /// A VNI per VLAN: (VLAN, VNI) pairs, each VLAN and each VNI once.
+    PerVlan(Vec<(u16, u32)>),
+}
+
+impl VniMap {
+    /// The VNI for a frame of `vlan` (`None`: untagged, the port's native VLAN).
+    pub fn vni_of(&self, vlan: Option<u16>) -> Option<u32> {
+        match (self, vlan) {
+            (VniMap::Single(v), _) => Some(*v),
+            (VniMap::PerVlan(m), Some(vid)) => m.iter().find(|p| p.0 == vid).map(|p| p.1),
+            (VniMap::PerVlan(_), None) => None,
+        }
+    }
+
+    /// The VLAN a received frame of `vni` belongs to: `Some(None)` for the single VNI
+    /// (the frame stays untagged), `Some(Some(vid))` in a per-VLAN map, `None` for a VNI
+    /// this port does not carry.
+    pub fn vlan_of(&self, vni: u32) -> Option<Option<u16>> {
+        match self {
+            VniMap::Single(v) => (*v == vni).then_some(None),
+            VniMap::PerVlan(m) => m.iter().find(|p| p.1 == vni).map(|p| Some(p.0)),
+        }
+    }
+}
+
+/// One learned station behind the tunnel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteEntry {
+    /// The VNI it was heard in.
+    pub vni: u32,
+    /// Its MAC address.
+    pub mac: MacAddr,
+    /// The endpoint it is behind.
+    pub endpoint: IpAddr,
+    /// When a frame from it last arrived (ms).
+    pub last_seen_ms: u64,
+}
+
+/// The endpoint table of one tunnel port.
+pub struct Endpoints {
+    stations: HashMap<(u32, MacAddr), (IpAddr, u64)>,
+    /// Endpoints configured (`remotes`): always flooded to.
+    configured: Vec<IpAddr>,
+    /// Endpoints heard from, and when last: flooded to until they age out.
+    heard: HashMap<IpAddr, u64>,
+    max_stations: usize,
+    max_endpoints: usize,
+    aging_ms: u64,
+    /// Stations not learned because the table was full.
+    pub full_refusals: u64,
+}
+
+impl Endpoints {
+    /// A table for `configured` endpoints, learning at most `max_stations` stations and
+    /// `max_endpoints` endpoints besides the configured ones, forgetting them after
+    /// `aging_ms` of silence.
+    pub fn new(configured: Vec<IpAddr>, max_stations: usize, max_endpoints: usize, aging_ms: u64) -> Self {
+        Endpoints {
+            stations: HashMap::new(),
+            configured,
+            heard: HashMap::new(),
+            max_stations,
+            max_endpoints,
+            aging_ms,
+            full_refusals: 0,
+        }
+    }
+
+    /// Notes a frame from `mac` in `vni` that arrived from `endpoint` at `now_ms`. Group
+    /// source addresses (never a station) and the zero address are not learned; the
+    /// endpoint is remembered either way.
+    pub fn learn(&mut self, vni: u32, mac: MacAddr, endpoint: IpAddr, now_ms: u64) {
+        if self.heard.contains_key(&endpoint) || self.configured.contains(&endpoint) {
+            if let Some(t) = self.heard.get_mut(&endpoint) {
+                *t = now_ms;
+            }
+        } else if self.heard.len() < self.max_endpoints {
+            self.heard.insert(endpoint, now_ms);
+        }
+        if mac.is_multicast() || mac.is_zero() {
+            return;
+        }
+        let room = self.stations.len() < self.max_stations;
+        match self.stations.entry((vni, mac)) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                e.insert((endpoint, now_ms));
+            }
+            std::collections::hash_map::Entry::Vacant(e) if room => {
+                e.insert((endpoint, now_ms));
+            }
+            std::collections::hash_map::Entry::Vacant(_) => self.full_refusals += 1,
+        }
+    }
+
+    /// Where a frame to `dst` in `vni` goes: the one endpoint it is known behind, or (a
+    /// group address, an unknown or aged station) every endpoint once — the configured
+    /// ones and those heard from within the aging time. Calls `f` per endpoint.
+    pub fn targets(&self, vni: u32, dst: MacAddr, now_ms: u64, mut f: impl FnMut(IpAddr)) {
+        if !dst.is_multicast()
+            && let Some(&(ep, seen)) = self.stations.get(&(vni, dst))
+            && now_ms.saturating_sub(seen) < self.aging_ms
+        {
+            f(ep);
+            return;
+        }
+        for &ep in &self.configured {
+            f(ep);
+        }
+        for (&ep, &seen) in &self.heard {
+            if now_ms.saturating_sub(seen) < self.aging_ms && !self.configured.contains(&ep) {
+                f(ep);
+            }
+        }
+    }
+
+    /// Forgets stations and endpoints silent for the aging time.
+    pub fn expire(&mut self, now_ms: u64) {
+        let aging = self.aging_ms;
+        self.stations.retain(|_, e| now_ms.saturating_sub(e.1) < aging);
+        self.heard.retain(|_, &mut seen| now_ms.saturating_sub(seen) < aging);
+    }
+
+    /// The learned stations, for `sluice fib show`.
+    pub fn stations(&self) -> impl Iterator<Item = RemoteEntry> + '_ {
+        self.stations.iter().map(|(&(vni, mac), &(endpoint, last_seen_ms))| RemoteEntry {
+            vni,
+            mac,
+            endpoint,
+            last_seen_ms,
+        })
+    }
+
+    /// The endpoint `mac` in `vni` is behind, if learned.
+    pub fn endpoint_of(&self, vni: u32, mac: MacAddr) -> Option<IpAddr> {
+        self.stations.get(&(vni, mac)).map(|e| e.0)
+    }
+
+    /// Endpoints a flood goes to now (configured, then heard).
+    pub fn flood_set(&self, now_ms: u64) -> Vec<IpAddr> {
+        let mut v = Vec::new();
+        self.targets(0, MacAddr::BROADCAST, now_ms, |e| v.push(e));
+        v
+    }
+
+    /// Changes the aging time (the switch's).
+    pub fn set_aging_ms(&mut self, aging_ms: u64) {
+        self.aging_ms = aging_ms;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+    fn all(t: &Endpoints, vni: u32, dst: MacAddr, now: u64) -> Vec<IpAddr> {
+        let mut v = Vec::new();
+        t.targets(vni, dst, now, |e| v.push(e));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_known_station_goes_to_its_endpoint_and_the_rest_floods_once_to_each() {
+        let mut t = Endpoints::new(vec![ip("192.0.2.1"), ip("192.0.2.2")], 16, 16, 300_000);
+        assert_eq!(all(&t, 7, A, 0), [ip("192.0.2.1"), ip("192.0.2.2")], "unknown: every configured endpoint");
+        t.learn(7, A, ip("192.0.2.2"), 10);
+        assert_eq!(all(&t, 7, A, 20), [ip("192.0.2.2")]);
+        assert_eq!(all(&t, 8, A, 20).len(), 2, "another VNI is another LAN");
+        assert_eq!(all(&t, 7, MacAddr::BROADCAST, 20).len(), 2);
+        // An endpoint not configured is flooded to once heard from, until it ages out.
+        t.learn(7, B, ip("192.0.2.3"), 30);
+        assert_eq!(all(&t, 7, MacAddr::BROADCAST, 40), [ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3")]);
+        assert_eq!(t.flood_set(300_030).len(), 2, "aged: configured ones only");
+        // A station that moves follows its new endpoint.
+        t.learn(7, A, ip("192.0.2.1"), 50);
+        assert_eq!(t.endpoint_of(7, A), Some(ip("192.0.2.1")));
+        t.expire(300_040);
+        assert_eq!(t.stations().count(), 1, "A (seen at 50) stays, B (30) went");
+    }
+
+    #[test]
+    fn group_sources_are_not_learned_and_the_table_is_bounded() {
+        let mut t = Endpoints::new(vec![], 1, 1, 1000);
+        t.learn(1, MacAddr::BROADCAST, ip("fd00::1"), 0);
+        assert_eq!(t.stations().count(), 0);
+        t.learn(1, A, ip("fd00::1"), 0);
+        t.learn(1, B, ip("fd00::1"), 0);
+        assert_eq!((t.stations().count(), t.full_refusals), (1, 1));
+        t.learn(1, A, ip("fd00::2"), 0);
+        assert_eq!(t.flood_set(1), [ip("fd00::1")], "at most one heard endpoint");
+        assert_eq!(all(&t, 1, B, 1), [ip("fd00::1")], "an unlearned station still floods");
+    }
+
+    #[test]
+    fn vnis_map_to_vlans_both_ways() {
+        let s = VniMap::Single(5000);
+        assert_eq!((s.vni_of(None), s.vni_of(Some(3))), (Some(5000), Some(5000)));
+        assert_eq!((s.vlan_of(5000), s.vlan_of(5001)), (Some(None), None));
+        let m = VniMap::PerVlan(vec![(10, 5010), (20, 5020)]);
+        assert_eq!((m.vni_of(Some(20)), m.vni_of(Some(30)), m.vni_of(None)), (Some(5020), None, None));
+        assert_eq!((m.vlan_of(5010), m.vlan_of(5030)), (Some(Some(10)), None));
+    }
+}
