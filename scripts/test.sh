@@ -14,9 +14,12 @@ cd "$(dirname "$0")/.."
 # redis-server, redis-tools, socat, nginx, curl, apache2-utils (ab), wrk: real programs on
 # the shared-memory fast path and in the studies (the tests start their own nginx on a
 # port of their own).
+# ethtool: the VXLAN tests fill checksums in software on their veth underlays, as a NIC
+# would (a veth leaves them to the receiver, and a user-space tunnel end reads raw bytes).
 PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch clang libbpf-dev
-    redis-server redis-tools socat nginx curl apache2-utils wrk)
-TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk)
+    redis-server redis-tools socat nginx curl apache2-utils wrk ethtool)
+TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
+    ethtool)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done

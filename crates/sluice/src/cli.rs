@@ -58,6 +58,23 @@ pub struct PortAddArgs {
     /// stream,server=on,addr.type=unix,addr.path=PATH`, or `sluice port relay`).
     #[arg(long, value_name = "PATH")]
     pub path: Option<std::path::PathBuf>,
+    /// VXLAN: the underlay address of this host the tunnel's UDP socket binds to (in
+    /// --netns, if given).
+    #[arg(long, value_name = "ADDR")]
+    pub local: Option<String>,
+    /// VXLAN: remote endpoints every flooded frame goes to, e.g. 192.168.77.2 (endpoints
+    /// that send to this one are learned besides).
+    #[arg(long = "remote", value_name = "ADDR,…", value_delimiter = ',')]
+    pub remotes: Vec<String>,
+    /// VXLAN: the VNI carrying the port's frames (0 to 16777215).
+    #[arg(long, value_name = "N", conflicts_with = "vni_map")]
+    pub vni: Option<u32>,
+    /// VXLAN: a VNI per VLAN, e.g. 10=5010,20=5020 (the port becomes a trunk of them).
+    #[arg(long, value_name = "VID=VNI,…", value_delimiter = ',')]
+    pub vni_map: Vec<String>,
+    /// VXLAN: the UDP port, here and at the remotes (default 4789).
+    #[arg(long, value_name = "PORT")]
+    pub dstport: Option<u16>,
     #[command(flatten)]
     pub target: Target,
 }
@@ -75,6 +92,9 @@ pub enum KindArg {
     /// A unix stream socket (--path) a program listens on, carrying frames with QEMU's
     /// `-netdev stream` framing; the switch can hold the program back (lossless).
     Stream,
+    /// A VXLAN tunnel (--local, --remote, --vni) to other switches, Linux vxlan devices or
+    /// Open vSwitch hosts.
+    Vxlan,
 }
 
 /// Arguments of `sluice stats`.
@@ -224,6 +244,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
             KindArg::Uplink => PortKind::Uplink,
             KindArg::Veth => PortKind::Veth,
             KindArg::Stream => PortKind::Stream,
+            KindArg::Vxlan => PortKind::Vxlan,
         },
         netns: a.netns,
         mtu: a.mtu,
@@ -237,11 +258,33 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,
+        local: a.local,
+        remotes: a.remotes,
+        vni: a.vni,
+        vni_map: if a.vni_map.is_empty() {
+            None
+        } else {
+            Some(
+                a.vni_map
+                    .iter()
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(|| {
+                            anyhow::anyhow!("--vni-map {kv:?}: write VLAN=VNI pairs, e.g. 10=5010,20=5020")
+                        })?;
+                        let v = v
+                            .parse::<u32>()
+                            .map_err(|_| anyhow::anyhow!("--vni-map {kv:?}: {v:?} is not a VNI (0 to 16777215)"))?;
+                        Ok((k.to_string(), v))
+                    })
+                    .collect::<Result<_>>()?,
+            )
+        },
+        dstport: a.dstport,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;
     let name = spec.name.clone();
-    c.call_value(&Request::PortAdd { port: spec })?;
+    c.call_value(&Request::PortAdd { port: Box::new(spec) })?;
     println!("port {name} added");
     Ok(())
 }
@@ -296,14 +339,23 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
         return Ok(());
     }
     let mut t = table();
-    t.set_header(["VLAN", "MAC", "PORT", "AGE"]);
+    let tunnels = r.entries.iter().any(|e| e.endpoint.is_some());
+    let mut head = vec!["VLAN", "MAC", "PORT", "AGE"];
+    if tunnels {
+        head.push("ENDPOINT");
+    }
+    t.set_header(head);
     for e in &r.entries {
-        t.add_row([
+        let mut row = vec![
             e.vlan.to_string(),
             e.mac.clone(),
             e.port.clone(),
             e.age_s.map_or("static".into(), |a| format!("{a:.0}s")),
-        ]);
+        ];
+        if tunnels {
+            row.push(e.endpoint.clone().unwrap_or_default());
+        }
+        t.add_row(row);
     }
     right(&mut t, 3);
     println!(

@@ -57,6 +57,9 @@ pub enum PortKind {
     /// A unix stream socket a program listens on (`path`), carrying frames as QEMU's
     /// `-netdev stream` does; the switch can hold its peer back (user-space datapath).
     Stream,
+    /// A VXLAN tunnel (RFC 7348) to other switches over a UDP socket bound to `local`
+    /// (user-space datapath).
+    Vxlan,
 }
 
 /// Which datapath executes the switch's forwarding.
@@ -131,6 +134,35 @@ pub struct PortSpec {
     /// Stream only: the unix socket its peer listens on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// VXLAN only: the local underlay address the tunnel's UDP socket is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
+    /// VXLAN only: remote endpoints (underlay addresses) every flooded frame goes to;
+    /// endpoints that send to this one are learned besides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<String>,
+    /// VXLAN only: the VNI carrying the port's frames (the port is an access port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    /// VXLAN only: a VNI per VLAN (`{ "10" = 5010 }`): the port is a trunk of these VLANs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni_map: Option<std::collections::BTreeMap<String, u32>>,
+    /// VXLAN only: the UDP port, local and remote (default 4789).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dstport: Option<u16>,
+}
+
+/// A VXLAN port's tunnel settings, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VxlanSettings {
+    /// Local underlay address.
+    pub local: std::net::IpAddr,
+    /// Configured remote endpoints (same family as `local`).
+    pub remotes: Vec<std::net::IpAddr>,
+    /// Which VNI carries which frames.
+    pub vnis: sluice_switch::tunnel::VniMap,
+    /// UDP port.
+    pub dstport: u16,
 }
 
 fn yes() -> bool {
@@ -173,7 +205,121 @@ impl PortSpec {
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
+            local: None,
+            remotes: Vec::new(),
+            vni: None,
+            vni_map: None,
+            dstport: None,
         }
+    }
+
+    /// A VXLAN port's settings, checked (`None` for other kinds, which must not carry them).
+    pub fn vxlan(&self) -> Result<Option<VxlanSettings>, String> {
+        let n = &self.name;
+        let any = self.local.is_some()
+            || !self.remotes.is_empty()
+            || self.vni.is_some()
+            || self.vni_map.is_some()
+            || self.dstport.is_some();
+        if self.kind != PortKind::Vxlan {
+            if any {
+                return Err(format!(
+                    "port {n:?}: `local`, `remotes`, `vni`, `vni_map` and `dstport` apply to vxlan ports only"
+                ));
+            }
+            return Ok(None);
+        }
+        let Some(local) = &self.local else {
+            return Err(format!(
+                "port {n:?}: a vxlan port needs `local`, the underlay address of this host its UDP socket binds to (e.g. local = \"192.168.77.1\")"
+            ));
+        };
+        let local: std::net::IpAddr = local
+            .parse()
+            .map_err(|_| format!("port {n:?}: local {local:?} is not an IPv4 or IPv6 address (no prefix length)"))?;
+        if local.is_unspecified() || local.is_multicast() {
+            return Err(format!("port {n:?}: local {local} must be one of this host's unicast addresses"));
+        }
+        let mut remotes = Vec::new();
+        for r in &self.remotes {
+            let a: std::net::IpAddr =
+                r.parse().map_err(|_| format!("port {n:?}: remote {r:?} is not an IPv4 or IPv6 address"))?;
+            if a.is_ipv4() != local.is_ipv4() {
+                return Err(format!(
+                    "port {n:?}: remote {a} is not of local {local}'s family; a tunnel's underlay is IPv4 or IPv6, not both"
+                ));
+            }
+            if a.is_unspecified() || a.is_multicast() || a == local {
+                return Err(format!("port {n:?}: remote {a} is not another host's unicast address"));
+            }
+            if remotes.contains(&a) {
+                return Err(format!("port {n:?}: remote {a} is listed twice"));
+            }
+            remotes.push(a);
+        }
+        let vni_ok = |v: u32| {
+            if v <= sluice_wire::vxlan::VNI_MAX {
+                Ok(v)
+            } else {
+                Err(format!("port {n:?}: VNI {v} is out of range: use 0 to {}", sluice_wire::vxlan::VNI_MAX))
+            }
+        };
+        let vnis = match (self.vni, &self.vni_map) {
+            (Some(v), None) => {
+                if self.trunk.is_some() {
+                    return Err(format!(
+                        "port {n:?}: with one `vni` the tunnel is an access port; for a trunk give `vni_map` (a VNI per VLAN)"
+                    ));
+                }
+                sluice_switch::tunnel::VniMap::Single(vni_ok(v)?)
+            }
+            (None, Some(m)) => {
+                let mut pairs = Vec::new();
+                for (vlan, &vni) in m {
+                    let vid = vlan
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|v| (1..=4094).contains(v))
+                        .ok_or_else(|| format!("port {n:?}: vni_map key {vlan:?} is not a VLAN (1 to 4094)"))?;
+                    let vni = vni_ok(vni)?;
+                    if pairs.iter().any(|p: &(u16, u32)| p.1 == vni) {
+                        return Err(format!("port {n:?}: VNI {vni} is mapped to two VLANs"));
+                    }
+                    pairs.push((vid, vni));
+                }
+                if pairs.is_empty() {
+                    return Err(format!("port {n:?}: vni_map is empty; map at least one VLAN"));
+                }
+                if self.vlan.is_some() || self.native.is_some() {
+                    return Err(format!(
+                        "port {n:?}: a vni_map port is a trunk of its VLANs; leave out `vlan` and `native`"
+                    ));
+                }
+                if let Some(t) = &self.trunk {
+                    let mut a: Vec<u16> = t.clone();
+                    let mut b: Vec<u16> = pairs.iter().map(|p| p.0).collect();
+                    a.sort_unstable();
+                    b.sort_unstable();
+                    if a != b {
+                        return Err(format!(
+                            "port {n:?}: `trunk` must list the VLANs of `vni_map` (or be left out): {b:?}"
+                        ));
+                    }
+                }
+                sluice_switch::tunnel::VniMap::PerVlan(pairs)
+            }
+            (None, None) => {
+                return Err(format!(
+                    "port {n:?}: a vxlan port needs `vni` (one VNI for the port's frames) or `vni_map` (a VNI per VLAN)"
+                ));
+            }
+            (Some(_), Some(_)) => return Err(format!("port {n:?}: give `vni` or `vni_map`, not both")),
+        };
+        let dstport = self.dstport.unwrap_or(sluice_wire::vxlan::VXLAN_PORT);
+        if dstport == 0 {
+            return Err(format!("port {n:?}: dstport 0 is not a port; leave it out for 4789"));
+        }
+        Ok(Some(VxlanSettings { local, remotes, vnis, dstport }))
     }
 
     /// The port's security settings, checked.
@@ -229,6 +375,7 @@ impl PortSpec {
                 self.name
             ));
         }
+        self.vxlan()?;
         match (self.kind, &self.path) {
             (PortKind::Stream, None) => {
                 return Err(format!(
@@ -266,6 +413,12 @@ impl PortSpec {
             return Err(format!("port {:?}: MTU {m} is out of range: use 68 to 9000", self.name));
         }
         let at = |e: String| format!("port {:?}: {e}", self.name);
+        // A VNI per VLAN makes the tunnel a trunk of those VLANs.
+        if let Some(VxlanSettings { vnis: sluice_switch::tunnel::VniMap::PerVlan(pairs), .. }) = self.vxlan()?
+            && self.trunk.is_none()
+        {
+            return Ok(VlanMode::Trunk { allowed: pairs.iter().map(|p| p.0).collect(), native: None });
+        }
         match (&self.vlan, &self.trunk) {
             (Some(_), Some(_)) => Err(at("set either `vlan` (access port) or `trunk` (trunk port), not both".into())),
             (_, None) if self.native.is_some() => {
@@ -732,6 +885,12 @@ pub fn check_datapath(p: &PortSpec, datapath: DatapathKind) -> Result<(), String
             p.name
         ));
     }
+    if p.kind == PortKind::Vxlan && datapath == DatapathKind::Kernel {
+        return Err(format!(
+            "port {:?}: the kernel datapath has no vxlan ports yet; run this switch with datapath = \"user\"",
+            p.name
+        ));
+    }
     if p.kind != PortKind::Veth {
         return Ok(());
     }
@@ -754,6 +913,35 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vxlan_ports_check_their_tunnel_settings_and_name_the_fault() {
+        let base = "name = \"sw0\"\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nlocal = \"192.168.77.1\"\nremotes = [\"192.168.77.2\"]\n";
+        let s = parse_str(&format!("{base}vni = 5000\n")).unwrap();
+        let v = s.ports[0].vxlan().unwrap().unwrap();
+        assert_eq!((v.vnis.clone(), v.dstport), (sluice_switch::tunnel::VniMap::Single(5000), 4789));
+        let s = parse_str(&format!("{base}vni_map = {{ \"10\" = 5010, \"20\" = 5020 }}\n")).unwrap();
+        assert_eq!(s.ports[0].validate().unwrap().to_string(), "trunk 10,20", "a VNI per VLAN makes a trunk");
+        for (extra, want) in [
+            ("", "needs `vni`"),
+            ("vni = 16777216\n", "VNI 16777216 is out of range"),
+            ("vni = 1\nvni_map = { \"10\" = 2 }\n", "not both"),
+            ("vni_map = { \"10\" = 2, \"20\" = 2 }\n", "mapped to two VLANs"),
+            ("vni_map = { \"5000\" = 2 }\n", "not a VLAN"),
+            ("vni = 1\ntrunk = [10]\n", "access port"),
+        ] {
+            let e = parse_str(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.message.contains(want), "{extra:?}: {e}");
+        }
+        let e = parse_str(&base.replace("192.168.77.2", "fd78::2").replace("remotes", "vni = 1\nremotes")).unwrap_err();
+        assert!(e.message.contains("family"), "{e}");
+        let e = parse_str(&base.replace("local = \"192.168.77.1\"\n", "vni = 1\n")).unwrap_err();
+        assert!(e.message.contains("needs `local`"), "{e}");
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nvni = 3\n").unwrap_err();
+        assert!(e.message.contains("vxlan ports only"), "{e}");
+        let v = parse_str(&format!("{base}vni = 5000\n")).unwrap();
+        assert!(check_datapath(&v.ports[0], DatapathKind::Kernel).unwrap_err().contains("datapath = \"user\""));
+    }
 
     fn parse_str(s: &str) -> Result<Settings, ConfigError> {
         parse(s, Path::new("sw.toml"))

@@ -563,7 +563,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             // The addresses the guest is reached at, before it has said anything.
             spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{i:x}")];
         }
-        client.call_value(&Request::PortAdd { port: spec })?;
+        client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
         if a.attach == AttachArg::Stream {
             sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
         }
@@ -670,7 +670,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel:
     spec.kind = crate::config::PortKind::Uplink;
     spec.netns = (!kernel).then_some(up_ns);
     spec.backups = backups;
-    client.call_value(&Request::PortAdd { port: spec })?;
+    client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
     Ok(())
 }
 

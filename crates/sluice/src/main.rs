@@ -188,14 +188,15 @@ enum SwitchCmd {
 
 #[derive(Subcommand, Debug)]
 enum PortCmd {
-    /// Create a TAP port and attach it.
+    /// Attach a port: a TAP it creates (the default), an uplink, a veth, a stream or a vxlan tunnel.
     ///
     /// Examples:
     ///   sluice port add tap0 --netns blue            access port of VLAN 1
     ///   sluice port add tap1 --vlan 10 --mtu 8992    access port of VLAN 10, jumbo frames
     ///   sluice port add tap2 --trunk 10,20 --native 1
+    ///   sluice port add vx0 --type vxlan --netns host1 --local 192.168.77.1 --remote 192.168.77.2 --vni 5000
     #[command(verbatim_doc_comment)]
-    Add(cli::PortAddArgs),
+    Add(Box<cli::PortAddArgs>),
     /// Detach a port and delete its TAP device.
     Del {
         /// Port name.
@@ -330,7 +331,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
-        Cmd::Port(PortCmd::Add(a)) => cli::port_add(a)?,
+        Cmd::Port(PortCmd::Add(a)) => cli::port_add(*a)?,
         Cmd::Port(PortCmd::Del { name, target }) => cli::port_del(&target, name)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
         Cmd::Port(PortCmd::Relay { tap, netns, listen, mtu }) => {

@@ -21,7 +21,7 @@ pub enum Request {
     /// Attach a port.
     PortAdd {
         /// The port.
-        port: PortSpec,
+        port: Box<PortSpec>,
     },
     /// Detach a port.
     PortDel {
@@ -309,6 +309,9 @@ pub struct FibEntryReport {
     pub is_static: bool,
     /// Seconds since last seen (learned entries).
     pub age_s: Option<f64>,
+    /// Behind a tunnel port: the remote endpoint the station was heard from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 /// Answer to [`Request::FibShow`].

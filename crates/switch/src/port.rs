@@ -127,6 +127,13 @@ pub trait Port: Send {
         None
     }
 
+    /// Where a station the switch learned behind this port really is, for a port that
+    /// reaches several places (a tunnel: the remote endpoint `mac` in `vlan` was heard
+    /// from), as text for `sluice fib show`.
+    fn endpoint_of(&self, _vlan: u16, _mac: sluice_wire::MacAddr) -> Option<String> {
+        None
+    }
+
     /// Called about once a second: a port that watches its device (an uplink and its
     /// backups) checks it here, and returns what it did about a change, if anything
     /// (e.g. "eth1 lost carrier; now on eth2"), which the switch counts as a failover.

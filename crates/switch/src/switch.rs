@@ -839,6 +839,12 @@ impl Switch {
         self.slot(id).map(|s| s.name.as_str())
     }
 
+    /// Where station `mac` of `vlan` is behind port `id` (a tunnel's remote endpoint),
+    /// if the port knows more than the switch.
+    pub fn port_endpoint(&self, id: PortId, vlan: u16, mac: MacAddr) -> Option<String> {
+        self.slot(id)?.port.endpoint_of(vlan, mac)
+    }
+
     /// Snapshot of one port.
     pub fn port_info(&self, id: PortId) -> Option<PortInfo> {
         let s = self.slot(id)?;

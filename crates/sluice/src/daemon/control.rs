@@ -18,6 +18,7 @@ use crate::port::stream::StreamPort;
 use crate::port::tap::TapPort;
 use crate::port::uplink::UplinkPort;
 use crate::port::veth::VethPort;
+use crate::port::vxlan::VxlanPort;
 use crate::proto::*;
 use crate::sys::epoll::EventFd;
 use crate::sys::netns;
@@ -83,24 +84,41 @@ pub fn create_port(
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
                 .with_context(|| format!("creating TAP {:?}", spec.name))?;
-            Ok(Attachment { fd: tap.raw_fd(), tap_ifindex: Some(tap.ifindex()), port: Box::new(tap) })
+            Ok(Attachment { fd: tap.raw_fd(), tap_ifindex: Some(tap.ifindex()), mtu: None, port: Box::new(tap) })
         }
         PortKind::Veth => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, port: Box::new(v) })
+            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(v) })
         }
         PortKind::Stream => {
             let path = spec.path.clone().unwrap_or_default();
             let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
-            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, port: Box::new(s) })
+            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(s) })
+        }
+        PortKind::Vxlan => {
+            if kernel {
+                anyhow::bail!(
+                    "port {:?}: the kernel datapath has no vxlan ports yet; run this switch with datapath = \"user\"",
+                    spec.name
+                );
+            }
+            let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
+            let mtu = match spec.mtu {
+                Some(m) => m,
+                None => crate::port::vxlan::inner_mtu(spec.netns.as_deref(), v.local)
+                    .with_context(|| format!("port {:?}: finding the underlay's MTU", spec.name))?,
+            };
+            let p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&v))
+                .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
+            Ok(Attachment { fd: p.raw_fd(), tap_ifindex: None, mtu: Some(mtu), port: Box::new(p) })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
             let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, port: Box::new(up) })
+            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(up) })
         }
     }
 }
@@ -219,6 +237,7 @@ impl Server {
                 serde_json::to_value(summary)?
             }
             Request::PortAdd { port } => {
+                let port = *port;
                 let (exists, missing) = {
                     let n = port.name.clone();
                     let watched = port.mirror.clone();
@@ -485,6 +504,7 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
             port: dp.switch().port_name(e.port).unwrap_or("?").to_string(),
             is_static: e.is_static,
             age_s: (!e.is_static).then(|| now.saturating_sub(e.last_seen_ms) as f64 / 1000.0),
+            endpoint: dp.switch().port_endpoint(e.port, vlan, mac),
         })
         .collect();
     FibReport { summary: fib_summary(dp), entries }

@@ -180,7 +180,8 @@ impl Datapath {
         let vlan = spec.validate().map_err(anyhow::Error::msg)?;
         let fd = a.fd;
         let policy = spec.policy().map_err(anyhow::Error::msg)?;
-        let id = self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu, policy }, a.port)?;
+        let id =
+            self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu.or(a.mtu), policy }, a.port)?;
         let interest = self.sw.interest(id);
         if let Err(e) = self.epoll.add(fd, u64::from(id), interest.read, interest.write) {
             let _ = self.sw.remove_port(&spec.name);
@@ -193,7 +194,7 @@ impl Datapath {
             let ifnames: Vec<String> = match spec.kind {
                 PortKind::Veth => vec![spec.name.clone()],
                 PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
-                PortKind::Tap | PortKind::Stream => vec![],
+                PortKind::Tap | PortKind::Stream | PortKind::Vxlan => vec![],
             };
             if !ifnames.is_empty()
                 && let Err(e) = k.attach(id, &ifnames, spec.kind == PortKind::Veth)

@@ -6,6 +6,7 @@ pub mod stream;
 pub mod tap;
 pub mod uplink;
 pub mod veth;
+pub mod vxlan;
 
 use std::os::fd::RawFd;
 
@@ -19,4 +20,7 @@ pub struct Attachment {
     pub fd: RawFd,
     /// A TAP's index in its namespace (recorded so that a later run can adopt it).
     pub tap_ifindex: Option<u32>,
+    /// The port's MTU when the port decides it (a tunnel: its underlay's less the
+    /// overhead) and the spec does not.
+    pub mtu: Option<u16>,
 }

@@ -1,0 +1,251 @@
+//! VXLAN tunnel ports (issue 18): sluice switches on different "hosts" (network
+//! namespaces joined by an underlay bridge) form one LAN with each other and with a host
+//! whose tunnel is the kernel's own `vxlan` device and a Linux bridge — real kernel stacks
+//! at both ends, bytes checked, learning checked on both sides.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+/// Hosts on one underlay: each host a namespace with an underlay address
+/// (192.168.77.N/24, fd78::N/64), each with one guest namespace on 10.78.0.N/24,
+/// fd79::N/64 behind either a sluice switch or a kernel vxlan device and bridge. Everything
+/// is removed on drop.
+struct Hosts {
+    tag: String,
+    namespaces: Vec<String>,
+    switches: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+const VNI: u32 = 5000;
+
+impl Hosts {
+    fn new(name: &str) -> Hosts {
+        init();
+        let tag = unique(name);
+        let dir = std::env::temp_dir().join(format!("sluice-vxlan-{tag}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir };
+        let ul = h.ns("ul");
+        h.add_ns(&ul);
+        ns_ok(&ul, "ip link add br0 type bridge stp_state 0 forward_delay 0 && ip link set br0 up");
+        h
+    }
+
+    fn ns(&self, role: &str) -> String {
+        format!("{}{role}", self.tag)
+    }
+
+    fn add_ns(&mut self, ns: &str) {
+        sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+        self.namespaces.push(ns.into());
+        ns_ok(ns, "sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0");
+    }
+
+    /// Host `i`'s namespace, joined to the underlay (checksums filled in software on its
+    /// underlay interface, as a NIC fills them: a veth leaves them to the receiver, and a
+    /// user-space tunnel endpoint reads the bytes as they are).
+    fn host(&mut self, i: u8) -> String {
+        let (h, ul) = (self.ns(&format!("h{i}")), self.ns("ul"));
+        self.add_ns(&h);
+        sh_ok(&format!("ip -n {ul} link add u{i} type veth peer name u0 netns {h}"));
+        sh_ok(&format!("ip -n {ul} link set u{i} master br0 up"));
+        ns_ok(
+            &h,
+            &format!(
+                "ip addr add 192.168.77.{i}/24 dev u0 && ip addr add fd78::{i}/64 dev u0 nodad && ip link set u0 up && ethtool -K u0 tx off >/dev/null"
+            ),
+        );
+        h
+    }
+
+    fn guest(&self, i: u8) -> String {
+        self.ns(&format!("g{i}"))
+    }
+
+    fn address_guest(&self, i: u8, dev: &str, mtu: u16) {
+        ns_ok(
+            &self.guest(i),
+            &format!(
+                "ip link set {dev} mtu {mtu} up && ip addr add 10.78.0.{i}/24 dev {dev} && ip addr add fd79::{i}/64 dev {dev} nodad"
+            ),
+        );
+    }
+
+    /// Host `i` runs a sluice switch: guest `i` on a TAP, a vxlan port to `remotes`.
+    fn sluice_host(&mut self, i: u8, remotes: &[u8]) {
+        let h = self.host(i);
+        let g = self.guest(i);
+        self.add_ns(&g);
+        let name = format!("{}s{i}", self.tag);
+        let remotes: Vec<String> = remotes.iter().map(|r| format!("\"192.168.77.{r}\"")).collect();
+        let cfg = self.dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"{name}\"\ndatapath = \"user\"\n[[port]]\nname = \"{name}t\"\nnetns = \"{g}\"\nmtu = 1450\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nnetns = \"{h}\"\nlocal = \"192.168.77.{i}\"\nremotes = [{}]\nvni = {VNI}\n",
+                remotes.join(", ")
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(BIN)
+            .args(["switch", "run", "--config", cfg.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.switches.push((name.clone(), child));
+        let sock = run_dir().join(format!("{name}.sock"));
+        assert!(
+            wait_for(10, || sluice(&["port", "list", "--switch", &name]).status.success()),
+            "switch {name} did not start ({}): {}",
+            sock.display(),
+            std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+        );
+        self.address_guest(i, &format!("{name}t"), 1450);
+    }
+
+    /// Host `i` is plain Linux: a kernel vxlan device (learning, flooding to `remotes`)
+    /// and a bridge, guest `i` on a veth.
+    fn kernel_host(&mut self, i: u8, remotes: &[u8]) {
+        let h = self.host(i);
+        let g = self.guest(i);
+        self.add_ns(&g);
+        ns_ok(
+            &h,
+            &format!(
+                "ip link add vx0 type vxlan id {VNI} local 192.168.77.{i} dstport 4789 && ip link add br0 type bridge stp_state 0 forward_delay 0 && ip link set vx0 master br0 up && ip link set br0 up"
+            ),
+        );
+        for r in remotes {
+            ns_ok(&h, &format!("bridge fdb append 00:00:00:00:00:00 dev vx0 dst 192.168.77.{r}"));
+        }
+        sh_ok(&format!("ip -n {h} link add p0 type veth peer name eth0 netns {g}"));
+        ns_ok(&h, "ip link set p0 master br0 up");
+        self.address_guest(i, "eth0", 1450);
+    }
+
+    fn switch(&self, i: u8) -> String {
+        format!("{}s{i}", self.tag)
+    }
+
+    fn port(&self, i: u8, port: &str) -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&sluice_ok(&["stats", "--switch", &self.switch(i), "--json"])).unwrap();
+        v["ports"].as_array().unwrap().iter().find(|p| p["name"] == port).unwrap().clone()
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.switches {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.namespaces.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `n` MB of random bytes from guest `from` to guest `to` (TCP `port`), sha256 checked.
+fn transfer(h: &Hosts, from: u8, to: u8, mb: u32, port: u16) {
+    let src = h.dir.join(format!("src{from}{to}"));
+    sh_ok(&format!("head -c {}000000 /dev/urandom > {}", mb, src.display()));
+    let want = sh_ok(&format!("sha256sum < {}", src.display()));
+    let sink = ns_spawn(&h.guest(to), &format!("timeout 120 nc -l -N {port} | sha256sum"));
+    assert!(wait_for(10, || ns_sh(&h.guest(to), &format!("ss -ltn | grep -q :{port}")).status.success()));
+    ns_ok(&h.guest(from), &format!("timeout 120 nc -N 10.78.0.{to} {port} < {}", src.display()));
+    let out = sink.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want, "sha256 of what arrived at g{to} from g{from}");
+    let _ = std::fs::remove_file(src);
+}
+
+fn pings(h: &Hosts, from: u8, to: u8) {
+    ns_ok(&h.guest(from), &format!("ping -c 2 -W 5 10.78.0.{to}"));
+    ns_ok(&h.guest(from), &format!("ping -6 -c 2 -W 5 fd79::{to}"));
+}
+
+#[test]
+fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan() {
+    if !root() || !have("ethtool") || !have("nc") || !have("tshark") {
+        return;
+    }
+    let mut h = Hosts::new("vxk");
+    h.sluice_host(1, &[2]);
+    h.kernel_host(2, &[1]);
+    pings(&h, 1, 2);
+    pings(&h, 2, 1);
+
+    // Learned on both sides: the kernel's guest behind the sluice switch's tunnel port, the
+    // sluice guest behind the kernel's vxlan device, at the sluice host's address.
+    let g2_mac = mac_of(&h.guest(2), "eth0").map(|b| format!("{b:02x}")).join(":");
+    let g1_mac = mac_of(&h.guest(1), &format!("{}t", h.switch(1))).map(|b| format!("{b:02x}")).join(":");
+    let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(fib.lines().any(|l| l.contains(&g2_mac) && l.contains("vx0") && l.contains("192.168.77.2")), "{fib}");
+    let kfdb = ns_ok(&h.ns("h2"), "bridge fdb show dev vx0");
+    assert!(kfdb.lines().any(|l| l.contains(&g1_mac) && l.contains("dst 192.168.77.1")), "{kfdb}");
+
+    // 100 MB each way, the guests' TSO frames cut by the switch for the tunnel; and the
+    // underlay carries no bad checksum, outer or inner.
+    let cap = h.dir.join("underlay.pcap");
+    let mut tshark = ns_spawn(&h.ns("h2"), &format!("timeout 60 tshark -q -i u0 -c 2000 -w {}", cap.display()));
+    assert!(wait_for(10, || ns_sh(&h.ns("h2"), "pgrep -f 'tshark -q -i u0' >/dev/null").status.success()));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    transfer(&h, 1, 2, 100, 5601);
+    transfer(&h, 2, 1, 100, 5602);
+    let _ = tshark.wait();
+    let bad = sh_ok(&format!(
+        "tshark -r {} -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE -o tcp.check_checksum:TRUE -Y 'ip.checksum.status == 0 || udp.checksum.status == 0 || tcp.checksum.status == 0' | wc -l",
+        cap.display()
+    ));
+    let all = sh_ok(&format!("tshark -r {} -Y 'vxlan && tcp' | wc -l", cap.display()));
+    assert!(all.trim().parse::<u32>().unwrap() > 100, "the capture saw the transfer: {all}");
+    assert_eq!(bad.trim(), "0", "frames with a bad checksum on the underlay");
+    let vx = h.port(1, "vx0");
+    assert!(vx["counters"]["tx_segmented"].as_u64().unwrap() > 0, "GSO frames cut for the tunnel: {vx}");
+
+    // The inner MTU is the underlay's less 50: 1422 bytes of ping payload fit, and a guest
+    // whose MTU says more has its frame dropped and counted, not fragmented.
+    ns_ok(&h.guest(1), "ping -c 1 -W 5 -M do -s 1422 10.78.0.2");
+    ns_ok(&h.guest(1), &format!("ip link set {}t mtu 1500", h.switch(1)));
+    assert!(!ns_sh(&h.guest(1), "ping -c 1 -W 2 -M do -s 1472 10.78.0.2").status.success());
+    let vx = h.port(1, "vx0");
+    assert!(vx["counters"]["tx_drops"]["over_mtu"].as_u64().unwrap() >= 1, "counted as over-MTU: {vx}");
+    assert_eq!(vx["mtu"], 1450, "{vx}");
+}
+
+#[test]
+fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each() {
+    if !root() || !have("ethtool") || !have("nc") || !have("python3") {
+        return;
+    }
+    let mut h = Hosts::new("vxf");
+    h.sluice_host(1, &[2, 3]);
+    h.sluice_host(2, &[1, 3]);
+    h.kernel_host(3, &[1, 2]);
+    pings(&h, 1, 2);
+    pings(&h, 3, 2);
+    transfer(&h, 1, 2, 100, 5603);
+
+    // One broadcast from g1 reaches g2 and g3 once each, and does not come back.
+    let listeners: Vec<Child> =
+        [(1u8, format!("{}t", h.switch(1))), (2, format!("{}t", h.switch(2))), (3, "eth0".into())]
+            .iter()
+            .map(|(i, dev)| listen_raw(&h.guest(*i), dev, 0x88b5, 3.0))
+            .collect();
+    let src = mac_of(&h.guest(1), &format!("{}t", h.switch(1)));
+    send_raw(&h.guest(1), &format!("{}t", h.switch(1)), &[frame([0xff; 6], src, None, 0x88b5, b"once to each host")]);
+    let got: Vec<usize> = listeners
+        .into_iter()
+        .map(|l| received(l).iter().filter(|(_, f)| f.windows(17).any(|w| w == b"once to each host")).count())
+        .collect();
+    assert_eq!(got, [0, 1, 1], "receptions at g1, g2, g3");
+}
