@@ -19,6 +19,8 @@ struct Hosts {
     namespaces: Vec<String>,
     switches: Vec<(String, Child)>,
     dir: PathBuf,
+    /// Open vSwitch run directories of OVS hosts (their daemons are stopped on drop).
+    ovs: Vec<PathBuf>,
 }
 
 const VNI: u32 = 5000;
@@ -29,7 +31,7 @@ impl Hosts {
         let tag = unique(name);
         let dir = std::env::temp_dir().join(format!("sluice-vxlan-{tag}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir };
+        let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir, ovs: vec![] };
         let ul = h.ns("ul");
         h.add_ns(&ul);
         ns_ok(&ul, "ip link add br0 type bridge stp_state 0 forward_delay 0 && ip link set br0 up");
@@ -139,6 +141,38 @@ impl Hosts {
         self.address_guest(i, "eth0", 1450);
     }
 
+    /// Host `i` runs Open vSwitch (user-space datapath, daemons of the test's own in a
+    /// private directory): a bridge `br-phy` holding the underlay interface and the host's
+    /// address (OVS's native tunnels route through it), a bridge `br-int` with a vxlan port
+    /// to `remote` and guest `i` on a TAP port.
+    fn ovs_host(&mut self, i: u8, remote: u8) {
+        let h = self.host(i);
+        let g = self.guest(i);
+        self.add_ns(&g);
+        let d = self.dir.join(format!("ovs{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        self.ovs.push(d.clone());
+        let d = d.display().to_string();
+        let env = format!("OVS_RUNDIR={d} OVS_LOGDIR={d} OVS_DBDIR={d}");
+        let vsctl = format!("{env} ovs-vsctl --db=unix:{d}/db.sock --timeout=15");
+        sh_ok(&format!(
+            "{env} ovsdb-tool create {d}/conf.db /usr/share/openvswitch/vswitch.ovsschema && {env} ovsdb-server {d}/conf.db --remote=punix:{d}/db.sock --pidfile={d}/ovsdb-server.pid --unixctl={d}/ovsdb-server.ctl --log-file={d}/ovsdb-server.log --detach --no-chdir && {vsctl} --no-wait init"
+        ));
+        sh_ok(&format!(
+            "{env} ip netns exec {h} ovs-vswitchd unix:{d}/db.sock --pidfile={d}/ovs-vswitchd.pid --unixctl={d}/ovs-vswitchd.ctl --log-file={d}/ovs-vswitchd.log --detach --no-chdir"
+        ));
+        ns_ok(&h, "ip addr flush dev u0");
+        sh_ok(&format!("{vsctl} add-br br-phy -- set bridge br-phy datapath_type=netdev -- add-port br-phy u0"));
+        assert!(wait_for(10, || ns_sh(&h, "ip link show br-phy").status.success()), "OVS made no br-phy");
+        ns_ok(&h, &format!("ip addr add 192.168.77.{i}/24 dev br-phy && ip link set br-phy up"));
+        sh_ok(&format!(
+            "{vsctl} add-br br-int -- set bridge br-int datapath_type=netdev -- add-port br-int vx0 -- set interface vx0 type=vxlan options:remote_ip=192.168.77.{remote} options:local_ip=192.168.77.{i} options:key={VNI} -- add-port br-int gt -- set interface gt type=tap"
+        ));
+        assert!(wait_for(10, || ns_sh(&h, "ip link show gt").status.success()), "OVS made no TAP port");
+        sh_ok(&format!("ip -n {h} link set gt netns {g}"));
+        self.address_guest(i, "gt", 1450);
+    }
+
     fn switch(&self, i: u8) -> String {
         format!("{}s{i}", self.tag)
     }
@@ -155,6 +189,17 @@ impl Drop for Hosts {
         for (_, c) in &mut self.switches {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        for d in &self.ovs {
+            for daemon in ["ovs-vswitchd", "ovsdb-server"] {
+                let _ = Command::new("ovs-appctl")
+                    .arg("-t")
+                    .arg(d.join(format!("{daemon}.ctl")))
+                    .args(["--timeout=10", "exit"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
         }
         for ns in self.namespaces.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
@@ -287,4 +332,31 @@ fn an_ipv6_underlay_carries_a_vni_per_vlan() {
     let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
     let g2_mac = mac_of(&h.guest(2), &format!("{}t", h.switch(2))).map(|b| format!("{b:02x}")).join(":");
     assert!(fib.lines().any(|l| l.contains(&g2_mac) && l.starts_with(" 10") && l.contains("fd78::2")), "{fib}");
+}
+
+#[test]
+fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other() {
+    if !root() || !have("ethtool") || !have("nc") || !have("ovs-vswitchd") {
+        return;
+    }
+    let mut h = Hosts::new("vxo");
+    h.sluice_host(1, &[2]);
+    h.ovs_host(2, 1);
+    pings(&h, 1, 2);
+    pings(&h, 2, 1);
+    transfer(&h, 1, 2, 100, 5604);
+    transfer(&h, 2, 1, 100, 5605);
+    // Learned on both sides: OVS's guest behind sluice's tunnel port at OVS's address, and
+    // sluice's guest on OVS's vxlan port.
+    let g2_mac = mac_of(&h.guest(2), "gt").map(|b| format!("{b:02x}")).join(":");
+    let g1_mac = mac_of(&h.guest(1), &format!("{}t", h.switch(1))).map(|b| format!("{b:02x}")).join(":");
+    let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(fib.lines().any(|l| l.contains(&g2_mac) && l.contains("vx0") && l.contains("192.168.77.2")), "{fib}");
+    let d = h.ovs[0].display().to_string();
+    let ofport = sh_ok(&format!("ovs-vsctl --db=unix:{d}/db.sock --timeout=15 get interface vx0 ofport"));
+    let fdb = sh_ok(&format!("ovs-appctl -t {d}/ovs-vswitchd.ctl fdb/show br-int"));
+    assert!(
+        fdb.lines().any(|l| l.contains(&g1_mac) && l.split_whitespace().next() == Some(ofport.trim())),
+        "OVS learned sluice's guest on its vxlan port {ofport}: {fdb}"
+    );
 }
