@@ -46,7 +46,7 @@ pub enum LabCmd {
         /// The lab (default: the only one).
         #[arg(long)]
         name: Option<String>,
-        /// Guest: g1, g2, … (or its namespace name).
+        /// Guest: g1, g2, … (h1g1, h2g1, … in a lab of several hosts), or its namespace name.
         guest: String,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
@@ -112,6 +112,20 @@ pub struct UpArgs {
     /// datapath).
     #[arg(long, value_enum, default_value = "tap")]
     pub attach: AttachArg,
+    /// Hosts (1 to 4): with more than one, each host is a namespace of its own with its own
+    /// sluice switch (user-space datapath) and --guests guests `hKgJ`, the hosts joined by
+    /// a veth underlay (192.168.77.K, fd78::K) and their switches by VXLAN tunnels (VNI
+    /// 5000): one LAN, 10.77.0.0/24, across hosts. Lab names are then at most 8 characters.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub hosts: u32,
+    /// With --hosts: the last host is plain Linux instead of sluice — a kernel `vxlan`
+    /// device and a bridge, its guests on veth pairs (needs ethtool: its underlay fills
+    /// checksums in software, as a NIC would).
+    #[arg(long, requires = "hosts")]
+    pub peer_kernel: bool,
+    /// Which host of a multi-host lab this (sub-)lab is (0: a lab of one host).
+    #[arg(skip)]
+    pub host: u32,
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -162,6 +176,9 @@ impl UpArgs {
             mode: ModeArg::L2,
             datapath: None,
             attach: AttachArg::Tap,
+            hosts: 1,
+            peer_kernel: false,
+            host: 0,
             json: false,
         }
     }
@@ -219,6 +236,9 @@ pub struct LabState {
     /// the kernel datapath), deleted by `down`.
     #[serde(default)]
     pub links: Vec<String>,
+    /// A multi-host lab's hosts that run sluice: labs of their own, taken down by `down`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sublabs: Vec<String>,
 }
 
 fn l2() -> String {
@@ -229,12 +249,12 @@ fn user() -> String {
     "user".into()
 }
 
-fn state_path(name: &str) -> PathBuf {
+pub(crate) fn state_path(name: &str) -> PathBuf {
     paths::labs_dir().join(format!("{name}.json"))
 }
 
 impl LabState {
-    fn save(&self) -> Result<()> {
+    pub(crate) fn save(&self) -> Result<()> {
         let dir = paths::labs_dir();
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".{}.json.tmp", self.name));
@@ -289,7 +309,11 @@ fn pick(name: Option<String>) -> Result<String> {
     if let Some(n) = name {
         return Ok(n);
     }
-    let labs = list_names();
+    let mut labs = list_names();
+    // The hosts of a multi-host lab are labs too; without --name the lab that holds them
+    // is meant.
+    let hosts: Vec<String> = labs.iter().filter_map(|l| LabState::load(l).ok()).flat_map(|s| s.sublabs).collect();
+    labs.retain(|l| !hosts.contains(l));
     match labs.len() {
         0 => bail!("no lab is up; create one with `sluice lab up`"),
         1 => Ok(labs[0].clone()),
@@ -357,6 +381,18 @@ pub fn render(s: &LabState) -> String {
     for g in &s.guests {
         t.add_row([&g.guest, &g.netns, &g.tap, &g.ipv4, &g.ipv6]);
     }
+    if s.switch.is_empty() {
+        // A lab of several hosts: its host labs have the switches.
+        let kernel = s.guests.iter().filter(|g| g.tap == "eth0").map(|g| &g.guest[..2]).next();
+        return format!(
+            "lab {} of hosts joined by VXLAN (VNI {}, underlay 192.168.77.0/24): sluice switches in {}{} (MTU {}):\n{t}\n",
+            s.name,
+            crate::lab_hosts::LAB_VNI,
+            s.sublabs.join(", "),
+            kernel.map(|k| format!("; host {k} is a kernel vxlan device and bridge")).unwrap_or_default(),
+            s.mtu
+        );
+    }
     format!(
         "lab {} on switch {} ({}{}){} (MTU {}):\n{t}\n",
         s.name,
@@ -396,6 +432,9 @@ pub fn sh(args: &[&str]) -> Result<()> {
 /// Creates a lab; on failure removes what it had made. Without `--datapath` the kernel
 /// datapath is tried first (see [`UpArgs::datapath`]).
 pub fn up(a: &UpArgs) -> Result<LabState> {
+    if a.hosts != 1 || a.peer_kernel {
+        return crate::lab_hosts::up(a);
+    }
     if a.datapath.is_some() {
         return up_on(a);
     }
@@ -466,6 +505,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
         mode: a.mode.as_str().into(),
         datapath: datapath.kind().as_str().into(),
         links: Vec::new(),
+        sublabs: Vec::new(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -507,12 +547,17 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         );
     }
     for i in 1..=a.guests {
+        // Host K of a multi-host lab: guests hKgJ, numbered on from the hosts before it.
+        let (label, n) = match a.host {
+            0 => (format!("g{i}"), i),
+            k => (format!("h{k}g{i}"), (k - 1) * a.guests + i),
+        };
         let g = Guest {
-            guest: format!("g{i}"),
+            guest: label,
             netns: format!("sluice-{}-g{i}", s.name),
             tap: format!("{}-g{i}", s.name),
-            ipv4: format!("10.77.0.{i}/24"),
-            ipv6: format!("fd77::{i:x}/64"),
+            ipv4: format!("10.77.0.{n}/24"),
+            ipv6: format!("fd77::{n:x}/64"),
             created_netns: false,
             added_port: false,
             relay_pid: None,
@@ -561,7 +606,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         spec.offload = !a.no_offload;
         if a.mode == ModeArg::L3 {
             // The addresses the guest is reached at, before it has said anything.
-            spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{i:x}")];
+            spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{n:x}")];
         }
         client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
         if a.attach == AttachArg::Stream {
@@ -773,6 +818,13 @@ fn is_zombie(pid: u32) -> bool {
 pub fn down(name: &str) -> Result<()> {
     let s = LabState::load(name)?;
     let mut problems = Vec::new();
+    for sub in &s.sublabs {
+        if state_path(sub).exists()
+            && let Err(e) = down(sub)
+        {
+            problems.push(format!("host lab {sub}: {e:#}"));
+        }
+    }
     let mut client = if s.switch_alive() { Client::connect(&s.socket).ok() } else { None };
     for g in s.guests.iter().rev() {
         if g.added_port

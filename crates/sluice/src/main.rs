@@ -6,6 +6,7 @@ mod client;
 mod daemon;
 mod demo;
 mod lab;
+mod lab_hosts;
 mod port;
 mod smc;
 mod study;

@@ -360,3 +360,42 @@ fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other() {
         "OVS learned sluice's guest on its vxlan port {ofport}: {fdb}"
     );
 }
+
+#[test]
+fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_it() {
+    if !root() || !have("ethtool") {
+        return;
+    }
+    init();
+    let name = format!("vxl{}", std::process::id() % 100_000);
+    let up = sluice(&["lab", "up", "--name", &name, "--hosts", "3", "--guests", "1", "--peer-kernel", "--json"]);
+    // Taken down whatever happens below.
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = sluice(&["lab", "down", "--name", &self.0]);
+        }
+    }
+    let _down = Down(name.clone());
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let exec = |g: &str, cmd: &str| {
+        let mut a = vec!["lab", "exec", "--name", &name, g, "--"];
+        a.extend(cmd.split_whitespace());
+        sluice_ok(&a)
+    };
+    // h1 and h2 run sluice, h3 is a kernel vxlan device and bridge: every pair talks.
+    exec("h1g1", "ping -c 2 -W 5 10.77.0.2");
+    exec("h1g1", "ping -c 2 -W 5 10.77.0.3");
+    exec("h3g1", "ping -c 2 -W 5 10.77.0.2");
+    exec("h2g1", "ping -6 -c 2 -W 5 fd77::3");
+    // Without --name, the lab of hosts is meant (its hosts are labs too; this test
+    // process's run directory holds no other lab).
+    let o = sluice(&["lab", "exec", "h2g1", "--", "true"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fib = sluice_ok(&["fib", "show", "--switch", &format!("{name}h1")]);
+    assert!(fib.contains("192.168.77.2") && fib.contains("192.168.77.3"), "endpoints of both other hosts: {fib}");
+    sluice_ok(&["lab", "down", "--name", &name]);
+    let left = sh_ok("ip netns list");
+    assert!(!left.contains(&format!("sluice-{name}")), "left behind: {left}");
+    assert!(!sluice(&["lab", "list"]).stdout.windows(name.len()).any(|w| w == name.as_bytes()));
+}
