@@ -32,7 +32,12 @@ fn leftovers(pid: u32) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("sst{pid}-")) || n.starts_with(&format!("sluice-st{pid}")))
+        .filter(|n| {
+            n.starts_with(&format!("sst{pid}-"))
+                || n.starts_with(&format!("sluice-st{pid}"))
+                // The overlay paths' labs: o, the path's index, the pid's last five digits.
+                || (n.starts_with("sluice-o") && n.get(9..14) == Some(&format!("{:05}", pid % 100_000)))
+        })
         .map(String::from)
         .collect()
 }
@@ -216,6 +221,36 @@ fn partition_aggregate_points_need_paths_with_six_guests() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("s.toml:4:") && err.contains("path \"direct\" builds two"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_overlay_paths_build_two_hosts_joined_by_vxlan() {
+    if !root() || !have("ethtool") {
+        return;
+    }
+    init();
+    let d = scratch("overlay");
+    let f = study_file(
+        &d,
+        r#"name = "ov"
+baseline = "overlay-kernel"
+paths = ["overlay-kernel", "overlay-sluice", "overlay-mixed"]
+workloads = ["rr-200x1000"]
+reps = 1
+duration = 1
+"#,
+    );
+    let out = d.join("out");
+    let err = run_study_ok(&f, &out);
+    assert!(err.contains("[3/3]"), "{err}");
+    let cs = cells(&out);
+    assert_eq!(cs.len(), 3, "{cs:?}");
+    for c in &cs {
+        let r = &c["result"];
+        assert!(r["client"]["transactions"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{c}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -319,6 +319,27 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
             t.smc = path == "smc";
             t
         }
+        "overlay-kernel" => {
+            let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            overlay_kernel(&mut t, &ns("ul"), &ns("h1"), &ns("h2"), mtu)?;
+            t
+        }
+        "overlay-sluice" | "overlay-mixed" => {
+            // Lab names of several hosts are at most 8 characters.
+            let name = format!("o{index}{:05}", std::process::id() % 100_000);
+            let s = lab::up(&lab::UpArgs {
+                guests: 1,
+                hosts: 2,
+                peer_kernel: path == "overlay-mixed",
+                ..lab::UpArgs::two_guests(&name, mtu)
+            })?;
+            let mut t =
+                Topology::new(path, s.guests[0].netns.clone(), s.guests[1].netns.clone(), "10.77.0.2", "fd77::2");
+            t.lab = Some(name.clone());
+            // The client's host's switch is the "switch" column (the other's CPU is "other").
+            t.switch_pid = lab::LabState::load(&format!("{name}h1")).ok().and_then(|h| h.switch_pid);
+            t
+        }
         other => bail!("unknown path {other:?}"),
     };
     tune_client(&t.client_ns)?;
@@ -386,6 +407,88 @@ fn ovs(t: &mut Topology, sw: &str, tag: &str, mtu: u16) -> Result<()> {
     {
         sh(&["ip", "-n", sw, "link", "set", tap, "netns", g])?;
         address(g, tap, mtu, v4, v6)?;
+    }
+    Ok(())
+}
+
+/// Two hosts `h1`, `h2` on an underlay bridge in `ul` (192.168.77.1 and .2, MTU `mtu` +
+/// 50), each with a kernel vxlan device (VNI 5000) and a bridge; the client guest behind
+/// h1, the server behind h2.
+fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> Result<()> {
+    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
+    for n in [ul, h1, h2, &c, &s] {
+        t.netns(n)?;
+    }
+    let under = (mtu + 50).to_string();
+    let m = mtu.to_string();
+    sh(&[
+        "ip",
+        "-n",
+        ul,
+        "link",
+        "add",
+        "br0",
+        "mtu",
+        &under,
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "forward_delay",
+        "0",
+    ])?;
+    sh(&["ip", "-n", ul, "link", "set", "br0", "up"])?;
+    for (k, h, g, v4, v6) in [(1, h1, &c, "10.231.0.1/24", "fd31::1/64"), (2, h2, &s, "10.231.0.2/24", "fd31::2/64")] {
+        let u = format!("u{k}");
+        sh(&[
+            "ip", "-n", ul, "link", "add", &u, "mtu", &under, "type", "veth", "peer", "name", "u0", "mtu", &under,
+            "netns", h,
+        ])?;
+        sh(&["ip", "-n", ul, "link", "set", &u, "master", "br0", "up"])?;
+        sh(&["ip", "-n", h, "addr", "add", &format!("192.168.77.{k}/24"), "dev", "u0"])?;
+        sh(&["ip", "-n", h, "link", "set", "u0", "up"])?;
+        let other = format!("192.168.77.{}", 3 - k);
+        sh(&[
+            "ip",
+            "-n",
+            h,
+            "link",
+            "add",
+            "vx0",
+            "mtu",
+            &m,
+            "type",
+            "vxlan",
+            "id",
+            "5000",
+            "local",
+            &format!("192.168.77.{k}"),
+            "remote",
+            &other,
+            "dstport",
+            "4789",
+        ])?;
+        sh(&[
+            "ip",
+            "-n",
+            h,
+            "link",
+            "add",
+            "br0",
+            "mtu",
+            &m,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])?;
+        sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
+        veth(h, "p0", g, "eth0", mtu)?;
+        sh(&["ip", "-n", h, "link", "set", "p0", "master", "br0", "up"])?;
+        sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
+        address(g, "eth0", mtu, v4, v6)?;
     }
     Ok(())
 }

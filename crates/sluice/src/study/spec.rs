@@ -34,6 +34,12 @@ pub const PATHS: &[(&str, &str)] = &[
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
     ("ovs", "Open vSwitch, user-space datapath with TSO"),
+    (
+        "overlay-kernel",
+        "two hosts joined by VXLAN over a veth underlay: a kernel vxlan device and a Linux bridge on each",
+    ),
+    ("overlay-sluice", "the same two hosts with a sluice switch and its vxlan port on each (`lab up --hosts 2`)"),
+    ("overlay-mixed", "a sluice host and a kernel vxlan host (`lab up --hosts 2 --peer-kernel`)"),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
     ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
     (
@@ -50,6 +56,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("smc-vs-tcp", include_str!("builtin/smc-vs-tcp.toml")),
     ("kernel-vs-bridge", include_str!("builtin/kernel-vs-bridge.toml")),
     ("lossless-pa", include_str!("builtin/lossless-pa.toml")),
+    ("overlay", include_str!("builtin/overlay.toml")),
     ("switch-paths", include_str!("builtin/switch-paths.toml")),
     ("calibrate", include_str!("builtin/calibrate.toml")),
 ];

@@ -30,6 +30,18 @@ fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io:
     Ok(())
 }
 
+/// Gives socket `fd` receive and send buffers of `bytes` each: beyond the system's
+/// `rmem_max`/`wmem_max` when the process may (CAP_NET_ADMIN: `SO_RCVBUFFORCE`), else as
+/// much as the limits allow. A tunnel's socket takes bursts of a whole TCP window of
+/// datagrams between two reads.
+pub fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
+    for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        if setopt(fd, libc::SOL_SOCKET, force, &bytes).is_err() {
+            let _ = setopt(fd, libc::SOL_SOCKET, plain, &bytes);
+        }
+    }
+}
+
 /// The index of interface `ifname` in the calling thread's namespace.
 pub fn ifindex(ifname: &str) -> io::Result<i32> {
     let cname = CString::new(ifname).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
