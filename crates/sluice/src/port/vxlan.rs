@@ -223,18 +223,19 @@ impl Port for VxlanPort {
         self.out.extend_from_slice(f.rest);
         let now = self.now_ms();
         let (out, sock, port) = (&self.out, &self.sock, self.dstport);
-        let mut sent = 0u32;
-        let mut full = false;
-        let mut lost = 0u64;
+        let (mut sent, mut busy, mut lost) = (0u64, 0u64, 0u64);
         self.table.targets(vni, MacAddr(dst), now, |ep| match sock.send_to(out, SocketAddr::new(ep, port)) {
             Ok(_) => sent += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && sent == 0 => full = true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => busy += 1,
             Err(_) => lost += 1,
         });
-        self.lost_out += lost;
-        if full {
+        // Full only when no copy left: offering the frame again must not send a second
+        // copy to an endpoint that took the first.
+        if busy > 0 && sent == 0 && lost == 0 {
             return Ok(TxOutcome::Full);
         }
+        lost += busy;
+        self.lost_out += lost;
         if sent == 0 && lost == 0 {
             // Nowhere to send: no remote configured or heard from yet.
             self.lost_out += 1;
