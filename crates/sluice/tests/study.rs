@@ -236,20 +236,28 @@ fn the_overlay_paths_build_two_hosts_joined_by_vxlan() {
         r#"name = "ov"
 baseline = "overlay-kernel"
 paths = ["overlay-kernel", "overlay-sluice", "overlay-mixed"]
-workloads = ["rr-200x1000"]
+workloads = ["rr-200x1000", "pa-8mtu"]
 reps = 1
 duration = 1
+queries = 100
 "#,
     );
     let out = d.join("out");
     let err = run_study_ok(&f, &out);
-    assert!(err.contains("[3/3]"), "{err}");
+    assert!(err.contains("[6/6]"), "{err}");
     let cs = cells(&out);
-    assert_eq!(cs.len(), 3, "{cs:?}");
+    assert_eq!(cs.len(), 6, "{cs:?}");
     for c in &cs {
         let r = &c["result"];
         assert!(r["client"]["transactions"].as_u64().unwrap() > 0, "{c}");
         assert_eq!(r["client"]["transactions"], r["server"]["transactions"], "{c}");
+        // Partition-aggregate across hosts (seed 004's Fig. 7b): five workers behind the
+        // second host, the drops read on both hosts' switches.
+        if c["workload"] == "pa-8mtu" {
+            assert_eq!(c["conns"], 5, "{c}");
+            assert!(r["completion"]["queries"].as_u64().unwrap() > 0, "{c}");
+            assert!(c["drops"]["interfaces"].is_u64(), "{c}");
+        }
     }
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -72,7 +72,7 @@ impl PathDrops {
 /// Reads the path's counters now (absolute values; [`run_point`] takes differences).
 fn read_counters(topo: &Topology) -> Result<PathDrops> {
     let mut d = PathDrops::default();
-    if let Some(sock) = &topo.switch_socket {
+    for sock in &topo.switch_sockets {
         let r: StatsReport = Client::connect(sock)?.call(&Request::Stats { port: None })?;
         for p in &r.ports {
             let c = &p.counters;
@@ -81,6 +81,14 @@ fn read_counters(topo: &Topology) -> Result<PathDrops> {
                 *d.switch.entry(cause.name().to_string()).or_default() += n;
             }
             d.pauses += c.pauses;
+            // A tunnel port's own drops (datagrams refused, its socket's overflows, frames
+            // with nowhere to go) are the path's interface drops; a TAP's are counted from
+            // its namespace below.
+            if p.kind == "vxlan"
+                && let Some(dd) = p.device_drops
+            {
+                d.interfaces += dd.to_guest + dd.from_guest;
+            }
             d.watchdog_trips += p.classes.iter().map(|k| k.counters.watchdog_trips).sum::<u64>();
         }
         if let Some(k) = &r.kernel {
@@ -88,7 +96,7 @@ fn read_counters(topo: &Topology) -> Result<PathDrops> {
         }
     }
     let mut spaces: Vec<Option<String>> = topo.guest_namespaces().into_iter().map(Some).collect();
-    spaces.extend(topo.switch_ns.clone().map(Some));
+    spaces.extend(topo.switch_ns.iter().cloned().map(Some));
     for ns in &spaces {
         d.interfaces += interface_drops(ns.as_deref(), &[])?;
     }

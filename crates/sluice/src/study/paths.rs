@@ -48,10 +48,11 @@ pub struct Topology {
     more: Vec<(String, IpAddr, IpAddr)>,
     /// The bench server processes: the server guest's first, then one per `more`.
     servers: Vec<Child>,
-    /// The namespace the path's own devices live in (the bridge's), if any.
-    pub(super) switch_ns: Option<String>,
-    /// The sluice switch's control socket (sluice paths).
-    pub(super) switch_socket: Option<std::path::PathBuf>,
+    /// The namespaces the path's own devices live in (the bridge's; the hosts' and the
+    /// underlay's of an overlay), whose interfaces' drops are the path's.
+    pub(super) switch_ns: Vec<String>,
+    /// The sluice switches' control sockets (sluice paths; one per host of an overlay).
+    pub(super) switch_sockets: Vec<std::path::PathBuf>,
     /// The switch's devices in the host's namespace (the kernel datapath's veth ends).
     pub(super) host_devices: Vec<String>,
     /// Namespaces this topology created, deleted on drop.
@@ -120,8 +121,8 @@ impl Topology {
             switch_pid: None,
             more: Vec::new(),
             servers: Vec::new(),
-            switch_ns: None,
-            switch_socket: None,
+            switch_ns: Vec::new(),
+            switch_sockets: Vec::new(),
             host_devices: Vec::new(),
             created: Vec::new(),
             lab: None,
@@ -313,7 +314,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
             if s.datapath == "kernel" {
                 t.host_devices = s.guests.iter().map(|g| g.tap.clone()).collect();
             }
-            t.switch_socket = Some(s.socket.clone());
+            t.switch_sockets = vec![s.socket.clone()];
             t.lab = Some(name);
             t.switch_pid = s.switch_pid;
             t.smc = path == "smc";
@@ -321,20 +322,38 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
         }
         "overlay-kernel" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
+            // Partition-aggregate workers: all behind the second host (seed 004's Fig. 7b).
+            for k in 2..=workers {
+                let (a4, a6) = (format!("10.231.0.{}", k + 1), format!("fd31::{:x}", k + 1));
+                t.more.push((ns(&format!("s{k}")), a4.parse()?, a6.parse()?));
+            }
             overlay_kernel(&mut t, &ns("ul"), &ns("h1"), &ns("h2"), mtu)?;
+            t.switch_ns = vec![ns("ul"), ns("h1"), ns("h2")];
             t
         }
-        "overlay-sluice" | "overlay-mixed" => {
+        "overlay-sluice" | "overlay-sluice-lossless" | "overlay-mixed" => {
             // Lab names of several hosts are at most 8 characters.
             let name = format!("o{index}{:05}", std::process::id() % 100_000);
+            let per_host = workers;
             let s = lab::up(&lab::UpArgs {
-                guests: 1,
+                guests: per_host,
                 hosts: 2,
                 peer_kernel: path == "overlay-mixed",
+                lossless: path == "overlay-sluice-lossless",
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
-            let mut t =
-                Topology::new(path, s.guests[0].netns.clone(), s.guests[1].netns.clone(), "10.77.0.2", "fd77::2");
+            // The client is the first host's first guest; the servers are the second host's.
+            let first = &s.guests[per_host as usize];
+            let (a4, a6) =
+                (first.ipv4.split('/').next().unwrap_or_default(), first.ipv6.split('/').next().unwrap_or_default());
+            let mut t = Topology::new(path, s.guests[0].netns.clone(), first.netns.clone(), a4, a6);
+            for g in s.guests.iter().skip(per_host as usize + 1) {
+                let (a4, a6) =
+                    (g.ipv4.split('/').next().unwrap_or_default(), g.ipv6.split('/').next().unwrap_or_default());
+                t.more.push((g.netns.clone(), a4.parse()?, a6.parse()?));
+            }
+            t.switch_ns = ["ul", "h1", "h2"].iter().map(|r| format!("sluice-{name}-{r}")).collect();
+            t.switch_sockets = s.sublabs.iter().filter_map(|l| lab::LabState::load(l).ok()).map(|l| l.socket).collect();
             t.lab = Some(name.clone());
             // The client's host's switch is the "switch" column (the other's CPU is "other").
             t.switch_pid = lab::LabState::load(&format!("{name}h1")).ok().and_then(|h| h.switch_pid);
@@ -376,7 +395,7 @@ fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
         .chain(t.servers(Family::Ipv4).into_iter().zip(t.servers(Family::Ipv6)).map(|((ns, a4), (_, a6))| (ns, a4, a6)))
         .collect();
     t.netns(sw)?;
-    t.switch_ns = Some(sw.to_string());
+    t.switch_ns = vec![sw.to_string()];
     for (g, _, _) in &guests {
         t.netns(g)?;
     }
@@ -415,8 +434,17 @@ fn ovs(t: &mut Topology, sw: &str, tag: &str, mtu: u16) -> Result<()> {
 /// 50), each with a kernel vxlan device (VNI 5000) and a bridge; the client guest behind
 /// h1, the server behind h2.
 fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> Result<()> {
-    let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
-    for n in [ul, h1, h2, &c, &s] {
+    let c = t.client_ns.clone();
+    let servers: Vec<(String, IpAddr, IpAddr)> = t
+        .servers(Family::Ipv4)
+        .into_iter()
+        .zip(t.servers(Family::Ipv6))
+        .map(|((n, a4), (_, a6))| (n, a4, a6))
+        .collect();
+    for n in [ul, h1, h2, &c] {
+        t.netns(n)?;
+    }
+    for (n, _, _) in &servers {
         t.netns(n)?;
     }
     let under = (mtu + 50).to_string();
@@ -438,7 +466,7 @@ fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> R
         "0",
     ])?;
     sh(&["ip", "-n", ul, "link", "set", "br0", "up"])?;
-    for (k, h, g, v4, v6) in [(1, h1, &c, "10.231.0.1/24", "fd31::1/64"), (2, h2, &s, "10.231.0.2/24", "fd31::2/64")] {
+    for (k, h) in [(1, h1), (2, h2)] {
         let u = format!("u{k}");
         sh(&[
             "ip", "-n", ul, "link", "add", &u, "mtu", &under, "type", "veth", "peer", "name", "u0", "mtu", &under,
@@ -485,10 +513,16 @@ fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> R
             "0",
         ])?;
         sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
-        veth(h, "p0", g, "eth0", mtu)?;
-        sh(&["ip", "-n", h, "link", "set", "p0", "master", "br0", "up"])?;
         sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
-        address(g, "eth0", mtu, v4, v6)?;
+    }
+    // The client behind h1, every server guest behind h2.
+    let guests = std::iter::once((h1, c, "10.231.0.1".parse()?, "fd31::1".parse()?))
+        .chain(servers.into_iter().map(|(n, a4, a6)| (h2, n, a4, a6)));
+    for (i, (h, g, a4, a6)) in guests.enumerate() {
+        let p = format!("p{i}");
+        veth(h, &p, &g, "eth0", mtu)?;
+        sh(&["ip", "-n", h, "link", "set", &p, "master", "br0", "up"])?;
+        address(&g, "eth0", mtu, &format!("{a4}/24"), &format!("{a6}/64"))?;
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ pub const PATHS: &[(&str, &str)] = &[
         "two hosts joined by VXLAN over a veth underlay: a kernel vxlan device and a Linux bridge on each",
     ),
     ("overlay-sluice", "the same two hosts with a sluice switch and its vxlan port on each (`lab up --hosts 2`)"),
+    ("overlay-sluice-lossless", "the same with both sluice switches in lossless mode"),
     ("overlay-mixed", "a sluice host and a kernel vxlan host (`lab up --hosts 2 --peer-kernel`)"),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
     ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
@@ -57,6 +58,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("kernel-vs-bridge", include_str!("builtin/kernel-vs-bridge.toml")),
     ("lossless-pa", include_str!("builtin/lossless-pa.toml")),
     ("overlay", include_str!("builtin/overlay.toml")),
+    ("lossless-pa-2hosts", include_str!("builtin/lossless-pa-2hosts.toml")),
     ("switch-paths", include_str!("builtin/switch-paths.toml")),
     ("calibrate", include_str!("builtin/calibrate.toml")),
 ];
@@ -176,6 +178,10 @@ pub const PA_PATHS: &[&str] = &[
     "sluice-l2-stream",
     "sluice-l2-lossless-stream",
     "sluice-kernel",
+    "overlay-kernel",
+    "overlay-sluice",
+    "overlay-sluice-lossless",
+    "overlay-mixed",
 ];
 
 /// Largest answer of a partition-aggregate point, in MTUs.
