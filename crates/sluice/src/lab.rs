@@ -416,6 +416,13 @@ fn check_name(name: &str) -> Result<()> {
     if ok { Ok(()) } else { bail!("lab name {name:?} must be 1 to 10 lowercase letters, digits or '-'") }
 }
 
+/// Creates bridge `br0` in namespace `ns` at `mtu`, without spanning tree or forwarding
+/// delay (it forwards at once), not yet up.
+pub fn add_bridge(ns: &str, mtu: u16) -> Result<()> {
+    let m = mtu.to_string();
+    sh(&["ip", "-n", ns, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])
+}
+
 /// Runs a command, failing with its stderr.
 pub fn sh(args: &[&str]) -> Result<()> {
     let out = Command::new(args[0])
@@ -663,22 +670,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel:
     sh(&["ip", "-n", &lan_ns, "link", "set", "lo", "up"])?;
     let host_dev = if uplinks > 1 { "br0" } else { "eth0" };
     if uplinks > 1 {
-        sh(&[
-            "ip",
-            "-n",
-            &lan_ns,
-            "link",
-            "add",
-            "br0",
-            "mtu",
-            &m,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ])?;
+        add_bridge(&lan_ns, mtu)?;
     }
     for i in 0..uplinks {
         let up_dev = if i == 0 { port.clone() } else { format!("{port}{}", i + 1) };

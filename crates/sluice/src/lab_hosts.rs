@@ -105,22 +105,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
     let ul = format!("sluice-{}-ul", s.name);
     let under = (a.mtu + OVERHEAD).to_string();
     netns_new(s, &ul)?;
-    sh(&[
-        "ip",
-        "-n",
-        &ul,
-        "link",
-        "add",
-        "br0",
-        "mtu",
-        &under,
-        "type",
-        "bridge",
-        "stp_state",
-        "0",
-        "forward_delay",
-        "0",
-    ])?;
+    lab::add_bridge(&ul, a.mtu + OVERHEAD)?;
     sh(&["ip", "-n", &ul, "link", "set", "br0", "up"])?;
     let hosts: Vec<u32> = (1..=a.hosts).collect();
     for &k in &hosts {
@@ -175,35 +160,30 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Makes host `k` (namespace `h`, underlay address 192.168.77.K) a Linux tunnel end: `vx0`,
+/// the kernel's vxlan device (VNI [`LAB_VNI`], flooding to `remotes`), in bridge `br0` at
+/// `mtu`, both up.
+pub fn kernel_tunnel(h: &str, k: u32, mtu: u16, remotes: &[String]) -> Result<()> {
+    let m = mtu.to_string();
+    let (vni, local) = (LAB_VNI.to_string(), format!("192.168.77.{k}"));
+    sh(&[
+        "ip", "-n", h, "link", "add", "vx0", "mtu", &m, "type", "vxlan", "id", &vni, "local", &local, "dstport", "4789",
+    ])?;
+    lab::add_bridge(h, mtu)?;
+    sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
+    sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
+    for r in remotes {
+        sh(&["ip", "netns", "exec", h, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vx0", "dst", r])?;
+    }
+    Ok(())
+}
+
 /// Host `k` as plain Linux: `vx0` (the kernel's vxlan device, flooding to `others`) and
 /// `br0` in its namespace, guests on veth pairs.
 fn kernel_peer(s: &mut LabState, a: &UpArgs, k: u32, others: &[String]) -> Result<()> {
     let h = format!("sluice-{}-h{k}", s.name);
     let m = a.mtu.to_string();
-    sh(&[
-        "ip",
-        "-n",
-        &h,
-        "link",
-        "add",
-        "vx0",
-        "mtu",
-        &m,
-        "type",
-        "vxlan",
-        "id",
-        &LAB_VNI.to_string(),
-        "local",
-        &format!("192.168.77.{k}"),
-        "dstport",
-        "4789",
-    ])?;
-    sh(&["ip", "-n", &h, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
-    sh(&["ip", "-n", &h, "link", "set", "vx0", "master", "br0", "up"])?;
-    sh(&["ip", "-n", &h, "link", "set", "br0", "up"])?;
-    for o in others {
-        sh(&["ip", "netns", "exec", &h, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vx0", "dst", o])?;
-    }
+    kernel_tunnel(&h, k, a.mtu, others)?;
     // A veth fills no checksum; a NIC would. The user-space ends read the bytes as sent.
     sh(&["ip", "netns", "exec", &h, "ethtool", "-K", "u0", "tx", "off"])?;
     for j in 1..=a.guests {

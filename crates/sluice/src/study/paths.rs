@@ -399,8 +399,7 @@ fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
     for (g, _, _) in &guests {
         t.netns(g)?;
     }
-    let m = mtu.to_string();
-    sh(&["ip", "-n", sw, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+    lab::add_bridge(sw, mtu)?;
     for (i, (g, _, _)) in guests.iter().enumerate() {
         let p = format!("p{}", i + 1);
         veth(sw, &p, g, "eth0", mtu)?;
@@ -448,23 +447,7 @@ fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> R
         t.netns(n)?;
     }
     let under = (mtu + 50).to_string();
-    let m = mtu.to_string();
-    sh(&[
-        "ip",
-        "-n",
-        ul,
-        "link",
-        "add",
-        "br0",
-        "mtu",
-        &under,
-        "type",
-        "bridge",
-        "stp_state",
-        "0",
-        "forward_delay",
-        "0",
-    ])?;
+    lab::add_bridge(ul, mtu + 50)?;
     sh(&["ip", "-n", ul, "link", "set", "br0", "up"])?;
     for (k, h) in [(1, h1), (2, h2)] {
         let u = format!("u{k}");
@@ -475,45 +458,7 @@ fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> R
         sh(&["ip", "-n", ul, "link", "set", &u, "master", "br0", "up"])?;
         sh(&["ip", "-n", h, "addr", "add", &format!("192.168.77.{k}/24"), "dev", "u0"])?;
         sh(&["ip", "-n", h, "link", "set", "u0", "up"])?;
-        let other = format!("192.168.77.{}", 3 - k);
-        sh(&[
-            "ip",
-            "-n",
-            h,
-            "link",
-            "add",
-            "vx0",
-            "mtu",
-            &m,
-            "type",
-            "vxlan",
-            "id",
-            "5000",
-            "local",
-            &format!("192.168.77.{k}"),
-            "remote",
-            &other,
-            "dstport",
-            "4789",
-        ])?;
-        sh(&[
-            "ip",
-            "-n",
-            h,
-            "link",
-            "add",
-            "br0",
-            "mtu",
-            &m,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ])?;
-        sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
-        sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
+        crate::lab_hosts::kernel_tunnel(h, k, mtu, &[format!("192.168.77.{}", 3 - k)])?;
     }
     // The client behind h1, every server guest behind h2.
     let guests = std::iter::once((h1, c, "10.231.0.1".parse()?, "fd31::1".parse()?))
