@@ -32,6 +32,9 @@
 			       * bpf_redirect_peer cannot reach */
 #define PF_LEARN_FULL (1u << 13) /* Layer 2: as many stations learned behind it as it may;
 				  * frames from others are forwarded or flooded unlearned */
+#define PF_TUNNEL (1u << 14)  /* a VXLAN device in external mode: frames to it are sent with
+			       * a tunnel key (sluice_tunnels, sluice_remotes), frames from it
+			       * arrive with one; floods and mirror copies to it go up */
 
 struct sluice_port {
 	__u32 ifindex; /* 0: slot unused */
@@ -79,6 +82,40 @@ struct sluice_config {
 	__u32 n_slots;        /* port slots in use are below this (a flood looks at those) */
 };
 
+/* A tunnel port, by its device's ifindex. */
+#define TUN_V6 (1u << 0)       /* an IPv6 underlay */
+#define TUN_PER_VLAN (1u << 1) /* a VNI per VLAN: frames cross untagged, their VNI says the VLAN */
+struct sluice_tunnel {
+	__u32 flags;
+	__u8 ttl;
+	__u8 pad[3];
+	__u32 vni;      /* without TUN_PER_VLAN: the VNI of every frame */
+	__u32 pad2;
+	__u8 local[16]; /* the underlay address frames leave from; IPv4 in the first 4 bytes */
+};
+
+/* A TUN_PER_VLAN tunnel's VNI of a VLAN (`id` the VLAN id, value the VNI), and the VLAN
+ * of a VNI (`id` VNI_IN | the VNI, value TUN_TAG | the VLAN id). */
+struct sluice_vni_key {
+	__u32 ifindex;
+	__u32 id;
+};
+#define VNI_IN (1u << 31)
+#define TUN_TAG (1u << 16)
+
+/* A station behind a tunnel: learned from the outer source of the datagrams it sends. */
+struct sluice_remote_key {
+	__u32 ifindex;
+	__u32 vni;
+	__u8 mac[6];
+	__u8 pad[2];
+};
+
+struct sluice_remote {
+	__u8 addr[16]; /* the remote endpoint; IPv4 in the first 4 bytes */
+	__u64 seen_ns;
+};
+
 /* Layer 3: which port owns an address. */
 struct sluice_ip_key {
 	__u8 family; /* 4 or 6 */
@@ -115,7 +152,8 @@ struct sluice_neigh_val {
 #define C_TX_DROP 26
 #define C_FLOODED 42        /* frames flooded by the kernel */
 #define C_LEARN_REFUSED 43  /* frames from sources the port may not learn, decided by the kernel */
-#define C_COUNT 44
+#define C_TUN_BAD 44        /* datagrams from a tunnel refused: no key, a VNI the port does not carry */
+#define C_COUNT 45
 
 #define D_MALFORMED 1
 #define D_VLAN_FILTER 2

@@ -75,6 +75,30 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_neigh SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct sluice_tunnel);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_tunnels SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* both directions of up to 4094 VLANs on two tunnels */
+	__type(key, struct sluice_vni_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_vnis SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sluice_remote_key);
+	__type(value, struct sluice_remote);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_remotes SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -317,7 +341,7 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 	struct sluice_counters *mc = bpf_map_lookup_elem(&sluice_stats, &ms);
 	/* (A mirror the kernel cannot reach makes the ports it watches slow: their frames
 	 * never get here. This guards the moment between two map writes.) */
-	if (!m || !mc || !m->ifindex || !(m->flags & PF_KERNEL) || (m->flags & PF_SLOW))
+	if (!m || !mc || !m->ifindex || !(m->flags & PF_KERNEL) || (m->flags & (PF_SLOW | PF_TUNNEL)))
 		return;
 	int mtag = vlan_out(m, vid);
 	if (mtag < 0)
@@ -336,11 +360,125 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 	count_sent(mc, skb, mtag);
 }
 
+/* Where a frame to a tunnel port goes: its VNI and the remote endpoint its destination
+ * was heard from. */
+struct tun_dst {
+	__u32 vni;
+	const struct sluice_tunnel *t;
+	const struct sluice_remote *remote;
+};
+
+/* The VNI and endpoint for a frame of VLAN `vid` to `dmac` through tunnel port `out`, or 0
+ * when the kernel does not know them (a VLAN without a VNI, a station not heard from: the
+ * core sends it, to every endpoint). */
+static __always_inline int tun_lookup(const struct sluice_port *out, int vid, const __u8 *dmac, struct tun_dst *td)
+{
+	__u32 ifindex = out->ifindex;
+	td->t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
+	if (!td->t)
+		return 0;
+	__u32 vni = td->t->vni;
+	if (td->t->flags & TUN_PER_VLAN) {
+		struct sluice_vni_key vk = { .ifindex = ifindex, .id = vid };
+		__u32 *v = bpf_map_lookup_elem(&sluice_vnis, &vk);
+		if (!v)
+			return 0;
+		vni = *v;
+	}
+	struct sluice_remote_key rk = { .ifindex = ifindex, .vni = vni };
+	__builtin_memcpy(rk.mac, dmac, 6);
+	td->remote = bpf_map_lookup_elem(&sluice_remotes, &rk);
+	td->vni = vni;
+	return td->remote != 0;
+}
+
+/* Gives a frame for tunnel port `out` its tunnel key (VNI, remote, local address); the
+ * device adds the VXLAN, UDP and IP headers. Nonzero on failure. */
+static __always_inline int tun_key(struct __sk_buff *skb, const struct tun_dst *td)
+{
+	const struct sluice_tunnel *t = td->t;
+	if (!t || !td->remote)
+		return -1;
+	struct bpf_tunnel_key k = {};
+	__u64 flags;
+	k.tunnel_id = td->vni;
+	k.tunnel_ttl = t->ttl;
+	if (t->flags & TUN_V6) {
+		__builtin_memcpy(k.remote_ipv6, td->remote->addr, 16);
+		__builtin_memcpy(k.local_ipv6, t->local, 16);
+		flags = BPF_F_TUNINFO_IPV6;
+	} else {
+		__u32 r, l;
+		__builtin_memcpy(&r, td->remote->addr, 4);
+		__builtin_memcpy(&l, t->local, 4);
+		k.remote_ipv4 = bpf_ntohl(r);
+		k.local_ipv4 = bpf_ntohl(l);
+		/* No outer UDP checksum over IPv4, as the kernel's vxlan sends by default. */
+		flags = BPF_F_ZERO_CSUM_TX;
+	}
+	return bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags) ? -1 : 0;
+}
+
+/* A datagram from tunnel port `in` (device `ifindex`), decapsulated by the device: its
+ * key's VNI says its VLAN (the tag goes on when the port carries a VNI per VLAN), and its
+ * inner source is learned behind the key's remote endpoint. -1 when it is refused
+ * (counted), 0 when it goes on through the pipeline. */
+static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct sluice_counters *c)
+{
+	struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
+	if (!t) {
+		c->v[C_TUN_BAD]++;
+		return -1;
+	}
+	struct bpf_tunnel_key k = {};
+	if (bpf_skb_get_tunnel_key(skb, &k, sizeof(k), (t->flags & TUN_V6) ? BPF_F_TUNINFO_IPV6 : 0)) {
+		c->v[C_TUN_BAD]++;
+		return -1;
+	}
+	__u32 tag = 0;
+	if (t->flags & TUN_PER_VLAN) {
+		struct sluice_vni_key vk = { .ifindex = ifindex, .id = k.tunnel_id | VNI_IN };
+		__u32 *vlan = bpf_map_lookup_elem(&sluice_vnis, &vk);
+		if (!vlan) {
+			c->v[C_TUN_BAD]++;
+			return -1;
+		}
+		tag = *vlan;
+	} else if (k.tunnel_id != t->vni) {
+		c->v[C_TUN_BAD]++;
+		return -1;
+	}
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (data + ETH_HLEN <= end && !is_group(data + 6)) {
+		struct sluice_remote_key rk = { .ifindex = ifindex, .vni = k.tunnel_id };
+		__builtin_memcpy(rk.mac, data + 6, 6);
+		struct sluice_remote r = {};
+		if (t->flags & TUN_V6) {
+			__builtin_memcpy(r.addr, k.remote_ipv6, 16);
+		} else {
+			__u32 a = bpf_htonl(k.remote_ipv4);
+			__builtin_memcpy(r.addr, &a, 4);
+		}
+		__u64 now = bpf_ktime_get_ns();
+		struct sluice_remote *old = bpf_map_lookup_elem(&sluice_remotes, &rk);
+		if (!old || !ip6_eq(old->addr, r.addr) || now - old->seen_ns > SEEN_EVERY_NS) {
+			r.seen_ns = now;
+			bpf_map_update_elem(&sluice_remotes, &rk, &r, BPF_ANY);
+		}
+	}
+	if ((tag & TUN_TAG) && bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, tag & 0x0fff)) {
+		c->v[C_TUN_BAD]++;
+		return -1;
+	}
+	return 0;
+}
+
 /* The frame itself to output `out`: offered, its MTU (against `l3`), the tag it wants
  * (`otag`: tagged with VLAN `vid`), counted, and redirected — with bpf_redirect_peer into a
  * guest's namespace, or bpf_redirect out of an uplink or a veth of the switch's own. */
 static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *out, struct sluice_counters *oc, int vid,
-				   __u8 pcp, int *tagged, __u16 *tci, int otag, long l3)
+				   __u8 pcp, int *tagged, __u16 *tci, int otag, long l3, const struct tun_dst *td)
 {
 	oc->v[C_TX_OFFERED]++;
 	if (l3 > out->mtu) {
@@ -350,6 +488,14 @@ static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *ou
 	if (retag(skb, tagged, tci, otag, ((__u16)pcp << 13) | (__u16)vid)) {
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return TC_ACT_SHOT;
+	}
+	if (out->flags & PF_TUNNEL) {
+		if (!td || tun_key(skb, td)) {
+			oc->v[C_TX_DROP + D_TX_ERROR]++;
+			return TC_ACT_SHOT;
+		}
+		count_sent(oc, skb, otag);
+		return bpf_redirect(out->ifindex, 0);
 	}
 	count_sent(oc, skb, otag);
 	if (out->flags & (PF_UPLINK | PF_EGRESS))
@@ -363,14 +509,14 @@ static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *ou
  * redirect. */
 static __always_inline int send(struct __sk_buff *skb, struct sluice_counters *c, struct sluice_port *in, __u32 slot,
 				struct sluice_port *out, __u32 oslot, struct sluice_counters *oc, int vid, __u8 pcp,
-				int tagged, __u16 tci, int otag, long l3)
+				int tagged, __u16 tci, int otag, long l3, const struct tun_dst *td)
 {
 	c->v[C_FORWARDED]++;
 	c->v[C_COPIES]++;
 	__u32 in_m = in->mirror, out_m = out->mirror;
 	mirror(skb, c, in_m, slot, oslot, 0, vid, pcp, &tagged, &tci, l3);
 	mirror(skb, c, out_m, slot, oslot, in_m, vid, pcp, &tagged, &tci, l3);
-	return deliver(skb, out, oc, vid, pcp, &tagged, &tci, otag, l3);
+	return deliver(skb, out, oc, vid, pcp, &tagged, &tci, otag, l3, td);
 }
 
 /* The core's `may_talk`: isolated ports exchange frames with uplinks only. */
@@ -417,7 +563,7 @@ static long flood_plan(__u32 i, void *ctx)
 
 	if (!p)
 		return 0;
-	if (!(p->flags & PF_KERNEL) || (p->flags & PF_SLOW) || p->mirror) {
+	if (!(p->flags & PF_KERNEL) || (p->flags & (PF_SLOW | PF_TUNNEL)) || p->mirror) {
 		f->up = 1;
 		return 1;
 	}
@@ -491,7 +637,7 @@ static __always_inline int flood(struct __sk_buff *skb, struct sluice_counters *
 	if (!out || !oc)
 		return TC_ACT_SHOT;
 	/* (A member of the VLAN, whose MTU the frame fits: flood_plan chose it.) */
-	return deliver(skb, out, oc, vid, pcp, &f.tagged, &f.tci, vlan_out(out, vid), f.l3);
+	return deliver(skb, out, oc, vid, pcp, &f.tagged, &f.tci, vlan_out(out, vid), f.l3, 0);
 }
 
 static __always_inline int is_link_local6(const __u8 *a)
@@ -574,7 +720,7 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 		if (oslot == slot)
 			return drop(c, D_SAME_PORT);
 		out = bpf_map_lookup_elem(&sluice_ports, &oslot);
-		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW))
+		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & (PF_SLOW | PF_TUNNEL)))
 			return up(skb, slot, c);
 		if (vlan_out(out, vid) < 0)
 			return drop(c, D_VLAN_FILTER);
@@ -588,7 +734,8 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 			return uplink ? drop(c, D_NO_ROUTE) : up(skb, slot, c);
 		oslot = cfg->l3_uplink - 1;
 		out = bpf_map_lookup_elem(&sluice_ports, &oslot);
-		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & PF_SLOW) || vlan_out(out, vid) < 0)
+		if (!out || !out->ifindex || !(out->flags & PF_KERNEL) || (out->flags & (PF_SLOW | PF_TUNNEL)) ||
+		    vlan_out(out, vid) < 0)
 			return up(skb, slot, c);
 		struct sluice_neigh_key nk = { .vlan = vid, .family = dk.family };
 		__builtin_memcpy(nk.addr, dk.addr, 16);
@@ -614,7 +761,7 @@ static __always_inline int l3(struct __sk_buff *skb, __u32 slot, struct sluice_p
 		__builtin_memcpy(eth->h_source, out->own_mac, 6);
 	else
 		__builtin_memcpy(eth->h_source, cfg->router_mac, 6);
-	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, vlan_out(out, vid), l3len);
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, vlan_out(out, vid), l3len, 0);
 }
 
 SEC("classifier")
@@ -628,6 +775,9 @@ int sluice_ingress(struct __sk_buff *skb)
 	struct sluice_port *in = bpf_map_lookup_elem(&sluice_ports, &slot);
 	struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
 	if (!in || !c)
+		return TC_ACT_SHOT;
+	/* From a tunnel: the device took the outer headers off and left their key. */
+	if ((in->flags & PF_TUNNEL) && tun_in(skb, ifindex, c))
 		return TC_ACT_SHOT;
 
 	void *data = (void *)(long)skb->data;
@@ -721,6 +871,11 @@ int sluice_ingress(struct __sk_buff *skb)
 	long l3len = l3_len(skb);
 	if (l3len < 0)
 		return up(skb, slot, c);
+	/* A station behind a tunnel whose endpoint the kernel has not heard from (or a VLAN
+	 * the tunnel has no VNI for): the core sends the frame, to every endpoint. */
+	struct tun_dst td = {};
+	if (oslot != slot && out && (out->flags & PF_TUNNEL) && !tun_lookup(out, vid, k.mac, &td))
+		return up(skb, slot, c);
 	/* Decided here from now on. */
 	c->v[C_LEARN_REFUSED] += refused;
 	if (oslot == slot || !out || !oc)
@@ -730,7 +885,10 @@ int sluice_ingress(struct __sk_buff *skb)
 		return drop(c, D_VLAN_FILTER);
 	if (!may_talk(in->flags, out->flags))
 		return drop(c, D_ISOLATED);
-	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len);
+	/* A VNI per VLAN carries the VLAN: the frame crosses untagged. */
+	if (td.t && (td.t->flags & TUN_PER_VLAN))
+		otag = 0;
+	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len, &td);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

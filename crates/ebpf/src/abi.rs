@@ -40,6 +40,18 @@ pub const PF_EGRESS: u32 = 1 << 12;
 /// from others are forwarded or flooded by the kernel without being learned.
 pub const PF_LEARN_FULL: u32 = 1 << 13;
 
+/// `PF_TUNNEL`: a VXLAN device in external mode; frames to it carry a tunnel key.
+pub const PF_TUNNEL: u32 = 1 << 14;
+
+/// `TUN_V6`: the tunnel's underlay is IPv6.
+pub const TUN_V6: u32 = 1 << 0;
+/// `TUN_PER_VLAN`: a VNI per VLAN (`sluice_vnis`); else every frame in `Tunnel::vni`.
+pub const TUN_PER_VLAN: u32 = 1 << 1;
+/// `VNI_IN`: marks a [`VniKey`] whose `id` is a VNI (its value: the VLAN).
+pub const VNI_IN: u32 = 1 << 31;
+/// `TUN_TAG`: a VNI's frames get the tag of the VLAN in the value's low 12 bits.
+pub const TUN_TAG: u32 = 1 << 16;
+
 /// `MODE_L2`.
 pub const MODE_L2: u8 = 0;
 /// `MODE_L3`.
@@ -153,6 +165,44 @@ pub struct NeighVal {
     pub pad: [u8; 2],
 }
 
+/// `struct sluice_tunnel`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Tunnel {
+    pub flags: u32,
+    pub ttl: u8,
+    pub pad: [u8; 3],
+    pub vni: u32,
+    pub pad2: u32,
+    pub local: [u8; 16],
+}
+
+/// `struct sluice_vni_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct VniKey {
+    pub ifindex: u32,
+    pub id: u32,
+}
+
+/// `struct sluice_remote_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RemoteKey {
+    pub ifindex: u32,
+    pub vni: u32,
+    pub mac: [u8; 6],
+    pub pad: [u8; 2],
+}
+
+/// `struct sluice_remote`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Remote {
+    pub addr: [u8; 16],
+    pub seen_ns: u64,
+}
+
 /// Indexes into [`Counters::v`] (`C_*` in the header).
 pub mod c {
     pub const RX_FRAMES: usize = 0;
@@ -173,7 +223,9 @@ pub mod c {
     pub const FLOODED: usize = 42;
     /// Frames the kernel forwarded or flooded from a source the port may not learn.
     pub const LEARN_REFUSED: usize = 43;
-    pub const COUNT: usize = 44;
+    /// Datagrams from a tunnel refused (no key, a VNI the port does not carry).
+    pub const TUN_BAD: usize = 44;
+    pub const COUNT: usize = 45;
 }
 
 /// `struct sluice_counters`: one port's counters on one CPU.
@@ -206,6 +258,14 @@ unsafe impl Pod for IpKey {}
 unsafe impl Pod for NeighKey {}
 // SAFETY: as above.
 unsafe impl Pod for NeighVal {}
+// SAFETY: as above.
+unsafe impl Pod for Tunnel {}
+// SAFETY: as above.
+unsafe impl Pod for VniKey {}
+// SAFETY: as above.
+unsafe impl Pod for RemoteKey {}
+// SAFETY: as above.
+unsafe impl Pod for Remote {}
 
 #[cfg(all(test, sluice_abi_check))]
 mod tests {
@@ -254,6 +314,19 @@ mod tests {
         assert_eq!(offset_of!(FibVal, seen_ns), OFF_sluice_fib_val_seen_ns);
         assert_eq!(size_of::<Config>(), SIZE_sluice_config);
         assert_eq!(size_of::<Counters>(), SIZE_sluice_counters);
+        assert_eq!(size_of::<Tunnel>(), SIZE_sluice_tunnel);
+        assert_eq!(offset_of!(Tunnel, ttl), OFF_sluice_tunnel_ttl);
+        assert_eq!(offset_of!(Tunnel, vni), OFF_sluice_tunnel_vni);
+        assert_eq!(offset_of!(Tunnel, local), OFF_sluice_tunnel_local);
+        assert_eq!(size_of::<VniKey>(), SIZE_sluice_vni_key);
+        assert_eq!(size_of::<RemoteKey>(), SIZE_sluice_remote_key);
+        assert_eq!(offset_of!(RemoteKey, mac), OFF_sluice_remote_key_mac);
+        assert_eq!(size_of::<Remote>(), SIZE_sluice_remote);
+        assert_eq!(offset_of!(Remote, seen_ns), OFF_sluice_remote_seen_ns);
+        assert_eq!(
+            (c::TUN_BAD, PF_TUNNEL, TUN_V6, TUN_PER_VLAN, TUN_TAG, VNI_IN),
+            (C_TUN_BAD, from_c::PF_TUNNEL, from_c::TUN_V6, from_c::TUN_PER_VLAN, from_c::TUN_TAG, from_c::VNI_IN)
+        );
         assert_eq!(
             (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO, c::FLOODED, c::LEARN_REFUSED),
             (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO, C_FLOODED, C_LEARN_REFUSED)

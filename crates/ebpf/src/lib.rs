@@ -100,7 +100,7 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 /// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
 /// when nothing is pinned there.
 pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
-    let want: [(&str, usize, usize, Option<u32>); 7] = [
+    let want: [(&str, usize, usize, Option<u32>); 10] = [
         ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
         ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
         ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
@@ -113,6 +113,9 @@ pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
             std::mem::size_of::<abi::NeighVal>(),
             Some(fib_max.max(1)),
         ),
+        ("sluice_tunnels", 4, std::mem::size_of::<abi::Tunnel>(), None),
+        ("sluice_vnis", std::mem::size_of::<abi::VniKey>(), 4, None),
+        ("sluice_remotes", std::mem::size_of::<abi::RemoteKey>(), std::mem::size_of::<abi::Remote>(), None),
     ];
     if !dir.join("sluice_ports").exists() {
         return None;
@@ -138,7 +141,14 @@ pub struct KernelDatapath {
     stats: PerCpuArray<MapData, abi::Counters>,
     owners: HashMap<MapData, abi::IpKey, u32>,
     neigh: HashMap<MapData, abi::NeighKey, abi::NeighVal>,
+    tunnels: HashMap<MapData, u32, abi::Tunnel>,
+    vnis: HashMap<MapData, abi::VniKey, u32>,
+    remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
 }
+
+/// A station the kernel heard behind a tunnel: (VNI, inner MAC, remote endpoint, when
+/// last as `CLOCK_MONOTONIC` nanoseconds).
+pub type HeardStation = (u32, MacAddr, std::net::IpAddr, u64);
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |e| Error::Map { map, why: e.to_string() }
@@ -182,7 +192,23 @@ impl KernelDatapath {
         let stats = PerCpuArray::try_from(take(&mut ebpf, "sluice_stats")?).map_err(map_err("stats"))?;
         let owners = HashMap::try_from(take(&mut ebpf, "sluice_owners")?).map_err(map_err("owners"))?;
         let neigh = HashMap::try_from(take(&mut ebpf, "sluice_neigh")?).map_err(map_err("neigh"))?;
-        Ok(KernelDatapath { ebpf, dir: dir.to_path_buf(), ports, port_of, fib, config, stats, owners, neigh })
+        let tunnels = HashMap::try_from(take(&mut ebpf, "sluice_tunnels")?).map_err(map_err("tunnels"))?;
+        let vnis = HashMap::try_from(take(&mut ebpf, "sluice_vnis")?).map_err(map_err("vnis"))?;
+        let remotes = HashMap::try_from(take(&mut ebpf, "sluice_remotes")?).map_err(map_err("remotes"))?;
+        Ok(KernelDatapath {
+            ebpf,
+            dir: dir.to_path_buf(),
+            ports,
+            port_of,
+            fib,
+            config,
+            stats,
+            owners,
+            neigh,
+            tunnels,
+            vnis,
+            remotes,
+        })
     }
 
     fn link_pin(&self, ifname: &str) -> PathBuf {
@@ -367,6 +393,75 @@ impl KernelDatapath {
                 Ok(())
             }
         }
+    }
+
+    /// Makes the device `ifindex` a tunnel: frames to it leave from `local` with a TTL of
+    /// `ttl`, in VNI `vni`, or — `per_vlan` not empty — each VLAN's in its own VNI, as
+    /// (VLAN, VNI) pairs. Entries of an earlier tunnel on the same device go first.
+    pub fn set_tunnel(
+        &mut self,
+        ifindex: u32,
+        local: std::net::IpAddr,
+        ttl: u8,
+        vni: u32,
+        per_vlan: &[(u16, u32)],
+    ) -> Result<(), Error> {
+        self.clear_tunnel(ifindex);
+        let mut t = abi::Tunnel { ttl, vni, ..Default::default() };
+        match local {
+            std::net::IpAddr::V4(a) => t.local[..4].copy_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => {
+                t.local = a.octets();
+                t.flags |= abi::TUN_V6;
+            }
+        }
+        if !per_vlan.is_empty() {
+            t.flags |= abi::TUN_PER_VLAN;
+        }
+        for &(vlan, vni) in per_vlan {
+            let out = abi::VniKey { ifindex, id: u32::from(vlan) };
+            self.vnis.insert(out, vni, 0).map_err(map_err("vnis"))?;
+            let inn = abi::VniKey { ifindex, id: vni | abi::VNI_IN };
+            self.vnis.insert(inn, abi::TUN_TAG | u32::from(vlan), 0).map_err(map_err("vnis"))?;
+        }
+        self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
+    }
+
+    /// Forgets the tunnel on device `ifindex`: its settings, VNIs and stations heard.
+    pub fn clear_tunnel(&mut self, ifindex: u32) {
+        let _ = self.tunnels.remove(&ifindex);
+        let vnis: Vec<abi::VniKey> = self.vnis.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in vnis {
+            let _ = self.vnis.remove(&k);
+        }
+        let heard: Vec<abi::RemoteKey> = self.remotes.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in heard {
+            let _ = self.remotes.remove(&k);
+        }
+    }
+
+    /// The stations the kernel heard behind the tunnel on device `ifindex`.
+    pub fn heard(&self, ifindex: u32) -> Vec<HeardStation> {
+        let v6 = self.tunnels.get(&ifindex, 0).is_ok_and(|t| t.flags & abi::TUN_V6 != 0);
+        self.remotes
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.ifindex == ifindex)
+            .map(|(k, v)| {
+                let addr = if v6 {
+                    std::net::IpAddr::from(v.addr)
+                } else {
+                    std::net::IpAddr::from(<[u8; 4]>::try_from(&v.addr[..4]).expect("4 bytes"))
+                };
+                (k.vni, MacAddr(k.mac), addr, v.seen_ns)
+            })
+            .collect()
+    }
+
+    /// Forgets station `mac` of VNI `vni` behind the tunnel on device `ifindex` (frames to
+    /// it go up, and the core sends them to every endpoint, until it is heard again).
+    pub fn forget_heard(&mut self, ifindex: u32, vni: u32, mac: MacAddr) {
+        let _ = self.remotes.remove(&abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] });
     }
 
     /// Port slot `slot`'s counters, summed over CPUs.

@@ -885,12 +885,6 @@ pub fn check_datapath(p: &PortSpec, datapath: DatapathKind) -> Result<(), String
             p.name
         ));
     }
-    if p.kind == PortKind::Vxlan && datapath == DatapathKind::Kernel {
-        return Err(format!(
-            "port {:?}: the kernel datapath has no vxlan ports yet; run this switch with datapath = \"user\"",
-            p.name
-        ));
-    }
     if p.kind != PortKind::Veth {
         return Ok(());
     }

@@ -21,17 +21,21 @@ struct Hosts {
     dir: PathBuf,
     /// Open vSwitch run directories of OVS hosts (their daemons are stopped on drop).
     ovs: Vec<PathBuf>,
+    /// The sluice hosts run the kernel datapath (guests on veth pairs, the tunnel a vxlan
+    /// device fed by the programs); else the user-space one (guests on TAPs, the tunnel a
+    /// UDP socket).
+    kernel: bool,
 }
 
 const VNI: u32 = 5000;
 
 impl Hosts {
-    fn new(name: &str) -> Hosts {
+    fn new(name: &str, kernel: bool) -> Hosts {
         init();
         let tag = unique(name);
         let dir = std::env::temp_dir().join(format!("sluice-vxlan-{tag}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir, ovs: vec![] };
+        let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir, ovs: vec![], kernel };
         let ul = h.ns("ul");
         h.add_ns(&ul);
         ns_ok(&ul, "ip link add br0 type bridge stp_state 0 forward_delay 0 && ip link set br0 up");
@@ -85,8 +89,9 @@ impl Hosts {
         self.sluice_host_with(i, &format!("192.168.77.{i}"), &r, "", &format!("vni = {VNI}"), 1450);
     }
 
-    /// Host `i` runs a sluice switch: guest `i` on a TAP (with `guest_port` settings and
-    /// `mtu`), a vxlan port bound to `local`, to `remotes`, with `tunnel` settings.
+    /// Host `i` runs a sluice switch: guest `i` on a TAP or (kernel datapath) a veth pair,
+    /// both ends named `SWITCHt` (with `guest_port` settings and `mtu`), a vxlan port bound
+    /// to `local`, to `remotes`, with `tunnel` settings.
     fn sluice_host_with(&mut self, i: u8, local: &str, remotes: &[String], guest_port: &str, tunnel: &str, mtu: u16) {
         let h = self.host(i);
         let g = self.guest(i);
@@ -94,10 +99,16 @@ impl Hosts {
         let name = format!("{}s{i}", self.tag);
         let remotes: Vec<String> = remotes.iter().map(|r| format!("\"{r}\"")).collect();
         let cfg = self.dir.join(format!("{name}.toml"));
+        let (datapath, guest) = if self.kernel {
+            sh_ok(&format!("ip link add {name}t type veth peer name {name}t netns {g}"));
+            ("kernel", "type = \"veth\"".to_string())
+        } else {
+            ("user", format!("netns = \"{g}\""))
+        };
         std::fs::write(
             &cfg,
             format!(
-                "name = \"{name}\"\ndatapath = \"user\"\n[[port]]\nname = \"{name}t\"\nnetns = \"{g}\"\nmtu = {mtu}\n{guest_port}\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nnetns = \"{h}\"\nlocal = \"{local}\"\nremotes = [{}]\n{tunnel}\n",
+                "name = \"{name}\"\ndatapath = \"{datapath}\"\n[[port]]\nname = \"{name}t\"\n{guest}\nmtu = {mtu}\n{guest_port}\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nnetns = \"{h}\"\nlocal = \"{local}\"\nremotes = [{}]\n{tunnel}\n",
                 remotes.join(", ")
             ),
         )
@@ -204,6 +215,7 @@ impl Drop for Hosts {
         for ns in self.namespaces.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
+        // (A guest's veth went with its namespace; the switch removed its tunnel device.)
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -226,12 +238,11 @@ fn pings(h: &Hosts, from: u8, to: u8) {
     ns_ok(&h.guest(from), &format!("ping -6 -c 2 -W 5 fd79::{to}"));
 }
 
-#[test]
-fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan() {
+fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan_on(kernel: bool) {
     if !root() || !have("ethtool") || !have("nc") || !have("tshark") {
         return;
     }
-    let mut h = Hosts::new("vxk");
+    let mut h = Hosts::new(if kernel { "vxkk" } else { "vxk" }, kernel);
     h.sluice_host(1, &[2]);
     h.kernel_host(2, &[1]);
     pings(&h, 1, 2);
@@ -263,24 +274,36 @@ fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan() {
     assert!(all.trim().parse::<u32>().unwrap() > 100, "the capture saw the transfer: {all}");
     assert_eq!(bad.trim(), "0", "frames with a bad checksum on the underlay");
     let vx = h.port(1, "vx0");
-    assert!(vx["counters"]["tx_segmented"].as_u64().unwrap() > 0, "GSO frames cut for the tunnel: {vx}");
+    if kernel {
+        // The programs forward both ways themselves: the kernel's vxlan device takes the
+        // guests' TSO frames whole, and frames from the tunnel go to the guest directly.
+        assert!(vx["counters"]["tx_gso"].as_u64().unwrap() > 0, "GSO frames sent whole into the tunnel: {vx}");
+        assert!(vx["kernel"]["forwarded"].as_u64().unwrap() > 1000, "forwarded by the kernel from the tunnel: {vx}");
+        let g = h.port(1, &format!("{}t", h.switch(1)));
+        assert!(g["kernel"]["forwarded"].as_u64().unwrap() > 1000, "forwarded by the kernel into the tunnel: {g}");
+    } else {
+        assert!(vx["counters"]["tx_segmented"].as_u64().unwrap() > 0, "GSO frames cut for the tunnel: {vx}");
+    }
 
     // The inner MTU is the underlay's less 50: 1422 bytes of ping payload fit, and a guest
     // whose MTU says more has its frame dropped and counted, not fragmented.
     ns_ok(&h.guest(1), "ping -c 1 -W 5 -M do -s 1422 10.78.0.2");
     ns_ok(&h.guest(1), &format!("ip link set {}t mtu 1500", h.switch(1)));
+    if kernel {
+        // (A veth drops what its own MTU does not take before the switch sees it.)
+        sh_ok(&format!("ip link set {}t mtu 1500", h.switch(1)));
+    }
     assert!(!ns_sh(&h.guest(1), "ping -c 1 -W 2 -M do -s 1472 10.78.0.2").status.success());
     let vx = h.port(1, "vx0");
     assert!(vx["counters"]["tx_drops"]["over_mtu"].as_u64().unwrap() >= 1, "counted as over-MTU: {vx}");
     assert_eq!(vx["mtu"], 1450, "{vx}");
 }
 
-#[test]
-fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each() {
+fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each_on(kernel: bool) {
     if !root() || !have("ethtool") || !have("nc") || !have("python3") {
         return;
     }
-    let mut h = Hosts::new("vxf");
+    let mut h = Hosts::new(if kernel { "vxfk" } else { "vxf" }, kernel);
     h.sluice_host(1, &[2, 3]);
     h.sluice_host(2, &[1, 3]);
     h.kernel_host(3, &[1, 2]);
@@ -303,12 +326,11 @@ fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each() {
     assert_eq!(got, [0, 1, 1], "receptions at g1, g2, g3");
 }
 
-#[test]
-fn an_ipv6_underlay_carries_a_vni_per_vlan() {
+fn an_ipv6_underlay_carries_a_vni_per_vlan_on(kernel: bool) {
     if !root() || !have("ethtool") || !have("tshark") {
         return;
     }
-    let mut h = Hosts::new("vx6");
+    let mut h = Hosts::new(if kernel { "vx6k" } else { "vx6" }, kernel);
     let map = "vni_map = { \"10\" = 5010, \"20\" = 5020 }";
     // Over IPv6 the tunnel costs 70 bytes: 1430 inside a 1500-byte underlay.
     h.sluice_host_with(1, "fd78::1", &["fd78::2".into()], "vlan = 10", map, 1430);
@@ -334,12 +356,11 @@ fn an_ipv6_underlay_carries_a_vni_per_vlan() {
     assert!(fib.lines().any(|l| l.contains(&g2_mac) && l.starts_with(" 10") && l.contains("fd78::2")), "{fib}");
 }
 
-#[test]
-fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other() {
+fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other_on(kernel: bool) {
     if !root() || !have("ethtool") || !have("nc") || !have("ovs-vswitchd") {
         return;
     }
-    let mut h = Hosts::new("vxo");
+    let mut h = Hosts::new(if kernel { "vxok" } else { "vxo" }, kernel);
     h.sluice_host(1, &[2]);
     h.ovs_host(2, 1);
     pings(&h, 1, 2);
@@ -398,4 +419,30 @@ fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_i
     let left = sh_ok("ip netns list");
     assert!(!left.contains(&format!("sluice-{name}")), "left behind: {left}");
     assert!(!sluice(&["lab", "list"]).stdout.windows(name.len()).any(|w| w == name.as_bytes()));
+}
+
+// Each on both datapaths: the user-space one's tunnel is a UDP socket, the kernel one's a
+// vxlan device in external mode fed by the TC programs' tunnel keys.
+both_datapaths! {
+    fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan(dp: Dp) {
+        a_sluice_host_and_a_kernel_vxlan_host_are_one_lan_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each(dp: Dp) {
+        two_sluice_hosts_and_a_kernel_host_flood_once_to_each_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn an_ipv6_underlay_carries_a_vni_per_vlan(dp: Dp) {
+        an_ipv6_underlay_carries_a_vni_per_vlan_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other(dp: Dp) {
+        an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other_on(dp == Dp::Kernel)
+    }
 }

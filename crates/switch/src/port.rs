@@ -127,6 +127,14 @@ pub trait Port: Send {
         None
     }
 
+    /// Whether the frames a kernel datapath forwards to the port ([`Port::fast_path`]) may
+    /// be GSO frames with partial checksums. By default what the port's own
+    /// [`Port::send`] takes; a tunnel whose kernel device segments and checksums them says
+    /// yes though its socket does not.
+    fn fast_path_offload(&self) -> bool {
+        self.caps().offload
+    }
+
     /// Where a station the switch learned behind this port really is, for a port that
     /// reaches several places (a tunnel: the remote endpoint `mac` in `vlan` was heard
     /// from), as text for `sluice fib show`.

@@ -584,7 +584,7 @@ impl Switch {
         // Frames to a port without offloads are cut in software, which only the core does;
         // a port whose mirror the kernel cannot serve goes through the core, copies and all.
         let mirror_in_user_space = s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
-        let slow = s.failed.is_some() || !s.caps.offload || mirror_in_user_space;
+        let slow = s.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space;
         Some(FastPort {
             target: s.port.fast_path(),
             vlan: s.vlan.clone(),

@@ -64,13 +64,8 @@ impl Jobs {
 /// Creates the device behind a port (in its namespace, if it names one).
 /// Opens the device of port `spec`; a TAP is adopted when an earlier run left it with index
 /// `known_tap` (see `tun::open_tap`).
-pub fn create_port(
-    spec: &PortSpec,
-    default_mtu: u16,
-    datapath: crate::config::DatapathKind,
-    known_tap: Option<u32>,
-) -> Result<Attachment> {
-    let kernel = datapath == crate::config::DatapathKind::Kernel;
+pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Result<Attachment> {
+    let (default_mtu, kernel) = (s.core.mtu, s.datapath == crate::config::DatapathKind::Kernel);
     spec.validate().map_err(anyhow::Error::msg)?;
     if let Some(ns) = &spec.netns
         && !netns::exists(ns)
@@ -84,41 +79,52 @@ pub fn create_port(
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
                 .with_context(|| format!("creating TAP {:?}", spec.name))?;
-            Ok(Attachment { fd: tap.raw_fd(), tap_ifindex: Some(tap.ifindex()), mtu: None, port: Box::new(tap) })
+            Ok(Attachment {
+                fd: tap.raw_fd(),
+                tap_ifindex: Some(tap.ifindex()),
+                mtu: None,
+                port: Box::new(tap),
+                tunnel: None,
+            })
         }
         PortKind::Veth => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(v) })
+            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(v), tunnel: None })
         }
         PortKind::Stream => {
             let path = spec.path.clone().unwrap_or_default();
             let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
-            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(s) })
+            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(s), tunnel: None })
         }
         PortKind::Vxlan => {
-            if kernel {
-                anyhow::bail!(
-                    "port {:?}: the kernel datapath has no vxlan ports yet; run this switch with datapath = \"user\"",
-                    spec.name
-                );
-            }
             let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
             let mtu = match spec.mtu {
                 Some(m) => m,
                 None => crate::port::vxlan::inner_mtu(spec.netns.as_deref(), v.local)
                     .with_context(|| format!("port {:?}: finding the underlay's MTU", spec.name))?,
             };
-            let p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&v))
+            let settings = v.clone();
+            let mut p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&settings, kernel))
                 .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
-            Ok(Attachment { fd: p.raw_fd(), tap_ifindex: None, mtu: Some(mtu), port: Box::new(p) })
+            // On the kernel datapath a vxlan device receives, and the program sends into it.
+            let tunnel = if kernel {
+                let device = super::kernel::tunnel_device_name(&s.name, &spec.name);
+                Some(
+                    p.add_device(&v, &device, spec.netns.as_deref(), mtu)
+                        .with_context(|| format!("making the kernel device {device} of vxlan port {:?}", spec.name))?,
+                )
+            } else {
+                None
+            };
+            Ok(Attachment { fd: p.raw_fd(), tap_ifindex: None, mtu: Some(mtu), port: Box::new(p), tunnel })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
             let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(up) })
+            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(up), tunnel: None })
         }
     }
 }
@@ -262,7 +268,7 @@ impl Server {
                     port.check_grants(g).map_err(anyhow::Error::msg)?;
                 }
                 crate::config::check_datapath(&port, s.datapath).map_err(anyhow::Error::msg)?;
-                let dev = create_port(&port, s.core.mtu, s.datapath, None)?;
+                let dev = create_port(&port, s, None)?;
                 let (spec, ifindex) = (port.clone(), dev.tap_ifindex);
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 self.remember(|r| {

@@ -189,16 +189,28 @@ impl Datapath {
         }
         self.fds.insert(id, fd);
         if let Some(k) = self.kernel.as_mut() {
-            // The port's rules in the maps first, then the program on its interface.
+            // The port's rules in the maps first (a tunnel's settings before them), then the
+            // program on its interface.
+            if let Some(t) = &a.tunnel
+                && let Err(e) = k.add_tunnel(id, t)
+            {
+                let _ = self.epoll.delete(fd);
+                self.fds.remove(&id);
+                let _ = self.sw.remove_port(&spec.name);
+                k.sync(&mut self.sw);
+                return Err(e);
+            }
             k.sync(&mut self.sw);
             let ifnames: Vec<String> = match spec.kind {
                 PortKind::Veth => vec![spec.name.clone()],
                 PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
-                PortKind::Tap | PortKind::Stream | PortKind::Vxlan => vec![],
+                PortKind::Vxlan => a.tunnel.iter().map(|t| t.device.clone()).collect(),
+                PortKind::Tap | PortKind::Stream => vec![],
             };
             if !ifnames.is_empty()
                 && let Err(e) = k.attach(id, &ifnames, spec.kind == PortKind::Veth)
             {
+                k.detach(id);
                 let _ = self.epoll.delete(fd);
                 self.fds.remove(&id);
                 let _ = self.sw.remove_port(&spec.name);

@@ -18,8 +18,13 @@ use sluice_ebpf::{KernelDatapath, abi, tables};
 use sluice_switch::{FastChange, PortCounters, PortId, Switch};
 use tracing::{info, warn};
 
+use crate::port::vxlan::{Heard, KernelTunnel};
 use crate::proto::{KernelPortStats, KernelSummary};
 use crate::sys::{link, tun};
+
+/// The TTL (hop limit) of the datagrams the kernel's tunnels send, as Linux's vxlan
+/// default route hop limit gives them.
+const TUNNEL_TTL: u8 = 64;
 
 /// A slot held for a port of an earlier run not attached again yet.
 const RESERVED: PortId = PortId::MAX;
@@ -100,11 +105,22 @@ pub fn remove_leftovers(switch: &str) {
 /// The upcall TAP's name: `su` and 8 hex digits of the switch's name (interface names
 /// hold 15 bytes; switch names 32).
 pub fn upcall_name(switch: &str) -> String {
+    format!("su{:08x}", fnv1a(switch))
+}
+
+/// The kernel device of switch `switch`'s tunnel port `port`: `sx` and 8 hex digits of
+/// both names (ports of different switches share the daemon's namespace).
+pub fn tunnel_device_name(switch: &str, port: &str) -> String {
+    format!("sx{:08x}", fnv1a(&format!("{switch}/{port}")))
+}
+
+/// FNV-1a, 32 bits: a short stable name from a longer one.
+fn fnv1a(s: &str) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
-    for b in switch.bytes() {
+    for b in s.bytes() {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
     }
-    format!("su{h:08x}")
+    h
 }
 
 /// The kernel side of one switch.
@@ -155,6 +171,8 @@ pub struct KernelSide {
     freed_at: Vec<Option<Instant>>,
     /// Left for the next run ([`KernelSide::leave`]): nothing is removed on drop.
     keep: bool,
+    /// Tunnel ports: their device's index, and where what the kernel heard behind them goes.
+    tunnels: HashMap<PortId, (u32, std::sync::mpsc::Sender<Heard>)>,
 }
 
 /// A slot for a new port at `now`: the lowest free one that has rested
@@ -265,6 +283,7 @@ impl KernelSide {
             egress: HashMap::new(),
             freed_at: vec![None; abi::MAX_PORTS as usize],
             keep: false,
+            tunnels: HashMap::new(),
         })
     }
 
@@ -291,8 +310,24 @@ impl KernelSide {
         Ok(())
     }
 
+    /// Makes port `id` (not attached yet) a tunnel through kernel device `t`: its settings
+    /// in the kernel's maps, so that its port entry is written with `PF_TUNNEL`.
+    pub fn add_tunnel(&mut self, id: PortId, t: &KernelTunnel) -> Result<()> {
+        use sluice_switch::tunnel::VniMap;
+        let (vni, pairs) = match &t.vnis {
+            VniMap::Single(v) => (*v, Vec::new()),
+            VniMap::PerVlan(p) => (0, p.clone()),
+        };
+        self.dp.set_tunnel(t.ifindex, t.local, TUNNEL_TTL, vni, &pairs)?;
+        self.tunnels.insert(id, (t.ifindex, t.heard.clone()));
+        Ok(())
+    }
+
     /// Detaches the program from port `id`'s interfaces, if it was attached.
     pub fn detach(&mut self, id: PortId) {
+        if let Some((ifindex, _)) = self.tunnels.remove(&id) {
+            self.dp.clear_tunnel(ifindex);
+        }
         self.gone.remove(&id);
         self.veths.remove(&id);
         for ifname in self.attached.remove(&id).unwrap_or_default() {
@@ -481,7 +516,9 @@ impl KernelSide {
                                 self.slot(m, target)
                             });
                             let mut e = tables::port_entry(&p, self.mode, mirror);
-                            if let Some(t) = p.target
+                            if self.tunnels.contains_key(&id) {
+                                e.flags |= abi::PF_TUNNEL;
+                            } else if let Some(t) = p.target
                                 && !p.uplink
                                 && self.sends_egress(t)
                             {
@@ -616,6 +653,21 @@ impl KernelSide {
             }
             let ago_ms = now_ns.saturating_sub(seen_ns) / 1_000_000;
             sw.touch_mac(vlan, mac, *id, now_ms.saturating_sub(ago_ms));
+        }
+        // What the tunnels heard goes to their ports; stations silent past the aging time
+        // are forgotten (their frames go up and to every endpoint until heard again).
+        let aging_ns = crate::port::vxlan::AGING_MS * 1_000_000;
+        for (id, (ifindex, tx)) in &self.tunnels {
+            let mut stations = self.dp.heard(*ifindex);
+            stations.retain(|&(vni, mac, _, seen_ns)| {
+                let fresh = now_ns.saturating_sub(seen_ns) < aging_ns;
+                if !fresh {
+                    self.dp.forget_heard(*ifindex, vni, mac);
+                }
+                fresh
+            });
+            let refused = self.slot_of.get(id).map_or(0, |&s| self.dp.counters(s).v[abi::c::TUN_BAD]);
+            let _ = tx.send(Heard { stations, now_ns, refused });
         }
     }
 

@@ -77,7 +77,7 @@ pub fn run(s: Settings) -> Result<()> {
     let mut runtime = state::Runtime::load(&s.name);
     let mut kept = state::Runtime::default();
     for p in &s.ports {
-        let port = control::create_port(p, s.core.mtu, s.datapath, runtime.known_tap(p))?;
+        let port = control::create_port(p, &s, runtime.known_tap(p))?;
         kept.record_tap(p, port.tap_ifindex);
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
     }
@@ -100,7 +100,7 @@ pub fn run(s: Settings) -> Result<()> {
             .and_then(|_| crate::config::check_datapath(&p, s.datapath))
             .map_err(anyhow::Error::msg);
         let known = runtime.known_tap(&p);
-        let attached = checked.and_then(|_| control::create_port(&p, s.core.mtu, s.datapath, known)).and_then(|a| {
+        let attached = checked.and_then(|_| control::create_port(&p, &s, known)).and_then(|a| {
             let ifindex = a.tap_ifindex;
             dp.attach(p.clone(), a).map(|_| ifindex)
         });

@@ -23,4 +23,6 @@ pub struct Attachment {
     /// The port's MTU when the port decides it (a tunnel: its underlay's less the
     /// overhead) and the spec does not.
     pub mtu: Option<u16>,
+    /// A tunnel's kernel device (kernel datapath).
+    pub tunnel: Option<vxlan::KernelTunnel>,
 }

@@ -7,10 +7,18 @@
 //!
 //! The port has no offloads: the switch cuts GSO frames and completes checksums before
 //! they get here, so what leaves is what any VXLAN endpoint can read.
+//!
+//! On the kernel datapath the tunnel is also a `vxlan` device in external mode in the
+//! switch's namespace, its socket in the underlay's: the TC program sends known unicast
+//! into it with a tunnel key and reads the key of what arrives, learning stations in a map
+//! ([`Heard`] brings them here once a second). The port's socket then only sends what the
+//! core sends (floods, frames from user-space ports), from an ephemeral source port, and
+//! the device receives everything.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use sluice_switch::port::DeviceDrops;
@@ -29,7 +37,44 @@ const MAX_ENDPOINTS: usize = 256;
 /// two reads (the default 208 KiB dropped a quarter of a single TCP stream's segments).
 const SOCKET_BUFFER: libc::c_int = 8 << 20;
 /// Aging of learned stations and endpoints (the switch's default).
-const AGING_MS: u64 = 300_000;
+pub const AGING_MS: u64 = 300_000;
+
+/// What the kernel datapath heard behind a tunnel, sent to its port once a second.
+pub struct Heard {
+    /// Stations and the endpoints they were heard from, with when (monotonic ns).
+    pub stations: Vec<sluice_ebpf::HeardStation>,
+    /// The monotonic clock when they were read (ns).
+    pub now_ns: u64,
+    /// Datagrams the kernel refused so far (no key, a VNI the port does not carry).
+    pub refused: u64,
+}
+
+/// A tunnel's kernel device, as the kernel datapath needs to know it.
+pub struct KernelTunnel {
+    /// The device's index in the switch's namespace.
+    pub ifindex: u32,
+    /// Its name (the port's).
+    pub device: String,
+    /// The underlay address frames leave from.
+    pub local: IpAddr,
+    /// Which VNI carries which frames.
+    pub vnis: VniMap,
+    /// Where the kernel side sends what it heard.
+    pub heard: mpsc::Sender<Heard>,
+}
+
+/// The alias sluice gives the vxlan devices it makes (an interface of the port's name
+/// without it is someone else's and is never deleted).
+const DEVICE_ALIAS: &str = "sluice vxlan port";
+
+/// The port's kernel device (kernel datapath only).
+struct Device {
+    name: String,
+    ifindex: u32,
+    heard: mpsc::Receiver<Heard>,
+    /// The kernel's count of datagrams it refused.
+    refused: u64,
+}
 
 /// A VXLAN tunnel attached to the switch.
 pub struct VxlanPort {
@@ -50,12 +95,16 @@ pub struct VxlanPort {
     /// inside it) and the socket's inode: the kernel's count of datagrams it dropped for
     /// this socket (a full receive buffer) is read from there.
     udp_table: Option<(std::fs::File, u64)>,
+    /// The kernel device, on the kernel datapath.
+    device: Option<Device>,
 }
 
 impl VxlanPort {
-    /// Binds the tunnel's socket (in the calling thread's network namespace).
-    pub fn open(v: &VxlanSettings) -> io::Result<Self> {
-        let sock = UdpSocket::bind(SocketAddr::new(v.local, v.dstport)).map_err(|e| {
+    /// Binds the tunnel's socket (in the calling thread's network namespace): to the tunnel
+    /// port, or — `send_only`, when a kernel device receives — to an ephemeral one.
+    pub fn open(v: &VxlanSettings, send_only: bool) -> io::Result<Self> {
+        let port = if send_only { 0 } else { v.dstport };
+        let sock = UdpSocket::bind(SocketAddr::new(v.local, port)).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!(
@@ -83,7 +132,65 @@ impl VxlanPort {
             lost_out: 0,
             out: Vec::with_capacity(VXLAN_HDR_LEN + 65_536),
             udp_table,
+            device: None,
         })
+    }
+
+    /// Makes the tunnel's kernel device `name` (kernel datapath): a `vxlan` device in
+    /// external mode in the calling process's namespace whose socket (on `v.dstport`) lives
+    /// in the underlay's namespace `netns` (the process's own if `None`), with MTU `mtu`, up.
+    /// A device of that name an earlier run of sluice left is replaced; any other is
+    /// refused. Returns what the kernel datapath needs to know of it.
+    pub fn add_device(
+        &mut self,
+        v: &VxlanSettings,
+        name: &str,
+        netns: Option<&str>,
+        mtu: u16,
+    ) -> io::Result<KernelTunnel> {
+        if let Ok(old) = crate::sys::link::ifindex(name) {
+            if !is_ours(name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "an interface named {name} (index {old}) exists already in the switch's namespace and is not a tunnel device of sluice's; give the port another name"
+                    ),
+                ));
+            }
+            ip(None, &["link", "del", name])?;
+        }
+        let pid = std::process::id().to_string();
+        let port = v.dstport.to_string();
+        ip(netns, &["link", "add", name, "netns", &pid, "type", "vxlan", "external", "dstport", &port]).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{e} (only one external vxlan device may use UDP port {port} in a namespace: is another switch's tunnel, or a kernel vxlan device with `external`, there?)"),
+            )
+        })?;
+        let made = (|| {
+            let mtu = mtu.to_string();
+            ip(None, &["link", "set", name, "alias", DEVICE_ALIAS, "mtu", &mtu])?;
+            crate::sys::link::disable_ipv6(name)?;
+            ip(None, &["link", "set", name, "up"]).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e} (is UDP port {port} in use in the underlay's namespace, by a user-space tunnel, say?)"
+                    ),
+                )
+            })?;
+            crate::sys::link::ifindex(name)
+        })();
+        let ifindex = match made {
+            Ok(i) => i,
+            Err(e) => {
+                let _ = ip(None, &["link", "del", name]);
+                return Err(e);
+            }
+        };
+        let (tx, rx) = mpsc::channel();
+        self.device = Some(Device { name: name.to_string(), ifindex, heard: rx, refused: 0 });
+        Ok(KernelTunnel { ifindex, device: name.to_string(), local: v.local, vnis: v.vnis.clone(), heard: tx })
     }
 
     /// The descriptor the event loop watches.
@@ -94,6 +201,53 @@ impl VxlanPort {
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
+}
+
+impl Drop for VxlanPort {
+    /// The kernel device goes with the port (if it is still the one made).
+    fn drop(&mut self) {
+        if let Some(d) = &self.device
+            && crate::sys::link::ifindex(&d.name).ok() == Some(d.ifindex)
+            && let Err(e) = ip(None, &["link", "del", &d.name])
+        {
+            tracing::warn!(port = %d.name, "removing the tunnel's device: {e}");
+        }
+    }
+}
+
+/// Runs `ip ARGS` (in namespace `netns`, if given), bounded by its own work: the error
+/// says what `ip` said.
+fn ip(netns: Option<&str>, args: &[&str]) -> io::Result<()> {
+    let mut cmd = std::process::Command::new("ip");
+    if let Some(ns) = netns {
+        cmd.args(["-n", ns]);
+    }
+    let out = cmd.args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+    }
+}
+
+/// Whether interface `name` is a vxlan device sluice made (by its alias).
+fn is_ours(name: &str) -> bool {
+    std::process::Command::new("ip")
+        .args(["-j", "-d", "link", "show", name])
+        .output()
+        .ok()
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .is_some_and(|v| {
+            v[0]["ifalias"].as_str() == Some(DEVICE_ALIAS) && v[0]["linkinfo"]["info_kind"].as_str() == Some("vxlan")
+        })
+}
+
+/// A device's counter from sysfs (0 when it cannot be read).
+fn device_stat(name: &str, what: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/statistics/{what}"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The `drops` column of the socket with inode `ino` in a /proc/net/udp(6) table.
@@ -170,8 +324,9 @@ impl Port for VxlanPort {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(PortError::Io(e)),
             };
-            if n == room {
-                // Possibly cut short (a datagram larger than any frame the switch takes).
+            if n == room || self.device.is_some() {
+                // Possibly cut short (a datagram larger than any frame the switch takes), or
+                // sent to the send-only socket of a tunnel whose device receives.
                 self.bad_in += 1;
                 continue;
             }
@@ -245,7 +400,21 @@ impl Port for VxlanPort {
 
     fn device_drops(&self) -> Option<DeviceDrops> {
         let kernel = self.udp_table.as_ref().and_then(|(f, ino)| socket_drops(f, *ino)).unwrap_or(0);
-        Some(DeviceDrops { to_guest: self.lost_out, from_guest: self.bad_in + kernel })
+        let mut d = DeviceDrops { to_guest: self.lost_out, from_guest: self.bad_in + kernel };
+        if let Some(dev) = &self.device {
+            d.to_guest += device_stat(&dev.name, "tx_dropped") + device_stat(&dev.name, "tx_errors");
+            d.from_guest += dev.refused + device_stat(&dev.name, "rx_dropped") + device_stat(&dev.name, "rx_errors");
+        }
+        Some(d)
+    }
+
+    fn fast_path(&self) -> Option<u32> {
+        self.device.as_ref().map(|d| d.ifindex)
+    }
+
+    fn fast_path_offload(&self) -> bool {
+        // The device segments GSO frames and fills checksums itself.
+        self.device.is_some()
     }
 
     fn endpoint_of(&self, vlan: u16, mac: MacAddr) -> Option<String> {
@@ -258,6 +427,15 @@ impl Port for VxlanPort {
 
     fn tick(&mut self) -> Option<String> {
         let now = self.now_ms();
+        if let Some(d) = self.device.as_mut() {
+            while let Ok(h) = d.heard.try_recv() {
+                d.refused = h.refused;
+                for (vni, mac, endpoint, seen_ns) in h.stations {
+                    let ago_ms = h.now_ns.saturating_sub(seen_ns) / 1_000_000;
+                    self.table.learn(vni, mac, endpoint, now.saturating_sub(ago_ms));
+                }
+            }
+        }
         self.table.expire(now);
         None
     }
