@@ -93,7 +93,8 @@ pub enum KindArg {
     /// `-netdev stream` framing; the switch can hold the program back (lossless).
     Stream,
     /// A VXLAN tunnel (--local, --remote, --vni) to other switches, Linux vxlan devices or
-    /// Open vSwitch hosts.
+    /// Open vSwitch hosts: a UDP socket (user-space datapath), or a vxlan device the TC
+    /// programs send into (kernel datapath).
     Vxlan,
 }
 

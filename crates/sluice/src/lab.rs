@@ -113,9 +113,10 @@ pub struct UpArgs {
     #[arg(long, value_enum, default_value = "tap")]
     pub attach: AttachArg,
     /// Hosts (1 to 4): with more than one, each host is a namespace of its own with its own
-    /// sluice switch (user-space datapath) and --guests guests `hKgJ`, the hosts joined by
-    /// a veth underlay (192.168.77.K, fd78::K) and their switches by VXLAN tunnels (VNI
-    /// 5000): one LAN, 10.77.0.0/24, across hosts. Lab names are then at most 8 characters.
+    /// sluice switch (on --datapath, as a lab of one host chooses it) and --guests guests
+    /// `hKgJ`, the hosts joined by a veth underlay (192.168.77.K, fd78::K) and their switches
+    /// by VXLAN tunnels (VNI 5000): one LAN, 10.77.0.0/24, across hosts. Lab names are then
+    /// at most 8 characters.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub hosts: u32,
     /// With --hosts: the last host is plain Linux instead of sluice — a kernel `vxlan`

@@ -4,7 +4,9 @@
 //!
 //! Host K that runs sluice is a lab of its own, `LABhK` (its switch, its guests `hKgJ`,
 //! numbered on across hosts so every guest has its own 10.77.0.N), plus a vxlan port
-//! `vx0` whose socket lives in the host's namespace `sluice-LAB-hK`. A kernel peer host
+//! `vx0` whose socket lives in the host's namespace `sluice-LAB-hK` (on the kernel
+//! datapath, the default, a vxlan device in the switch's namespace whose socket lives
+//! there). A kernel peer host
 //! (`--peer-kernel`, the last one) is a `vxlan` device and a bridge in its namespace, its
 //! guests on veth pairs. The lab `LAB` itself lists every guest (so `lab exec h2g1 -- …`
 //! finds them), the underlay, the hosts and the kernel host's guests, and takes the host
@@ -34,9 +36,6 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     }
     if a.switch.is_some() || a.lan {
         bail!("--hosts makes a switch per host: it does not take --switch or --lan");
-    }
-    if a.datapath == Some(crate::DatapathArg::Kernel) {
-        bail!("--hosts: the hosts' switches run the user-space datapath (the kernel datapath has no vxlan ports yet)");
     }
     if a.guests * a.hosts > 99 {
         bail!("--guests × --hosts must be at most 99 (guests are 10.77.0.1 to .99)");
@@ -119,6 +118,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &h, "addr", "add", &format!("fd78::{k}/64"), "dev", "u0", "nodad"])?;
     }
     let kernel_host = a.peer_kernel.then_some(a.hosts);
+    let mut sluice_hosts_up = 0;
     for &k in &hosts {
         let others: Vec<String> = hosts.iter().filter(|&&o| o != k).map(|o| format!("192.168.77.{o}")).collect();
         if Some(k) == kernel_host {
@@ -128,15 +128,18 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         let sub = format!("{}h{k}", s.name);
         s.sublabs.push(sub.clone());
         s.save()?;
-        let hs = lab::up(&UpArgs {
-            name: sub.clone(),
-            hosts: 1,
-            peer_kernel: false,
-            host: k,
-            datapath: Some(crate::DatapathArg::User),
-            ..a.clone()
-        })
-        .with_context(|| format!("host h{k}"))?;
+        // Every sluice host on the datapath the first one got (a user-space tunnel end
+        // cannot read the whole GSO frames a kernel one sends over a veth).
+        let datapath = match (sluice_hosts_up, s.datapath.as_str()) {
+            (0, _) => a.datapath,
+            (_, "kernel") => Some(crate::DatapathArg::Kernel),
+            _ => Some(crate::DatapathArg::User),
+        };
+        sluice_hosts_up += 1;
+        let hs = lab::up(&UpArgs { name: sub.clone(), hosts: 1, peer_kernel: false, host: k, datapath, ..a.clone() })
+            .with_context(|| format!("host h{k}"))?;
+        // (As its hosts' switches run: the kernel datapath unless told or unable.)
+        s.datapath = hs.datapath.clone();
         let spec = PortSpec {
             kind: PortKind::Vxlan,
             netns: Some(format!("sluice-{}-h{k}", s.name)),

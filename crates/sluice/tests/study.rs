@@ -235,7 +235,7 @@ fn the_overlay_paths_build_two_hosts_joined_by_vxlan() {
         &d,
         r#"name = "ov"
 baseline = "overlay-kernel"
-paths = ["overlay-kernel", "overlay-sluice", "overlay-mixed"]
+paths = ["overlay-kernel", "overlay-sluice", "overlay-sluice-kernel", "overlay-mixed"]
 workloads = ["rr-200x1000", "pa-8mtu"]
 reps = 1
 duration = 1
@@ -244,9 +244,9 @@ queries = 100
     );
     let out = d.join("out");
     let err = run_study_ok(&f, &out);
-    assert!(err.contains("[6/6]"), "{err}");
+    assert!(err.contains("[8/8]"), "{err}");
     let cs = cells(&out);
-    assert_eq!(cs.len(), 6, "{cs:?}");
+    assert_eq!(cs.len(), 8, "{cs:?}");
     for c in &cs {
         let r = &c["result"];
         assert!(r["client"]["transactions"].as_u64().unwrap() > 0, "{c}");

@@ -297,6 +297,17 @@ fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan_on(kernel: bool) {
     let vx = h.port(1, "vx0");
     assert!(vx["counters"]["tx_drops"]["over_mtu"].as_u64().unwrap() >= 1, "counted as over-MTU: {vx}");
     assert_eq!(vx["mtu"], 1450, "{vx}");
+
+    // A restart in place: the tunnel carries on (on the kernel datapath its device is made
+    // again, and the new program learns the stations behind it again).
+    ns_ok(&h.guest(1), &format!("ip link set {}t mtu 1450", h.switch(1)));
+    if kernel {
+        sh_ok(&format!("ip link set {}t mtu 1450", h.switch(1)));
+    }
+    sluice_ok(&["switch", "restart", "--switch", &h.switch(1)]);
+    pings(&h, 1, 2);
+    pings(&h, 2, 1);
+    transfer(&h, 2, 1, 10, 5606);
 }
 
 fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each_on(kernel: bool) {
@@ -415,6 +426,12 @@ fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_i
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let fib = sluice_ok(&["fib", "show", "--switch", &format!("{name}h1")]);
     assert!(fib.contains("192.168.77.2") && fib.contains("192.168.77.3"), "endpoints of both other hosts: {fib}");
+    // The hosts' switches run the kernel datapath (the lab's default), their tunnels too.
+    let st: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["stats", "--switch", &format!("{name}h2"), "--json"])).unwrap();
+    assert_eq!(st["switch"]["datapath"], "kernel", "{st}");
+    let vx = st["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vx0").unwrap();
+    assert!(vx["kernel"]["forwarded"].as_u64().unwrap() > 0, "the kernel forwarded from the tunnel: {vx}");
     sluice_ok(&["lab", "down", "--name", &name]);
     let left = sh_ok("ip netns list");
     assert!(!left.contains(&format!("sluice-{name}")), "left behind: {left}");

@@ -331,7 +331,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
             t.switch_ns = vec![ns("ul"), ns("h1"), ns("h2")];
             t
         }
-        "overlay-sluice" | "overlay-sluice-lossless" | "overlay-mixed" => {
+        "overlay-sluice" | "overlay-sluice-kernel" | "overlay-sluice-lossless" | "overlay-mixed" => {
             // Lab names of several hosts are at most 8 characters.
             let name = format!("o{index}{:05}", std::process::id() % 100_000);
             let per_host = workers;
@@ -340,6 +340,11 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 hosts: 2,
                 peer_kernel: path == "overlay-mixed",
                 lossless: path == "overlay-sluice-lossless",
+                datapath: Some(if path == "overlay-sluice-kernel" {
+                    crate::DatapathArg::Kernel
+                } else {
+                    crate::DatapathArg::User
+                }),
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
             // The client is the first host's first guest; the servers are the second host's.

@@ -38,9 +38,19 @@ pub const PATHS: &[(&str, &str)] = &[
         "overlay-kernel",
         "two hosts joined by VXLAN over a veth underlay: a kernel vxlan device and a Linux bridge on each",
     ),
-    ("overlay-sluice", "the same two hosts with a sluice switch and its vxlan port on each (`lab up --hosts 2`)"),
+    (
+        "overlay-sluice",
+        "the same two hosts with a sluice switch and its vxlan port on each, user-space datapath (`lab up --hosts 2 --datapath user`): the tunnel a UDP socket",
+    ),
+    (
+        "overlay-sluice-kernel",
+        "the same on the kernel datapath (`lab up --hosts 2`): the tunnel a vxlan device fed by the TC programs",
+    ),
     ("overlay-sluice-lossless", "the same with both sluice switches in lossless mode"),
-    ("overlay-mixed", "a sluice host and a kernel vxlan host (`lab up --hosts 2 --peer-kernel`)"),
+    (
+        "overlay-mixed",
+        "a sluice host (user-space datapath) and a kernel vxlan host (`lab up --hosts 2 --peer-kernel --datapath user`)",
+    ),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
     ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
     (
@@ -180,6 +190,7 @@ pub const PA_PATHS: &[&str] = &[
     "sluice-kernel",
     "overlay-kernel",
     "overlay-sluice",
+    "overlay-sluice-kernel",
     "overlay-sluice-lossless",
     "overlay-mixed",
 ];
