@@ -53,7 +53,7 @@ pub struct Heard {
 pub struct KernelTunnel {
     /// The device's index in the switch's namespace.
     pub ifindex: u32,
-    /// Its name (the port's).
+    /// Its name (`sx` and a hash of the switch's and port's names).
     pub device: String,
     /// The underlay address frames leave from.
     pub local: IpAddr,
@@ -63,7 +63,7 @@ pub struct KernelTunnel {
     pub heard: mpsc::Sender<Heard>,
 }
 
-/// The alias sluice gives the vxlan devices it makes (an interface of the port's name
+/// The alias sluice gives the vxlan devices it makes (an interface of the device's name
 /// without it is someone else's and is never deleted).
 const DEVICE_ALIAS: &str = "sluice vxlan port";
 
@@ -215,8 +215,7 @@ impl Drop for VxlanPort {
     }
 }
 
-/// Runs `ip ARGS` (in namespace `netns`, if given), bounded by its own work: the error
-/// says what `ip` said.
+/// Runs `ip ARGS` (in namespace `netns`, if given); the error says what `ip` said.
 fn ip(netns: Option<&str>, args: &[&str]) -> io::Result<()> {
     let mut cmd = std::process::Command::new("ip");
     if let Some(ns) = netns {
