@@ -16,14 +16,18 @@ cd "$(dirname "$0")/.."
 # port of their own).
 # ethtool: the VXLAN tests fill checksums in software on their veth underlays, as a NIC
 # would (a veth leaves them to the receiver, and a user-space tunnel end reads raw bytes).
+# python3-prometheus-client: Prometheus's own OpenMetrics parser reads the metrics
+# endpoint in the tests (Debian's /usr/bin/python3, whatever python3 is first on PATH).
+# tmux: `sluice top`'s live view is drawn in a tmux pane and read back (capture-pane).
 PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch clang libbpf-dev
-    redis-server redis-tools socat nginx curl apache2-utils wrk ethtool)
+    redis-server redis-tools socat nginx curl apache2-utils wrk ethtool python3-prometheus-client tmux)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
-    ethtool)
+    ethtool tmux)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
     apt-get update

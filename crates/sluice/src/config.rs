@@ -609,6 +609,7 @@ struct SwitchFile {
     datapath: Option<Spanned<String>>,
     datapath_nice: Option<Spanned<i32>>,
     socket: Option<PathBuf>,
+    metrics_listen: Option<Spanned<String>>,
     #[serde(default)]
     port: Vec<Spanned<PortSpec>>,
     #[serde(default)]
@@ -640,6 +641,8 @@ pub struct Settings {
     pub datapath_nice: i32,
     /// Control socket path.
     pub socket: PathBuf,
+    /// Where the Prometheus / OpenMetrics endpoint listens (`None`: it does not).
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Ports to attach at start.
     pub ports: Vec<PortSpec>,
     /// Static MAC entries.
@@ -752,6 +755,10 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     if let Err(e) = sluice_switch::class::check(&core.classes) {
         return Err(err(f.class.last().map(|c| c.span()), e.to_string()));
     }
+    let metrics_listen = match &f.metrics_listen {
+        None => None,
+        Some(a) => Some(parse_listen(a.get_ref()).map_err(|m| err(Some(a.span()), m))?),
+    };
     let datapath_nice = match &f.datapath_nice {
         None => DEFAULT_DATAPATH_NICE,
         Some(n) if (-20..=19).contains(n.get_ref()) => *n.get_ref(),
@@ -860,9 +867,20 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         poll: f.poll.unwrap_or(false),
         datapath,
         datapath_nice,
+        metrics_listen,
         ports,
         macs,
         grants,
+    })
+}
+
+/// Parses a listening address for the metrics endpoint: `ADDR:PORT` (`[ADDR]:PORT` for
+/// IPv6).
+pub fn parse_listen(a: &str) -> Result<std::net::SocketAddr, String> {
+    a.parse().map_err(|_| {
+        format!(
+            "metrics_listen {a:?} is not an address and port: write e.g. \"127.0.0.1:9750\" (or \"[::1]:9750\"; \"0.0.0.0:9750\" listens on every interface)"
+        )
     })
 }
 

@@ -11,6 +11,7 @@ mod port;
 mod smc;
 mod study;
 mod sys;
+mod top;
 
 // The parts that read what the outside writes, in the library (fuzzed from fuzz/).
 use sluice::{config, paths, proto};
@@ -57,6 +58,16 @@ enum Cmd {
     Fib(FibCmd),
     /// Show per-port counters (`sluice stats reset` zeroes them).
     Stats(cli::StatsArgs),
+    /// A live view of the switch: each port's and traffic class's frames and bits per
+    /// second, drops per second by cause, queue depths and the datapath's CPU, refreshed in
+    /// place every second (`q` quits). `--once` prints one table for scripts.
+    ///
+    /// Examples:
+    ///   sluice top
+    ///   sluice top --switch sw0 --interval 2
+    ///   sluice top --once
+    #[command(verbatim_doc_comment)]
+    Top(top::TopArgs),
     /// Throw-away guests in network namespaces, attached to a switch.
     #[command(subcommand)]
     Lab(lab::LabCmd),
@@ -162,6 +173,10 @@ enum SwitchCmd {
         /// between veth ports in the kernel; the core decides what they execute).
         #[arg(long, value_enum, value_name = "KIND")]
         datapath: Option<DatapathArg>,
+        /// Serve Prometheus / OpenMetrics metrics at http://ADDR/metrics, e.g.
+        /// 127.0.0.1:9750, overriding the file's `metrics_listen` (off by default).
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics: Option<String>,
     },
     /// List running switches.
     List {
@@ -306,6 +321,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if matches!(
         cli.cmd,
         Cmd::Stats(_)
+            | Cmd::Top(top::TopArgs { once: true, .. })
             | Cmd::Port(PortCmd::List { .. })
             | Cmd::Fib(FibCmd::Show { .. })
             | Cmd::Switch(SwitchCmd::List { .. })
@@ -316,9 +332,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         sys::default_sigpipe();
     }
     match cli.cmd {
-        Cmd::Switch(SwitchCmd::Run { config, poll, datapath }) => {
+        Cmd::Switch(SwitchCmd::Run { config, poll, datapath, metrics }) => {
             let mut s = config::load(&config)?;
             s.poll |= poll;
+            if let Some(m) = metrics {
+                s.metrics_listen = Some(config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))?);
+            }
             if let Some(d) = datapath {
                 s.datapath = d.kind();
                 config::check_lossless(s.datapath, s.core.lossless)
@@ -342,6 +361,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,
+        Cmd::Top(a) => top::run(a)?,
         Cmd::Lab(c) => lab::run(c)?,
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,

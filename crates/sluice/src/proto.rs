@@ -161,6 +161,9 @@ pub struct SwitchSummary {
     pub mtu: u16,
     /// Attached ports.
     pub ports: usize,
+    /// Where the Prometheus / OpenMetrics endpoint listens, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// What the kernel datapath did with a kernel port's frames.
@@ -262,6 +265,19 @@ pub struct StatsReport {
     /// The kernel datapath's own figures (switches on the kernel datapath).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelSummary>,
+    /// CPU time the daemon used.
+    #[serde(default)]
+    pub cpu: CpuReport,
+}
+
+/// CPU time a switch's daemon used since it started (user + system), in seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuReport {
+    /// The datapath thread's (on the kernel datapath the kernel's forwarding is not in it:
+    /// it runs in the guests' softirq time).
+    pub datapath_s: f64,
+    /// The whole process's (the datapath, control and metrics threads).
+    pub process_s: f64,
 }
 
 /// The kernel datapath as a whole.

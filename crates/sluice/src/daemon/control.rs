@@ -409,65 +409,76 @@ impl Server {
     }
 
     fn stats(&self, port: Option<String>) -> Result<StatsReport> {
-        let st = self.settings.clone();
-        self.jobs.run(move |dp| {
-            let ports: Vec<PortStats> = dp
-                .switch()
-                .ports()
-                .into_iter()
-                .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
-                .map(|p| {
-                    let (counters, upcall, kernel) = match dp.kernel() {
-                        Some(k) => k.merged(p.id, p.counters),
-                        None => (p.counters, 0, None),
-                    };
-                    PortStats {
-                        netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
-                        name: p.name,
-                        kind: p.kind.into(),
-                        vlan: p.vlan.to_string(),
-                        mtu: p.mtu,
-                        offload: p.caps.offload,
-                        lossless_input: p.caps.lossless_input,
-                        queued: p.queued,
-                        held: p.held,
-                        paused: p.paused,
-                        classes: p
-                            .classes
-                            .iter()
-                            .map(|k| ClassStats {
-                                name: k.name.clone(),
-                                lossless: k.lossless,
-                                queued: k.queued,
-                                stuck: k.stuck,
-                                counters: k.counters,
-                            })
-                            .collect(),
-                        resolving: p.resolving,
-                        upcall,
-                        kernel,
-                        failed: p.failed,
-                        counters,
-                        device_drops: p.device_drops,
-                    }
-                })
-                .collect();
-            if let Some(n) = &port
-                && ports.is_empty()
-            {
-                return Err(anyhow!("no port named {n:?} is attached (see `sluice port list`)"));
-            }
-            Ok(StatsReport {
-                switch: summary(dp, &st),
-                uptime_s: dp.uptime().as_secs_f64(),
-                counters_age_s: dp.counters_age().as_secs_f64(),
-                ports,
-                departed: *dp.switch().departed(),
-                fib: fib_summary(dp),
-                kernel: dp.kernel().map(|k| k.summary()),
-            })
-        })?
+        stats_report(&self.jobs, &self.settings, port)
     }
+}
+
+/// The switch's counters now (of port `port` only, if given), as `sluice stats --json`
+/// prints them: asked of the datapath thread.
+pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> Result<StatsReport> {
+    let st = settings.clone();
+    jobs.run(move |dp| {
+        let ports: Vec<PortStats> = dp
+            .switch()
+            .ports()
+            .into_iter()
+            .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
+            .map(|p| {
+                let (counters, upcall, kernel) = match dp.kernel() {
+                    Some(k) => k.merged(p.id, p.counters),
+                    None => (p.counters, 0, None),
+                };
+                PortStats {
+                    netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
+                    name: p.name,
+                    kind: p.kind.into(),
+                    vlan: p.vlan.to_string(),
+                    mtu: p.mtu,
+                    offload: p.caps.offload,
+                    lossless_input: p.caps.lossless_input,
+                    queued: p.queued,
+                    held: p.held,
+                    paused: p.paused,
+                    classes: p
+                        .classes
+                        .iter()
+                        .map(|k| ClassStats {
+                            name: k.name.clone(),
+                            lossless: k.lossless,
+                            queued: k.queued,
+                            stuck: k.stuck,
+                            counters: k.counters,
+                        })
+                        .collect(),
+                    resolving: p.resolving,
+                    upcall,
+                    kernel,
+                    failed: p.failed,
+                    counters,
+                    device_drops: p.device_drops,
+                }
+            })
+            .collect();
+        if let Some(n) = &port
+            && ports.is_empty()
+        {
+            return Err(anyhow!("no port named {n:?} is attached (see `sluice port list`)"));
+        }
+        Ok(StatsReport {
+            switch: summary(dp, &st),
+            uptime_s: dp.uptime().as_secs_f64(),
+            counters_age_s: dp.counters_age().as_secs_f64(),
+            ports,
+            departed: *dp.switch().departed(),
+            fib: fib_summary(dp),
+            kernel: dp.kernel().map(|k| k.summary()),
+            // (Jobs run on the datapath thread.)
+            cpu: crate::proto::CpuReport {
+                datapath_s: crate::sys::cpu_seconds(true),
+                process_s: crate::sys::cpu_seconds(false),
+            },
+        })
+    })?
 }
 
 fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
@@ -483,6 +494,7 @@ fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
         poll: dp.polling(),
         mtu: s.core.mtu,
         ports: dp.switch().port_ids().count(),
+        metrics: s.metrics_listen.map(|a| a.to_string()),
     }
 }
 

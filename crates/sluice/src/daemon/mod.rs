@@ -10,6 +10,7 @@
 mod control;
 mod datapath;
 pub mod kernel;
+pub mod metrics;
 mod state;
 
 use std::os::unix::fs::PermissionsExt;
@@ -134,6 +135,11 @@ pub fn run(s: Settings) -> Result<()> {
     dp.finish_takeover();
     let waker = dp.waker();
 
+    let metrics_listener = s.metrics_listen.map(metrics::bind).transpose()?;
+    // (Port 0 in the file: the one the kernel gave is what `sluice stats` reports.)
+    if let Some(l) = &metrics_listener {
+        s.metrics_listen = Some(l.local_addr()?);
+    }
     let listener = bind_owner_only(&s)?;
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
@@ -145,6 +151,14 @@ pub fn run(s: Settings) -> Result<()> {
         state_lock: std::sync::Mutex::new(()),
     };
     std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
+    if let Some(l) = metrics_listener {
+        let (jobs, st) = (jobs.clone(), s.clone());
+        let source: std::sync::Arc<metrics::Source> = std::sync::Arc::new(move || {
+            let r = control::stats_report(&jobs, &st, None)?;
+            Ok((r, crate::smc::stats::read_stats().ok()))
+        });
+        metrics::serve(l, source)?;
+    }
     let sig_jobs = jobs.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         let sig = wait_signal(&signals);

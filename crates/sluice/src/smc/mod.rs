@@ -8,7 +8,7 @@
 
 mod elf;
 mod layout;
-mod stats;
+pub mod stats;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

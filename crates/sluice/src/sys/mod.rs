@@ -83,3 +83,31 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// CPU time (user + system) of the calling thread (`thread` true) or of the whole process,
+/// in seconds, from /proc. 0 when it cannot be read.
+pub fn cpu_seconds(thread: bool) -> f64 {
+    let path = if thread { "/proc/thread-self/stat" } else { "/proc/self/stat" };
+    std::fs::read_to_string(path).ok().and_then(|s| stat_cpu_seconds(&s)).unwrap_or(0.0)
+}
+
+/// utime + stime of a /proc stat line, in seconds (Linux counts them in USER_HZ, 100 a
+/// second, whatever the kernel's own tick).
+fn stat_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (utime, stime): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    Some((utime + stime) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_time_is_read_past_an_odd_command_name() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 1 0 100 0 0";
+        assert_eq!(super::stat_cpu_seconds(line), Some(3.25));
+        assert_eq!(super::stat_cpu_seconds("garbage"), None);
+        assert!(super::cpu_seconds(false) >= 0.0);
+    }
+}

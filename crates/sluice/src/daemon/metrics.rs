@@ -1,0 +1,413 @@
+//! The Prometheus / OpenMetrics endpoint (`metrics_listen`, `switch run --metrics`;
+//! docs/architecture.md, "Seeing inside the switch").
+//!
+//! Each scrape takes the snapshot `sluice stats --json` prints and encodes it with
+//! `prometheus-client` as constant counters and gauges, named as node_exporter names its
+//! own: `sluice_port_rx_bytes_total{switch="sw0",port="t1"}`. The HTTP side is the least
+//! a scraper needs: `GET /metrics` on a plain TCP listener, a few connections at a time,
+//! each bounded in size and time.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use tracing::{info, warn};
+
+use crate::proto::StatsReport;
+
+/// Scrapes served at once; more are answered 503.
+const MAX_CONNS: usize = 4;
+/// A request's head is at most this long, and must arrive within [`IO_TIMEOUT`].
+const MAX_REQUEST: usize = 8192;
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The content type of the OpenMetrics text format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A snapshot source: the switch's counters now, and (when readable) the host's SMC
+/// counters (`sluice smc stats --json`).
+pub type Source = dyn Fn() -> Result<(StatsReport, Option<serde_json::Value>)> + Send + Sync;
+
+/// Binds the endpoint's address (before the switch starts, so a taken port fails the start
+/// with the reason).
+pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).with_context(|| {
+        format!(
+            "metrics endpoint: listening on {addr} (is the port taken? choose another with `metrics_listen` or --metrics)"
+        )
+    })
+}
+
+/// Serves scrapes on `listener` on a thread of its own.
+pub fn serve(listener: TcpListener, source: Arc<Source>) -> Result<()> {
+    let bound = listener.local_addr()?;
+    info!(listen = %bound, "metrics endpoint: http://{bound}/metrics");
+    let open = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut stream) = conn else {
+                // (Out of descriptors, say: do not spin.)
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
+                open.fetch_sub(1, Ordering::AcqRel);
+                let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+                let _ = respond(&mut stream, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
+                continue;
+            }
+            let (source, mine) = (source.clone(), open.clone());
+            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
+                if let Err(e) = answer(stream, &*source) {
+                    warn!("metrics endpoint: {e:#}");
+                }
+                mine.fetch_sub(1, Ordering::AcqRel);
+            });
+            if spawned.is_err() {
+                open.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Answers one request on `stream`.
+fn answer(mut stream: TcpStream, source: &Source) -> Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).context("reading the request")?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > MAX_REQUEST {
+            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
+        }
+    }
+    let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)]).into_owned();
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    if method != "GET" && method != "HEAD" {
+        return respond(&mut stream, "405 Method Not Allowed", "text/plain", b"GET /metrics\n");
+    }
+    if path != "/metrics" {
+        return respond(&mut stream, "404 Not Found", "text/plain", b"sluice serves its metrics at /metrics\n");
+    }
+    let body = match source().and_then(|(r, smc)| render(&r, smc.as_ref())) {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!("cannot read the switch's counters: {e:#}\n");
+            return respond(&mut stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
+        }
+    };
+    if method == "HEAD" {
+        let h = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        return stream.write_all(h.as_bytes()).context("answering");
+    }
+    respond(&mut stream, "200 OK", CONTENT_TYPE, body.as_bytes())
+}
+
+fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result<()> {
+    let h = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(h.as_bytes()).and_then(|_| stream.write_all(body)).context("answering")
+}
+
+/// The OpenMetrics text of snapshot `r` (and the host's SMC counters `smc`).
+pub fn render(r: &StatsReport, smc: Option<&serde_json::Value>) -> Result<String> {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Snapshot { r: r.clone(), smc: smc.cloned() }));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg).map_err(|e| anyhow::anyhow!("encoding: {e}"))?;
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct Snapshot {
+    r: StatsReport,
+    smc: Option<serde_json::Value>,
+}
+
+/// What a port counter means, for its HELP line (by its name in `sluice stats --json`).
+fn port_help(key: &str) -> &'static str {
+    match key {
+        "rx_frames" => "Frames received from the port (a GSO frame counts once).",
+        "rx_bytes" => "Bytes received from the port.",
+        "rx_gso" => "GSO frames received from the port.",
+        "forwarded" => "Frames from the port sent to one port.",
+        "flooded" => "Frames from the port flooded to every port of their VLAN.",
+        "copies" => "Copies of the port's frames offered to outputs (mirrors included).",
+        "consumed" => "Frames from the port the switch answered itself (ARP, neighbour discovery).",
+        "tx_offered" => "Frames offered to the port.",
+        "generated" => "Frames the switch made itself and sent to the port.",
+        "tx_frames" => "Frames sent to the port.",
+        "tx_bytes" => "Bytes sent to the port.",
+        "tx_gso" => "GSO frames sent to the port whole.",
+        "tx_segmented" => "GSO frames the switch cut into segments for the port.",
+        "tx_segments" => "Segments the switch cut GSO frames into for the port.",
+        "tx_csum_filled" => "Frames whose partial checksum the switch completed for the port.",
+        "pauses" => "Times the port's input was paused (lossless: a full output held it back).",
+        "failovers" => "Times the uplink moved to another device.",
+        "learn_refused" => "Frames from sources the port may not learn (its station limit).",
+        _ => "A port counter (see `sluice stats --json`).",
+    }
+}
+
+impl Snapshot {
+    fn counters(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sw = self.r.switch.name.as_str();
+        // Every numeric counter of a port, by its name in `sluice stats --json`; drops by
+        // cause get a label.
+        let per_port: Vec<(String, serde_json::Value)> = self
+            .r
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), serde_json::to_value(p.counters).unwrap_or_default()))
+            .collect();
+        let keys: Vec<String> = per_port
+            .first()
+            .and_then(|(_, v)| v.as_object())
+            .map(|o| o.iter().filter(|(_, v)| v.is_u64()).map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default();
+        for key in &keys {
+            let name = format!("sluice_port_{key}");
+            let mut m = enc.encode_descriptor(&name, port_help(key), None, MetricType::Counter)?;
+            for (port, v) in &per_port {
+                let labels = [("switch", sw), ("port", port.as_str())];
+                ConstCounter::new(v[key].as_u64().unwrap_or(0)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        for (dir, what) in [("rx", "received from"), ("tx", "on their way to")] {
+            let name = format!("sluice_port_{dir}_drops");
+            let help = format!("Frames {what} the port the switch dropped, by cause.");
+            let mut m = enc.encode_descriptor(&name, &help, None, MetricType::Counter)?;
+            for (port, v) in &per_port {
+                for (cause, n) in v[format!("{dir}_drops")].as_object().into_iter().flatten() {
+                    let labels = [("switch", sw), ("port", port.as_str()), ("cause", cause.as_str())];
+                    ConstCounter::new(n.as_u64().unwrap_or(0)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "sluice_port_device_drops",
+            "Frames the port's own device dropped (a TAP's queue, a tunnel's socket), towards the guest or from it.",
+            None,
+            MetricType::Counter,
+        )?;
+        for p in &self.r.ports {
+            if let Some(d) = p.device_drops {
+                for (dir, n) in [("to_guest", d.to_guest), ("from_guest", d.from_guest)] {
+                    let labels = [("switch", sw), ("port", p.name.as_str()), ("direction", dir)];
+                    ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        type Gauge = fn(&crate::proto::PortStats) -> i64;
+        let gauges: [(&str, &str, Gauge); 5] = [
+            ("sluice_port_queued_frames", "Frames waiting in the port's output queues.", |p| p.queued as i64),
+            ("sluice_port_held_frames", "Frames held back for the port's full outputs (lossless).", |p| p.held as i64),
+            ("sluice_port_upcall_frames", "Frames the kernel datapath sent up that the core has not taken yet.", |p| {
+                p.upcall as i64
+            }),
+            ("sluice_port_paused", "1 while the port's input is paused (lossless).", |p| i64::from(p.paused)),
+            ("sluice_port_up", "1 unless the port failed.", |p| i64::from(p.failed.is_none())),
+        ];
+        for (name, help, f) in gauges {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for p in &self.r.ports {
+                ConstGauge::new(f(p)).encode(m.encode_family(&[("switch", sw), ("port", p.name.as_str())])?)?;
+            }
+        }
+        // The kernel datapath's own part (kernel ports only).
+        type Kernel = fn(&crate::proto::KernelPortStats) -> u64;
+        let kernel: [(&str, &str, Kernel); 3] = [
+            ("sluice_kernel_forwarded", "Frames from the port the kernel datapath forwarded itself.", |k| k.forwarded),
+            ("sluice_kernel_flooded", "Frames from the port the kernel datapath flooded itself.", |k| k.flooded),
+            ("sluice_kernel_upcalls", "Frames from the port the kernel datapath sent up to the core.", |k| k.upcalls),
+        ];
+        if self.r.ports.iter().any(|p| p.kernel.is_some()) {
+            for (name, help, f) in kernel {
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+                for p in &self.r.ports {
+                    if let Some(k) = &p.kernel {
+                        ConstCounter::new(f(k))
+                            .encode(m.encode_family(&[("switch", sw), ("port", p.name.as_str())])?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn classes(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sw = self.r.switch.name.as_str();
+        type Count = fn(&sluice_switch::ClassCounters) -> u64;
+        let counters: [(&str, &str, Count); 4] = [
+            ("sluice_class_rx_frames", "Frames queued into the class's queue of the port.", |c| c.rx_frames),
+            ("sluice_class_tx_frames", "Frames of the class sent to the port.", |c| c.tx_frames),
+            ("sluice_class_tx_bytes", "Bytes of the class sent to the port.", |c| c.tx_bytes),
+            ("sluice_class_watchdog_trips", "Times the pause watchdog declared the class's queue stuck.", |c| {
+                c.watchdog_trips
+            }),
+        ];
+        for (name, help, f) in counters {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for p in &self.r.ports {
+                for k in &p.classes {
+                    let labels = [("switch", sw), ("port", p.name.as_str()), ("class", k.name.as_str())];
+                    ConstCounter::new(f(&k.counters)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "sluice_class_tx_drops",
+            "Frames of the class dropped on their way to the port, by cause.",
+            None,
+            MetricType::Counter,
+        )?;
+        for p in &self.r.ports {
+            for k in &p.classes {
+                let drops = serde_json::to_value(k.counters.tx_drops).unwrap_or_default();
+                for (cause, n) in drops.as_object().into_iter().flatten() {
+                    let labels = [
+                        ("switch", sw),
+                        ("port", p.name.as_str()),
+                        ("class", k.name.as_str()),
+                        ("cause", cause.as_str()),
+                    ];
+                    ConstCounter::new(n.as_u64().unwrap_or(0)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "sluice_class_queued_frames",
+            "Frames in the class's queue.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &self.r.ports {
+            for k in &p.classes {
+                let labels = [("switch", sw), ("port", p.name.as_str()), ("class", k.name.as_str())];
+                ConstGauge::new(k.queued as i64).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn switch(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = &self.r;
+        let l = [("switch", r.switch.name.as_str())];
+        let gauge = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64| -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(v).encode(m.encode_family(&l)?)
+        };
+        let counter = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64| -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(m.encode_family(&l)?)
+        };
+        let fcounter = |enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64| -> Result<(), std::fmt::Error> {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(v).encode(m.encode_family(&l)?)
+        };
+        gauge(enc, "sluice_fib_entries", "Entries in the MAC table.", r.fib.entries as i64)?;
+        gauge(enc, "sluice_fib_max_entries", "Entries the MAC table holds at most.", r.fib.max_entries as i64)?;
+        counter(enc, "sluice_fib_moves", "Stations the MAC table saw move to another port.", r.fib.moves)?;
+        counter(
+            enc,
+            "sluice_fib_full_refusals",
+            "Stations not learned because the MAC table was full.",
+            r.fib.full_refusals,
+        )?;
+        gauge(enc, "sluice_ports", "Ports attached.", r.ports.len() as i64)?;
+        fcounter(
+            enc,
+            "sluice_datapath_cpu_seconds",
+            "CPU time of the switch's datapath thread (user + system).",
+            r.cpu.datapath_s,
+        )?;
+        fcounter(
+            enc,
+            "sluice_process_cpu_seconds",
+            "CPU time of the switch's daemon (user + system).",
+            r.cpu.process_s,
+        )?;
+        gauge(
+            enc,
+            "sluice_start_time_seconds",
+            "When the switch's daemon started, in seconds since the epoch.",
+            (r.switch.started_ns / 1_000_000_000) as i64,
+        )?;
+        if let Some(k) = &r.kernel {
+            counter(
+                enc,
+                "sluice_kernel_upcall_queue_drops",
+                "Frames the upcall TAP dropped because its queue was full (kernel datapath).",
+                k.upcall_queue_drops.unwrap_or(0),
+            )?;
+            counter(
+                enc,
+                "sluice_kernel_map_updates_failed",
+                "Changes of the core the kernel datapath's maps refused.",
+                k.map_updates_failed,
+            )?;
+            counter(
+                enc,
+                "sluice_kernel_upcalls_refused",
+                "Frames read from the upcall TAP the core could not take (kernel datapath).",
+                k.upcalls_refused,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn smc(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(v) = self.smc.as_ref().and_then(|v| v.as_object()) else { return Ok(()) };
+        for (k, n) in v {
+            if let Some(n) = n.as_u64() {
+                let name = format!("sluice_smc_{k}");
+                let help =
+                    format!("The shared-memory fast path's `{k}`, summed over the host's users (`sluice smc stats`).");
+                ConstCounter::new(n).encode(enc.encode_descriptor(&name, &help, None, MetricType::Counter)?)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "sluice_smc_fallbacks",
+            "Connections that stayed on TCP, by side and reason (`sluice smc stats`).",
+            None,
+            MetricType::Counter,
+        )?;
+        for side in ["client", "server"] {
+            for (reason, n) in v.get(&format!("fallback_{side}")).and_then(|x| x.as_object()).into_iter().flatten() {
+                let labels = [("side", side), ("reason", reason.as_str())];
+                ConstCounter::new(n.as_u64().unwrap_or(0)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.counters(&mut enc)?;
+        self.classes(&mut enc)?;
+        self.switch(&mut enc)?;
+        self.smc(&mut enc)
+    }
+}

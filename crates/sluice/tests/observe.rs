@@ -1,0 +1,278 @@
+//! Seeing inside the switch (issue 19): the Prometheus / OpenMetrics endpoint read by
+//! Prometheus's own Python parser and held against `sluice stats --json`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+/// A switch of the test's own (user-space datapath) with guests `g1` and `g2` on TAPs,
+/// IPv6 off in the guests so that nothing but the test's traffic moves the counters.
+struct Switch {
+    name: String,
+    namespaces: Vec<String>,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Switch {
+    fn new(tag: &str, extra: &str) -> Switch {
+        init();
+        let name = unique(tag);
+        let dir = std::env::temp_dir().join(format!("sluice-observe-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut namespaces = vec![];
+        let mut cfg = format!("name = \"{name}\"\ndatapath = \"user\"\n{extra}\n");
+        for i in 1..=2 {
+            let ns = format!("{name}g{i}");
+            sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+            ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
+            namespaces.push(ns.clone());
+            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\nnetns = \"{ns}\"\n"));
+        }
+        let f = dir.join("sw.toml");
+        std::fs::write(&f, cfg).unwrap();
+        let log = std::fs::File::create(dir.join("sw.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["switch", "run", "--config", f.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let sw = Switch { name, namespaces, child, dir };
+        assert!(
+            wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
+            "switch did not start: {}",
+            std::fs::read_to_string(sw.dir.join("sw.log")).unwrap_or_default()
+        );
+        for i in 1..=2 {
+            ns_ok(
+                &sw.namespaces[i - 1],
+                &format!("ip link set {}t{i} up && ip addr add 10.79.0.{i}/24 dev {}t{i}", sw.name, sw.name),
+            );
+        }
+        sw
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &self.name])).unwrap()
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One HTTP GET of `path` at `addr`: (status line, content type, body).
+fn get(addr: &str, path: &str) -> (String, String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/openmetrics-text\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, body) = all.split_once("\r\n\r\n").unwrap();
+    let status = head.lines().next().unwrap().to_string();
+    let ctype = head.lines().find_map(|l| l.strip_prefix("Content-Type: ")).unwrap_or_default().to_string();
+    (status, ctype, body.to_string())
+}
+
+/// Debian's Python with Prometheus's client library (python3-prometheus-client).
+fn have_parser() -> bool {
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import prometheus_client.openmetrics.parser"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "under CI=true python3-prometheus-client must be installed (scripts/test.sh installs it)"
+        );
+        eprintln!("skipped: needs /usr/bin/python3 with prometheus_client");
+    }
+    ok
+}
+
+/// Every sample of an OpenMetrics text as parsed by prometheus_client: name{labels} value.
+fn parse(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        key = s.name + "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+        out[key] = s.value
+print(json.dumps(out))
+"#;
+    let mut p = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = p.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the OpenMetrics parser refused the text: {}\n{text}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn the_metrics_endpoint_speaks_openmetrics_and_agrees_with_stats() {
+    if !root() || !have("ping") || !have_parser() {
+        return;
+    }
+    // Port 0: the kernel picks one, and `sluice stats` says which.
+    let sw = Switch::new("metr", "metrics_listen = \"127.0.0.1:0\"");
+    let addr = sw.stats()["switch"]["metrics"].as_str().expect("stats names the metrics address").to_string();
+    ns_ok(&sw.namespaces[0], "ping -c 5 -i 0.2 -W 5 10.79.0.2");
+
+    let (status, ctype, body) = get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(ctype.starts_with("application/openmetrics-text; version=1.0.0"), "{ctype}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let m = parse(&body);
+    let stats = sw.stats();
+    let again = parse(&get(&addr, "/metrics").2);
+    // Nothing moves the counters now (the guests speak no IPv6): all three reads agree.
+    for p in stats["ports"].as_array().unwrap() {
+        let port = p["name"].as_str().unwrap();
+        let c = &p["counters"];
+        for key in ["rx_frames", "rx_bytes", "tx_frames", "tx_bytes", "forwarded", "flooded", "tx_offered"] {
+            let sample = format!("sluice_port_{key}_total{{port={port},switch={}}}", sw.name);
+            let got = m.get(&sample).unwrap_or_else(|| panic!("no {sample} in\n{body}"));
+            assert_eq!(*got, c[key].as_u64().unwrap() as f64, "{sample} against stats {c}");
+            assert_eq!(again.get(&sample), Some(got), "{sample} moved between reads");
+        }
+        assert!(c["rx_frames"].as_u64().unwrap() >= 5, "the pings went through {port}: {c}");
+        let drop = format!("sluice_port_rx_drops_total{{cause=over_mtu,port={port},switch={}}}", sw.name);
+        assert_eq!(m.get(&drop), Some(&0.0), "drops by cause: {drop}");
+        let up = format!("sluice_port_up{{port={port},switch={}}}", sw.name);
+        assert_eq!(m.get(&up), Some(&1.0));
+        let class = format!("sluice_class_tx_frames_total{{class=default,port={port},switch={}}}", sw.name);
+        assert!(m.contains_key(&class), "per-class counters: {class}");
+    }
+    let fib = format!("sluice_fib_entries{{switch={}}}", sw.name);
+    assert_eq!(m.get(&fib), Some(&(stats["fib"]["entries"].as_u64().unwrap() as f64)));
+    assert!(m[&format!("sluice_datapath_cpu_seconds_total{{switch={}}}", sw.name)] >= 0.0);
+
+    // Anything but GET /metrics is refused with a status that says so.
+    assert_eq!(get(&addr, "/").0, "HTTP/1.1 404 Not Found");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "POST /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+}
+
+#[test]
+fn a_metrics_address_that_is_taken_or_malformed_fails_the_start_with_the_reason() {
+    if !root() {
+        return;
+    }
+    init();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("sluice-observe-bad{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = unique("mbad");
+    for (listen, want) in [(addr.as_str(), "is the port taken"), ("localhost", "sw.toml:3")] {
+        let f = dir.join("sw.toml");
+        std::fs::write(&f, format!("name = \"{name}\"\ndatapath = \"user\"\nmetrics_listen = \"{listen}\"\n")).unwrap();
+        let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{listen}: {err}");
+    }
+    assert!(!run_dir().join(format!("{name}.sock")).exists(), "no control socket is left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_once_shows_the_rate_iperf3_measures() {
+    if !root() || !have("iperf3") {
+        return;
+    }
+    let sw = Switch::new("topo", "");
+    let _server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5301");
+    assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q :5301").status.success()));
+    let client = ns_spawn(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5301 -t 8 -J");
+    // Sampled while the stream runs (its bytes are moving through the receiver's port).
+    let t2 = format!("{}t2", sw.name);
+    let tx = |sw: &Switch| {
+        sw.stats()["ports"].as_array().unwrap().iter().find(|p| p["name"] == t2.as_str()).unwrap()["counters"]["tx_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let start = tx(&sw);
+    assert!(wait_for(10, || tx(&sw) > start + 50_000_000), "the stream did not start");
+    let text = sluice_ok(&["top", "--once", "--interval", "2", "--switch", &sw.name]);
+    let out = client.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 -J");
+    let iperf = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
+    // PORT KIND RX-FRAMES/S RX (value unit) TX-FRAMES/S TX (value unit) …
+    let row: Vec<&str> =
+        text.lines().find(|l| l.trim_start().starts_with(&t2)).expect(&text).split_whitespace().collect();
+    let unit = |u: &str| match u {
+        "b/s" => 1.0,
+        "kb/s" => 1e3,
+        "Mb/s" => 1e6,
+        "Gb/s" => 1e9,
+        _ => panic!("unit {u} in {text}"),
+    };
+    let top = row[6].parse::<f64>().unwrap() * unit(row[7]);
+    let ratio = top / iperf;
+    assert!((0.8..=1.2).contains(&ratio), "top says {top:.3e} b/s to {t2}, iperf3 {iperf:.3e}: {ratio:.2}\n{text}");
+    assert!(text.contains("datapath CPU"), "{text}");
+}
+
+#[test]
+fn top_draws_its_live_view_in_a_terminal_and_quits_on_q() {
+    if !root() || !have("tmux") {
+        return;
+    }
+    let sw = Switch::new("toptm", "");
+    // A tmux server of this test's own (its environment carries the test's run directory).
+    let sock = format!("sluice-top-{}", std::process::id());
+    struct Server(String);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux").args(["-L", &self.0, "kill-server"]).output();
+        }
+    }
+    let _server = Server(sock.clone());
+    let tmux = |args: &[&str]| Command::new("tmux").arg("-L").arg(&sock).args(args).output().unwrap();
+    let cmd = format!("{BIN} top --switch {}", sw.name);
+    let o = tmux(&["new-session", "-d", "-s", "top", "-x", "160", "-y", "30", &cmd]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ns_ok(&sw.namespaces[0], "ping -c 3 -i 0.2 -W 5 10.79.0.2");
+    let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned();
+    let t1 = format!("{}t1", sw.name);
+    assert!(
+        wait_for(10, || {
+            let s = screen();
+            s.contains("RX FRAMES/S") && s.contains(&t1) && s.contains("q quits") && s.contains("datapath CPU")
+        }),
+        "the live view: {}",
+        screen()
+    );
+    let s = screen();
+    let row = s.lines().find(|l| l.trim_start().starts_with(&t1)).unwrap();
+    assert!(row.contains("tap") && row.contains("b/s"), "a port row: {row}\n{s}");
+    tmux(&["send-keys", "-t", "top", "q"]);
+    assert!(wait_for(10, || !tmux(&["has-session", "-t", "top"]).status.success()), "q did not quit: {}", screen());
+}
