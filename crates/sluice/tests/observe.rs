@@ -208,7 +208,7 @@ fn top_once_shows_the_rate_iperf3_measures() {
         return;
     }
     let sw = Switch::new("topo", "");
-    let _server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5301");
+    let server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5301");
     assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q :5301").status.success()));
     let client = ns_spawn(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5301 -t 8 -J");
     // Sampled while the stream runs (its bytes are moving through the receiver's port).
@@ -222,6 +222,8 @@ fn top_once_shows_the_rate_iperf3_measures() {
     assert!(wait_for(10, || tx(&sw) > start + 50_000_000), "the stream did not start");
     let text = sluice_ok(&["top", "--once", "--interval", "2", "--switch", &sw.name]);
     let out = client.wait_with_output().unwrap();
+    // (The server serves one test and ends.)
+    let _ = server.wait_with_output();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 -J");
     let iperf = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
     // PORT KIND RX-FRAMES/S RX (value unit) TX-FRAMES/S TX (value unit) …
