@@ -610,6 +610,9 @@ struct SwitchFile {
     datapath_nice: Option<Spanned<i32>>,
     socket: Option<PathBuf>,
     metrics_listen: Option<Spanned<String>>,
+    monitor_interval: Option<Spanned<String>>,
+    monitor_file: Option<Spanned<PathBuf>>,
+    monitor_max_mb: Option<Spanned<u64>>,
     #[serde(default)]
     port: Vec<Spanned<PortSpec>>,
     #[serde(default)]
@@ -643,6 +646,8 @@ pub struct Settings {
     pub socket: PathBuf,
     /// Where the Prometheus / OpenMetrics endpoint listens (`None`: it does not).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Monitor records from the start (`None`: only after `sluice monitor start`).
+    pub monitor: Option<MonitorSettings>,
     /// Ports to attach at start.
     pub ports: Vec<PortSpec>,
     /// Static MAC entries.
@@ -759,6 +764,39 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         None => None,
         Some(a) => Some(parse_listen(a.get_ref()).map_err(|m| err(Some(a.span()), m))?),
     };
+    let monitor = match (&f.monitor_file, &f.monitor_interval) {
+        (None, None) => {
+            if let Some(m) = &f.monitor_max_mb {
+                return Err(err(Some(m.span()), "monitor_max_mb needs monitor_file".into()));
+            }
+            None
+        }
+        (None, Some(i)) => {
+            return Err(err(
+                Some(i.span()),
+                "monitor_interval needs monitor_file, the file the records go to (e.g. monitor_file = \"/var/log/sluice/sw0.monitor\")".into(),
+            ));
+        }
+        (Some(file), interval) => {
+            let interval = match interval {
+                Some(i) => {
+                    parse_interval(i.get_ref()).map_err(|m| err(Some(i.span()), format!("monitor_interval: {m}")))?
+                }
+                None => std::time::Duration::from_secs(1),
+            };
+            let max_mb = match &f.monitor_max_mb {
+                Some(m) if (1..=1 << 20).contains(m.get_ref()) => *m.get_ref(),
+                Some(m) => {
+                    return Err(err(
+                        Some(m.span()),
+                        format!("monitor_max_mb {} is out of range: use 1 to 1048576", m.get_ref()),
+                    ));
+                }
+                None => DEFAULT_MONITOR_MAX_MB,
+            };
+            Some(MonitorSettings { file: file.get_ref().clone(), interval, max_bytes: max_mb << 20 })
+        }
+    };
     let datapath_nice = match &f.datapath_nice {
         None => DEFAULT_DATAPATH_NICE,
         Some(n) if (-20..=19).contains(n.get_ref()) => *n.get_ref(),
@@ -868,10 +906,42 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         datapath,
         datapath_nice,
         metrics_listen,
+        monitor,
         ports,
         macs,
         grants,
     })
+}
+
+/// Monitor records: where, how often, how much at most.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MonitorSettings {
+    /// The record file (`FILE.1` holds the one before it).
+    pub file: PathBuf,
+    /// Between records.
+    pub interval: std::time::Duration,
+    /// The file is rotated before it passes this size.
+    pub max_bytes: u64,
+}
+
+/// The size a monitor file is rotated at, in MiB, unless `monitor_max_mb` says otherwise.
+pub const DEFAULT_MONITOR_MAX_MB: u64 = 64;
+
+/// Parses an interval: `500ms`, `1s`, `2m`, or a number of seconds; 100 ms to 1 hour.
+pub fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+    let n: f64 = num.parse().map_err(|_| format!("interval {s:?}: write e.g. \"1s\", \"500ms\" or \"2m\""))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" | "min" => n * 60.0,
+        u => return Err(format!("interval {s:?}: unknown unit {u:?} (ms, s or m)")),
+    };
+    if !(0.1..=3600.0).contains(&secs) {
+        return Err(format!("interval {s:?} is out of range: use 100ms to 1 hour"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// Parses a listening address for the metrics endpoint: `ADDR:PORT` (`[ADDR]:PORT` for
@@ -953,6 +1023,24 @@ mod tests {
         assert!(e.message.contains("vxlan ports only"), "{e}");
         let v = parse_str(&format!("{base}vni = 5000\n")).unwrap();
         assert_eq!(check_datapath(&v.ports[0], DatapathKind::Kernel), Ok(()), "both datapaths take a tunnel");
+    }
+
+    #[test]
+    fn monitor_settings_parse_with_their_units_and_name_the_line() {
+        use std::time::Duration;
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_interval("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_interval("10ms").unwrap_err().contains("out of range"));
+        assert!(parse_interval("1h").unwrap_err().contains("unknown unit"));
+        assert!(parse_interval("soon").is_err());
+        let s = parse_str("name = \"sw0\"\nmonitor_file = \"/tmp/m\"\n").unwrap();
+        assert_eq!(s.monitor.unwrap().interval, Duration::from_secs(1));
+        let e = parse_str("name = \"sw0\"\nmonitor_interval = \"1s\"\n").unwrap_err();
+        assert!(e.message.contains("needs monitor_file") && e.to_string().contains(":2"), "{e}");
+        let e = parse_str("name = \"sw0\"\nmonitor_file = \"/tmp/m\"\nmonitor_interval = \"1d\"\n").unwrap_err();
+        assert!(e.to_string().contains(":3") && e.message.contains("unknown unit"), "{e}");
     }
 
     fn parse_str(s: &str) -> Result<Settings, ConfigError> {

@@ -8,6 +8,7 @@ mod demo;
 mod lab;
 mod lab_hosts;
 mod port;
+mod report;
 mod smc;
 mod study;
 mod sys;
@@ -68,6 +69,22 @@ enum Cmd {
     ///   sluice top --once
     #[command(verbatim_doc_comment)]
     Top(top::TopArgs),
+    /// Monitor records: every counter of the switch written to a file each interval (one
+    /// JSON line per record, rotated), for `sluice report`.
+    ///
+    /// Examples:
+    ///   sluice monitor start --file /var/log/sluice/sw0.monitor --interval 1s
+    ///   sluice monitor status
+    ///   sluice monitor stop
+    #[command(subcommand, verbatim_doc_comment)]
+    Monitor(report::MonitorCmd),
+    /// Reduce a monitor file to per-interval tables (rates, drops, CPU per MB) and charts
+    /// over time: FILE-report/report.md, intervals.csv and charts/*.png.
+    ///
+    /// Example:
+    ///   sluice report /var/log/sluice/sw0.monitor --out sw0-report
+    #[command(verbatim_doc_comment)]
+    Report(report::ReportArgs),
     /// Throw-away guests in network namespaces, attached to a switch.
     #[command(subcommand)]
     Lab(lab::LabCmd),
@@ -362,6 +379,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,
         Cmd::Top(a) => top::run(a)?,
+        Cmd::Monitor(c) => report::monitor(c)?,
+        Cmd::Report(a) => report::report(a)?,
         Cmd::Lab(c) => lab::run(c)?,
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,

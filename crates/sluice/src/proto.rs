@@ -55,6 +55,19 @@ pub enum Request {
     },
     /// Zero every counter.
     StatsReset,
+    /// Start monitor records (replacing any running).
+    MonitorStart {
+        /// The record file.
+        file: std::path::PathBuf,
+        /// Between records, in milliseconds.
+        interval_ms: u64,
+        /// The file is rotated before it passes this many MiB.
+        max_mb: u64,
+    },
+    /// Stop monitor records.
+    MonitorStop,
+    /// Answered with a [`MonitorStatus`].
+    MonitorStatus,
     /// Stop the switch.
     Shutdown,
     /// Start the daemon again in place (the same process, its program image read anew):
@@ -268,6 +281,21 @@ pub struct StatsReport {
     /// CPU time the daemon used.
     #[serde(default)]
     pub cpu: CpuReport,
+}
+
+/// Whether monitor records are being written, and where.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MonitorStatus {
+    /// Records are being written.
+    pub running: bool,
+    /// The record file.
+    pub file: Option<String>,
+    /// Between records, in milliseconds.
+    pub interval_ms: u64,
+    /// Rotation size, MiB.
+    pub max_mb: u64,
+    /// Records written since this recording started.
+    pub records: u64,
 }
 
 /// CPU time a switch's daemon used since it started (user + system), in seconds.

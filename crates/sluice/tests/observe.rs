@@ -278,3 +278,71 @@ fn top_draws_its_live_view_in_a_terminal_and_quits_on_q() {
     tmux(&["send-keys", "-t", "top", "q"]);
     assert!(wait_for(10, || !tmux(&["has-session", "-t", "top"]).status.success()), "q did not quit: {}", screen());
 }
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[test]
+fn a_monitor_record_reduced_by_report_shows_an_iperf3_burst_where_it_was() {
+    if !root() || !have("iperf3") {
+        return;
+    }
+    let sw = Switch::new("moni", "");
+    let file = sw.dir.join("sw.monitor");
+    let f = file.to_str().unwrap();
+    let o = sluice_ok(&["monitor", "start", "--file", f, "--interval", "1s", "--switch", &sw.name]);
+    assert!(o.contains("recording every 1000 ms"), "{o}");
+    // A 30-second record: 10 s quiet, a 10-second iperf3, 10 s quiet (the quiet spans are
+    // the workload's shape, not a wait for something).
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5302");
+    assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q :5302").status.success()));
+    let start = unix_now();
+    ns_ok(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5302 -t 10");
+    let end = unix_now();
+    let _ = server.wait_with_output();
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let status: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["monitor", "status", "--json", "--switch", &sw.name])).unwrap();
+    assert!(status["running"].as_bool().unwrap() && status["records"].as_u64().unwrap() >= 25, "{status}");
+    sluice_ok(&["monitor", "stop", "--switch", &sw.name]);
+
+    let out = sw.dir.join("report");
+    let o = sluice_ok(&["report", f, "--out", out.to_str().unwrap()]);
+    assert!(o.contains("intervals"), "{o}");
+    let csv = std::fs::read_to_string(out.join("intervals.csv")).unwrap();
+    let t2 = format!("{}t2", sw.name);
+    let (mut inside, mut outside) = (0, 0);
+    for l in csv.lines().skip(1) {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[3] != t2 {
+            continue;
+        }
+        let (t_end, dt, tx): (f64, f64, f64) = (f[0].parse().unwrap(), f[2].parse().unwrap(), f[5].parse().unwrap());
+        let t_begin = t_end - dt;
+        if t_begin >= start + 1.0 && t_end <= end - 1.0 {
+            inside += 1;
+            assert!(tx > 50e6, "an interval within the burst carried {tx} b/s to {t2}:\n{csv}");
+        } else if t_end <= start - 0.5 || t_begin >= end + 1.0 {
+            outside += 1;
+            assert!(tx < 1e6, "an interval outside the burst carried {tx} b/s to {t2}:\n{csv}");
+        }
+    }
+    assert!(inside >= 6 && outside >= 12, "{inside} intervals inside the burst, {outside} outside:\n{csv}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| at (s) | in (Mb/s)") && md.contains(&t2), "{md}");
+    for chart in ["throughput.png", "cpu.png"] {
+        let d =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(out.join("charts").join(chart)).unwrap()));
+        let r = d.read_info().expect("a PNG");
+        assert_eq!((r.info().width, r.info().height), (1000, 420), "{chart}");
+    }
+    // A record file is not a symbolic link to something else, and its mode is 0600.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    let link = sw.dir.join("link.monitor");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let o = sluice(&["monitor", "start", "--file", link.to_str().unwrap(), "--switch", &sw.name]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("symbolic link"), "{o:?}");
+}

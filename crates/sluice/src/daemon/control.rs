@@ -139,6 +139,8 @@ pub struct Server {
     pub grants: std::sync::Mutex<Option<crate::config::Grants>>,
     /// Orders changes to the runtime state file.
     pub state_lock: std::sync::Mutex<()>,
+    /// Monitor records, while they are written.
+    pub monitor: std::sync::Mutex<Option<super::monitor::Monitor>>,
 }
 
 /// Writes a refusal on a connection about to be closed.
@@ -293,6 +295,33 @@ impl Server {
                 serde_json::to_value(report)?
             }
             Request::Stats { port: Some(p) } => serde_json::to_value(self.stats(Some(p))?)?,
+            Request::MonitorStart { file, interval_ms, max_mb } => {
+                let spec = super::monitor::MonitorSpec {
+                    file,
+                    interval: std::time::Duration::from_millis(interval_ms.clamp(100, 3_600_000)),
+                    max_bytes: max_mb.clamp(1, 1 << 20) << 20,
+                };
+                let mut m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(old) = m.take() {
+                    old.stop();
+                }
+                let started = super::monitor::Monitor::start(spec, self.monitor_source())?;
+                let st = started.status();
+                *m = Some(started);
+                serde_json::to_value(st)?
+            }
+            Request::MonitorStop => {
+                let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let st = m.as_ref().map(|m| m.status()).unwrap_or_default();
+                if let Some(m) = m {
+                    m.stop();
+                }
+                serde_json::to_value(MonitorStatus { running: false, ..st })?
+            }
+            Request::MonitorStatus => {
+                let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
+                serde_json::to_value(m.as_ref().map(|m| m.status()).unwrap_or_default())?
+            }
             Request::StatsReset => {
                 self.jobs.run(|dp| dp.reset_counters())?;
                 return Ok(None);
@@ -410,6 +439,12 @@ impl Server {
 
     fn stats(&self, port: Option<String>) -> Result<StatsReport> {
         stats_report(&self.jobs, &self.settings, port)
+    }
+
+    /// What a monitor record holds: the switch's counters now.
+    pub fn monitor_source(&self) -> Arc<super::monitor::Source> {
+        let (jobs, st) = (self.jobs.clone(), self.settings.clone());
+        Arc::new(move || stats_report(&jobs, &st, None))
     }
 }
 

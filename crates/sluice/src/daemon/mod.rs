@@ -11,6 +11,7 @@ mod control;
 mod datapath;
 pub mod kernel;
 pub mod metrics;
+mod monitor;
 mod state;
 
 use std::os::unix::fs::PermissionsExt;
@@ -149,7 +150,12 @@ pub fn run(s: Settings) -> Result<()> {
         jobs: jobs.clone(),
         grants: std::sync::Mutex::new(s.grants.clone()),
         state_lock: std::sync::Mutex::new(()),
+        monitor: std::sync::Mutex::new(None),
     };
+    if let Some(spec) = s.monitor.clone() {
+        let m = monitor::Monitor::start(spec, ctl.monitor_source())?;
+        *ctl.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+    }
     std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
     if let Some(l) = metrics_listener {
         let (jobs, st) = (jobs.clone(), s.clone());

@@ -14,14 +14,14 @@ use super::report::{Table, Values, ratio};
 
 static FONT: Once = Once::new();
 
-pub(super) fn font() {
+pub(crate) fn font() {
     FONT.call_once(|| {
         // Fails only for a font that does not parse; the bytes are ours and do.
         let _ = register_font("sans-serif", FontStyle::Normal, include_bytes!("../../assets/DejaVuSans.ttf"));
     });
 }
 
-pub(super) const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 6] = [
     RGBColor(0x4c, 0x72, 0xb0),
     RGBColor(0xdd, 0x84, 0x52),
     RGBColor(0x55, 0xa8, 0x68),
