@@ -86,6 +86,15 @@ impl Client {
         }
     }
 
+    /// Sends a capture request; once the switch accepts it, the connection carries capture
+    /// records (`proto::CAPTURE_RECORD_HEADER`), read without a time limit: a quiet port
+    /// sends nothing, and a switch that goes away closes the connection.
+    pub fn into_capture(mut self, req: &Request) -> Result<BufReader<UnixStream>> {
+        self.call_value(req)?;
+        self.stream.get_ref().set_read_timeout(None)?;
+        Ok(self.stream)
+    }
+
     /// Sends a request and returns the answer's raw data (null when there is none).
     pub fn call_value(&mut self, req: &Request) -> Result<serde_json::Value> {
         let mut line = serde_json::to_string(req)?;

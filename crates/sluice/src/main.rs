@@ -1,6 +1,7 @@
 //! `sluice`: a user-space virtual switch for Linux hosts and their guests.
 
 mod bench;
+mod capture;
 mod cli;
 mod client;
 mod daemon;
@@ -69,6 +70,17 @@ enum Cmd {
     ///   sluice top --once
     #[command(verbatim_doc_comment)]
     Top(top::TopArgs),
+    /// Capture a port's frames as pcap, for tcpdump, tshark or Wireshark: as the port
+    /// delivers them (in) and as the switch sends them (out, VLAN-tagged as on the wire).
+    /// A FILTER in libpcap's syntax keeps only the frames it matches. Stops at Ctrl-C or
+    /// after -c N frames; prints how many it kept and how many the switch could not copy.
+    ///
+    /// Examples:
+    ///   sluice capture tap1 -w tap1.pcap
+    ///   sluice capture tap1 -c 10 icmp or arp | tshark -r -
+    ///   sluice capture uplink0 --direction in -w in.pcap vlan 10 and tcp port 80
+    #[command(verbatim_doc_comment)]
+    Capture(capture::CaptureArgs),
     /// Monitor records: every counter of the switch written to a file each interval (one
     /// JSON line per record, rotated), for `sluice report`.
     ///
@@ -379,6 +391,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,
         Cmd::Top(a) => top::run(a)?,
+        Cmd::Capture(a) => capture::run(a)?,
         Cmd::Monitor(c) => report::monitor(c)?,
         Cmd::Report(a) => report::report(a)?,
         Cmd::Lab(c) => lab::run(c)?,

@@ -68,6 +68,16 @@ pub enum Request {
     MonitorStop,
     /// Answered with a [`MonitorStatus`].
     MonitorStatus,
+    /// Copies of a port's frames: answered once, then the connection carries capture
+    /// records ([`CAPTURE_RECORD_HEADER`]) until the client closes it.
+    Capture {
+        /// The port.
+        port: String,
+        /// "in" (frames the port delivers), "out" (frames it is sent) or "both".
+        direction: String,
+        /// Bytes kept of each frame.
+        snaplen: u32,
+    },
     /// Stop the switch.
     Shutdown,
     /// Start the daemon again in place (the same process, its program image read anew):
@@ -282,6 +292,12 @@ pub struct StatsReport {
     #[serde(default)]
     pub cpu: CpuReport,
 }
+
+/// A capture record on the wire, after the answer to [`Request::Capture`]: kind (u8: 0 a
+/// frame the port delivered, 1 a frame it was sent, 2 the count of copies lost so far as
+/// 8 bytes of data, 3 the port went away), the time (u64 ns since the epoch), the frame's
+/// length on the wire (u32) and the data's length (u32), big-endian; then the data.
+pub const CAPTURE_RECORD_HEADER: usize = 17;
 
 /// Whether monitor records are being written, and where.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -20,18 +20,31 @@ struct Switch {
 
 impl Switch {
     fn new(tag: &str, extra: &str) -> Switch {
+        Switch::with(tag, extra, &["", ""], Dp::User)
+    }
+
+    /// A switch on datapath `dp` with a guest per entry of `ports` (that port's settings):
+    /// TAPs on the user-space datapath, veth pairs on the kernel one, `SWITCHtI` at both ends.
+    fn with(tag: &str, extra: &str, ports: &[&str], dp: Dp) -> Switch {
         init();
         let name = unique(tag);
         let dir = std::env::temp_dir().join(format!("sluice-observe-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
         let mut namespaces = vec![];
-        let mut cfg = format!("name = \"{name}\"\ndatapath = \"user\"\n{extra}\n");
-        for i in 1..=2 {
+        let datapath = if dp == Dp::Kernel { "kernel" } else { "user" };
+        let mut cfg = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{extra}\n");
+        for (i, settings) in ports.iter().enumerate().map(|(i, s)| (i + 1, s)) {
             let ns = format!("{name}g{i}");
             sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
             ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
             namespaces.push(ns.clone());
-            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\nnetns = \"{ns}\"\n"));
+            let at = if dp == Dp::Kernel {
+                sh_ok(&format!("ip link add {name}t{i} type veth peer name {name}t{i} netns {ns}"));
+                "type = \"veth\"".to_string()
+            } else {
+                format!("netns = \"{ns}\"")
+            };
+            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\n{at}\n{settings}\n"));
         }
         let f = dir.join("sw.toml");
         std::fs::write(&f, cfg).unwrap();
@@ -49,7 +62,7 @@ impl Switch {
             "switch did not start: {}",
             std::fs::read_to_string(sw.dir.join("sw.log")).unwrap_or_default()
         );
-        for i in 1..=2 {
+        for i in 1..=ports.len() {
             ns_ok(
                 &sw.namespaces[i - 1],
                 &format!("ip link set {}t{i} up && ip addr add 10.79.0.{i}/24 dev {}t{i}", sw.name, sw.name),
@@ -345,4 +358,93 @@ fn a_monitor_record_reduced_by_report_shows_an_iperf3_burst_where_it_was() {
     std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
     let o = sluice(&["monitor", "start", "--file", link.to_str().unwrap(), "--switch", &sw.name]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("symbolic link"), "{o:?}");
+}
+
+/// `sluice capture` on switch `sw` with `args`, stderr to a file; returns once it says it
+/// is capturing.
+fn start_capture(sw: &Switch, what: &str, args: &[&str]) -> (Child, PathBuf) {
+    let err = sw.dir.join(format!("{what}.err"));
+    let child = Command::new(BIN)
+        .args(["capture", "--switch", &sw.name])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(10, || std::fs::read_to_string(&err).unwrap_or_default().contains("capturing")),
+        "capture {what} did not start: {}",
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    (child, err)
+}
+
+/// Waits (at most 20 s) for a capture to end by itself.
+fn finish(c: (Child, PathBuf)) -> String {
+    let (mut child, err) = c;
+    let ended = wait_for(20, || child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(ended, "the capture did not end at its count: {text}");
+    text
+}
+
+both_datapaths! {
+    fn a_capture_holds_the_ping_and_the_tag_a_trunk_port_is_sent(dp: Dp) {
+        if !root() || !have("tshark") || !have("ping") {
+            return;
+        }
+        let tag = if dp == Dp::Kernel { "captk" } else { "captu" };
+        let sw = Switch::with(tag, "", &["vlan = 10", "vlan = 10", "trunk = [10]"], dp);
+        let (t1, t3) = (format!("{}t1", sw.name), format!("{}t3", sw.name));
+        let f1 = sw.dir.join("t1.pcap");
+        let f3 = sw.dir.join("t3.pcap");
+        // The guest's echo requests come in on t1 and the replies go out of it; the ARP
+        // request is flooded to the trunk t3, tagged with VLAN 10.
+        let c1 = start_capture(&sw, "t1", &[&t1, "-c", "4", "-w", f1.to_str().unwrap(), "icmp"]);
+        // (In libpcap's syntax a tagged frame matches `arp` only after `vlan`.)
+        let c3 = start_capture(
+            &sw,
+            "t3",
+            &[&t3, "--direction", "out", "-c", "1", "-w", f3.to_str().unwrap(), "vlan", "10", "and", "arp"],
+        );
+        ns_ok(&sw.namespaces[0], "ip neigh flush all; ping -c 2 -i 0.3 -W 5 10.79.0.2");
+        let said = finish(c1);
+        assert!(said.contains("4 frame(s) captured"), "{said}");
+        finish(c3);
+        let icmp = sh_ok(&format!("tshark -r {} -T fields -e icmp.type -e ip.src", f1.display()));
+        assert_eq!(
+            icmp.lines().collect::<Vec<_>>(),
+            ["8\t10.79.0.1", "0\t10.79.0.2", "8\t10.79.0.1", "0\t10.79.0.2"],
+            "echo requests in and replies out, as tshark reads them"
+        );
+        let arp = sh_ok(&format!("tshark -r {} -T fields -e vlan.id -e arp.opcode -e arp.dst.proto_ipv4", f3.display()));
+        assert_eq!(arp.trim(), "10\t1\t10.79.0.2", "the trunk is sent the ARP request tagged with VLAN 10");
+        // The captures over, the kernel datapath forwards the port's frames itself again.
+        if dp == Dp::Kernel {
+            let forwarded = || {
+                sw.stats()["ports"].as_array().unwrap().iter().find(|p| p["name"] == t1.as_str()).unwrap()["kernel"]
+                    ["forwarded"]
+                    .as_u64()
+                    .unwrap_or(0)
+            };
+            let before = forwarded();
+            assert!(
+                wait_for(10, || {
+                    ns_ok(&sw.namespaces[0], "ping -c 1 -W 5 10.79.0.2");
+                    forwarded() > before
+                }),
+                "the port went back to the kernel"
+            );
+        }
+        // Errors name the fault: a port that is not there, a filter libpcap refuses.
+        let o = sluice(&["capture", "--switch", &sw.name, "nope", "-w", "/dev/null"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("nope"), "{o:?}");
+        let o = sluice(&["capture", "--switch", &sw.name, &t1, "-w", "/dev/null", "tcp", "port", "banana"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("capture filter"), "{o:?}");
+    }
 }

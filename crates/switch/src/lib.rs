@@ -17,6 +17,7 @@
 //! exactly once as transmitted, dropped with a cause, or still queued. See
 //! [`counters::PortCounters`].
 
+pub mod capture;
 pub mod class;
 pub mod counters;
 pub mod fastpath;

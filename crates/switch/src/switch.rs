@@ -17,6 +17,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use sluice_wire::neigh::{self, NdFields, Neigh};
 use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, parse_ethernet};
 
+use crate::capture::{Capture, Captured, Direction};
 use crate::class::{self, ClassConfig, ClassError};
 use crate::counters::{ClassCounters, DropCause, PortCounters};
 use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
@@ -331,6 +332,9 @@ struct PortSlot {
     reported: Interest,
     /// At its learning limit, as last reported to a kernel datapath.
     learn_full: bool,
+    /// Captures running on it (their copies are made here, so a kernel datapath sends
+    /// its frames through the core meanwhile).
+    captured: u8,
 }
 
 impl PortSlot {
@@ -429,6 +433,8 @@ pub struct Switch {
     /// Ports whose fast-path rules changed since the last
     /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
     fast_changed: Option<Vec<PortId>>,
+    /// Packet captures, by id (`None`: ended and taken).
+    captures: Vec<Option<Capture>>,
 }
 
 impl fmt::Debug for Switch {
@@ -472,6 +478,7 @@ impl Switch {
             departed: PortCounters::default(),
             l3: L3Tables::new(fib_max),
             fast_changed: None,
+            captures: Vec::new(),
         })
     }
 
@@ -584,7 +591,7 @@ impl Switch {
         // Frames to a port without offloads are cut in software, which only the core does;
         // a port whose mirror the kernel cannot serve goes through the core, copies and all.
         let mirror_in_user_space = s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
-        let slow = s.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space;
+        let slow = s.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space || s.captured > 0;
         Some(FastPort {
             target: s.port.fast_path(),
             vlan: s.vlan.clone(),
@@ -651,6 +658,54 @@ impl Switch {
         self.ingress(id, fid, len, now_ms);
         self.settle();
         true
+    }
+
+    /// Starts a capture of port `port`: copies of the frames it delivers (`In`), is sent
+    /// (`Out`) or both, each cut to `snaplen` bytes, at most `budget` bytes of them
+    /// waiting for [`Switch::capture_take`]. On a kernel datapath the port's frames pass
+    /// through the core while it is captured. Returns the capture's id.
+    pub fn capture_start(
+        &mut self,
+        port: &str,
+        dir: Direction,
+        snaplen: usize,
+        budget: usize,
+    ) -> Result<usize, SwitchError> {
+        let id = self.port_id(port).ok_or_else(|| SwitchError::NoSuchPort(port.to_string()))?;
+        let slot = self.slot_mut(id).expect("port_id returned a live port");
+        slot.captured = slot.captured.saturating_add(1);
+        self.note_fast(id);
+        let c = Capture::new(id, dir, snaplen, budget);
+        match self.captures.iter().position(Option::is_none) {
+            Some(i) => {
+                self.captures[i] = Some(c);
+                Ok(i)
+            }
+            None => {
+                self.captures.push(Some(c));
+                Ok(self.captures.len() - 1)
+            }
+        }
+    }
+
+    /// Hands over the copies capture `cap` made since the last call, oldest first; returns
+    /// the copies it lost so far and whether its port went away, or `None` for no such
+    /// capture.
+    pub fn capture_take(&mut self, cap: usize, f: impl FnMut(Captured)) -> Option<(u64, bool)> {
+        let c = self.captures.get_mut(cap)?.as_mut()?;
+        c.take(f);
+        Some((c.lost, c.ended))
+    }
+
+    /// Ends capture `cap` (its waiting copies are dropped).
+    pub fn capture_stop(&mut self, cap: usize) {
+        let Some(c) = self.captures.get_mut(cap).and_then(Option::take) else { return };
+        if !c.ended
+            && let Some(s) = self.slot_mut(c.port)
+        {
+            s.captured = s.captured.saturating_sub(1);
+            self.note_fast(c.port);
+        }
     }
 
     /// The settings it runs with.
@@ -751,6 +806,7 @@ impl Switch {
             // The driver registers the port with `interest(id)` when it attaches it.
             reported: Interest { read: true, write: false },
             learn_full: false,
+            captured: 0,
         }));
         Ok(id)
     }
@@ -786,6 +842,9 @@ impl Switch {
         }
         self.l3.disown_port(id);
         self.departed.accumulate(&slot.counters);
+        for c in self.captures.iter_mut().flatten().filter(|c| c.port == id) {
+            c.ended = true;
+        }
         let mut unmirrored = Vec::new();
         for (i, s) in self.ports.iter_mut().enumerate() {
             if let Some(s) = s
@@ -1327,6 +1386,12 @@ impl Switch {
         slot.counters.rx_frames += 1;
         slot.counters.rx_bytes += len as u64;
         let buf = self.pool.buf_mut(fid);
+        if slot.captured > 0 {
+            let frame = &buf[VNET_HDR_LEN..(VNET_HDR_LEN + len).min(buf.len())];
+            for c in self.captures.iter_mut().flatten().filter(|c| c.port == id) {
+                c.offer(false, &[frame]);
+            }
+        }
         let Some(mut meta) = classify(buf, len, &slot.vlan, &mut slot.counters) else {
             self.pool.release(fid);
             return;
@@ -1894,8 +1959,15 @@ impl Switch {
     /// Offers frame `fid` to port `d`, completing offloads in software where the port
     /// cannot take them.
     fn transmit(&mut self, d: PortId, fid: u32) -> Sent {
-        let Switch { ports, pool, scratch, cfg, .. } = self;
+        let Switch { ports, pool, scratch, cfg, captures, .. } = self;
         let s = ports[d as usize].as_mut().expect("caller checked");
+        // Copies of what the port is sent, as on the wire, for its captures.
+        let captured = s.captured > 0;
+        let mut capture = |parts: &[&[u8]]| {
+            for c in captures.iter_mut().flatten().filter(|c| c.port == d) {
+                c.offer(true, parts);
+            }
+        };
         let meta = *pool.meta(fid);
         // Layer 3: every frame leaves from the switch's address on this side.
         let l3_src = (cfg.mode == Mode::L3)
@@ -1934,6 +2006,9 @@ impl Switch {
                 match port.send(&out) {
                     Ok(TxOutcome::Sent) => {
                         idx += 1;
+                        if captured {
+                            capture(&[macs, tag.as_ref().map_or(&[][..], |t| &t[..]), &seg[12..]]);
+                        }
                         true
                     }
                     Ok(TxOutcome::Full) => {
@@ -2002,6 +2077,9 @@ impl Switch {
         let out = OutFrame { vnet, macs, tag, rest: &frame[12..] };
         match s.port.send(&out) {
             Ok(TxOutcome::Sent) => {
+                if captured {
+                    capture(&[macs, tag.as_ref().map_or(&[][..], |t| &t[..]), &frame[12..]]);
+                }
                 s.counters.tx_frames += 1;
                 s.counters.tx_bytes += len;
                 if meta.vnet.is_gso() {

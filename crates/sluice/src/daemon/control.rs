@@ -152,6 +152,10 @@ fn refuse(s: &mut UnixStream, error: String) {
     }
 }
 
+/// Bytes of copies a capture may keep waiting for its client (beyond them copies are lost,
+/// counted).
+const CAPTURE_BUDGET: usize = 8 << 20;
+
 /// Control connections served at once; more are told to try again.
 const MAX_CONNS: usize = 32;
 /// How long a control connection may sit idle.
@@ -215,6 +219,14 @@ impl Server {
                     return;
                 }
                 Incoming::Malformed(why) => Response { ok: false, error: Some(why), data: None },
+                Incoming::Request(Request::Capture { port, direction, snaplen }) => {
+                    // The connection is the capture's from here on.
+                    let stream = reader.into_inner();
+                    if let Err(e) = self.capture(stream, out, &port, &direction, snaplen) {
+                        debug!(port = %port, "capture ended: {e:#}");
+                    }
+                    return;
+                }
                 Incoming::Request(req) => {
                     debug!(?req, "control request");
                     let what = format!("{req:?}");
@@ -234,6 +246,96 @@ impl Server {
                 return;
             }
         }
+    }
+
+    /// Serves a capture of `port` on a control connection: the answer, then records every
+    /// 20 ms until the client closes the connection (or stops reading for 10 s), or the
+    /// port goes away.
+    fn capture(&self, stream: UnixStream, mut out: UnixStream, port: &str, dir: &str, snaplen: u32) -> Result<()> {
+        use sluice_switch::capture::Direction;
+        let d = match dir {
+            "in" => Direction::In,
+            "out" => Direction::Out,
+            "both" => Direction::Both,
+            other => {
+                refuse(&mut out, format!("capture direction {other:?}: use in, out or both"));
+                return Ok(());
+            }
+        };
+        let snaplen = (snaplen as usize).clamp(64, 262_144);
+        let name = port.to_string();
+        let started = self.jobs.run(move |dp| {
+            let r = dp.switch_mut().capture_start(&name, d, snaplen, CAPTURE_BUDGET);
+            // (On the kernel datapath the port now goes through the core.)
+            dp.sync_kernel();
+            r
+        })?;
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                refuse(&mut out, format!("{e}; `sluice port list` shows the ports"));
+                return Ok(());
+            }
+        };
+        tracing::info!(port = %port, direction = dir, "capture started");
+        let result = (|| -> Result<()> {
+            let ok =
+                Response { ok: true, error: None, data: Some(serde_json::json!({"port": port, "snaplen": snaplen})) };
+            let mut line = serde_json::to_string(&ok)?;
+            line.push('\n');
+            out.write_all(line.as_bytes())?;
+            out.set_write_timeout(Some(std::time::Duration::from_secs(10)))?;
+            stream.set_read_timeout(Some(std::time::Duration::from_millis(20)))?;
+            let mut probe = [0u8; 64];
+            let mut lost_said = 0;
+            loop {
+                // The client says nothing after its request: a read that returns is its end.
+                match std::io::Read::read(&mut &stream, &mut probe) {
+                    Ok(_) => return Ok(()),
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let (frames, state) = self.jobs.run(move |dp| {
+                    let mut v = Vec::new();
+                    let r = dp.switch_mut().capture_take(id, |c| v.push(c));
+                    (v, r)
+                })?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                let mut buf = Vec::new();
+                let mut record = |kind: u8, len: u32, data: &[u8]| {
+                    buf.push(kind);
+                    buf.extend_from_slice(&now.to_be_bytes());
+                    buf.extend_from_slice(&len.to_be_bytes());
+                    buf.extend_from_slice(&(data.len() as u32).to_be_bytes());
+                    buf.extend_from_slice(data);
+                };
+                for c in &frames {
+                    record(u8::from(c.out), c.len, &c.data);
+                }
+                let (lost, ended) = state.unwrap_or((0, true));
+                if lost != lost_said {
+                    record(2, 0, &lost.to_be_bytes());
+                    lost_said = lost;
+                }
+                if ended {
+                    record(3, 0, &[]);
+                }
+                if !buf.is_empty() {
+                    out.write_all(&buf)?;
+                }
+                if ended {
+                    return Ok(());
+                }
+            }
+        })();
+        let _ = self.jobs.run(move |dp| {
+            dp.switch_mut().capture_stop(id);
+            dp.sync_kernel();
+        });
+        tracing::info!(port = %port, "capture ended");
+        result
     }
 
     fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
@@ -322,6 +424,7 @@ impl Server {
                 let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
                 serde_json::to_value(m.as_ref().map(|m| m.status()).unwrap_or_default())?
             }
+            Request::Capture { .. } => anyhow::bail!("a capture takes a connection of its own"),
             Request::StatsReset => {
                 self.jobs.run(|dp| dp.reset_counters())?;
                 return Ok(None);

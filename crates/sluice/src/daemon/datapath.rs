@@ -111,6 +111,14 @@ impl Datapath {
         self.wake.clone()
     }
 
+    /// Writes the core's changes into the kernel datapath's maps now (a capture's port
+    /// must go through the core from its first frame).
+    pub fn sync_kernel(&mut self) {
+        if let Some(k) = self.kernel.as_mut() {
+            k.sync(&mut self.sw);
+        }
+    }
+
     /// The switch.
     pub fn switch(&self) -> &Switch {
         &self.sw

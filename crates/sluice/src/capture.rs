@@ -1,0 +1,205 @@
+//! `sluice capture PORT [-w FILE] [-c N] [--direction in|out|both] [FILTER]`: a port's
+//! frames as pcap that tcpdump and tshark read (docs/architecture.md, "Seeing inside the
+//! switch"). The switch copies the frames; FILTER, in libpcap's syntax, is compiled by
+//! libpcap itself (through the `pcap` crate) and run here, on the copies, so the switch
+//! never runs code a user wrote.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use crate::client::{Client, Target};
+use crate::proto::{CAPTURE_RECORD_HEADER, Request};
+
+/// Arguments of `sluice capture`.
+#[derive(clap::Args, Debug)]
+pub struct CaptureArgs {
+    /// The port to capture.
+    pub port: String,
+    /// A capture filter in libpcap's syntax (as tcpdump takes it), e.g. `icmp or arp`,
+    /// `tcp port 80`, `vlan 10 and host 10.77.0.2`.
+    #[arg(trailing_var_arg = true, value_name = "FILTER")]
+    pub filter: Vec<String>,
+    /// Write pcap to FILE (`-` or nothing: standard output, e.g. `| tshark -r -`).
+    #[arg(long, short = 'w', value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Stop after N frames (that pass the filter).
+    #[arg(long, short = 'c', value_name = "N")]
+    pub count: Option<u64>,
+    /// Frames the port delivers to the switch (`in`), frames the switch sends it (`out`),
+    /// or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub direction: DirArg,
+    /// Bytes kept of each frame (64 to 262144).
+    #[arg(long, short = 's', default_value_t = 262_144, value_name = "BYTES")]
+    pub snaplen: u32,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// `--direction`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DirArg {
+    /// Frames the port delivers.
+    In,
+    /// Frames the port is sent.
+    Out,
+    /// Both.
+    Both,
+}
+
+/// The pcap file header: nanosecond timestamps, Ethernet.
+fn pcap_header(snaplen: u32) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
+    h[4..6].copy_from_slice(&2u16.to_le_bytes());
+    h[6..8].copy_from_slice(&4u16.to_le_bytes());
+    h[16..20].copy_from_slice(&snaplen.to_le_bytes());
+    h[20..24].copy_from_slice(&1u32.to_le_bytes());
+    h
+}
+
+/// One pcap record's header.
+fn pcap_record(ts_ns: u64, caplen: u32, len: u32) -> [u8; 16] {
+    let mut r = [0u8; 16];
+    r[..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
+    r[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
+    r[8..12].copy_from_slice(&caplen.to_le_bytes());
+    r[12..16].copy_from_slice(&len.to_le_bytes());
+    r
+}
+
+/// Shuts `stream` down on SIGINT or SIGTERM, so that the capture ends as it would at its
+/// count: the file complete, the summary printed.
+fn stop_on_signals(stream: &UnixStream) -> Result<()> {
+    let s = stream.try_clone()?;
+    // SAFETY: sigset operations on a local, initialized set; blocked in this thread before
+    // the waiter starts, so only the waiter receives them.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    })?;
+    Ok(())
+}
+
+/// Runs `sluice capture`.
+pub fn run(a: CaptureArgs) -> Result<()> {
+    if !(64..=262_144).contains(&a.snaplen) {
+        bail!("--snaplen must be 64 to 262144");
+    }
+    let expr = a.filter.join(" ");
+    let program = if expr.trim().is_empty() {
+        None
+    } else {
+        let dead = pcap::Capture::dead(pcap::Linktype::ETHERNET).map_err(|e| anyhow!("libpcap: {e}"))?;
+        Some(dead.compile(&expr, true).map_err(|e| anyhow!("capture filter {expr:?}: {e} (see pcap-filter(7))"))?)
+    };
+    let to_stdout = a.write.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    if to_stdout && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        bail!(
+            "pcap is binary: write it to a file (-w FILE) or into a reader (`sluice capture {} | tshark -r -`)",
+            a.port
+        );
+    }
+    let mut sink: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let p = a.write.clone().unwrap_or_default();
+        Box::new(std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?)
+    };
+    let direction = match a.direction {
+        DirArg::In => "in",
+        DirArg::Out => "out",
+        DirArg::Both => "both",
+    };
+    let req = Request::Capture { port: a.port.clone(), direction: direction.into(), snaplen: a.snaplen };
+    let mut r = Client::for_target(&a.target)?.into_capture(&req)?;
+    let stream = r.get_ref().try_clone()?;
+    stop_on_signals(&stream)?;
+    sink.write_all(&pcap_header(a.snaplen))?;
+    sink.flush()?;
+    eprintln!(
+        "sluice: capturing {} ({direction}){}; Ctrl-C stops",
+        a.port,
+        if expr.is_empty() { String::new() } else { format!(", filter {expr:?}") }
+    );
+    let (mut kept, mut skipped, mut lost, mut gone) = (0u64, 0u64, 0u64, false);
+    let mut head = [0u8; CAPTURE_RECORD_HEADER];
+    let mut data = vec![0u8; 262_144];
+    while a.count.is_none_or(|n| kept < n) {
+        if r.read_exact(&mut head).is_err() {
+            break;
+        }
+        let kind = head[0];
+        let ts = u64::from_be_bytes(head[1..9].try_into().expect("8 bytes"));
+        let len = u32::from_be_bytes(head[9..13].try_into().expect("4 bytes"));
+        let dlen = u32::from_be_bytes(head[13..17].try_into().expect("4 bytes")) as usize;
+        if dlen > data.len() {
+            bail!("the switch sent a capture record of {dlen} bytes (at most {})", data.len());
+        }
+        if r.read_exact(&mut data[..dlen]).is_err() {
+            break;
+        }
+        let d = &data[..dlen];
+        match kind {
+            0 | 1 => {
+                if program.as_ref().is_some_and(|p| !p.filter(d)) {
+                    skipped += 1;
+                    continue;
+                }
+                sink.write_all(&pcap_record(ts, dlen as u32, len))?;
+                sink.write_all(d)?;
+                kept += 1;
+                // (Whole records for a reader on the other end of a pipe.)
+                if r.buffer().is_empty() {
+                    sink.flush()?;
+                }
+            }
+            2 if dlen == 8 => lost = u64::from_be_bytes(d.try_into().expect("8 bytes")),
+            3 => {
+                gone = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    sink.flush()?;
+    drop(r);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    eprintln!(
+        "sluice: {kept} frame(s) captured{}{}{}",
+        if skipped > 0 { format!(", {skipped} not matching the filter") } else { String::new() },
+        if lost > 0 { format!(", {lost} lost by the switch (the capture could not keep up)") } else { String::new() },
+        if gone { format!("; port {} went away", a.port) } else { String::new() }
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcap_headers_are_little_endian_with_nanoseconds() {
+        let h = pcap_header(65535);
+        assert_eq!(&h[..4], &[0x4d, 0x3c, 0xb2, 0xa1]);
+        assert_eq!(u32::from_le_bytes(h[20..24].try_into().unwrap()), 1, "Ethernet");
+        let r = pcap_record(1_700_000_000_123_456_789, 60, 1514);
+        assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 1_700_000_000);
+        assert_eq!(u32::from_le_bytes(r[4..8].try_into().unwrap()), 123_456_789);
+        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), 60);
+        assert_eq!(u32::from_le_bytes(r[12..16].try_into().unwrap()), 1514);
+    }
+}
