@@ -102,21 +102,9 @@ pub struct RunArgs {
 /// fast-path registry entries with it (the default action of SIGTERM would leave them for
 /// the next `smc run` to sweep).
 fn exit_cleanly_on_signals() {
-    // SAFETY: sigset operations on a local, initialized set. Blocked here, before the
-    // server spawns its threads, they inherit the mask, so only the waiter below receives
-    // them (threads of a preload library block them on their own).
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let mut sig = 0;
-        // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
-        unsafe { libc::sigwait(&set, &mut sig) };
+    // (Before the server starts its threads: they inherit the blocked mask, so only the
+    // waiter receives the signals; threads of a preload library block them on their own.)
+    let _ = crate::sys::on_stop_signal(|sig| {
         eprintln!("sluice bench server: stopped by signal {sig}");
         std::process::exit(128 + sig);
     });

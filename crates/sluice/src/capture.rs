@@ -5,7 +5,6 @@
 //! never runs code a user wrote.
 
 use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -71,29 +70,6 @@ fn pcap_record(ts_ns: u64, caplen: u32, len: u32) -> [u8; 16] {
     r
 }
 
-/// Shuts `stream` down on SIGINT or SIGTERM, so that the capture ends as it would at its
-/// count: the file complete, the summary printed.
-fn stop_on_signals(stream: &UnixStream) -> Result<()> {
-    let s = stream.try_clone()?;
-    // SAFETY: sigset operations on a local, initialized set; blocked in this thread before
-    // the waiter starts, so only the waiter receives them.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let mut sig = 0;
-        // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
-        unsafe { libc::sigwait(&set, &mut sig) };
-        let _ = s.shutdown(std::net::Shutdown::Both);
-    })?;
-    Ok(())
-}
-
 /// Runs `sluice capture`.
 pub fn run(a: CaptureArgs) -> Result<()> {
     if !(64..=262_144).contains(&a.snaplen) {
@@ -127,7 +103,11 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     let req = Request::Capture { port: a.port.clone(), direction: direction.into(), snaplen: a.snaplen };
     let mut r = Client::for_target(&a.target)?.into_capture(&req)?;
     let stream = r.get_ref().try_clone()?;
-    stop_on_signals(&stream)?;
+    // Ctrl-C ends the capture as its count does: the file complete, the summary printed.
+    let s = stream.try_clone()?;
+    crate::sys::on_stop_signal(move |_| {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    })?;
     sink.write_all(&pcap_header(a.snaplen))?;
     sink.flush()?;
     eprintln!(

@@ -279,13 +279,12 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
     let mb = |x: f64| format!("{:.1}", x / 1e6);
     let mut md = format!(
-        "# Monitor report: switch {}\n\n`sluice report {}` — {} records, {:.0} s from {} ({} UTC) to the last; one row per interval.\n\n",
+        "# Monitor report: switch {}\n\n`sluice report {}` — {} records, {:.0} s from {} to the last; one row per interval.\n\n",
         last.stats.switch.name,
         a.file.display(),
         records.len(),
         last.t - first.t,
-        first.t as u64,
-        utc(first.t),
+        crate::study::run::rfc3339(first.t as u64),
     );
     if bad > 0 {
         let _ = writeln!(
@@ -374,23 +373,6 @@ pub fn report(a: ReportArgs) -> Result<()> {
     Ok(())
 }
 
-/// `YYYY-MM-DD HH:MM:SS` of a Unix time.
-fn utc(t: f64) -> String {
-    let s = t as i64;
-    let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 /// A line chart of `series` over time (PNG, 1000×420).
 fn line_chart(file: &Path, title: &str, y: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<()> {
     crate::study::chart::font();
@@ -465,7 +447,5 @@ mod tests {
         // The daemon restarted: the new counters are the interval's.
         assert!(iv[1].reset);
         assert_eq!(iv[1].ports[0].3, 50.0);
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00");
-        assert_eq!(utc(1_795_000_000.0), "2026-11-18 11:06:40");
     }
 }

@@ -223,7 +223,8 @@ fn top_once_shows_the_rate_iperf3_measures() {
     let sw = Switch::new("topo", "");
     let server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5301");
     assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q :5301").status.success()));
-    let client = ns_spawn(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5301 -t 8 -J");
+    let t0 = unix_now();
+    let client = ns_spawn(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5301 -t 10 -i 0.5 -J");
     // Sampled while the stream runs (its bytes are moving through the receiver's port).
     let t2 = format!("{}t2", sw.name);
     let tx = |sw: &Switch| {
@@ -233,12 +234,25 @@ fn top_once_shows_the_rate_iperf3_measures() {
     };
     let start = tx(&sw);
     assert!(wait_for(10, || tx(&sw) > start + 50_000_000), "the stream did not start");
-    let text = sluice_ok(&["top", "--once", "--interval", "2", "--switch", &sw.name]);
+    let a = unix_now();
+    let text = sluice_ok(&["top", "--once", "--interval", "3", "--switch", &sw.name]);
+    let b = unix_now();
     let out = client.wait_with_output().unwrap();
     // (The server serves one test and ends.)
     let _ = server.wait_with_output();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 -J");
-    let iperf = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
+    // iperf3's own rate over the same seconds: its half-second intervals, weighted by how
+    // much of each falls within top's window (iperf3 counts from about when it started).
+    let (mut bits, mut secs) = (0.0, 0.0);
+    for i in j["intervals"].as_array().unwrap() {
+        let s = &i["sum"];
+        let (from, to) = (t0 + s["start"].as_f64().unwrap(), t0 + s["end"].as_f64().unwrap());
+        let overlap = (to.min(b) - from.max(a)).max(0.0);
+        bits += s["bits_per_second"].as_f64().unwrap() * overlap;
+        secs += overlap;
+    }
+    assert!(secs > 2.0, "iperf3 ran through top's window: {secs} s of it");
+    let iperf = bits / secs;
     // PORT KIND RX-FRAMES/S RX (value unit) TX-FRAMES/S TX (value unit) …
     let row: Vec<&str> =
         text.lines().find(|l| l.trim_start().starts_with(&t2)).expect(&text).split_whitespace().collect();
@@ -250,6 +264,7 @@ fn top_once_shows_the_rate_iperf3_measures() {
         _ => panic!("unit {u} in {text}"),
     };
     let top = row[6].parse::<f64>().unwrap() * unit(row[7]);
+    // (top counts whole frames, headers too: about 4.5% more than iperf3's payload.)
     let ratio = top / iperf;
     assert!((0.8..=1.2).contains(&ratio), "top says {top:.3e} b/s to {t2}, iperf3 {iperf:.3e}: {ratio:.2}\n{text}");
     assert!(text.contains("datapath CPU"), "{text}");

@@ -207,7 +207,11 @@ pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
 
 /// Now, as RFC 3339 UTC.
 pub fn now_rfc3339() -> String {
-    let s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
+}
+
+/// A Unix time (seconds) as RFC 3339 UTC.
+pub fn rfc3339(s: u64) -> String {
     let (days, rem) = (s / 86_400, s % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;

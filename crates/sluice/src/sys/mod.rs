@@ -84,6 +84,29 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts after this)
+/// and runs `f` with the signal on a thread of its own when one arrives. Call it before
+/// starting other threads, so that only the waiter receives them.
+pub fn on_stop_signal(f: impl FnOnce(i32) + Send + 'static) -> io::Result<()> {
+    // SAFETY: sigset operations on a local, initialized set; the mask is this thread's
+    // and is inherited by the threads started after it.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        f(sig);
+    })?;
+    Ok(())
+}
+
 /// CPU time (user + system) of the calling thread (`thread` true) or of the whole process,
 /// in seconds, from /proc. 0 when it cannot be read.
 pub fn cpu_seconds(thread: bool) -> f64 {
