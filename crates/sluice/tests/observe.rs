@@ -183,6 +183,8 @@ fn the_metrics_endpoint_speaks_openmetrics_and_agrees_with_stats() {
     let fib = format!("sluice_fib_entries{{switch={}}}", sw.name);
     assert_eq!(m.get(&fib), Some(&(stats["fib"]["entries"].as_u64().unwrap() as f64)));
     assert!(m[&format!("sluice_datapath_cpu_seconds_total{{switch={}}}", sw.name)] >= 0.0);
+    // The host's shared-memory fast path, summed over its users (zeros until a program ran).
+    assert!(m.contains_key("sluice_smc_connections_client_total{}"), "smc counters: {body}");
 
     // Anything but GET /metrics is refused with a status that says so.
     assert_eq!(get(&addr, "/").0, "HTTP/1.1 404 Not Found");
