@@ -103,10 +103,11 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     let req = Request::Capture { port: a.port.clone(), direction: direction.into(), snaplen: a.snaplen };
     let mut r = Client::for_target(&a.target)?.into_capture(&req)?;
     let stream = r.get_ref().try_clone()?;
-    // Ctrl-C ends the capture as its count does: the file complete, the summary printed.
+    // Ctrl-C ends the capture as its count does, the file complete and the summary
+    // printed: this side closes, and the switch sends what it copied until then and ends.
     let s = stream.try_clone()?;
     crate::sys::on_stop_signal(move |_| {
-        let _ = s.shutdown(std::net::Shutdown::Both);
+        let _ = s.shutdown(std::net::Shutdown::Write);
     })?;
     sink.write_all(&pcap_header(a.snaplen))?;
     sink.flush()?;

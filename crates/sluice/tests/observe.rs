@@ -441,6 +441,16 @@ both_datapaths! {
         );
         let arp = sh_ok(&format!("tshark -r {} -T fields -e vlan.id -e arp.opcode -e arp.dst.proto_ipv4", f3.display()));
         assert_eq!(arp.trim(), "10\t1\t10.79.0.2", "the trunk is sent the ARP request tagged with VLAN 10");
+        // Ctrl-C ends a capture with its file complete, as tcpdump's.
+        let f2 = sw.dir.join("t2.pcap");
+        let t2 = format!("{}t2", sw.name);
+        let (c2, err2) = start_capture(&sw, "t2", &[&t2, "-w", f2.to_str().unwrap()]);
+        ns_ok(&sw.namespaces[0], "ping -c 1 -W 5 10.79.0.2");
+        sh_ok(&format!("kill -INT {}", c2.id()));
+        let said = finish((c2, err2));
+        assert!(said.contains("frame(s) captured"), "{said}");
+        let n = sh_ok(&format!("tshark -r {} | wc -l", f2.display()));
+        assert!(n.trim().parse::<u32>().unwrap() >= 2, "the echo request and reply in a readable file: {n}");
         // The captures over, the kernel datapath forwards the port's frames itself again.
         if dp == Dp::Kernel {
             let forwarded = || {

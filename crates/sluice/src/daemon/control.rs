@@ -289,12 +289,15 @@ impl Server {
             let mut probe = [0u8; 64];
             let mut lost_said = 0;
             loop {
-                // The client says nothing after its request: a read that returns is its end.
-                match std::io::Read::read(&mut &stream, &mut probe) {
-                    Ok(_) => return Ok(()),
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                // The client says nothing after its request: a read that returns is its end
+                // (Ctrl-C: it closes its side and reads what was copied until then).
+                let closing = match std::io::Read::read(&mut &stream, &mut probe) {
+                    Ok(_) => true,
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        false
+                    }
                     Err(e) => return Err(e.into()),
-                }
+                };
                 let (frames, state) = self.jobs.run(move |dp| {
                     let mut v = Vec::new();
                     let r = dp.switch_mut().capture_take(id, |c| v.push(c));
@@ -325,7 +328,7 @@ impl Server {
                 if !buf.is_empty() {
                     out.write_all(&buf)?;
                 }
-                if ended {
+                if ended || closing {
                     return Ok(());
                 }
             }
