@@ -78,6 +78,10 @@ impl Switch {
 
 impl Drop for Switch {
     fn drop(&mut self) {
+        // A clean stop removes a kernel datapath's upcall TAP and pins; the kill is for a
+        // switch that hangs.
+        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
+        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
         let _ = self.child.kill();
         let _ = self.child.wait();
         for ns in &self.namespaces {

@@ -197,7 +197,11 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        for (_, c) in &mut self.switches {
+        for (name, c) in &mut self.switches {
+            // A clean stop removes a kernel datapath's upcall TAP, pins and tunnel device;
+            // the kill is for a switch that hangs.
+            let _ = sluice(&["switch", "stop", "--switch", name]);
+            wait_for(10, || c.try_wait().is_ok_and(|s| s.is_some()));
             let _ = c.kill();
             let _ = c.wait();
         }
