@@ -327,16 +327,22 @@ fn a_monitor_record_reduced_by_report_shows_an_iperf3_burst_where_it_was() {
     let f = file.to_str().unwrap();
     let o = sluice_ok(&["monitor", "start", "--file", f, "--interval", "1s", "--switch", &sw.name]);
     assert!(o.contains("recording every 1000 ms"), "{o}");
-    // A 30-second record: 10 s quiet, a 10-second iperf3, 10 s quiet (the quiet spans are
-    // the workload's shape, not a wait for something).
-    std::thread::sleep(std::time::Duration::from_secs(10));
+    // A 30-second record: 10 quiet records, a 10-second iperf3, 10 quiet records — each
+    // quiet span waited for as the switch's own count of records, bounded.
+    let records = || -> u64 {
+        let s: serde_json::Value =
+            serde_json::from_str(&sluice_ok(&["monitor", "status", "--json", "--switch", &sw.name])).unwrap();
+        s["records"].as_u64().unwrap()
+    };
+    assert!(wait_for(20, || records() >= 10), "the first quiet records");
     let server = ns_spawn(&sw.namespaces[1], "timeout 60 iperf3 -s -1 -p 5302");
     assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q :5302").status.success()));
     let start = unix_now();
     ns_ok(&sw.namespaces[0], "timeout 60 iperf3 -c 10.79.0.2 -p 5302 -t 10");
     let end = unix_now();
     let _ = server.wait_with_output();
-    std::thread::sleep(std::time::Duration::from_secs(10));
+    let after = records();
+    assert!(wait_for(20, || records() >= after + 10), "the last quiet records");
     let status: serde_json::Value =
         serde_json::from_str(&sluice_ok(&["monitor", "status", "--json", "--switch", &sw.name])).unwrap();
     assert!(status["running"].as_bool().unwrap() && status["records"].as_u64().unwrap() >= 25, "{status}");

@@ -168,14 +168,15 @@ impl VxlanPort {
             )
         })?;
         let made = (|| {
-            let mtu = mtu.to_string();
-            ip(None, &["link", "set", name, "alias", DEVICE_ALIAS, "mtu", &mtu])?;
+            ip(None, &["link", "set", name, "alias", DEVICE_ALIAS])?;
+            crate::sys::link::set_mtu(name, mtu)
+                .map_err(|e| io::Error::new(e.kind(), format!("setting MTU {mtu} on {name}: {e}")))?;
             crate::sys::link::disable_ipv6(name)?;
-            ip(None, &["link", "set", name, "up"]).map_err(|e| {
+            crate::sys::link::set_up(name).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!(
-                        "{e} (is UDP port {port} in use in the underlay's namespace, by a user-space tunnel, say?)"
+                        "bringing {name} up: {e} (is UDP port {port} in use in the underlay's namespace, by a user-space tunnel, say?)"
                     ),
                 )
             })?;
