@@ -1,0 +1,347 @@
+//! A guest's side of a vhost-user network device, without a VM: the frontend protocol
+//! (rust-vmm's `Frontend`, as QEMU speaks it), guest memory in a memfd, and split
+//! virtqueues the "guest" fills and drains itself, as a virtio-net driver does.
+//!
+//! For the tests (protocol, frames through the switch, hostile descriptors) and for the
+//! per-frame benchmark (`sluice bench vhost`); not a general virtio driver: one queue
+//! pair, single-buffer transmit chains, receive buffers of a fixed size.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vmm_sys_util::eventfd::EventFd;
+
+/// Guest-physical base of the driver's memory.
+pub const MEM_BASE: u64 = 0x10_0000;
+const MEM_SIZE: usize = 0x80_0000;
+/// Descriptors per queue.
+pub const QUEUE_SIZE: u16 = 256;
+const RING_AREA: u64 = 0x1_0000; // per queue: descriptors, then avail at +0x4000, used at +0x8000
+const RX_BUFS: u64 = MEM_BASE + 0x2_0000;
+/// Size of each receive buffer the driver posts.
+pub const RX_BUF_SIZE: u32 = 2048;
+const TX_BUFS: u64 = MEM_BASE + 0x10_0000;
+const TX_SLOT: u64 = 0x1_1000; // a 64 KiB frame, its header and some room
+const TX_SLOTS: u16 = 64;
+
+/// Descriptor flags.
+pub const DESC_NEXT: u16 = 1;
+/// The device writes into this descriptor's buffer.
+pub const DESC_WRITE: u16 = 2;
+
+fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+struct Ring {
+    base: u64,
+    next_avail: u16,
+    last_used: u16,
+    kick: EventFd,
+    call: EventFd,
+}
+
+impl Ring {
+    fn desc(&self, i: u16) -> GuestAddress {
+        GuestAddress(self.base + 16 * u64::from(i % QUEUE_SIZE))
+    }
+    fn avail(&self) -> u64 {
+        self.base + 0x4000
+    }
+    fn used(&self) -> u64 {
+        self.base + 0x8000
+    }
+}
+
+/// A frame received, with its virtio-net header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The 12-byte header as the device wrote it (`num_buffers` at bytes 10–11).
+    pub header: [u8; 12],
+    /// The Ethernet frame.
+    pub frame: Vec<u8>,
+}
+
+/// The guest side of one vhost-user network device.
+pub struct Driver {
+    frontend: Frontend,
+    mem: GuestMemoryMmap,
+    rx: Ring,
+    tx: Ring,
+    tx_free: Vec<u16>,
+    /// The features the driver accepted.
+    pub features: u64,
+}
+
+fn guest_memory() -> io::Result<GuestMemoryMmap> {
+    // SAFETY: a NUL-terminated name and no flags; the descriptor is owned by the File.
+    let fd = unsafe { libc::memfd_create(c"sluice-driver-guest".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(MEM_SIZE as u64)?;
+    GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(MEM_BASE), MEM_SIZE, Some(FileOffset::new(file, 0)))])
+        .map_err(|e| err("mapping guest memory", e))
+}
+
+impl Driver {
+    /// Connects to the device at `path` (waiting up to `wait` for it to listen), accepts the
+    /// offered features that are in `mask`, hands over memory and one queue pair.
+    pub fn connect(path: &Path, mask: u64, wait: Duration) -> io::Result<Driver> {
+        let until = Instant::now() + wait;
+        let frontend = loop {
+            match Frontend::connect(path, 1) {
+                Ok(f) => break f,
+                Err(e) if Instant::now() > until => {
+                    return Err(err(&format!("connecting to the vhost-user socket {}", path.display()), e));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        Self::set_up(frontend, mask)
+    }
+
+    /// Waits up to `wait` for the device to connect to `listener` (QEMU's `server=on`
+    /// side), then sets it up as [`Driver::connect`] does.
+    pub fn accept(listener: &vhost::vhost_user::Listener, mask: u64, wait: Duration) -> io::Result<Driver> {
+        let until = Instant::now() + wait;
+        listener.set_nonblocking(true).map_err(|e| err("listener", e))?;
+        loop {
+            match listener.accept() {
+                Ok(Some(s)) => {
+                    s.set_nonblocking(false)?;
+                    return Self::set_up(Frontend::from_stream(s, 1), mask);
+                }
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no device connected in time")),
+                Err(e) => return Err(err("accepting the device's connection", e)),
+            }
+        }
+    }
+
+    fn set_up(mut frontend: Frontend, mask: u64) -> io::Result<Driver> {
+        let p = |e: vhost::Error| err("vhost-user", e);
+        frontend.set_owner().map_err(p)?;
+        let features = frontend.get_features().map_err(p)? & mask;
+        frontend.set_features(features).map_err(p)?;
+        let proto = frontend.get_protocol_features().map_err(p)?;
+        frontend
+            .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK))
+            .map_err(p)?;
+        // (also how the frontend learns how many queues it may address)
+        let queues = frontend.get_queue_num().map_err(p)?;
+        if queues < 2 {
+            return Err(err("vhost-user", format!("the device has {queues} queue(s); a pair is needed")));
+        }
+        let mem = guest_memory()?;
+        let region = mem.find_region(GuestAddress(MEM_BASE)).ok_or_else(|| err("guest memory", "no region"))?;
+        let host = mem.get_host_address(GuestAddress(MEM_BASE)).map_err(|e| err("guest memory", e))? as u64;
+        frontend.set_mem_table(&[VhostUserMemoryRegionInfo::from_guest_region(region).map_err(p)?]).map_err(p)?;
+        let mut rings = Vec::new();
+        for q in 0..2usize {
+            let base = MEM_BASE + RING_AREA * q as u64;
+            let to_host = |g: u64| host + (g - MEM_BASE);
+            frontend.set_vring_num(q, QUEUE_SIZE).map_err(p)?;
+            let cfg = VringConfigData {
+                queue_max_size: QUEUE_SIZE,
+                queue_size: QUEUE_SIZE,
+                flags: 0,
+                desc_table_addr: to_host(base),
+                avail_ring_addr: to_host(base + 0x4000),
+                used_ring_addr: to_host(base + 0x8000),
+                log_addr: None,
+            };
+            frontend.set_vring_addr(q, &cfg).map_err(p)?;
+            frontend.set_vring_base(q, 0).map_err(p)?;
+            let ring = Ring {
+                base,
+                next_avail: 0,
+                last_used: 0,
+                kick: EventFd::new(libc::EFD_NONBLOCK)?,
+                call: EventFd::new(libc::EFD_NONBLOCK)?,
+            };
+            frontend.set_vring_call(q, &ring.call).map_err(p)?;
+            frontend.set_vring_kick(q, &ring.kick).map_err(p)?;
+            frontend.set_vring_enable(q, true).map_err(p)?;
+            rings.push(ring);
+        }
+        let tx = rings.pop().expect("two rings");
+        let rx = rings.pop().expect("two rings");
+        Ok(Driver { frontend, mem, rx, tx, tx_free: (0..TX_SLOTS).rev().collect(), features })
+    }
+
+    /// The guest's memory, for tests that write their own descriptors.
+    pub fn memory(&self) -> &GuestMemoryMmap {
+        &self.mem
+    }
+
+    fn put_avail(&mut self, transmit: bool, head: u16) -> io::Result<()> {
+        let r = if transmit { &mut self.tx } else { &mut self.rx };
+        let slot = GuestAddress(r.avail() + 4 + 2 * u64::from(r.next_avail % QUEUE_SIZE));
+        self.mem.write_obj(head, slot).map_err(|e| err("avail ring", e))?;
+        r.next_avail = r.next_avail.wrapping_add(1);
+        // The index last, after the entry (one thread, plain memory: a fence orders them).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.mem.write_obj(r.next_avail, GuestAddress(r.avail() + 2)).map_err(|e| err("avail ring", e))?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        r.kick.write(1).map_err(|e| err("kick", e))
+    }
+
+    /// Writes descriptor `i` of the transmit (`transmit`) or receive queue.
+    pub fn write_desc(&self, transmit: bool, i: u16, addr: u64, len: u32, flags: u16, next: u16) -> io::Result<()> {
+        let r = if transmit { &self.tx } else { &self.rx };
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&addr.to_le_bytes());
+        d[8..12].copy_from_slice(&len.to_le_bytes());
+        d[12..14].copy_from_slice(&flags.to_le_bytes());
+        d[14..16].copy_from_slice(&next.to_le_bytes());
+        self.mem.write_slice(&d, r.desc(i)).map_err(|e| err("descriptor table", e))
+    }
+
+    /// Offers a chain whose head is transmit descriptor `head` (written by the caller with
+    /// [`Driver::write_desc`]): for tests of hostile chains.
+    pub fn offer_tx_chain(&mut self, head: u16) -> io::Result<()> {
+        self.put_avail(true, head)
+    }
+
+    /// Queues one frame (`header` then `frame`, in one buffer) for the device to take.
+    /// False when every transmit slot is in flight.
+    pub fn send(&mut self, header: &[u8; 12], frame: &[u8]) -> io::Result<bool> {
+        self.reclaim_tx()?;
+        let Some(slot) = self.tx_free.pop() else { return Ok(false) };
+        let addr = TX_BUFS + TX_SLOT * u64::from(slot);
+        let len = 12 + frame.len();
+        if len as u64 > TX_SLOT {
+            self.tx_free.push(slot);
+            return Err(err("send", format!("a frame of {} bytes does not fit a slot", frame.len())));
+        }
+        self.mem.write_slice(header, GuestAddress(addr)).map_err(|e| err("tx buffer", e))?;
+        self.mem.write_slice(frame, GuestAddress(addr + 12)).map_err(|e| err("tx buffer", e))?;
+        self.write_desc(true, slot, addr, len as u32, 0, 0)?;
+        self.put_avail(true, slot)?;
+        Ok(true)
+    }
+
+    /// Transmit chains the device is done with go back to the free slots; returns how
+    /// many the device has not returned yet.
+    pub fn reclaim_tx(&mut self) -> io::Result<usize> {
+        let used_idx: u16 = self.mem.read_obj(GuestAddress(self.tx.used() + 2)).map_err(|e| err("used ring", e))?;
+        while self.tx.last_used != used_idx {
+            let at = self.tx.used() + 4 + 8 * u64::from(self.tx.last_used % QUEUE_SIZE);
+            let id: u32 = self.mem.read_obj(GuestAddress(at)).map_err(|e| err("used ring", e))?;
+            if id < u32::from(TX_SLOTS) {
+                self.tx_free.push(id as u16);
+            }
+            self.tx.last_used = self.tx.last_used.wrapping_add(1);
+        }
+        Ok(usize::from(self.tx.next_avail.wrapping_sub(self.tx.last_used)))
+    }
+
+    /// The transmit queue's used index (chains the device returned, ever).
+    pub fn tx_used(&self) -> io::Result<u16> {
+        self.mem.read_obj(GuestAddress(self.tx.used() + 2)).map_err(|e| err("used ring", e))
+    }
+
+    /// Posts `n` receive buffers of [`RX_BUF_SIZE`] bytes (at most the queue's size in
+    /// flight).
+    pub fn post_rx(&mut self, n: u16) -> io::Result<()> {
+        for _ in 0..n {
+            let i = self.rx.next_avail % QUEUE_SIZE;
+            self.write_desc(false, i, RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i), RX_BUF_SIZE, DESC_WRITE, 0)?;
+            self.put_avail(false, i)?;
+        }
+        Ok(())
+    }
+
+    /// Posts receive buffers up to a full queue.
+    pub fn fill_rx(&mut self) -> io::Result<()> {
+        let in_flight = self.rx.next_avail.wrapping_sub(self.rx.last_used);
+        self.post_rx(QUEUE_SIZE - in_flight)
+    }
+
+    /// Takes the next frame the device wrote, gathering mergeable buffers; `None` when
+    /// none is complete.
+    pub fn recv(&mut self) -> io::Result<Option<Received>> {
+        let used_idx: u16 = self.mem.read_obj(GuestAddress(self.rx.used() + 2)).map_err(|e| err("used ring", e))?;
+        if self.rx.last_used == used_idx {
+            return Ok(None);
+        }
+        let entry = |k: u16| -> io::Result<(u32, u32)> {
+            let at = self.rx.used() + 4 + 8 * u64::from(k % QUEUE_SIZE);
+            let id: u32 = self.mem.read_obj(GuestAddress(at)).map_err(|e| err("used ring", e))?;
+            let len: u32 = self.mem.read_obj(GuestAddress(at + 4)).map_err(|e| err("used ring", e))?;
+            Ok((id, len))
+        };
+        let (id, len) = entry(self.rx.last_used)?;
+        let buf = |id: u32| RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(id % u32::from(QUEUE_SIZE));
+        let mut header = [0u8; 12];
+        self.mem.read_slice(&mut header, GuestAddress(buf(id))).map_err(|e| err("rx buffer", e))?;
+        let nbufs = u16::from_le_bytes([header[10], header[11]]).max(1);
+        if used_idx.wrapping_sub(self.rx.last_used) < nbufs {
+            return Ok(None); // the rest of the frame's buffers are not there yet
+        }
+        let mut frame = vec![0u8; (len as usize).saturating_sub(12)];
+        self.mem.read_slice(&mut frame, GuestAddress(buf(id) + 12)).map_err(|e| err("rx buffer", e))?;
+        for k in 1..nbufs {
+            let (id, len) = entry(self.rx.last_used.wrapping_add(k))?;
+            let at = frame.len();
+            frame.resize(at + len as usize, 0);
+            self.mem.read_slice(&mut frame[at..], GuestAddress(buf(id))).map_err(|e| err("rx buffer", e))?;
+        }
+        self.rx.last_used = self.rx.last_used.wrapping_add(nbufs);
+        // Tell the device to signal at the next used entry (event index).
+        let used_event = GuestAddress(self.rx.avail() + 4 + 2 * u64::from(QUEUE_SIZE));
+        self.mem.write_obj(self.rx.last_used, used_event).map_err(|e| err("avail ring", e))?;
+        Ok(Some(Received { header, frame }))
+    }
+
+    /// Waits up to `wait` for a received frame.
+    pub fn recv_wait(&mut self, wait: Duration) -> io::Result<Option<Received>> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(r) = self.recv()? {
+                return Ok(Some(r));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let _ = self.rx.call.read();
+            if let Some(r) = self.recv()? {
+                return Ok(Some(r));
+            }
+            let mut p = libc::pollfd { fd: self.rx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 100) as i32) };
+        }
+    }
+
+    /// Waits up to `wait` until the device returned every transmit chain.
+    pub fn tx_drained(&mut self, wait: Duration) -> io::Result<bool> {
+        let until = Instant::now() + wait;
+        while self.reclaim_tx()? > 0 {
+            if Instant::now() > until {
+                return Ok(false);
+            }
+            let mut p = libc::pollfd { fd: self.tx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            unsafe { libc::poll(&mut p, 1, 10) };
+            let _ = self.tx.call.read();
+        }
+        Ok(true)
+    }
+
+    /// The frontend, for protocol-level tests.
+    pub fn frontend(&mut self) -> &mut Frontend {
+        &mut self.frontend
+    }
+}

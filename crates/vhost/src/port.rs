@@ -1,0 +1,602 @@
+//! The switch's side of a vhost-user port: frames taken from the guest's transmit queues
+//! and written into its receive queues, on the datapath thread.
+//!
+//! What the guest writes into its queues is hostile input. Every byte moves through
+//! `vm-memory`'s checked accessors (an address outside the guest's memory is an error,
+//! never a read of sluice's own), a chain is at most as long as its queue (virtio-queue's
+//! iterator stops there, so a loop of descriptors ends), a transmit chain holding a
+//! write-only descriptor or more bytes than a frame may have is returned used and counted,
+//! and a receive chain the guest marked read-only loses only the frame written into it.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sluice_switch::port::DeviceDrops;
+use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
+use sluice_wire::{VNET_HDR_LEN, VnetHdr};
+use vhost_user_backend::{ShutdownHandle, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_net::{
+    VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_MRG_RXBUF,
+};
+use virtio_queue::QueueT;
+use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::eventfd::EventFd;
+
+/// A connected frontend's queues and memory, as the port uses them.
+pub(crate) struct Link {
+    /// Receive queue of pair `k` at `2k`, transmit queue at `2k + 1`.
+    pub(crate) vrings: Vec<VringRwLock>,
+    /// The guest's memory (replaced in place when the frontend sends a new table).
+    pub(crate) mem: GuestMemoryAtomic<GuestMemoryMmap>,
+}
+
+/// What the port's serving thread and the datapath share.
+pub struct Shared {
+    /// Rung when the guest kicked a transmit queue: frames to read.
+    frames: EventFd,
+    /// Rung when the guest kicked a receive queue: room to write.
+    room: EventFd,
+    acked: AtomicU64,
+    link: Mutex<Option<Arc<Link>>>,
+    generation: AtomicU64,
+    pub(crate) stop: AtomicBool,
+    state: Mutex<String>,
+    pub(crate) shutdown: Mutex<Option<ShutdownHandle>>,
+    /// Kicks the guest gave.
+    pub kicks: AtomicU64,
+    /// Connections taken (a QEMU restart makes one more).
+    pub connections: AtomicU64,
+    /// Connections refused: a peer that is neither root nor the socket's owner.
+    pub refused: AtomicU64,
+}
+
+impl Shared {
+    /// Doorbells and an empty link.
+    pub(crate) fn new() -> io::Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
+            frames: EventFd::new(libc::EFD_NONBLOCK)?,
+            room: EventFd::new(libc::EFD_NONBLOCK)?,
+            acked: AtomicU64::new(0),
+            link: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            state: Mutex::new(String::new()),
+            shutdown: Mutex::new(None),
+            kicks: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }))
+    }
+
+    pub(crate) fn set_acked(&self, features: u64) {
+        self.acked.store(features, Ordering::Release);
+    }
+
+    /// The features the frontend accepted (0 while none is connected).
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn kicked(&self, transmit: bool) {
+        self.kicks.fetch_add(1, Ordering::Relaxed);
+        let _ = if transmit { self.frames.write(1) } else { self.room.write(1) };
+    }
+
+    /// Hands a checked connection to the datapath, or takes it away.
+    pub(crate) fn publish(&self, link: Option<Arc<Link>>) {
+        if link.is_none() {
+            self.set_acked(0);
+        }
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = link;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        // Whatever the guest queued before (or after a restart) is looked at at once.
+        let _ = self.frames.write(1);
+        let _ = self.room.write(1);
+    }
+
+    pub(crate) fn set_state(&self, s: String) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+
+    /// What the port is doing: connected to whom, or waiting for what.
+    pub fn state(&self) -> String {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether a checked frontend is connected.
+    pub fn connected(&self) -> bool {
+        self.link.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+}
+
+const fn bit(b: u32) -> u64 {
+    1 << b
+}
+
+/// The virtio-net header the frontend's features give its frames: 12 bytes with virtio
+/// 1.0 or mergeable buffers, 10 for a legacy device without them.
+pub fn header_len(features: u64) -> usize {
+    if features & (bit(VIRTIO_F_VERSION_1) | bit(VIRTIO_NET_F_MRG_RXBUF)) != 0 { VNET_HDR_LEN } else { 10 }
+}
+
+/// Whether a guest that accepted `features` takes a frame with header `h` as it is.
+fn guest_takes(features: u64, h: &VnetHdr) -> bool {
+    if h.needs_csum() && features & bit(VIRTIO_NET_F_GUEST_CSUM) == 0 {
+        return false;
+    }
+    if h.gso_type & VnetHdr::GSO_ECN != 0 {
+        return false; // VIRTIO_NET_F_GUEST_ECN is not offered
+    }
+    match h.gso_kind() {
+        VnetHdr::GSO_NONE => true,
+        VnetHdr::GSO_TCPV4 => features & bit(VIRTIO_NET_F_GUEST_TSO4) != 0,
+        VnetHdr::GSO_TCPV6 => features & bit(VIRTIO_NET_F_GUEST_TSO6) != 0,
+        _ => false, // UDP segmentation offload is not offered
+    }
+}
+
+/// Why a guest's chain was refused.
+#[derive(Debug)]
+enum Bad {
+    WriteOnly,
+    ReadOnly,
+    TooLong(usize),
+    Short,
+    Memory(GuestAddress),
+}
+
+impl std::fmt::Display for Bad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bad::WriteOnly => write!(f, "the guest put a write-only descriptor into a transmit chain"),
+            Bad::ReadOnly => write!(f, "the guest posted a read-only receive buffer"),
+            Bad::TooLong(n) => write!(f, "the guest's transmit chain holds more than {n} bytes"),
+            Bad::Short => write!(f, "the guest's transmit chain is shorter than the virtio-net header"),
+            Bad::Memory(a) => write!(f, "the guest's descriptor points outside its memory (0x{:x})", a.raw_value()),
+        }
+    }
+}
+
+/// Counts kept by the port itself, beside the switch's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounts {
+    /// Transmit chains refused (returned to the guest used, with length 0).
+    pub bad_tx_chains: u64,
+    /// Receive buffers refused (the frame written into them lost).
+    pub bad_rx_buffers: u64,
+    /// Segments of a frame cut for a guest without offloads that found no buffer.
+    pub segments_lost: u64,
+    /// Frames offered while no guest was connected.
+    pub no_link: u64,
+}
+
+/// A vhost-user port: a VM's virtio-net queues, attached to the switch.
+pub struct VhostUserPort {
+    shared: Arc<Shared>,
+    generation: u64,
+    link: Option<Arc<Link>>,
+    next_tx: usize,
+    offload: bool,
+    /// Chains taken for the frame being written: (head, bytes written).
+    used: Vec<(u16, u32)>,
+    /// Contiguous copy of a frame and its segments, for guests without offloads.
+    whole: Vec<u8>,
+    segs: Vec<u8>,
+    seg_ends: Vec<usize>,
+    counts: PortCounts,
+    serving: Option<std::thread::JoinHandle<()>>,
+    /// The socket to remove when the port goes (server mode).
+    socket: Option<std::path::PathBuf>,
+}
+
+impl VhostUserPort {
+    /// A port over `shared`, served by the thread `serving` (joined when the port goes).
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        offload: bool,
+        serving: Option<std::thread::JoinHandle<()>>,
+        socket: Option<std::path::PathBuf>,
+    ) -> Self {
+        VhostUserPort {
+            shared,
+            generation: u64::MAX,
+            link: None,
+            next_tx: 0,
+            offload,
+            used: Vec::with_capacity(64),
+            whole: Vec::new(),
+            segs: Vec::new(),
+            seg_ends: Vec::new(),
+            counts: PortCounts::default(),
+            serving,
+            socket,
+        }
+    }
+
+    /// The descriptor that is readable when frames may wait on the guest's transmit
+    /// queues (the event loop's read interest).
+    pub fn frames_fd(&self) -> RawFd {
+        self.shared.frames.as_raw_fd()
+    }
+
+    /// The descriptor that is readable when the guest posted receive buffers (the event
+    /// loop's write interest: a doorbell, not a device that can say "writable").
+    pub fn room_fd(&self) -> RawFd {
+        self.shared.room.as_raw_fd()
+    }
+
+    /// What the port and its serving thread share.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The port's own counts.
+    pub fn counts(&self) -> PortCounts {
+        self.counts
+    }
+
+    /// Whether a guest is connected with its first receive queue set up and enabled: what
+    /// the guest's driver does when its interface comes up.
+    pub fn rx_ready(&mut self) -> bool {
+        self.refresh();
+        self.link.as_ref().is_some_and(|l| {
+            let st = l.vrings[0].get_ref();
+            st.get_queue().ready() && st.is_enabled()
+        })
+    }
+
+    fn refresh(&mut self) {
+        let g = self.shared.generation.load(Ordering::Acquire);
+        if g != self.generation {
+            self.link = self.shared.link.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            self.generation = g;
+        }
+    }
+
+    /// Takes one chain from transmit queue `q` into `buf`; `None` when it has none.
+    fn pop_tx(&mut self, link: &Link, q: usize, buf: &mut [u8], hdr: usize) -> Option<Result<usize, Bad>> {
+        let vr = &link.vrings[q];
+        let mut st = vr.get_mut();
+        if !st.get_queue().ready() || !st.is_enabled() {
+            return None;
+        }
+        let mem = link.mem.memory();
+        let chain = st.get_queue_mut().pop_descriptor_chain(&*mem)?;
+        let head = chain.head_index();
+        // The header lands so that the frame starts at buf[VNET_HDR_LEN] either way.
+        let skew = VNET_HDR_LEN - hdr;
+        let mut off = skew;
+        let mut res = Ok(());
+        for d in chain {
+            if d.is_write_only() {
+                res = Err(Bad::WriteOnly);
+                break;
+            }
+            let end = match off.checked_add(d.len() as usize) {
+                Some(e) if e <= buf.len() => e,
+                _ => {
+                    res = Err(Bad::TooLong(buf.len() - VNET_HDR_LEN));
+                    break;
+                }
+            };
+            if mem.read_slice(&mut buf[off..end], d.addr()).is_err() {
+                res = Err(Bad::Memory(d.addr()));
+                break;
+            }
+            off = end;
+        }
+        if res.is_ok() && off < VNET_HDR_LEN {
+            res = Err(Bad::Short);
+        }
+        let _ = st.add_used(head, 0);
+        if st.needs_notification().unwrap_or(true) {
+            let _ = st.signal_used_queue();
+        }
+        Some(res.map(|()| {
+            if skew > 0 {
+                buf.copy_within(skew..VNET_HDR_LEN, 0);
+            }
+            // num_buffers means nothing on transmit.
+            buf[10..VNET_HDR_LEN].fill(0);
+            off - VNET_HDR_LEN
+        }))
+    }
+
+    /// Rearms the guest's kicks on every transmit queue; true if frames arrived meanwhile.
+    fn rearm_tx(&self, link: &Link) -> bool {
+        let _ = self.shared.frames.read();
+        let mut more = false;
+        for q in (1..link.vrings.len()).step_by(2) {
+            let mut st = link.vrings[q].get_mut();
+            if st.get_queue().ready() && st.is_enabled() {
+                more |= st.enable_notification().unwrap_or(false);
+            }
+        }
+        more
+    }
+
+    /// Writes `parts` (header first) into receive queue `q`, over as many chains as
+    /// mergeable buffers allow. `Full` leaves the queue as it was.
+    fn write_rx(&mut self, link: &Link, q: usize, parts: &[&[u8]], features: u64) -> Result<TxOutcome, PortError> {
+        let mrg = features & bit(VIRTIO_NET_F_MRG_RXBUF) != 0;
+        let hdr = header_len(features);
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let vr = &link.vrings[q];
+        let mut st = vr.get_mut();
+        if !st.get_queue().ready() || !st.is_enabled() {
+            self.counts.no_link += 1;
+            return Err(link_down("the guest has not set up its receive queue"));
+        }
+        let mem = link.mem.memory();
+        let start = st.get_queue().next_avail();
+        self.used.clear();
+        let (mut pi, mut po, mut pos) = (0usize, 0usize, 0usize);
+        let mut nb_at: [Option<GuestAddress>; 2] = [None, None];
+        let mut rearmed = false;
+        let mut bad = None;
+        while pos < total {
+            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(&*mem) else {
+                if !rearmed {
+                    rearmed = true;
+                    let _ = self.shared.room.read();
+                    if st.enable_notification().unwrap_or(false) {
+                        continue;
+                    }
+                }
+                st.get_queue_mut().set_next_avail(start);
+                return Ok(TxOutcome::Full);
+            };
+            let head = chain.head_index();
+            let mut written = 0u32;
+            for d in chain {
+                if !d.is_write_only() {
+                    bad = Some(Bad::ReadOnly);
+                    break;
+                }
+                let (mut at, mut room) = (d.addr(), d.len() as usize);
+                while room > 0 && pos < total {
+                    let part = parts[pi];
+                    let n = (part.len() - po).min(room);
+                    if mem.write_slice(&part[po..po + n], at).is_err() {
+                        bad = Some(Bad::Memory(at));
+                        break;
+                    }
+                    for (k, b) in [10usize, 11].into_iter().enumerate() {
+                        if hdr == VNET_HDR_LEN && (pos..pos + n).contains(&b) {
+                            nb_at[k] = at.checked_add((b - pos) as u64);
+                        }
+                    }
+                    (pos, po, room, written) = (pos + n, po + n, room - n, written + n as u32);
+                    at = at.unchecked_add(n as u64);
+                    while pi < parts.len() && po == parts[pi].len() {
+                        (pi, po) = (pi + 1, 0);
+                    }
+                }
+                if bad.is_some() || pos == total {
+                    break;
+                }
+            }
+            self.used.push((head, written));
+            if bad.is_some() {
+                break;
+            }
+            if !mrg && pos < total {
+                // One buffer must hold the frame without mergeable buffers.
+                bad = Some(Bad::TooLong(written as usize));
+                break;
+            }
+            if self.used.len() > usize::from(st.get_queue().size()) {
+                break; // cannot happen with a sane queue; bounds the loop regardless
+            }
+        }
+        if let Some(b) = bad {
+            // The buffers taken go back empty; the frame is lost.
+            for &(h, _) in &self.used {
+                let _ = st.add_used(h, 0);
+            }
+            self.counts.bad_rx_buffers += 1;
+            if st.needs_notification().unwrap_or(true) {
+                let _ = st.signal_used_queue();
+            }
+            return Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())));
+        }
+        if hdr == VNET_HDR_LEN {
+            let n = (self.used.len() as u16).to_le_bytes();
+            for (k, at) in nb_at.iter().enumerate() {
+                if let Some(a) = at {
+                    let _ = mem.write_slice(&n[k..k + 1], *a);
+                }
+            }
+        }
+        for &(h, len) in &self.used {
+            let _ = st.add_used(h, len);
+        }
+        if st.needs_notification().unwrap_or(true) {
+            let _ = st.signal_used_queue();
+        }
+        Ok(TxOutcome::Sent)
+    }
+
+    /// A frame the guest did not negotiate the offloads of: checksums filled and GSO frames
+    /// cut here, each segment into its own buffers.
+    fn send_in_software(
+        &mut self,
+        link: &Link,
+        q: usize,
+        f: &OutFrame<'_>,
+        h: &VnetHdr,
+        features: u64,
+    ) -> Result<TxOutcome, PortError> {
+        self.whole.resize(f.len(), 0);
+        f.copy_frame_to(&mut self.whole);
+        let largest = usize::from(h.gso_size).max(f.len()) + 256;
+        self.segs.clear();
+        self.seg_ends.clear();
+        let mut scratch = vec![0u8; largest];
+        let (segs, ends) = (&mut self.segs, &mut self.seg_ends);
+        sluice_wire::gso::segment(&self.whole, h, &mut scratch, |s| {
+            segs.extend_from_slice(s);
+            ends.push(segs.len());
+            true
+        })
+        .map_err(|e| PortError::Io(io::Error::new(io::ErrorKind::InvalidData, e.to_string())))?;
+        let zero = [0u8; VNET_HDR_LEN];
+        let hdr = header_len(features);
+        let (segs, ends) = (std::mem::take(&mut self.segs), std::mem::take(&mut self.seg_ends));
+        let mut from = 0;
+        let mut out = Ok(TxOutcome::Sent);
+        for (i, &end) in ends.iter().enumerate() {
+            match self.write_rx(link, q, &[&zero[..hdr], &segs[from..end]], features) {
+                Ok(TxOutcome::Full) if i == 0 => {
+                    out = Ok(TxOutcome::Full);
+                    break;
+                }
+                Ok(TxOutcome::Full) => {
+                    self.counts.segments_lost += (ends.len() - i) as u64;
+                    break;
+                }
+                Ok(TxOutcome::Sent) => {}
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+            from = end;
+        }
+        (self.segs, self.seg_ends) = (segs, ends);
+        out
+    }
+}
+
+fn link_down(why: &str) -> PortError {
+    PortError::Io(io::Error::new(io::ErrorKind::NotConnected, why.to_string()))
+}
+
+/// FNV-1a of the MAC addresses: which queue pair a conversation's frames go to.
+fn pair_for(macs: &[u8], pairs: usize) -> usize {
+    let h = macs.iter().fold(0x811c_9dc5u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    h as usize % pairs.max(1)
+}
+
+impl Port for VhostUserPort {
+    fn kind(&self) -> &'static str {
+        "vhost-user"
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps { offload: self.offload, lossless_input: true }
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
+        self.refresh();
+        let Some(link) = self.link.clone() else {
+            let _ = self.shared.frames.read();
+            return Ok(None);
+        };
+        let hdr = header_len(self.shared.acked());
+        let pairs = link.vrings.len() / 2;
+        let mut rearmed = false;
+        loop {
+            for i in 0..pairs {
+                let p = (self.next_tx + i) % pairs;
+                if let Some(r) = self.pop_tx(&link, 2 * p + 1, buf, hdr) {
+                    self.next_tx = (p + 1) % pairs;
+                    return match r {
+                        Ok(n) => Ok(Some(n)),
+                        Err(b) => {
+                            self.counts.bad_tx_chains += 1;
+                            Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())))
+                        }
+                    };
+                }
+            }
+            // Nothing waits: the guest kicks again when it queues more (checked once more
+            // after rearming, so a frame queued meanwhile is not left behind).
+            if rearmed || !self.rearm_tx(&link) {
+                return Ok(None);
+            }
+            rearmed = true;
+        }
+    }
+
+    fn send(&mut self, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
+        self.refresh();
+        let Some(link) = self.link.clone() else {
+            self.counts.no_link += 1;
+            return Err(link_down("no VM is connected"));
+        };
+        let features = self.shared.acked();
+        let pairs = link.vrings.len() / 2;
+        let mut q = 2 * pair_for(f.macs, pairs);
+        if !link.vrings[q].get_ref().get_queue().ready() {
+            q = 0;
+        }
+        let h = VnetHdr::parse(&f.vnet).unwrap_or_default();
+        if !guest_takes(features, &h) {
+            return self.send_in_software(&link, q, f, &h, features);
+        }
+        let hdr = header_len(features);
+        let tag = f.tag.unwrap_or_default();
+        let tag: &[u8] = if f.tag.is_some() { &tag } else { &[] };
+        self.write_rx(&link, q, &[&f.vnet[..hdr], f.macs, tag, f.rest], features)
+    }
+
+    fn device_drops(&self) -> Option<DeviceDrops> {
+        Some(DeviceDrops { to_guest: self.counts.bad_rx_buffers + self.counts.segments_lost, from_guest: 0 })
+    }
+}
+
+impl Drop for VhostUserPort {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(h) = self.shared.shutdown.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            h.shutdown();
+        }
+        if let Some(t) = self.serving.take() {
+            let _ = t.join();
+        }
+        if let Some(p) = &self.socket {
+            crate::serve::remove_socket(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_12_bytes_with_virtio_1_or_mergeable_buffers() {
+        assert_eq!(header_len(bit(VIRTIO_F_VERSION_1)), 12);
+        assert_eq!(header_len(bit(VIRTIO_NET_F_MRG_RXBUF)), 12);
+        assert_eq!(header_len(0), 10);
+    }
+
+    #[test]
+    fn a_guest_without_offloads_takes_only_plain_frames() {
+        let tso = VnetHdr {
+            gso_type: VnetHdr::GSO_TCPV4,
+            gso_size: 1448,
+            flags: VnetHdr::F_NEEDS_CSUM,
+            ..Default::default()
+        };
+        let all = bit(VIRTIO_NET_F_GUEST_CSUM) | bit(VIRTIO_NET_F_GUEST_TSO4) | bit(VIRTIO_NET_F_GUEST_TSO6);
+        assert!(guest_takes(all, &tso));
+        assert!(!guest_takes(bit(VIRTIO_NET_F_GUEST_CSUM), &tso));
+        assert!(!guest_takes(0, &VnetHdr { flags: VnetHdr::F_NEEDS_CSUM, ..Default::default() }));
+        assert!(guest_takes(0, &VnetHdr::default()));
+        let ecn = VnetHdr { gso_type: VnetHdr::GSO_TCPV4 | VnetHdr::GSO_ECN, ..tso };
+        assert!(!guest_takes(all, &ecn));
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_queue_pair() {
+        let m = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        assert_eq!(pair_for(&m, 4), pair_for(&m, 4));
+        assert!(pair_for(&m, 4) < 4);
+        assert_eq!(pair_for(&m, 1), 0);
+    }
+}
