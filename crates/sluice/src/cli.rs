@@ -75,6 +75,14 @@ pub struct PortAddArgs {
     /// VXLAN: the UDP port, here and at the remotes (default 4789).
     #[arg(long, value_name = "PORT")]
     pub dstport: Option<u16>,
+    /// vhost-user: the unix socket QEMU's `-chardev socket,path=PATH` names. The switch
+    /// listens on it (mode 0600: root and the switch's user may connect) unless --client.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<std::path::PathBuf>,
+    /// vhost-user: QEMU listens on --socket (`-chardev socket,…,server=on`) and the switch
+    /// connects, retrying until QEMU is there (and again after QEMU restarts).
+    #[arg(long)]
+    pub client: bool,
     #[command(flatten)]
     pub target: Target,
 }
@@ -92,6 +100,9 @@ pub enum KindArg {
     /// A unix stream socket (--path) a program listens on, carrying frames with QEMU's
     /// `-netdev stream` framing; the switch can hold the program back (lossless).
     Stream,
+    /// A QEMU VM's virtio-net device over vhost-user (--socket): the switch reads and
+    /// fills the VM's queues in its shared memory, and can hold the VM back (lossless).
+    VhostUser,
     /// A VXLAN tunnel (--local, --remote, --vni) to other switches, Linux vxlan devices or
     /// Open vSwitch hosts: a UDP socket (user-space datapath), or a vxlan device the TC
     /// programs send into (kernel datapath).
@@ -246,6 +257,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
             KindArg::Veth => PortKind::Veth,
             KindArg::Stream => PortKind::Stream,
             KindArg::Vxlan => PortKind::Vxlan,
+            KindArg::VhostUser => PortKind::VhostUser,
         },
         netns: a.netns,
         mtu: a.mtu,
@@ -281,6 +293,8 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
             )
         },
         dstport: a.dstport,
+        socket: a.socket,
+        client: a.client,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target)?;
@@ -315,10 +329,11 @@ pub fn port_list(target: &Target, json: bool) -> Result<()> {
             p.mtu.to_string(),
             if p.offload { "on" } else { "off" }.into(),
             lossless_column(p).into(),
-            match &p.failed {
-                Some(why) => format!("failed: {why}"),
-                None if p.paused => "paused".into(),
-                None => "up".into(),
+            match (&p.failed, &p.link) {
+                (Some(why), _) => format!("failed: {why}"),
+                (None, _) if p.paused => "paused".into(),
+                (None, Some(l)) => l.clone(),
+                (None, None) => "up".into(),
             },
         ]);
     }

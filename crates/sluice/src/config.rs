@@ -60,6 +60,10 @@ pub enum PortKind {
     /// A VXLAN tunnel (RFC 7348) to other switches over a UDP socket bound to `local`
     /// (user-space datapath).
     Vxlan,
+    /// A QEMU guest's virtio-net device over vhost-user (`socket`): the switch reads and
+    /// fills the VM's queues in its shared memory; the switch can hold the VM back.
+    #[serde(rename = "vhost-user")]
+    VhostUser,
 }
 
 /// Which datapath executes the switch's forwarding.
@@ -150,6 +154,14 @@ pub struct PortSpec {
     /// VXLAN only: the UDP port, local and remote (default 4789).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dstport: Option<u16>,
+    /// vhost-user only: the unix socket QEMU's `-chardev socket` uses; the switch listens
+    /// on it (mode 0600), or connects to it with `client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// vhost-user only: QEMU listens on `socket` (`server=on`) and the switch connects,
+    /// retrying until it can.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client: bool,
 }
 
 /// A VXLAN port's tunnel settings, checked.
@@ -210,6 +222,8 @@ impl PortSpec {
             vni: None,
             vni_map: None,
             dstport: None,
+            socket: None,
+            client: false,
         }
     }
 
@@ -391,6 +405,35 @@ impl PortSpec {
             }
             (PortKind::Stream, Some(_)) => {}
             (_, Some(_)) => return Err(format!("port {:?}: `path` applies to stream ports only", self.name)),
+            (_, None) => {}
+        }
+        match (self.kind, &self.socket) {
+            (PortKind::VhostUser, None) => {
+                return Err(format!(
+                    "port {:?}: a vhost-user port needs `socket`, the unix socket QEMU's `-chardev socket,path=…` names (e.g. socket = \"/run/sluice/{}.sock\")",
+                    self.name, self.name
+                ));
+            }
+            (PortKind::VhostUser, Some(_)) if self.netns.is_some() => {
+                return Err(format!(
+                    "port {:?}: a vhost-user port is a unix socket, reached by its path; leave out `netns`",
+                    self.name
+                ));
+            }
+            (PortKind::VhostUser, Some(p)) if p.as_os_str().len() >= 108 => {
+                return Err(format!(
+                    "port {:?}: socket {:?} is longer than a unix socket path may be (107 bytes)",
+                    self.name,
+                    p.display()
+                ));
+            }
+            (PortKind::VhostUser, Some(_)) => {}
+            (_, Some(_)) => {
+                return Err(format!("port {:?}: `socket` applies to vhost-user ports only", self.name));
+            }
+            (_, None) if self.client => {
+                return Err(format!("port {:?}: `client` applies to vhost-user ports only", self.name));
+            }
             (_, None) => {}
         }
         if !self.backups.is_empty() {
@@ -1173,6 +1216,28 @@ port = "tap0"
         assert!(e.message.contains("needs `path`"), "{e}");
         let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\npath = \"/x\"\n").unwrap_err();
         assert!(e.message.contains("`path` applies to stream ports only"), "{e}");
+    }
+
+    #[test]
+    fn a_vhost_user_port_needs_its_socket_and_only_it_takes_one() {
+        let s = parse_str(
+            "name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"/run/vm1.sock\"\nclient = true\n",
+        )
+        .unwrap();
+        let p = &s.ports[0];
+        assert_eq!(
+            (p.kind, p.socket.as_deref(), p.client),
+            (PortKind::VhostUser, Some(Path::new("/run/vm1.sock")), true)
+        );
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\n").unwrap_err();
+        assert!(e.message.contains("needs `socket`"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\nsocket = \"/x\"\n").unwrap_err();
+        assert!(e.message.contains("`socket` applies to vhost-user ports only"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\nclient = true\n").unwrap_err();
+        assert!(e.message.contains("`client` applies to vhost-user ports only"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhostuser\"\n").unwrap_err();
+        assert!(e.message.contains("vhost-user"), "the error lists the kinds: {e}");
     }
 
     #[test]

@@ -233,13 +233,18 @@ enum SwitchCmd {
 
 #[derive(Subcommand, Debug)]
 enum PortCmd {
-    /// Attach a port: a TAP it creates (the default), an uplink, a veth, a stream or a vxlan tunnel.
+    /// Attach a port: a TAP it creates (the default), an uplink, a veth, a stream, a vxlan tunnel
+    /// or a QEMU VM over vhost-user.
     ///
     /// Examples:
     ///   sluice port add tap0 --netns blue            access port of VLAN 1
     ///   sluice port add tap1 --vlan 10 --mtu 8992    access port of VLAN 10, jumbo frames
     ///   sluice port add tap2 --trunk 10,20 --native 1
     ///   sluice port add vx0 --type vxlan --netns host1 --local 192.168.77.1 --remote 192.168.77.2 --vni 5000
+    ///   sluice port add vm1 --type vhost-user --socket /run/sluice/vm1.sock
+    ///       then: qemu-system-x86_64 … -object memory-backend-memfd,id=mem,size=1G,share=on
+    ///             -machine memory-backend=mem -chardev socket,id=c1,path=/run/sluice/vm1.sock,reconnect=1
+    ///             -netdev vhost-user,id=n1,chardev=c1 -device virtio-net-pci,netdev=n1
     #[command(verbatim_doc_comment)]
     Add(Box<cli::PortAddArgs>),
     /// Detach a port and delete its TAP device.

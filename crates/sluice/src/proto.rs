@@ -264,6 +264,10 @@ pub struct PortStats {
     pub kernel: Option<KernelPortStats>,
     /// Why the port stopped working, if it did.
     pub failed: Option<String>,
+    /// The port's own account of its link (a vhost-user port: the VM connected, or what
+    /// it waits for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
     /// The switch's counters for the port.
     pub counters: PortCounters,
     /// Drops counted by the device underneath (the TAP in the kernel).

@@ -142,6 +142,12 @@ pub trait Port: Send {
         None
     }
 
+    /// The state of the port's link when it has one apart from the switch's view (a
+    /// vhost-user port: which VM is connected, or what it waits for), for `sluice port list`.
+    fn link_state(&self) -> Option<String> {
+        None
+    }
+
     /// Called about once a second: a port that watches its device (an uplink and its
     /// backups) checks it here, and returns what it did about a change, if anything
     /// (e.g. "eth1 lost carrier; now on eth2"), which the switch counts as a failover.

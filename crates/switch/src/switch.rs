@@ -231,6 +231,8 @@ pub struct PortInfo {
     pub resolving: usize,
     /// Drops counted by the device underneath, outside the switch.
     pub device_drops: Option<DeviceDrops>,
+    /// The port's own account of its link ([`Port::link_state`]).
+    pub link: Option<String>,
     /// The port's device failed and it is no longer serviced.
     pub failed: Option<String>,
 }
@@ -932,6 +934,7 @@ impl Switch {
                 .collect(),
             resolving: self.l3.pending.iter().filter(|p| p.from == id).count(),
             device_drops: s.port.device_drops(),
+            link: s.port.link_state(),
             failed: s.failed.clone(),
         })
     }

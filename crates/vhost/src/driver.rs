@@ -251,21 +251,22 @@ impl Driver {
         self.mem.read_obj(GuestAddress(self.tx.used() + 2)).map_err(|e| err("used ring", e))
     }
 
-    /// Posts `n` receive buffers of [`RX_BUF_SIZE`] bytes (at most the queue's size in
-    /// flight).
-    pub fn post_rx(&mut self, n: u16) -> io::Result<()> {
+    /// Posts up to `n` receive buffers of [`RX_BUF_SIZE`] bytes (never more than the
+    /// queue's size in flight); returns how many.
+    pub fn post_rx(&mut self, n: u16) -> io::Result<u16> {
+        let room = QUEUE_SIZE - self.rx.next_avail.wrapping_sub(self.rx.last_used);
+        let n = n.min(room);
         for _ in 0..n {
             let i = self.rx.next_avail % QUEUE_SIZE;
             self.write_desc(false, i, RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i), RX_BUF_SIZE, DESC_WRITE, 0)?;
             self.put_avail(false, i)?;
         }
-        Ok(())
+        Ok(n)
     }
 
     /// Posts receive buffers up to a full queue.
     pub fn fill_rx(&mut self) -> io::Result<()> {
-        let in_flight = self.rx.next_avail.wrapping_sub(self.rx.last_used);
-        self.post_rx(QUEUE_SIZE - in_flight)
+        self.post_rx(QUEUE_SIZE).map(drop)
     }
 
     /// Takes the next frame the device wrote, gathering mergeable buffers; `None` when

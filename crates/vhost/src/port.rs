@@ -544,6 +544,10 @@ impl Port for VhostUserPort {
         self.write_rx(&link, q, &[&f.vnet[..hdr], f.macs, tag, f.rest], features)
     }
 
+    fn link_state(&self) -> Option<String> {
+        Some(self.shared.state())
+    }
+
     fn device_drops(&self) -> Option<DeviceDrops> {
         Some(DeviceDrops { to_guest: self.counts.bad_rx_buffers + self.counts.segments_lost, from_guest: 0 })
     }

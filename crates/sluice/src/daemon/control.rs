@@ -85,18 +85,47 @@ pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Res
                 mtu: None,
                 port: Box::new(tap),
                 tunnel: None,
+                room_fd: None,
             })
         }
         PortKind::Veth => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            Ok(Attachment { fd: v.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(v), tunnel: None })
+            Ok(Attachment {
+                fd: v.raw_fd(),
+                tap_ifindex: None,
+                mtu: None,
+                port: Box::new(v),
+                tunnel: None,
+                room_fd: None,
+            })
         }
         PortKind::Stream => {
             let path = spec.path.clone().unwrap_or_default();
             let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
-            Ok(Attachment { fd: s.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(s), tunnel: None })
+            Ok(Attachment {
+                fd: s.raw_fd(),
+                tap_ifindex: None,
+                mtu: None,
+                port: Box::new(s),
+                tunnel: None,
+                room_fd: None,
+            })
+        }
+        PortKind::VhostUser => {
+            let path = spec.socket.clone().unwrap_or_default();
+            let role = if spec.client { sluice_vhost::Role::Client } else { sluice_vhost::Role::Server };
+            let p = sluice_vhost::open(&spec.name, &path, role, offload)
+                .with_context(|| format!("opening vhost-user port {:?}", spec.name))?;
+            Ok(Attachment {
+                fd: p.frames_fd(),
+                room_fd: Some(p.room_fd()),
+                tap_ifindex: None,
+                mtu: None,
+                port: Box::new(p),
+                tunnel: None,
+            })
         }
         PortKind::Vxlan => {
             let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
@@ -118,13 +147,27 @@ pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Res
             } else {
                 None
             };
-            Ok(Attachment { fd: p.raw_fd(), tap_ifindex: None, mtu: Some(mtu), port: Box::new(p), tunnel })
+            Ok(Attachment {
+                fd: p.raw_fd(),
+                tap_ifindex: None,
+                mtu: Some(mtu),
+                port: Box::new(p),
+                tunnel,
+                room_fd: None,
+            })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
             let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            Ok(Attachment { fd: up.raw_fd(), tap_ifindex: None, mtu: None, port: Box::new(up), tunnel: None })
+            Ok(Attachment {
+                fd: up.raw_fd(),
+                tap_ifindex: None,
+                mtu: None,
+                port: Box::new(up),
+                tunnel: None,
+                room_fd: None,
+            })
         }
     }
 }
@@ -595,6 +638,7 @@ pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> R
                     upcall,
                     kernel,
                     failed: p.failed,
+                    link: p.link,
                     counters,
                     device_drops: p.device_drops,
                 }

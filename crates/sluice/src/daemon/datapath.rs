@@ -32,6 +32,8 @@ pub type Job = Box<dyn FnOnce(&mut Datapath) + Send>;
 
 const WAKE_TOKEN: u64 = u64::MAX;
 const UPCALL_TOKEN: u64 = u64::MAX - 1;
+/// Added to a port's id for its room doorbell (see `Attachment::room_fd`).
+const ROOM_TOKEN: u64 = 1 << 32;
 
 /// The datapath: the switch, its ports' descriptors, and the event loop.
 pub struct Datapath {
@@ -40,6 +42,8 @@ pub struct Datapath {
     wake: Arc<EventFd>,
     jobs: Receiver<Job>,
     fds: HashMap<PortId, RawFd>,
+    /// Room doorbells of the ports that have one: the write interest is watched there.
+    rooms: HashMap<PortId, RawFd>,
     specs: HashMap<PortId, PortSpec>,
     poll: bool,
     nice: i32,
@@ -67,6 +71,7 @@ impl Datapath {
             wake,
             jobs,
             fds: HashMap::new(),
+            rooms: HashMap::new(),
             specs: HashMap::new(),
             poll,
             nice,
@@ -191,11 +196,22 @@ impl Datapath {
         let id =
             self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu.or(a.mtu), policy }, a.port)?;
         let interest = self.sw.interest(id);
-        if let Err(e) = self.epoll.add(fd, u64::from(id), interest.read, interest.write) {
+        let watched = match a.room_fd {
+            None => self.epoll.add(fd, u64::from(id), interest.read, interest.write),
+            Some(room) => self.epoll.add(fd, u64::from(id), interest.read, false).and_then(|()| {
+                self.epoll
+                    .add(room, ROOM_TOKEN + u64::from(id), interest.write, false)
+                    .inspect_err(|_| drop(self.epoll.delete(fd)))
+            }),
+        };
+        if let Err(e) = watched {
             let _ = self.sw.remove_port(&spec.name);
             return Err(e).context("watching the port's descriptor");
         }
         self.fds.insert(id, fd);
+        if let Some(room) = a.room_fd {
+            self.rooms.insert(id, room);
+        }
         if let Some(k) = self.kernel.as_mut() {
             // The port's rules in the maps first (a tunnel's settings before them), then the
             // program on its interface.
@@ -204,6 +220,9 @@ impl Datapath {
             {
                 let _ = self.epoll.delete(fd);
                 self.fds.remove(&id);
+                if let Some(room) = self.rooms.remove(&id) {
+                    let _ = self.epoll.delete(room);
+                }
                 let _ = self.sw.remove_port(&spec.name);
                 k.sync(&mut self.sw);
                 return Err(e);
@@ -213,7 +232,7 @@ impl Datapath {
                 PortKind::Veth => vec![spec.name.clone()],
                 PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
                 PortKind::Vxlan => a.tunnel.iter().map(|t| t.device.clone()).collect(),
-                PortKind::Tap | PortKind::Stream => vec![],
+                PortKind::Tap | PortKind::Stream | PortKind::VhostUser => vec![],
             };
             if !ifnames.is_empty()
                 && let Err(e) = k.attach(id, &ifnames, spec.kind == PortKind::Veth)
@@ -248,6 +267,9 @@ impl Datapath {
             k.sync(&mut self.sw);
         }
         if let Some(fd) = self.fds.remove(&id) {
+            let _ = self.epoll.delete(fd);
+        }
+        if let Some(fd) = self.rooms.remove(&id) {
             let _ = self.epoll.delete(fd);
         }
         self.specs.remove(&id);
@@ -327,6 +349,11 @@ impl Datapath {
                     }
                     continue;
                 }
+                if ev.token >= ROOM_TOKEN {
+                    // The doorbell is read by the port itself when it finds no room.
+                    self.sw.on_writable((ev.token - ROOM_TOKEN) as PortId);
+                    continue;
+                }
                 let id = ev.token as PortId;
                 if ev.writable {
                     self.sw.on_writable(id);
@@ -369,11 +396,16 @@ impl Datapath {
     }
 
     fn apply_interest(&mut self) {
-        let Datapath { sw, epoll, fds, .. } = self;
+        let Datapath { sw, epoll, fds, rooms, .. } = self;
         let mut failed = Vec::new();
         sw.take_interest_changes(|id, i| {
-            if let Some(&fd) = fds.get(&id) {
-                let _ = epoll.modify(fd, u64::from(id), i.read, i.write);
+            match (fds.get(&id), rooms.get(&id)) {
+                (Some(&fd), None) => drop(epoll.modify(fd, u64::from(id), i.read, i.write)),
+                (Some(&fd), Some(&room)) => {
+                    let _ = epoll.modify(fd, u64::from(id), i.read, false);
+                    let _ = epoll.modify(room, ROOM_TOKEN + u64::from(id), i.write, false);
+                }
+                _ => {}
             }
             if !i.read && !i.write {
                 failed.push(id);

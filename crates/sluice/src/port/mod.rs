@@ -25,4 +25,9 @@ pub struct Attachment {
     pub mtu: Option<u16>,
     /// A tunnel's kernel device (kernel datapath).
     pub tunnel: Option<vxlan::KernelTunnel>,
+    /// For a port whose room to send is announced rather than polled (vhost-user: the
+    /// guest kicks when it posts receive buffers), the doorbell that is readable then; the
+    /// event loop watches it for the port's write interest, and `fd` for its read interest
+    /// only.
+    pub room_fd: Option<RawFd>,
 }

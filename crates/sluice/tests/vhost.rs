@@ -1,0 +1,282 @@
+//! vhost-user ports through the whole switch, without a VM (issue 20): the test process is
+//! the guest (`sluice_vhost::driver`: rust-vmm's frontend, guest memory in a memfd,
+//! virtqueues it fills itself), a namespace on a TAP is the other guest. The VM tests with
+//! QEMU are in tests/vm.rs.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use sluice_vhost::driver::Driver;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A switch with TAP guest `g1` (10.79.0.1) and vhost-user ports `vm1`… whose sockets are
+/// in the test's directory.
+struct Switch {
+    name: String,
+    ns: String,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Switch {
+    fn new(tag: &str, extra: &str, vms: usize) -> Switch {
+        init();
+        let name = unique(tag);
+        let dir = std::env::temp_dir().join(format!("sluice-vhost-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = format!("{name}g1");
+        sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+        ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
+        let mut cfg = format!("name = \"{name}\"\n{extra}\n[[port]]\nname = \"{name}t1\"\nnetns = \"{ns}\"\n");
+        for k in 1..=vms {
+            cfg.push_str(&format!(
+                "[[port]]\nname = \"vm{k}\"\ntype = \"vhost-user\"\nsocket = \"{}\"\n",
+                dir.join(format!("vm{k}.sock")).display()
+            ));
+        }
+        let f = dir.join("sw.toml");
+        std::fs::write(&f, cfg).unwrap();
+        let log = std::fs::File::create(dir.join("sw.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["switch", "run", "--config", f.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let sw = Switch { name, ns, child, dir };
+        assert!(
+            wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
+            "switch did not start: {}",
+            sw.log()
+        );
+        ns_ok(&sw.ns, &format!("ip link set {}t1 up && ip addr add 10.79.0.1/24 dev {}t1", sw.name, sw.name));
+        sw
+    }
+
+    fn socket(&self, k: usize) -> PathBuf {
+        self.dir.join(format!("vm{k}.sock"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("sw.log")).unwrap_or_default()
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &self.name])).unwrap()
+    }
+
+    fn port<'a>(&self, s: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+        s["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
+        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn mac(k: u8) -> [u8; 6] {
+    [0x02, 0x56, 0, 0, 0, k]
+}
+
+fn csum(data: &[u8]) -> u16 {
+    let mut s: u32 = data.chunks(2).map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0))).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// An IPv4 packet from `src` to `dst` carrying `payload` as protocol `proto`.
+fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let c = csum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(payload);
+    ip
+}
+
+fn echo_request(id: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0];
+    icmp.extend_from_slice(&id.to_be_bytes());
+    icmp.extend_from_slice(&seq.to_be_bytes());
+    icmp.extend_from_slice(data);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    icmp
+}
+
+fn connect(sw: &Switch, k: usize) -> Driver {
+    let d = Driver::connect(&sw.socket(k), u64::MAX, WAIT)
+        .unwrap_or_else(|e| panic!("connecting to vm{k}: {e}\n{}", sw.log()));
+    // The port says who is connected once the driver's set-up has been read.
+    assert!(
+        wait_for(10, || {
+            let s = sw.stats();
+            sw.port(&s, &format!("vm{k}"))["link"].as_str().is_some_and(|l| l.starts_with("connected"))
+        }),
+        "vm{k} never showed as connected: {}",
+        sw.log()
+    );
+    d
+}
+
+/// Sends until the driver takes the frame (its transmit slots free up as the switch reads).
+fn send(d: &mut Driver, frame: &[u8]) {
+    let until = Instant::now() + WAIT;
+    while !d.send(&[0; 12], frame).unwrap() {
+        assert!(Instant::now() < until, "the switch did not take the guest's frames for 10 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_guest_without_a_vm_pings_a_namespace_guest_and_receives_its_datagrams() {
+    if !root() {
+        return;
+    }
+    let sw = Switch::new("vhping", "", 1);
+    let list = sluice_ok(&["port", "list", "--switch", &sw.name]);
+    assert!(list.contains("vhost-user") && list.contains("waiting for QEMU"), "{list}");
+    let mut d = connect(&sw, 1);
+    d.fill_rx().unwrap();
+    let list = sluice_ok(&["port", "list", "--switch", &sw.name]);
+    assert!(list.contains("connected: pid"), "{list}");
+    let g1 = mac_of(&sw.ns, &format!("{}t1", sw.name));
+    ns_ok(&sw.ns, &format!("ip neigh replace 10.79.0.100 lladdr 02:56:00:00:00:01 dev {}t1", sw.name));
+
+    // Echo requests from the "VM"; the namespace's kernel answers through the switch.
+    for seq in 1..=3u16 {
+        let data: Vec<u8> = (0..1000).map(|i| (i * seq as usize) as u8).collect();
+        let pkt = ipv4([10, 79, 0, 100], [10, 79, 0, 1], 1, &echo_request(0x5eed, seq, &data));
+        send(&mut d, &frame(g1, mac(1), None, 0x0800, &pkt));
+        let r = loop {
+            let r = d.recv_wait(WAIT).unwrap().expect("an echo reply within 10 s");
+            if r.frame[12..14] == [0x08, 0x00] {
+                break r;
+            }
+        };
+        let ip = &r.frame[14..];
+        assert_eq!((&ip[12..16], &ip[16..20]), (&[10u8, 79, 0, 1][..], &[10u8, 79, 0, 100][..]));
+        let icmp = &ip[20..];
+        assert_eq!(icmp[0], 0, "an echo reply");
+        assert_eq!(u16::from_be_bytes([icmp[6], icmp[7]]), seq);
+        assert_eq!(&icmp[8..], &data[..], "the data came back intact");
+    }
+    // Datagrams from the namespace to the "VM", up to the MTU.
+    ns_ok(
+        &sw.ns,
+        "/usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(bytes([n])*1472, ('10.79.0.100', 9999)) for n in range(5)]\"",
+    );
+    let mut got = vec![];
+    while got.len() < 5 {
+        let r = d.recv_wait(WAIT).unwrap().expect("the namespace's datagrams within 10 s");
+        if r.frame.len() == 14 + 20 + 8 + 1472 {
+            got.push(r.frame[42]);
+            assert!(r.frame[42..].iter().all(|&b| b == r.frame[42]));
+        }
+    }
+    assert_eq!(got, vec![0, 1, 2, 3, 4], "every datagram, in order");
+    let s = sw.stats();
+    let vm = sw.port(&s, "vm1");
+    assert_eq!(vm["kind"], "vhost-user");
+    assert!(vm["lossless_input"].as_bool().unwrap(), "a vhost-user port can hold its sender back");
+    assert!(vm["counters"]["rx_frames"].as_u64().unwrap() >= 3);
+    assert!(vm["counters"]["tx_frames"].as_u64().unwrap() >= 8);
+
+    // The "VM" goes away: the port stays and waits for the next connection.
+    drop(d);
+    assert!(
+        wait_for(10, || sluice_ok(&["port", "list", "--switch", &sw.name]).contains("waiting for QEMU")),
+        "the port did not go back to waiting"
+    );
+    let mut d = connect(&sw, 1);
+    d.fill_rx().unwrap();
+    let pkt = ipv4([10, 79, 0, 100], [10, 79, 0, 1], 1, &echo_request(0x5eed, 9, b"again"));
+    send(&mut d, &frame(g1, mac(1), None, 0x0800, &pkt));
+    assert!(
+        std::iter::from_fn(|| d.recv_wait(WAIT).unwrap()).any(|r| r.frame.len() > 34 && r.frame[34] == 0),
+        "no echo reply after the guest reconnected"
+    );
+}
+
+#[test]
+fn lossless_incast_of_two_guests_into_a_slow_one_loses_nothing() {
+    if !root() {
+        return;
+    }
+    let sw = Switch::new("vhinc", "lossless = true", 3);
+    let mut vm: Vec<Driver> = (1..=3).map(|k| connect(&sw, k)).collect();
+    // vm3 announces itself so the switch learns where it is (no flooding after); every
+    // guest takes the flood.
+    for d in &mut vm {
+        d.fill_rx().unwrap();
+    }
+    let hello = frame([0xff; 6], mac(3), None, 0x88b5, &[0u8; 46]);
+    send(&mut vm[2], &hello);
+    std::thread::sleep(Duration::from_millis(100));
+    // vm1 and vm2 send 3,000 frames each to vm3, which takes them 32 buffers at a time.
+    const N: u32 = 3000;
+    let mut senders = vec![];
+    for (k, mut d) in vm.drain(..2).enumerate() {
+        senders.push(std::thread::spawn(move || {
+            for i in 0..N {
+                let mut payload = vec![0u8; 1000];
+                payload[..4].copy_from_slice(&(k as u32).to_be_bytes());
+                payload[4..8].copy_from_slice(&i.to_be_bytes());
+                send(&mut d, &frame(mac(3), mac(k as u8 + 1), None, 0x88b5, &payload));
+            }
+            assert!(d.tx_drained(WAIT).unwrap(), "the switch took every frame");
+            d
+        }));
+    }
+    let mut next = [0u32; 2];
+    let mut d3 = vm.pop().unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    while next != [N, N] {
+        assert!(Instant::now() < until, "only {next:?} of {N} each arrived in 120 s");
+        d3.post_rx(32).unwrap();
+        let mut took = 0;
+        while let Some(r) = d3.recv().unwrap() {
+            if r.frame[12..14] != [0x88, 0xb5] || r.frame[6..12] == mac(3) {
+                continue;
+            }
+            let k = u32::from_be_bytes(r.frame[14..18].try_into().unwrap()) as usize;
+            let i = u32::from_be_bytes(r.frame[18..22].try_into().unwrap());
+            assert_eq!(i, next[k], "sender {k}'s frames in order, none missing");
+            next[k] += 1;
+            took += 1;
+        }
+        if took == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    for s in senders {
+        s.join().unwrap();
+    }
+    let s = sw.stats();
+    for p in ["vm1", "vm2", "vm3"] {
+        let c = &sw.port(&s, p)["counters"];
+        for dir in ["rx_drops", "tx_drops"] {
+            let total: u64 = c[dir].as_object().map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+            assert_eq!(total, 0, "{p} {dir}: {}", c[dir]);
+        }
+    }
+    let held = sw.port(&s, "vm1")["counters"]["rx_frames"].as_u64().unwrap();
+    assert!(held >= u64::from(N), "{held}");
+}
