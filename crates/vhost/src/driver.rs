@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -188,11 +189,23 @@ impl Driver {
         let r = if transmit { &mut self.tx } else { &mut self.rx };
         let slot = GuestAddress(r.avail() + 4 + 2 * u64::from(r.next_avail % QUEUE_SIZE));
         self.mem.write_obj(head, slot).map_err(|e| err("avail ring", e))?;
+        let old = r.next_avail;
         r.next_avail = r.next_avail.wrapping_add(1);
         // The index last, after the entry (one thread, plain memory: a fence orders them).
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.mem.write_obj(r.next_avail, GuestAddress(r.avail() + 2)).map_err(|e| err("avail ring", e))?;
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // With event indexes the device says which entry it wants a kick for (as a
+        // virtio-net driver does, kick only then).
+        if self.features & (1 << VIRTIO_RING_F_EVENT_IDX) != 0 {
+            let event: u16 = self
+                .mem
+                .read_obj(GuestAddress(r.used() + 4 + 8 * u64::from(QUEUE_SIZE)))
+                .map_err(|e| err("used ring", e))?;
+            if r.next_avail.wrapping_sub(event).wrapping_sub(1) >= r.next_avail.wrapping_sub(old) {
+                return Ok(());
+            }
+        }
         r.kick.write(1).map_err(|e| err("kick", e))
     }
 
@@ -299,9 +312,6 @@ impl Driver {
             self.mem.read_slice(&mut frame[at..], GuestAddress(buf(id))).map_err(|e| err("rx buffer", e))?;
         }
         self.rx.last_used = self.rx.last_used.wrapping_add(nbufs);
-        // Tell the device to signal at the next used entry (event index).
-        let used_event = GuestAddress(self.rx.avail() + 4 + 2 * u64::from(QUEUE_SIZE));
-        self.mem.write_obj(self.rx.last_used, used_event).map_err(|e| err("avail ring", e))?;
         Ok(Some(Received { header, frame }))
     }
 
@@ -317,6 +327,10 @@ impl Driver {
                 return Ok(None);
             }
             let _ = self.rx.call.read();
+            // Ask for a signal at the next used entry (event index), then look once more.
+            let used_event = GuestAddress(self.rx.avail() + 4 + 2 * u64::from(QUEUE_SIZE));
+            self.mem.write_obj(self.rx.last_used, used_event).map_err(|e| err("avail ring", e))?;
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             if let Some(r) = self.recv()? {
                 return Ok(Some(r));
             }
