@@ -124,6 +124,13 @@ pub struct UpArgs {
     /// checksums in software, as a NIC would).
     #[arg(long, requires = "hosts")]
     pub peer_kernel: bool,
+    /// Small QEMU VMs (0 to 8) next to the namespace guests, each attached by a vhost-user
+    /// port: `vm1`… with the next addresses of the lab's table, Debian's kernel and an
+    /// initramfs the lab builds (busybox, iperf3), under TCG. `sluice lab exec vm1 -- CMD`
+    /// runs CMD on the VM's serial console. Needs qemu-system-x86, linux-image-amd64 and
+    /// busybox-static; picks the user-space datapath unless told otherwise.
+    #[arg(long = "vm", value_name = "N", default_value_t = 0)]
+    pub vms: u32,
     /// Which host of a multi-host lab this (sub-)lab is (0: a lab of one host).
     #[arg(skip)]
     pub host: u32,
@@ -179,6 +186,7 @@ impl UpArgs {
             attach: AttachArg::Tap,
             hosts: 1,
             peer_kernel: false,
+            vms: 0,
             host: 0,
             json: false,
         }
@@ -205,6 +213,9 @@ pub struct Guest {
     /// The `sluice port relay` process between the guest's TAP and its stream port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay_pid: Option<u32>,
+    /// A VM guest (`--vm`): its QEMU and its files. `netns` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<crate::lab_vm::VmFiles>,
 }
 
 /// What a lab made, as kept on disk.
@@ -355,6 +366,11 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Exec { name, guest, cmd } => {
             let s = LabState::load(&pick(name)?)?;
             let g = s.guest(&guest)?;
+            if g.vm.is_some() {
+                // Bounded: a command that runs longer is reported, and keeps running in the VM.
+                let rc = vm_exec(g, &cmd, Duration::from_secs(600))?;
+                std::process::exit(rc);
+            }
             let err = Command::new("ip").args(["netns", "exec", &g.netns]).args(&cmd).exec();
             bail!("cannot run `ip netns exec {} {}`: {err}", g.netns, cmd.join(" "));
         }
@@ -452,7 +468,9 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     let auto = match running {
         Some(r) if r.datapath == "kernel" => crate::DatapathArg::Kernel,
         Some(_) => crate::DatapathArg::User,
-        None if a.lossless || a.attach == AttachArg::Stream || !sluice_ebpf::available() => crate::DatapathArg::User,
+        None if a.lossless || a.attach == AttachArg::Stream || a.vms > 0 || !sluice_ebpf::available() => {
+            crate::DatapathArg::User
+        }
         None => crate::DatapathArg::Kernel,
     };
     let first = UpArgs { datapath: Some(auto), ..a.clone() };
@@ -485,6 +503,9 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
     }
     if !(1..=99).contains(&a.guests) {
         bail!("--guests must be 1 to 99");
+    }
+    if a.vms > 8 || a.guests + a.vms > 99 {
+        bail!("--vm must be 0 to 8 (and with --guests at most 99 in all)");
     }
     if !sluice_switch::switch_mtu_range().contains(&a.mtu) {
         bail!("--mtu {} is out of range: use 68 to 9000", a.mtu);
@@ -569,6 +590,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             created_netns: false,
             added_port: false,
             relay_pid: None,
+            vm: None,
         };
         if netns::exists(&g.netns) {
             bail!(
@@ -623,10 +645,100 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
+    if a.vms > 0 {
+        add_vms(s, &mut client, a)?;
+    }
     if a.lan {
         add_lan(s, &mut client, a.mtu, a.uplinks, kernel)?;
     }
     Ok(())
+}
+
+/// The VMs of `--vm`: a vhost-user port each (its socket in the labs directory), QEMU
+/// booted in the background, then each console waited for (all boot at once).
+fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
+    let dir = paths::labs_dir();
+    let img = crate::lab_vm::image(&dir).context("building the VMs' image")?;
+    for k in 1..=a.vms {
+        let n = a.guests + k;
+        let mut g = Guest {
+            guest: format!("vm{k}"),
+            netns: String::new(),
+            tap: format!("{}-vm{k}", s.name),
+            ipv4: format!("10.77.0.{n}/24"),
+            ipv6: format!("fd77::{n:x}/64"),
+            created_netns: false,
+            added_port: true,
+            relay_pid: None,
+            vm: None,
+        };
+        let socket = dir.join(format!("{}-vm{k}.vhost.sock", s.name));
+        s.guests.push(g.clone());
+        s.save()?;
+        let spec = PortSpec {
+            kind: crate::config::PortKind::VhostUser,
+            socket: Some(socket.clone()),
+            mtu: Some(a.mtu),
+            offload: !a.no_offload,
+            ips: if a.mode == ModeArg::L3 {
+                vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{n:x}")]
+            } else {
+                vec![]
+            },
+            ..PortSpec::tap(&g.tap)
+        };
+        client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
+        let mac = format!("52:54:00:77:00:{n:02x}");
+        let files = crate::lab_vm::boot(
+            &img,
+            &crate::lab_vm::VmSpec {
+                name: &format!("{}-vm{k}", s.name),
+                dir: &dir,
+                socket: &socket,
+                mac: &mac,
+                ipv4: &g.ipv4,
+                ipv6: &g.ipv6,
+                mtu: a.mtu,
+            },
+        )?;
+        g.vm = Some(files);
+        let last = s.guests.len() - 1;
+        s.guests[last] = g;
+        s.save()?;
+    }
+    for g in s.guests.iter().filter(|g| g.vm.is_some()) {
+        let vm = g.vm.as_ref().expect("filtered");
+        let mut c = crate::lab_vm::Console::connect(&vm.serial, Duration::from_secs(10))?;
+        c.wait_ready(Duration::from_secs(120)).with_context(|| {
+            format!(
+                "VM {} (QEMU pid {}; its stderr: {}, its kernel's console: {})",
+                g.guest,
+                vm.pid,
+                vm.log.display(),
+                vm.console.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Runs `cmd` on VM guest `g`'s console, its output to ours; returns its exit code.
+pub fn vm_exec(g: &Guest, cmd: &[String], wait: Duration) -> Result<i32> {
+    let vm = g.vm.as_ref().context("not a VM")?;
+    let line = cmd.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ");
+    let mut c = crate::lab_vm::Console::connect(&vm.serial, Duration::from_secs(5))?;
+    let (rc, out) = c.run(&line, wait)?;
+    std::io::stdout().write_all(&out)?;
+    Ok(rc)
+}
+
+/// One argument as `sh` reads it back.
+fn shell_quote(a: &str) -> String {
+    if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c)) {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
 }
 
 /// The external host `lan` behind the uplink: namespace `sluice-LAB-lan` with `eth0`,
@@ -656,6 +768,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel:
         created_netns: true,
         added_port: false,
         relay_pid: None,
+        vm: None,
     };
     s.guests.push(g.clone());
     s.save()?;
@@ -827,6 +940,13 @@ pub fn down(name: &str) -> Result<()> {
             && !e.to_string().contains("no port named")
         {
             problems.push(format!("port {}: {e}", g.tap));
+        }
+        if let Some(vm) = &g.vm {
+            crate::lab_vm::stop(vm.pid);
+            for f in [&vm.serial, &vm.log, &vm.console] {
+                let _ = fs::remove_file(f);
+            }
+            let _ = fs::remove_file(vm.serial.with_extension("pid"));
         }
         // A relay ends when its port goes; one the switch never took is stopped here.
         if let Some(pid) = g.relay_pid {

@@ -200,6 +200,7 @@ fn kernel_peer(s: &mut LabState, a: &UpArgs, k: u32, others: &[String]) -> Resul
             created_netns: false,
             added_port: false,
             relay_pid: None,
+            vm: None,
         };
         netns_new(s, &g.netns)?;
         let p = format!("p{j}");

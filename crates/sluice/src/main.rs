@@ -8,6 +8,7 @@ mod daemon;
 mod demo;
 mod lab;
 mod lab_hosts;
+mod lab_vm;
 mod port;
 mod report;
 mod smc;

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
@@ -100,7 +100,7 @@ impl Driver {
     pub fn connect(path: &Path, mask: u64, wait: Duration) -> io::Result<Driver> {
         let until = Instant::now() + wait;
         let frontend = loop {
-            match Frontend::connect(path, 1) {
+            match Frontend::connect(path, 2) {
                 Ok(f) => break f,
                 Err(e) if Instant::now() > until => {
                     return Err(err(&format!("connecting to the vhost-user socket {}", path.display()), e));
@@ -120,7 +120,7 @@ impl Driver {
             match listener.accept() {
                 Ok(Some(s)) => {
                     s.set_nonblocking(false)?;
-                    return Self::set_up(Frontend::from_stream(s, 1), mask);
+                    return Self::set_up(Frontend::from_stream(s, 2), mask);
                 }
                 Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
                 Ok(None) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no device connected in time")),
@@ -134,14 +134,14 @@ impl Driver {
         frontend.set_owner().map_err(p)?;
         let features = frontend.get_features().map_err(p)? & mask;
         frontend.set_features(features).map_err(p)?;
-        let proto = frontend.get_protocol_features().map_err(p)?;
-        frontend
-            .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK))
-            .map_err(p)?;
-        // (also how the frontend learns how many queues it may address)
-        let queues = frontend.get_queue_num().map_err(p)?;
-        if queues < 2 {
-            return Err(err("vhost-user", format!("the device has {queues} queue(s); a pair is needed")));
+        // vhost-user's protocol features, when the device offers them (sluice's does not:
+        // see `backend::OFFERED_FEATURES`).
+        let protocol = features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0;
+        if protocol {
+            let proto = frontend.get_protocol_features().map_err(p)?;
+            frontend
+                .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK))
+                .map_err(p)?;
         }
         let mem = guest_memory()?;
         let region = mem.find_region(GuestAddress(MEM_BASE)).ok_or_else(|| err("guest memory", "no region"))?;
@@ -172,7 +172,9 @@ impl Driver {
             };
             frontend.set_vring_call(q, &ring.call).map_err(p)?;
             frontend.set_vring_kick(q, &ring.kick).map_err(p)?;
-            frontend.set_vring_enable(q, true).map_err(p)?;
+            if protocol {
+                frontend.set_vring_enable(q, true).map_err(p)?;
+            }
             rings.push(ring);
         }
         let tx = rings.pop().expect("two rings");

@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use sluice_switch::port::DeviceDrops;
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::{VNET_HDR_LEN, VnetHdr};
-use vhost_user_backend::{ShutdownHandle, VringRwLock, VringT};
+use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_MRG_RXBUF,
 };
 use virtio_queue::QueueT;
 use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 /// A connected frontend's queues and memory, as the port uses them.
@@ -35,40 +36,76 @@ pub(crate) struct Link {
 
 /// What the port's serving thread and the datapath share.
 pub struct Shared {
-    /// Rung when the guest kicked a transmit queue: frames to read.
-    frames: EventFd,
-    /// Rung when the guest kicked a receive queue: room to write.
-    room: EventFd,
+    /// Readable when frames may wait: the transmit rings' kicks, and a nudge.
+    frames: Epoll,
+    frames_nudge: EventFd,
+    /// Readable when buffers may have been posted: the receive rings' kicks, and a nudge.
+    room: Epoll,
+    room_nudge: EventFd,
     acked: AtomicU64,
     link: Mutex<Option<Arc<Link>>>,
     generation: AtomicU64,
     pub(crate) stop: AtomicBool,
     state: Mutex<String>,
-    pub(crate) shutdown: Mutex<Option<ShutdownHandle>>,
-    /// Kicks the guest gave.
-    pub kicks: AtomicU64,
+    /// The connection, to end it when the port goes.
+    pub(crate) conn: Mutex<Option<std::os::unix::net::UnixStream>>,
     /// Connections taken (a QEMU restart makes one more).
     pub connections: AtomicU64,
     /// Connections refused: a peer that is neither root nor the socket's owner.
     pub refused: AtomicU64,
 }
 
+const NUDGE: u64 = u64::MAX;
+
 impl Shared {
-    /// Doorbells and an empty link.
+    /// Wait sets and an empty link.
     pub(crate) fn new() -> io::Result<Arc<Shared>> {
+        let (frames, room) = (Epoll::new()?, Epoll::new()?);
+        let (frames_nudge, room_nudge) = (EventFd::new(libc::EFD_NONBLOCK)?, EventFd::new(libc::EFD_NONBLOCK)?);
+        frames.ctl(ControlOperation::Add, frames_nudge.as_raw_fd(), EpollEvent::new(EventSet::IN, NUDGE))?;
+        room.ctl(ControlOperation::Add, room_nudge.as_raw_fd(), EpollEvent::new(EventSet::IN, NUDGE))?;
         Ok(Arc::new(Shared {
-            frames: EventFd::new(libc::EFD_NONBLOCK)?,
-            room: EventFd::new(libc::EFD_NONBLOCK)?,
+            frames,
+            frames_nudge,
+            room,
+            room_nudge,
             acked: AtomicU64::new(0),
             link: Mutex::new(None),
             generation: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             state: Mutex::new(String::new()),
-            shutdown: Mutex::new(None),
-            kicks: AtomicU64::new(0),
+            conn: Mutex::new(None),
             connections: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }))
+    }
+
+    /// Ring `index`'s kick eventfd joins its wait set (transmit rings are odd).
+    pub(crate) fn watch_kick(&self, index: usize, fd: RawFd) -> io::Result<()> {
+        let ep = if index % 2 == 1 { &self.frames } else { &self.room };
+        ep.ctl(ControlOperation::Add, fd, EpollEvent::new(EventSet::IN, index as u64))
+    }
+
+    /// Ring `index`'s kick eventfd leaves its wait set.
+    pub(crate) fn unwatch_kick(&self, index: usize, fd: RawFd) {
+        let ep = if index % 2 == 1 { &self.frames } else { &self.room };
+        let _ = ep.ctl(ControlOperation::Delete, fd, EpollEvent::default());
+    }
+
+    /// Makes the datapath look at the rings (a ring started, a connection came or went).
+    pub(crate) fn nudge(&self) {
+        let _ = self.frames_nudge.write(1);
+        let _ = self.room_nudge.write(1);
+    }
+
+    /// Empties one wait set: its nudge and its rings' kicks.
+    fn drain(&self, transmit: bool, link: Option<&Link>) {
+        let _ = if transmit { self.frames_nudge.read() } else { self.room_nudge.read() };
+        if let Some(l) = link {
+            for v in l.vrings.iter().skip(usize::from(transmit)).step_by(2) {
+                let _ = v.read_kick();
+            }
+        }
     }
 
     pub(crate) fn set_acked(&self, features: u64) {
@@ -80,11 +117,6 @@ impl Shared {
         self.acked.load(Ordering::Acquire)
     }
 
-    pub(crate) fn kicked(&self, transmit: bool) {
-        self.kicks.fetch_add(1, Ordering::Relaxed);
-        let _ = if transmit { self.frames.write(1) } else { self.room.write(1) };
-    }
-
     /// Hands a checked connection to the datapath, or takes it away.
     pub(crate) fn publish(&self, link: Option<Arc<Link>>) {
         if link.is_none() {
@@ -93,8 +125,7 @@ impl Shared {
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = link;
         self.generation.fetch_add(1, Ordering::AcqRel);
         // Whatever the guest queued before (or after a restart) is looked at at once.
-        let _ = self.frames.write(1);
-        let _ = self.room.write(1);
+        self.nudge();
     }
 
     pub(crate) fn set_state(&self, s: String) {
@@ -307,7 +338,7 @@ impl VhostUserPort {
 
     /// Rearms the guest's kicks on every transmit queue; true if frames arrived meanwhile.
     fn rearm_tx(&self, link: &Link) -> bool {
-        let _ = self.shared.frames.read();
+        self.shared.drain(true, Some(link));
         let mut more = false;
         for q in (1..link.vrings.len()).step_by(2) {
             let mut st = link.vrings[q].get_mut();
@@ -341,7 +372,9 @@ impl VhostUserPort {
             let Some(chain) = st.get_queue_mut().pop_descriptor_chain(&*mem) else {
                 if !rearmed {
                     rearmed = true;
-                    let _ = self.shared.room.read();
+                    drop(st);
+                    self.shared.drain(false, Some(link));
+                    st = vr.get_mut();
                     if st.enable_notification().unwrap_or(false) {
                         continue;
                     }
@@ -493,7 +526,8 @@ impl Port for VhostUserPort {
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         self.refresh();
         let Some(link) = self.link.clone() else {
-            let _ = self.shared.frames.read();
+            self.shared.drain(true, None);
+            self.shared.drain(false, None);
             return Ok(None);
         };
         let hdr = header_len(self.shared.acked());
@@ -545,7 +579,23 @@ impl Port for VhostUserPort {
     }
 
     fn link_state(&self) -> Option<String> {
-        Some(self.shared.state())
+        let mut s = self.shared.state();
+        if let Some(l) = self.shared.link.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let q = |i: usize| {
+                let st = l.vrings[i].get_ref();
+                (st.get_queue().ready(), st.is_enabled())
+            };
+            let (rx, tx) = (q(0), q(1));
+            s.push_str(match (rx, tx) {
+                ((true, true), (true, true)) => "; guest driver up",
+                ((false, _), (false, _)) => "; guest driver not started",
+                _ => "; guest queues partly set up",
+            });
+            if std::env::var_os("SLUICE_VHOST_DEBUG").is_some() {
+                s.push_str(&format!(" rx={rx:?} tx={tx:?} acked={:#x}", self.shared.acked()));
+            }
+        }
+        Some(s)
     }
 
     fn device_drops(&self) -> Option<DeviceDrops> {
@@ -556,8 +606,8 @@ impl Port for VhostUserPort {
 impl Drop for VhostUserPort {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(h) = self.shared.shutdown.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            h.shutdown();
+        if let Some(c) = self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
         }
         if let Some(t) = self.serving.take() {
             let _ = t.join();

@@ -1,10 +1,10 @@
 //! Taking QEMU's connections: a thread per port that serves the socket (or connects to
-//! QEMU's), runs rust-vmm's protocol daemon for each connection, checks who is on the
-//! other side, and hands the connection's queues to the datapath.
+//! QEMU's), checks who is on the other side before reading a message, answers the protocol
+//! ([`crate::handler`]) and hands the connection's rings to the datapath.
 //!
-//! A new daemon per connection: when QEMU goes (or restarts), its connection ends, the
+//! A fresh device per connection: when QEMU goes (or restarts), its connection ends, the
 //! port's link goes down (frames to it are dropped and counted, as on a TAP whose guest is
-//! gone), and the next connection starts from a fresh device.
+//! gone), and the next connection starts from scratch.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -12,17 +12,14 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use vhost::vhost_user::Listener;
-use vhost_user_backend::{VhostUserDaemon, VringRwLock};
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
+use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
-use crate::backend::{FETCH_EVENT, NetBackend};
-use crate::port::{Link, Shared, VhostUserPort};
+use crate::handler::NetHandler;
+use crate::port::{Shared, VhostUserPort};
 
 /// Who opens the socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,88 +102,19 @@ fn readable(fd: RawFd, ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
-type Daemon = VhostUserDaemon<Arc<RwLock<NetBackend>>>;
-
-/// One protocol daemon (a protocol thread per connection, a vring worker) and the
-/// descriptors the framework leaves behind, closed when it goes.
-struct Session {
-    d: Option<Daemon>,
-    exit_fds: Arc<Mutex<Vec<RawFd>>>,
-    vrings: Vec<VringRwLock>,
-    mem: GuestMemoryAtomic<GuestMemoryMmap>,
-}
-
-impl Session {
-    /// A fresh daemon, and its vrings (fetched from its vring worker, which alone is
-    /// handed them).
-    fn new(name: &str, shared: &Arc<Shared>) -> io::Result<Session> {
-        let slot = Arc::new(Mutex::new(None));
-        let backend = NetBackend::new(shared.clone(), slot.clone())?;
-        let fetch = backend.fetch_fd().as_raw_fd();
-        let exit_fds = backend.exit_fds.clone();
-        let backend = Arc::new(RwLock::new(backend));
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let d = VhostUserDaemon::new(format!("vhost-{name}"), backend.clone(), mem.clone())
-            .map_err(|e| io::Error::other(format!("starting the vhost-user daemon: {e}")))?;
-        let mut s = Session { d: Some(d), exit_fds, vrings: Vec::new(), mem };
-        let handlers = s.daemon().get_epoll_handlers();
-        let h = handlers.first().ok_or_else(|| io::Error::other("the vhost-user daemon has no vring worker"))?;
-        h.register_listener(fetch, EventSet::IN, u64::from(FETCH_EVENT))?;
-        backend.read().unwrap_or_else(|p| p.into_inner()).fetch_fd().write(1)?;
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(v) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                s.vrings = v;
-                return Ok(s);
-            }
-            if Instant::now() > until {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the vhost-user vring worker did not hand over the vrings in 5 s",
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn daemon(&mut self) -> &mut Daemon {
-        self.d.as_mut().expect("present until dropped")
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        // The daemon's handler stops and joins its vring workers as it goes.
-        drop(self.d.take());
-        for fd in self.exit_fds.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
-            // SAFETY: the framework took this descriptor out of its owner (`into_raw_fd`)
-            // and never closes it; its epoll and worker are gone with the daemon, so no one
-            // uses it, and it stayed open (its number not reused) until now.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
-
 fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) {
     let fd = listener.as_raw_fd();
-    let mut listener = Listener::from(listener);
     while !shared.stop.load(Ordering::Acquire) {
         if !readable(fd, 200) {
             continue;
         }
-        let mut s = match Session::new(name, shared) {
-            Ok(x) => x,
+        match listener.accept() {
+            Ok((stream, _)) => run_connection(stream, name, path, shared),
             Err(e) => {
-                warn!(port = %name, "vhost-user: {e}; retrying in 1 s");
-                sleep_unless_stopped(shared, Duration::from_secs(1));
-                continue;
+                warn!(port = %name, "vhost-user: accepting a connection on {}: {e}", path.display());
+                sleep_unless_stopped(shared, Duration::from_millis(200));
             }
-        };
-        if let Err(e) = s.daemon().start(&mut listener) {
-            warn!(port = %name, "vhost-user: accepting a connection on {}: {e}", path.display());
-            continue;
         }
-        run_connection(s, name, path, Role::Server, shared);
         shared.set_state(format!("waiting for QEMU to connect to {}", path.display()));
     }
 }
@@ -194,25 +122,12 @@ fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) 
 fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
     let mut backoff = Duration::from_millis(100);
     let mut said = false;
-    let mut session = None;
     while !shared.stop.load(Ordering::Acquire) {
-        // One daemon waits through every attempt; a new one after each connection.
-        let s: &mut Session = match &mut session {
-            Some(s) => s,
-            None => match Session::new(name, shared) {
-                Ok(s) => session.insert(s),
-                Err(e) => {
-                    warn!(port = %name, "vhost-user: {e}; retrying in 1 s");
-                    sleep_unless_stopped(shared, Duration::from_secs(1));
-                    continue;
-                }
-            },
-        };
-        match s.daemon().start_client(&path.to_string_lossy()) {
-            Ok(()) => {
+        match UnixStream::connect(path) {
+            Ok(stream) => {
                 backoff = Duration::from_millis(100);
                 said = false;
-                run_connection(session.take().expect("just used"), name, path, Role::Client, shared);
+                run_connection(stream, name, path, shared);
             }
             Err(e) => {
                 let why = format!("waiting for QEMU's vhost-user socket at {} ({e}); retrying", path.display());
@@ -235,45 +150,67 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) {
     }
 }
 
-/// One connection: checked, handed to the datapath, and taken back when it ends.
-fn run_connection(mut s: Session, name: &str, path: &Path, role: Role, shared: &Arc<Shared>) {
-    let peers = crate::peer::peers_on(path, role == Role::Server);
+/// One connection: its peer checked before any message is read, then served on this
+/// thread until it ends; the datapath has its rings meanwhile.
+fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>) {
     let me = crate::peer::euid();
-    let verdict = match &peers {
-        Ok(p) if p.is_empty() => Err("its credentials could not be read".to_string()),
-        Ok(p) => match p.iter().find(|c| c.uid != 0 && c.uid != me) {
-            Some(c) => {
-                Err(format!("pid {} runs as uid {}, neither root nor the switch's user (uid {me})", c.pid, c.uid))
-            }
-            None => Ok(p[0]),
-        },
-        Err(e) => Err(format!("its credentials could not be read: {e}")),
-    };
-    let peer = match verdict {
-        Ok(p) => p,
-        Err(why) => {
+    let peer = match crate::peer::peer_cred(&stream) {
+        Ok(c) if c.uid == 0 || c.uid == me => c,
+        Ok(c) => {
             shared.refused.fetch_add(1, Ordering::Relaxed);
-            warn!(port = %name, "vhost-user: refused a connection on {}: {why}", path.display());
-            s.daemon().request_shutdown();
-            let _ = s.daemon().wait();
+            warn!(
+                port = %name,
+                "vhost-user: refused a connection on {}: pid {} runs as uid {}, neither root nor the switch's user (uid {me})",
+                path.display(),
+                c.pid,
+                c.uid
+            );
+            return;
+        }
+        Err(e) => {
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+            warn!(port = %name, "vhost-user: refused a connection on {}: its credentials could not be read: {e}", path.display());
             return;
         }
     };
-    *shared.shutdown.lock().unwrap_or_else(|p| p.into_inner()) = s.daemon().shutdown_handle();
+    let handler = match NetHandler::new(shared.clone()) {
+        Ok(h) => Arc::new(Mutex::new(h)),
+        Err(e) => {
+            warn!(port = %name, "vhost-user: {e}");
+            return;
+        }
+    };
+    let link = handler.lock().unwrap_or_else(|p| p.into_inner()).link();
+    *shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = stream.try_clone().ok();
     if shared.stop.load(Ordering::Acquire) {
-        s.daemon().request_shutdown();
+        let _ = stream.shutdown(std::net::Shutdown::Both);
     }
     shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.set_state(format!("connected: pid {} (uid {})", peer.pid, peer.uid));
     info!(port = %name, pid = peer.pid, "vhost-user: QEMU connected on {}", path.display());
-    shared.publish(Some(Arc::new(Link { vrings: s.vrings.clone(), mem: s.mem.clone() })));
-    let r = s.daemon().wait();
-    shared.publish(None);
-    shared.shutdown.lock().unwrap_or_else(|p| p.into_inner()).take();
-    drop(s);
-    match r {
-        Ok(()) => info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again"),
+    shared.publish(Some(Arc::new(link)));
+    let inner = match crate::shim::start(stream, handler.clone(), name) {
+        Ok(s) => s,
         Err(e) => {
+            warn!(port = %name, "vhost-user: {e}");
+            shared.publish(None);
+            return;
+        }
+    };
+    let mut req = BackendReqHandler::from_stream(inner, handler.clone());
+    let end = loop {
+        if let Err(e) = req.handle_request() {
+            break e;
+        }
+    };
+    shared.publish(None);
+    shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+    handler.lock().unwrap_or_else(|p| p.into_inner()).stop_all();
+    match end {
+        VuError::Disconnected | VuError::PartialMessage => {
+            info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again")
+        }
+        e => {
             info!(port = %name, "vhost-user: the connection ended ({e}); the port's link is down until QEMU connects again")
         }
     }
