@@ -52,6 +52,15 @@ pub enum LabCmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+    /// Stop a lab VM's QEMU and boot the VM again (a new QEMU process on the same port):
+    /// what a VM restart looks like to the switch.
+    Reboot {
+        /// The lab (default: the only one).
+        #[arg(long)]
+        name: Option<String>,
+        /// The VM: vm1, vm2, …
+        guest: String,
+    },
     /// List labs and their guests.
     List {
         /// Print JSON.
@@ -339,6 +348,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Up(_) => Some("up"),
         LabCmd::Down { .. } => Some("down"),
         LabCmd::Exec { .. } => Some("exec"),
+        LabCmd::Reboot { .. } => Some("reboot"),
         _ => None,
     };
     if let Some(verb) = verb
@@ -373,6 +383,11 @@ pub fn run(cmd: LabCmd) -> Result<()> {
             }
             let err = Command::new("ip").args(["netns", "exec", &g.netns]).args(&cmd).exec();
             bail!("cannot run `ip netns exec {} {}`: {err}", g.netns, cmd.join(" "));
+        }
+        LabCmd::Reboot { name, guest } => {
+            let mut s = LabState::load(&pick(name)?)?;
+            reboot_vm(&mut s, &guest)?;
+            println!("VM {guest} booted again");
         }
         LabCmd::List { json } => {
             let labs: Vec<LabState> = list_names().iter().filter_map(|n| LabState::load(n).ok()).collect();
@@ -720,6 +735,38 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Stops VM `guest`'s QEMU and boots it again with the same port, address and files;
+/// waits for its console.
+pub fn reboot_vm(s: &mut LabState, guest: &str) -> Result<()> {
+    let idx = s
+        .guests
+        .iter()
+        .position(|g| g.guest == guest)
+        .with_context(|| format!("lab {} has no VM {guest:?}", s.name))?;
+    let g = s.guests[idx].clone();
+    let vm = g.vm.clone().with_context(|| format!("{guest} is not a VM"))?;
+    crate::lab_vm::stop(vm.pid);
+    let dir = paths::labs_dir();
+    let img = crate::lab_vm::image(&dir)?;
+    let n: u32 = g.ipv4.split('/').next().and_then(|a| a.rsplit('.').next()).and_then(|x| x.parse().ok()).unwrap_or(0);
+    let files = crate::lab_vm::boot(
+        &img,
+        &crate::lab_vm::VmSpec {
+            name: &g.tap,
+            dir: &dir,
+            socket: &vm.socket,
+            mac: &format!("52:54:00:77:00:{n:02x}"),
+            ipv4: &g.ipv4,
+            ipv6: &g.ipv6,
+            mtu: s.mtu,
+        },
+    )?;
+    let serial = files.serial.clone();
+    s.guests[idx].vm = Some(files);
+    s.save()?;
+    crate::lab_vm::Console::connect(&serial, Duration::from_secs(10))?.wait_ready(Duration::from_secs(120))
 }
 
 /// Runs `cmd` on VM guest `g`'s console, its output to ours; returns its exit code.
