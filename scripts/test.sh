@@ -20,16 +20,21 @@ cd "$(dirname "$0")/.."
 # endpoint in the tests (Debian's /usr/bin/python3, whatever python3 is first on PATH).
 # tmux: `sluice top`'s live view is drawn in a tmux pane and read back (capture-pane).
 # libpcap-dev: sluice links libpcap for `sluice capture`'s filters (libpcap's own compiler).
+# qemu-system-x86, linux-image-amd64, busybox-static: the VM tests boot QEMU guests (TCG)
+# on vhost-user ports, with Debian's kernel and an initramfs `sluice lab up --vm` builds;
+# xz-utils unpacks the kernel for a direct (PVH) boot.
 PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 procps openvswitch-switch clang libbpf-dev
-    redis-server redis-tools socat nginx curl apache2-utils wrk ethtool python3-prometheus-client tmux libpcap-dev)
+    redis-server redis-tools socat nginx curl apache2-utils wrk ethtool python3-prometheus-client tmux libpcap-dev
+    qemu-system-x86 linux-image-amd64 busybox-static xz-utils)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
-    ethtool tmux)
+    ethtool tmux qemu-system-x86_64 busybox xz)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || missing+=(linux-image-amd64)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
     apt-get update

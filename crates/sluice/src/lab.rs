@@ -471,6 +471,9 @@ pub fn sh(args: &[&str]) -> Result<()> {
 /// Creates a lab; on failure removes what it had made. Without `--datapath` the kernel
 /// datapath is tried first (see [`UpArgs::datapath`]).
 pub fn up(a: &UpArgs) -> Result<LabState> {
+    if a.vms > 0 && (a.hosts != 1 || a.peer_kernel) {
+        bail!("--vm works in a lab of one host; leave out --hosts and --peer-kernel");
+    }
     if a.hosts != 1 || a.peer_kernel {
         return crate::lab_hosts::up(a);
     }

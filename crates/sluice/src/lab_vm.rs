@@ -103,7 +103,7 @@ fn kernel_version() -> Result<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|v| Path::new(&format!("/boot/vmlinuz-{v}")).exists())
         .collect();
-    v.sort_by(|a, b| version_key(a).cmp(&version_key(b)));
+    v.sort_by_key(|a| version_key(a));
     v.pop().context(
         "no kernel for VMs: /boot/vmlinuz-VERSION with /lib/modules/VERSION is needed (apt-get install linux-image-amd64)",
     )
@@ -134,19 +134,14 @@ pub fn image(dir: &Path) -> Result<Image> {
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let vmlinuz = PathBuf::from(format!("/boot/vmlinuz-{kver}"));
-    let kernel = match unpack_kernel(&vmlinuz) {
-        Ok(elf) => {
-            fs::write(tmp.join("vmlinux"), elf)?;
-            tmp.join("vmlinux")
-        }
+    match unpack_kernel(&vmlinuz) {
+        Ok(elf) => fs::write(tmp.join("vmlinux"), elf)?,
         Err(e) => {
             // QEMU boots the compressed kernel too, a few seconds slower under TCG.
             eprintln!("sluice: booting {} as it is ({e:#})", vmlinuz.display());
             fs::copy(&vmlinuz, tmp.join("vmlinux"))?;
-            tmp.join("vmlinux")
         }
-    };
-    let _ = kernel;
+    }
     let cpio = initramfs(&kver)?;
     fs::write(tmp.join("initramfs.cpio"), cpio)?;
     match fs::rename(&tmp, &at) {
