@@ -676,10 +676,12 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
 /// booted in the background, then each console waited for (all boot at once).
 fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
     let dir = paths::labs_dir();
-    let img = crate::lab_vm::image(&dir).context("building the VMs' image")?;
+    // The VMs are in the lab's state before their image is built: a lab going down
+    // meanwhile keeps the image for them.
+    let first = s.guests.len();
     for k in 1..=a.vms {
         let n = a.guests + k;
-        let mut g = Guest {
+        s.guests.push(Guest {
             guest: format!("vm{k}"),
             netns: String::new(),
             tap: format!("{}-vm{k}", s.name),
@@ -689,10 +691,15 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
             added_port: true,
             relay_pid: None,
             vm: None,
-        };
+        });
+    }
+    s.save()?;
+    let img = crate::lab_vm::image(&dir).context("building the VMs' image")?;
+    for k in 1..=a.vms {
+        let n = a.guests + k;
+        let idx = first + k as usize - 1;
+        let mut g = s.guests[idx].clone();
         let socket = dir.join(format!("{}-vm{k}.vhost.sock", s.name));
-        s.guests.push(g.clone());
-        s.save()?;
         let spec = PortSpec {
             kind: crate::config::PortKind::VhostUser,
             socket: Some(socket.clone()),
@@ -720,8 +727,7 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
             },
         )?;
         g.vm = Some(files);
-        let last = s.guests.len() - 1;
-        s.guests[last] = g;
+        s.guests[idx] = g;
         s.save()?;
     }
     for g in s.guests.iter().filter(|g| g.vm.is_some()) {
@@ -1035,6 +1041,13 @@ pub fn down(name: &str) -> Result<()> {
     }
     for ext in ["json", "toml", "log"] {
         let _ = fs::remove_file(paths::labs_dir().join(format!("{}.{ext}", s.name)));
+    }
+    // The VMs' image (tens of MB, under /run: memory) goes with the last lab that has VMs.
+    let is_vm = |g: &Guest| g.vm.is_some() || (g.netns.is_empty() && g.guest.starts_with("vm"));
+    if s.guests.iter().any(is_vm)
+        && !list_names().iter().filter_map(|n| LabState::load(n).ok()).any(|l| l.guests.iter().any(is_vm))
+    {
+        crate::lab_vm::remove_images(&paths::labs_dir());
     }
     if s.started_switch {
         // What a daemon that died (rather than stopped) left for its next run: its state

@@ -154,6 +154,16 @@ pub fn image(dir: &Path) -> Result<Image> {
     Ok(img)
 }
 
+/// Removes the VM images built under `dir`.
+pub fn remove_images(dir: &Path) {
+    let Ok(d) = fs::read_dir(dir) else { return };
+    for e in d.flatten() {
+        if e.file_name().to_string_lossy().starts_with("vm-image-") {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(tool)).find(|p| p.exists())
 }
