@@ -337,6 +337,8 @@ impl VhostUserPort {
     }
 
     /// Rearms the guest's kicks on every transmit queue; true if frames arrived meanwhile.
+    /// The port's frames descriptor is readable whenever frames may wait: a guest's kick
+    /// or the port's own nudge, drained only here, when the rings were found empty.
     fn rearm_tx(&self, link: &Link) -> bool {
         self.shared.drain(true, Some(link));
         let mut more = false;
@@ -345,6 +347,14 @@ impl VhostUserPort {
             if st.get_queue().ready() && st.is_enabled() {
                 more |= st.enable_notification().unwrap_or(false);
             }
+        }
+        if more {
+            // Frames came in between the look and the rearm, and their kick may just have
+            // been drained above: the guest will not kick for them again, so the port keeps
+            // its own descriptor readable until it finds the rings empty. (Without this a
+            // switch that stops reading mid-ring — a batch's end, a held input — would never
+            // be woken for the rest.)
+            let _ = self.shared.frames_nudge.write(1);
         }
         more
     }
@@ -366,18 +376,17 @@ impl VhostUserPort {
         self.used.clear();
         let (mut pi, mut po, mut pos) = (0usize, 0usize, 0usize);
         let mut nb_at: [Option<GuestAddress>; 2] = [None, None];
-        let mut rearmed = false;
         let mut bad = None;
         while pos < total {
             let Some(chain) = st.get_queue_mut().pop_descriptor_chain(&*mem) else {
-                if !rearmed {
-                    rearmed = true;
-                    drop(st);
-                    self.shared.drain(false, Some(link));
-                    st = vr.get_mut();
-                    if st.enable_notification().unwrap_or(false) {
-                        continue;
-                    }
+                // Out of buffers: ask for a kick at the ring's current end, and look once
+                // more (buffers posted meanwhile, whose kick the drain may have eaten, are
+                // taken now). Each round takes at least one chain, so this ends.
+                drop(st);
+                self.shared.drain(false, Some(link));
+                st = vr.get_mut();
+                if st.enable_notification().unwrap_or(false) {
+                    continue;
                 }
                 st.get_queue_mut().set_next_avail(start);
                 return Ok(TxOutcome::Full);
