@@ -248,13 +248,15 @@ impl VhostUserPort {
     }
 
     /// The descriptor that is readable when frames may wait on the guest's transmit
-    /// queues (the event loop's read interest).
+    /// queues (the event loop's read interest): an epoll set of the transmit rings' kicks
+    /// and the port's own nudge.
     pub fn frames_fd(&self) -> RawFd {
         self.shared.frames.as_raw_fd()
     }
 
     /// The descriptor that is readable when the guest posted receive buffers (the event
-    /// loop's write interest: a doorbell, not a device that can say "writable").
+    /// loop's write interest): an epoll set of the receive rings' kicks — readable, since
+    /// nothing here can say "writable".
     pub fn room_fd(&self) -> RawFd {
         self.shared.room.as_raw_fd()
     }
