@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::sys::which;
+
 /// The guest's init: mounts, modules, the address from the kernel command line, then the
 /// console loop on the second serial port, ttyS1 (the kernel's messages go to ttyS0, a
 /// file, so nothing interleaves with a command's output):
@@ -162,10 +164,6 @@ pub fn remove_images(dir: &Path) {
             let _ = fs::remove_dir_all(e.path());
         }
     }
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(tool)).find(|p| p.exists())
 }
 
 fn le32(b: &[u8], at: usize) -> Option<u32> {
@@ -449,15 +447,13 @@ pub fn stop(pid: u32) -> bool {
     if pid == 0 || !alive(pid) {
         return false;
     }
-    // SAFETY: plain kill(2) on a pid this lab started (checked to be QEMU above).
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = crate::sys::kill(pid, libc::SIGTERM); // a pid this lab started, checked to be QEMU
     let until = Instant::now() + Duration::from_secs(5);
     while alive(pid) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
     if alive(pid) {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let _ = crate::sys::kill(pid, libc::SIGKILL);
     }
     true
 }

@@ -229,7 +229,10 @@ fn lossless_incast_of_two_guests_into_a_slow_one_loses_nothing() {
     }
     let hello = frame([0xff; 6], mac(3), None, 0x88b5, &[0u8; 46]);
     send(&mut vm[2], &hello);
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        wait_for(10, || sluice_ok(&["fib", "show", "--switch", &sw.name]).contains("02:56:00:00:00:03")),
+        "the switch did not learn vm3"
+    );
     // vm1 and vm2 send 3,000 frames each to vm3, which takes them 32 buffers at a time.
     const N: u32 = 3000;
     let mut senders = vec![];

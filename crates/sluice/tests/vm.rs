@@ -87,7 +87,10 @@ fn vms_ping_a_namespace_guest_and_each_other_carry_100mb_intact_and_survive_rest
     let want1 = sh_ok(&format!("sha256sum < {}", r.display()));
     assert!(wait_for(10, || vm_ok(&lab, "vm1", "sha256sum < /tmp/r") == want1), "the file reached vm1 changed");
     let sink = ns_spawn(&lab.ns(1), &format!("timeout 300 nc -l -p 5003 | sha256sum > {}/got", dir.display()));
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        wait_for(10, || !ns_ok(&lab.ns(1), "ss -ltnH 'sport = :5003'").trim().is_empty()),
+        "the namespace's nc did not listen"
+    );
     vm_ok(&lab, "vm1", &format!("i=0; while [ $i -lt 100 ]; do cat /tmp/r; i=$((i+1)); done | nc {g1} 5003"));
     let mut sink = sink;
     assert!(wait_for(60, || sink.try_wait().is_ok_and(|s| s.is_some())), "the namespace's nc did not finish");
@@ -122,7 +125,14 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
     }
     let lab = Lab::up("vminc", &["--guests", "1", "--vm", "3", "--lossless"]);
     let vm3 = "10.77.0.4";
-    vm_ok(&lab, "vm3", "for p in 5201 5202 5203; do iperf3 -s -D -p $p >/dev/null 2>&1; done; sleep 1");
+    // The servers, and (bounded) until all three listen.
+    vm_ok(
+        &lab,
+        "vm3",
+        "for p in 5201 5202 5203; do iperf3 -s -D -p $p >/dev/null 2>&1; done; \
+         i=0; while [ $(netstat -ltn | grep -c ':520[123] ') -lt 3 ] && [ $i -lt 200 ]; do usleep 50000; i=$((i+1)); done; \
+         [ $i -lt 200 ]",
+    );
     // Drops before the incast (a namespace guest's first frames, flooded while it was the
     // only port, count as unknown_port) are not the incast's.
     let drops = |s: &serde_json::Value| -> Vec<(String, u64)> {

@@ -215,6 +215,7 @@ pub struct VhostUserPort {
     used: Vec<(u16, u32)>,
     /// Contiguous copy of a frame and its segments, for guests without offloads.
     whole: Vec<u8>,
+    scratch: Vec<u8>,
     segs: Vec<u8>,
     seg_ends: Vec<usize>,
     counts: PortCounts,
@@ -239,6 +240,7 @@ impl VhostUserPort {
             offload,
             used: Vec::with_capacity(64),
             whole: Vec::new(),
+            scratch: Vec::new(),
             segs: Vec::new(),
             seg_ends: Vec::new(),
             counts: PortCounts::default(),
@@ -479,9 +481,9 @@ impl VhostUserPort {
         let largest = usize::from(h.gso_size).max(f.len()) + 256;
         self.segs.clear();
         self.seg_ends.clear();
-        let mut scratch = vec![0u8; largest];
+        self.scratch.resize(largest, 0);
         let (segs, ends) = (&mut self.segs, &mut self.seg_ends);
-        sluice_wire::gso::segment(&self.whole, h, &mut scratch, |s| {
+        sluice_wire::gso::segment(&self.whole, h, &mut self.scratch, |s| {
             segs.extend_from_slice(s);
             ends.push(segs.len());
             true
@@ -513,6 +515,51 @@ impl VhostUserPort {
         (self.segs, self.seg_ends) = (segs, ends);
         out
     }
+    /// Takes one frame from the guest's transmit rings, in turn.
+    fn recv_from(&mut self, link: &Link, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
+        let hdr = header_len(self.shared.acked());
+        let pairs = link.vrings.len() / 2;
+        let mut rearmed = false;
+        loop {
+            for i in 0..pairs {
+                let p = (self.next_tx + i) % pairs;
+                if let Some(r) = self.pop_tx(link, 2 * p + 1, buf, hdr) {
+                    self.next_tx = (p + 1) % pairs;
+                    return match r {
+                        Ok(n) => Ok(Some(n)),
+                        Err(b) => {
+                            self.counts.bad_tx_chains += 1;
+                            Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())))
+                        }
+                    };
+                }
+            }
+            // Nothing waits: the guest kicks again when it queues more (checked once more
+            // after rearming, so a frame queued meanwhile is not left behind).
+            if rearmed || !self.rearm_tx(link) {
+                return Ok(None);
+            }
+            rearmed = true;
+        }
+    }
+
+    /// Writes one frame into the receive ring of its conversation's queue pair.
+    fn send_to(&mut self, link: &Link, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
+        let features = self.shared.acked();
+        let pairs = link.vrings.len() / 2;
+        let mut q = 2 * pair_for(f.macs, pairs);
+        if !link.vrings[q].get_ref().get_queue().ready() {
+            q = 0;
+        }
+        let h = VnetHdr::parse(&f.vnet).unwrap_or_default();
+        if !guest_takes(features, &h) {
+            return self.send_in_software(link, q, f, &h, features);
+        }
+        let hdr = header_len(features);
+        let tag = f.tag.unwrap_or_default();
+        let tag: &[u8] = if f.tag.is_some() { &tag } else { &[] };
+        self.write_rx(link, q, &[&f.vnet[..hdr], f.macs, tag, f.rest], features)
+    }
 }
 
 fn link_down(why: &str) -> PortError {
@@ -536,57 +583,26 @@ impl Port for VhostUserPort {
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         self.refresh();
-        let Some(link) = self.link.clone() else {
+        // The link is lent out for the call (no reference count touched per frame).
+        let Some(link) = self.link.take() else {
             self.shared.drain(true, None);
             self.shared.drain(false, None);
             return Ok(None);
         };
-        let hdr = header_len(self.shared.acked());
-        let pairs = link.vrings.len() / 2;
-        let mut rearmed = false;
-        loop {
-            for i in 0..pairs {
-                let p = (self.next_tx + i) % pairs;
-                if let Some(r) = self.pop_tx(&link, 2 * p + 1, buf, hdr) {
-                    self.next_tx = (p + 1) % pairs;
-                    return match r {
-                        Ok(n) => Ok(Some(n)),
-                        Err(b) => {
-                            self.counts.bad_tx_chains += 1;
-                            Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())))
-                        }
-                    };
-                }
-            }
-            // Nothing waits: the guest kicks again when it queues more (checked once more
-            // after rearming, so a frame queued meanwhile is not left behind).
-            if rearmed || !self.rearm_tx(&link) {
-                return Ok(None);
-            }
-            rearmed = true;
-        }
+        let r = self.recv_from(&link, buf);
+        self.link = Some(link);
+        r
     }
 
     fn send(&mut self, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
         self.refresh();
-        let Some(link) = self.link.clone() else {
+        let Some(link) = self.link.take() else {
             self.counts.no_link += 1;
             return Err(link_down("no VM is connected"));
         };
-        let features = self.shared.acked();
-        let pairs = link.vrings.len() / 2;
-        let mut q = 2 * pair_for(f.macs, pairs);
-        if !link.vrings[q].get_ref().get_queue().ready() {
-            q = 0;
-        }
-        let h = VnetHdr::parse(&f.vnet).unwrap_or_default();
-        if !guest_takes(features, &h) {
-            return self.send_in_software(&link, q, f, &h, features);
-        }
-        let hdr = header_len(features);
-        let tag = f.tag.unwrap_or_default();
-        let tag: &[u8] = if f.tag.is_some() { &tag } else { &[] };
-        self.write_rx(&link, q, &[&f.vnet[..hdr], f.macs, tag, f.rest], features)
+        let r = self.send_to(&link, f);
+        self.link = Some(link);
+        r
     }
 
     fn link_state(&self) -> Option<String> {

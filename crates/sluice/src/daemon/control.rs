@@ -79,53 +79,29 @@ pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Res
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
                 .with_context(|| format!("creating TAP {:?}", spec.name))?;
-            Ok(Attachment {
-                fd: tap.raw_fd(),
-                tap_ifindex: Some(tap.ifindex()),
-                mtu: None,
-                port: Box::new(tap),
-                tunnel: None,
-                room_fd: None,
-            })
+            let (fd, ifindex) = (tap.raw_fd(), tap.ifindex());
+            Ok(Attachment { tap_ifindex: Some(ifindex), ..Attachment::new(Box::new(tap), fd) })
         }
         PortKind::Veth => {
             let mtu = spec.mtu.unwrap_or(default_mtu);
             let v =
                 VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            Ok(Attachment {
-                fd: v.raw_fd(),
-                tap_ifindex: None,
-                mtu: None,
-                port: Box::new(v),
-                tunnel: None,
-                room_fd: None,
-            })
+            let fd = v.raw_fd();
+            Ok(Attachment::new(Box::new(v), fd))
         }
         PortKind::Stream => {
             let path = spec.path.clone().unwrap_or_default();
             let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
-            Ok(Attachment {
-                fd: s.raw_fd(),
-                tap_ifindex: None,
-                mtu: None,
-                port: Box::new(s),
-                tunnel: None,
-                room_fd: None,
-            })
+            let fd = s.raw_fd();
+            Ok(Attachment::new(Box::new(s), fd))
         }
         PortKind::VhostUser => {
             let path = spec.socket.clone().unwrap_or_default();
             let role = if spec.client { sluice_vhost::Role::Client } else { sluice_vhost::Role::Server };
             let p = sluice_vhost::open(&spec.name, &path, role, offload)
                 .with_context(|| format!("opening vhost-user port {:?}", spec.name))?;
-            Ok(Attachment {
-                fd: p.frames_fd(),
-                room_fd: Some(p.room_fd()),
-                tap_ifindex: None,
-                mtu: None,
-                port: Box::new(p),
-                tunnel: None,
-            })
+            let (fd, room) = (p.frames_fd(), p.room_fd());
+            Ok(Attachment { room_fd: Some(room), ..Attachment::new(Box::new(p), fd) })
         }
         PortKind::Vxlan => {
             let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
@@ -147,27 +123,15 @@ pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Res
             } else {
                 None
             };
-            Ok(Attachment {
-                fd: p.raw_fd(),
-                tap_ifindex: None,
-                mtu: Some(mtu),
-                port: Box::new(p),
-                tunnel,
-                room_fd: None,
-            })
+            let fd = p.raw_fd();
+            Ok(Attachment { mtu: Some(mtu), tunnel, ..Attachment::new(Box::new(p), fd) })
         }
         PortKind::Uplink => {
             let backups = spec.backups.clone();
             let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
                 .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            Ok(Attachment {
-                fd: up.raw_fd(),
-                tap_ifindex: None,
-                mtu: None,
-                port: Box::new(up),
-                tunnel: None,
-                room_fd: None,
-            })
+            let fd = up.raw_fd();
+            Ok(Attachment::new(Box::new(up), fd))
         }
     }
 }

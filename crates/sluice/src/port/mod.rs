@@ -31,3 +31,10 @@ pub struct Attachment {
     /// only.
     pub room_fd: Option<RawFd>,
 }
+
+impl Attachment {
+    /// A port watched on `fd` and nothing else said about it.
+    pub fn new(port: Box<dyn Port>, fd: RawFd) -> Attachment {
+        Attachment { port, fd, tap_ifindex: None, mtu: None, tunnel: None, room_fd: None }
+    }
+}

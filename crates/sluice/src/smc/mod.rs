@@ -11,7 +11,7 @@ mod layout;
 pub mod stats;
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -266,7 +266,7 @@ fn run(a: RunArgs) -> Result<()> {
     };
     let mut settings =
         format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
-    if let Some(path) = which(program) {
+    if let Some(path) = crate::sys::which(program) {
         if is_static(&path) {
             eprintln!(
                 "sluice: warning: {} is statically linked: the preload library cannot reach it, so its connections stay on TCP",
@@ -311,14 +311,6 @@ fn sweep_stale() {
             }
         }
     }
-}
-
-/// The file `program` names, as the shell would find it.
-fn which(program: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        return Some(PathBuf::from(program));
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
 }
 
 /// True for an ELF executable without an interpreter (statically linked); false when it

@@ -28,7 +28,7 @@ pub fn unavailable(path: &str) -> Option<String> {
 
 /// True if `tool` is an executable on the PATH.
 pub(super) fn which(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    crate::sys::which(tool).is_some()
 }
 
 /// A built path with a bench server running on its server side.

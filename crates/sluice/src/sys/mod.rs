@@ -78,6 +78,15 @@ pub fn catch_interrupts() {
     }
 }
 
+/// The file `program` names, as the shell would find it on the PATH (a name with a `/` is
+/// taken as it is).
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    if program.contains('/') {
+        return Some(std::path::PathBuf::from(program));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
