@@ -77,6 +77,7 @@ pub struct PortAddArgs {
     pub dstport: Option<u16>,
     /// vhost-user: the unix socket QEMU's `-chardev socket,path=PATH` names. The switch
     /// listens on it (mode 0600: root and the switch's user may connect) unless --client.
+    /// (Here --socket is the VM's; name the switch with --switch.)
     #[arg(long, value_name = "PATH")]
     pub socket: Option<std::path::PathBuf>,
     /// vhost-user: QEMU listens on --socket (`-chardev socket,…,server=on`) and the switch
@@ -84,7 +85,7 @@ pub struct PortAddArgs {
     #[arg(long)]
     pub client: bool,
     #[command(flatten)]
-    pub target: Target,
+    pub target: client::TargetByName,
 }
 
 /// Port kinds on the command line.
@@ -297,7 +298,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         client: a.client,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
-    let mut c = Client::for_target(&a.target)?;
+    let mut c = Client::for_target(&a.target.into())?;
     let name = spec.name.clone();
     c.call_value(&Request::PortAdd { port: Box::new(spec) })?;
     println!("port {name} added");

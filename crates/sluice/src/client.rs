@@ -23,6 +23,22 @@ pub struct Target {
     pub socket: Option<PathBuf>,
 }
 
+/// How `sluice port add` chooses a switch: by name only, since its `--socket` is a
+/// vhost-user VM's socket, not the switch's.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct TargetByName {
+    /// The switch to add the port to, by name (its socket is /run/sluice/NAME.sock).
+    /// Default: the only running switch.
+    #[arg(long, value_name = "NAME")]
+    pub switch: Option<String>,
+}
+
+impl From<TargetByName> for Target {
+    fn from(t: TargetByName) -> Target {
+        Target { switch: t.switch, socket: None }
+    }
+}
+
 /// A connection to a switch daemon.
 pub struct Client {
     stream: BufReader<UnixStream>,

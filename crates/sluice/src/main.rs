@@ -415,3 +415,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command's options are distinct once the global ones reach it: clap checks that
+    /// only in debug builds (and then panics at parse time), and the suite runs in release,
+    /// so the walk is done here too.
+    #[test]
+    fn every_command_has_distinct_options() {
+        fn walk(c: &clap::Command, path: &str, bad: &mut Vec<String>) {
+            let mut ids = std::collections::HashSet::new();
+            let mut longs = std::collections::HashSet::new();
+            let mut shorts = std::collections::HashSet::new();
+            for a in c.get_arguments() {
+                if !ids.insert(a.get_id().as_str().to_string()) {
+                    bad.push(format!("{path}: argument {:?} twice", a.get_id().as_str()));
+                }
+                if let Some(l) = a.get_long().filter(|l| !longs.insert(l.to_string())) {
+                    bad.push(format!("{path}: --{l} twice"));
+                }
+                if let Some(s) = a.get_short().filter(|s| !shorts.insert(*s)) {
+                    bad.push(format!("{path}: -{s} twice"));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), bad);
+            }
+        }
+        let mut c = super::Cli::command();
+        c.build();
+        let mut bad = Vec::new();
+        walk(&c, "sluice", &mut bad);
+        assert!(bad.is_empty(), "{bad:#?}");
+        super::Cli::command().debug_assert();
+    }
+}

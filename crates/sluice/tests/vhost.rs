@@ -150,7 +150,11 @@ fn a_guest_without_a_vm_pings_a_namespace_guest_and_receives_its_datagrams() {
     if !root() {
         return;
     }
-    let sw = Switch::new("vhping", "", 1);
+    // vm1 comes by the command line (the config's way is the incast test's).
+    let sw = Switch::new("vhping", "", 0);
+    let sock = sw.socket(1);
+    let sock = sock.to_str().unwrap();
+    sluice_ok(&["port", "add", "vm1", "--type", "vhost-user", "--socket", sock, "--switch", &sw.name]);
     let list = sluice_ok(&["port", "list", "--switch", &sw.name]);
     assert!(list.contains("vhost-user") && list.contains("waiting for QEMU"), "{list}");
     let mut d = connect(&sw, 1);
@@ -213,6 +217,10 @@ fn a_guest_without_a_vm_pings_a_namespace_guest_and_receives_its_datagrams() {
         std::iter::from_fn(|| d.recv_wait(WAIT).unwrap()).any(|r| r.frame.len() > 34 && r.frame[34] == 0),
         "no echo reply after the guest reconnected"
     );
+    // The port goes with its socket.
+    drop(d);
+    sluice_ok(&["port", "del", "vm1", "--switch", &sw.name]);
+    assert!(wait_for(10, || !sw.socket(1).exists()), "the socket stayed after `port del`");
 }
 
 #[test]

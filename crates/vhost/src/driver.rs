@@ -3,8 +3,9 @@
 //! virtqueues the "guest" fills and drains itself, as a virtio-net driver does.
 //!
 //! For the tests (protocol, frames through the switch, hostile descriptors) and for the
-//! per-frame benchmark (`sluice bench vhost`); not a general virtio driver: one queue
-//! pair, single-buffer transmit chains, receive buffers of a fixed size.
+//! per-frame benchmark (`sluice bench vhost`); not a general virtio driver: single-buffer
+//! transmit chains, receive buffers of a fixed size, one queue pair or several (each with
+//! its own part of guest memory; [`Driver::select`] picks the one the calls use).
 
 use std::fs::File;
 use std::io;
@@ -21,14 +22,15 @@ use vmm_sys_util::eventfd::EventFd;
 
 /// Guest-physical base of the driver's memory.
 pub const MEM_BASE: u64 = 0x10_0000;
-const MEM_SIZE: usize = 0x80_0000;
+/// Guest memory per queue pair (pair k's from `MEM_BASE + k * PAIR_AREA`).
+const PAIR_AREA: u64 = 0x80_0000;
 /// Descriptors per queue.
 pub const QUEUE_SIZE: u16 = 256;
 const RING_AREA: u64 = 0x1_0000; // per queue: descriptors, then avail at +0x4000, used at +0x8000
-const RX_BUFS: u64 = MEM_BASE + 0x2_0000;
+const RX_BUFS: u64 = 0x2_0000; // in the pair's area
 /// Size of each receive buffer the driver posts.
 pub const RX_BUF_SIZE: u32 = 2048;
-const TX_BUFS: u64 = MEM_BASE + 0x10_0000;
+const TX_BUFS: u64 = 0x10_0000; // in the pair's area
 const TX_SLOT: u64 = 0x1_1000; // a 64 KiB frame, its header and some room
 const TX_SLOTS: u16 = 64;
 
@@ -70,18 +72,27 @@ pub struct Received {
     pub frame: Vec<u8>,
 }
 
+/// One receive and one transmit queue, with the guest memory behind them.
+struct Pair {
+    rx: Ring,
+    tx: Ring,
+    tx_free: Vec<u16>,
+    /// Guest-physical start of the pair's area.
+    area: u64,
+}
+
 /// The guest side of one vhost-user network device.
 pub struct Driver {
     frontend: Frontend,
     mem: GuestMemoryMmap,
-    rx: Ring,
-    tx: Ring,
-    tx_free: Vec<u16>,
+    pairs: Vec<Pair>,
+    /// The pair the calls use.
+    cur: usize,
     /// The features the driver accepted.
     pub features: u64,
 }
 
-fn guest_memory() -> io::Result<GuestMemoryMmap> {
+fn guest_memory(size: usize) -> io::Result<GuestMemoryMmap> {
     // SAFETY: a NUL-terminated name and no flags; the descriptor is owned by the File.
     let fd = unsafe { libc::memfd_create(c"sluice-driver-guest".as_ptr(), 0) };
     if fd < 0 {
@@ -89,8 +100,8 @@ fn guest_memory() -> io::Result<GuestMemoryMmap> {
     }
     // SAFETY: `fd` was just created and is owned by nothing else.
     let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(MEM_SIZE as u64)?;
-    GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(MEM_BASE), MEM_SIZE, Some(FileOffset::new(file, 0)))])
+    file.set_len(size as u64)?;
+    GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(MEM_BASE), size, Some(FileOffset::new(file, 0)))])
         .map_err(|e| err("mapping guest memory", e))
 }
 
@@ -98,9 +109,15 @@ impl Driver {
     /// Connects to the device at `path` (waiting up to `wait` for it to listen), accepts the
     /// offered features that are in `mask`, hands over memory and one queue pair.
     pub fn connect(path: &Path, mask: u64, wait: Duration) -> io::Result<Driver> {
+        Self::connect_pairs(path, mask, 1, wait)
+    }
+
+    /// As [`Driver::connect`], with `pairs` queue pairs (more than one needs the device's
+    /// VIRTIO_NET_F_MQ and vhost-user's MQ protocol feature), every one enabled.
+    pub fn connect_pairs(path: &Path, mask: u64, pairs: usize, wait: Duration) -> io::Result<Driver> {
         let until = Instant::now() + wait;
         let frontend = loop {
-            match Frontend::connect(path, 2) {
+            match Frontend::connect(path, 2 * pairs as u64) {
                 Ok(f) => break f,
                 Err(e) if Instant::now() > until => {
                     return Err(err(&format!("connecting to the vhost-user socket {}", path.display()), e));
@@ -108,7 +125,7 @@ impl Driver {
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
-        Self::set_up(frontend, mask)
+        Self::set_up(frontend, mask, pairs)
     }
 
     /// Waits up to `wait` for the device to connect to `listener` (QEMU's `server=on`
@@ -120,7 +137,7 @@ impl Driver {
             match listener.accept() {
                 Ok(Some(s)) => {
                     s.set_nonblocking(false)?;
-                    return Self::set_up(Frontend::from_stream(s, 2), mask);
+                    return Self::set_up(Frontend::from_stream(s, 2), mask, 1);
                 }
                 Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
                 Ok(None) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no device connected in time")),
@@ -129,13 +146,12 @@ impl Driver {
         }
     }
 
-    fn set_up(mut frontend: Frontend, mask: u64) -> io::Result<Driver> {
+    fn set_up(mut frontend: Frontend, mask: u64, pairs: usize) -> io::Result<Driver> {
         let p = |e: vhost::Error| err("vhost-user", e);
         frontend.set_owner().map_err(p)?;
         let features = frontend.get_features().map_err(p)? & mask;
         frontend.set_features(features).map_err(p)?;
-        // vhost-user's protocol features, when the device offers them (sluice's does not:
-        // see `backend::OFFERED_FEATURES`).
+        // vhost-user's protocol features, when the device offers them.
         let protocol = features & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() != 0;
         if protocol {
             let proto = frontend.get_protocol_features().map_err(p)?;
@@ -143,13 +159,19 @@ impl Driver {
                 .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK))
                 .map_err(p)?;
         }
-        let mem = guest_memory()?;
+        if pairs > 1 {
+            let max = if protocol { frontend.get_queue_num().map_err(p)? } else { 1 };
+            if max < 2 * pairs as u64 {
+                return Err(err("vhost-user", format!("the device has {max} queues, not {}", 2 * pairs)));
+            }
+        }
+        let mem = guest_memory(PAIR_AREA as usize * pairs)?;
         let region = mem.find_region(GuestAddress(MEM_BASE)).ok_or_else(|| err("guest memory", "no region"))?;
         let host = mem.get_host_address(GuestAddress(MEM_BASE)).map_err(|e| err("guest memory", e))? as u64;
         frontend.set_mem_table(&[VhostUserMemoryRegionInfo::from_guest_region(region).map_err(p)?]).map_err(p)?;
         let mut rings = Vec::new();
-        for q in 0..2usize {
-            let base = MEM_BASE + RING_AREA * q as u64;
+        for q in 0..2 * pairs {
+            let base = MEM_BASE + PAIR_AREA * (q / 2) as u64 + RING_AREA * (q % 2) as u64;
             let to_host = |g: u64| host + (g - MEM_BASE);
             frontend.set_vring_num(q, QUEUE_SIZE).map_err(p)?;
             let cfg = VringConfigData {
@@ -177,9 +199,19 @@ impl Driver {
             }
             rings.push(ring);
         }
-        let tx = rings.pop().expect("two rings");
-        let rx = rings.pop().expect("two rings");
-        Ok(Driver { frontend, mem, rx, tx, tx_free: (0..TX_SLOTS).rev().collect(), features })
+        let mut list = Vec::new();
+        let mut it = rings.into_iter();
+        while let (Some(rx), Some(tx)) = (it.next(), it.next()) {
+            let area = MEM_BASE + PAIR_AREA * list.len() as u64;
+            list.push(Pair { rx, tx, tx_free: (0..TX_SLOTS).rev().collect(), area });
+        }
+        Ok(Driver { frontend, mem, pairs: list, cur: 0, features })
+    }
+
+    /// Makes the calls that follow use queue pair `k` (queues `2k` and `2k + 1`).
+    pub fn select(&mut self, k: usize) {
+        assert!(k < self.pairs.len(), "the driver has {} queue pairs", self.pairs.len());
+        self.cur = k;
     }
 
     /// The guest's memory, for tests that write their own descriptors.
@@ -188,7 +220,8 @@ impl Driver {
     }
 
     fn put_avail(&mut self, transmit: bool, head: u16) -> io::Result<()> {
-        let r = if transmit { &mut self.tx } else { &mut self.rx };
+        let pair = &mut self.pairs[self.cur];
+        let r = if transmit { &mut pair.tx } else { &mut pair.rx };
         let slot = GuestAddress(r.avail() + 4 + 2 * u64::from(r.next_avail % QUEUE_SIZE));
         self.mem.write_obj(head, slot).map_err(|e| err("avail ring", e))?;
         let old = r.next_avail;
@@ -213,7 +246,8 @@ impl Driver {
 
     /// Writes descriptor `i` of the transmit (`transmit`) or receive queue.
     pub fn write_desc(&self, transmit: bool, i: u16, addr: u64, len: u32, flags: u16, next: u16) -> io::Result<()> {
-        let r = if transmit { &self.tx } else { &self.rx };
+        let pair = &self.pairs[self.cur];
+        let r = if transmit { &pair.tx } else { &pair.rx };
         let mut d = [0u8; 16];
         d[..8].copy_from_slice(&addr.to_le_bytes());
         d[8..12].copy_from_slice(&len.to_le_bytes());
@@ -232,11 +266,11 @@ impl Driver {
     /// False when every transmit slot is in flight.
     pub fn send(&mut self, header: &[u8; 12], frame: &[u8]) -> io::Result<bool> {
         self.reclaim_tx()?;
-        let Some(slot) = self.tx_free.pop() else { return Ok(false) };
-        let addr = TX_BUFS + TX_SLOT * u64::from(slot);
+        let Some(slot) = self.pairs[self.cur].tx_free.pop() else { return Ok(false) };
+        let addr = self.pairs[self.cur].area + TX_BUFS + TX_SLOT * u64::from(slot);
         let len = 12 + frame.len();
         if len as u64 > TX_SLOT {
-            self.tx_free.push(slot);
+            self.pairs[self.cur].tx_free.push(slot);
             return Err(err("send", format!("a frame of {} bytes does not fit a slot", frame.len())));
         }
         self.mem.write_slice(header, GuestAddress(addr)).map_err(|e| err("tx buffer", e))?;
@@ -249,31 +283,33 @@ impl Driver {
     /// Transmit chains the device is done with go back to the free slots; returns how
     /// many the device has not returned yet.
     pub fn reclaim_tx(&mut self) -> io::Result<usize> {
-        let used_idx: u16 = self.mem.read_obj(GuestAddress(self.tx.used() + 2)).map_err(|e| err("used ring", e))?;
-        while self.tx.last_used != used_idx {
-            let at = self.tx.used() + 4 + 8 * u64::from(self.tx.last_used % QUEUE_SIZE);
+        let used_idx: u16 =
+            self.mem.read_obj(GuestAddress(self.pairs[self.cur].tx.used() + 2)).map_err(|e| err("used ring", e))?;
+        while self.pairs[self.cur].tx.last_used != used_idx {
+            let at = self.pairs[self.cur].tx.used() + 4 + 8 * u64::from(self.pairs[self.cur].tx.last_used % QUEUE_SIZE);
             let id: u32 = self.mem.read_obj(GuestAddress(at)).map_err(|e| err("used ring", e))?;
             if id < u32::from(TX_SLOTS) {
-                self.tx_free.push(id as u16);
+                self.pairs[self.cur].tx_free.push(id as u16);
             }
-            self.tx.last_used = self.tx.last_used.wrapping_add(1);
+            self.pairs[self.cur].tx.last_used = self.pairs[self.cur].tx.last_used.wrapping_add(1);
         }
-        Ok(usize::from(self.tx.next_avail.wrapping_sub(self.tx.last_used)))
+        Ok(usize::from(self.pairs[self.cur].tx.next_avail.wrapping_sub(self.pairs[self.cur].tx.last_used)))
     }
 
     /// The transmit queue's used index (chains the device returned, ever).
     pub fn tx_used(&self) -> io::Result<u16> {
-        self.mem.read_obj(GuestAddress(self.tx.used() + 2)).map_err(|e| err("used ring", e))
+        self.mem.read_obj(GuestAddress(self.pairs[self.cur].tx.used() + 2)).map_err(|e| err("used ring", e))
     }
 
     /// Posts up to `n` receive buffers of [`RX_BUF_SIZE`] bytes (never more than the
     /// queue's size in flight); returns how many.
     pub fn post_rx(&mut self, n: u16) -> io::Result<u16> {
-        let room = QUEUE_SIZE - self.rx.next_avail.wrapping_sub(self.rx.last_used);
+        let room = QUEUE_SIZE - self.pairs[self.cur].rx.next_avail.wrapping_sub(self.pairs[self.cur].rx.last_used);
         let n = n.min(room);
         for _ in 0..n {
-            let i = self.rx.next_avail % QUEUE_SIZE;
-            self.write_desc(false, i, RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i), RX_BUF_SIZE, DESC_WRITE, 0)?;
+            let i = self.pairs[self.cur].rx.next_avail % QUEUE_SIZE;
+            let buf = self.pairs[self.cur].area + RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i);
+            self.write_desc(false, i, buf, RX_BUF_SIZE, DESC_WRITE, 0)?;
             self.put_avail(false, i)?;
         }
         Ok(n)
@@ -287,33 +323,35 @@ impl Driver {
     /// Takes the next frame the device wrote, gathering mergeable buffers; `None` when
     /// none is complete.
     pub fn recv(&mut self) -> io::Result<Option<Received>> {
-        let used_idx: u16 = self.mem.read_obj(GuestAddress(self.rx.used() + 2)).map_err(|e| err("used ring", e))?;
-        if self.rx.last_used == used_idx {
+        let used_idx: u16 =
+            self.mem.read_obj(GuestAddress(self.pairs[self.cur].rx.used() + 2)).map_err(|e| err("used ring", e))?;
+        if self.pairs[self.cur].rx.last_used == used_idx {
             return Ok(None);
         }
         let entry = |k: u16| -> io::Result<(u32, u32)> {
-            let at = self.rx.used() + 4 + 8 * u64::from(k % QUEUE_SIZE);
+            let at = self.pairs[self.cur].rx.used() + 4 + 8 * u64::from(k % QUEUE_SIZE);
             let id: u32 = self.mem.read_obj(GuestAddress(at)).map_err(|e| err("used ring", e))?;
             let len: u32 = self.mem.read_obj(GuestAddress(at + 4)).map_err(|e| err("used ring", e))?;
             Ok((id, len))
         };
-        let (id, len) = entry(self.rx.last_used)?;
-        let buf = |id: u32| RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(id % u32::from(QUEUE_SIZE));
+        let (id, len) = entry(self.pairs[self.cur].rx.last_used)?;
+        let area = self.pairs[self.cur].area;
+        let buf = |id: u32| area + RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(id % u32::from(QUEUE_SIZE));
         let mut header = [0u8; 12];
         self.mem.read_slice(&mut header, GuestAddress(buf(id))).map_err(|e| err("rx buffer", e))?;
         let nbufs = u16::from_le_bytes([header[10], header[11]]).max(1);
-        if used_idx.wrapping_sub(self.rx.last_used) < nbufs {
+        if used_idx.wrapping_sub(self.pairs[self.cur].rx.last_used) < nbufs {
             return Ok(None); // the rest of the frame's buffers are not there yet
         }
         let mut frame = vec![0u8; (len as usize).saturating_sub(12)];
         self.mem.read_slice(&mut frame, GuestAddress(buf(id) + 12)).map_err(|e| err("rx buffer", e))?;
         for k in 1..nbufs {
-            let (id, len) = entry(self.rx.last_used.wrapping_add(k))?;
+            let (id, len) = entry(self.pairs[self.cur].rx.last_used.wrapping_add(k))?;
             let at = frame.len();
             frame.resize(at + len as usize, 0);
             self.mem.read_slice(&mut frame[at..], GuestAddress(buf(id))).map_err(|e| err("rx buffer", e))?;
         }
-        self.rx.last_used = self.rx.last_used.wrapping_add(nbufs);
+        self.pairs[self.cur].rx.last_used = self.pairs[self.cur].rx.last_used.wrapping_add(nbufs);
         Ok(Some(Received { header, frame }))
     }
 
@@ -328,15 +366,15 @@ impl Driver {
             if left.is_zero() {
                 return Ok(None);
             }
-            let _ = self.rx.call.read();
+            let _ = self.pairs[self.cur].rx.call.read();
             // Ask for a signal at the next used entry (event index), then look once more.
-            let used_event = GuestAddress(self.rx.avail() + 4 + 2 * u64::from(QUEUE_SIZE));
-            self.mem.write_obj(self.rx.last_used, used_event).map_err(|e| err("avail ring", e))?;
+            let used_event = GuestAddress(self.pairs[self.cur].rx.avail() + 4 + 2 * u64::from(QUEUE_SIZE));
+            self.mem.write_obj(self.pairs[self.cur].rx.last_used, used_event).map_err(|e| err("avail ring", e))?;
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             if let Some(r) = self.recv()? {
                 return Ok(Some(r));
             }
-            let mut p = libc::pollfd { fd: self.rx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let mut p = libc::pollfd { fd: self.pairs[self.cur].rx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd for the duration of the call.
             unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 100) as i32) };
         }
@@ -349,10 +387,10 @@ impl Driver {
             if Instant::now() > until {
                 return Ok(false);
             }
-            let mut p = libc::pollfd { fd: self.tx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let mut p = libc::pollfd { fd: self.pairs[self.cur].tx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd for the duration of the call.
             unsafe { libc::poll(&mut p, 1, 10) };
-            let _ = self.tx.call.read();
+            let _ = self.pairs[self.cur].tx.call.read();
         }
         Ok(true)
     }

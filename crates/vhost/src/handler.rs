@@ -93,6 +93,7 @@ impl NetHandler {
             v.set_kick(None);
             v.set_call(None);
         }
+        self.shared.nudge();
     }
 }
 
@@ -206,6 +207,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         self.forget_kick(index as usize);
         v.set_kick(None);
         v.set_call(None);
+        self.shared.nudge();
         Ok(VhostUserVringState::new(index, u32::from(v.queue_next_avail())))
     }
 

@@ -34,6 +34,19 @@ pub(crate) struct Link {
     pub(crate) mem: GuestMemoryAtomic<GuestMemoryMmap>,
 }
 
+impl Link {
+    /// Whether queue `q` is set up (kicked) and enabled: the guest's driver uses it.
+    fn usable(&self, q: usize) -> bool {
+        let st = self.vrings[q].get_ref();
+        st.get_queue().ready() && st.is_enabled()
+    }
+
+    /// The guest's queue pairs in use: the first ones whose receive queue is usable.
+    fn pairs_in_use(&self) -> usize {
+        (0..self.vrings.len() / 2).take_while(|&k| self.usable(2 * k)).count()
+    }
+}
+
 /// What the port's serving thread and the datapath share.
 pub struct Shared {
     /// Readable when frames may wait: the transmit rings' kicks, and a nudge.
@@ -45,6 +58,9 @@ pub struct Shared {
     acked: AtomicU64,
     link: Mutex<Option<Arc<Link>>>,
     generation: AtomicU64,
+    /// Counts changes of the rings' state (set up, enabled, stopped): the datapath
+    /// recounts the queue pairs in use when it moves.
+    rings_changed: AtomicU64,
     pub(crate) stop: AtomicBool,
     state: Mutex<String>,
     /// The connection, to end it when the port goes.
@@ -72,6 +88,7 @@ impl Shared {
             acked: AtomicU64::new(0),
             link: Mutex::new(None),
             generation: AtomicU64::new(0),
+            rings_changed: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             state: Mutex::new(String::new()),
             conn: Mutex::new(None),
@@ -92,8 +109,10 @@ impl Shared {
         let _ = ep.ctl(ControlOperation::Delete, fd, EpollEvent::default());
     }
 
-    /// Makes the datapath look at the rings (a ring started, a connection came or went).
+    /// Makes the datapath look at the rings (a ring started, stopped or was enabled, a
+    /// connection came or went).
     pub(crate) fn nudge(&self) {
+        self.rings_changed.fetch_add(1, Ordering::AcqRel);
         let _ = self.frames_nudge.write(1);
         let _ = self.room_nudge.write(1);
     }
@@ -209,6 +228,8 @@ pub struct VhostUserPort {
     shared: Arc<Shared>,
     generation: u64,
     link: Option<Arc<Link>>,
+    /// The queue pairs in use, as of `rings_changed` at the first value.
+    pairs: (u64, usize),
     next_tx: usize,
     offload: bool,
     /// Chains taken for the frame being written: (head, bytes written).
@@ -236,6 +257,7 @@ impl VhostUserPort {
             shared,
             generation: u64::MAX,
             link: None,
+            pairs: (u64::MAX, 0),
             next_tx: 0,
             offload,
             used: Vec::with_capacity(64),
@@ -277,10 +299,30 @@ impl VhostUserPort {
     /// the guest's driver does when its interface comes up.
     pub fn rx_ready(&mut self) -> bool {
         self.refresh();
-        self.link.as_ref().is_some_and(|l| {
-            let st = l.vrings[0].get_ref();
-            st.get_queue().ready() && st.is_enabled()
-        })
+        self.link.as_ref().is_some_and(|l| l.usable(0))
+    }
+
+    /// How many queue pairs the guest uses: its first pairs with the receive queue set up
+    /// and enabled (0 when none is, or no guest is connected).
+    pub fn pairs_in_use(&mut self) -> usize {
+        self.refresh();
+        match self.link.take() {
+            Some(l) => {
+                let n = self.pairs_of(&l);
+                self.link = Some(l);
+                n
+            }
+            None => 0,
+        }
+    }
+
+    /// [`VhostUserPort::pairs_in_use`] of `link`, counted again only when a ring changed.
+    fn pairs_of(&mut self, link: &Link) -> usize {
+        let seen = self.shared.rings_changed.load(Ordering::Acquire);
+        if seen != self.pairs.0 {
+            self.pairs = (seen, link.pairs_in_use());
+        }
+        self.pairs.1
     }
 
     fn refresh(&mut self) {
@@ -546,11 +588,9 @@ impl VhostUserPort {
     /// Writes one frame into the receive ring of its conversation's queue pair.
     fn send_to(&mut self, link: &Link, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
         let features = self.shared.acked();
-        let pairs = link.vrings.len() / 2;
-        let mut q = 2 * pair_for(f.macs, pairs);
-        if !link.vrings[q].get_ref().get_queue().ready() {
-            q = 0;
-        }
+        // The pairs the guest uses share the conversations: its first ones, enabled (Linux
+        // enables one per vCPU, `ethtool -L` changes it; QEMU's `queues=` caps it).
+        let q = 2 * pair_for(f.macs, self.pairs_of(link).max(1));
         let h = VnetHdr::parse(&f.vnet).unwrap_or_default();
         if !guest_takes(features, &h) {
             return self.send_in_software(link, q, f, &h, features);
@@ -618,9 +658,23 @@ impl Port for VhostUserPort {
                 ((false, _), (false, _)) => "; guest driver not started",
                 _ => "; guest queues partly set up",
             });
+            let pairs = l.pairs_in_use();
+            if pairs > 1 {
+                s.push_str(&format!(", {pairs} queue pairs"));
+            }
+            if self.counts.bad_tx_chains + self.counts.bad_rx_buffers > 0 {
+                s.push_str(&format!(
+                    "; refused {} transmit chains, {} receive buffers of the guest's",
+                    self.counts.bad_tx_chains, self.counts.bad_rx_buffers
+                ));
+            }
             if std::env::var_os("SLUICE_VHOST_DEBUG").is_some() {
                 s.push_str(&format!(" rx={rx:?} tx={tx:?} acked={:#x}", self.shared.acked()));
             }
+        }
+        let refused = self.shared.refused.load(Ordering::Relaxed);
+        if refused > 0 {
+            s.push_str(&format!("; refused {refused} connections (neither root nor the switch's user)"));
         }
         Some(s)
     }

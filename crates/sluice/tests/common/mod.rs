@@ -39,7 +39,31 @@ pub fn init() {
         // SAFETY: set once, before any test thread reads the environment concurrently
         // through a child process spawn of ours (Once serializes the first callers).
         unsafe { std::env::set_var("SLUICE_RUN_DIR", &dir) };
+        // SAFETY: registers a plain function without captures; it runs once at exit.
+        unsafe { libc::atexit(remove_run_dir) };
     });
+}
+
+/// At the test process's exit: removes its runtime directory (switch sockets, lab state,
+/// the SMC tests' copies of the binary), so a suite run leaves nothing in the temporary
+/// directory. The kernel datapath's bpffs there is unmounted first when no switch has pins
+/// in it; when one still has (a switch a failed test left running), everything stays.
+extern "C" fn remove_run_dir() {
+    let Some(dir) = std::env::var_os("SLUICE_RUN_DIR").map(PathBuf::from) else { return };
+    // Only the directory `init` made for this process.
+    if dir.file_name().is_none_or(|n| n.to_string_lossy() != format!("sluice-test-{}", std::process::id())) {
+        return;
+    }
+    let bpf = dir.join("bpf");
+    let pinned = std::fs::read_dir(&bpf).map(|rd| rd.flatten().any(|e| e.file_type().is_ok_and(|t| t.is_dir())));
+    if pinned.unwrap_or(false) {
+        return;
+    }
+    if let Ok(c) = std::ffi::CString::new(bpf.as_os_str().as_encoded_bytes()) {
+        // SAFETY: umount of a NUL-terminated path; fails harmlessly when nothing is mounted.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 pub fn run_dir() -> PathBuf {
