@@ -153,11 +153,12 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
         spawn_vm(&lab, "vm1", &format!("iperf3 -c {vm3} -p 5201 -t 8")),
         spawn_vm(&lab, "vm2", &format!("iperf3 -c {vm3} -p 5202 -t 8")),
     ];
-    let ns = ns_spawn(&lab.ns(1), &format!("iperf3 -c {vm3} -p 5203 -t 8 >/dev/null"));
-    senders.push(ns);
-    for mut c in senders {
-        assert!(wait_for(60, || c.try_wait().is_ok_and(|s| s.is_some())), "a sender did not finish");
-        assert!(c.wait().unwrap().success(), "a sender failed");
+    senders.push(ns_spawn(&lab.ns(1), &format!("iperf3 -c {vm3} -p 5203 -t 8")));
+    for (mut c, who) in senders.into_iter().zip(["vm1", "vm2", "g1"]) {
+        assert!(wait_for(60, || c.try_wait().is_ok_and(|s| s.is_some())), "{who}'s iperf3 did not finish");
+        let o = c.wait_with_output().unwrap();
+        let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{who}'s iperf3 failed ({}): {out}", o.status);
     }
     let s = lab.stats();
     assert_eq!(drops(&s), before, "no frame dropped in the switch during the incast");
