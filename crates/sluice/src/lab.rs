@@ -135,11 +135,18 @@ pub struct UpArgs {
     pub peer_kernel: bool,
     /// Small QEMU VMs (0 to 8) next to the namespace guests, each attached by a vhost-user
     /// port: `vm1`… with the next addresses of the lab's table, Debian's kernel and an
-    /// initramfs the lab builds (busybox, iperf3), under TCG. `sluice lab exec vm1 -- CMD`
-    /// runs CMD on the VM's serial console. Needs qemu-system-x86, linux-image-amd64 and
-    /// busybox-static; picks the user-space datapath unless told otherwise.
+    /// initramfs the lab builds (busybox, iperf3), under KVM where it works and TCG where
+    /// not (--accel). `sluice lab exec vm1 -- CMD` runs CMD on the VM's serial console.
+    /// Needs qemu-system-x86, linux-image-amd64 and busybox-static; picks the user-space
+    /// datapath unless told otherwise.
     #[arg(long = "vm", value_name = "N", default_value_t = 0)]
     pub vms: u32,
+    /// With --vm, how the VMs run: `auto` boots a small probe VM under KVM once per host
+    /// boot (when /dev/kvm opens) and uses KVM if it answers within 20 s, TCG (QEMU's
+    /// emulator) if not — on some machines KVM guests hang at boot; `kvm` or `tcg` to
+    /// choose.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub accel: crate::lab_vm::Accel,
     /// Which host of a multi-host lab this (sub-)lab is (0: a lab of one host).
     #[arg(skip)]
     pub host: u32,
@@ -196,6 +203,7 @@ impl UpArgs {
             hosts: 1,
             peer_kernel: false,
             vms: 0,
+            accel: crate::lab_vm::Accel::Auto,
             host: 0,
             json: false,
         }
@@ -695,6 +703,8 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
     }
     s.save()?;
     let img = crate::lab_vm::image(&dir).context("building the VMs' image")?;
+    let accel = crate::lab_vm::choose_accel(a.accel, &img, &dir)?;
+    eprintln!("booting {} VM(s) under {}", a.vms, if accel == crate::lab_vm::Accel::Kvm { "KVM" } else { "TCG" });
     for k in 1..=a.vms {
         let n = a.guests + k;
         let idx = first + k as usize - 1;
@@ -719,11 +729,12 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
             &crate::lab_vm::VmSpec {
                 name: &format!("{}-vm{k}", s.name),
                 dir: &dir,
-                socket: &socket,
+                socket: Some(&socket),
                 mac: &mac,
                 ipv4: &g.ipv4,
                 ipv6: &g.ipv6,
                 mtu: a.mtu,
+                accel,
             },
         )?;
         g.vm = Some(files);
@@ -759,17 +770,19 @@ pub fn reboot_vm(s: &mut LabState, guest: &str) -> Result<()> {
     crate::lab_vm::stop(vm.pid);
     let dir = paths::labs_dir();
     let img = crate::lab_vm::image(&dir)?;
+    let accel = if vm.accel == "kvm" { crate::lab_vm::Accel::Kvm } else { crate::lab_vm::Accel::Tcg };
     let n: u32 = g.ipv4.split('/').next().and_then(|a| a.rsplit('.').next()).and_then(|x| x.parse().ok()).unwrap_or(0);
     let files = crate::lab_vm::boot(
         &img,
         &crate::lab_vm::VmSpec {
             name: &g.tap,
             dir: &dir,
-            socket: &vm.socket,
+            socket: Some(&vm.socket),
             mac: &format!("52:54:00:77:00:{n:02x}"),
             ipv4: &g.ipv4,
             ipv6: &g.ipv6,
             mtu: s.mtu,
+            accel,
         },
     )?;
     let serial = files.serial.clone();

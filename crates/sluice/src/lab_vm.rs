@@ -3,10 +3,12 @@
 //! by a vhost-user port, and a console on the VM's serial port that runs one command at a
 //! time for `sluice lab exec vmN -- CMD`.
 //!
-//! TCG, not KVM: on this machine class KVM guests hang at boot, and TCG boots this kernel
-//! with this initramfs in seconds. The kernel's compressed payload is unpacked once into an
-//! ELF `vmlinux` that QEMU loads directly (PVH), which saves the guest seconds of
-//! decompressing under TCG.
+//! KVM where it works, TCG where not (`--accel auto`): on some machines /dev/kvm opens but
+//! KVM guests hang at boot, so a small VM without a NIC is booted under KVM once per host
+//! boot and KVM is used if its console answers in time (the verdict is kept in the labs
+//! directory with the boot's id). TCG boots this kernel with this initramfs in seconds:
+//! the kernel's compressed payload is unpacked once into an ELF `vmlinux` that QEMU loads
+//! directly (PVH), which saves the guest seconds of decompressing under TCG.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -32,7 +34,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /tmp /run /dev/pts
 mount -t devpts devpts /dev/pts
-IP= IP6= MTU= HN= DEBUG=
+IP= IP6= MTU= HN= DEBUG= NONET=
 for a in $(cat /proc/cmdline); do
   case "$a" in
     sluice.ip=*) IP=${a#*=} ;;
@@ -40,6 +42,7 @@ for a in $(cat /proc/cmdline); do
     sluice.mtu=*) MTU=${a#*=} ;;
     sluice.hostname=*) HN=${a#*=} ;;
     sluice.debug=*) DEBUG=1 ;;
+    sluice.nonet=*) NONET=1 ;;
   esac
 done
 [ -z "$DEBUG" ] && dmesg -n 1
@@ -49,11 +52,13 @@ echo 0 > /proc/sys/net/ipv6/conf/default/router_solicitations
 echo 0 > /proc/sys/net/ipv6/conf/default/accept_ra
 for m in $(cat /lib/modules/order); do insmod /lib/modules/$m.ko; done
 ip link set lo up
-i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 500 ]; do usleep 10000; i=$((i+1)); done
-[ -n "$MTU" ] && ip link set eth0 mtu "$MTU"
-ip link set eth0 up
-[ -n "$IP" ] && ip addr add "$IP" dev eth0
-[ -n "$IP6" ] && ip -6 addr add "$IP6" dev eth0
+if [ -z "$NONET" ]; then
+  i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 500 ]; do usleep 10000; i=$((i+1)); done
+  [ -n "$MTU" ] && ip link set eth0 mtu "$MTU"
+  ip link set eth0 up
+  [ -n "$IP" ] && ip addr add "$IP" dev eth0
+  [ -n "$IP6" ] && ip -6 addr add "$IP6" dev eth0
+fi
 exec 0<>/dev/ttyS1 1>&0 2>&0
 stty raw -echo
 CR=$(printf '\r')
@@ -369,6 +374,96 @@ pub struct VmFiles {
     /// The guest kernel's console (its first serial port), for when a VM does not boot.
     #[serde(default)]
     pub console: PathBuf,
+    /// How it runs: "kvm" or "tcg".
+    #[serde(default)]
+    pub accel: String,
+}
+
+/// How the lab's VMs run (`sluice lab up --accel`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Accel {
+    /// KVM if a probe VM boots under it (once per host boot), else TCG.
+    #[default]
+    Auto,
+    /// The kernel's hardware virtualization (/dev/kvm).
+    Kvm,
+    /// QEMU's emulator: slower, works everywhere.
+    Tcg,
+}
+
+impl Accel {
+    fn as_str(self) -> &'static str {
+        match self {
+            Accel::Auto => "auto",
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// How long a probe VM under KVM gets to answer on its console (TCG boots the same VM in
+/// 2–8 s on a machine of this kind; KVM in under one).
+const KVM_PROBE: Duration = Duration::from_secs(20);
+
+/// Whether /dev/kvm opens for reading and writing (the device exists and we may use it).
+fn kvm_opens() -> bool {
+    fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok()
+}
+
+/// Resolves `--accel` to KVM or TCG. `auto` asks the verdict of this host boot, kept in
+/// `dir`, or boots a probe VM under KVM to find it (and keeps it).
+pub fn choose_accel(want: Accel, img: &Image, dir: &Path) -> Result<Accel> {
+    match want {
+        Accel::Tcg => return Ok(Accel::Tcg),
+        Accel::Kvm if !kvm_opens() => {
+            bail!("--accel kvm: /dev/kvm does not open (no KVM on this machine, or no access to it); use --accel tcg")
+        }
+        Accel::Kvm => return Ok(Accel::Kvm),
+        Accel::Auto if !kvm_opens() => return Ok(Accel::Tcg),
+        Accel::Auto => {}
+    }
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().to_string();
+    let verdict = dir.join("kvm-verdict");
+    if let Some(v) =
+        fs::read_to_string(&verdict).ok().and_then(|t| t.strip_prefix(&format!("{boot_id} ")).map(str::to_string))
+    {
+        return Ok(if v.trim() == "kvm" { Accel::Kvm } else { Accel::Tcg });
+    }
+    eprintln!("checking whether KVM guests boot here (once per host boot, up to {} s)…", KVM_PROBE.as_secs());
+    let name = format!("kvm-probe-{}", std::process::id());
+    let probe = VmSpec {
+        name: &name,
+        dir,
+        socket: None,
+        mac: "52:54:00:77:00:ff",
+        ipv4: "",
+        ipv6: "",
+        mtu: 1500,
+        accel: Accel::Kvm,
+    };
+    // Under KVM a guest may hang (no answer: 20 s) or QEMU may fail at once (e.g. "failed
+    // to set MSR" with `-cpu host` on this machine class).
+    let works = match boot(img, &probe) {
+        Ok(f) => {
+            let ok =
+                Console::connect(&f.serial, Duration::from_secs(5)).and_then(|mut c| c.wait_ready(KVM_PROBE)).is_ok();
+            stop(f.pid);
+            ok
+        }
+        Err(_) => false,
+    };
+    for ext in ["serial", "log", "console", "pid"] {
+        let _ = fs::remove_file(dir.join(format!("{name}.{ext}")));
+    }
+    let chosen = if works { Accel::Kvm } else { Accel::Tcg };
+    if !works {
+        eprintln!("KVM guests do not boot here: the VMs run under TCG (`--accel kvm` to insist)");
+    }
+    let tmp = dir.join(format!("kvm-verdict.{}", std::process::id()));
+    if fs::write(&tmp, format!("{boot_id} {}\n", chosen.as_str())).is_ok() {
+        let _ = fs::rename(&tmp, &verdict);
+    }
+    Ok(chosen)
 }
 
 /// What a VM is booted with.
@@ -377,8 +472,8 @@ pub struct VmSpec<'a> {
     pub name: &'a str,
     /// Directory for its files.
     pub dir: &'a Path,
-    /// The switch's vhost-user socket.
-    pub socket: &'a Path,
+    /// The switch's vhost-user socket (none: a VM without a NIC, the KVM probe).
+    pub socket: Option<&'a Path>,
     /// MAC address.
     pub mac: &'a str,
     /// IPv4 and IPv6 addresses with prefixes.
@@ -387,6 +482,8 @@ pub struct VmSpec<'a> {
     pub ipv6: &'a str,
     /// MTU.
     pub mtu: u16,
+    /// KVM or TCG (not `Auto`: [`choose_accel`] resolves it).
+    pub accel: Accel,
 }
 
 /// Boots a VM in the background (QEMU daemonizes); returns its files.
@@ -398,15 +495,20 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
     let _ = fs::remove_file(&serial);
     let _ = fs::remove_file(&pidfile);
     let mem = format!("{VM_MEM_MB}M");
+    let net = match v.socket {
+        Some(_) => format!("sluice.ip={} sluice.ip6={} sluice.mtu={}", v.ipv4, v.ipv6, v.mtu),
+        None => "sluice.nonet=1".into(),
+    };
     let append = format!(
         "console=ttyS0 quiet panic=-1 cryptomgr.notests=1 rodata=off mitigations=off tsc=reliable no_timer_check \
-         sluice.hostname={} sluice.ip={} sluice.ip6={} sluice.mtu={}",
-        v.name, v.ipv4, v.ipv6, v.mtu
+         sluice.hostname={} {net}",
+        v.name
     );
+    let (accel, cpu) = if v.accel == Accel::Kvm { ("kvm", "host") } else { ("tcg", "qemu64") };
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-name", v.name, "-accel", "tcg", "-machine", "q35,memory-backend=mem"])
+    cmd.args(["-name", v.name, "-accel", accel, "-machine", "q35,memory-backend=mem"])
         .args(["-object", &format!("memory-backend-memfd,id=mem,size={mem},share=on")])
-        .args(["-m", &mem, "-smp", "1", "-cpu", "qemu64"])
+        .args(["-m", &mem, "-smp", "1", "-cpu", cpu])
         .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]);
     if Path::new("/usr/share/qemu/qboot.rom").exists() {
         cmd.args(["-bios", "/usr/share/qemu/qboot.rom"]);
@@ -415,15 +517,15 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
     cmd.args(["-chardev", &format!("file,id=ser0,path={}", console.display())])
         .args(["-serial", "chardev:ser0"])
         .args(["-chardev", &format!("socket,id=ser1,path={},server=on,wait=off", serial.display())])
-        .args(["-serial", "chardev:ser1"])
-        .args(["-chardev", &format!("socket,id=vu0,path={},reconnect=1", v.socket.display())])
-        .args(["-netdev", "vhost-user,id=n0,chardev=vu0"])
-        // vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user device with MSI-X
-        // (in msix_set_vector_notifiers); legacy interrupts work.
-        .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={},mrg_rxbuf=on,vectors=0", v.mac)])
-        .arg("-pidfile")
-        .arg(&pidfile)
-        .arg("-daemonize");
+        .args(["-serial", "chardev:ser1"]);
+    if let Some(socket) = v.socket {
+        cmd.args(["-chardev", &format!("socket,id=vu0,path={},reconnect=1", socket.display())])
+            .args(["-netdev", "vhost-user,id=n0,chardev=vu0"])
+            // vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user device with MSI-X
+            // (in msix_set_vector_notifiers); legacy interrupts work.
+            .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={},mrg_rxbuf=on,vectors=0", v.mac)]);
+    }
+    cmd.arg("-pidfile").arg(&pidfile).arg("-daemonize");
     let out = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -431,14 +533,19 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
         .output()
         .context("running qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
     if !out.status.success() {
-        bail!("QEMU did not start VM {}: {}", v.name, String::from_utf8_lossy(&out.stderr).trim());
+        for f in [&serial, &console, &pidfile] {
+            let _ = fs::remove_file(f);
+        }
+        let hint = if v.accel == Accel::Kvm { " (KVM does not run guests here: use --accel tcg)" } else { "" };
+        bail!("QEMU did not start VM {}{hint}: {}", v.name, String::from_utf8_lossy(&out.stderr).trim());
     }
     let _ = fs::write(&log, &out.stderr);
     let pid: u32 = fs::read_to_string(&pidfile)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .with_context(|| format!("QEMU wrote no pid to {}", pidfile.display()))?;
-    Ok(VmFiles { pid, serial, socket: v.socket.to_path_buf(), log, console })
+    let socket = v.socket.map(Path::to_path_buf).unwrap_or_default();
+    Ok(VmFiles { pid, serial, socket, log, console, accel: accel.into() })
 }
 
 /// Stops a VM: SIGTERM, then SIGKILL after 5 s; true if its QEMU was running.

@@ -63,10 +63,21 @@ fn vms_ping_a_namespace_guest_and_each_other_carry_100mb_intact_and_survive_rest
     if !root() || !have_vm_tools() {
         return;
     }
+    // `--accel auto` (the default): KVM if a probe VM boots under it, TCG otherwise.
     let lab = Lab::up("vmnet", &["--guests", "1", "--vm", "2"]);
     let (g1, vm1, vm2) = ("10.77.0.1", "10.77.0.2", "10.77.0.3");
     let list = sluice_ok(&["port", "list", "--switch", &lab.name]);
     assert_eq!(list.matches("guest driver up").count(), 2, "{list}");
+    let accel = |k: usize| {
+        let s: serde_json::Value = serde_json::from_str(&sluice_ok(&["lab", "list", "--json"])).unwrap();
+        let l = s.as_array().unwrap().iter().find(|l| l["name"] == lab.name.as_str()).unwrap().clone();
+        l["guests"].as_array().unwrap().iter().find(|g| g["guest"] == format!("vm{k}")).unwrap()["vm"]["accel"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let chosen = accel(1);
+    assert!(["kvm", "tcg"].contains(&chosen.as_str()) && accel(2) == chosen, "vm1 {chosen}, vm2 {}", accel(2));
     vm_ok(&lab, "vm1", &format!("ping -c 2 -w 10 {g1}"));
     vm_ok(&lab, "vm1", &format!("ping -c 2 -w 10 {vm2}"));
     vm_ok(&lab, "vm2", "ping6 -c 2 -w 10 fd77::1");
@@ -114,6 +125,7 @@ fn vms_ping_a_namespace_guest_and_each_other_carry_100mb_intact_and_survive_rest
     // QEMU restarts (vm2): the port takes the new connection, the switch keeps running.
     sluice_ok(&["lab", "reboot", "--name", &lab.name, "vm2"]);
     assert_ne!(vm_pid(&lab, 2), pid2);
+    assert_eq!(accel(2), chosen, "the rebooted VM runs as it did");
     vm_ok(&lab, "vm1", &format!("ping -c 2 -w 20 {vm2}"));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -123,7 +135,7 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
     if !root() || !have_vm_tools() || !have("iperf3") {
         return;
     }
-    let lab = Lab::up("vminc", &["--guests", "1", "--vm", "3", "--lossless"]);
+    let lab = Lab::up("vminc", &["--guests", "1", "--vm", "3", "--lossless", "--accel", "tcg"]);
     let vm3 = "10.77.0.4";
     // The servers, and (bounded) until all three listen.
     vm_ok(
