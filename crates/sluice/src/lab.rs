@@ -141,10 +141,10 @@ pub struct UpArgs {
     /// datapath unless told otherwise.
     #[arg(long = "vm", value_name = "N", default_value_t = 0)]
     pub vms: u32,
-    /// With --vm, how the VMs run: `auto` boots a small probe VM under KVM once per host
-    /// boot (when /dev/kvm opens) and uses KVM if it answers within 20 s, TCG (QEMU's
-    /// emulator) if not — on some machines KVM guests hang at boot; `kvm` or `tcg` to
-    /// choose.
+    /// With --vm, how the VMs run: `auto` boots a small probe VM under KVM (when /dev/kvm
+    /// opens; once, the verdict kept while labs with VMs are up) and uses KVM if it answers
+    /// within 20 s, TCG (QEMU's emulator) if not — on some machines KVM guests hang at
+    /// boot; `kvm` or `tcg` to choose.
     #[arg(long, value_enum, default_value = "auto")]
     pub accel: crate::lab_vm::Accel,
     /// Which host of a multi-host lab this (sub-)lab is (0: a lab of one host).
@@ -1055,7 +1055,8 @@ pub fn down(name: &str) -> Result<()> {
     for ext in ["json", "toml", "log"] {
         let _ = fs::remove_file(paths::labs_dir().join(format!("{}.{ext}", s.name)));
     }
-    // The VMs' image (tens of MB, under /run: memory) goes with the last lab that has VMs.
+    // The VMs' image (tens of MB, under /run: memory) and the KVM verdict go with the last
+    // lab that has VMs.
     let is_vm = |g: &Guest| g.vm.is_some() || (g.netns.is_empty() && g.guest.starts_with("vm"));
     if s.guests.iter().any(is_vm)
         && !list_names().iter().filter_map(|n| LabState::load(n).ok()).any(|l| l.guests.iter().any(is_vm))

@@ -4,9 +4,9 @@
 //! time for `sluice lab exec vmN -- CMD`.
 //!
 //! KVM where it works, TCG where not (`--accel auto`): on some machines /dev/kvm opens but
-//! KVM guests hang at boot, so a small VM without a NIC is booted under KVM once per host
-//! boot and KVM is used if its console answers in time (the verdict is kept in the labs
-//! directory with the boot's id). TCG boots this kernel with this initramfs in seconds:
+//! KVM guests hang at boot, so a small VM without a NIC is booted under KVM and KVM is used
+//! if its console answers in time (the verdict is kept in the labs directory with the
+//! host's boot id, until the last lab with VMs goes). TCG boots this kernel with this initramfs in seconds:
 //! the kernel's compressed payload is unpacked once into an ELF `vmlinux` that QEMU loads
 //! directly (PVH), which saves the guest seconds of decompressing under TCG.
 
@@ -161,12 +161,16 @@ pub fn image(dir: &Path) -> Result<Image> {
     Ok(img)
 }
 
-/// Removes the VM images built under `dir`.
+/// Removes what the VMs of every lab shared under `dir`: the images built there and the
+/// KVM verdict.
 pub fn remove_images(dir: &Path) {
     let Ok(d) = fs::read_dir(dir) else { return };
     for e in d.flatten() {
-        if e.file_name().to_string_lossy().starts_with("vm-image-") {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("vm-image-") {
             let _ = fs::remove_dir_all(e.path());
+        } else if name == "kvm-verdict" {
+            let _ = fs::remove_file(e.path());
         }
     }
 }
@@ -382,7 +386,7 @@ pub struct VmFiles {
 /// How the lab's VMs run (`sluice lab up --accel`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Accel {
-    /// KVM if a probe VM boots under it (once per host boot), else TCG.
+    /// KVM if a probe VM boots under it, else TCG.
     #[default]
     Auto,
     /// The kernel's hardware virtualization (/dev/kvm).
@@ -429,7 +433,7 @@ pub fn choose_accel(want: Accel, img: &Image, dir: &Path) -> Result<Accel> {
     {
         return Ok(if v.trim() == "kvm" { Accel::Kvm } else { Accel::Tcg });
     }
-    eprintln!("checking whether KVM guests boot here (once per host boot, up to {} s)…", KVM_PROBE.as_secs());
+    eprintln!("checking whether KVM guests boot here (up to {} s)…", KVM_PROBE.as_secs());
     let name = format!("kvm-probe-{}", std::process::id());
     let probe = VmSpec {
         name: &name,
