@@ -510,8 +510,8 @@ fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
     assert!(sent.starts_with("19530300 "), "{sent}");
     assert_eq!(rest(out), sent, "sendmsg of five buffers");
     // recv(MSG_TRUNC) throws bytes away without touching the buffer; the rest follows.
-    let (s, out) = p.serve(true, &["serve", &port(47), "trunc:300+sink"]);
-    let _ = p.run(true, &["connect", "127.0.0.1", &port(47), "source:1000+hold:1"]);
+    let (s, out) = p.serve(true, &["serve", &port(12), "trunc:300+sink"]);
+    let _ = p.run(true, &["connect", "127.0.0.1", &port(12), "source:1000+hold:1"]);
     let _ = s.wait_with_output();
     let got = rest(out);
     assert!(got.starts_with("trunc 300\n700 "), "{got}");
