@@ -235,6 +235,34 @@ pub struct Guest {
     pub vm: Option<crate::lab_vm::VmFiles>,
 }
 
+impl Guest {
+    /// Guest number `n` of the lab's address table (10.77.0.N/24, fd77::N/64), nothing
+    /// made for it yet.
+    pub(crate) fn numbered(n: u32, guest: String, netns: String, tap: String) -> Guest {
+        Guest {
+            guest,
+            netns,
+            tap,
+            ipv4: format!("10.77.0.{n}/24"),
+            ipv6: format!("fd77::{n:x}/64"),
+            created_netns: false,
+            added_port: false,
+            relay_pid: None,
+            vm: None,
+        }
+    }
+
+    /// Its number in the address table (the IPv4 address's last byte).
+    fn number(&self) -> u32 {
+        self.ipv4.split('/').next().and_then(|a| a.rsplit('.').next()).and_then(|x| x.parse().ok()).unwrap_or(0)
+    }
+
+    /// Its addresses without their prefixes: what a Layer 3 port is reached at.
+    fn addresses(&self) -> Vec<String> {
+        [&self.ipv4, &self.ipv6].iter().map(|a| a.split('/').next().unwrap_or_default().to_string()).collect()
+    }
+}
+
 /// What a lab made, as kept on disk.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabState {
@@ -607,17 +635,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             0 => (format!("g{i}"), i),
             k => (format!("h{k}g{i}"), (k - 1) * a.guests + i),
         };
-        let g = Guest {
-            guest: label,
-            netns: format!("sluice-{}-g{i}", s.name),
-            tap: format!("{}-g{i}", s.name),
-            ipv4: format!("10.77.0.{n}/24"),
-            ipv6: format!("fd77::{n:x}/64"),
-            created_netns: false,
-            added_port: false,
-            relay_pid: None,
-            vm: None,
-        };
+        let g = Guest::numbered(n, label, format!("sluice-{}-g{i}", s.name), format!("{}-g{i}", s.name));
         if netns::exists(&g.netns) {
             bail!(
                 "network namespace {} already exists and is not this lab's; remove it or pick another lab --name",
@@ -662,7 +680,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         spec.offload = !a.no_offload;
         if a.mode == ModeArg::L3 {
             // The addresses the guest is reached at, before it has said anything.
-            spec.ips = vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{n:x}")];
+            spec.ips = g.addresses();
         }
         client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
         if a.attach == AttachArg::Stream {
@@ -690,15 +708,8 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
     for k in 1..=a.vms {
         let n = a.guests + k;
         s.guests.push(Guest {
-            guest: format!("vm{k}"),
-            netns: String::new(),
-            tap: format!("{}-vm{k}", s.name),
-            ipv4: format!("10.77.0.{n}/24"),
-            ipv6: format!("fd77::{n:x}/64"),
-            created_netns: false,
             added_port: true,
-            relay_pid: None,
-            vm: None,
+            ..Guest::numbered(n, format!("vm{k}"), String::new(), format!("{}-vm{k}", s.name))
         });
     }
     s.save()?;
@@ -715,15 +726,11 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
             socket: Some(socket.clone()),
             mtu: Some(a.mtu),
             offload: !a.no_offload,
-            ips: if a.mode == ModeArg::L3 {
-                vec![g.ipv4.split('/').next().unwrap_or_default().into(), format!("fd77::{n:x}")]
-            } else {
-                vec![]
-            },
+            ips: if a.mode == ModeArg::L3 { g.addresses() } else { vec![] },
             ..PortSpec::tap(&g.tap)
         };
         client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
-        let mac = format!("52:54:00:77:00:{n:02x}");
+        let mac = crate::lab_vm::mac(n);
         let files = crate::lab_vm::boot(
             &img,
             &crate::lab_vm::VmSpec {
@@ -771,14 +778,13 @@ pub fn reboot_vm(s: &mut LabState, guest: &str) -> Result<()> {
     let dir = paths::labs_dir();
     let img = crate::lab_vm::image(&dir)?;
     let accel = if vm.accel == "kvm" { crate::lab_vm::Accel::Kvm } else { crate::lab_vm::Accel::Tcg };
-    let n: u32 = g.ipv4.split('/').next().and_then(|a| a.rsplit('.').next()).and_then(|x| x.parse().ok()).unwrap_or(0);
     let files = crate::lab_vm::boot(
         &img,
         &crate::lab_vm::VmSpec {
             name: &g.tap,
             dir: &dir,
             socket: Some(&vm.socket),
-            mac: &format!("52:54:00:77:00:{n:02x}"),
+            mac: &crate::lab_vm::mac(g.number()),
             ipv4: &g.ipv4,
             ipv6: &g.ipv6,
             mtu: s.mtu,

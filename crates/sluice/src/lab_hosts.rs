@@ -191,17 +191,7 @@ fn kernel_peer(s: &mut LabState, a: &UpArgs, k: u32, others: &[String]) -> Resul
     sh(&["ip", "netns", "exec", &h, "ethtool", "-K", "u0", "tx", "off"])?;
     for j in 1..=a.guests {
         let n = (k - 1) * a.guests + j;
-        let g = Guest {
-            guest: format!("h{k}g{j}"),
-            netns: format!("sluice-{}-h{k}g{j}", s.name),
-            tap: "eth0".into(),
-            ipv4: format!("10.77.0.{n}/24"),
-            ipv6: format!("fd77::{n:x}/64"),
-            created_netns: false,
-            added_port: false,
-            relay_pid: None,
-            vm: None,
-        };
+        let g = Guest::numbered(n, format!("h{k}g{j}"), format!("sluice-{}-h{k}g{j}", s.name), "eth0".into());
         netns_new(s, &g.netns)?;
         let p = format!("p{j}");
         sh(&["ip", "-n", &h, "link", "add", &p, "mtu", &m, "type", "veth", "peer", "name", "eth0", "netns", &g.netns])?;

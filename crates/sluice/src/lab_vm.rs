@@ -470,6 +470,11 @@ pub fn choose_accel(want: Accel, img: &Image, dir: &Path) -> Result<Accel> {
     Ok(chosen)
 }
 
+/// The MAC address of the lab's VM with number `n` in the address table.
+pub fn mac(n: u32) -> String {
+    format!("52:54:00:77:00:{n:02x}")
+}
+
 /// What a VM is booted with.
 pub struct VmSpec<'a> {
     /// Name (the QEMU process's and the guest's hostname).
