@@ -6,6 +6,12 @@
 //! per-frame benchmark (`sluice bench vhost`); not a general virtio driver: single-buffer
 //! transmit chains, receive buffers of a fixed size, one queue pair or several (each with
 //! its own part of guest memory; [`Driver::select`] picks the one the calls use).
+//!
+//! It can also play a hostile guest: descriptors and chains of its own
+//! ([`Driver::write_desc`], [`Driver::offer_tx_chain`], [`Driver::offer_rx_chain`]), an
+//! available index anywhere ([`Driver::set_avail_idx`]), receive buffers of any size
+//! ([`Driver::post_rx_sized`]); and reset a ring as QEMU does when the guest resets its
+//! device ([`Driver::reset_ring`]).
 
 use std::fs::File;
 use std::io;
@@ -38,6 +44,10 @@ const TX_SLOTS: u16 = 64;
 pub const DESC_NEXT: u16 = 1;
 /// The device writes into this descriptor's buffer.
 pub const DESC_WRITE: u16 = 2;
+/// The descriptor's buffer is a table of descriptors (VIRTIO_RING_F_INDIRECT_DESC).
+pub const DESC_INDIRECT: u16 = 4;
+/// Guest memory no queue uses (2 MiB from here), for a test's own buffers and tables.
+pub const SPARE: u64 = MEM_BASE + 0x60_0000;
 
 fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
@@ -90,6 +100,10 @@ pub struct Driver {
     cur: usize,
     /// The features the driver accepted.
     pub features: u64,
+    /// The frontend's (this process's) address of guest memory's start.
+    host: u64,
+    /// Whether vhost-user's protocol features were accepted (rings are enabled by message).
+    protocol: bool,
 }
 
 fn guest_memory(size: usize) -> io::Result<GuestMemoryMmap> {
@@ -103,6 +117,31 @@ fn guest_memory(size: usize) -> io::Result<GuestMemoryMmap> {
     file.set_len(size as u64)?;
     GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(MEM_BASE), size, Some(FileOffset::new(file, 0)))])
         .map_err(|e| err("mapping guest memory", e))
+}
+
+/// Hands ring `q` (at `ring.base`) to the device: size, addresses, base 0, call, kick,
+/// enabled.
+fn set_up_ring(frontend: &mut Frontend, q: usize, ring: &Ring, host: u64, protocol: bool) -> io::Result<()> {
+    let p = |e: vhost::Error| err("vhost-user", e);
+    let to_host = |g: u64| host + (g - MEM_BASE);
+    frontend.set_vring_num(q, QUEUE_SIZE).map_err(p)?;
+    let cfg = VringConfigData {
+        queue_max_size: QUEUE_SIZE,
+        queue_size: QUEUE_SIZE,
+        flags: 0,
+        desc_table_addr: to_host(ring.base),
+        avail_ring_addr: to_host(ring.avail()),
+        used_ring_addr: to_host(ring.used()),
+        log_addr: None,
+    };
+    frontend.set_vring_addr(q, &cfg).map_err(p)?;
+    frontend.set_vring_base(q, 0).map_err(p)?;
+    frontend.set_vring_call(q, &ring.call).map_err(p)?;
+    frontend.set_vring_kick(q, &ring.kick).map_err(p)?;
+    if protocol {
+        frontend.set_vring_enable(q, true).map_err(p)?;
+    }
+    Ok(())
 }
 
 impl Driver {
@@ -171,32 +210,14 @@ impl Driver {
         frontend.set_mem_table(&[VhostUserMemoryRegionInfo::from_guest_region(region).map_err(p)?]).map_err(p)?;
         let mut rings = Vec::new();
         for q in 0..2 * pairs {
-            let base = MEM_BASE + PAIR_AREA * (q / 2) as u64 + RING_AREA * (q % 2) as u64;
-            let to_host = |g: u64| host + (g - MEM_BASE);
-            frontend.set_vring_num(q, QUEUE_SIZE).map_err(p)?;
-            let cfg = VringConfigData {
-                queue_max_size: QUEUE_SIZE,
-                queue_size: QUEUE_SIZE,
-                flags: 0,
-                desc_table_addr: to_host(base),
-                avail_ring_addr: to_host(base + 0x4000),
-                used_ring_addr: to_host(base + 0x8000),
-                log_addr: None,
-            };
-            frontend.set_vring_addr(q, &cfg).map_err(p)?;
-            frontend.set_vring_base(q, 0).map_err(p)?;
             let ring = Ring {
-                base,
+                base: MEM_BASE + PAIR_AREA * (q / 2) as u64 + RING_AREA * (q % 2) as u64,
                 next_avail: 0,
                 last_used: 0,
                 kick: EventFd::new(libc::EFD_NONBLOCK)?,
                 call: EventFd::new(libc::EFD_NONBLOCK)?,
             };
-            frontend.set_vring_call(q, &ring.call).map_err(p)?;
-            frontend.set_vring_kick(q, &ring.kick).map_err(p)?;
-            if protocol {
-                frontend.set_vring_enable(q, true).map_err(p)?;
-            }
+            set_up_ring(&mut frontend, q, &ring, host, protocol)?;
             rings.push(ring);
         }
         let mut list = Vec::new();
@@ -205,7 +226,7 @@ impl Driver {
             let area = MEM_BASE + PAIR_AREA * list.len() as u64;
             list.push(Pair { rx, tx, tx_free: (0..TX_SLOTS).rev().collect(), area });
         }
-        Ok(Driver { frontend, mem, pairs: list, cur: 0, features })
+        Ok(Driver { frontend, mem, pairs: list, cur: 0, features, host, protocol })
     }
 
     /// Makes the calls that follow use queue pair `k` (queues `2k` and `2k + 1`).
@@ -262,6 +283,74 @@ impl Driver {
         self.put_avail(true, head)
     }
 
+    /// Offers a chain whose head is receive descriptor `head` (written by the caller).
+    pub fn offer_rx_chain(&mut self, head: u16) -> io::Result<()> {
+        self.put_avail(false, head)
+    }
+
+    fn ring_mut(&mut self, transmit: bool) -> &mut Ring {
+        let pair = &mut self.pairs[self.cur];
+        if transmit { &mut pair.tx } else { &mut pair.rx }
+    }
+
+    /// The driver's available index of the transmit (`transmit`) or receive queue.
+    pub fn avail_idx(&mut self, transmit: bool) -> u16 {
+        self.ring_mut(transmit).next_avail
+    }
+
+    /// Writes `idx` as the queue's available index, whatever the entries say (a hostile
+    /// guest), and kicks. The driver's own count stays as it was.
+    pub fn set_avail_idx(&mut self, transmit: bool, idx: u16) -> io::Result<()> {
+        let at = GuestAddress(self.ring_mut(transmit).avail() + 2);
+        self.mem.write_obj(idx, at).map_err(|e| err("avail ring", e))?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.kick(transmit)
+    }
+
+    /// Kicks the device for the transmit (`transmit`) or receive queue.
+    pub fn kick(&mut self, transmit: bool) -> io::Result<()> {
+        self.ring_mut(transmit).kick.write(1).map_err(|e| err("kick", e))
+    }
+
+    /// The receive queue's used index (chains the device returned, ever).
+    pub fn rx_used(&self) -> io::Result<u16> {
+        self.mem.read_obj(GuestAddress(self.pairs[self.cur].rx.used() + 2)).map_err(|e| err("used ring", e))
+    }
+
+    /// Posts up to `n` receive buffers of `size` bytes (at most [`RX_BUF_SIZE`]; a guest
+    /// with tiny buffers); returns how many.
+    pub fn post_rx_sized(&mut self, n: u16, size: u32) -> io::Result<u16> {
+        let size = size.min(RX_BUF_SIZE);
+        let room = QUEUE_SIZE - self.pairs[self.cur].rx.next_avail.wrapping_sub(self.pairs[self.cur].rx.last_used);
+        let n = n.min(room);
+        for _ in 0..n {
+            let i = self.pairs[self.cur].rx.next_avail % QUEUE_SIZE;
+            let buf = self.pairs[self.cur].area + RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i);
+            self.write_desc(false, i, buf, size, DESC_WRITE, 0)?;
+            self.put_avail(false, i)?;
+        }
+        Ok(n)
+    }
+
+    /// Stops the transmit (`transmit`) or receive queue and sets it up again from scratch,
+    /// as QEMU does when the guest resets its network device: the device forgets what it
+    /// found wrong with the ring.
+    pub fn reset_ring(&mut self, transmit: bool) -> io::Result<()> {
+        let q = 2 * self.cur + usize::from(transmit);
+        self.frontend.get_vring_base(q).map_err(|e| err("vhost-user", e))?;
+        let base = self.ring_mut(transmit).base;
+        // Descriptors, avail and used rings: all zero, as a fresh driver leaves them.
+        self.mem.write_slice(&vec![0u8; RING_AREA as usize], GuestAddress(base)).map_err(|e| err("ring", e))?;
+        let r = self.ring_mut(transmit);
+        (r.next_avail, r.last_used) = (0, 0);
+        if transmit {
+            self.pairs[self.cur].tx_free = (0..TX_SLOTS).rev().collect();
+        }
+        let (host, protocol) = (self.host, self.protocol);
+        let pair = &self.pairs[self.cur];
+        set_up_ring(&mut self.frontend, q, if transmit { &pair.tx } else { &pair.rx }, host, protocol)
+    }
+
     /// Queues one frame (`header` then `frame`, in one buffer) for the device to take.
     /// False when every transmit slot is in flight.
     pub fn send(&mut self, header: &[u8; 12], frame: &[u8]) -> io::Result<bool> {
@@ -304,15 +393,7 @@ impl Driver {
     /// Posts up to `n` receive buffers of [`RX_BUF_SIZE`] bytes (never more than the
     /// queue's size in flight); returns how many.
     pub fn post_rx(&mut self, n: u16) -> io::Result<u16> {
-        let room = QUEUE_SIZE - self.pairs[self.cur].rx.next_avail.wrapping_sub(self.pairs[self.cur].rx.last_used);
-        let n = n.min(room);
-        for _ in 0..n {
-            let i = self.pairs[self.cur].rx.next_avail % QUEUE_SIZE;
-            let buf = self.pairs[self.cur].area + RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(i);
-            self.write_desc(false, i, buf, RX_BUF_SIZE, DESC_WRITE, 0)?;
-            self.put_avail(false, i)?;
-        }
-        Ok(n)
+        self.post_rx_sized(n, RX_BUF_SIZE)
     }
 
     /// Posts receive buffers up to a full queue.
@@ -335,6 +416,12 @@ impl Driver {
             Ok((id, len))
         };
         let (id, len) = entry(self.pairs[self.cur].rx.last_used)?;
+        if len == 0 {
+            // A buffer the device returned empty (it refused the chain): nothing to read,
+            // as Linux drops such a buffer.
+            self.pairs[self.cur].rx.last_used = self.pairs[self.cur].rx.last_used.wrapping_add(1);
+            return Ok(Some(Received { header: [0; 12], frame: Vec::new() }));
+        }
         let area = self.pairs[self.cur].area;
         let buf = |id: u32| area + RX_BUFS + u64::from(RX_BUF_SIZE) * u64::from(id % u32::from(QUEUE_SIZE));
         let mut header = [0u8; 12];
