@@ -14,25 +14,38 @@ use sluice_vhost::driver::Driver;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A switch with TAP guest `g1` (10.79.0.1) and vhost-user ports `vm1`… whose sockets are
-/// in the test's directory.
+/// A switch with TAP guests `g1`… (10.79.0.1…) and vhost-user ports `vm1`… whose sockets
+/// are in the test's directory.
 struct Switch {
     name: String,
+    /// The first TAP guest's namespace.
     ns: String,
+    /// Every TAP guest's namespace.
+    guests: Vec<String>,
     child: Child,
     dir: PathBuf,
 }
 
 impl Switch {
     fn new(tag: &str, extra: &str, vms: usize) -> Switch {
+        Switch::with(tag, extra, 1, vms)
+    }
+
+    fn with(tag: &str, extra: &str, taps: usize, vms: usize) -> Switch {
         init();
         let name = unique(tag);
         let dir = std::env::temp_dir().join(format!("sluice-vhost-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let ns = format!("{name}g1");
-        sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
-        ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
-        let mut cfg = format!("name = \"{name}\"\n{extra}\n[[port]]\nname = \"{name}t1\"\nnetns = \"{ns}\"\n");
+        let mut cfg = format!("name = \"{name}\"\n{extra}\n");
+        let mut guests = vec![];
+        for k in 1..=taps {
+            let ns = format!("{name}g{k}");
+            sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+            ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
+            cfg.push_str(&format!("[[port]]\nname = \"{name}t{k}\"\nnetns = \"{ns}\"\n"));
+            guests.push(ns);
+        }
+        let ns = guests[0].clone();
         for k in 1..=vms {
             cfg.push_str(&format!(
                 "[[port]]\nname = \"vm{k}\"\ntype = \"vhost-user\"\nsocket = \"{}\"\n",
@@ -49,13 +62,16 @@ impl Switch {
             .stderr(log)
             .spawn()
             .unwrap();
-        let sw = Switch { name, ns, child, dir };
+        let sw = Switch { name, ns, guests, child, dir };
         assert!(
             wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
             "switch did not start: {}",
             sw.log()
         );
-        ns_ok(&sw.ns, &format!("ip link set {}t1 up && ip addr add 10.79.0.1/24 dev {}t1", sw.name, sw.name));
+        for (k, ns) in sw.guests.iter().enumerate() {
+            let t = format!("{}t{}", sw.name, k + 1);
+            ns_ok(ns, &format!("ip link set {t} up && ip addr add 10.79.0.{}/24 dev {t}", k + 1));
+        }
         sw
     }
 
@@ -82,7 +98,9 @@ impl Drop for Switch {
         wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        for ns in &self.guests {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -290,4 +308,109 @@ fn lossless_incast_of_two_guests_into_a_slow_one_loses_nothing() {
     }
     let held = sw.port(&s, "vm1")["counters"]["rx_frames"].as_u64().unwrap();
     assert!(held >= u64::from(N), "{held}");
+}
+
+/// Runs `sluice args`, failing the test if it has not answered within `secs` (a bound to
+/// detect a switch that no longer answers, not a timing).
+fn sluice_within(secs: u64, args: &[&str]) -> String {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let answered = wait_for(secs, || c.try_wait().is_ok_and(|s| s.is_some()));
+    if !answered {
+        let _ = c.kill();
+    }
+    let o = c.wait_with_output().unwrap();
+    assert!(answered, "`sluice {args:?}` did not answer within {secs} s");
+    assert!(o.status.success(), "sluice {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Namespace guest 1 pings guest 2 through the switch.
+fn pings(sw: &Switch) {
+    let o = ns_sh(&sw.guests[0], "ping -c 5 -i 0.2 -w 20 10.79.0.2");
+    assert!(
+        o.status.success(),
+        "guest 1 no longer reaches guest 2: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        sw.log()
+    );
+}
+
+/// A VM-less guest that breaks its receive ring (an available index far ahead, while
+/// frames are flooded to it) and then its transmit ring harms no one else: two namespace
+/// guests keep pinging each other, `port list` and `stats` answer and show the broken
+/// queues, the log says it once, and the switch stops when asked. Setting the ring up
+/// again (the VM resetting its device) brings frames to the guest again.
+#[test]
+fn a_guest_that_breaks_its_rings_harms_no_one_else() {
+    if !root() {
+        return;
+    }
+    let sw = Switch::with("vhbad", "", 2, 1);
+    let mut d = connect(&sw, 1);
+    d.fill_rx().unwrap();
+    pings(&sw);
+
+    let bogus = d.avail_idx(false).wrapping_add(1000);
+    d.set_avail_idx(false, bogus).unwrap();
+    // Datagrams to a station the switch does not know: flooded to every port, vm1 too.
+    let t1 = format!("{}t1", sw.name);
+    ns_ok(&sw.guests[0], &format!("ip neigh replace 10.79.0.200 lladdr 02:99:00:00:00:01 dev {t1}"));
+    let flood = "timeout 60 /usr/bin/python3 -c \"import socket,time\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor n in range(100000):\n  s.sendto(b'x'*1000, ('10.79.0.200', 9999))\n  n % 10 == 0 and time.sleep(0.01)\"";
+    let mut flooding = ns_spawn(&sw.guests[0], flood);
+    pings(&sw);
+    let list = sluice_within(20, &["port", "list", "--switch", &sw.name]);
+    assert!(list.contains("receive queue 0 BROKEN"), "{list}");
+    sluice_within(20, &["stats", "--switch", &sw.name]);
+
+    // The transmit ring too: its index far ahead, kicked.
+    let bogus = d.avail_idx(true).wrapping_add(1000);
+    d.set_avail_idx(true, bogus).unwrap();
+    pings(&sw);
+    assert!(
+        wait_for(20, || sluice_within(20, &["port", "list", "--switch", &sw.name]).contains("transmit queue 0 BROKEN")),
+        "the transmit queue was not shown broken: {}",
+        sluice_within(20, &["port", "list", "--switch", &sw.name])
+    );
+    let _ = flooding.kill();
+    let _ = flooding.wait();
+    let s = sw.stats();
+    assert!(sw.port(&s, "vm1")["device_drops"]["to_guest"].as_u64().unwrap() > 0, "{}", sw.port(&s, "vm1"));
+
+    // The VM resets its device: QEMU sets both rings up again; floods reach it again.
+    d.reset_ring(false).unwrap();
+    d.reset_ring(true).unwrap();
+    d.fill_rx().unwrap();
+    assert!(
+        wait_for(20, || !sluice_within(20, &["port", "list", "--switch", &sw.name]).contains("BROKEN")),
+        "the rings set up again are still shown broken"
+    );
+    ns_ok(
+        &sw.guests[0],
+        "/usr/bin/python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'y'*500, ('10.79.0.200', 9999))\"",
+    );
+    let until = Instant::now() + WAIT;
+    loop {
+        let r = d.recv_wait(until.saturating_duration_since(Instant::now())).unwrap();
+        let r = r.expect("no flooded frame reached the guest after it set its rings up again");
+        if r.frame.len() == 14 + 20 + 8 + 500 {
+            break;
+        }
+    }
+    pings(&sw);
+
+    // The log says it once (at most once a minute per port), not per frame or kick.
+    let log = sw.log();
+    let about: Vec<&str> = log.lines().filter(|l| l.contains("broke its") || l.contains("Iterator")).collect();
+    assert!(!about.is_empty() && about.len() <= 2, "{} lines about the broken rings:\n{log}", about.len());
+    assert!(log.lines().count() < 100, "the log grew to {} lines:\n{log}", log.lines().count());
+
+    sluice_within(30, &["switch", "stop", "--switch", &sw.name]);
+    let mut sw = sw;
+    assert!(wait_for(30, || sw.child.try_wait().is_ok_and(|s| s.is_some())), "the switch did not stop");
 }

@@ -92,6 +92,7 @@ impl NetHandler {
             v.set_enabled(false);
             v.set_kick(None);
             v.set_call(None);
+            self.shared.ring_set_up(i);
         }
         self.shared.nudge();
     }
@@ -171,6 +172,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
             return Err(VuError::InvalidParam);
         }
         self.vring(index)?.set_queue_size(num as u16);
+        self.shared.ring_set_up(index as usize);
         Ok(())
     }
 
@@ -190,6 +192,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         if let Ok(idx) = v.queue_used_idx() {
             v.set_queue_next_used(idx);
         }
+        self.shared.ring_set_up(index as usize);
         Ok(())
     }
 
@@ -197,6 +200,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         let v = self.vring(index)?;
         v.set_queue_next_avail(base as u16);
         v.set_queue_next_used(base as u16);
+        self.shared.ring_set_up(index as usize);
         Ok(())
     }
 
@@ -207,6 +211,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         self.forget_kick(index as usize);
         v.set_kick(None);
         v.set_call(None);
+        self.shared.ring_set_up(index as usize);
         self.shared.nudge();
         Ok(VhostUserVringState::new(index, u32::from(v.queue_next_avail())))
     }
@@ -222,7 +227,9 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         if let Some(k) = v.get_ref().get_kick() {
             self.shared.watch_kick(i, k.as_raw_fd()).map_err(VuError::ReqHandlerError)?;
         }
-        // The ring starts on its kick; without protocol features it is enabled already.
+        // The ring starts on its kick (a fresh set-up for the port: counted before the ring
+        // is ready); without protocol features it is enabled already.
+        self.shared.ring_set_up(i);
         v.set_queue_ready(true);
         if self.acked & VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits() == 0 {
             v.set_enabled(true);

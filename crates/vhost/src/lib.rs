@@ -7,6 +7,7 @@
 //!   reconnection;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
+//! - `ring`: the split virtqueue walked with every index checked, the bounds on chains;
 //! - [`driver`]: a guest's side without a VM, for the tests and the per-frame benchmark.
 
 pub mod backend;
@@ -14,9 +15,11 @@ pub mod driver;
 mod handler;
 mod peer;
 pub mod port;
+mod ring;
 pub mod serve;
 mod shim;
 
 pub use backend::{MAX_QUEUE_PAIRS, MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES, RX_QUEUE, TX_QUEUE};
 pub use port::{PortCounts, VhostUserPort};
+pub use ring::{MAX_CHAIN_DESCRIPTORS, MAX_FRAME_CHAINS};
 pub use serve::{Role, open};

@@ -1,21 +1,33 @@
 //! The switch's side of a vhost-user port: frames taken from the guest's transmit queues
 //! and written into its receive queues, on the datapath thread.
 //!
-//! What the guest writes into its queues is hostile input. Every byte moves through
-//! `vm-memory`'s checked accessors (an address outside the guest's memory is an error,
-//! never a read of sluice's own), a chain is at most as long as its queue (virtio-queue's
-//! iterator stops there, so a loop of descriptors ends), a transmit chain holding a
-//! write-only descriptor or more bytes than a frame may have is returned used and counted,
-//! and a receive chain the guest marked read-only loses only the frame written into it.
+//! What the guest writes into its queues is hostile input. The rings are walked by
+//! [`crate::ring`]: every index checked, every byte moved through `vm-memory`'s checked
+//! accessors (an address outside the guest's memory is an error, never a read of sluice's
+//! own). A ring that lies (an available index too far ahead, a descriptor index outside
+//! the table) breaks only its queue: counted, logged at most once a minute, never read or
+//! written again until the frontend sets it up anew, shown by `link_state`. A chain that is
+//! indirect, longer than `MAX_CHAIN_DESCRIPTORS`, holds a write-only descriptor (transmit)
+//! or more bytes than a frame may have is returned used and counted; a receive chain the
+//! guest marked read-only loses only the frame written into it; a frame that would take
+//! more than `MAX_FRAME_CHAINS` receive chains is dropped and its chains returned empty.
+//!
+//! Work per call is bounded whatever the guest wrote: `recv` takes at most one chain (of at
+//! most 64 descriptors and one frame's bytes) and looks at each transmit queue at most
+//! twice; `send` writes at most 64 chains per frame (or segment) and looks at a receive
+//! queue found full again only when the guest moved its available index. How many calls a
+//! port gets per turn of the event loop is the switch's `batch`.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sluice_switch::port::DeviceDrops;
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::{VNET_HDR_LEN, VnetHdr};
+use tracing::warn;
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
@@ -25,6 +37,9 @@ use virtio_queue::QueueT;
 use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
+
+use crate::backend::NUM_QUEUES;
+use crate::ring::{self, Broken, Cursor, Fault, MAX_FRAME_CHAINS, Refused};
 
 /// A connected frontend's queues and memory, as the port uses them.
 pub(crate) struct Link {
@@ -61,6 +76,9 @@ pub struct Shared {
     /// Counts changes of the rings' state (set up, enabled, stopped): the datapath
     /// recounts the queue pairs in use when it moves.
     rings_changed: AtomicU64,
+    /// Per ring, counts the frontend's set-ups of it (its size, addresses, base, kick, a
+    /// stop): a queue broken by its guest is looked at again once its count moved.
+    ring_setups: [AtomicU64; NUM_QUEUES],
     pub(crate) stop: AtomicBool,
     state: Mutex<String>,
     /// The connection, to end it when the port goes.
@@ -89,6 +107,7 @@ impl Shared {
             link: Mutex::new(None),
             generation: AtomicU64::new(0),
             rings_changed: AtomicU64::new(0),
+            ring_setups: std::array::from_fn(|_| AtomicU64::new(0)),
             stop: AtomicBool::new(false),
             state: Mutex::new(String::new()),
             conn: Mutex::new(None),
@@ -115,6 +134,14 @@ impl Shared {
         self.rings_changed.fetch_add(1, Ordering::AcqRel);
         let _ = self.frames_nudge.write(1);
         let _ = self.room_nudge.write(1);
+    }
+
+    /// The frontend set ring `index` up (again): whatever the port found wrong with the
+    /// guest's use of it is forgotten.
+    pub(crate) fn ring_set_up(&self, index: usize) {
+        if let Some(c) = self.ring_setups.get(index) {
+            c.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Empties one wait set: its nudge and its rings' kicks.
@@ -196,6 +223,8 @@ enum Bad {
     TooLong(usize),
     Short,
     Memory(GuestAddress),
+    Refused(Refused),
+    SmallBuffers(usize),
 }
 
 impl std::fmt::Display for Bad {
@@ -206,6 +235,16 @@ impl std::fmt::Display for Bad {
             Bad::TooLong(n) => write!(f, "the guest's transmit chain holds more than {n} bytes"),
             Bad::Short => write!(f, "the guest's transmit chain is shorter than the virtio-net header"),
             Bad::Memory(a) => write!(f, "the guest's descriptor points outside its memory (0x{:x})", a.raw_value()),
+            Bad::Refused(Refused::Indirect) => {
+                write!(f, "the guest's chain holds an indirect descriptor, a feature the device does not offer")
+            }
+            Bad::Refused(Refused::TooLong) => {
+                write!(f, "the guest's chain has more than {} descriptors", ring::MAX_CHAIN_DESCRIPTORS)
+            }
+            Bad::SmallBuffers(n) => write!(
+                f,
+                "the guest's receive buffers are too small: a frame of {n} bytes would take more than {MAX_FRAME_CHAINS} of them"
+            ),
         }
     }
 }
@@ -213,18 +252,50 @@ impl std::fmt::Display for Bad {
 /// Counts kept by the port itself, beside the switch's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortCounts {
-    /// Transmit chains refused (returned to the guest used, with length 0).
+    /// Transmit chains refused (returned to the guest used, with length 0), whatever the
+    /// reason.
     pub bad_tx_chains: u64,
-    /// Receive buffers refused (the frame written into them lost).
+    /// Frames lost to receive chains refused (read-only, outside memory, indirect, too
+    /// many descriptors; the chains returned empty).
     pub bad_rx_buffers: u64,
     /// Segments of a frame cut for a guest without offloads that found no buffer.
     pub segments_lost: u64,
     /// Frames offered while no guest was connected.
     pub no_link: u64,
+    /// Chains refused for an indirect descriptor (either direction).
+    pub indirect_chains: u64,
+    /// Chains refused for more than `MAX_CHAIN_DESCRIPTORS` descriptors (either direction).
+    pub long_chains: u64,
+    /// Zero-length descriptors seen (each counts toward its chain's bound).
+    pub zero_length_descriptors: u64,
+    /// Frames into the guest dropped because they would take more than `MAX_FRAME_CHAINS`
+    /// of its receive buffers (the chains returned empty).
+    pub small_buffers: u64,
+    /// Queues found broken (an available index too far ahead, a descriptor index outside
+    /// the table, a ring outside the guest's memory).
+    pub broken_queues: u64,
+    /// Frames into the guest dropped because its receive queues are broken.
+    pub to_broken_queue: u64,
+}
+
+/// What the port logs, each at most once a minute.
+#[derive(Clone, Copy)]
+enum Cause {
+    Broken = 0,
+    Refused = 1,
+    SmallBuffers = 2,
+}
+
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// "receive queue 0", "transmit queue 1": queue `q` as the guest's driver numbers them.
+fn queue_name(q: usize) -> String {
+    format!("{} queue {}", if q % 2 == 1 { "transmit" } else { "receive" }, q / 2)
 }
 
 /// A vhost-user port: a VM's virtio-net queues, attached to the switch.
 pub struct VhostUserPort {
+    name: String,
     shared: Arc<Shared>,
     generation: u64,
     link: Option<Arc<Link>>,
@@ -232,6 +303,10 @@ pub struct VhostUserPort {
     pairs: (u64, usize),
     next_tx: usize,
     offload: bool,
+    /// Each queue's state beside virtio-queue's: broken, full, the index last read.
+    rings: [Cursor; NUM_QUEUES],
+    /// When each [`Cause`] was last logged.
+    logged: [Option<Instant>; 3],
     /// Chains taken for the frame being written: (head, bytes written).
     used: Vec<(u16, u32)>,
     /// Contiguous copy of a frame and its segments, for guests without offloads.
@@ -246,21 +321,26 @@ pub struct VhostUserPort {
 }
 
 impl VhostUserPort {
-    /// A port over `shared`, served by the thread `serving` (joined when the port goes).
+    /// A port named `name` over `shared`, served by the thread `serving` (joined when the
+    /// port goes).
     pub(crate) fn new(
+        name: &str,
         shared: Arc<Shared>,
         offload: bool,
         serving: Option<std::thread::JoinHandle<()>>,
         socket: Option<std::path::PathBuf>,
     ) -> Self {
         VhostUserPort {
+            name: name.to_string(),
             shared,
             generation: u64::MAX,
             link: None,
             pairs: (u64::MAX, 0),
             next_tx: 0,
             offload,
-            used: Vec::with_capacity(64),
+            rings: [Cursor::new(u64::MAX); NUM_QUEUES],
+            logged: [None; 3],
+            used: Vec::with_capacity(MAX_FRAME_CHAINS),
             whole: Vec::new(),
             scratch: Vec::new(),
             segs: Vec::new(),
@@ -293,6 +373,14 @@ impl VhostUserPort {
     /// The port's own counts.
     pub fn counts(&self) -> PortCounts {
         self.counts
+    }
+
+    /// Why queue `q` (receive queue of pair `k` at `2k`, transmit at `2k + 1`) is broken,
+    /// if its guest broke it and the frontend has not set it up since.
+    pub fn broken(&self, q: usize) -> Option<String> {
+        let c = self.rings.get(q)?;
+        let b = c.broken?;
+        (c.setup == self.shared.ring_setups[q].load(Ordering::Acquire)).then(|| b.to_string())
     }
 
     /// Whether a guest is connected with its first receive queue set up and enabled: what
@@ -330,46 +418,132 @@ impl VhostUserPort {
         if g != self.generation {
             self.link = self.shared.link.lock().unwrap_or_else(|p| p.into_inner()).clone();
             self.generation = g;
+            // A new connection: every queue starts afresh.
+            self.rings = [Cursor::new(u64::MAX); NUM_QUEUES];
         }
     }
 
-    /// Takes one chain from transmit queue `q` into `buf`; `None` when it has none.
+    /// Starts queue `q`'s state afresh when the frontend set the ring up since it was made.
+    fn sync(&mut self, q: usize) {
+        let setup = self.shared.ring_setups[q].load(Ordering::Acquire);
+        if self.rings[q].setup != setup {
+            self.rings[q] = Cursor::new(setup);
+        }
+    }
+
+    /// Whether a [`Cause`] may be logged now (at most once a minute per port).
+    fn may_log(&mut self, cause: Cause) -> bool {
+        let now = Instant::now();
+        let last = &mut self.logged[cause as usize];
+        if last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
+    /// Marks queue `q` broken: it is not read or written again until the frontend sets
+    /// it up anew.
+    fn break_queue(&mut self, q: usize, why: Broken) {
+        self.rings[q].broken = Some(why);
+        self.counts.broken_queues += 1;
+        if self.may_log(Cause::Broken) {
+            warn!(
+                port = %self.name,
+                "vhost-user: the guest broke its {}: {why}; the switch no longer reads or writes that queue until the VM resets its network device (reboot it, or reload its virtio-net driver)",
+                queue_name(q)
+            );
+        }
+    }
+
+    /// Counts (and logs, at most once a minute) a chain of queue `q` refused as `r`.
+    fn refuse(&mut self, q: usize, r: Refused) {
+        match r {
+            Refused::Indirect => self.counts.indirect_chains += 1,
+            Refused::TooLong => self.counts.long_chains += 1,
+        }
+        if self.may_log(Cause::Refused) {
+            warn!(
+                port = %self.name,
+                "vhost-user: refused a chain of the guest's {}: {} (counted in `sluice port list`; the guest's driver is not a standard virtio-net driver)",
+                queue_name(q),
+                Bad::Refused(r)
+            );
+        }
+    }
+
+    /// A frame for broken receive queue `q` is dropped.
+    fn drop_for_broken(&mut self, q: usize) -> PortError {
+        self.counts.to_broken_queue += 1;
+        let why = self.rings[q].broken.map(|b| b.to_string()).unwrap_or_default();
+        PortError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the guest broke its {} ({why}); the VM must reset its network device", queue_name(q)),
+        ))
+    }
+
+    /// Takes one chain from transmit queue `q` into `buf`; `None` when it has none (or
+    /// is broken).
     fn pop_tx(&mut self, link: &Link, q: usize, buf: &mut [u8], hdr: usize) -> Option<Result<usize, Bad>> {
         let vr = &link.vrings[q];
         let mut st = vr.get_mut();
         if !st.get_queue().ready() || !st.is_enabled() {
             return None;
         }
+        self.sync(q);
+        if self.rings[q].broken.is_some() {
+            return None;
+        }
         let mem = link.mem.memory();
-        let chain = st.get_queue_mut().pop_descriptor_chain(&*mem)?;
-        let head = chain.head_index();
+        let head = match self.rings[q].next_head(&*mem, st.get_queue_mut()) {
+            Ok(Some(h)) => h,
+            Ok(None) => return None,
+            Err(b) => {
+                self.break_queue(q, b);
+                return None;
+            }
+        };
         // The header lands so that the frame starts at buf[VNET_HDR_LEN] either way.
         let skew = VNET_HDR_LEN - hdr;
         let mut off = skew;
         let mut res = Ok(());
-        for d in chain {
-            if d.is_write_only() {
+        let w = ring::walk(&*mem, st.get_queue(), head, |d| {
+            if d.write {
                 res = Err(Bad::WriteOnly);
-                break;
+                return false;
             }
-            let end = match off.checked_add(d.len() as usize) {
+            let end = match off.checked_add(d.len as usize) {
                 Some(e) if e <= buf.len() => e,
                 _ => {
                     res = Err(Bad::TooLong(buf.len() - VNET_HDR_LEN));
-                    break;
+                    return false;
                 }
             };
-            if mem.read_slice(&mut buf[off..end], d.addr()).is_err() {
-                res = Err(Bad::Memory(d.addr()));
-                break;
+            if mem.read_slice(&mut buf[off..end], d.addr).is_err() {
+                res = Err(Bad::Memory(d.addr));
+                return false;
             }
             off = end;
+            true
+        });
+        self.counts.zero_length_descriptors += w.zero_length as u64;
+        match w.fault {
+            Some(Fault::Broken(b)) => {
+                self.break_queue(q, b);
+                return None;
+            }
+            Some(Fault::Refused(r)) => {
+                self.refuse(q, r);
+                res = Err(Bad::Refused(r));
+            }
+            None => {}
         }
         if res.is_ok() && off < VNET_HDR_LEN {
             res = Err(Bad::Short);
         }
-        let _ = st.add_used(head, 0);
-        if st.needs_notification().unwrap_or(true) {
+        let queue = st.get_queue_mut();
+        let _ = queue.add_used(&*mem, head, 0);
+        if queue.needs_notification(&*mem).unwrap_or(true) {
             let _ = st.signal_used_queue();
         }
         Some(res.map(|()| {
@@ -384,14 +558,25 @@ impl VhostUserPort {
 
     /// Rearms the guest's kicks on every transmit queue; true if frames arrived meanwhile.
     /// The port's frames descriptor is readable whenever frames may wait: a guest's kick
-    /// or the port's own nudge, drained only here, when the rings were found empty.
-    fn rearm_tx(&self, link: &Link) -> bool {
+    /// or the port's own nudge, drained only here, when the rings were found empty. A
+    /// broken queue is not rearmed, and its kicks are drained with the others.
+    fn rearm_tx(&mut self, link: &Link) -> bool {
         self.shared.drain(true, Some(link));
+        let mem = link.mem.memory();
         let mut more = false;
         for q in (1..link.vrings.len()).step_by(2) {
             let mut st = link.vrings[q].get_mut();
-            if st.get_queue().ready() && st.is_enabled() {
-                more |= st.enable_notification().unwrap_or(false);
+            if !st.get_queue().ready() || !st.is_enabled() {
+                continue;
+            }
+            self.sync(q);
+            if self.rings[q].broken.is_some() {
+                continue;
+            }
+            let _ = st.get_queue_mut().enable_notification(&*mem);
+            match self.rings[q].look(&*mem, st.get_queue()) {
+                Ok(avail) => more |= avail != st.get_queue().next_avail(),
+                Err(b) => self.break_queue(q, b),
             }
         }
         if more {
@@ -406,7 +591,8 @@ impl VhostUserPort {
     }
 
     /// Writes `parts` (header first) into receive queue `q`, over as many chains as
-    /// mergeable buffers allow. `Full` leaves the queue as it was.
+    /// mergeable buffers allow (at most `MAX_FRAME_CHAINS`). `Full` leaves the queue as it
+    /// was, and the queue is not walked again until the guest moves its available index.
     fn write_rx(&mut self, link: &Link, q: usize, parts: &[&[u8]], features: u64) -> Result<TxOutcome, PortError> {
         let mrg = features & bit(VIRTIO_NET_F_MRG_RXBUF) != 0;
         let hdr = header_len(features);
@@ -417,40 +603,77 @@ impl VhostUserPort {
             self.counts.no_link += 1;
             return Err(link_down("the guest has not set up its receive queue"));
         }
+        self.sync(q);
+        if self.rings[q].broken.is_some() {
+            return Err(self.drop_for_broken(q));
+        }
         let mem = link.mem.memory();
+        if let Some(at) = self.rings[q].full_at {
+            let mut moved = self.rings[q].look(&*mem, st.get_queue()).map(|a| a != at);
+            if moved == Ok(false) {
+                // A kick without new buffers: drained, the kick asked for again at the
+                // same entry, and one more look (buffers posted meanwhile count).
+                drop(st);
+                self.shared.drain(false, Some(link));
+                st = vr.get_mut();
+                Cursor::ask_kick_at(&*mem, st.get_queue_mut(), at);
+                moved = self.rings[q].look(&*mem, st.get_queue()).map(|a| a != at);
+            }
+            match moved {
+                Ok(false) => return Ok(TxOutcome::Full),
+                Ok(true) => self.rings[q].full_at = None,
+                Err(b) => {
+                    self.break_queue(q, b);
+                    return Err(self.drop_for_broken(q));
+                }
+            }
+        }
         let start = st.get_queue().next_avail();
         self.used.clear();
         let (mut pi, mut po, mut pos) = (0usize, 0usize, 0usize);
         let mut nb_at: [Option<GuestAddress>; 2] = [None, None];
         let mut bad = None;
         while pos < total {
-            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(&*mem) else {
+            if self.used.len() == MAX_FRAME_CHAINS {
+                bad = Some(Bad::SmallBuffers(total - hdr));
+                break;
+            }
+            let mut next = self.rings[q].next_head(&*mem, st.get_queue_mut());
+            if next == Ok(None) {
                 // Out of buffers: ask for a kick at the ring's current end, and look once
                 // more (buffers posted meanwhile, whose kick the drain may have eaten, are
-                // taken now). Each round takes at least one chain, so this ends.
+                // taken now).
                 drop(st);
                 self.shared.drain(false, Some(link));
                 st = vr.get_mut();
-                if st.enable_notification().unwrap_or(false) {
-                    continue;
+                let _ = st.get_queue_mut().enable_notification(&*mem);
+                next = self.rings[q].next_head(&*mem, st.get_queue_mut());
+            }
+            let head = match next {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    st.get_queue_mut().set_next_avail(start);
+                    self.rings[q].full_at = self.rings[q].seen();
+                    return Ok(TxOutcome::Full);
                 }
-                st.get_queue_mut().set_next_avail(start);
-                return Ok(TxOutcome::Full);
+                Err(b) => {
+                    self.break_queue(q, b);
+                    return Err(self.drop_for_broken(q));
+                }
             };
-            let head = chain.head_index();
             let mut written = 0u32;
-            for d in chain {
-                if !d.is_write_only() {
+            let w = ring::walk(&*mem, st.get_queue(), head, |d| {
+                if !d.write {
                     bad = Some(Bad::ReadOnly);
-                    break;
+                    return false;
                 }
-                let (mut at, mut room) = (d.addr(), d.len() as usize);
+                let (mut at, mut room) = (d.addr, d.len as usize);
                 while room > 0 && pos < total {
                     let part = parts[pi];
                     let n = (part.len() - po).min(room);
                     if mem.write_slice(&part[po..po + n], at).is_err() {
                         bad = Some(Bad::Memory(at));
-                        break;
+                        return false;
                     }
                     for (k, b) in [10usize, 11].into_iter().enumerate() {
                         if hdr == VNET_HDR_LEN && (pos..pos + n).contains(&b) {
@@ -463,9 +686,19 @@ impl VhostUserPort {
                         (pi, po) = (pi + 1, 0);
                     }
                 }
-                if bad.is_some() || pos == total {
-                    break;
+                pos < total
+            });
+            self.counts.zero_length_descriptors += w.zero_length as u64;
+            match w.fault {
+                Some(Fault::Broken(b)) => {
+                    self.break_queue(q, b);
+                    return Err(self.drop_for_broken(q));
                 }
+                Some(Fault::Refused(r)) => {
+                    self.refuse(q, r);
+                    bad = Some(Bad::Refused(r));
+                }
+                None => {}
             }
             self.used.push((head, written));
             if bad.is_some() {
@@ -476,18 +709,23 @@ impl VhostUserPort {
                 bad = Some(Bad::TooLong(written as usize));
                 break;
             }
-            if self.used.len() > usize::from(st.get_queue().size()) {
-                break; // cannot happen with a sane queue; bounds the loop regardless
-            }
         }
+        let queue = st.get_queue_mut();
         if let Some(b) = bad {
             // The buffers taken go back empty; the frame is lost.
             for &(h, _) in &self.used {
-                let _ = st.add_used(h, 0);
+                let _ = queue.add_used(&*mem, h, 0);
             }
-            self.counts.bad_rx_buffers += 1;
-            if st.needs_notification().unwrap_or(true) {
+            if queue.needs_notification(&*mem).unwrap_or(true) {
                 let _ = st.signal_used_queue();
+            }
+            if let Bad::SmallBuffers(_) = b {
+                self.counts.small_buffers += 1;
+                if self.may_log(Cause::SmallBuffers) {
+                    warn!(port = %self.name, "vhost-user: dropped a frame for the guest's {}: {b}", queue_name(q));
+                }
+            } else {
+                self.counts.bad_rx_buffers += 1;
             }
             return Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())));
         }
@@ -500,9 +738,9 @@ impl VhostUserPort {
             }
         }
         for &(h, len) in &self.used {
-            let _ = st.add_used(h, len);
+            let _ = queue.add_used(&*mem, h, len);
         }
-        if st.needs_notification().unwrap_or(true) {
+        if queue.needs_notification(&*mem).unwrap_or(true) {
             let _ = st.signal_used_queue();
         }
         Ok(TxOutcome::Sent)
@@ -557,6 +795,7 @@ impl VhostUserPort {
         (self.segs, self.seg_ends) = (segs, ends);
         out
     }
+
     /// Takes one frame from the guest's transmit rings, in turn.
     fn recv_from(&mut self, link: &Link, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         let hdr = header_len(self.shared.acked());
@@ -590,7 +829,19 @@ impl VhostUserPort {
         let features = self.shared.acked();
         // The pairs the guest uses share the conversations: its first ones, enabled (Linux
         // enables one per vCPU, `ethtool -L` changes it; QEMU's `queues=` caps it).
-        let q = 2 * pair_for(f.macs, self.pairs_of(link).max(1));
+        let pairs = self.pairs_of(link).max(1);
+        let mut q = 2 * pair_for(f.macs, pairs);
+        self.sync(q);
+        if self.rings[q].broken.is_some() {
+            // The conversation's pair is broken: another pair of the guest's takes it.
+            let healthy = (0..pairs).map(|k| 2 * k).find(|&r| {
+                self.sync(r);
+                self.rings[r].broken.is_none()
+            });
+            if let Some(r) = healthy {
+                q = r;
+            }
+        }
         let h = VnetHdr::parse(&f.vnet).unwrap_or_default();
         if !guest_takes(features, &h) {
             return self.send_in_software(link, q, f, &h, features);
@@ -662,11 +913,40 @@ impl Port for VhostUserPort {
             if pairs > 1 {
                 s.push_str(&format!(", {pairs} queue pairs"));
             }
-            if self.counts.bad_tx_chains + self.counts.bad_rx_buffers > 0 {
+            let c = &self.counts;
+            if c.bad_tx_chains + c.bad_rx_buffers > 0 {
                 s.push_str(&format!(
                     "; refused {} transmit chains, {} receive buffers of the guest's",
-                    self.counts.bad_tx_chains, self.counts.bad_rx_buffers
+                    c.bad_tx_chains, c.bad_rx_buffers
                 ));
+                if c.indirect_chains + c.long_chains > 0 {
+                    s.push_str(&format!(
+                        " ({} indirect, {} longer than {} descriptors)",
+                        c.indirect_chains,
+                        c.long_chains,
+                        ring::MAX_CHAIN_DESCRIPTORS
+                    ));
+                }
+            }
+            if c.zero_length_descriptors > 0 {
+                s.push_str(&format!("; {} zero-length descriptors", c.zero_length_descriptors));
+            }
+            if c.small_buffers > 0 {
+                s.push_str(&format!(
+                    "; dropped {} frames that would take more than {MAX_FRAME_CHAINS} of the guest's receive buffers",
+                    c.small_buffers
+                ));
+            }
+            for q in 0..NUM_QUEUES {
+                if let Some(why) = self.broken(q) {
+                    s.push_str(&format!(
+                        "; {} BROKEN by the guest ({why}): not used until the VM resets its network device (reboot it, or reload its virtio-net driver)",
+                        queue_name(q)
+                    ));
+                }
+            }
+            if c.to_broken_queue > 0 {
+                s.push_str(&format!("; dropped {} frames for its broken receive queues", c.to_broken_queue));
             }
             if std::env::var_os("SLUICE_VHOST_DEBUG").is_some() {
                 s.push_str(&format!(" rx={rx:?} tx={tx:?} acked={:#x}", self.shared.acked()));
@@ -680,7 +960,11 @@ impl Port for VhostUserPort {
     }
 
     fn device_drops(&self) -> Option<DeviceDrops> {
-        Some(DeviceDrops { to_guest: self.counts.bad_rx_buffers + self.counts.segments_lost, from_guest: 0 })
+        let c = &self.counts;
+        Some(DeviceDrops {
+            to_guest: c.bad_rx_buffers + c.segments_lost + c.small_buffers + c.to_broken_queue,
+            from_guest: 0,
+        })
     }
 }
 

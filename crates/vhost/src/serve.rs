@@ -34,6 +34,7 @@ pub enum Role {
 /// is bound here (mode 0600), so a path that cannot be used fails the attachment.
 pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<VhostUserPort> {
     let shared = Shared::new()?;
+    let label = name.to_string();
     let (name, p) = (name.to_string(), path.to_path_buf());
     let s = shared.clone();
     let (thread, socket) = match role {
@@ -49,7 +50,7 @@ pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<Vh
             (t, None)
         }
     };
-    Ok(VhostUserPort::new(shared, offload, Some(thread), socket))
+    Ok(VhostUserPort::new(&label, shared, offload, Some(thread), socket))
 }
 
 /// Binds the socket: a stale socket nobody answers on is replaced, anything else is

@@ -1,15 +1,17 @@
 //! The port driven by a guest without a VM: rust-vmm's frontend over a temporary socket,
 //! guest memory in a memfd, queues filled by `sluice_vhost::driver` as a virtio-net driver
 //! fills them. Features, frames both ways (whole GSO frames, mergeable buffers), `Full`
-//! when the guest posts no buffers, hostile descriptors, the socket's checks, reconnection
-//! in both roles.
+//! when the guest posts no buffers, hostile descriptors, a hostile guest's rings (indexes
+//! that lie, indirect and endless chains, tiny buffers: every call returns, the queue is
+//! broken or the chain refused, and counted), the socket's checks, reconnection in both
+//! roles.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice_switch::{OutFrame, Port, PortError, TxOutcome};
-use sluice_vhost::driver::{DESC_NEXT, DESC_WRITE, Driver, MEM_BASE};
-use sluice_vhost::{OFFERED_FEATURES, Role, VhostUserPort, open};
+use sluice_vhost::driver::{DESC_INDIRECT, DESC_NEXT, DESC_WRITE, Driver, MEM_BASE, QUEUE_SIZE, SPARE};
+use sluice_vhost::{MAX_CHAIN_DESCRIPTORS, MAX_FRAME_CHAINS, OFFERED_FEATURES, Role, VhostUserPort, open};
 use sluice_wire::VNET_HDR_LEN;
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -275,7 +277,7 @@ fn hostile_descriptors_are_refused_counted_and_harm_nothing() {
     d.offer_tx_chain(200).unwrap();
     let e = recv(&mut p, &mut buf).unwrap_err();
     assert!(e.to_string().contains("outside its memory"), "{e}");
-    // A chain that loops on itself ends at the queue's length: too long, refused.
+    // A chain that loops on itself ends at the frame's bytes: too long, refused.
     d.write_desc(true, 201, spare, 4096, DESC_NEXT, 201).unwrap();
     d.offer_tx_chain(201).unwrap();
     let e = recv(&mut p, &mut buf).unwrap_err();
@@ -290,12 +292,8 @@ fn hostile_descriptors_are_refused_counted_and_harm_nothing() {
     d.offer_tx_chain(203).unwrap();
     let e = recv(&mut p, &mut buf).unwrap_err();
     assert!(e.to_string().contains("shorter"), "{e}");
-    // A head beyond the queue: an empty chain, refused too.
-    d.offer_tx_chain(999).unwrap();
-    assert!(recv(&mut p, &mut buf).is_err());
-    assert_eq!(p.counts().bad_tx_chains, 5);
-    // Every refused chain went back to the guest, but the one whose head is not a
-    // descriptor of the queue (there is no such chain to return).
+    assert_eq!(p.counts().bad_tx_chains, 4);
+    // Every refused chain went back to the guest.
     assert_eq!(d.tx_used().unwrap(), 4);
 
     // A read-only receive buffer loses the one frame written into it (posted by hand).
@@ -362,4 +360,292 @@ fn in_client_mode_the_port_connects_and_finds_qemu_again() {
     assert_eq!(&buf[VNET_HDR_LEN..VNET_HDR_LEN + n], &f[..]);
     drop(p);
     let _ = std::fs::remove_file(&path);
+}
+
+/// A connected port and guest for the hostile-ring tests.
+fn hostile(tag: &str) -> (VhostUserPort, Driver) {
+    let path = sock(tag);
+    let mut p = open(tag, &path, Role::Server, true).unwrap();
+    let d = Driver::connect(&path, u64::MAX, WAIT).unwrap();
+    connected(&mut p);
+    (p, d)
+}
+
+/// Runs `f` with the port on another thread and gives both back. Fails the test if `f` has
+/// not returned within 20 s: the port hangs on what the guest wrote (a bound to detect a
+/// hang, not a timing).
+fn bounded<T: Send + 'static>(
+    p: VhostUserPort,
+    f: impl FnOnce(&mut VhostUserPort) -> T + Send + 'static,
+) -> (VhostUserPort, T) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut p = p;
+        let r = f(&mut p);
+        let _ = tx.send((p, r));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the port's call has not returned after 20 s: it hangs on the guest's ring")
+        }
+        Err(e) => panic!("the port's call panicked ({e})"),
+    }
+}
+
+/// Whether `fd` is readable now.
+fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// The next frame the guest receives, skipping buffers the port returned empty.
+fn recv_frame(d: &mut Driver) -> Vec<u8> {
+    let until = Instant::now() + WAIT;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let r = d.recv_wait(left).unwrap().expect("a frame reached the guest");
+        if !r.frame.is_empty() {
+            return r.frame;
+        }
+    }
+}
+
+/// Sends `f` until the port takes it (a ring set up again is ready a moment later).
+fn send_until_sent(p: &mut VhostUserPort, f: &[u8]) {
+    let until = Instant::now() + WAIT;
+    loop {
+        match p.send(&out(f)) {
+            Ok(TxOutcome::Sent) => return,
+            r => assert!(Instant::now() < until, "the port never took the frame: {r:?} ({:?})", p.link_state()),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (bounded) until queue `q` is no longer broken: the frontend set it up again.
+fn mended(p: &VhostUserPort, q: usize) {
+    let until = Instant::now() + WAIT;
+    while p.broken(q).is_some() {
+        assert!(Instant::now() < until, "queue {q} still broken after the ring was set up again");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The guest's frame crosses to the switch (transmit queue healthy).
+fn crosses_to_switch(p: &mut VhostUserPort, d: &mut Driver, seed: u8) {
+    let good = frame(1000, seed);
+    assert!(d.send(&[0; 12], &good).unwrap());
+    let mut buf = vec![0u8; 70_000];
+    let n = recv(p, &mut buf).unwrap();
+    assert_eq!(&buf[VNET_HDR_LEN..VNET_HDR_LEN + n], &good[..]);
+}
+
+/// The probe's hang: an available index more than the queue's size ahead on the receive
+/// ring made the next frame for the guest loop forever. The call returns, the queue is
+/// broken (counted once, shown), frames for it are dropped, the transmit queue still
+/// works, and setting the ring up again mends it.
+#[test]
+fn a_receive_index_too_far_ahead_breaks_only_that_queue_until_it_is_set_up_again() {
+    let (p, mut d) = hostile("rxidx");
+    d.post_rx(8).unwrap();
+    let bogus = d.avail_idx(false).wrapping_add(QUEUE_SIZE + 744);
+    d.set_avail_idx(false, bogus).unwrap();
+    let (mut p, r) = bounded(p, |p| {
+        let first = p.send(&out(&frame(1514, 1)));
+        let second = p.send(&out(&frame(1514, 2)));
+        (first, second)
+    });
+    for e in [r.0, r.1] {
+        let e = e.expect_err("a frame for a broken queue is dropped");
+        assert!(e.to_string().contains("receive queue 0"), "{e}");
+    }
+    let c = p.counts();
+    assert_eq!((c.broken_queues, c.to_broken_queue), (1, 2), "{c:?}");
+    assert!(p.broken(0).unwrap().contains("ahead"), "{:?}", p.broken(0));
+    let state = p.link_state().unwrap();
+    assert!(state.contains("receive queue 0 BROKEN") && state.contains("resets its network device"), "{state}");
+
+    crosses_to_switch(&mut p, &mut d, 4);
+
+    // The guest resets its device: QEMU sets the ring up again, and frames reach it.
+    d.reset_ring(false).unwrap();
+    mended(&p, 0);
+    d.post_rx(8).unwrap();
+    let f = frame(1514, 5);
+    send_until_sent(&mut p, &f);
+    assert_eq!(recv_frame(&mut d), f);
+    assert_eq!(p.counts().broken_queues, 1);
+}
+
+/// The probe's busy loop: an available index too far ahead on the transmit ring made the
+/// port wake itself forever. The call returns nothing, the queue is broken, the port's
+/// descriptor is quiet, the receive queue still works, and a new set-up mends it.
+#[test]
+fn a_transmit_index_too_far_ahead_breaks_the_queue_and_the_port_stays_quiet() {
+    let (p, mut d) = hostile("txidx");
+    let bogus = d.avail_idx(true).wrapping_add(QUEUE_SIZE + 1);
+    d.set_avail_idx(true, bogus).unwrap();
+    let (mut p, r) = bounded(p, |p| {
+        let mut buf = vec![0u8; 70_000];
+        (0..3).map(|_| p.recv(&mut buf).map_err(|e| e.to_string())).collect::<Vec<_>>()
+    });
+    assert!(r.iter().all(|r| matches!(r, Ok(None))), "{r:?}");
+    assert!(!readable(p.frames_fd()), "the port keeps waking itself for a broken queue");
+    assert_eq!(p.counts().broken_queues, 1);
+    assert!(p.link_state().unwrap().contains("transmit queue 0 BROKEN"), "{:?}", p.link_state());
+    // The guest's kicks on it are drained and cost nothing more.
+    d.kick(true).unwrap();
+    let mut buf = vec![0u8; 70_000];
+    assert!(matches!(p.recv(&mut buf), Ok(None)));
+    assert!(!readable(p.frames_fd()));
+    assert_eq!(p.counts().broken_queues, 1, "counted once");
+
+    d.post_rx(4).unwrap();
+    let f = frame(700, 6);
+    send_until_sent(&mut p, &f);
+    assert_eq!(recv_frame(&mut d), f);
+
+    d.reset_ring(true).unwrap();
+    mended(&p, 1);
+    crosses_to_switch(&mut p, &mut d, 7);
+}
+
+/// A descriptor index outside the table (a chain's head, or its `next`) breaks the queue.
+#[test]
+fn a_descriptor_index_beyond_the_queue_breaks_the_queue() {
+    let (p, mut d) = hostile("headidx");
+    d.offer_tx_chain(999).unwrap();
+    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(p.broken(1).unwrap().contains("descriptor 999"), "{:?}", p.broken(1));
+    d.reset_ring(true).unwrap();
+    mended(&p, 1);
+    crosses_to_switch(&mut p, &mut d, 1);
+
+    // On the receive queue, through a descriptor's `next`.
+    d.write_desc(false, 0, SPARE, 10, DESC_WRITE | DESC_NEXT, 4000).unwrap();
+    d.offer_rx_chain(0).unwrap();
+    let (mut p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
+    assert!(r.is_err(), "{r:?}");
+    assert!(p.broken(0).unwrap().contains("descriptor 4000"), "{:?}", p.broken(0));
+    assert_eq!(p.counts().broken_queues, 2);
+    crosses_to_switch(&mut p, &mut d, 3);
+}
+
+/// Indirect descriptors are not offered: a chain holding one is refused and counted, never
+/// followed (the probe's chain of 65,535 zero-length descriptors behind one).
+#[test]
+fn indirect_chains_are_refused_in_both_directions() {
+    use vm_memory::{Bytes, GuestAddress};
+    let (p, mut d) = hostile("indirect");
+    // A table of 65,535 zero-length descriptors, each chained to the next.
+    let n = 65_535u32;
+    let mut table = vec![0u8; 16 * n as usize];
+    for (i, t) in table.chunks_mut(16).enumerate() {
+        t[..8].copy_from_slice(&(SPARE + 0x10_0000).to_le_bytes());
+        t[12..14].copy_from_slice(&DESC_NEXT.to_le_bytes());
+        t[14..16].copy_from_slice(&(((i + 1) % n as usize) as u16).to_le_bytes());
+    }
+    d.memory().write_slice(&table, GuestAddress(SPARE)).unwrap();
+    d.write_desc(true, 100, SPARE, 16 * n, DESC_INDIRECT, 0).unwrap();
+    d.offer_tx_chain(100).unwrap();
+    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
+    assert!(r.as_ref().is_err_and(|e| e.contains("indirect")), "{r:?}");
+    let c = p.counts();
+    assert_eq!((c.indirect_chains, c.bad_tx_chains, c.zero_length_descriptors), (1, 1, 0), "{c:?}");
+    assert_eq!(d.tx_used().unwrap(), 1, "the chain went back to the guest");
+    assert!(p.broken(1).is_none(), "a refused chain does not break the queue");
+    crosses_to_switch(&mut p, &mut d, 1);
+
+    // A receive chain behind an indirect descriptor: the frame is dropped, the chain
+    // returned empty.
+    let mut rx_table = [0u8; 16];
+    rx_table[..8].copy_from_slice(&(SPARE + 0x10_0000).to_le_bytes());
+    rx_table[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    rx_table[12..14].copy_from_slice(&DESC_WRITE.to_le_bytes());
+    d.memory().write_slice(&rx_table, GuestAddress(SPARE)).unwrap();
+    d.write_desc(false, 0, SPARE, 16, DESC_INDIRECT | DESC_WRITE, 0).unwrap();
+    d.offer_rx_chain(0).unwrap();
+    let (mut p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
+    assert!(r.as_ref().is_err_and(|e| e.contains("indirect")), "{r:?}");
+    assert_eq!((p.counts().indirect_chains, p.counts().bad_rx_buffers), (2, 1));
+    assert_eq!(d.rx_used().unwrap(), 1);
+    assert!(p.link_state().unwrap().contains("2 indirect"), "{:?}", p.link_state());
+    d.post_rx(4).unwrap();
+    let f = frame(300, 3);
+    send_until_sent(&mut p, &f);
+    assert_eq!(recv_frame(&mut d), f);
+}
+
+/// A loop of zero-length descriptors ends at `MAX_CHAIN_DESCRIPTORS`, each counted: the
+/// chain is refused after that many reads, whatever the queue's size.
+#[test]
+fn loops_of_zero_length_descriptors_end_at_the_chain_bound() {
+    let (p, mut d) = hostile("zeroloop");
+    for i in 0..QUEUE_SIZE {
+        d.write_desc(true, i, SPARE, 0, DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
+    }
+    d.offer_tx_chain(0).unwrap();
+    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
+    assert!(r.as_ref().is_err_and(|e| e.contains(&format!("more than {MAX_CHAIN_DESCRIPTORS} descriptors"))), "{r:?}");
+    let c = p.counts();
+    assert_eq!((c.long_chains, c.zero_length_descriptors), (1, MAX_CHAIN_DESCRIPTORS as u64), "{c:?}");
+    assert_eq!(d.tx_used().unwrap(), 1);
+    // The driver's own slots are descriptors 0..64: write its frame's descriptor anew.
+    d.reset_ring(true).unwrap();
+    mended(&p, 1);
+    crosses_to_switch(&mut p, &mut d, 1);
+
+    // The same loop posted as a receive buffer: refused, the frame dropped.
+    for i in 0..QUEUE_SIZE {
+        d.write_desc(false, i, SPARE, 0, DESC_WRITE | DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
+    }
+    d.offer_rx_chain(0).unwrap();
+    let (p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(p.counts().long_chains, 2);
+    assert_eq!(p.counts().zero_length_descriptors, 2 * MAX_CHAIN_DESCRIPTORS as u64);
+    assert_eq!(d.rx_used().unwrap(), 1);
+}
+
+/// Hundreds of one-byte receive buffers: a frame takes at most `MAX_FRAME_CHAINS` of them
+/// and is dropped (the chains returned empty); a queue found short of buffers is not walked
+/// again until the guest moves its available index.
+#[test]
+fn tiny_receive_buffers_drop_the_frame_after_the_chain_bound() {
+    use vm_memory::{Bytes, GuestAddress};
+    let (p, mut d) = hostile("tinybufs");
+    let posted = 3 * MAX_FRAME_CHAINS as u16 + 8;
+    assert_eq!(d.post_rx_sized(posted, 1).unwrap(), posted);
+    let (p, r) =
+        bounded(p, |p| (0..3).map(|k| p.send(&out(&frame(1514, k))).map_err(|e| e.to_string())).collect::<Vec<_>>());
+    assert!(r.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("too small"))), "{r:?}");
+    assert_eq!(p.counts().small_buffers, 3);
+    assert_eq!(d.rx_used().unwrap(), 3 * MAX_FRAME_CHAINS as u16, "each frame's chains came back empty");
+
+    // 8 buffers left: not enough for a frame, the queue is full and nothing is taken.
+    let (p, r) = bounded(p, |p| p.send(&out(&frame(1514, 4))).map_err(|e| e.to_string()));
+    assert_eq!(r, Ok(TxOutcome::Full));
+    assert_eq!(d.rx_used().unwrap(), 3 * MAX_FRAME_CHAINS as u16);
+    // Kicks without new buffers do not make the port walk the queue again: entries it
+    // would read now name no descriptor, and the queue stays whole.
+    let avail = MEM_BASE + 0x4000;
+    for k in 3 * MAX_FRAME_CHAINS as u64..u64::from(posted) {
+        d.memory().write_obj(999u16, GuestAddress(avail + 4 + 2 * k)).unwrap();
+    }
+    d.kick(false).unwrap();
+    let (mut p, r) = bounded(p, |p| p.send(&out(&frame(1514, 5))).map_err(|e| e.to_string()));
+    assert_eq!(r, Ok(TxOutcome::Full));
+    assert!(p.broken(0).is_none(), "the queue was walked again without new buffers");
+    assert!(!readable(p.room_fd()), "the kick was drained");
+
+    crosses_to_switch(&mut p, &mut d, 6);
+    d.reset_ring(false).unwrap();
+    mended(&p, 0);
+    d.post_rx(8).unwrap();
+    let f = frame(1514, 7);
+    send_until_sent(&mut p, &f);
+    assert_eq!(recv_frame(&mut d), f);
 }
