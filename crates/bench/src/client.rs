@@ -17,7 +17,7 @@ use hdrhistogram::Histogram;
 use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
 use crate::profile::{FlowOp, FlowOpKind, Group, Profile, Repeat, Transaction};
 use crate::result::{FlowOpStat, RunResult, SideCounts};
-use crate::script::{ConnScript, Rng, derive, is_io, opens};
+use crate::script::{ConnScript, Rng, derive_all, is_io, opens};
 use crate::server::{read_n, wait_readable, write_n};
 
 /// Why a run could not be done.
@@ -165,8 +165,7 @@ struct ThreadStats {
 
 /// Runs `profile` against the server and returns what it measured.
 pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError> {
-    let scripts: Vec<ConnScript> =
-        profile.groups.iter().map(derive).collect::<Result<_, _>>().map_err(|e| BenchError::Profile(e.to_string()))?;
+    let scripts: Vec<ConnScript> = derive_all(profile).map_err(|e| BenchError::Profile(e.to_string()))?;
     let addr = opts
         .server
         .to_socket_addrs()

@@ -20,6 +20,11 @@ use crate::proto::{Request, SwitchSummary};
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCmd {
     /// Serve bench clients, one run after another, until stopped.
+    ///
+    /// Anyone who reaches the port may run a workload (there is no authentication); what a
+    /// client can make the server do is bounded, and it answers no other address than the
+    /// client's (docs/architecture.md, "The workload modeler's server"). On a host with
+    /// other networks, listen on the lab's address with --listen.
     Serve {
         /// Address to listen on [default: :: (IPv6 and IPv4), or 0.0.0.0 on a host
         /// without IPv6].

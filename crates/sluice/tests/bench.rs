@@ -1,11 +1,16 @@
 //! `sluice bench` on loopback: every built-in profile runs and both ends count the same
 //! transactions and bytes; rand() sizes stay in range; seed 003's profile runs verbatim;
 //! 250 connections; malformed profiles and unreachable or mismatched servers give errors
-//! that say what to do.
+//! that say what to do. And the server left listening for anyone: a spoofed datagram gets
+//! at most a few answers, only the client is answered, a huge count costs nothing, a
+//! client that idles gives the server up, a run's size is bounded, and a client that
+//! leaves takes its sockets and threads with it.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -15,11 +20,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 struct Server {
     child: Child,
     port: u16,
+    /// What the server has logged (stderr) after its first line.
+    log: Arc<Mutex<String>>,
 }
 
 /// The port a `sluice bench serve --port 0` names on its first line of stderr (bounded: the
-/// line comes at once, or the server failed).
-fn server_port(child: &mut Child) -> u16 {
+/// line comes at once, or the server failed); the later lines go to `log`.
+fn server_port(child: &mut Child, log: Arc<Mutex<String>>) -> u16 {
     let err = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -27,8 +34,12 @@ fn server_port(child: &mut Child) -> u16 {
         let mut line = String::new();
         let _ = r.read_line(&mut line);
         let _ = tx.send(line);
-        // (Drains the rest, so that the server's later log lines never meet a closed pipe.)
-        let _ = std::io::copy(&mut r, &mut std::io::sink());
+        // (Reads the rest, so that the server's later log lines never meet a closed pipe.)
+        let mut line = String::new();
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+            log.lock().unwrap().push_str(&line);
+            line.clear();
+        }
     });
     let line = rx
         .recv_timeout(std::time::Duration::from_secs(30))
@@ -56,12 +67,36 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let port = server_port(&mut child);
-        Server { child, port }
+        let log = Arc::new(Mutex::new(String::new()));
+        let port = server_port(&mut child, log.clone());
+        Server { child, port, log }
     }
 
     fn to(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's threads now.
+    fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// The server's resident memory in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 }
 
@@ -420,4 +455,288 @@ fn a_uperf_profile_with_m_units_runs_as_uperf_reads_it_and_is_warned_about() {
     let r = &v["results"][0];
     // A 1 ms think per transaction, not a minute: hundreds of transactions in the second.
     assert!(r["client"]["transactions"].as_u64().unwrap() > 50, "{r}");
+}
+
+/// Waits up to `limit` for `cond`, checking every 50 ms.
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A control connection spoken by hand, as a careless or hostile client would.
+struct Control {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Control {
+    fn open(srv: &Server) -> Control {
+        let s = TcpStream::connect(srv.to()).unwrap();
+        // Every answer comes within the server's own deadlines; this only bounds the test.
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        Control { r: BufReader::new(s.try_clone().unwrap()), w: s }
+    }
+
+    fn send(&mut self, v: Value) {
+        self.w.write_all(format!("{v}\n").as_bytes()).unwrap();
+    }
+
+    /// The server's next message; `None` if it closed the connection (or died).
+    fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.r.read_line(&mut line) {
+            Ok(n) if n > 0 => Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))),
+            _ => None,
+        }
+    }
+
+    fn hello(srv: &Server) -> Control {
+        let mut c = Control::open(srv);
+        c.send(serde_json::json!({"msg": "hello", "protocol": 2, "version": env!("CARGO_PKG_VERSION")}));
+        let h = c.recv().expect("the server answers hello");
+        assert_eq!(h["msg"], "hello", "{h}");
+        c
+    }
+
+    /// Asks for a run of `xml`: `ready` with the ports, or `error` with the message.
+    fn run(&mut self, xml: &str) -> Value {
+        self.send(serde_json::json!({"msg": "run", "profile_xml": xml}));
+        self.recv().expect("the server answers a run request (and is alive)")
+    }
+}
+
+fn port_of(ready: &Value, i: usize) -> u16 {
+    assert_eq!(ready["msg"], "ready", "{ready}");
+    ready["ports"][i].as_u64().unwrap() as u16
+}
+
+/// Datagrams `u` receives within `limit`.
+fn count_datagrams(u: &UdpSocket, limit: Duration) -> usize {
+    u.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let end = Instant::now() + limit;
+    let mut n = 0;
+    while Instant::now() < end {
+        if u.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The most datagrams the server sends for one it receives (sluice_bench::script::MAX_ANSWERS).
+const MAX_ANSWERS: usize = 4;
+
+/// The review's amplification: a UDP profile whose transaction only reads, for ever; the
+/// client takes the data port and leaves, and one datagram with a forged source made the
+/// server send 60 KB datagrams to that source without end. Now such a profile is refused
+/// (and had it run, one datagram would get at most MAX_ANSWERS); in a run that is allowed,
+/// a datagram from another address than the client's gets nothing, the client's exactly
+/// the one answer its profile asks for.
+#[test]
+fn a_forged_datagram_gets_at_most_a_few_answers_and_only_the_client_is_answered() {
+    let srv = Server::start();
+    let mut c = Control::hello(&srv);
+    let a = c.run(
+        r#"<profile name="amp"><group nthreads="1">
+<transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/></transaction>
+<transaction iterations="18446744073709551615"><flowop type="read" options="size=60000"/></transaction>
+</group></profile>"#,
+    );
+    if a["msg"] == "ready" {
+        let port = port_of(&a, 0);
+        drop(c);
+        let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
+        victim.send_to(&[1], ("127.0.0.1", port)).unwrap();
+        let got = count_datagrams(&victim, Duration::from_secs(2));
+        assert!(got <= MAX_ANSWERS, "one 1-byte datagram was answered with {got} datagrams");
+    } else {
+        let m = a["message"].as_str().unwrap();
+        assert!(m.contains("line 3") && m.contains("must start with a write"), "{m}");
+        drop(c);
+    }
+
+    let mut c = Control::hello(&srv);
+    let a = c.run(
+        r#"<profile name="rr"><group nthreads="1">
+<transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/></transaction>
+<transaction iterations="1000000"><flowop type="write" options="size=1"/><flowop type="read" options="size=60000"/></transaction>
+</group></profile>"#,
+    );
+    let port = port_of(&a, 0);
+    let stranger = UdpSocket::bind("127.0.0.2:0").unwrap();
+    stranger.send_to(&[1], ("127.0.0.1", port)).unwrap();
+    assert_eq!(
+        count_datagrams(&stranger, Duration::from_secs(1)),
+        0,
+        "a datagram from another address is not answered"
+    );
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(&[1], ("127.0.0.1", port)).unwrap();
+    assert_eq!(count_datagrams(&client, Duration::from_secs(2)), 1, "the client's request gets its one answer");
+    drop(c);
+    assert!(
+        wait_until(Duration::from_secs(20), || srv.log().contains("ignored 1 data connections and datagrams")),
+        "the server logs what it ignored: {}",
+        srv.log()
+    );
+}
+
+/// A flowop count of 10^12 was 10^12 steps in memory and aborted the server; it is a
+/// repeat count now and costs nothing, while a UDP read with such a count (a datagram the
+/// server would have to answer 10^12 times) is refused naming its line. The server stays
+/// up and serves the next client.
+#[test]
+fn a_huge_flowop_count_costs_nothing_and_is_refused_where_it_would_amplify() {
+    let mut srv = Server::start();
+    let mut c = Control::hello(&srv);
+    let a = c.run(
+        r#"<profile name="count"><group nthreads="1"><transaction iterations="1">
+<flowop type="connect" options="remotehost=127.0.0.1 protocol=tcp"/>
+<flowop type="write" options="size=1 count=1000000000000"/>
+<flowop type="disconnect"/></transaction></group></profile>"#,
+    );
+    assert_eq!(a["msg"], "ready", "{a}");
+    assert!(srv.rss_kib() < 256 * 1024, "the server holds {} KiB", srv.rss_kib());
+    drop(c);
+    let mut c = Control::hello(&srv);
+    let a = c.run(
+        r#"<profile name="count"><group nthreads="1"><transaction duration="1s">
+<flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/>
+<flowop type="write" options="size=1"/>
+<flowop type="read" options="size=1000 count=1000000000000"/>
+<flowop type="disconnect"/></transaction></group></profile>"#,
+    );
+    assert_eq!(a["msg"], "error", "{a}");
+    let m = a["message"].as_str().unwrap();
+    assert!(m.contains("line 4") && m.contains("1000000000000") && m.contains("at most 4"), "{m}");
+    drop(c);
+    assert!(srv.alive(), "the server is up");
+    let rs = run_json(&["--to", &srv.to(), "-m", "rr-200x1000", "--duration", "1"]);
+    assert_counts_agree(&rs[0]);
+}
+
+/// A client that says hello and then nothing held the server's run for ever: nobody else
+/// could run. Now it has CONTROL_WAIT (10 s) for its run request; then the server closes
+/// its connection, saying so in its log, and the next client runs. Connections that never
+/// say hello cannot fill the server either.
+#[test]
+fn a_client_that_says_hello_and_idles_gives_the_server_up() {
+    let srv = Server::start();
+    let mut idle = Control::hello(&srv);
+    let silent: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(srv.to()).unwrap()).collect();
+    let t0 = Instant::now();
+    loop {
+        let (ok, _, err) = bench(&["run", "--to", &srv.to(), "-m", "rr-200x1000", "--duration", "1"]);
+        if ok {
+            break;
+        }
+        assert!(err.contains("busy"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(60), "a client idle after hello still holds the server: {err}");
+    }
+    assert!(srv.log().contains("sent no run request within 10 s"), "the log says why: {}", srv.log());
+    let told = idle.recv();
+    assert!(told.as_ref().is_none_or(|m| m["msg"] == "error"), "{told:?}");
+    drop(silent);
+}
+
+fn groups(n: usize, threads: u32, connect: &str) -> String {
+    let g = format!(
+        r#"<group nthreads="{threads}"><transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 {connect}"/><flowop type="write" options="size=1"/></transaction></group>
+"#
+    );
+    g.repeat(n)
+}
+
+/// A run's size is bounded before anything is opened: at most 1024 groups (uperf's limit)
+/// and 10,000 connections, no privileged data port; each refusal names the line. A run
+/// whose preparation fails part-way (its second group's port is taken) leaves no listener
+/// or thread behind.
+#[test]
+fn too_many_groups_or_connections_are_refused_and_a_failed_prepare_leaves_nothing() {
+    let srv = Server::start();
+    let mut c = Control::hello(&srv);
+    // At rest, less this control connection's thread (the server has started all its own
+    // threads by the time it answers hello).
+    let idle = srv.threads() - 1;
+    let a = c.run(&format!("<profile name=\"g\">\n{}</profile>", groups(1025, 1, "")));
+    assert_eq!(a["msg"], "error", "1025 groups: {}", a["msg"]);
+    let m = a["message"].as_str().unwrap();
+    assert!(m.contains("line 1026") && m.contains("<group>") && m.contains("at most 1024 groups"), "{m}");
+    let a = c.run(&format!("<profile name=\"c\">\n{}</profile>", groups(2, 6000, "")));
+    let m = a["message"].as_str().unwrap_or_default();
+    assert!(m.contains("line 3") && m.contains("at most 10000 connections"), "{a}");
+    let a = c.run(&format!("<profile name=\"p\">\n{}</profile>", groups(1, 1, "port=80")));
+    assert!(a["message"].as_str().unwrap_or_default().contains("port=80 is privileged"), "{a}");
+
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let xml = format!(
+        "<profile name=\"t\">\n{}{}{}</profile>",
+        groups(3, 1, ""),
+        groups(1, 1, "protocol=udp"),
+        groups(1, 1, &format!("port={port}"))
+    );
+    let a = c.run(&xml);
+    assert!(a["message"].as_str().unwrap_or_default().contains(&format!("port {port}")), "{a}");
+    // Only this control connection's thread is left.
+    assert!(
+        wait_until(Duration::from_secs(10), || srv.threads() == idle + 1),
+        "{} threads, {} at rest: a failed preparation left threads behind",
+        srv.threads(),
+        idle
+    );
+    // And the server is free for a run.
+    let a = c.run(&format!("<profile name=\"ok\">\n{}</profile>", groups(2, 1, "")));
+    assert_eq!(a["msg"], "ready", "{a}");
+}
+
+/// A client that leaves mid-run (its control connection closed, a TCP data connection
+/// left open half-way through a request, a UDP peer known): the run ends at once, its
+/// threads end, the data connection is closed, and the ports are free again.
+#[test]
+fn a_client_that_leaves_mid_run_takes_its_sockets_and_threads_with_it() {
+    let srv = Server::start();
+    let mut c = Control::hello(&srv);
+    let idle = srv.threads() - 1;
+    let a = c.run(
+        r#"<profile name="left"><group nthreads="1">
+<transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=tcp"/></transaction>
+<transaction duration="300s"><flowop type="write" options="size=200"/><flowop type="read" options="size=1000"/></transaction>
+</group><group nthreads="1">
+<transaction iterations="1"><flowop type="connect" options="remotehost=127.0.0.1 protocol=udp"/></transaction>
+<transaction duration="300s"><flowop type="write" options="size=20"/><flowop type="read" options="size=100"/></transaction>
+</group></profile>"#,
+    );
+    let (tcp, udp) = (port_of(&a, 0), port_of(&a, 1));
+    let mut data = TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+    data.write_all(&[0u8; 100]).unwrap();
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.send_to(&[0u8; 20], ("127.0.0.1", udp)).unwrap();
+    assert_eq!(count_datagrams(&u, Duration::from_secs(2)), 1);
+    assert!(
+        wait_until(Duration::from_secs(10), || srv.threads() >= idle + 4),
+        "control, acceptor, UDP loop and connection threads"
+    );
+    drop(c);
+    assert!(
+        wait_until(Duration::from_secs(20), || srv.threads() == idle),
+        "{} threads, {} at rest: the run outlived its client",
+        srv.threads(),
+        idle
+    );
+    assert!(UdpSocket::bind(("127.0.0.1", udp)).is_ok(), "the UDP data port is free again");
+    assert!(TcpStream::connect(("127.0.0.1", tcp)).is_err(), "the data listener is closed");
+    data.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(data.read(&mut b), Ok(0) | Err(_)), "the data connection is closed");
+    assert!(srv.log().contains("went away during a run"), "{}", srv.log());
 }
