@@ -4,14 +4,16 @@
 //! Each scrape takes the snapshot `sluice stats --json` prints and encodes it with
 //! `prometheus-client` as constant counters and gauges, named as node_exporter names its
 //! own: `sluice_port_rx_bytes_total{switch="sw0",port="t1"}`. The HTTP side is the least
-//! a scraper needs: `GET /metrics` on a plain TCP listener, a few connections at a time,
-//! each bounded in size and time.
+//! a scraper needs: `GET /metrics` on a plain TCP listener, at most [`MAX_CONNS`]
+//! connections, each bounded in size and in time as a whole (its request head within 5 s of
+//! the connection, its answer within 5 s): a connection still sending its head gives its
+//! place to a newcomer, so clients that connect and trickle (or say nothing) never keep a
+//! scraper out.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::io::Read;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
@@ -22,13 +24,20 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
+use super::deadline::{Deadline, Paced, write_all_by};
 use crate::proto::StatsReport;
 
-/// Scrapes served at once; more are answered 503.
-const MAX_CONNS: usize = 4;
-/// A request's head is at most this long, and must arrive within [`IO_TIMEOUT`].
+/// Connections served at once. When all are taken, a newcomer takes the place of the
+/// oldest one still sending its request head; when none is, it is answered 503.
+const MAX_CONNS: usize = 16;
+/// A request's head is at most this long.
 const MAX_REQUEST: usize = 8192;
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request's head must arrive whole within this time of the connection.
+const HEAD_WITHIN: Duration = Duration::from_secs(5);
+/// An answer must be taken whole within this time.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// The endpoint says at most once in this time that it closed or refused connections.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -46,70 +55,166 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     })
 }
 
+/// One connection's place: since when it is open and whether it is still sending its
+/// request head (only those can be closed for a newcomer).
+struct Slot<T> {
+    id: u64,
+    since: Instant,
+    head: bool,
+    handle: T,
+}
+
+/// The endpoint's connections (`T`: what closes one; a clone of its socket).
+struct Slots<T> {
+    max: usize,
+    next: u64,
+    slots: Vec<Slot<T>>,
+    /// Connections closed for a newcomer, and newcomers refused, since the last warning.
+    evicted: u64,
+    refused: u64,
+}
+
+/// What became of a newcomer.
+enum Admit<T> {
+    /// It has a place (its id), maybe one taken from `Some` connection to be closed.
+    In(u64, Option<T>),
+    /// Every place is taken by a connection being answered: 503.
+    Full,
+}
+
+impl<T> Slots<T> {
+    fn new(max: usize) -> Slots<T> {
+        Slots { max, next: 0, slots: Vec::with_capacity(max), evicted: 0, refused: 0 }
+    }
+
+    /// Gives a newcomer (arrived at `now`, closed through `handle`) a place.
+    fn admit(&mut self, now: Instant, handle: T) -> Admit<T> {
+        let mut out = None;
+        if self.slots.len() >= self.max {
+            let oldest = self.slots.iter().enumerate().filter(|(_, s)| s.head).min_by_key(|(_, s)| s.since);
+            let Some((i, _)) = oldest else {
+                self.refused += 1;
+                return Admit::Full;
+            };
+            out = Some(self.slots.swap_remove(i).handle);
+            self.evicted += 1;
+        }
+        self.next += 1;
+        self.slots.push(Slot { id: self.next, since: now, head: true, handle });
+        Admit::In(self.next, out)
+    }
+
+    /// Connection `id` has sent its head: it is being answered. False when it was closed
+    /// for a newcomer meanwhile.
+    fn answering(&mut self, id: u64) -> bool {
+        self.slots.iter_mut().find(|s| s.id == id).map(|s| s.head = false).is_some()
+    }
+
+    /// Connection `id` has ended.
+    fn leave(&mut self, id: u64) {
+        self.slots.retain(|s| s.id != id);
+    }
+}
+
 /// Serves scrapes on `listener` on a thread of its own.
 pub fn serve(listener: TcpListener, source: Arc<Source>) -> Result<()> {
     let bound = listener.local_addr()?;
     info!(listen = %bound, "metrics endpoint: http://{bound}/metrics");
-    let open = Arc::new(AtomicUsize::new(0));
+    let slots: Arc<Mutex<Slots<TcpStream>>> = Arc::new(Mutex::new(Slots::new(MAX_CONNS)));
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        let mut warned: Option<Instant> = None;
         for conn in listener.incoming() {
-            let Ok(mut stream) = conn else {
+            let Ok(stream) = conn else {
                 // (Out of descriptors, say: do not spin.)
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             };
-            if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
-                open.fetch_sub(1, Ordering::AcqRel);
-                let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-                let _ = respond(&mut stream, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
-                continue;
-            }
-            let (source, mine) = (source.clone(), open.clone());
-            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
-                if let Err(e) = answer(stream, &*source) {
-                    warn!("metrics endpoint: {e:#}");
+            let arrived = Instant::now();
+            let admitted = {
+                let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
+                let admitted = match stream.try_clone() {
+                    Ok(h) => s.admit(arrived, h),
+                    Err(_) => Admit::Full,
+                };
+                if (s.evicted > 0 || s.refused > 0) && warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                    warn!(
+                        closed_slow = s.evicted,
+                        refused = s.refused,
+                        "metrics endpoint: {MAX_CONNS} connections were open; closed the oldest that had not sent its request (slow or idle clients), or answered 503 when all were being answered (said at most once a minute)"
+                    );
+                    (s.evicted, s.refused) = (0, 0);
+                    warned = Some(arrived);
                 }
-                mine.fetch_sub(1, Ordering::AcqRel);
+                admitted
+            };
+            let id = match admitted {
+                Admit::In(id, evicted) => {
+                    if let Some(old) = evicted {
+                        let _ = old.shutdown(Shutdown::Both);
+                    }
+                    id
+                }
+                Admit::Full => {
+                    // (Never blocks this thread: a fresh socket takes a short answer at once.)
+                    let _ = stream.set_nonblocking(true);
+                    let _ = respond(&stream, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
+                    continue;
+                }
+            };
+            let (source, mine) = (source.clone(), slots.clone());
+            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
+                if let Err(e) = answer(&stream, arrived, id, &mine, &*source) {
+                    tracing::debug!("metrics endpoint: {e:#}");
+                }
+                mine.lock().unwrap_or_else(|p| p.into_inner()).leave(id);
             });
             if spawned.is_err() {
-                open.fetch_sub(1, Ordering::AcqRel);
+                slots.lock().unwrap_or_else(|p| p.into_inner()).leave(id);
             }
         }
     })?;
     Ok(())
 }
 
-/// Answers one request on `stream`.
-fn answer(mut stream: TcpStream, source: &Source) -> Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+/// Answers one request on `stream` (connected at `arrived`, place `id` of `slots`).
+fn answer(
+    stream: &TcpStream,
+    arrived: Instant,
+    id: u64,
+    slots: &Mutex<Slots<TcpStream>>,
+    source: &Source,
+) -> Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
+    let mut r = Paced::until(stream, Deadline::from(arrived, HEAD_WITHIN), HEAD_WITHIN);
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).context("reading the request")?;
+        let n = r.read(&mut buf).context("reading the request")?;
         if n == 0 {
             return Ok(());
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > MAX_REQUEST {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
+            return respond(stream, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
         }
+    }
+    if !slots.lock().unwrap_or_else(|p| p.into_inner()).answering(id) {
+        return Ok(());
     }
     let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)]).into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     if method != "GET" && method != "HEAD" {
-        return respond(&mut stream, "405 Method Not Allowed", "text/plain", b"GET /metrics\n");
+        return respond(stream, "405 Method Not Allowed", "text/plain", b"GET /metrics\n");
     }
     if path != "/metrics" {
-        return respond(&mut stream, "404 Not Found", "text/plain", b"sluice serves its metrics at /metrics\n");
+        return respond(stream, "404 Not Found", "text/plain", b"sluice serves its metrics at /metrics\n");
     }
     let body = match source().and_then(|(r, smc)| render(&r, smc.as_ref())) {
         Ok(b) => b,
         Err(e) => {
             let msg = format!("cannot read the switch's counters: {e:#}\n");
-            return respond(&mut stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
+            return respond(stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
         }
     };
     if method == "HEAD" {
@@ -117,17 +222,20 @@ fn answer(mut stream: TcpStream, source: &Source) -> Result<()> {
             "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        return stream.write_all(h.as_bytes()).context("answering");
+        return write_all_by(stream, h.as_bytes(), Deadline::after(ANSWER_WITHIN)).context("answering");
     }
-    respond(&mut stream, "200 OK", CONTENT_TYPE, body.as_bytes())
+    respond(stream, "200 OK", CONTENT_TYPE, body.as_bytes())
 }
 
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result<()> {
-    let h = format!(
+/// Writes an answer, all of it within [`ANSWER_WITHIN`].
+fn respond(stream: &TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result<()> {
+    let mut a = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    stream.write_all(h.as_bytes()).and_then(|_| stream.write_all(body)).context("answering")
+    )
+    .into_bytes();
+    a.extend_from_slice(body);
+    write_all_by(stream, &a, Deadline::after(ANSWER_WITHIN)).context("answering")
 }
 
 /// The OpenMetrics text of snapshot `r` (and the host's SMC counters `smc`).
@@ -409,5 +517,42 @@ impl Collector for Snapshot {
         self.classes(&mut enc)?;
         self.switch(&mut enc)?;
         self.smc(&mut enc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newcomer_takes_the_place_of_the_oldest_connection_still_sending_its_head() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut s: Slots<&str> = Slots::new(3);
+        let id = |a: Admit<&str>| match a {
+            Admit::In(id, None) => id,
+            _ => panic!("not admitted"),
+        };
+        let a = id(s.admit(at(0), "a"));
+        let b = id(s.admit(at(1), "b"));
+        let _c = id(s.admit(at(2), "c"));
+        // `a` sent its head and is being answered: `b` is the oldest still sending.
+        assert!(s.answering(a));
+        assert!(matches!(s.admit(at(3), "d"), Admit::In(_, Some("b"))));
+        assert!(!s.answering(b), "b's place is gone");
+        // Then `c`, then `d`; `a` keeps its place while it is answered.
+        assert!(matches!(s.admit(at(4), "e"), Admit::In(_, Some("c"))));
+        assert!(matches!(s.admit(at(5), "f"), Admit::In(_, Some("d"))));
+        assert_eq!(s.evicted, 3);
+        // Every place being answered: the newcomer is refused (503).
+        let ids: Vec<u64> = s.slots.iter().map(|x| x.id).collect();
+        for i in ids {
+            s.answering(i);
+        }
+        assert!(matches!(s.admit(at(6), "g"), Admit::Full));
+        assert_eq!(s.refused, 1);
+        s.leave(a);
+        assert!(matches!(s.admit(at(7), "h"), Admit::In(_, None)));
+        assert_eq!(s.slots.len(), 3);
     }
 }
