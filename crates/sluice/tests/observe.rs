@@ -495,7 +495,8 @@ fn slow_clients_never_keep_a_scraper_from_the_metrics() {
     let sw = Switch::new("mslow", "metrics_listen = \"127.0.0.1:0\"");
     let addr = sw.stats()["switch"]["metrics"].as_str().expect("stats names the metrics address").to_string();
     let port = addr.rsplit(':').next().unwrap().to_string();
-    // 16 silent and 16 trickling clients for 30 s (more than the endpoint's 16 places).
+    // 16 silent and 16 trickling clients for 30 s (more than the 16 requests the endpoint
+    // answers at once, and eight times the four places it once had).
     let slow = r#"
 import socket, sys, threading, time
 host, port = sys.argv[1].rsplit(":", 1)

@@ -2,7 +2,8 @@
 //! files"): a socket's own timeouts bound one read or one write, so a client that sends a
 //! byte just before each would run out could hold a connection for ever. Here every read
 //! and write is given what is left of one deadline for the whole request (or answer), and
-//! a read past it fails with `TimedOut` even while bytes keep trickling in.
+//! a read past it fails with `TimedOut` even while bytes keep trickling in. (The metrics
+//! endpoint reads heads without blocking, and keeps their deadlines with [`Deadline`].)
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -82,12 +83,6 @@ impl<S: Read + Timed> Paced<S> {
     /// Reads from `s`: at most `idle` before a request starts, `whole` for all of it.
     pub fn new(s: S, idle: Duration, whole: Duration) -> Paced<S> {
         Paced { s, idle, whole, due: None, late: false }
-    }
-
-    /// Reads from `s` until `due` at the latest, whatever arrives (a request that must
-    /// arrive within a time of the connection, not of its first byte).
-    pub fn until(s: S, due: Deadline, whole: Duration) -> Paced<S> {
-        Paced { s, idle: whole, whole, due: Some(due), late: false }
     }
 
     /// A request has been read: the next one's clock starts at its first byte, or now when
@@ -245,9 +240,6 @@ mod tests {
         assert!(r.due.is_none());
         r.next_request(true);
         assert!(r.due.is_some_and(|d| d.left().is_some()));
-        // A deadline of the connection (the metrics endpoint's head): already past.
-        let mut r = Paced::until(&a, Deadline::from(Instant::now(), Duration::ZERO), Duration::from_secs(5));
-        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::TimedOut);
     }
 
     #[test]

@@ -4,15 +4,19 @@
 //! Each scrape takes the snapshot `sluice stats --json` prints and encodes it with
 //! `prometheus-client` as constant counters and gauges, named as node_exporter names its
 //! own: `sluice_port_rx_bytes_total{switch="sw0",port="t1"}`. The HTTP side is the least
-//! a scraper needs: `GET /metrics` on a plain TCP listener, at most [`MAX_CONNS`]
-//! connections, each bounded in size and in time as a whole (its request head within 5 s of
-//! the connection, its answer within 5 s): a connection still sending its head gives its
-//! place to a newcomer, so clients that connect and trickle (or say nothing) never keep a
-//! scraper out.
+//! a scraper needs: `GET /metrics` on a plain TCP listener, each connection bounded in size
+//! and in time as a whole (its request head within 5 s of the connection, its answer
+//! within 5 s). One thread reads every connection's head (up to [`MAX_WAITING`] of them,
+//! the oldest closed for a newcomer beyond that), so clients that connect and trickle, or
+//! say nothing, cost a descriptor and never keep a scraper out; at most [`MAX_ANSWERING`]
+//! are answered at once.
 
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -24,12 +28,17 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
-use super::deadline::{Deadline, Paced, write_all_by};
+use super::deadline::{Deadline, write_all_by};
 use crate::proto::StatsReport;
+use crate::sys::epoll::{Epoll, Event};
 
-/// Connections served at once. When all are taken, a newcomer takes the place of the
-/// oldest one still sending its request head; when none is, it is answered 503.
-const MAX_CONNS: usize = 16;
+/// Connections answered at once (a thread each); a request beyond them is answered 503.
+const MAX_ANSWERING: usize = 16;
+/// Connections waiting for their request head, read by the endpoint's one thread; when
+/// this many wait, the oldest is closed for a newcomer.
+const MAX_WAITING: usize = 256;
+/// Connections taken from the listener per turn of the loop (so heads are read between).
+const ACCEPT_BATCH: usize = 64;
 /// A request's head is at most this long.
 const MAX_REQUEST: usize = 8192;
 /// A request's head must arrive whole within this time of the connection.
@@ -38,6 +47,8 @@ const HEAD_WITHIN: Duration = Duration::from_secs(5);
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 /// The endpoint says at most once in this time that it closed or refused connections.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+/// The listener's token in the loop's epoll (connections count from 1).
+const LISTENER: u64 = 0;
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -55,151 +66,198 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     })
 }
 
-/// One connection's place: since when it is open and whether it is still sending its
-/// request head (only those can be closed for a newcomer).
-struct Slot<T> {
-    id: u64,
+/// A connection waiting for its request head.
+struct Waiting<T> {
     since: Instant,
-    head: bool,
-    handle: T,
+    conn: T,
+    head: Vec<u8>,
 }
 
-/// The endpoint's connections (`T`: what closes one; a clone of its socket).
-struct Slots<T> {
+/// The connections waiting for their heads, by token: tokens rise with arrival, so the
+/// first is the oldest.
+struct Heads<T> {
     max: usize,
     next: u64,
-    slots: Vec<Slot<T>>,
-    /// Connections closed for a newcomer, and newcomers refused, since the last warning.
+    waiting: BTreeMap<u64, Waiting<T>>,
+    /// Connections closed for a newcomer, or for taking too long, since the last warning.
     evicted: u64,
-    refused: u64,
+    late: u64,
 }
 
-/// What became of a newcomer.
-enum Admit<T> {
-    /// It has a place (its id), maybe one taken from `Some` connection to be closed.
-    In(u64, Option<T>),
-    /// Every place is taken by a connection being answered: 503.
-    Full,
-}
-
-impl<T> Slots<T> {
-    fn new(max: usize) -> Slots<T> {
-        Slots { max, next: 0, slots: Vec::with_capacity(max), evicted: 0, refused: 0 }
+impl<T> Heads<T> {
+    fn new(max: usize) -> Heads<T> {
+        Heads { max, next: LISTENER, waiting: BTreeMap::new(), evicted: 0, late: 0 }
     }
 
-    /// Gives a newcomer (arrived at `now`, closed through `handle`) a place.
-    fn admit(&mut self, now: Instant, handle: T) -> Admit<T> {
-        let mut out = None;
-        if self.slots.len() >= self.max {
-            let oldest = self.slots.iter().enumerate().filter(|(_, s)| s.head).min_by_key(|(_, s)| s.since);
-            let Some((i, _)) = oldest else {
-                self.refused += 1;
-                return Admit::Full;
-            };
-            out = Some(self.slots.swap_remove(i).handle);
+    /// Takes a newcomer (arrived at `now`): its token, and the oldest waiting connection
+    /// when it took that one's place.
+    fn admit(&mut self, now: Instant, conn: T) -> (u64, Option<T>) {
+        let out = (self.waiting.len() >= self.max).then(|| self.waiting.pop_first()).flatten().map(|(_, w)| {
             self.evicted += 1;
-        }
+            w.conn
+        });
         self.next += 1;
-        self.slots.push(Slot { id: self.next, since: now, head: true, handle });
-        Admit::In(self.next, out)
+        self.waiting.insert(self.next, Waiting { since: now, conn, head: Vec::new() });
+        (self.next, out)
     }
 
-    /// Connection `id` has sent its head: it is being answered. False when it was closed
-    /// for a newcomer meanwhile.
-    fn answering(&mut self, id: u64) -> bool {
-        self.slots.iter_mut().find(|s| s.id == id).map(|s| s.head = false).is_some()
+    /// The connections whose head did not arrive whole within [`HEAD_WITHIN`] by `now`.
+    fn expire(&mut self, now: Instant) -> Vec<T> {
+        let mut out = Vec::new();
+        while let Some(e) = self.waiting.first_entry() {
+            if Deadline::from(e.get().since, HEAD_WITHIN).left_at(now).is_some() {
+                break;
+            }
+            out.push(e.remove().conn);
+            self.late += 1;
+        }
+        out
     }
 
-    /// Connection `id` has ended.
-    fn leave(&mut self, id: u64) {
-        self.slots.retain(|s| s.id != id);
+    /// How long until the oldest head is late (`None`: nobody waits).
+    fn next_expiry(&self, now: Instant) -> Option<Duration> {
+        self.waiting
+            .first_key_value()
+            .map(|(_, w)| Deadline::from(w.since, HEAD_WITHIN).left_at(now).unwrap_or_default())
     }
 }
 
-/// Serves scrapes on `listener` on a thread of its own.
+/// What a read of a waiting connection came to.
+enum HeadRead {
+    /// More may come.
+    Partial,
+    /// The head is whole.
+    Whole,
+    /// Closed, broken, or too long: drop it (too long: answer 431 first).
+    Done { too_long: bool },
+}
+
+/// Reads what `w` has for now.
+fn read_head(w: &mut Waiting<TcpStream>) -> HeadRead {
+    let mut buf = [0u8; 1024];
+    loop {
+        match w.conn.read(&mut buf) {
+            Ok(0) => return HeadRead::Done { too_long: false },
+            Ok(n) => {
+                w.head.extend_from_slice(&buf[..n]);
+                if w.head.windows(4).any(|x| x == b"\r\n\r\n") {
+                    return HeadRead::Whole;
+                }
+                if w.head.len() > MAX_REQUEST {
+                    return HeadRead::Done { too_long: true };
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return HeadRead::Partial,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return HeadRead::Done { too_long: false },
+        }
+    }
+}
+
+/// Serves scrapes on `listener` on a thread of its own: one loop accepts connections and
+/// reads their request heads (without a thread each, so connections that say nothing cost
+/// only a descriptor); a connection whose head is whole is answered on a thread of its
+/// own, at most [`MAX_ANSWERING`] at once.
 pub fn serve(listener: TcpListener, source: Arc<Source>) -> Result<()> {
     let bound = listener.local_addr()?;
     info!(listen = %bound, "metrics endpoint: http://{bound}/metrics");
-    let slots: Arc<Mutex<Slots<TcpStream>>> = Arc::new(Mutex::new(Slots::new(MAX_CONNS)));
+    listener.set_nonblocking(true)?;
+    let ep = Epoll::new()?;
+    ep.add(listener.as_raw_fd(), LISTENER, true, false)?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        let answering = Arc::new(AtomicUsize::new(0));
+        let mut heads: Heads<TcpStream> = Heads::new(MAX_WAITING);
+        let mut busy = 0u64;
         let mut warned: Option<Instant> = None;
-        for conn in listener.incoming() {
-            let Ok(stream) = conn else {
-                // (Out of descriptors, say: do not spin.)
+        let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
+        let mut events: Vec<Event> = Vec::with_capacity(128);
+        loop {
+            let wait = heads.next_expiry(Instant::now()).map_or(1000, |d| d.as_millis().clamp(1, 1000) as i32);
+            if ep.wait(&mut buf, wait, &mut events).is_err() {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
-            };
-            let arrived = Instant::now();
-            let admitted = {
-                let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
-                let admitted = match stream.try_clone() {
-                    Ok(h) => s.admit(arrived, h),
-                    Err(_) => Admit::Full,
-                };
-                if (s.evicted > 0 || s.refused > 0) && warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
-                    warn!(
-                        closed_slow = s.evicted,
-                        refused = s.refused,
-                        "metrics endpoint: {MAX_CONNS} connections were open; closed the oldest that had not sent its request (slow or idle clients), or answered 503 when all were being answered (said at most once a minute)"
-                    );
-                    (s.evicted, s.refused) = (0, 0);
-                    warned = Some(arrived);
-                }
-                admitted
-            };
-            let id = match admitted {
-                Admit::In(id, evicted) => {
-                    if let Some(old) = evicted {
-                        let _ = old.shutdown(Shutdown::Both);
+            }
+            for ev in &events {
+                if ev.token == LISTENER {
+                    for _ in 0..ACCEPT_BATCH {
+                        let stream = match listener.accept() {
+                            Ok((s, _)) => s,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(_) => {
+                                // (Out of descriptors, say: do not spin.)
+                                std::thread::sleep(Duration::from_millis(100));
+                                break;
+                            }
+                        };
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        let fd = stream.as_raw_fd();
+                        let (token, old) = heads.admit(Instant::now(), stream);
+                        if let Some(old) = old {
+                            let _ = ep.delete(old.as_raw_fd());
+                        }
+                        if ep.add(fd, token, true, false).is_err() {
+                            heads.waiting.remove(&token);
+                        }
                     }
-                    id
-                }
-                Admit::Full => {
-                    // (Never blocks this thread: a fresh socket takes a short answer at once.)
-                    let _ = stream.set_nonblocking(true);
-                    let _ = respond(&stream, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
                     continue;
                 }
-            };
-            let (source, mine) = (source.clone(), slots.clone());
-            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
-                if let Err(e) = answer(&stream, arrived, id, &mine, &*source) {
-                    tracing::debug!("metrics endpoint: {e:#}");
+                let Some(w) = heads.waiting.get_mut(&ev.token) else { continue };
+                let got = read_head(w);
+                if matches!(got, HeadRead::Partial) {
+                    continue;
                 }
-                mine.lock().unwrap_or_else(|p| p.into_inner()).leave(id);
-            });
-            if spawned.is_err() {
-                slots.lock().unwrap_or_else(|p| p.into_inner()).leave(id);
+                let Some(w) = heads.waiting.remove(&ev.token) else { continue };
+                let _ = ep.delete(w.conn.as_raw_fd());
+                match got {
+                    HeadRead::Done { too_long: true } => {
+                        let _ = respond(&w.conn, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
+                    }
+                    HeadRead::Whole if answering.fetch_add(1, Ordering::AcqRel) >= MAX_ANSWERING => {
+                        answering.fetch_sub(1, Ordering::AcqRel);
+                        busy += 1;
+                        // (Never blocks this thread: a fresh socket takes a short answer at once.)
+                        let _ = respond(&w.conn, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
+                    }
+                    HeadRead::Whole => {
+                        let (source, count) = (source.clone(), answering.clone());
+                        let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
+                            let r = w.conn.set_nonblocking(false).map_err(anyhow::Error::from);
+                            if let Err(e) = r.and_then(|_| answer(&w.conn, &w.head, &*source)) {
+                                tracing::debug!("metrics endpoint: {e:#}");
+                            }
+                            count.fetch_sub(1, Ordering::AcqRel);
+                        });
+                        if spawned.is_err() {
+                            answering.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }
+                    HeadRead::Partial | HeadRead::Done { .. } => {}
+                }
+            }
+            let now = Instant::now();
+            for late in heads.expire(now) {
+                let _ = ep.delete(late.as_raw_fd());
+            }
+            if (heads.evicted > 0 || heads.late > 0 || busy > 0) && warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                warn!(
+                    closed_for_newcomers = heads.evicted,
+                    closed_late = heads.late,
+                    answered_503 = busy,
+                    "metrics endpoint: closed connections that had not sent their request within {} s or whose place a newcomer took ({MAX_WAITING} waiting), or answered 503 ({MAX_ANSWERING} being answered); said at most once a minute",
+                    HEAD_WITHIN.as_secs()
+                );
+                (heads.evicted, heads.late, busy) = (0, 0, 0);
+                warned = Some(now);
             }
         }
     })?;
     Ok(())
 }
 
-/// Answers one request on `stream` (connected at `arrived`, place `id` of `slots`).
-fn answer(
-    stream: &TcpStream,
-    arrived: Instant,
-    id: u64,
-    slots: &Mutex<Slots<TcpStream>>,
-    source: &Source,
-) -> Result<()> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    let mut r = Paced::until(stream, Deadline::from(arrived, HEAD_WITHIN), HEAD_WITHIN);
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = r.read(&mut buf).context("reading the request")?;
-        if n == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_REQUEST {
-            return respond(stream, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
-        }
-    }
-    if !slots.lock().unwrap_or_else(|p| p.into_inner()).answering(id) {
-        return Ok(());
-    }
+/// Answers request `head` on `stream`.
+fn answer(stream: &TcpStream, head: &[u8], source: &Source) -> Result<()> {
     let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)]).into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -525,34 +583,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_newcomer_takes_the_place_of_the_oldest_connection_still_sending_its_head() {
+    fn a_newcomer_takes_the_place_of_the_oldest_head_and_late_heads_are_closed() {
         let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut s: Slots<&str> = Slots::new(3);
-        let id = |a: Admit<&str>| match a {
-            Admit::In(id, None) => id,
-            _ => panic!("not admitted"),
-        };
-        let a = id(s.admit(at(0), "a"));
-        let b = id(s.admit(at(1), "b"));
-        let _c = id(s.admit(at(2), "c"));
-        // `a` sent its head and is being answered: `b` is the oldest still sending.
-        assert!(s.answering(a));
-        assert!(matches!(s.admit(at(3), "d"), Admit::In(_, Some("b"))));
-        assert!(!s.answering(b), "b's place is gone");
-        // Then `c`, then `d`; `a` keeps its place while it is answered.
-        assert!(matches!(s.admit(at(4), "e"), Admit::In(_, Some("c"))));
-        assert!(matches!(s.admit(at(5), "f"), Admit::In(_, Some("d"))));
-        assert_eq!(s.evicted, 3);
-        // Every place being answered: the newcomer is refused (503).
-        let ids: Vec<u64> = s.slots.iter().map(|x| x.id).collect();
-        for i in ids {
-            s.answering(i);
-        }
-        assert!(matches!(s.admit(at(6), "g"), Admit::Full));
-        assert_eq!(s.refused, 1);
-        s.leave(a);
-        assert!(matches!(s.admit(at(7), "h"), Admit::In(_, None)));
-        assert_eq!(s.slots.len(), 3);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut h: Heads<&str> = Heads::new(3);
+        assert_eq!(h.next_expiry(t0), None);
+        assert_eq!(h.admit(at(0), "a"), (1, None));
+        assert_eq!(h.admit(at(10), "b"), (2, None));
+        assert_eq!(h.admit(at(20), "c"), (3, None));
+        // Full: the oldest goes, whoever the newcomer is.
+        assert_eq!(h.admit(at(30), "d"), (4, Some("a")));
+        h.waiting.remove(&2); // (b sent its head and went to be answered)
+        assert_eq!(h.admit(at(40), "e"), (5, None));
+        assert_eq!(h.evicted, 1);
+        assert_eq!(h.next_expiry(at(20)), Some(HEAD_WITHIN));
+        // Five seconds after its connection a head is late, whatever it sent meanwhile.
+        assert!(h.expire(at(4_999)).is_empty());
+        assert_eq!(h.expire(at(5_030)), ["c", "d"]);
+        assert_eq!(h.late, 2);
+        assert_eq!(h.next_expiry(at(5_030)), Some(Duration::from_millis(10)));
+        assert_eq!(h.waiting.len(), 1);
     }
 }

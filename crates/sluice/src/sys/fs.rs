@@ -197,7 +197,12 @@ impl Dir {
         let mut todo: std::collections::VecDeque<OsString> = components(path);
         let mut fd = openat(libc::AT_FDCWD, &cstr(start.as_os_str()).expect("no NUL"), dir_flags(), 0)
             .map_err(|e| FileError::io("opening", start, e))?;
-        let mut at = start.to_path_buf();
+        // (Named in messages as the absolute path, where the current directory has one.)
+        let mut at = if path.is_absolute() {
+            start.to_path_buf()
+        } else {
+            std::env::current_dir().unwrap_or_else(|_| start.to_path_buf())
+        };
         let (mut shared, mut uid, mut mode) = check_dir(fd.as_raw_fd(), &at, me)?;
         let mut links = 0;
         while let Some(name) = todo.pop_front() {
