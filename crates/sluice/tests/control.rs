@@ -675,3 +675,69 @@ while time.time() < end:
     assert!(sluice_ok(&["port", "list", "--switch", &name]).contains("s2"));
     drop(d);
 }
+
+/// A datapath that never answers (its thread stopped with ptrace): a request is answered
+/// "the datapath is busy" after 10 s, other clients are still read, and SIGTERM ends the
+/// process within 30 s anyway.
+#[test]
+fn a_datapath_that_never_answers_makes_requests_busy_and_does_not_keep_the_switch_from_stopping() {
+    if !root() {
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let name = unique("hung");
+    let mut d = Daemon::from_config(Dp::User, &name, "");
+    let pid = d.child.id() as i32;
+    let tid: i32 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "datapath"))
+        .and_then(|t| t.file_name().to_str()?.parse().ok())
+        .expect("the daemon's datapath thread");
+    // SAFETY: ptrace requests on a thread of our own child; no memory of ours is passed.
+    let seized = unsafe {
+        libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) == 0 && libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) == 0
+    };
+    assert!(seized, "ptrace: {}", std::io::Error::last_os_error());
+    // On the way out (a failed assertion too): the thread goes on, so the switch can stop.
+    struct Detach(i32);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            // SAFETY: as above; fails harmlessly once the thread is gone.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.0, 0, 0) };
+        }
+    }
+    let _detach = Detach(tid);
+    // Reaps what the stopped thread reports (it stays stopped until the process ends).
+    let reap = || {
+        let mut st = 0;
+        // SAFETY: waitpid on a thread we trace; `st` is a valid out-pointer.
+        unsafe { libc::waitpid(tid, &mut st, libc::__WALL | libc::WNOHANG) };
+    };
+    /// `sluice ARGS` on a thread, bounded by `secs`: its output, or `None`.
+    fn bounded(args: Vec<String>, secs: u64) -> Option<std::process::Output> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::process::Command::new(BIN).args(&args).output());
+        });
+        rx.recv_timeout(Duration::from_secs(secs)).ok().and_then(Result::ok)
+    }
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let t = Instant::now();
+    let o = bounded(args(&["port", "list", "--switch", &name]), 25);
+    reap();
+    let o = o.expect("`port list` against a datapath that never answers did not return within 25 s");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("the datapath is busy"), "after {:?}: {e}", t.elapsed());
+    // SIGTERM: the process ends within 30 s though the datapath never takes the stop.
+    sh_ok(&format!("kill -TERM {pid}"));
+    let t = Instant::now();
+    let ended = wait_for(60, || {
+        reap();
+        d.child.try_wait().unwrap().is_some()
+    });
+    assert!(ended, "the switch did not end within 60 s of SIGTERM: {}", d.log());
+    assert!(t.elapsed() < Duration::from_secs(45), "{:?}", t.elapsed());
+    assert!(d.log().contains("did not stop within 30 s"), "{}", d.log());
+    assert!(!run_dir().join(format!("{name}.sock")).exists(), "the control socket is removed");
+}
