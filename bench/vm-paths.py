@@ -10,7 +10,7 @@ TCG, so absolute numbers measure QEMU's emulation on this machine more than eith
 compare the paths with each other, within one run. Everything is made in namespaces of its
 own and removed at the end.
 """
-import json, os, re, socket, statistics, subprocess, sys, time
+import json, os, re, socket, statistics, subprocess, sys, tempfile, time
 
 SECS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -126,8 +126,8 @@ def bridge_path(img):
     """QEMU's TAP backend (no vhost-net on this kernel) on a Linux bridge, in a namespace."""
     sh(f"ip netns del {BR_NS}", check=False)
     sh(f"ip netns del {G1_NS}", check=False)
-    pids, tmp = [], f"/tmp/sluice-vmb-{os.getpid()}"
-    os.makedirs(tmp, exist_ok=True)
+    # A new directory (mkdtemp, 0700): QEMU runs as root with files nobody else could plant.
+    pids, tmp = [], tempfile.mkdtemp(prefix="sluice-vmb-")
     try:
         sh(f"ip netns add {BR_NS} && ip -n {BR_NS} link set lo up")
         sh(f"ip -n {BR_NS} link add br0 type bridge stp_state 0 forward_delay 0 && ip -n {BR_NS} link set br0 up")

@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 
 use crate::client::{Client, Target};
 use crate::proto::{CAPTURE_RECORD_HEADER, Request};
@@ -93,7 +93,8 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         Box::new(std::io::stdout().lock())
     } else {
         let p = a.write.clone().unwrap_or_default();
-        Box::new(std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?)
+        // Never through a link, nor into someone else's file (a name planted under /tmp).
+        Box::new(crate::sys::fs::output_checked(&p, 0o644).map_err(|e| anyhow!("cannot write the capture: {e}"))?)
     };
     let direction = match a.direction {
         DirArg::In => "in",

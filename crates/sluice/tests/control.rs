@@ -7,8 +7,7 @@ use common::*;
 
 #[test]
 fn a_bad_config_is_refused_with_its_line_number() {
-    let dir = std::env::temp_dir().join(format!("sluice-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cfg");
     let f = dir.join("bad.toml");
     std::fs::write(&f, "name = \"bad\"\nmtu = 1500\n\n[[port]]\nname = \"t0\"\nvlan = 4095\n").unwrap();
     let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
@@ -199,8 +198,7 @@ impl Daemon {
     /// Switch `name` on datapath `dp`, run from a config of `body` (after its name and
     /// datapath) in a directory of its own; returns once it answers.
     fn from_config(dp: Dp, name: &str, body: &str) -> Daemon {
-        let dir = std::env::temp_dir().join(format!("sluice-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch(name);
         let conf = dir.join("s.toml");
         let datapath = if dp == Dp::User { "user" } else { "kernel" };
         std::fs::write(&conf, format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{body}")).unwrap();
@@ -322,8 +320,7 @@ fn grants_decide_which_vlans_a_port_may_join() {
 
 #[test]
 fn grant_tables_without_grants_on_are_refused() {
-    let dir = std::env::temp_dir().join(format!("sluice-grant-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("grant");
     let f = dir.join("g.toml");
     std::fs::write(&f, "name = \"g\"\n\n[[grant]]\nport = \"t0\"\nvlans = [10]\n").unwrap();
     let o = sluice(&["switch", "run", "--config", f.to_str().unwrap()]);
@@ -424,8 +421,7 @@ fn the_control_socket_refuses_what_is_not_its_own_and_bounds_its_clients() {
     use std::io::{BufRead, Write};
     init();
     let name = unique("csock");
-    let dir = std::env::temp_dir().join(format!("sluice-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch(&name);
     let sock = dir.join("ctl.sock");
     let conf = dir.join("s.toml");
     std::fs::write(&conf, format!("name = \"{name}\"\nsocket = \"{}\"\ndatapath = \"user\"\n", sock.display()))
@@ -521,8 +517,7 @@ fn a_tcp_connection_between_tap_guests_survives_a_restart_and_a_kill() {
         return;
     }
     let lab = Lab::up("tapkeep", &["--guests", "2"]);
-    let dir = std::env::temp_dir().join(format!("sluice-tapkeep-{}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch(&format!("tapkeep-{}", lab.name));
     let ifindex = |g: usize| ns_ok(&lab.ns(g), &format!("cat /sys/class/net/{}/ifindex", lab.tap(g)));
     let before = (ifindex(1), ifindex(2));
     // The restart in place adopts the TAPs in the new image; while no switch runs, the
@@ -570,4 +565,179 @@ fn after_a_crash_the_next_run_adopts_its_taps_and_removes_those_no_port_uses() {
     assert!(ifindex(&b).is_empty(), "the TAP of port b, gone from the file, is removed");
     drop(again);
     assert!(ifindex(&a).is_empty(), "a clean stop removes the TAP");
+}
+
+/// A control request that arrives a byte at a time is closed 10 s after its first byte
+/// (not kept for as long as each byte comes within the idle time), while other clients
+/// are served meanwhile.
+#[test]
+fn a_request_that_trickles_in_is_closed_at_its_deadline_while_others_are_served() {
+    if !root() {
+        return;
+    }
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let name = unique("trick");
+    let d = Daemon::from_config(Dp::User, &name, "");
+    let sock = run_dir().join(format!("{name}.sock"));
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    // A whole request, a byte every half second: 40 bytes take 20 s.
+    let req = format!("{:<39}\n", r#"{"cmd":"hello"}"#);
+    let started = Instant::now();
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (mut w, closed) = (c.try_clone().unwrap(), closed.clone());
+        std::thread::spawn(move || {
+            for b in req.bytes() {
+                if closed.load(std::sync::atomic::Ordering::Relaxed) || w.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    // Meanwhile others are answered.
+    for _ in 0..3 {
+        assert!(sluice(&["port", "list", "--switch", &name]).status.success(), "{}", d.log());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = String::new();
+    let _ = c.read_to_string(&mut answer);
+    let took = started.elapsed();
+    closed.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        answer.contains("did not arrive whole within 10 s") && !answer.contains("\"ok\":true"),
+        "the trickled request was answered or not refused ({took:?}): {answer:?}"
+    );
+    assert!(took < Duration::from_secs(19), "closed before the request was whole ({took:?})");
+    assert!(d.answers(), "the switch answers after");
+}
+
+/// A stream port attaches only a peer of root's or the switch's user: a listener another
+/// user runs is refused, naming its uid.
+#[test]
+fn a_stream_port_refuses_a_peer_of_another_user() {
+    // (Debian's Python: the user `nobody` cannot reach one installed under /root.)
+    if !root() || !have("setpriv") || !have("/usr/bin/python3") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let name = unique("speer");
+    let d = Daemon::from_config(Dp::User, &name, "");
+    let dir = scratch(&format!("{name}-peer"));
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let theirs = dir.join("nobody");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let listen = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(8); s.settimeout(60)
+held = []
+end = time.time() + 60
+while time.time() < end:
+    try:
+        held.append(s.accept()[0])
+    except OSError:
+        break
+"#;
+    struct Listener(std::process::Child);
+    impl Drop for Listener {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let spawn = |path: &std::path::Path, as_nobody: bool| {
+        let mut cmd = if as_nobody {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+            c
+        } else {
+            std::process::Command::new("/usr/bin/python3")
+        };
+        let child = cmd.args(["-c", listen]).arg(path).stdin(std::process::Stdio::null()).spawn().unwrap();
+        assert!(wait_for(10, || path.exists()), "the listener at {} did not start", path.display());
+        Listener(child)
+    };
+    let at = theirs.join("peer.sock");
+    let _nobody = spawn(&at, true);
+    let o = sluice(&["port", "add", "s1", "--type", "stream", "--path", at.to_str().unwrap(), "--switch", &name]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("runs as uid 65534") && e.contains("run the peer as"), "{e}");
+    assert!(!sluice_ok(&["port", "list", "--switch", &name]).contains("s1"), "nothing was attached");
+    // Root's own listener is attached.
+    let mine = dir.join("root.sock");
+    let _root = spawn(&mine, false);
+    sluice_ok(&["port", "add", "s2", "--type", "stream", "--path", mine.to_str().unwrap(), "--switch", &name]);
+    assert!(sluice_ok(&["port", "list", "--switch", &name]).contains("s2"));
+    drop(d);
+}
+
+/// A datapath that never answers (its thread stopped with ptrace): a request is answered
+/// "the datapath is busy" after 10 s, other clients are still read, and SIGTERM ends the
+/// process within 30 s anyway.
+#[test]
+fn a_datapath_that_never_answers_makes_requests_busy_and_does_not_keep_the_switch_from_stopping() {
+    if !root() {
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let name = unique("hung");
+    let mut d = Daemon::from_config(Dp::User, &name, "");
+    let pid = d.child.id() as i32;
+    let tid: i32 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "datapath"))
+        .and_then(|t| t.file_name().to_str()?.parse().ok())
+        .expect("the daemon's datapath thread");
+    // SAFETY: ptrace requests on a thread of our own child; no memory of ours is passed.
+    let seized = unsafe {
+        libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) == 0 && libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) == 0
+    };
+    assert!(seized, "ptrace: {}", std::io::Error::last_os_error());
+    // On the way out (a failed assertion too): the thread goes on, so the switch can stop.
+    struct Detach(i32);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            // SAFETY: as above; fails harmlessly once the thread is gone.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.0, 0, 0) };
+        }
+    }
+    let _detach = Detach(tid);
+    // Reaps what the stopped thread reports (it stays stopped until the process ends).
+    let reap = || {
+        let mut st = 0;
+        // SAFETY: waitpid on a thread we trace; `st` is a valid out-pointer.
+        unsafe { libc::waitpid(tid, &mut st, libc::__WALL | libc::WNOHANG) };
+    };
+    /// `sluice ARGS` on a thread, bounded by `secs`: its output, or `None`.
+    fn bounded(args: Vec<String>, secs: u64) -> Option<std::process::Output> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::process::Command::new(BIN).args(&args).output());
+        });
+        rx.recv_timeout(Duration::from_secs(secs)).ok().and_then(Result::ok)
+    }
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let t = Instant::now();
+    let o = bounded(args(&["port", "list", "--switch", &name]), 25);
+    reap();
+    let o = o.expect("`port list` against a datapath that never answers did not return within 25 s");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("the datapath is busy"), "after {:?}: {e}", t.elapsed());
+    // SIGTERM: the process ends within 30 s though the datapath never takes the stop.
+    sh_ok(&format!("kill -TERM {pid}"));
+    let t = Instant::now();
+    let ended = wait_for(60, || {
+        reap();
+        d.child.try_wait().unwrap().is_some()
+    });
+    assert!(ended, "the switch did not end within 60 s of SIGTERM: {}", d.log());
+    assert!(t.elapsed() < Duration::from_secs(45), "{:?}", t.elapsed());
+    assert!(d.log().contains("did not stop within 30 s"), "{}", d.log());
+    assert!(!run_dir().join(format!("{name}.sock")).exists(), "the control socket is removed");
 }

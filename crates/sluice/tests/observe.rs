@@ -28,8 +28,7 @@ impl Switch {
     fn with(tag: &str, extra: &str, ports: &[&str], dp: Dp) -> Switch {
         init();
         let name = unique(tag);
-        let dir = std::env::temp_dir().join(format!("sluice-observe-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch(&format!("observe-{name}"));
         let mut namespaces = vec![];
         let datapath = if dp == Dp::Kernel { "kernel" } else { "user" };
         let mut cfg = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{extra}\n");
@@ -207,8 +206,7 @@ fn a_metrics_address_that_is_taken_or_malformed_fails_the_start_with_the_reason(
     init();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let dir = std::env::temp_dir().join(format!("sluice-observe-bad{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("observe-bad");
     let name = unique("mbad");
     for (listen, want) in [(addr.as_str(), "is the port taken"), ("localhost", "sw.toml:3")] {
         let f = dir.join("sw.toml");
@@ -484,4 +482,178 @@ both_datapaths! {
         let o = sluice(&["capture", "--switch", &sw.name, &t1, "-w", "/dev/null", "tcp", "port", "banana"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("capture filter"), "{o:?}");
     }
+}
+
+/// Clients that connect to the metrics endpoint and then say nothing, or trickle a request
+/// head a byte a second without ever ending it — reconnecting each time they are closed —
+/// never keep a scraper out: every scrape is answered 200 within its deadline.
+#[test]
+fn slow_clients_never_keep_a_scraper_from_the_metrics() {
+    if !root() || !have("/usr/bin/python3") {
+        return;
+    }
+    let sw = Switch::new("mslow", "metrics_listen = \"127.0.0.1:0\"");
+    let addr = sw.stats()["switch"]["metrics"].as_str().expect("stats names the metrics address").to_string();
+    let port = addr.rsplit(':').next().unwrap().to_string();
+    // 16 silent and 16 trickling clients for 30 s (more than the 16 requests the endpoint
+    // answers at once, and eight times the four places it once had).
+    let slow = r#"
+import socket, sys, threading, time
+host, port = sys.argv[1].rsplit(":", 1)
+end = time.time() + float(sys.argv[2])
+def client(trickle):
+    while time.time() < end:
+        try:
+            s = socket.create_connection((host, int(port)), timeout=2)
+        except OSError:
+            time.sleep(0.1)
+            continue
+        s.settimeout(1.0)
+        head = b"GET /metrics HTTP/1.1\r\nX-Slow: "
+        sent = 0
+        while time.time() < end:
+            try:
+                if trickle:
+                    s.send(head[sent:sent + 1] if sent < len(head) else b"a")
+                    sent += 1
+                if s.recv(1) == b"":
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        s.close()
+threads = [threading.Thread(target=client, args=(i % 2 == 0,)) for i in range(32)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"#;
+    struct Crowd(std::process::Child);
+    impl Drop for Crowd {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _crowd = Crowd(
+        Command::new("/usr/bin/python3")
+            .args(["-c", slow, &addr, "30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let established = || {
+        let o = sh_ok(&format!("ss -Htn state established '( dport = :{port} )' | wc -l"));
+        o.trim().parse::<u32>().unwrap_or(0)
+    };
+    assert!(wait_for(10, || established() >= 16), "the slow clients did not connect");
+    // Scrapes over 12 s: longer than a request head may take, so the slow clients have been
+    // cut off and have come back in between.
+    let start = std::time::Instant::now();
+    let mut scrapes = 0;
+    while start.elapsed() < std::time::Duration::from_secs(12) {
+        let t = std::time::Instant::now();
+        let (status, _, body) = get(&addr, "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK", "scrape {scrapes} at {:?}: {body}", start.elapsed());
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "scrape {scrapes} took {:?}", t.elapsed());
+        scrapes += 1;
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert!(scrapes >= 5, "{scrapes} scrapes");
+    assert!(established() >= 8, "the slow clients were still there at the end");
+}
+
+/// A FIFO, or a name someone else could swap, as the monitor file is refused at once with
+/// the reason — by `sluice monitor start` (the control socket keeps answering) and in a
+/// switch's configuration (the switch does not start) — instead of hanging the caller.
+#[test]
+fn a_monitor_file_that_is_a_fifo_or_behind_someone_elses_link_is_refused_at_once() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mkfifo = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    };
+    // Opening the FIFO for reading lets a writer blocked in open(2) go (old daemons hung there).
+    let release = |p: &std::path::Path| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(p);
+    };
+    /// Runs `sluice ARGS`, at most 15 s; `None` if it had not ended by then.
+    fn bounded(args: &[&str]) -> Option<std::process::Output> {
+        let mut c = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        if !wait_for(15, || c.try_wait().unwrap().is_some()) {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        Some(c.wait_with_output().unwrap())
+    }
+    let sw = Switch::new("mfifo", "");
+    let fifo = sw.dir.join("m.fifo");
+    mkfifo(&fifo);
+    let o = bounded(&["monitor", "start", "--file", fifo.to_str().unwrap(), "--switch", &sw.name]);
+    release(&fifo);
+    let o = o.expect("`sluice monitor start` with a FIFO did not return within 15 s");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("is a FIFO (named pipe), not a regular file"), "{e}");
+    let status = bounded(&["monitor", "status", "--json", "--switch", &sw.name]).expect("monitor status hung");
+    assert!(status.status.success(), "{status:?}");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("\"running\": false"), "{status:?}");
+    assert!(bounded(&["port", "list", "--switch", &sw.name]).is_some_and(|o| o.status.success()));
+
+    // A directory others can write (sticky, as /tmp): a link or a directory someone else
+    // put there is not gone through.
+    let shared = sw.dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let elsewhere = sw.dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, shared.join("lnk")).unwrap();
+    std::os::unix::fs::lchown(shared.join("lnk"), Some(65534), Some(65534)).unwrap();
+    std::fs::create_dir(shared.join("theirs")).unwrap();
+    std::os::unix::fs::chown(shared.join("theirs"), Some(65534), Some(65534)).unwrap();
+    for (file, want) in [
+        (shared.join("lnk/x.monitor"), "symbolic link in a directory others can write"),
+        (shared.join("theirs/x.monitor"), "belongs to uid 65534"),
+    ] {
+        let o = bounded(&["monitor", "start", "--file", file.to_str().unwrap(), "--switch", &sw.name]).unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want), "{}: {e}", file.display());
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
+    // One of the switch's own there is fine.
+    let ok = shared.join("mine.monitor");
+    sluice_ok(&["monitor", "start", "--file", ok.to_str().unwrap(), "--interval", "1s", "--switch", &sw.name]);
+    sluice_ok(&["monitor", "stop", "--switch", &sw.name]);
+
+    // In a configuration: the switch does not start, and says why.
+    let name = unique("mfcfg");
+    let dir = scratch(&name);
+    let fifo = dir.join("m.fifo");
+    mkfifo(&fifo);
+    let conf = dir.join("s.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "name = \"{name}\"\ndatapath = \"user\"\nmonitor_file = \"{}\"\nmonitor_interval = \"1s\"\n",
+            fifo.display()
+        ),
+    )
+    .unwrap();
+    let o = bounded(&["switch", "run", "--config", conf.to_str().unwrap()]);
+    release(&fifo);
+    if o.is_none() {
+        let _ = sluice(&["switch", "stop", "--switch", &name]);
+    }
+    let o = o.expect("a switch with a FIFO as its monitor file neither started nor failed within 15 s");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("is a FIFO (named pipe), not a regular file"), "{e}");
+    assert!(!run_dir().join(format!("{name}.sock")).exists(), "no control socket is left behind");
 }

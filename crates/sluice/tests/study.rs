@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
+/// A fresh directory `tag` inside the test process's own runtime directory (`mkdtemp`).
 fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-study-{tag}-{}", std::process::id()));
+    let d = common::scratch(&format!("study-{tag}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -1,17 +1,24 @@
 //! The control server: reads JSON requests from the unix socket, runs them on the datapath
 //! thread as jobs, and writes the answers. Every refused request is logged with its reason.
+//!
+//! Bounds (docs/architecture.md, "Servers and files"): a connection may wait
+//! [`IDLE`] between requests, but a request must arrive whole within [`REQUEST_WITHIN`] of
+//! its first byte, and its answer be taken within [`ANSWER_WITHIN`]; a job waits for the
+//! datapath at most [`JOB_WAIT`], and the client is then told the datapath is busy.
 
 use std::io::{BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use sluice_wire::MacAddr;
 use tracing::{debug, warn};
 
 use super::datapath::{Datapath, Job};
+use super::deadline::{Deadline, Paced, write_all_by};
 use crate::config::{PortKind, PortSpec, Settings};
 use crate::port::Attachment;
 use crate::port::stream::StreamPort;
@@ -23,20 +30,26 @@ use crate::proto::*;
 use crate::sys::epoll::EventFd;
 use crate::sys::netns;
 
+/// How long a job waits for the datapath to run it.
+pub const JOB_WAIT: Duration = Duration::from_secs(10);
+
 /// A handle for running jobs on the datapath thread.
 #[derive(Clone)]
 pub struct Jobs {
     tx: Sender<Job>,
     wake: Arc<EventFd>,
+    wait: Duration,
 }
 
 impl Jobs {
     /// Wraps the job channel and the datapath's wake-up.
     pub fn new(tx: Sender<Job>, wake: Arc<EventFd>) -> Self {
-        Jobs { tx, wake }
+        Jobs { tx, wake, wait: JOB_WAIT }
     }
 
-    /// Runs `f` on the datapath and waits for its result.
+    /// Runs `f` on the datapath and waits for its result, at most [`JOB_WAIT`]: then the
+    /// answer is that the datapath is busy (the job still runs when the datapath gets to
+    /// it).
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce(&mut Datapath) -> T + Send + 'static) -> Result<T> {
         let (rtx, rrx) = mpsc::sync_channel(1);
         self.tx
@@ -45,7 +58,14 @@ impl Jobs {
             }))
             .map_err(|_| anyhow!("the datapath has stopped"))?;
         self.wake.notify();
-        rrx.recv().map_err(|_| anyhow!("the datapath stopped before answering"))
+        rrx.recv_timeout(self.wait).map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => anyhow!(
+                "the datapath is busy: it did not take the request within {} s (it still runs it when it gets to it); \
+                 try again, and if this lasts see the switch's log",
+                self.wait.as_secs()
+            ),
+            mpsc::RecvTimeoutError::Disconnected => anyhow!("the datapath stopped before answering"),
+        })
     }
 
     /// Asks the datapath to stop.
@@ -150,12 +170,12 @@ pub struct Server {
     pub monitor: std::sync::Mutex<Option<super::monitor::Monitor>>,
 }
 
-/// Writes a refusal on a connection about to be closed.
-fn refuse(s: &mut UnixStream, error: String) {
+/// Writes a refusal on a connection about to be closed (taken by the client by `due`).
+fn refuse(s: &UnixStream, error: String, due: Deadline) {
     let r = Response { ok: false, error: Some(error), data: None };
     if let Ok(mut text) = serde_json::to_string(&r) {
         text.push('\n');
-        let _ = s.write_all(text.as_bytes());
+        let _ = write_all_by(s, text.as_bytes(), due);
     }
 }
 
@@ -165,8 +185,12 @@ const CAPTURE_BUDGET: usize = 8 << 20;
 
 /// Control connections served at once; more are told to try again.
 const MAX_CONNS: usize = 32;
-/// How long a control connection may sit idle.
-const IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+/// How long a control connection may sit idle between requests.
+const IDLE: Duration = Duration::from_secs(300);
+/// A request must arrive whole within this time of its first byte.
+pub const REQUEST_WITHIN: Duration = Duration::from_secs(10);
+/// An answer must be taken whole within this time.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 impl Server {
     /// Serves connections until the process ends; each connection on its own thread, at
@@ -177,15 +201,18 @@ impl Server {
         let mut backoff = std::time::Duration::ZERO;
         for conn in listener.incoming() {
             match conn {
-                Ok(mut stream) => {
+                Ok(stream) => {
                     backoff = std::time::Duration::ZERO;
                     if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
                         open.fetch_sub(1, Ordering::AcqRel);
+                        // (Never blocks this thread: a fresh socket takes a short answer at once.)
+                        let _ = stream.set_nonblocking(true);
                         refuse(
-                            &mut stream,
+                            &stream,
                             format!(
                                 "the switch already serves {MAX_CONNS} control connections; try again when one ends"
                             ),
+                            Deadline::after(ANSWER_WITHIN),
                         );
                         continue;
                     }
@@ -211,24 +238,41 @@ impl Server {
     }
 
     fn handle(&self, stream: UnixStream) {
-        let mut out = match stream.try_clone() {
+        let out = match stream.try_clone() {
             Ok(s) => s,
             Err(_) => return,
         };
-        // An idle connection is closed after a while; a request is at most MAX_REQUEST bytes.
-        let _ = stream.set_read_timeout(Some(IDLE));
-        let mut reader = BufReader::new(stream);
+        // An idle connection is closed after a while; a request is at most MAX_REQUEST bytes
+        // and arrives whole within REQUEST_WITHIN of its first byte.
+        let mut reader = BufReader::new(Paced::new(stream, IDLE, REQUEST_WITHIN));
         loop {
             let resp = match read_request(&mut reader, MAX_REQUEST) {
-                Incoming::End => return,
+                Incoming::End => {
+                    if reader.get_ref().was_late() {
+                        debug!("closing a control connection whose request came too slowly");
+                        refuse(
+                            &out,
+                            format!(
+                                "the request did not arrive whole within {} s of its first byte; closing the connection",
+                                REQUEST_WITHIN.as_secs()
+                            ),
+                            Deadline::after(ANSWER_WITHIN),
+                        );
+                    }
+                    return;
+                }
                 Incoming::TooLong => {
-                    refuse(&mut out, format!("request longer than {} KiB; closing the connection", MAX_REQUEST >> 10));
+                    refuse(
+                        &out,
+                        format!("request longer than {} KiB; closing the connection", MAX_REQUEST >> 10),
+                        Deadline::after(ANSWER_WITHIN),
+                    );
                     return;
                 }
                 Incoming::Malformed(why) => Response { ok: false, error: Some(why), data: None },
                 Incoming::Request(Request::Capture { port, direction, snaplen }) => {
                     // The connection is the capture's from here on.
-                    let stream = reader.into_inner();
+                    let stream = reader.into_inner().into_inner();
                     if let Err(e) = self.capture(stream, out, &port, &direction, snaplen) {
                         debug!(port = %port, "capture ended: {e:#}");
                     }
@@ -249,9 +293,11 @@ impl Server {
             };
             let mut text = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
             text.push('\n');
-            if out.write_all(text.as_bytes()).is_err() {
+            if write_all_by(&out, text.as_bytes(), Deadline::after(ANSWER_WITHIN)).is_err() {
                 return;
             }
+            let pending = !reader.buffer().is_empty();
+            reader.get_mut().next_request(pending);
         }
     }
 
@@ -265,7 +311,11 @@ impl Server {
             "out" => Direction::Out,
             "both" => Direction::Both,
             other => {
-                refuse(&mut out, format!("capture direction {other:?}: use in, out or both"));
+                refuse(
+                    &out,
+                    format!("capture direction {other:?}: use in, out or both"),
+                    Deadline::after(ANSWER_WITHIN),
+                );
                 return Ok(());
             }
         };
@@ -280,7 +330,7 @@ impl Server {
         let id = match started {
             Ok(id) => id,
             Err(e) => {
-                refuse(&mut out, format!("{e}; `sluice port list` shows the ports"));
+                refuse(&out, format!("{e}; `sluice port list` shows the ports"), Deadline::after(ANSWER_WITHIN));
                 return Ok(());
             }
         };
@@ -290,7 +340,8 @@ impl Server {
                 Response { ok: true, error: None, data: Some(serde_json::json!({"port": port, "snaplen": snaplen})) };
             let mut line = serde_json::to_string(&ok)?;
             line.push('\n');
-            out.write_all(line.as_bytes())?;
+            write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
+            // (From here a stream of records: each write may wait 10 s for the client.)
             out.set_write_timeout(Some(std::time::Duration::from_secs(10)))?;
             stream.set_read_timeout(Some(std::time::Duration::from_millis(20)))?;
             let mut probe = [0u8; 64];
@@ -413,11 +464,13 @@ impl Server {
                     interval: std::time::Duration::from_millis(interval_ms.clamp(100, 3_600_000)),
                     max_bytes: max_mb.clamp(1, 1 << 20) << 20,
                 };
+                // Opened (and refused, if it must be) before anything else is touched.
+                let opened = super::monitor::Opened::open(spec)?;
                 let mut m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(old) = m.take() {
                     old.stop();
                 }
-                let started = super::monitor::Monitor::start(spec, self.monitor_source())?;
+                let started = super::monitor::Monitor::start(opened, self.monitor_source())?;
                 let st = started.status();
                 *m = Some(started);
                 serde_json::to_value(st)?
@@ -462,6 +515,7 @@ impl Server {
             }
             Request::Shutdown => {
                 self.jobs.shutdown();
+                super::exit_unless_stopped(self.settings.socket.clone());
                 return Ok(None);
             }
             Request::Restart => {
@@ -675,4 +729,21 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
         })
         .collect();
     FibReport { summary: fib_summary(dp), entries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_the_datapath_does_not_take_is_answered_busy_in_bounded_time() {
+        let (tx, rx) = mpsc::channel();
+        let jobs = Jobs { wait: Duration::from_millis(200), ..Jobs::new(tx, Arc::new(EventFd::new().unwrap())) };
+        let started = std::time::Instant::now();
+        let e = jobs.run(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("the datapath is busy"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop(rx);
+        assert!(jobs.run(|_| ()).unwrap_err().to_string().contains("stopped"));
+    }
 }

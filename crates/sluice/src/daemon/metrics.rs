@@ -4,14 +4,20 @@
 //! Each scrape takes the snapshot `sluice stats --json` prints and encodes it with
 //! `prometheus-client` as constant counters and gauges, named as node_exporter names its
 //! own: `sluice_port_rx_bytes_total{switch="sw0",port="t1"}`. The HTTP side is the least
-//! a scraper needs: `GET /metrics` on a plain TCP listener, a few connections at a time,
-//! each bounded in size and time.
+//! a scraper needs: `GET /metrics` on a plain TCP listener, each connection bounded in size
+//! and in time as a whole (its request head within 5 s of the connection, its answer
+//! within 5 s). One thread reads every connection's head (up to [`MAX_WAITING`] of them,
+//! the oldest closed for a newcomer beyond that), so clients that connect and trickle, or
+//! say nothing, cost a descriptor and never keep a scraper out; at most [`MAX_ANSWERING`]
+//! are answered at once.
 
-use std::io::{Read, Write};
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
@@ -22,13 +28,27 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
+use super::deadline::{Deadline, write_all_by};
 use crate::proto::StatsReport;
+use crate::sys::epoll::{Epoll, Event};
 
-/// Scrapes served at once; more are answered 503.
-const MAX_CONNS: usize = 4;
-/// A request's head is at most this long, and must arrive within [`IO_TIMEOUT`].
+/// Connections answered at once (a thread each); a request beyond them is answered 503.
+const MAX_ANSWERING: usize = 16;
+/// Connections waiting for their request head, read by the endpoint's one thread; when
+/// this many wait, the oldest is closed for a newcomer.
+const MAX_WAITING: usize = 256;
+/// Connections taken from the listener per turn of the loop (so heads are read between).
+const ACCEPT_BATCH: usize = 64;
+/// A request's head is at most this long.
 const MAX_REQUEST: usize = 8192;
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request's head must arrive whole within this time of the connection.
+const HEAD_WITHIN: Duration = Duration::from_secs(5);
+/// An answer must be taken whole within this time.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// The endpoint says at most once in this time that it closed or refused connections.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+/// The listener's token in the loop's epoll (connections count from 1).
+const LISTENER: u64 = 0;
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -46,70 +66,213 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
     })
 }
 
-/// Serves scrapes on `listener` on a thread of its own.
+/// A connection waiting for its request head.
+struct Waiting<T> {
+    since: Instant,
+    conn: T,
+    head: Vec<u8>,
+}
+
+/// The connections waiting for their heads, by token: tokens rise with arrival, so the
+/// first is the oldest.
+struct Heads<T> {
+    max: usize,
+    next: u64,
+    waiting: BTreeMap<u64, Waiting<T>>,
+    /// Connections closed for a newcomer, or for taking too long, since the last warning.
+    evicted: u64,
+    late: u64,
+}
+
+impl<T> Heads<T> {
+    fn new(max: usize) -> Heads<T> {
+        Heads { max, next: LISTENER, waiting: BTreeMap::new(), evicted: 0, late: 0 }
+    }
+
+    /// Takes a newcomer (arrived at `now`): its token, and the oldest waiting connection
+    /// when it took that one's place.
+    fn admit(&mut self, now: Instant, conn: T) -> (u64, Option<T>) {
+        let out = (self.waiting.len() >= self.max).then(|| self.waiting.pop_first()).flatten().map(|(_, w)| {
+            self.evicted += 1;
+            w.conn
+        });
+        self.next += 1;
+        self.waiting.insert(self.next, Waiting { since: now, conn, head: Vec::new() });
+        (self.next, out)
+    }
+
+    /// The connections whose head did not arrive whole within [`HEAD_WITHIN`] by `now`.
+    fn expire(&mut self, now: Instant) -> Vec<T> {
+        let mut out = Vec::new();
+        while let Some(e) = self.waiting.first_entry() {
+            if Deadline::from(e.get().since, HEAD_WITHIN).left_at(now).is_some() {
+                break;
+            }
+            out.push(e.remove().conn);
+            self.late += 1;
+        }
+        out
+    }
+
+    /// How long until the oldest head is late (`None`: nobody waits).
+    fn next_expiry(&self, now: Instant) -> Option<Duration> {
+        self.waiting
+            .first_key_value()
+            .map(|(_, w)| Deadline::from(w.since, HEAD_WITHIN).left_at(now).unwrap_or_default())
+    }
+}
+
+/// What a read of a waiting connection came to.
+enum HeadRead {
+    /// More may come.
+    Partial,
+    /// The head is whole.
+    Whole,
+    /// Closed, broken, or too long: drop it (too long: answer 431 first).
+    Done { too_long: bool },
+}
+
+/// Reads what `w` has for now.
+fn read_head(w: &mut Waiting<TcpStream>) -> HeadRead {
+    let mut buf = [0u8; 1024];
+    loop {
+        match w.conn.read(&mut buf) {
+            Ok(0) => return HeadRead::Done { too_long: false },
+            Ok(n) => {
+                w.head.extend_from_slice(&buf[..n]);
+                if w.head.windows(4).any(|x| x == b"\r\n\r\n") {
+                    return HeadRead::Whole;
+                }
+                if w.head.len() > MAX_REQUEST {
+                    return HeadRead::Done { too_long: true };
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return HeadRead::Partial,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return HeadRead::Done { too_long: false },
+        }
+    }
+}
+
+/// Serves scrapes on `listener` on a thread of its own: one loop accepts connections and
+/// reads their request heads (without a thread each, so connections that say nothing cost
+/// only a descriptor); a connection whose head is whole is answered on a thread of its
+/// own, at most [`MAX_ANSWERING`] at once.
 pub fn serve(listener: TcpListener, source: Arc<Source>) -> Result<()> {
     let bound = listener.local_addr()?;
     info!(listen = %bound, "metrics endpoint: http://{bound}/metrics");
-    let open = Arc::new(AtomicUsize::new(0));
+    listener.set_nonblocking(true)?;
+    let ep = Epoll::new()?;
+    ep.add(listener.as_raw_fd(), LISTENER, true, false)?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut stream) = conn else {
-                // (Out of descriptors, say: do not spin.)
+        let answering = Arc::new(AtomicUsize::new(0));
+        let mut heads: Heads<TcpStream> = Heads::new(MAX_WAITING);
+        let mut busy = 0u64;
+        let mut warned: Option<Instant> = None;
+        let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
+        let mut events: Vec<Event> = Vec::with_capacity(128);
+        loop {
+            let wait = heads.next_expiry(Instant::now()).map_or(1000, |d| d.as_millis().clamp(1, 1000) as i32);
+            if ep.wait(&mut buf, wait, &mut events).is_err() {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
-            };
-            if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
-                open.fetch_sub(1, Ordering::AcqRel);
-                let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-                let _ = respond(&mut stream, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
-                continue;
             }
-            let (source, mine) = (source.clone(), open.clone());
-            let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
-                if let Err(e) = answer(stream, &*source) {
-                    warn!("metrics endpoint: {e:#}");
+            for ev in &events {
+                if ev.token == LISTENER {
+                    for _ in 0..ACCEPT_BATCH {
+                        let stream = match listener.accept() {
+                            Ok((s, _)) => s,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(_) => {
+                                // (Out of descriptors, say: do not spin.)
+                                std::thread::sleep(Duration::from_millis(100));
+                                break;
+                            }
+                        };
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        let fd = stream.as_raw_fd();
+                        let (token, old) = heads.admit(Instant::now(), stream);
+                        if let Some(old) = old {
+                            let _ = ep.delete(old.as_raw_fd());
+                        }
+                        if ep.add(fd, token, true, false).is_err() {
+                            heads.waiting.remove(&token);
+                        }
+                    }
+                    continue;
                 }
-                mine.fetch_sub(1, Ordering::AcqRel);
-            });
-            if spawned.is_err() {
-                open.fetch_sub(1, Ordering::AcqRel);
+                let Some(w) = heads.waiting.get_mut(&ev.token) else { continue };
+                let got = read_head(w);
+                if matches!(got, HeadRead::Partial) {
+                    continue;
+                }
+                let Some(w) = heads.waiting.remove(&ev.token) else { continue };
+                let _ = ep.delete(w.conn.as_raw_fd());
+                match got {
+                    HeadRead::Done { too_long: true } => {
+                        let _ = respond(&w.conn, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
+                    }
+                    HeadRead::Whole if answering.fetch_add(1, Ordering::AcqRel) >= MAX_ANSWERING => {
+                        answering.fetch_sub(1, Ordering::AcqRel);
+                        busy += 1;
+                        // (Never blocks this thread: a fresh socket takes a short answer at once.)
+                        let _ = respond(&w.conn, "503 Service Unavailable", "text/plain", b"too many scrapes at once\n");
+                    }
+                    HeadRead::Whole => {
+                        let (source, count) = (source.clone(), answering.clone());
+                        let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
+                            let r = w.conn.set_nonblocking(false).map_err(anyhow::Error::from);
+                            if let Err(e) = r.and_then(|_| answer(&w.conn, &w.head, &*source)) {
+                                tracing::debug!("metrics endpoint: {e:#}");
+                            }
+                            count.fetch_sub(1, Ordering::AcqRel);
+                        });
+                        if spawned.is_err() {
+                            answering.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }
+                    HeadRead::Partial | HeadRead::Done { .. } => {}
+                }
+            }
+            let now = Instant::now();
+            for late in heads.expire(now) {
+                let _ = ep.delete(late.as_raw_fd());
+            }
+            if (heads.evicted > 0 || heads.late > 0 || busy > 0) && warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                warn!(
+                    closed_for_newcomers = heads.evicted,
+                    closed_late = heads.late,
+                    answered_503 = busy,
+                    "metrics endpoint: closed connections that had not sent their request within {} s or whose place a newcomer took ({MAX_WAITING} waiting), or answered 503 ({MAX_ANSWERING} being answered); said at most once a minute",
+                    HEAD_WITHIN.as_secs()
+                );
+                (heads.evicted, heads.late, busy) = (0, 0, 0);
+                warned = Some(now);
             }
         }
     })?;
     Ok(())
 }
 
-/// Answers one request on `stream`.
-fn answer(mut stream: TcpStream, source: &Source) -> Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).context("reading the request")?;
-        if n == 0 {
-            return Ok(());
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > MAX_REQUEST {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", b"request too large\n");
-        }
-    }
+/// Answers request `head` on `stream`.
+fn answer(stream: &TcpStream, head: &[u8], source: &Source) -> Result<()> {
     let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)]).into_owned();
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     if method != "GET" && method != "HEAD" {
-        return respond(&mut stream, "405 Method Not Allowed", "text/plain", b"GET /metrics\n");
+        return respond(stream, "405 Method Not Allowed", "text/plain", b"GET /metrics\n");
     }
     if path != "/metrics" {
-        return respond(&mut stream, "404 Not Found", "text/plain", b"sluice serves its metrics at /metrics\n");
+        return respond(stream, "404 Not Found", "text/plain", b"sluice serves its metrics at /metrics\n");
     }
     let body = match source().and_then(|(r, smc)| render(&r, smc.as_ref())) {
         Ok(b) => b,
         Err(e) => {
             let msg = format!("cannot read the switch's counters: {e:#}\n");
-            return respond(&mut stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
+            return respond(stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
         }
     };
     if method == "HEAD" {
@@ -117,17 +280,20 @@ fn answer(mut stream: TcpStream, source: &Source) -> Result<()> {
             "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        return stream.write_all(h.as_bytes()).context("answering");
+        return write_all_by(stream, h.as_bytes(), Deadline::after(ANSWER_WITHIN)).context("answering");
     }
-    respond(&mut stream, "200 OK", CONTENT_TYPE, body.as_bytes())
+    respond(stream, "200 OK", CONTENT_TYPE, body.as_bytes())
 }
 
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result<()> {
-    let h = format!(
+/// Writes an answer, all of it within [`ANSWER_WITHIN`].
+fn respond(stream: &TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result<()> {
+    let mut a = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    stream.write_all(h.as_bytes()).and_then(|_| stream.write_all(body)).context("answering")
+    )
+    .into_bytes();
+    a.extend_from_slice(body);
+    write_all_by(stream, &a, Deadline::after(ANSWER_WITHIN)).context("answering")
 }
 
 /// The OpenMetrics text of snapshot `r` (and the host's SMC counters `smc`).
@@ -409,5 +575,33 @@ impl Collector for Snapshot {
         self.classes(&mut enc)?;
         self.switch(&mut enc)?;
         self.smc(&mut enc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newcomer_takes_the_place_of_the_oldest_head_and_late_heads_are_closed() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut h: Heads<&str> = Heads::new(3);
+        assert_eq!(h.next_expiry(t0), None);
+        assert_eq!(h.admit(at(0), "a"), (1, None));
+        assert_eq!(h.admit(at(10), "b"), (2, None));
+        assert_eq!(h.admit(at(20), "c"), (3, None));
+        // Full: the oldest goes, whoever the newcomer is.
+        assert_eq!(h.admit(at(30), "d"), (4, Some("a")));
+        h.waiting.remove(&2); // (b sent its head and went to be answered)
+        assert_eq!(h.admit(at(40), "e"), (5, None));
+        assert_eq!(h.evicted, 1);
+        assert_eq!(h.next_expiry(at(20)), Some(HEAD_WITHIN));
+        // Five seconds after its connection a head is late, whatever it sent meanwhile.
+        assert!(h.expire(at(4_999)).is_empty());
+        assert_eq!(h.expire(at(5_030)), ["c", "d"]);
+        assert_eq!(h.late, 2);
+        assert_eq!(h.next_expiry(at(5_030)), Some(Duration::from_millis(10)));
+        assert_eq!(h.waiting.len(), 1);
     }
 }

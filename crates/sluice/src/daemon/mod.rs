@@ -6,9 +6,14 @@
 //! SIGINT/SIGTERM or a shutdown request and then removes the socket. The datapath never
 //! blocks on anything but epoll; device creation (which may enter another network
 //! namespace) happens on the control side.
+//!
+//! A stop (a signal, `sluice switch stop`) asks the datapath to end; if it has not within
+//! [`STOP_WITHIN`], the process exits anyway, as after a crash: what the kernel datapath
+//! holds is adopted by the next run.
 
 mod control;
 mod datapath;
+mod deadline;
 pub mod kernel;
 pub mod metrics;
 mod monitor;
@@ -28,8 +33,11 @@ pub(crate) use state::Runtime;
 
 /// Runs the switch described by `s` in the foreground until stopped.
 pub fn run(s: Settings) -> Result<()> {
-    if let Some(dir) = s.socket.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The socket's directory (the run directory, unless the config says otherwise) is
+    // walked and checked: made where missing, never one someone else can swap things in.
+    if let Some(dir) = s.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::sys::fs::Dir::open(dir, Some(0o755))
+            .map_err(|e| anyhow::anyhow!("the control socket's directory: {e}"))?;
     }
     if let Ok(meta) = std::fs::symlink_metadata(&s.socket) {
         use std::os::unix::fs::FileTypeExt;
@@ -141,6 +149,8 @@ pub fn run(s: Settings) -> Result<()> {
     if let Some(l) = &metrics_listener {
         s.metrics_listen = Some(l.local_addr()?);
     }
+    // The monitor file is checked (and refused, if it must be) before the socket exists.
+    let monitor = s.monitor.clone().map(monitor::Opened::open).transpose()?;
     let listener = bind_owner_only(&s)?;
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
@@ -152,8 +162,11 @@ pub fn run(s: Settings) -> Result<()> {
         state_lock: std::sync::Mutex::new(()),
         monitor: std::sync::Mutex::new(None),
     };
-    if let Some(spec) = s.monitor.clone() {
-        let m = monitor::Monitor::start(spec, ctl.monitor_source())?;
+    if let Some(opened) = monitor {
+        let started = monitor::Monitor::start(opened, ctl.monitor_source());
+        let m = started.inspect_err(|_| {
+            let _ = std::fs::remove_file(&s.socket);
+        })?;
         *ctl.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
     }
     std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
@@ -165,11 +178,12 @@ pub fn run(s: Settings) -> Result<()> {
         });
         metrics::serve(l, source)?;
     }
-    let sig_jobs = jobs.clone();
+    let (sig_jobs, sig_socket) = (jobs.clone(), s.socket.clone());
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         let sig = wait_signal(&signals);
         info!(signal = sig, "stopping");
         sig_jobs.shutdown();
+        exit_unless_stopped(sig_socket);
     })?;
 
     let exit = std::thread::Builder::new()
@@ -202,6 +216,26 @@ pub fn run(s: Settings) -> Result<()> {
     }
     info!(switch = %s.name, "switch stopped");
     Ok(())
+}
+
+/// How long a stop may take before the process exits without the datapath.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Once a stop was asked for: exits the process (removing its control socket at `socket`)
+/// if it is still running [`STOP_WITHIN`] from now — the datapath did not answer.
+pub(crate) fn exit_unless_stopped(socket: std::path::PathBuf) {
+    let watchdog = std::thread::Builder::new().name("stop-watchdog".into()).spawn(move || {
+        std::thread::sleep(STOP_WITHIN);
+        tracing::error!(
+            "the datapath did not stop within {} s; exiting without it (the next run adopts what the kernel datapath holds)",
+            STOP_WITHIN.as_secs()
+        );
+        let _ = std::fs::remove_file(&socket);
+        std::process::exit(1);
+    });
+    if watchdog.is_err() {
+        tracing::warn!("cannot watch the stop: it waits for the datapath however long that takes");
+    }
 }
 
 fn bind_owner_only(s: &Settings) -> Result<UnixListener> {

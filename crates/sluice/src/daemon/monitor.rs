@@ -2,18 +2,25 @@
 //! docs/architecture.md, "Seeing inside the switch"): one compact JSON line of every
 //! counter per interval, appended to a file that is rotated before it grows past its bound.
 //! `sluice report` reduces a record to interval tables and charts.
+//!
+//! The file's path is the admin's, but it may lie under a directory others can write:
+//! its directory is walked with `openat` and the file opened `O_NOFOLLOW|O_NONBLOCK` and
+//! checked before use (see `sys::fs`), so a FIFO, a device, a link or someone else's file
+//! there is refused at once, with what to do, instead of hanging the caller or being
+//! written through.
 
+use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use tracing::{info, warn};
 
 use crate::proto::{MonitorStatus, StatsReport};
+use crate::sys::fs::Dir;
 
 /// What to record, where, how often, and how much at most.
 pub use crate::config::MonitorSettings as MonitorSpec;
@@ -29,21 +36,22 @@ pub struct Monitor {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Opens `path` for appending, mode 0600, never through a symbolic link, and only if it is
-/// a regular file.
-fn open(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("opening the monitor file {} (a symbolic link is refused)", path.display()))?;
-    if !f.metadata()?.is_file() {
-        bail!("the monitor file {} is not a regular file", path.display());
+/// A monitor file opened and checked, not yet written to.
+pub struct Opened {
+    spec: MonitorSpec,
+    dir: Dir,
+    file: File,
+}
+
+impl Opened {
+    /// Opens `spec`'s file for appending, mode 0600 when it is made (its directories too,
+    /// 0700): a regular file of the daemon's user only, never through a link, without
+    /// blocking (a FIFO or a device there is refused, not waited on).
+    pub fn open(spec: MonitorSpec) -> Result<Opened> {
+        let (dir, file) = crate::sys::fs::append_checked(&spec.file, 0o600)
+            .map_err(|e| anyhow!("cannot record to the monitor file: {e}"))?;
+        Ok(Opened { spec, dir, file })
     }
-    Ok(f)
 }
 
 fn unix_now() -> f64 {
@@ -51,13 +59,13 @@ fn unix_now() -> f64 {
 }
 
 impl Monitor {
-    /// Starts recording: the file is opened now (an error is the caller's), then a thread
-    /// appends a record every interval.
-    pub fn start(spec: MonitorSpec, source: Arc<Source>) -> Result<Monitor> {
-        if let Some(d) = spec.file.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-        }
-        let mut file = open(&spec.file)?;
+    /// Starts recording into a file [`Opened::open`] opened: a thread appends a record
+    /// every interval.
+    pub fn start(opened: Opened, source: Arc<Source>) -> Result<Monitor> {
+        let Opened { spec, dir, mut file } = opened;
+        let name = spec.file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let mut rotated = name.clone();
+        rotated.push(".1");
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(AtomicU64::new(0));
         let (s, stopping, count) = (spec.clone(), stop.clone(), records.clone());
@@ -84,10 +92,8 @@ impl Monitor {
                 let wrote = line.and_then(|l| {
                     let len = file.metadata()?.len();
                     if len > 0 && len + l.len() as u64 > s.max_bytes {
-                        let old = PathBuf::from(format!("{}.1", s.file.display()));
-                        std::fs::rename(&s.file, &old)
-                            .with_context(|| format!("rotating {} to {}", s.file.display(), old.display()))?;
-                        file = open(&s.file)?;
+                        dir.rename(&name, &rotated).context("rotating the monitor file")?;
+                        file = dir.append(&name, 0o600).context("opening the monitor file again")?;
                     }
                     file.write_all(l.as_bytes()).context("writing a record")
                 });

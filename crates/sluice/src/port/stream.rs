@@ -5,6 +5,11 @@
 //! pause watchdog can see it stuck; when the switch stops reading, the peer's writes
 //! block, so the switch can hold the peer back too (`lossless_input`). Frames carry no
 //! virtio header: the switch cuts GSO frames and completes checksums for it.
+//!
+//! The socket's path is the admin's, but whoever listens there is checked: the kernel's
+//! record of the peer (`SO_PEERCRED`) must name root or the switch's own user, as for a
+//! vhost-user port's QEMU — a listener another user planted (in /tmp, say) never gets the
+//! switch's frames.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -31,10 +36,18 @@ pub struct StreamPort {
 
 impl StreamPort {
     /// Connects to the peer listening at `path` (bounded: a unix socket connects at once or
-    /// fails).
+    /// fails) and checks who it is: root or the switch's own user.
     pub fn connect(path: &Path) -> io::Result<Self> {
         let sock = UnixStream::connect(path)
             .map_err(|e| io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display())))?;
+        let (pid, uid) = crate::sys::peer_cred(&sock)
+            .map_err(|e| io::Error::new(e.kind(), format!("reading who listens at {}: {e}", path.display())))?;
+        check_peer(uid, crate::sys::fs::euid()).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("the program listening at {} (pid {pid}) {why}", path.display()),
+            )
+        })?;
         Self::from_stream(sock)
     }
 
@@ -71,6 +84,17 @@ impl StreamPort {
         self.wstart = 0;
         Ok(true)
     }
+}
+
+/// Whether a peer of user `uid` may be attached by a switch running as user `me`: root
+/// or the switch's own user only.
+fn check_peer(uid: u32, me: u32) -> Result<(), String> {
+    if uid == 0 || uid == me {
+        return Ok(());
+    }
+    Err(format!(
+        "runs as uid {uid}, neither root nor the switch's user (uid {me}): a stream port attaches only a peer of one of them; run the peer as uid {me} or root, and keep its socket in a directory only they can write"
+    ))
 }
 
 /// An Ethernet frame as one to send (no virtio header, no tag to insert).
@@ -165,6 +189,13 @@ impl Port for StreamPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_root_or_the_switch_user_may_be_the_peer() {
+        assert!(check_peer(0, 1000).is_ok() && check_peer(1000, 1000).is_ok() && check_peer(0, 0).is_ok());
+        let e = check_peer(65534, 0).unwrap_err();
+        assert!(e.contains("runs as uid 65534") && e.contains("(uid 0)"), "{e}");
+    }
 
     #[test]
     fn frames_cross_with_their_lengths_and_a_full_socket_reports_full() {

@@ -4,7 +4,8 @@
 //! The study starts OVS daemons of its own — an ovsdb-server with a fresh database and an
 //! ovs-vswitchd inside a private network namespace, both with a private run directory —
 //! so a system OVS (and /etc/openvswitch) is never touched, and a kernel datapath of the
-//! host's namespace is never seen. `userspace-tso-enable` is written before ovs-vswitchd
+//! host's namespace is never seen. That directory is new (`mkdtemp`, 0700): the daemons run
+//! as root with a database, sockets and pid files nobody else could have put there. `userspace-tso-enable` is written before ovs-vswitchd
 //! starts, because OVS reads it once.
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,8 @@ pub fn unavailable() -> Option<String> {
 /// OVS daemons of our own, stopped (and their directory removed) on drop.
 pub struct Ovs {
     dir: PathBuf,
+    /// Removes `dir` when dropped (after the daemons were stopped).
+    _made: crate::sys::fs::TempDir,
     /// ovs-vswitchd's pid: the switch CPU column.
     pub vswitchd_pid: Option<u32>,
 }
@@ -85,10 +88,8 @@ impl Ovs {
     /// Starts the daemons (ovs-vswitchd in namespace `ns`), makes a netdev bridge with
     /// TAP ports `taps` at `mtu`, and leaves the TAPs in `ns`.
     pub fn start(id: &str, ns: &str, taps: &[&str], mtu: u16) -> Result<Ovs> {
-        let dir = std::env::temp_dir().join(format!("sluice-{id}-ovs"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut o = Ovs { dir, vswitchd_pid: None };
+        let made = work_dir(id)?;
+        let mut o = Ovs { dir: made.path().to_path_buf(), _made: made, vswitchd_pid: None };
         let d = o.dir.display().to_string();
         o.run(&["ovsdb-tool", "create", &format!("{d}/conf.db"), SCHEMA])?;
         o.run(&[
@@ -138,6 +139,11 @@ impl Ovs {
     }
 }
 
+/// A new directory for the daemons of study `id`.
+fn work_dir(id: &str) -> Result<crate::sys::fs::TempDir> {
+    crate::sys::fs::TempDir::new(&format!("sluice-{id}-ovs")).context("making Open vSwitch's directory")
+}
+
 impl Drop for Ovs {
     fn drop(&mut self) {
         for d in ["ovs-vswitchd", "ovsdb-server"] {
@@ -165,6 +171,27 @@ impl Drop for Ovs {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_daemons_directory_is_new_and_never_one_planted_at_the_old_name() {
+        use std::os::unix::fs::MetadataExt;
+        // The name the study once used (its id is `sst` and the process id), taken first
+        // by a link to somewhere else.
+        let id = format!("sst{}", std::process::id());
+        let old = std::env::temp_dir().join(format!("sluice-{id}-ovs"));
+        let _ = std::fs::remove_file(&old);
+        std::os::unix::fs::symlink("/etc", &old).unwrap();
+        let d = super::work_dir(&id);
+        let still = std::fs::read_link(&old).ok();
+        let _ = std::fs::remove_file(&old);
+        let d = d.unwrap();
+        assert_ne!(d.path(), old.as_path());
+        assert_eq!(still.as_deref(), Some(std::path::Path::new("/etc")), "the link was left alone");
+        let m = std::fs::symlink_metadata(d.path()).unwrap();
+        assert!(m.is_dir() && m.mode() & 0o777 == 0o700);
     }
 }

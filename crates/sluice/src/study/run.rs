@@ -4,9 +4,14 @@
 //! The output directory holds `study.json` ([`StudyFile`]: the resolved study, the options
 //! and one entry per run) and `cells.jsonl` (one [`CellRecord`] per finished cell, appended
 //! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again.
+//!
+//! The study runs as root and writes there: the directory must be this user's (or root's)
+//! and writable by nobody else, every directory above it passing the walk of `sys::fs`, so
+//! no one can plant a link or a file for root to write through. A profile a cell hands its
+//! client goes into a new `mkdtemp` directory, never to a name derived from the process id.
 
 use std::collections::HashSet;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,8 +202,23 @@ pub fn load_study_file(dir: &Path) -> Result<StudyFile> {
     serde_json::from_slice(&text).with_context(|| format!("reading {}", p.display()))
 }
 
-/// Writes `study.json` atomically.
+/// Checks the output directory `dir`: reached by the walk of `sys::fs` (nothing on the way
+/// someone else could swap), this user's or root's, and writable by its owner alone.
+pub fn check_out_dir(dir: &Path) -> Result<crate::sys::fs::Dir> {
+    let d = crate::sys::fs::Dir::open(dir, None).map_err(|e| anyhow::anyhow!("the study's directory: {e}"))?;
+    let (uid, mode) = d.owner_mode();
+    if !d.private() {
+        bail!(
+            "the study's directory {} can be written by others (mode {mode:04o}, owner uid {uid}); give --out a directory only you can write",
+            dir.display()
+        );
+    }
+    Ok(d)
+}
+
+/// Writes `study.json` atomically (in a directory [`check_out_dir`] accepts).
 pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
+    check_out_dir(dir)?;
     let tmp = dir.join(".study.json.tmp");
     fs::write(&tmp, serde_json::to_vec_pretty(f)?)?;
     fs::rename(&tmp, dir.join("study.json"))?;
@@ -293,11 +313,9 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
         o.duration_s,
         hms(estimate(&todo, o.duration_s, mtus.len(), paths_here.len()))
     );
-    let mut log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("cells.jsonl"))
-        .with_context(|| format!("opening {}", dir.join("cells.jsonl").display()))?;
+    let mut log = check_out_dir(dir)?
+        .append(std::ffi::OsStr::new("cells.jsonl"), 0o644)
+        .map_err(|e| anyhow::anyhow!("cannot record the cells: {e}"))?;
 
     // A watcher stops the bench servers when a signal arrives, so a cell in flight ends
     // at once (its connections fail) instead of running out its duration.
@@ -470,13 +488,13 @@ fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Resul
 /// namespace (the preload library must be in the client process, which an in-process run
 /// cannot be), and reads its result.
 fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host: &str) -> Result<RunResult> {
-    let tmp;
+    let _made;
     let profile = if w.builtin {
         w.name.clone()
     } else {
-        tmp = std::env::temp_dir().join(format!("sluice-study-{}-{}.xml", std::process::id(), w.name));
-        std::fs::write(&tmp, &w.text)?;
-        tmp.display().to_string()
+        let (dir, file) = write_profile(w)?;
+        _made = dir;
+        file.display().to_string()
     };
     let mut cmd = crate::smc::sluice_in(&topo.client_ns, o.pin.then_some(0), true)?;
     cmd.args(["bench", "run", "--to", host, "-m", &profile]);
@@ -495,6 +513,15 @@ fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host
         bail!("client and server counts differ: {:?} vs {:?}", r.client, r.server);
     }
     Ok(r)
+}
+
+/// Writes workload `w`'s profile into a new directory (removed when the first value is
+/// dropped) and returns its path there.
+fn write_profile(w: &Workload) -> Result<(crate::sys::fs::TempDir, PathBuf)> {
+    let dir = crate::sys::fs::TempDir::new("sluice-study-profile").context("making a directory for a profile")?;
+    let file = dir.path().join("profile.xml");
+    fs::write(&file, &w.text).with_context(|| format!("writing {}", file.display()))?;
+    Ok((dir, file))
 }
 
 /// A fresh output directory for `study`: `study-NAME-YYYYMMDD-HHMMSS` here.
@@ -553,9 +580,48 @@ reps = 2
     }
 
     #[test]
+    fn a_profile_is_written_where_nobody_planted_anything() {
+        let w = Workload {
+            name: "mine".into(),
+            source: "mine.xml".into(),
+            text: "<profile name=\"mine\"/>".into(),
+            builtin: false,
+            tool: None,
+            pa: None,
+        };
+        // The name a cell once wrote to, taken first by a link to a file of root's.
+        let old = std::env::temp_dir().join(format!("sluice-study-{}-{}.xml", std::process::id(), w.name));
+        let target = crate::sys::fs::TempDir::new("sluice-unit").unwrap();
+        let victim = target.path().join("victim");
+        fs::write(&victim, "root's").unwrap();
+        let _ = fs::remove_file(&old);
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        let written = write_profile(&w);
+        let _ = fs::remove_file(&old);
+        let (dir, file) = written.unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "root's", "nothing was written through the link");
+        assert!(file.starts_with(dir.path()) && file != old);
+        assert_eq!(fs::read_to_string(&file).unwrap(), w.text);
+        drop(dir);
+        assert!(!file.exists());
+    }
+
+    #[test]
+    fn an_output_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = crate::sys::fs::TempDir::new("sluice-unit").unwrap();
+        assert!(check_out_dir(t.path()).is_ok());
+        let open = t.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = check_out_dir(&open).unwrap_err().to_string();
+        assert!(e.contains("can be written by others"), "{e}");
+    }
+
+    #[test]
     fn a_torn_last_line_is_ignored() {
-        let dir = std::env::temp_dir().join(format!("sluice-cells-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let tmp = crate::sys::fs::TempDir::new("sluice-cells").unwrap();
+        let dir = tmp.path();
         let rec = CellRecord {
             key: CellKey {
                 path: "direct".into(),
@@ -572,9 +638,8 @@ reps = 2
         };
         let line = serde_json::to_string(&rec).unwrap();
         fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();
-        assert_eq!(load_cells(&dir).unwrap().len(), 1);
+        assert_eq!(load_cells(dir).unwrap().len(), 1);
         fs::write(dir.join("cells.jsonl"), format!("garbage\n{line}\n")).unwrap();
-        assert!(load_cells(&dir).is_err());
-        fs::remove_dir_all(&dir).unwrap();
+        assert!(load_cells(dir).is_err());
     }
 }

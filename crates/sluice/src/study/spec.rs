@@ -619,8 +619,8 @@ duration = 3
 
     #[test]
     fn profile_files_are_read_relative_to_the_study() {
-        let dir = std::env::temp_dir().join(format!("sluice-spec-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = crate::sys::fs::TempDir::new("sluice-spec").unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::write(
             dir.join("mine.xml"),
             r#"<profile name="mine"><group nthreads="1"><transaction iterations="5"><flowop type="connect" options="remotehost=h"/><flowop type="write" options="size=1"/><flowop type="disconnect"/></transaction></group></profile>"#,
@@ -632,6 +632,5 @@ duration = 3
         assert!(!s.workloads[0].builtin);
         let e = parse(&OK.replace("\"rr-200x1000\"", "\"bad.xml\""), "t.toml", &dir).unwrap_err();
         assert_eq!(e.line, 4);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -60,18 +60,19 @@ fn wait_listening(ns: &str, port: u16, server: &mut Child) -> Result<()> {
 
 /// An nginx configured as Debian ships it (master and `worker_processes auto`, workers as
 /// `nobody`, `sendfile on`, `tcp_nopush on`, keep-alive), in a directory of its own with
-/// the files the workloads fetch; removed when dropped.
+/// the files the workloads fetch; removed when dropped. The directory is new (`mkdtemp`):
+/// nginx runs as root from a configuration nobody else could have written or swapped.
 struct Nginx {
-    dir: std::path::PathBuf,
+    dir: crate::sys::fs::TempDir,
 }
 
 impl Nginx {
     fn new(host: IpAddr) -> Result<Nginx> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("sluice-study-nginx-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = crate::sys::fs::TempDir::new("sluice-study-nginx").context("making nginx's directory")?;
+        let dir = tmp.path().to_path_buf();
         let www = dir.join("www");
-        std::fs::create_dir_all(&www).with_context(|| format!("creating {}", www.display()))?;
+        std::fs::create_dir(&www).with_context(|| format!("creating {}", www.display()))?;
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let mut bytes = |n: usize| -> Vec<u8> {
             (0..n)
@@ -99,18 +100,12 @@ impl Nginx {
              server {{ listen {host}:{NGINX_PORT}; root {d}/www; }}\n}}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf)?;
-        // The workers run as `nobody`: they must reach the files.
+        // The workers run as `nobody`: they must reach the files (and may read, not write).
         for p in [&dir, &www, &www.join("1k"), &www.join("10m")] {
             let mode = if p.is_dir() { 0o755 } else { 0o644 };
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
         }
-        Ok(Nginx { dir })
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(Nginx { dir: tmp })
     }
 }
 
@@ -154,7 +149,8 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
             ]),
         ),
         Tool::Nginx1k | Tool::Nginx10m => {
-            let conf = nginx.as_ref().map(|n| n.dir.join("nginx.conf").display().to_string()).unwrap_or_default();
+            let conf =
+                nginx.as_ref().map(|n| n.dir.path().join("nginx.conf").display().to_string()).unwrap_or_default();
             let file = if tool == Tool::Nginx1k { "1k" } else { "10m" };
             let threads = conns.clamp(1, 2).to_string();
             // wrk gives up on a request after 2 s and counts a timeout; 50 connections
@@ -425,6 +421,38 @@ pub fn sockperf_result(text: &str) -> Result<RunResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nginx_never_runs_from_a_directory_someone_planted_at_the_old_name() {
+        use std::os::unix::fs::MetadataExt;
+        if !crate::sys::is_root() {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "under CI=true this test runs as root");
+            eprintln!("skipped: needs root (a directory of another user)");
+            return;
+        }
+        // What a local user could make before the study ran: a directory of theirs at the
+        // name the study once used, with a configuration in it.
+        let old = std::env::temp_dir().join(format!("sluice-study-nginx-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::create_dir(&old).unwrap();
+        std::fs::write(old.join("nginx.conf"), "planted").unwrap();
+        std::os::unix::fs::chown(&old, Some(65534), Some(65534)).unwrap();
+        let n = Nginx::new("127.0.0.1".parse().unwrap());
+        let planted = std::fs::read_to_string(old.join("nginx.conf")).ok();
+        let owner = std::fs::symlink_metadata(&old).map(|m| m.uid()).ok();
+        let _ = std::fs::remove_dir_all(&old);
+        let n = n.unwrap();
+        assert_ne!(n.dir.path(), old.as_path(), "nginx's directory is not at the old name");
+        assert_eq!(planted.as_deref(), Some("planted"), "the planted directory was neither used nor touched");
+        assert_eq!(owner, Some(65534));
+        let m = std::fs::symlink_metadata(n.dir.path()).unwrap();
+        assert!(m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0, "nginx's directory is root's alone");
+        let conf = std::fs::read_to_string(n.dir.path().join("nginx.conf")).unwrap();
+        assert!(conf.contains(&format!("root {}/www;", n.dir.path().display())), "{conf}");
+        let p = n.dir.path().to_path_buf();
+        drop(n);
+        assert!(!p.exists(), "removed when dropped");
+    }
 
     #[test]
     fn sockperf_and_iperf3_outputs_are_read() {

@@ -3,6 +3,7 @@
 //! block of the daemon lives here, each with its SAFETY note.
 
 pub mod epoll;
+pub mod fs;
 pub mod link;
 pub mod netns;
 pub mod packet;
@@ -85,6 +86,20 @@ pub fn which(program: &str) -> Option<std::path::PathBuf> {
         return Some(std::path::PathBuf::from(program));
     }
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+/// The credentials the kernel recorded for the peer of unix socket `s` when it connected:
+/// (pid, uid).
+pub fn peer_cred(s: &std::os::unix::net::UnixStream) -> io::Result<(i32, u32)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: ucred is plain data; all zeroes is a valid value.
+    let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for writes of the sizes given; the descriptor is open.
+    cvt(unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut c).cast(), &mut len)
+    })?;
+    Ok((c.pid, c.uid))
 }
 
 /// True when running as root (effective uid 0).

@@ -30,12 +30,32 @@ pub fn root() -> bool {
 }
 
 static INIT: Once = Once::new();
+/// The runtime directory [`init`] made for this process.
+static RUN_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Isolates this test process's switches and labs in their own runtime directory.
+/// A new directory `$TMPDIR/PREFIX.XXXXXX` (mode 0700) made by `mkdtemp`: never one that
+/// exists, so nothing another user planted under a predictable name is used.
+pub fn mkdtemp(prefix: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut t = std::env::temp_dir().join(format!("{prefix}.XXXXXX")).into_os_string().into_vec();
+    t.push(0);
+    // SAFETY: `t` is NUL-terminated and writable; mkdtemp fills in the Xs in place.
+    let p = unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) };
+    assert!(!p.is_null(), "mkdtemp: {}", std::io::Error::last_os_error());
+    t.pop();
+    PathBuf::from(std::ffi::OsString::from_vec(t))
+}
+
+/// Isolates this test process's switches and labs in their own runtime directory, a new
+/// one of its own (`mkdtemp`).
 pub fn init() {
     INIT.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("sluice-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = mkdtemp("sluice-test");
+        // The labs' guests and the SMC tests' programs run as other users: they may pass
+        // through, as through /run/sluice, but not write.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let _ = RUN_DIR.set(dir.clone());
         // SAFETY: set once, before any test thread reads the environment concurrently
         // through a child process spawn of ours (Once serializes the first callers).
         unsafe { std::env::set_var("SLUICE_RUN_DIR", &dir) };
@@ -49,11 +69,8 @@ pub fn init() {
 /// directory. The kernel datapath's bpffs there is unmounted first when no switch has pins
 /// in it; when one still has (a switch a failed test left running), everything stays.
 extern "C" fn remove_run_dir() {
-    let Some(dir) = std::env::var_os("SLUICE_RUN_DIR").map(PathBuf::from) else { return };
     // Only the directory `init` made for this process.
-    if dir.file_name().is_none_or(|n| n.to_string_lossy() != format!("sluice-test-{}", std::process::id())) {
-        return;
-    }
+    let Some(dir) = RUN_DIR.get() else { return };
     let bpf = dir.join("bpf");
     let pinned = std::fs::read_dir(&bpf).map(|rd| rd.flatten().any(|e| e.file_type().is_ok_and(|t| t.is_dir())));
     if pinned.unwrap_or(false) {
@@ -63,12 +80,21 @@ extern "C" fn remove_run_dir() {
         // SAFETY: umount of a NUL-terminated path; fails harmlessly when nothing is mounted.
         unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 pub fn run_dir() -> PathBuf {
     init();
     PathBuf::from(std::env::var_os("SLUICE_RUN_DIR").unwrap())
+}
+
+/// A directory `tag` of the test's own for its files (configs, logs, captures), inside the
+/// runtime directory [`init`] made: nobody else can have put anything there, and it goes
+/// with the rest at exit.
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = run_dir().join(format!("scratch-{tag}"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }
 
 /// A unique lab name for `tag` (at most 10 characters).
@@ -461,8 +487,7 @@ pub fn transfer_cut_for_the_uplink(lab: &Lab, lan: &Lan, port: u16) {
 /// Sends 100 MB of random bytes from guest g1 to the LAN host with nc and checks their
 /// sha256 there.
 pub fn transfer_100mb(lab: &Lab, lan: &Lan, port: u16) {
-    let dir = std::env::temp_dir().join(format!("sluice-uplink-{}-{port}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mkdtemp(&format!("sluice-uplink-{}-{port}", lab.name));
     let src = dir.join("src");
     sh_ok(&format!("head -c 100000000 /dev/urandom > {}", src.display()));
     let want = sh_ok(&format!("sha256sum < {}", src.display()));
