@@ -3,9 +3,9 @@
 //! time with `openat`, and files opened `O_NOFOLLOW|O_NONBLOCK` and checked with `fstat`
 //! before anything is read from or written to them.
 //!
-//! The walk's rule, for every directory it passes: it belongs to root or to this process's
-//! user; if others may write it, it must be sticky (as /tmp is), and the next component
-//! must then be root's or this user's and not a symbolic link. A link is followed only
+//! The walk's rule, for every directory it passes: if others may write it, it must be
+//! sticky (as /tmp is); if others may write it or it is another user's, the next component
+//! must be root's or this user's and not a symbolic link. A link is followed only
 //! inside a directory nobody else can write. Whatever is opened is checked by its
 //! descriptor, so swapping a name after it was looked at changes nothing.
 
@@ -164,27 +164,33 @@ pub fn kind_of(m: u32) -> &'static str {
 pub struct Dir {
     fd: OwnedFd,
     path: PathBuf,
-    /// Others may write it (it is sticky): names in it are checked more closely.
+    /// Others may write it (it is sticky), or it is another user's: names in it are checked
+    /// more closely.
     shared: bool,
+    /// Some directory on the way to it (or it) is another user's, who could swap names in
+    /// it: only its descriptor may be trusted, not its path. (In a sticky directory only
+    /// root's and this user's entries are gone through, and nobody else can swap those.)
+    exposed: bool,
     uid: u32,
     mode: u32,
 }
 
-/// Checks directory `fd` (reached as `path`) against the walk's rule; true when others may
-/// write it (it is then sticky).
-fn check_dir(fd: RawFd, path: &Path, me: u32) -> Result<(bool, u32, u32), FileError> {
+/// Checks directory `fd` (reached as `path`) against the walk's rule: whether others may
+/// write it (it is then sticky) or it is another user's, whether it is another user's, its
+/// owner and mode.
+fn check_dir(fd: RawFd, path: &Path, me: u32) -> Result<(bool, bool, u32, u32), FileError> {
     let st = fstat(fd).map_err(|e| FileError::io("checking", path, e))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(FileError::NotDir { path: path.to_path_buf(), what: kind_of(st.st_mode) });
     }
-    if st.st_uid != 0 && st.st_uid != me {
-        return Err(FileError::Owner { path: path.to_path_buf(), uid: st.st_uid, me });
-    }
-    let shared = st.st_mode & 0o022 != 0;
-    if shared && st.st_mode & libc::S_ISVTX == 0 {
+    let writable = st.st_mode & 0o022 != 0;
+    if writable && st.st_mode & libc::S_ISVTX == 0 {
         return Err(FileError::OpenDir { path: path.to_path_buf(), mode: st.st_mode & 0o7777 });
     }
-    Ok((shared, st.st_uid, st.st_mode & 0o7777))
+    // Another user's own directory (an operator's home, say, under `sudo`): its owner can
+    // swap what is in it, so it is gone through as a shared one is.
+    let theirs = st.st_uid != 0 && st.st_uid != me;
+    Ok((writable || theirs, theirs, st.st_uid, st.st_mode & 0o7777))
 }
 
 impl Dir {
@@ -203,7 +209,7 @@ impl Dir {
         } else {
             std::env::current_dir().unwrap_or_else(|_| start.to_path_buf())
         };
-        let (mut shared, mut uid, mut mode) = check_dir(fd.as_raw_fd(), &at, me)?;
+        let (mut shared, mut exposed, mut uid, mut mode) = check_dir(fd.as_raw_fd(), &at, me)?;
         let mut links = 0;
         while let Some(name) = todo.pop_front() {
             if name == ".." {
@@ -249,22 +255,27 @@ impl Dir {
                     fd = openat(libc::AT_FDCWD, &cstr(OsStr::new("/")).expect("no NUL"), dir_flags(), 0)
                         .map_err(|e| FileError::io("opening", Path::new("/"), e))?;
                     at = PathBuf::from("/");
-                    (shared, uid, mode) = check_dir(fd.as_raw_fd(), &at, me)?;
+                    let theirs;
+                    (shared, theirs, uid, mode) = check_dir(fd.as_raw_fd(), &at, me)?;
+                    exposed |= theirs;
                 }
                 continue;
             }
             if shared && st.st_uid != 0 && st.st_uid != me {
                 return Err(FileError::Owner { path: at, uid: st.st_uid, me });
             }
-            (shared, uid, mode) = check_dir(next.as_raw_fd(), &at, me)?;
+            let theirs;
+            (shared, theirs, uid, mode) = check_dir(next.as_raw_fd(), &at, me)?;
+            exposed |= theirs;
             fd = next;
         }
-        Ok(Dir { fd, path: path.to_path_buf(), shared, uid, mode })
+        Ok(Dir { fd, path: path.to_path_buf(), shared, exposed, uid, mode })
     }
 
-    /// True when only its owner (this user or root) may write it.
+    /// True when only root or this user may write it, and no other user could swap a name
+    /// on the way to it: its path, not only its descriptor, names it for good.
     pub fn private(&self) -> bool {
-        !self.shared
+        !self.shared && !self.exposed
     }
 
     /// Its owner and mode bits.
@@ -535,5 +546,17 @@ mod tests {
         // Ours, in a sticky one: fine.
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
         assert!(append_checked(&shared.join("new.log"), 0o600).is_ok());
+        // Another user's own directory (a home directory under sudo): a new file of ours
+        // is fine, its owner's links and files are not gone through, and its path is not
+        // private (the owner could rename it).
+        let home = t.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        std::os::unix::fs::symlink(t.path(), home.join("lnk")).unwrap();
+        chown(&home, 65534);
+        assert!(append_checked(&home.join("out.log"), 0o600).is_ok());
+        let e = append_checked(&home.join("lnk/m.log"), 0o600).unwrap_err();
+        assert!(e.to_string().contains("symbolic link in a directory others can write"), "{e}");
+        assert!(!Dir::open(&home, None).unwrap().private());
+        assert!(Dir::open(t.path(), None).unwrap().private(), "a mkdtemp directory under /tmp is");
     }
 }
