@@ -100,7 +100,7 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 /// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
 /// when nothing is pinned there.
 pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
-    let want: [(&str, usize, usize, Option<u32>); 10] = [
+    let want: [(&str, usize, usize, Option<u32>); 11] = [
         ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
         ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
         ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
@@ -116,6 +116,7 @@ pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
         ("sluice_tunnels", 4, std::mem::size_of::<abi::Tunnel>(), None),
         ("sluice_vnis", std::mem::size_of::<abi::VniKey>(), 4, None),
         ("sluice_remotes", std::mem::size_of::<abi::RemoteKey>(), std::mem::size_of::<abi::Remote>(), None),
+        ("sluice_endpoints", std::mem::size_of::<abi::EndpointKey>(), 4, None),
     ];
     if !dir.join("sluice_ports").exists() {
         return None;
@@ -144,6 +145,24 @@ pub struct KernelDatapath {
     tunnels: HashMap<MapData, u32, abi::Tunnel>,
     vnis: HashMap<MapData, abi::VniKey, u32>,
     remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
+    endpoints: HashMap<MapData, abi::EndpointKey, u32>,
+}
+
+/// A tunnel's settings, as [`KernelDatapath::set_tunnel`] writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct TunnelSpec<'a> {
+    /// The underlay address frames leave from.
+    pub local: std::net::IpAddr,
+    /// Their TTL (hop limit).
+    pub ttl: u8,
+    /// The VNI of every frame, when `per_vlan` is empty.
+    pub vni: u32,
+    /// A VNI per VLAN, as (VLAN, VNI) pairs.
+    pub per_vlan: &'a [(u16, u32)],
+    /// The configured remote endpoints.
+    pub remotes: &'a [std::net::IpAddr],
+    /// Datagrams are accepted from `remotes` alone.
+    pub remotes_only: bool,
 }
 
 /// A station the kernel heard behind a tunnel: (VNI, inner MAC, remote endpoint, when
@@ -195,6 +214,7 @@ impl KernelDatapath {
         let tunnels = HashMap::try_from(take(&mut ebpf, "sluice_tunnels")?).map_err(map_err("tunnels"))?;
         let vnis = HashMap::try_from(take(&mut ebpf, "sluice_vnis")?).map_err(map_err("vnis"))?;
         let remotes = HashMap::try_from(take(&mut ebpf, "sluice_remotes")?).map_err(map_err("remotes"))?;
+        let endpoints = HashMap::try_from(take(&mut ebpf, "sluice_endpoints")?).map_err(map_err("endpoints"))?;
         Ok(KernelDatapath {
             ebpf,
             dir: dir.to_path_buf(),
@@ -208,6 +228,7 @@ impl KernelDatapath {
             tunnels,
             vnis,
             remotes,
+            endpoints,
         })
     }
 
@@ -395,19 +416,18 @@ impl KernelDatapath {
         }
     }
 
-    /// Makes the device `ifindex` a tunnel: frames to it leave from `local` with a TTL of
-    /// `ttl`, in VNI `vni`, or — `per_vlan` not empty — each VLAN's in its own VNI, as
-    /// (VLAN, VNI) pairs. Entries of an earlier tunnel on the same device go first.
-    pub fn set_tunnel(
-        &mut self,
-        ifindex: u32,
-        local: std::net::IpAddr,
-        ttl: u8,
-        vni: u32,
-        per_vlan: &[(u16, u32)],
-    ) -> Result<(), Error> {
+    /// Makes the device `ifindex` the tunnel `spec` describes. Entries of an earlier tunnel
+    /// on the same device go first.
+    pub fn set_tunnel(&mut self, ifindex: u32, spec: &TunnelSpec<'_>) -> Result<(), Error> {
+        let TunnelSpec { local, ttl, vni, per_vlan, remotes, remotes_only } = *spec;
         self.clear_tunnel(ifindex);
         let mut t = abi::Tunnel { ttl, vni, ..Default::default() };
+        if remotes_only {
+            t.flags |= abi::TUN_REMOTES_ONLY;
+        }
+        for &r in remotes {
+            self.endpoints.insert(tables::endpoint_key(ifindex, r), 1, 0).map_err(map_err("endpoints"))?;
+        }
         match local {
             std::net::IpAddr::V4(a) => t.local[..4].copy_from_slice(&a.octets()),
             std::net::IpAddr::V6(a) => {
@@ -427,7 +447,8 @@ impl KernelDatapath {
         self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
     }
 
-    /// Forgets the tunnel on device `ifindex`: its settings, VNIs and stations heard.
+    /// Forgets the tunnel on device `ifindex`: its settings, endpoints, VNIs and stations
+    /// heard.
     pub fn clear_tunnel(&mut self, ifindex: u32) {
         let _ = self.tunnels.remove(&ifindex);
         let vnis: Vec<abi::VniKey> = self.vnis.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
@@ -437,6 +458,10 @@ impl KernelDatapath {
         let heard: Vec<abi::RemoteKey> = self.remotes.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
         for k in heard {
             let _ = self.remotes.remove(&k);
+        }
+        let known: Vec<abi::EndpointKey> = self.endpoints.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in known {
+            let _ = self.endpoints.remove(&k);
         }
     }
 

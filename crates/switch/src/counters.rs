@@ -64,11 +64,15 @@ pub enum DropCause {
     /// The pause watchdog declared the output stuck in the frame's (lossless) class: it
     /// had frames waiting and sent none for `watchdog_ms`.
     Watchdog,
+    /// A tunnel's datagram from an underlay address that is not one of the port's
+    /// `remotes` (the port accepts only its configured endpoints): dropped before anything
+    /// was learned from it.
+    UnknownEndpoint,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 16] = [
+    pub const ALL: [DropCause; 17] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -85,6 +89,7 @@ impl DropCause {
         DropCause::UpcallLost,
         DropCause::GsoLimit,
         DropCause::Watchdog,
+        DropCause::UnknownEndpoint,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -106,6 +111,7 @@ impl DropCause {
             DropCause::UpcallLost => "upcall_lost",
             DropCause::GsoLimit => "gso_limit",
             DropCause::Watchdog => "watchdog",
+            DropCause::UnknownEndpoint => "unknown_endpoint",
         }
     }
 }
@@ -154,6 +160,9 @@ pub struct DropCounts {
     /// See [`DropCause::Watchdog`].
     #[serde(default)]
     pub watchdog: u64,
+    /// See [`DropCause::UnknownEndpoint`].
+    #[serde(default)]
+    pub unknown_endpoint: u64,
 }
 
 impl DropCounts {
@@ -186,6 +195,7 @@ impl DropCounts {
             DropCause::UpcallLost => self.upcall_lost,
             DropCause::GsoLimit => self.gso_limit,
             DropCause::Watchdog => self.watchdog,
+            DropCause::UnknownEndpoint => self.unknown_endpoint,
         }
     }
 
@@ -207,6 +217,7 @@ impl DropCounts {
             DropCause::UpcallLost => &mut self.upcall_lost,
             DropCause::GsoLimit => &mut self.gso_limit,
             DropCause::Watchdog => &mut self.watchdog,
+            DropCause::UnknownEndpoint => &mut self.unknown_endpoint,
         }
     }
 

@@ -318,7 +318,15 @@ impl KernelSide {
             VniMap::Single(v) => (*v, Vec::new()),
             VniMap::PerVlan(p) => (0, p.clone()),
         };
-        self.dp.set_tunnel(t.ifindex, t.local, TUNNEL_TTL, vni, &pairs)?;
+        let spec = sluice_ebpf::TunnelSpec {
+            local: t.local,
+            ttl: TUNNEL_TTL,
+            vni,
+            per_vlan: &pairs,
+            remotes: &t.remotes,
+            remotes_only: t.remotes_only,
+        };
+        self.dp.set_tunnel(t.ifindex, &spec)?;
         self.tunnels.insert(id, (t.ifindex, t.heard.clone()));
         Ok(())
     }
@@ -369,7 +377,7 @@ impl KernelSide {
             if let Some(id) = live(&self.port_at, slot)
                 && !is_static
             {
-                sw.fib_mut().learn(vlan, mac, id, now_ms);
+                sw.adopt_mac(vlan, mac, id, now_ms);
                 learned += 1;
             }
         }
