@@ -13,6 +13,11 @@
  * more of them, are dropped as gso_limit. */
 #define SLUICE_MIN_GSO_SIZE 48
 #define SLUICE_MAX_GSO_SEGMENTS 1024
+/* skb->mark of the frames the switch itself sends into a guest's veth (the program's
+ * clones and redirects to a device's egress, the daemon's packet sockets with SO_MARK):
+ * the egress program passes those, clearing the mark, and refuses every other frame.
+ * Setting a mark takes CAP_NET_ADMIN. */
+#define SLUICE_MARK 0x51ce0001u
 
 /* port.flags */
 #define PF_KERNEL (1u << 0)   /* the kernel reaches the port; else frames to it go up */
@@ -177,6 +182,7 @@ struct sluice_neigh_val {
 #define D_UPCALL_LOST 13
 #define D_GSO_LIMIT 14
 #define D_UNKNOWN_ENDPOINT 16
+#define D_EGRESS_REFUSED 17
 
 struct sluice_counters {
 	__u64 v[C_COUNT];

@@ -8,6 +8,10 @@
  * goes up to the core through the upcall TAP, tagged with its input port.
  * docs/architecture.md, "The kernel datapath".
  *
+ * A second, small program runs at the egress of the switch side of every guest's veth:
+ * only frames the switch sent (marked SLUICE_MARK) go on into the guest
+ * (docs/architecture.md, "Frames into guests on the kernel datapath").
+ *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
 #include <linux/bpf.h>
@@ -193,6 +197,23 @@ static __always_inline int drop(struct sluice_counters *c, int cause)
 	return TC_ACT_SHOT;
 }
 
+/* The mark a frame leaving for port `p` through its device's egress carries: a guest's
+ * veth lets only marked frames in; an uplink or a tunnel device has no such filter, and
+ * the mark would only leak there. */
+static __always_inline __u32 mark_for(const struct sluice_port *p)
+{
+	return (p->flags & (PF_UPLINK | PF_TUNNEL)) ? 0 : SLUICE_MARK;
+}
+
+/* A copy of the frame out of port `p`'s device (its egress), marked as the switch's. */
+static __always_inline long clone_to(struct __sk_buff *skb, const struct sluice_port *p)
+{
+	skb->mark = mark_for(p);
+	long r = bpf_clone_redirect(skb, p->ifindex, 0);
+	skb->mark = 0;
+	return r;
+}
+
 /* Whether IPv4 address `a` (network order) may be the port's source. */
 static __always_inline int ip4_ok(const struct sluice_port *p, __u32 a)
 {
@@ -360,8 +381,7 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 		mc->v[C_TX_DROP + D_OVER_MTU]++;
 		return;
 	}
-	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) ||
-	    bpf_clone_redirect(skb, m->ifindex, 0)) {
+	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) || clone_to(skb, m)) {
 		mc->v[C_TX_DROP + D_TX_ERROR]++;
 		return;
 	}
@@ -532,8 +552,11 @@ static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *ou
 		return bpf_redirect(out->ifindex, 0);
 	}
 	count_sent(oc, skb, otag);
-	if (out->flags & (PF_UPLINK | PF_EGRESS))
+	if (out->flags & (PF_UPLINK | PF_EGRESS)) {
+		/* (bpf_redirect_peer skips the device's egress, and its filter.) */
+		skb->mark = mark_for(out);
 		return bpf_redirect(out->ifindex, 0);
+	}
 	return bpf_redirect_peer(out->ifindex, 0);
 }
 
@@ -623,8 +646,7 @@ static long flood_copy(__u32 i, void *ctx)
 		return 0;
 	}
 	int otag = vlan_out(p, f->vid);
-	if (retag(f->skb, &f->tagged, &f->tci, otag, ((__u16)f->pcp << 13) | (__u16)f->vid) ||
-	    bpf_clone_redirect(f->skb, p->ifindex, 0)) {
+	if (retag(f->skb, &f->tagged, &f->tci, otag, ((__u16)f->pcp << 13) | (__u16)f->vid) || clone_to(f->skb, p)) {
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return 0;
 	}
@@ -966,6 +988,33 @@ int sluice_ingress(struct __sk_buff *skb)
 	if (td.t && (td.t->flags & TUN_PER_VLAN))
 		otag = 0;
 	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len, &td);
+}
+
+/* At the egress of the switch side of a guest's veth: what goes on into the guest. Only the
+ * switch's own frames carry SLUICE_MARK — the ingress program's clones and redirects to a
+ * device's egress, the daemon's packet socket (SO_MARK) — and they pass with the mark
+ * cleared; bpf_redirect_peer never comes this way. Anything else is a frame someone in the
+ * switch's namespace sent through the interface (a socket bound to it, the kernel's own):
+ * dropped, counted at the port as a received frame refused (`egress_refused`). */
+SEC("classifier")
+int sluice_egress(struct __sk_buff *skb)
+{
+	if (skb->mark == SLUICE_MARK) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	__u32 ifindex = skb->ifindex;
+	__u32 *slotp = bpf_map_lookup_elem(&sluice_port_of, &ifindex);
+	if (slotp) {
+		__u32 slot = *slotp;
+		struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
+		if (c) {
+			c->v[C_RX_FRAMES]++;
+			c->v[C_RX_BYTES] += skb->len;
+			c->v[C_RX_DROP + D_EGRESS_REFUSED]++;
+		}
+	}
+	return TC_ACT_SHOT;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

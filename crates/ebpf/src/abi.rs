@@ -43,6 +43,11 @@ pub const PF_LEARN_FULL: u32 = 1 << 13;
 /// `PF_TUNNEL`: a VXLAN device in external mode; frames to it carry a tunnel key.
 pub const PF_TUNNEL: u32 = 1 << 14;
 
+/// `SLUICE_MARK`: the `skb->mark` of the frames the switch itself sends into a guest's
+/// veth (the program's clones and egress redirects, the daemon's packet sockets through
+/// `SO_MARK`); the egress program refuses every other frame there.
+pub const SLUICE_MARK: u32 = 0x51ce_0001;
+
 /// `TUN_V6`: the tunnel's underlay is IPv6.
 pub const TUN_V6: u32 = 1 << 0;
 /// `TUN_PER_VLAN`: a VNI per VLAN (`sluice_vnis`); else every frame in `Tunnel::vni`.
@@ -341,7 +346,7 @@ mod tests {
         );
         assert_eq!(size_of::<EndpointKey>(), SIZE_sluice_endpoint_key);
         assert_eq!(offset_of!(EndpointKey, addr), OFF_sluice_endpoint_key_addr);
-        assert_eq!(TUN_REMOTES_ONLY, from_c::TUN_REMOTES_ONLY);
+        assert_eq!((TUN_REMOTES_ONLY, SLUICE_MARK), (from_c::TUN_REMOTES_ONLY, from_c::SLUICE_MARK));
         assert_eq!(
             (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO, c::FLOODED, c::LEARN_REFUSED),
             (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO, C_FLOODED, C_LEARN_REFUSED)
@@ -380,6 +385,7 @@ mod tests {
             (sluice_switch::DropCause::UpcallLost, D_UPCALL_LOST),
             (sluice_switch::DropCause::GsoLimit, D_GSO_LIMIT),
             (sluice_switch::DropCause::UnknownEndpoint, D_UNKNOWN_ENDPOINT),
+            (sluice_switch::DropCause::EgressRefused, D_EGRESS_REFUSED),
         ] {
             assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
         }

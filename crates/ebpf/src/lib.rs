@@ -4,10 +4,12 @@
 //! One TC program (`bpf/datapath.c`, compiled by build.rs) runs at the ingress of every
 //! port the kernel reaches — the switch side of a guest's veth pair, the uplink — and
 //! forwards known unicast itself from five maps the daemon fills from the core's state
-//! ([`tables`]); every other frame it hands up through the switch's upcall TAP. This crate
-//! loads the program, attaches it (tcx), pins programs and maps so that forwarding
-//! outlives the daemon, writes the maps, and reads the counters back. What is decided
-//! lives in `sluice_switch::fastpath`; nothing here decides.
+//! ([`tables`]); every other frame it hands up through the switch's upcall TAP. A second
+//! one runs at the egress of the switch side of every guest's veth and lets only the
+//! switch's own frames ([`abi::SLUICE_MARK`]) into the guest. This crate loads the
+//! programs, attaches them (tcx), pins programs and maps so that forwarding outlives the
+//! daemon, writes the maps, and reads the counters back. What is decided lives in
+//! `sluice_switch::fastpath`; nothing here decides.
 
 pub mod abi;
 pub mod tables;
@@ -148,6 +150,39 @@ pub struct KernelDatapath {
     endpoints: HashMap<MapData, abi::EndpointKey, u32>,
 }
 
+/// Where a program is attached on an interface.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// `sluice_ingress`, at the interface's ingress: forwarding.
+    Ingress,
+    /// `sluice_egress`, at a guest's veth's egress: only the switch's frames into the guest.
+    Egress,
+}
+
+impl Hook {
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Ingress => "sluice_ingress",
+            Hook::Egress => "sluice_egress",
+        }
+    }
+
+    /// The prefix of its links' pins (`link-IFNAME`, `egress-IFNAME`).
+    fn pin_prefix(self) -> &'static str {
+        match self {
+            Hook::Ingress => "link-",
+            Hook::Egress => "egress-",
+        }
+    }
+
+    fn attach_type(self) -> TcAttachType {
+        match self {
+            Hook::Ingress => TcAttachType::Ingress,
+            Hook::Egress => TcAttachType::Egress,
+        }
+    }
+}
+
 /// A tunnel's settings, as [`KernelDatapath::set_tunnel`] writes them.
 #[derive(Clone, Copy, Debug)]
 pub struct TunnelSpec<'a> {
@@ -195,12 +230,15 @@ impl KernelDatapath {
             .set_max_entries("sluice_neigh", fib_max.max(1))
             .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut("sluice_ingress")
-            .ok_or_else(|| Error::Load("the object has no program sluice_ingress".into()))?
-            .try_into()
-            .map_err(|e| Error::Load(format!("{e}")))?;
-        prog.load().map_err(|e| Error::Load(verifier_log(&e)))?;
+        for hook in [Hook::Ingress, Hook::Egress] {
+            let name = hook.program();
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?
+                .try_into()
+                .map_err(|e| Error::Load(format!("{e}")))?;
+            prog.load().map_err(|e| Error::Load(verifier_log(&e)))?;
+        }
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| Error::Load(format!("the object has no map {name}")))
         };
@@ -232,19 +270,31 @@ impl KernelDatapath {
         })
     }
 
-    fn link_pin(&self, ifname: &str) -> PathBuf {
-        self.dir.join(format!("link-{ifname}"))
+    fn link_pin(&self, ifname: &str, hook: Hook) -> PathBuf {
+        self.dir.join(format!("{}{ifname}", hook.pin_prefix()))
     }
 
-    /// Attaches the program at the ingress of interface `ifname` (in this thread's network
-    /// namespace) with a pinned tcx link, or — when an earlier run left a link pinned for
-    /// it — puts this program into that link in one step, so forwarding never pauses.
+    /// Attaches the forwarding program at the ingress of interface `ifname` (in this
+    /// thread's network namespace) with a pinned tcx link, or — when an earlier run left a
+    /// link pinned for it — puts this program into that link in one step, so forwarding
+    /// never pauses.
     pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
-        let pin = self.link_pin(ifname);
+        self.attach_hook(ifname, Hook::Ingress)
+    }
+
+    /// Attaches the egress program to the switch's end `ifname` of a guest's veth pair, as
+    /// [`KernelDatapath::attach`] does the forwarding program: from then on only the
+    /// switch's own frames ([`abi::SLUICE_MARK`]) go into the guest that way.
+    pub fn attach_egress(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_hook(ifname, Hook::Egress)
+    }
+
+    fn attach_hook(&mut self, ifname: &str, hook: Hook) -> Result<(), Error> {
+        let pin = self.link_pin(ifname, hook);
         let err = |why: String| Error::Attach { ifname: ifname.to_string(), why };
         let prog: &mut SchedClassifier = self
             .ebpf
-            .program_mut("sluice_ingress")
+            .program_mut(hook.program())
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| err("the program is not loaded".into()))?;
         // Taking the earlier link over; should that fail (a link left for an interface of
@@ -265,7 +315,7 @@ impl KernelDatapath {
         let id = match taken {
             Some(id) => id,
             None => prog
-                .attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+                .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(LinkOrder::default()))
                 .map_err(|e| err(format!("{e}")))?,
         };
         let link = prog.take_link(id).map_err(|e| err(format!("{e}")))?;
@@ -274,17 +324,26 @@ impl KernelDatapath {
         Ok(())
     }
 
-    /// Detaches the program from `ifname` (its pinned link goes; nothing else holds it).
+    /// Detaches the programs from `ifname` (their pinned links go; nothing else holds them).
     pub fn detach(&mut self, ifname: &str) {
-        let _ = std::fs::remove_file(self.link_pin(ifname));
+        for hook in [Hook::Ingress, Hook::Egress] {
+            let _ = std::fs::remove_file(self.link_pin(ifname, hook));
+        }
     }
 
     /// The interfaces with a pinned link (after a takeover, those of the earlier run too).
     pub fn linked(&self) -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        rd.flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("link-")).map(str::to_string))
-            .collect()
+        let mut names: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_str()?.to_string();
+                [Hook::Ingress, Hook::Egress].iter().find_map(|h| n.strip_prefix(h.pin_prefix()).map(str::to_string))
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 
     /// Writes port slot `slot`. A port the kernel reaches is also found by its ifindex.

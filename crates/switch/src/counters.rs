@@ -68,11 +68,15 @@ pub enum DropCause {
     /// `remotes` (the port accepts only its configured endpoints): dropped before anything
     /// was learned from it.
     UnknownEndpoint,
+    /// Kernel datapath: a frame that entered a guest's veth from the switch's side without
+    /// the switch sending it (a local program's socket bound to the interface), refused on
+    /// its way into the guest; counted with the port's received frames.
+    EgressRefused,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 17] = [
+    pub const ALL: [DropCause; 18] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -90,6 +94,7 @@ impl DropCause {
         DropCause::GsoLimit,
         DropCause::Watchdog,
         DropCause::UnknownEndpoint,
+        DropCause::EgressRefused,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -112,6 +117,7 @@ impl DropCause {
             DropCause::GsoLimit => "gso_limit",
             DropCause::Watchdog => "watchdog",
             DropCause::UnknownEndpoint => "unknown_endpoint",
+            DropCause::EgressRefused => "egress_refused",
         }
     }
 }
@@ -163,6 +169,9 @@ pub struct DropCounts {
     /// See [`DropCause::UnknownEndpoint`].
     #[serde(default)]
     pub unknown_endpoint: u64,
+    /// See [`DropCause::EgressRefused`].
+    #[serde(default)]
+    pub egress_refused: u64,
 }
 
 impl DropCounts {
@@ -196,6 +205,7 @@ impl DropCounts {
             DropCause::GsoLimit => self.gso_limit,
             DropCause::Watchdog => self.watchdog,
             DropCause::UnknownEndpoint => self.unknown_endpoint,
+            DropCause::EgressRefused => self.egress_refused,
         }
     }
 
@@ -218,6 +228,7 @@ impl DropCounts {
             DropCause::GsoLimit => &mut self.gso_limit,
             DropCause::Watchdog => &mut self.watchdog,
             DropCause::UnknownEndpoint => &mut self.unknown_endpoint,
+            DropCause::EgressRefused => &mut self.egress_refused,
         }
     }
 
