@@ -59,7 +59,9 @@ pub enum DropCause {
     /// A GSO frame the switch will not cut: segments of fewer than
     /// [`MIN_GSO_SIZE`](crate::MIN_GSO_SIZE) bytes, or more than
     /// [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) of them (one frame must not cost the
-    /// switch, and the other ports, tens of thousands).
+    /// switch, and the other ports, tens of thousands); or, at an output that sends it to
+    /// several places (a tunnel's endpoints), more than
+    /// [`FLOOD_DATAGRAMS_PER_FRAME`](crate::FLOOD_DATAGRAMS_PER_FRAME) datagrams.
     GsoLimit,
     /// The pause watchdog declared the output stuck in the frame's (lossless) class: it
     /// had frames waiting and sent none for `watchdog_ms`.
