@@ -13,6 +13,11 @@
  * more of them, are dropped as gso_limit. */
 #define SLUICE_MIN_GSO_SIZE 48
 #define SLUICE_MAX_GSO_SEGMENTS 1024
+/* skb->mark of the frames the switch itself sends into a guest's veth (the program's
+ * clones and redirects to a device's egress, the daemon's packet sockets with SO_MARK):
+ * the egress program passes those, clearing the mark, and refuses every other frame.
+ * Setting a mark takes CAP_NET_ADMIN. */
+#define SLUICE_MARK 0x51ce0001u
 
 /* port.flags */
 #define PF_KERNEL (1u << 0)   /* the kernel reaches the port; else frames to it go up */
@@ -85,6 +90,7 @@ struct sluice_config {
 /* A tunnel port, by its device's ifindex. */
 #define TUN_V6 (1u << 0)       /* an IPv6 underlay */
 #define TUN_PER_VLAN (1u << 1) /* a VNI per VLAN: frames cross untagged, their VNI says the VLAN */
+#define TUN_REMOTES_ONLY (1u << 2) /* only datagrams from the endpoints in sluice_endpoints */
 struct sluice_tunnel {
 	__u32 flags;
 	__u8 ttl;
@@ -102,6 +108,13 @@ struct sluice_vni_key {
 };
 #define VNI_IN (1u << 31)
 #define TUN_TAG (1u << 16)
+
+/* An endpoint a tunnel accepts datagrams from (with TUN_REMOTES_ONLY): its configured
+ * remotes. The value is unused (1). */
+struct sluice_endpoint_key {
+	__u32 ifindex;
+	__u8 addr[16]; /* IPv4 in the first 4 bytes */
+};
 
 /* A station behind a tunnel: learned from the outer source of the datagrams it sends. */
 struct sluice_remote_key {
@@ -149,11 +162,11 @@ struct sluice_neigh_val {
 #define C_TX_BYTES 8
 #define C_TX_GSO 9
 #define C_RX_DROP 10
-#define C_TX_DROP 26
-#define C_FLOODED 42        /* frames flooded by the kernel */
-#define C_LEARN_REFUSED 43  /* frames from sources the port may not learn, decided by the kernel */
-#define C_TUN_BAD 44        /* datagrams from a tunnel refused: no key, a VNI the port does not carry */
-#define C_COUNT 45
+#define C_TX_DROP 28
+#define C_FLOODED 46        /* frames flooded by the kernel */
+#define C_LEARN_REFUSED 47  /* frames from sources the port may not learn, decided by the kernel */
+#define C_TUN_BAD 48        /* datagrams from a tunnel refused: no key, a VNI the port does not carry */
+#define C_COUNT 49
 
 #define D_MALFORMED 1
 #define D_VLAN_FILTER 2
@@ -168,6 +181,8 @@ struct sluice_neigh_val {
 #define D_NO_ROUTE 11
 #define D_UPCALL_LOST 13
 #define D_GSO_LIMIT 14
+#define D_UNKNOWN_ENDPOINT 16
+#define D_EGRESS_REFUSED 17
 
 struct sluice_counters {
 	__u64 v[C_COUNT];

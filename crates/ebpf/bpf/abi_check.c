@@ -47,6 +47,8 @@ int main(void)
 	OFF(sluice_tunnel, vni);
 	OFF(sluice_tunnel, local);
 	SIZE(sluice_vni_key);
+	SIZE(sluice_endpoint_key);
+	OFF(sluice_endpoint_key, addr);
 	SIZE(sluice_remote_key);
 	OFF(sluice_remote_key, mac);
 	SIZE(sluice_remote);
@@ -57,6 +59,8 @@ int main(void)
 	printf("pub const TUN_TAG: u32 = %u;\n", TUN_TAG);
 	printf("pub const TUN_PER_VLAN: u32 = %u;\n", TUN_PER_VLAN);
 	printf("pub const VNI_IN: u32 = %u;\n", VNI_IN);
+	printf("pub const TUN_REMOTES_ONLY: u32 = %u;\n", TUN_REMOTES_ONLY);
+	printf("pub const SLUICE_MARK: u32 = %u;\n", SLUICE_MARK);
 	printf("pub const C_COUNT: usize = %d;\n", C_COUNT);
 	printf("pub const C_RX_DROP: usize = %d;\n", C_RX_DROP);
 	printf("pub const C_TX_DROP: usize = %d;\n", C_TX_DROP);
@@ -81,6 +85,8 @@ int main(void)
 	printf("pub const D_NO_ROUTE: usize = %d;\n", D_NO_ROUTE);
 	printf("pub const D_UPCALL_LOST: usize = %d;\n", D_UPCALL_LOST);
 	printf("pub const D_GSO_LIMIT: usize = %d;\n", D_GSO_LIMIT);
+	printf("pub const D_UNKNOWN_ENDPOINT: usize = %d;\n", D_UNKNOWN_ENDPOINT);
+	printf("pub const D_EGRESS_REFUSED: usize = %d;\n", D_EGRESS_REFUSED);
 	printf("pub const MIN_GSO_SIZE: u16 = %d;\n", SLUICE_MIN_GSO_SIZE);
 	printf("pub const MAX_GSO_SEGMENTS: usize = %d;\n", SLUICE_MAX_GSO_SEGMENTS);
 	printf("pub const MAX_PORTS: u32 = %d;\n", SLUICE_MAX_PORTS);

@@ -8,6 +8,10 @@
  * goes up to the core through the upcall TAP, tagged with its input port.
  * docs/architecture.md, "The kernel datapath".
  *
+ * A second, small program runs at the egress of the switch side of every guest's veth:
+ * only frames the switch sent (marked SLUICE_MARK) go on into the guest
+ * (docs/architecture.md, "Frames into guests on the kernel datapath").
+ *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
 #include <linux/bpf.h>
@@ -90,6 +94,14 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_vnis SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096); /* the configured remotes of up to 64 tunnels */
+	__type(key, struct sluice_endpoint_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_endpoints SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -183,6 +195,23 @@ static __always_inline int drop(struct sluice_counters *c, int cause)
 {
 	c->v[C_RX_DROP + cause]++;
 	return TC_ACT_SHOT;
+}
+
+/* The mark a frame leaving for port `p` through its device's egress carries: a guest's
+ * veth lets only marked frames in; an uplink or a tunnel device has no such filter, and
+ * the mark would only leak there. */
+static __always_inline __u32 mark_for(const struct sluice_port *p)
+{
+	return (p->flags & (PF_UPLINK | PF_TUNNEL)) ? 0 : SLUICE_MARK;
+}
+
+/* A copy of the frame out of port `p`'s device (its egress), marked as the switch's. */
+static __always_inline long clone_to(struct __sk_buff *skb, const struct sluice_port *p)
+{
+	skb->mark = mark_for(p);
+	long r = bpf_clone_redirect(skb, p->ifindex, 0);
+	skb->mark = 0;
+	return r;
 }
 
 /* Whether IPv4 address `a` (network order) may be the port's source. */
@@ -352,8 +381,7 @@ static __always_inline void mirror(struct __sk_buff *skb, struct sluice_counters
 		mc->v[C_TX_DROP + D_OVER_MTU]++;
 		return;
 	}
-	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) ||
-	    bpf_clone_redirect(skb, m->ifindex, 0)) {
+	if (retag(skb, tagged, tci, mtag, ((__u16)pcp << 13) | (__u16)vid) || clone_to(skb, m)) {
 		mc->v[C_TX_DROP + D_TX_ERROR]++;
 		return;
 	}
@@ -419,11 +447,21 @@ static __always_inline int tun_key(struct __sk_buff *skb, const struct tun_dst *
 	return bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags) ? -1 : 0;
 }
 
+/* Where a datagram from a tunnel came from: its VNI and outer source (IPv4 in the first
+ * 4 bytes of `addr`). */
+struct tun_src {
+	__u32 vni;
+	__u8 addr[16];
+};
+
 /* A datagram from tunnel port `in` (device `ifindex`), decapsulated by the device: its
- * key's VNI says its VLAN (the tag goes on when the port carries a VNI per VLAN), and its
- * inner source is learned behind the key's remote endpoint. -1 when it is refused
- * (counted), 0 when it goes on through the pipeline. */
-static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct sluice_counters *c)
+ * key says where it came from (`ts`) and its VNI its VLAN (the tag goes on when the port
+ * carries a VNI per VLAN). A sender that is not one of the port's endpoints, when the port
+ * accepts its endpoints only, is counted as a received frame dropped `unknown_endpoint`,
+ * before anything is learned from it. -1 when it is refused (counted), 0 when it goes on
+ * through the pipeline. */
+static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct sluice_counters *c,
+				  struct tun_src *ts)
 {
 	struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
 	if (!t) {
@@ -434,6 +472,23 @@ static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct s
 	if (bpf_skb_get_tunnel_key(skb, &k, sizeof(k), (t->flags & TUN_V6) ? BPF_F_TUNINFO_IPV6 : 0)) {
 		c->v[C_TUN_BAD]++;
 		return -1;
+	}
+	ts->vni = k.tunnel_id;
+	if (t->flags & TUN_V6) {
+		__builtin_memcpy(ts->addr, k.remote_ipv6, 16);
+	} else {
+		__u32 a = bpf_htonl(k.remote_ipv4);
+		__builtin_memcpy(ts->addr, &a, 4);
+	}
+	if (t->flags & TUN_REMOTES_ONLY) {
+		struct sluice_endpoint_key ek = { .ifindex = ifindex };
+		__builtin_memcpy(ek.addr, ts->addr, 16);
+		if (!bpf_map_lookup_elem(&sluice_endpoints, &ek)) {
+			c->v[C_RX_FRAMES]++;
+			c->v[C_RX_BYTES] += skb->len;
+			c->v[C_RX_DROP + D_UNKNOWN_ENDPOINT]++;
+			return -1;
+		}
 	}
 	__u32 tag = 0;
 	if (t->flags & TUN_PER_VLAN) {
@@ -448,30 +503,29 @@ static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct s
 		c->v[C_TUN_BAD]++;
 		return -1;
 	}
-	void *data = (void *)(long)skb->data;
-	void *end = (void *)(long)skb->data_end;
-	if (data + ETH_HLEN <= end && !is_group(data + 6)) {
-		struct sluice_remote_key rk = { .ifindex = ifindex, .vni = k.tunnel_id };
-		__builtin_memcpy(rk.mac, data + 6, 6);
-		struct sluice_remote r = {};
-		if (t->flags & TUN_V6) {
-			__builtin_memcpy(r.addr, k.remote_ipv6, 16);
-		} else {
-			__u32 a = bpf_htonl(k.remote_ipv4);
-			__builtin_memcpy(r.addr, &a, 4);
-		}
-		__u64 now = bpf_ktime_get_ns();
-		struct sluice_remote *old = bpf_map_lookup_elem(&sluice_remotes, &rk);
-		if (!old || !ip6_eq(old->addr, r.addr) || now - old->seen_ns > SEEN_EVERY_NS) {
-			r.seen_ns = now;
-			bpf_map_update_elem(&sluice_remotes, &rk, &r, BPF_ANY);
-		}
-	}
 	if ((tag & TUN_TAG) && bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, tag & 0x0fff)) {
 		c->v[C_TUN_BAD]++;
 		return -1;
 	}
 	return 0;
+}
+
+/* Notes that station `mac`, which the core has learned behind tunnel port `ifindex`, was
+ * just heard from endpoint `ts` (written when new or moved, else stamped at most once a
+ * second). Only such stations: where a station the core keeps elsewhere (locked, static,
+ * or simply another port's) claims to be is nothing the kernel acts on. */
+static __always_inline void tun_heard(__u32 ifindex, const struct tun_src *ts, const __u8 *mac)
+{
+	struct sluice_remote_key rk = { .ifindex = ifindex, .vni = ts->vni };
+	__builtin_memcpy(rk.mac, mac, 6);
+	struct sluice_remote r = {};
+	__builtin_memcpy(r.addr, ts->addr, 16);
+	__u64 now = bpf_ktime_get_ns();
+	struct sluice_remote *old = bpf_map_lookup_elem(&sluice_remotes, &rk);
+	if (!old || !ip6_eq(old->addr, r.addr) || now - old->seen_ns > SEEN_EVERY_NS) {
+		r.seen_ns = now;
+		bpf_map_update_elem(&sluice_remotes, &rk, &r, BPF_ANY);
+	}
 }
 
 /* The frame itself to output `out`: offered, its MTU (against `l3`), the tag it wants
@@ -498,8 +552,11 @@ static __always_inline int deliver(struct __sk_buff *skb, struct sluice_port *ou
 		return bpf_redirect(out->ifindex, 0);
 	}
 	count_sent(oc, skb, otag);
-	if (out->flags & (PF_UPLINK | PF_EGRESS))
+	if (out->flags & (PF_UPLINK | PF_EGRESS)) {
+		/* (bpf_redirect_peer skips the device's egress, and its filter.) */
+		skb->mark = mark_for(out);
 		return bpf_redirect(out->ifindex, 0);
+	}
 	return bpf_redirect_peer(out->ifindex, 0);
 }
 
@@ -589,8 +646,7 @@ static long flood_copy(__u32 i, void *ctx)
 		return 0;
 	}
 	int otag = vlan_out(p, f->vid);
-	if (retag(f->skb, &f->tagged, &f->tci, otag, ((__u16)f->pcp << 13) | (__u16)f->vid) ||
-	    bpf_clone_redirect(f->skb, p->ifindex, 0)) {
+	if (retag(f->skb, &f->tagged, &f->tci, otag, ((__u16)f->pcp << 13) | (__u16)f->vid) || clone_to(f->skb, p)) {
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return 0;
 	}
@@ -638,6 +694,43 @@ static __always_inline int flood(struct __sk_buff *skb, struct sluice_counters *
 		return TC_ACT_SHOT;
 	/* (A member of the VLAN, whose MTU the frame fits: flood_plan chose it.) */
 	return deliver(skb, out, oc, vid, pcp, &f.tagged, &f.tci, vlan_out(out, vid), f.l3, 0);
+}
+
+/* A search for a port other than `slot` that locks MAC `mac` (its `mac` setting). */
+struct locked {
+	__u32 slot;
+	__u8 mac[6];
+	__u8 found;
+};
+
+static long locked_at(__u32 i, void *ctx)
+{
+	struct locked *l = ctx;
+	__u32 k = i;
+
+	if (i == l->slot)
+		return 0;
+	struct sluice_port *p = bpf_map_lookup_elem(&sluice_ports, &k);
+	if (p && p->ifindex && (p->flags & PF_MAC) && mac_eq(p->mac, l->mac)) {
+		l->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether a port other than `slot` locks source `mac` (the core drops a frame claiming it
+ * as `spoofed_mac`; the kernel hands such a frame up). Looks at the slots in use. */
+static __always_inline int locked_elsewhere(__u32 slot, const __u8 *mac)
+{
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+	struct locked l = { .slot = slot };
+	__builtin_memcpy(l.mac, mac, 6);
+	__u32 n = cfg ? cfg->n_slots : SLUICE_MAX_PORTS;
+	if (n > SLUICE_MAX_PORTS)
+		n = SLUICE_MAX_PORTS;
+	bpf_loop(n, locked_at, &l, 0);
+	return l.found;
 }
 
 static __always_inline int is_link_local6(const __u8 *a)
@@ -777,7 +870,8 @@ int sluice_ingress(struct __sk_buff *skb)
 	if (!in || !c)
 		return TC_ACT_SHOT;
 	/* From a tunnel: the device took the outer headers off and left their key. */
-	if ((in->flags & PF_TUNNEL) && tun_in(skb, ifindex, c))
+	struct tun_src ts = {};
+	if ((in->flags & PF_TUNNEL) && tun_in(skb, ifindex, c, &ts))
 		return TC_ACT_SHOT;
 
 	void *data = (void *)(long)skb->data;
@@ -841,8 +935,9 @@ int sluice_ingress(struct __sk_buff *skb)
 	}
 
 	/* The source must be known on this port — learning and moves are the core's — unless
-	 * the port may learn no more (and the source is not a static entry elsewhere): the core
-	 * would not learn it either, but forward it as it is. */
+	 * the port may learn no more (and the source is neither a static entry elsewhere nor
+	 * locked to another port): the core would not learn it either, but forward it as it
+	 * is. */
 	struct sluice_fib_key k = { .vlan = vid };
 	__builtin_memcpy(k.mac, eth->h_source, 6);
 	struct sluice_fib_val *src = bpf_map_lookup_elem(&sluice_fib, &k);
@@ -850,11 +945,15 @@ int sluice_ingress(struct __sk_buff *skb)
 	if (!src || src->slot != slot) {
 		if (!(in->flags & PF_LEARN_FULL) || (src && (src->flags & FIB_STATIC)))
 			return up(skb, slot, c);
+		if (!(in->flags & PF_MAC) && locked_elsewhere(slot, k.mac))
+			return up(skb, slot, c);
 		refused = 1;
 	} else {
 		__u64 now = bpf_ktime_get_ns();
 		if (now - src->seen_ns > SEEN_EVERY_NS)
 			src->seen_ns = now;
+		if (in->flags & PF_TUNNEL)
+			tun_heard(ifindex, &ts, k.mac);
 	}
 
 	if (is_group(eth->h_dest))
@@ -889,6 +988,33 @@ int sluice_ingress(struct __sk_buff *skb)
 	if (td.t && (td.t->flags & TUN_PER_VLAN))
 		otag = 0;
 	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len, &td);
+}
+
+/* At the egress of the switch side of a guest's veth: what goes on into the guest. Only the
+ * switch's own frames carry SLUICE_MARK — the ingress program's clones and redirects to a
+ * device's egress, the daemon's packet socket (SO_MARK) — and they pass with the mark
+ * cleared; bpf_redirect_peer never comes this way. Anything else is a frame someone in the
+ * switch's namespace sent through the interface (a socket bound to it, the kernel's own):
+ * dropped, counted at the port as a received frame refused (`egress_refused`). */
+SEC("classifier")
+int sluice_egress(struct __sk_buff *skb)
+{
+	if (skb->mark == SLUICE_MARK) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	__u32 ifindex = skb->ifindex;
+	__u32 *slotp = bpf_map_lookup_elem(&sluice_port_of, &ifindex);
+	if (slotp) {
+		__u32 slot = *slotp;
+		struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
+		if (c) {
+			c->v[C_RX_FRAMES]++;
+			c->v[C_RX_BYTES] += skb->len;
+			c->v[C_RX_DROP + D_EGRESS_REFUSED]++;
+		}
+	}
+	return TC_ACT_SHOT;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -43,10 +43,17 @@ pub const PF_LEARN_FULL: u32 = 1 << 13;
 /// `PF_TUNNEL`: a VXLAN device in external mode; frames to it carry a tunnel key.
 pub const PF_TUNNEL: u32 = 1 << 14;
 
+/// `SLUICE_MARK`: the `skb->mark` of the frames the switch itself sends into a guest's
+/// veth (the program's clones and egress redirects, the daemon's packet sockets through
+/// `SO_MARK`); the egress program refuses every other frame there.
+pub const SLUICE_MARK: u32 = 0x51ce_0001;
+
 /// `TUN_V6`: the tunnel's underlay is IPv6.
 pub const TUN_V6: u32 = 1 << 0;
 /// `TUN_PER_VLAN`: a VNI per VLAN (`sluice_vnis`); else every frame in `Tunnel::vni`.
 pub const TUN_PER_VLAN: u32 = 1 << 1;
+/// `TUN_REMOTES_ONLY`: datagrams only from the endpoints in `sluice_endpoints`.
+pub const TUN_REMOTES_ONLY: u32 = 1 << 2;
 /// `VNI_IN`: marks a [`VniKey`] whose `id` is a VNI (its value: the VLAN).
 pub const VNI_IN: u32 = 1 << 31;
 /// `TUN_TAG`: a VNI's frames get the tag of the VLAN in the value's low 12 bits.
@@ -185,6 +192,14 @@ pub struct VniKey {
     pub id: u32,
 }
 
+/// `struct sluice_endpoint_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct EndpointKey {
+    pub ifindex: u32,
+    pub addr: [u8; 16],
+}
+
 /// `struct sluice_remote_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -218,14 +233,14 @@ pub mod c {
     /// Receive drops start here, one per `DropCause::ALL` entry.
     pub const RX_DROP: usize = 10;
     /// Transmit drops start here, one per `DropCause::ALL` entry.
-    pub const TX_DROP: usize = 26;
+    pub const TX_DROP: usize = 28;
     /// Frames the kernel flooded.
-    pub const FLOODED: usize = 42;
+    pub const FLOODED: usize = 46;
     /// Frames the kernel forwarded or flooded from a source the port may not learn.
-    pub const LEARN_REFUSED: usize = 43;
+    pub const LEARN_REFUSED: usize = 47;
     /// Datagrams from a tunnel refused (no key, a VNI the port does not carry).
-    pub const TUN_BAD: usize = 44;
-    pub const COUNT: usize = 45;
+    pub const TUN_BAD: usize = 48;
+    pub const COUNT: usize = 49;
 }
 
 /// `struct sluice_counters`: one port's counters on one CPU.
@@ -264,6 +279,8 @@ unsafe impl Pod for Tunnel {}
 unsafe impl Pod for VniKey {}
 // SAFETY: as above.
 unsafe impl Pod for RemoteKey {}
+// SAFETY: as above.
+unsafe impl Pod for EndpointKey {}
 // SAFETY: as above.
 unsafe impl Pod for Remote {}
 
@@ -327,6 +344,9 @@ mod tests {
             (c::TUN_BAD, PF_TUNNEL, TUN_V6, TUN_PER_VLAN, TUN_TAG, VNI_IN),
             (C_TUN_BAD, from_c::PF_TUNNEL, from_c::TUN_V6, from_c::TUN_PER_VLAN, from_c::TUN_TAG, from_c::VNI_IN)
         );
+        assert_eq!(size_of::<EndpointKey>(), SIZE_sluice_endpoint_key);
+        assert_eq!(offset_of!(EndpointKey, addr), OFF_sluice_endpoint_key_addr);
+        assert_eq!((TUN_REMOTES_ONLY, SLUICE_MARK), (from_c::TUN_REMOTES_ONLY, from_c::SLUICE_MARK));
         assert_eq!(
             (c::COUNT, c::RX_DROP, c::TX_DROP, c::UPCALLS, c::TX_GSO, c::FLOODED, c::LEARN_REFUSED),
             (C_COUNT, C_RX_DROP, C_TX_DROP, C_UPCALLS, C_TX_GSO, C_FLOODED, C_LEARN_REFUSED)
@@ -364,6 +384,8 @@ mod tests {
             (sluice_switch::DropCause::NoRoute, D_NO_ROUTE),
             (sluice_switch::DropCause::UpcallLost, D_UPCALL_LOST),
             (sluice_switch::DropCause::GsoLimit, D_GSO_LIMIT),
+            (sluice_switch::DropCause::UnknownEndpoint, D_UNKNOWN_ENDPOINT),
+            (sluice_switch::DropCause::EgressRefused, D_EGRESS_REFUSED),
         ] {
             assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
         }

@@ -4,10 +4,12 @@
 //! One TC program (`bpf/datapath.c`, compiled by build.rs) runs at the ingress of every
 //! port the kernel reaches — the switch side of a guest's veth pair, the uplink — and
 //! forwards known unicast itself from five maps the daemon fills from the core's state
-//! ([`tables`]); every other frame it hands up through the switch's upcall TAP. This crate
-//! loads the program, attaches it (tcx), pins programs and maps so that forwarding
-//! outlives the daemon, writes the maps, and reads the counters back. What is decided
-//! lives in `sluice_switch::fastpath`; nothing here decides.
+//! ([`tables`]); every other frame it hands up through the switch's upcall TAP. A second
+//! one runs at the egress of the switch side of every guest's veth and lets only the
+//! switch's own frames ([`abi::SLUICE_MARK`]) into the guest. This crate loads the
+//! programs, attaches them (tcx), pins programs and maps so that forwarding outlives the
+//! daemon, writes the maps, and reads the counters back. What is decided lives in
+//! `sluice_switch::fastpath`; nothing here decides.
 
 pub mod abi;
 pub mod tables;
@@ -100,7 +102,7 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 /// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
 /// when nothing is pinned there.
 pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
-    let want: [(&str, usize, usize, Option<u32>); 10] = [
+    let want: [(&str, usize, usize, Option<u32>); 11] = [
         ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
         ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
         ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
@@ -116,6 +118,7 @@ pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
         ("sluice_tunnels", 4, std::mem::size_of::<abi::Tunnel>(), None),
         ("sluice_vnis", std::mem::size_of::<abi::VniKey>(), 4, None),
         ("sluice_remotes", std::mem::size_of::<abi::RemoteKey>(), std::mem::size_of::<abi::Remote>(), None),
+        ("sluice_endpoints", std::mem::size_of::<abi::EndpointKey>(), 4, None),
     ];
     if !dir.join("sluice_ports").exists() {
         return None;
@@ -144,6 +147,57 @@ pub struct KernelDatapath {
     tunnels: HashMap<MapData, u32, abi::Tunnel>,
     vnis: HashMap<MapData, abi::VniKey, u32>,
     remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
+    endpoints: HashMap<MapData, abi::EndpointKey, u32>,
+}
+
+/// Where a program is attached on an interface.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// `sluice_ingress`, at the interface's ingress: forwarding.
+    Ingress,
+    /// `sluice_egress`, at a guest's veth's egress: only the switch's frames into the guest.
+    Egress,
+}
+
+impl Hook {
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Ingress => "sluice_ingress",
+            Hook::Egress => "sluice_egress",
+        }
+    }
+
+    /// The prefix of its links' pins (`link-IFNAME`, `egress-IFNAME`).
+    fn pin_prefix(self) -> &'static str {
+        match self {
+            Hook::Ingress => "link-",
+            Hook::Egress => "egress-",
+        }
+    }
+
+    fn attach_type(self) -> TcAttachType {
+        match self {
+            Hook::Ingress => TcAttachType::Ingress,
+            Hook::Egress => TcAttachType::Egress,
+        }
+    }
+}
+
+/// A tunnel's settings, as [`KernelDatapath::set_tunnel`] writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct TunnelSpec<'a> {
+    /// The underlay address frames leave from.
+    pub local: std::net::IpAddr,
+    /// Their TTL (hop limit).
+    pub ttl: u8,
+    /// The VNI of every frame, when `per_vlan` is empty.
+    pub vni: u32,
+    /// A VNI per VLAN, as (VLAN, VNI) pairs.
+    pub per_vlan: &'a [(u16, u32)],
+    /// The configured remote endpoints.
+    pub remotes: &'a [std::net::IpAddr],
+    /// Datagrams are accepted from `remotes` alone.
+    pub remotes_only: bool,
 }
 
 /// A station the kernel heard behind a tunnel: (VNI, inner MAC, remote endpoint, when
@@ -176,12 +230,15 @@ impl KernelDatapath {
             .set_max_entries("sluice_neigh", fib_max.max(1))
             .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut("sluice_ingress")
-            .ok_or_else(|| Error::Load("the object has no program sluice_ingress".into()))?
-            .try_into()
-            .map_err(|e| Error::Load(format!("{e}")))?;
-        prog.load().map_err(|e| Error::Load(verifier_log(&e)))?;
+        for hook in [Hook::Ingress, Hook::Egress] {
+            let name = hook.program();
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?
+                .try_into()
+                .map_err(|e| Error::Load(format!("{e}")))?;
+            prog.load().map_err(|e| Error::Load(verifier_log(&e)))?;
+        }
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| Error::Load(format!("the object has no map {name}")))
         };
@@ -195,6 +252,7 @@ impl KernelDatapath {
         let tunnels = HashMap::try_from(take(&mut ebpf, "sluice_tunnels")?).map_err(map_err("tunnels"))?;
         let vnis = HashMap::try_from(take(&mut ebpf, "sluice_vnis")?).map_err(map_err("vnis"))?;
         let remotes = HashMap::try_from(take(&mut ebpf, "sluice_remotes")?).map_err(map_err("remotes"))?;
+        let endpoints = HashMap::try_from(take(&mut ebpf, "sluice_endpoints")?).map_err(map_err("endpoints"))?;
         Ok(KernelDatapath {
             ebpf,
             dir: dir.to_path_buf(),
@@ -208,22 +266,35 @@ impl KernelDatapath {
             tunnels,
             vnis,
             remotes,
+            endpoints,
         })
     }
 
-    fn link_pin(&self, ifname: &str) -> PathBuf {
-        self.dir.join(format!("link-{ifname}"))
+    fn link_pin(&self, ifname: &str, hook: Hook) -> PathBuf {
+        self.dir.join(format!("{}{ifname}", hook.pin_prefix()))
     }
 
-    /// Attaches the program at the ingress of interface `ifname` (in this thread's network
-    /// namespace) with a pinned tcx link, or — when an earlier run left a link pinned for
-    /// it — puts this program into that link in one step, so forwarding never pauses.
+    /// Attaches the forwarding program at the ingress of interface `ifname` (in this
+    /// thread's network namespace) with a pinned tcx link, or — when an earlier run left a
+    /// link pinned for it — puts this program into that link in one step, so forwarding
+    /// never pauses.
     pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
-        let pin = self.link_pin(ifname);
+        self.attach_hook(ifname, Hook::Ingress)
+    }
+
+    /// Attaches the egress program to the switch's end `ifname` of a guest's veth pair, as
+    /// [`KernelDatapath::attach`] does the forwarding program: from then on only the
+    /// switch's own frames ([`abi::SLUICE_MARK`]) go into the guest that way.
+    pub fn attach_egress(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_hook(ifname, Hook::Egress)
+    }
+
+    fn attach_hook(&mut self, ifname: &str, hook: Hook) -> Result<(), Error> {
+        let pin = self.link_pin(ifname, hook);
         let err = |why: String| Error::Attach { ifname: ifname.to_string(), why };
         let prog: &mut SchedClassifier = self
             .ebpf
-            .program_mut("sluice_ingress")
+            .program_mut(hook.program())
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| err("the program is not loaded".into()))?;
         // Taking the earlier link over; should that fail (a link left for an interface of
@@ -244,7 +315,7 @@ impl KernelDatapath {
         let id = match taken {
             Some(id) => id,
             None => prog
-                .attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::TcxOrder(LinkOrder::default()))
+                .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(LinkOrder::default()))
                 .map_err(|e| err(format!("{e}")))?,
         };
         let link = prog.take_link(id).map_err(|e| err(format!("{e}")))?;
@@ -253,17 +324,26 @@ impl KernelDatapath {
         Ok(())
     }
 
-    /// Detaches the program from `ifname` (its pinned link goes; nothing else holds it).
+    /// Detaches the programs from `ifname` (their pinned links go; nothing else holds them).
     pub fn detach(&mut self, ifname: &str) {
-        let _ = std::fs::remove_file(self.link_pin(ifname));
+        for hook in [Hook::Ingress, Hook::Egress] {
+            let _ = std::fs::remove_file(self.link_pin(ifname, hook));
+        }
     }
 
     /// The interfaces with a pinned link (after a takeover, those of the earlier run too).
     pub fn linked(&self) -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        rd.flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("link-")).map(str::to_string))
-            .collect()
+        let mut names: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_str()?.to_string();
+                [Hook::Ingress, Hook::Egress].iter().find_map(|h| n.strip_prefix(h.pin_prefix()).map(str::to_string))
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 
     /// Writes port slot `slot`. A port the kernel reaches is also found by its ifindex.
@@ -395,19 +475,18 @@ impl KernelDatapath {
         }
     }
 
-    /// Makes the device `ifindex` a tunnel: frames to it leave from `local` with a TTL of
-    /// `ttl`, in VNI `vni`, or — `per_vlan` not empty — each VLAN's in its own VNI, as
-    /// (VLAN, VNI) pairs. Entries of an earlier tunnel on the same device go first.
-    pub fn set_tunnel(
-        &mut self,
-        ifindex: u32,
-        local: std::net::IpAddr,
-        ttl: u8,
-        vni: u32,
-        per_vlan: &[(u16, u32)],
-    ) -> Result<(), Error> {
+    /// Makes the device `ifindex` the tunnel `spec` describes. Entries of an earlier tunnel
+    /// on the same device go first.
+    pub fn set_tunnel(&mut self, ifindex: u32, spec: &TunnelSpec<'_>) -> Result<(), Error> {
+        let TunnelSpec { local, ttl, vni, per_vlan, remotes, remotes_only } = *spec;
         self.clear_tunnel(ifindex);
         let mut t = abi::Tunnel { ttl, vni, ..Default::default() };
+        if remotes_only {
+            t.flags |= abi::TUN_REMOTES_ONLY;
+        }
+        for &r in remotes {
+            self.endpoints.insert(tables::endpoint_key(ifindex, r), 1, 0).map_err(map_err("endpoints"))?;
+        }
         match local {
             std::net::IpAddr::V4(a) => t.local[..4].copy_from_slice(&a.octets()),
             std::net::IpAddr::V6(a) => {
@@ -427,7 +506,8 @@ impl KernelDatapath {
         self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
     }
 
-    /// Forgets the tunnel on device `ifindex`: its settings, VNIs and stations heard.
+    /// Forgets the tunnel on device `ifindex`: its settings, endpoints, VNIs and stations
+    /// heard.
     pub fn clear_tunnel(&mut self, ifindex: u32) {
         let _ = self.tunnels.remove(&ifindex);
         let vnis: Vec<abi::VniKey> = self.vnis.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
@@ -437,6 +517,10 @@ impl KernelDatapath {
         let heard: Vec<abi::RemoteKey> = self.remotes.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
         for k in heard {
             let _ = self.remotes.remove(&k);
+        }
+        let known: Vec<abi::EndpointKey> = self.endpoints.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in known {
+            let _ = self.endpoints.remove(&k);
         }
     }
 

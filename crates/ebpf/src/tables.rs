@@ -125,6 +125,12 @@ pub fn neigh_key(vlan: u16, ip: IpAddr) -> abi::NeighKey {
     abi::NeighKey { vlan, family: k.family, pad: 0, addr: k.addr }
 }
 
+/// The endpoints map's key of endpoint `ip` of the tunnel on device `ifindex` (IPv4 in
+/// the first 4 bytes, as the program writes a tunnel key's remote).
+pub fn endpoint_key(ifindex: u32, ip: IpAddr) -> abi::EndpointKey {
+    abi::EndpointKey { ifindex, addr: ip_key(ip).addr }
+}
+
 /// The key of `mac` on `vlan`.
 pub fn fib_key(vlan: u16, mac: MacAddr) -> FibKey {
     FibKey { vlan, mac: mac.0 }

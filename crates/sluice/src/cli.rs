@@ -62,10 +62,14 @@ pub struct PortAddArgs {
     /// --netns, if given).
     #[arg(long, value_name = "ADDR")]
     pub local: Option<String>,
-    /// VXLAN: remote endpoints every flooded frame goes to, e.g. 192.168.77.2 (endpoints
-    /// that send to this one are learned besides).
+    /// VXLAN: remote endpoints every flooded frame goes to, e.g. 192.168.77.2; the only
+    /// ones datagrams are accepted from unless --remotes-only false.
     #[arg(long = "remote", value_name = "ADDR,…", value_delimiter = ',')]
     pub remotes: Vec<String>,
+    /// VXLAN: accept and learn from the --remote endpoints only (true, the default), or
+    /// from any sender on the underlay, flooding to the senders heard besides (false).
+    #[arg(long, value_name = "BOOL")]
+    pub remotes_only: Option<bool>,
     /// VXLAN: the VNI carrying the port's frames (0 to 16777215).
     #[arg(long, value_name = "N", conflicts_with = "vni_map")]
     pub vni: Option<u32>,
@@ -274,6 +278,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         path: a.path,
         local: a.local,
         remotes: a.remotes,
+        remotes_only: a.remotes_only,
         vni: a.vni,
         vni_map: if a.vni_map.is_empty() {
             None

@@ -141,10 +141,14 @@ pub struct PortSpec {
     /// VXLAN only: the local underlay address the tunnel's UDP socket is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<String>,
-    /// VXLAN only: remote endpoints (underlay addresses) every flooded frame goes to;
-    /// endpoints that send to this one are learned besides.
+    /// VXLAN only: remote endpoints (underlay addresses) every flooded frame goes to, and
+    /// (with `remotes_only`, the default) the only ones datagrams are accepted from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remotes: Vec<String>,
+    /// VXLAN only: accept and learn from `remotes` alone (default true); false accepts
+    /// any sender on the underlay, learns it as an endpoint and floods to it besides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remotes_only: Option<bool>,
     /// VXLAN only: the VNI carrying the port's frames (the port is an access port).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vni: Option<u32>,
@@ -171,6 +175,8 @@ pub struct VxlanSettings {
     pub local: std::net::IpAddr,
     /// Configured remote endpoints (same family as `local`).
     pub remotes: Vec<std::net::IpAddr>,
+    /// Datagrams are accepted from `remotes` alone.
+    pub remotes_only: bool,
     /// Which VNI carries which frames.
     pub vnis: sluice_switch::tunnel::VniMap,
     /// UDP port.
@@ -219,6 +225,7 @@ impl PortSpec {
             path: None,
             local: None,
             remotes: Vec::new(),
+            remotes_only: None,
             vni: None,
             vni_map: None,
             dstport: None,
@@ -232,13 +239,14 @@ impl PortSpec {
         let n = &self.name;
         let any = self.local.is_some()
             || !self.remotes.is_empty()
+            || self.remotes_only.is_some()
             || self.vni.is_some()
             || self.vni_map.is_some()
             || self.dstport.is_some();
         if self.kind != PortKind::Vxlan {
             if any {
                 return Err(format!(
-                    "port {n:?}: `local`, `remotes`, `vni`, `vni_map` and `dstport` apply to vxlan ports only"
+                    "port {n:?}: `local`, `remotes`, `remotes_only`, `vni`, `vni_map` and `dstport` apply to vxlan ports only"
                 ));
             }
             return Ok(None);
@@ -270,6 +278,12 @@ impl PortSpec {
                 return Err(format!("port {n:?}: remote {a} is listed twice"));
             }
             remotes.push(a);
+        }
+        let remotes_only = self.remotes_only.unwrap_or(true);
+        if remotes_only && remotes.is_empty() {
+            return Err(format!(
+                "port {n:?}: a vxlan port accepts datagrams from its `remotes` only, and lists none; list the other hosts' underlay addresses (remotes = [\"192.168.77.2\"]), or set remotes_only = false to accept and learn any sender on the underlay"
+            ));
         }
         let vni_ok = |v: u32| {
             if v <= sluice_wire::vxlan::VNI_MAX {
@@ -333,7 +347,7 @@ impl PortSpec {
         if dstport == 0 {
             return Err(format!("port {n:?}: dstport 0 is not a port; leave it out for 4789"));
         }
-        Ok(Some(VxlanSettings { local, remotes, vnis, dstport }))
+        Ok(Some(VxlanSettings { local, remotes, remotes_only, vnis, dstport }))
     }
 
     /// The port's security settings, checked.
@@ -1066,6 +1080,16 @@ mod tests {
         assert!(e.message.contains("vxlan ports only"), "{e}");
         let v = parse_str(&format!("{base}vni = 5000\n")).unwrap();
         assert_eq!(check_datapath(&v.ports[0], DatapathKind::Kernel), Ok(()), "both datapaths take a tunnel");
+        // Only the remotes are heard unless the port says otherwise; then it needs some.
+        assert!(v.ports[0].vxlan().unwrap().unwrap().remotes_only);
+        let open = base.replace("remotes = [\"192.168.77.2\"]\n", "remotes_only = false\nvni = 1\n");
+        let v = parse_str(&open).unwrap();
+        assert!(v.ports[0].vxlan().unwrap().unwrap().remotes.is_empty());
+        assert!(!v.ports[0].vxlan().unwrap().unwrap().remotes_only);
+        let e = parse_str(&base.replace("remotes = [\"192.168.77.2\"]\n", "vni = 1\n")).unwrap_err();
+        assert!(e.message.contains("remotes_only = false"), "{e}");
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nremotes_only = false\n").unwrap_err();
+        assert!(e.message.contains("vxlan ports only"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What only the kernel datapath has: forwarding that outlives its daemon (a restart in
 //! place, a `kill -9` and a start), nothing left behind after `switch stop`, a veth deleted
-//! behind the switch's back, a veth whose peer is the host's own, and TAP and veth guests
-//! on one switch.
+//! behind the switch's back, a veth whose peer is the host's own, TAP and veth guests on
+//! one switch, and nothing reaching a guest through its veth but the switch's own frames.
 
 mod common;
 
@@ -143,5 +143,78 @@ fn a_veth_whose_peer_is_in_the_switchs_namespace_is_reached_in_the_kernel() {
     assert_conserved(&lab.stats());
     // Deleted, its counters (the kernel's part too) join the departed ports' totals.
     sluice_ok(&["port", "del", &port, "--switch", &lab.name]);
+    assert_conserved(&lab.stats());
+}
+
+#[test]
+fn nothing_but_the_switch_reaches_a_guest_through_its_veth() {
+    if !root() || !have("setpriv") {
+        return;
+    }
+    let lab = Lab::on(Dp::Kernel, "egr", &["--guests", "3"]);
+    let (g1, g1ns) = (lab.tap(1), lab.ns(1));
+    // Guest 1 listens on UDP port 9999 for anything: broadcast or unicast.
+    let listen = "import socket, select\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('0.0.0.0', 9999))\nprint('ready', flush=True)\nn = 0\nwhile select.select([s], [], [], 3)[0]:\n    s.recv(2048)\n    n += 1\nprint(n, flush=True)\n";
+    let mut guest = std::process::Command::new("ip")
+        .args(["netns", "exec", &g1ns, "python3", "-c", listen])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(guest.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // The host's route to guest 1 on its veth, as root could set it (the switch's end has
+    // no address, so nothing else would resolve it).
+    let gmac = mac_of(&g1ns, &g1).map(|b| format!("{b:02x}")).join(":");
+    sh_ok(&format!("ip neigh replace {} lladdr {gmac} dev {g1} nud permanent", lab.ip4(1)));
+    let refused = || lab.port(&g1)["counters"]["rx_drops"]["egress_refused"].as_u64().unwrap_or(0);
+    let before = refused();
+    // An unprivileged user in the switch's namespace binds sockets to the switch's end of
+    // guest 1's veth (SO_BINDTODEVICE needs no privilege since Linux 5.7) and sends a
+    // broadcast (a rogue DHCP server's way) and a unicast.
+    let send = format!(
+        "import socket\nfor to in ['255.255.255.255', '{}']:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'{g1}')\n    s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)\n    for _ in range(5):\n        s.sendto(b'from the host side', (to, 9999))\n",
+        lab.ip4(1)
+    );
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", &send])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the unprivileged sender: {}", String::from_utf8_lossy(&o.stderr));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = guest.wait();
+    assert_eq!(line.trim(), "0", "datagrams the guest received from the host side");
+    assert!(wait_for(5, || refused() >= before + 10), "refused and counted: {}", lab.port(&g1));
+    // Everything the switch sends still arrives: unicast in the kernel (into the guest's
+    // namespace directly), a flood in the kernel (a clone to one guest, the frame itself to
+    // the other), the core's frames through its packet socket (a TAP guest's, which go up
+    // and down).
+    ns_ok(&g1ns, &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+    ns_ok(&lab.ns(2), &format!("ping -6 -c 2 -W 2 {}", lab.ip6(1)));
+    let listeners: Vec<_> = [2, 3].iter().map(|&g| listen_raw(&lab.ns(g), &lab.tap(g), 0x88b5, 2.0)).collect();
+    let src = mac_of(&g1ns, &g1);
+    let flooded = || lab.port(&g1)["kernel"]["flooded"].as_u64().unwrap();
+    let before = flooded();
+    send_raw(&g1ns, &g1, &[frame([0xff; 6], src, None, 0x88b5, b"flooded in the kernel")]);
+    for l in listeners {
+        let got = received(l);
+        assert_eq!(got.iter().filter(|(_, f)| f[6..12] == src).count(), 1, "{got:?}");
+    }
+    assert_eq!(flooded(), before + 1, "the kernel flooded it: {}", lab.port(&g1));
+    let tap = format!("{}-t", lab.name);
+    let ns = format!("sluice-{}-t", lab.name);
+    sh_ok(&format!("ip netns add {ns}"));
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).output();
+        }
+    }
+    let _ns = Ns(ns.clone());
+    sluice_ok(&["port", "add", &tap, "--netns", &ns, "--switch", &lab.name]);
+    ns_ok(&ns, &format!("ip link set lo up && ip addr add 10.77.0.60/24 dev {tap}"));
+    ns_ok(&ns, &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
     assert_conserved(&lab.stats());
 }

@@ -1,10 +1,14 @@
 //! VXLAN tunnel ports (issue 18): sluice switches on different "hosts" (network
 //! namespaces joined by an underlay bridge) form one LAN with each other and with a host
 //! whose tunnel is the kernel's own `vxlan` device and a Linux bridge — real kernel stacks
-//! at both ends, bytes checked, learning checked on both sides.
+//! at both ends, bytes checked, learning checked on both sides. And what a host on the
+//! underlay cannot do: a sender not among a tunnel's remotes is neither heard nor sent to,
+//! a remote cannot take a locked local station, and one GSO send in a guest cannot leave
+//! as more datagrams than the flood budget.
 
 mod common;
 
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -33,8 +37,7 @@ impl Hosts {
     fn new(name: &str, kernel: bool) -> Hosts {
         init();
         let tag = unique(name);
-        let dir = std::env::temp_dir().join(format!("sluice-vxlan-{tag}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = mkdtemp(&format!("sluice-vxlan-{tag}-"));
         let mut h = Hosts { tag, namespaces: vec![], switches: vec![], dir, ovs: vec![], kernel };
         let ul = h.ns("ul");
         h.add_ns(&ul);
@@ -224,6 +227,60 @@ impl Drop for Hosts {
     }
 }
 
+/// A fresh directory of the test's own under the temporary directory (`mkdtemp`: no
+/// predictable path as root).
+fn mkdtemp(prefix: &str) -> PathBuf {
+    let template = std::env::temp_dir().join(format!("{prefix}XXXXXX"));
+    let mut buf = std::ffi::CString::new(template.as_os_str().as_encoded_bytes()).unwrap().into_bytes_with_nul();
+    // SAFETY: `buf` is a NUL-terminated template ending in XXXXXX that mkdtemp rewrites in
+    // place; it outlives the call.
+    let p = unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) };
+    assert!(!p.is_null(), "mkdtemp {}: {}", template.display(), std::io::Error::last_os_error());
+    buf.pop();
+    PathBuf::from(std::ffi::OsString::from(String::from_utf8(buf).unwrap()))
+}
+
+/// A VXLAN endpoint of the test's own (`tests/vxlan_endpoint.py`) in namespace `ns`, bound
+/// to `local`:4789: it sends each of `sends` (target address, inner frame) in VNI 5000
+/// every 100 ms and counts what arrives, until [`endpoint_report`] (at most 60 s). Bound
+/// when this returns.
+fn endpoint(ns: &str, local: &str, sends: &[(&str, &[u8])], markers: &[&str]) -> Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vxlan_endpoint.py");
+    let mut args: Vec<String> = vec![script.into(), local.into(), "60".into(), "--stop-on-eof".into()];
+    for (to, f) in sends {
+        let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+        args.extend(["--send".into(), to.to_string(), VNI.to_string(), hex]);
+    }
+    for m in markers {
+        args.extend(["--marker".into(), m.to_string()]);
+    }
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, "python3"])
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(c.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the test's VXLAN endpoint did not start");
+    c
+}
+
+/// Stops an [`endpoint`] and returns its count: `{"sent", "received", "markers"}`.
+fn endpoint_report(mut c: Child) -> serde_json::Value {
+    drop(c.stdin.take());
+    let out = c.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    })
+}
+
+fn hex_mac(m: [u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
 /// `n` MB of random bytes from guest `from` to guest `to` (TCP `port`), sha256 checked.
 fn transfer(h: &Hosts, from: u8, to: u8, mb: u32, port: u16) {
     let src = h.dir.join(format!("src{from}{to}"));
@@ -397,6 +454,136 @@ fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other_on(kernel: bool) {
     );
 }
 
+fn an_underlay_host_not_among_the_remotes_is_neither_heard_nor_sent_to_on(kernel: bool) {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    let mut h = Hosts::new(if kernel { "vxuk" } else { "vxu" }, kernel);
+    h.sluice_host(1, &[2]);
+    h.sluice_host(2, &[1]);
+    pings(&h, 1, 2);
+    // Host 9 is on the underlay but in no switch's remotes. It claims guest 2's address and
+    // a station of its own, and listens for what the tunnel sends it.
+    let forger = h.host(9);
+    let dev1 = format!("{}t", h.switch(1));
+    let (g1, g2) = (mac_of(&h.guest(1), &dev1), mac_of(&h.guest(2), &format!("{}t", h.switch(2))));
+    let fresh = [0x02, 0x66, 0, 0, 0, 0x99];
+    let claims = [
+        frame([0xff; 6], g2, None, 0x88b5, b"forged: g2 is here"),
+        frame([0xff; 6], fresh, None, 0x88b5, b"forged: a new station"),
+    ];
+    let ep = endpoint(
+        &forger,
+        "192.168.77.9",
+        &[("192.168.77.1", &claims[0]), ("192.168.77.1", &claims[1])],
+        &["broadcast from g1"],
+    );
+    let fib = || sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    let refused = || h.port(1, "vx0")["counters"]["rx_drops"]["unknown_endpoint"].as_u64().unwrap_or(0);
+    assert!(
+        wait_for(10, || refused() > 0 || fib().contains(&hex_mac(fresh))),
+        "the forged datagrams never reached the switch"
+    );
+    // Guest 1 pings guest 2 and broadcasts while the forger claims guest 2.
+    let ping = ns_sh(&h.guest(1), "ping -c 8 -i 0.25 -W 2 10.78.0.2");
+    send_raw(&h.guest(1), &dev1, &vec![frame([0xff; 6], g1, None, 0x88b5, b"broadcast from g1"); 4]);
+    let r = endpoint_report(ep);
+    assert!(r["sent"].as_u64().unwrap() >= 10, "{r}");
+    assert_eq!(r["received"], 0, "the forger received the guests' frames: {r}");
+    let out = String::from_utf8_lossy(&ping.stdout);
+    assert!(out.contains(" 8 received"), "guest 1's echo requests all reached guest 2: {out}");
+    let fib = fib();
+    assert!(!fib.contains(&hex_mac(fresh)), "a station learned from the forger: {fib}");
+    assert!(
+        fib.lines().any(|l| l.contains(&hex_mac(g2)) && l.contains("192.168.77.2")) && !fib.contains("192.168.77.9"),
+        "guest 2 stays behind its host: {fib}"
+    );
+    assert!(refused() >= 10, "the forger's datagrams counted: {}", h.port(1, "vx0"));
+    let st: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["stats", "--switch", &h.switch(1), "--json"])).unwrap();
+    assert_conserved(&st);
+}
+
+fn a_remote_claiming_a_locked_local_station_does_not_move_it_on(kernel: bool) {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    let mut h = Hosts::new(if kernel { "vxlk" } else { "vxl" }, kernel);
+    const LOCKED: [u8; 6] = [0x02, 0x78, 0, 0, 0, 0x01];
+    let lock = format!("mac = \"{}\"", hex_mac(LOCKED));
+    h.sluice_host_with(1, "192.168.77.1", &["192.168.77.2".into()], &lock, &format!("vni = {VNI}"), 1450);
+    // Host 2 is a configured remote: the test's own endpoint.
+    let remote = h.host(2);
+    let (g1ns, dev) = (h.guest(1), format!("{}t", h.switch(1)));
+    ns_ok(
+        &g1ns,
+        &format!("ip link set {dev} down && ip link set {dev} address {} && ip link set {dev} up", hex_mac(LOCKED)),
+    );
+    assert!(
+        wait_for(10, || {
+            send_raw(&g1ns, &dev, &[frame([0xff; 6], LOCKED, None, 0x88b5, b"g1 is here")]);
+            let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+            fib.lines().any(|l| l.contains(&hex_mac(LOCKED)) && l.contains(&dev))
+        }),
+        "the switch learned guest 1"
+    );
+    // The remote claims guest 1's address, and sends guest 1 frames, alternately.
+    let listener = listen_raw(&g1ns, &dev, 0x88b5, 4.0);
+    let sends = [
+        frame([0xff; 6], LOCKED, None, 0x88b5, b"the remote claims g1"),
+        frame(LOCKED, [0x02, 0x78, 0, 0, 0, 0x99], None, 0x88b5, b"for g1 from the remote"),
+    ];
+    let ep = endpoint(&remote, "192.168.77.2", &[("192.168.77.1", &sends[0]), ("192.168.77.1", &sends[1])], &[]);
+    let got = received(listener);
+    let r = endpoint_report(ep);
+    let count = |text: &[u8]| got.iter().filter(|(_, f)| f.windows(text.len()).any(|w| w == text)).count();
+    let (for_g1, claims) = (count(b"for g1 from the remote"), count(b"the remote claims g1"));
+    assert!(for_g1 >= 10, "frames for guest 1 still reach it: {for_g1} of {} ({claims} claims did)", r["sent"]);
+    assert_eq!(claims, 0, "the claims went nowhere");
+    let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(fib.lines().any(|l| l.contains(&hex_mac(LOCKED)) && l.contains(&dev)), "guest 1 stays on its port: {fib}");
+    let vx = h.port(1, "vx0");
+    assert!(vx["counters"]["rx_drops"]["spoofed_mac"].as_u64().unwrap() >= 10, "the claims counted: {vx}");
+}
+
+fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(kernel: bool) {
+    if !root() || !have("ethtool") || !have("python3") || !have("setpriv") {
+        return;
+    }
+    let mut h = Hosts::new(if kernel { "vxgk" } else { "vxg" }, kernel);
+    h.sluice_host(1, &[2, 3]);
+    let (r2, r3) = (h.host(2), h.host(3));
+    for r in [&r2, &r3] {
+        // (Host 1 then knows their MAC addresses: nothing waits for ARP below.)
+        ns_ok(r, "ping -c 1 -W 5 192.168.77.1");
+    }
+    let markers = ["QQQQQQQQ", "SSSSSSSS"];
+    let eps = [endpoint(&r2, "192.168.77.2", &[], &markers), endpoint(&r3, "192.168.77.3", &[], &markers)];
+    // An unprivileged program in guest 1: one 6,000-byte UDP-GSO send of 48-byte segments
+    // to the broadcast address (125 segments, to two endpoints: 250 datagrams), then one of
+    // 480 bytes (10 segments: 20 datagrams, within the budget).
+    let send = "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)\ns.setsockopt(socket.IPPROTO_UDP, 103, 48)\ns.sendto(b'Q' * 6000, ('10.78.0.255', 9))\ns.sendto(b'S' * 480, ('10.78.0.255', 9))\n";
+    ns_ok(
+        &h.guest(1),
+        &format!("setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c \"{send}\""),
+    );
+    let vx = || h.port(1, "vx0");
+    assert!(
+        wait_for(10, || vx()["counters"]["tx_segments"].as_u64().unwrap() >= 10),
+        "nothing reached the tunnel: {}",
+        vx()
+    );
+    let reports: Vec<serde_json::Value> = eps.into_iter().map(endpoint_report).collect();
+    for r in &reports {
+        assert_eq!(r["markers"]["QQQQQQQQ"], 0, "the send over the budget left the switch: {r}");
+        assert_eq!(r["markers"]["SSSSSSSS"], 10, "the one within it did, once to each endpoint: {r}");
+    }
+    let vx = vx();
+    assert!(vx["counters"]["tx_drops"]["gso_limit"].as_u64().unwrap() >= 1, "counted: {vx}");
+    let g = h.port(1, &format!("{}t", h.switch(1)));
+    assert!(g["counters"]["rx_gso"].as_u64().unwrap() >= 2, "the sends arrived as GSO frames: {g}");
+}
+
 #[test]
 fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_it() {
     if !root() || !have("ethtool") {
@@ -465,5 +652,23 @@ both_datapaths! {
 both_datapaths! {
     fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other(dp: Dp) {
         an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn an_underlay_host_not_among_the_remotes_is_neither_heard_nor_sent_to(dp: Dp) {
+        an_underlay_host_not_among_the_remotes_is_neither_heard_nor_sent_to_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn a_remote_claiming_a_locked_local_station_does_not_move_it(dp: Dp) {
+        a_remote_claiming_a_locked_local_station_does_not_move_it_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget(dp: Dp) {
+        a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(dp == Dp::Kernel)
     }
 }

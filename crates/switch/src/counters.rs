@@ -59,16 +59,26 @@ pub enum DropCause {
     /// A GSO frame the switch will not cut: segments of fewer than
     /// [`MIN_GSO_SIZE`](crate::MIN_GSO_SIZE) bytes, or more than
     /// [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) of them (one frame must not cost the
-    /// switch, and the other ports, tens of thousands).
+    /// switch, and the other ports, tens of thousands); or, at an output that sends it to
+    /// several places (a tunnel's endpoints), more than
+    /// [`FLOOD_DATAGRAMS_PER_FRAME`](crate::FLOOD_DATAGRAMS_PER_FRAME) datagrams.
     GsoLimit,
     /// The pause watchdog declared the output stuck in the frame's (lossless) class: it
     /// had frames waiting and sent none for `watchdog_ms`.
     Watchdog,
+    /// A tunnel's datagram from an underlay address that is not one of the port's
+    /// `remotes` (the port accepts only its configured endpoints): dropped before anything
+    /// was learned from it.
+    UnknownEndpoint,
+    /// Kernel datapath: a frame that entered a guest's veth from the switch's side without
+    /// the switch sending it (a local program's socket bound to the interface), refused on
+    /// its way into the guest; counted with the port's received frames.
+    EgressRefused,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 16] = [
+    pub const ALL: [DropCause; 18] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -85,6 +95,8 @@ impl DropCause {
         DropCause::UpcallLost,
         DropCause::GsoLimit,
         DropCause::Watchdog,
+        DropCause::UnknownEndpoint,
+        DropCause::EgressRefused,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -106,6 +118,8 @@ impl DropCause {
             DropCause::UpcallLost => "upcall_lost",
             DropCause::GsoLimit => "gso_limit",
             DropCause::Watchdog => "watchdog",
+            DropCause::UnknownEndpoint => "unknown_endpoint",
+            DropCause::EgressRefused => "egress_refused",
         }
     }
 }
@@ -154,6 +168,12 @@ pub struct DropCounts {
     /// See [`DropCause::Watchdog`].
     #[serde(default)]
     pub watchdog: u64,
+    /// See [`DropCause::UnknownEndpoint`].
+    #[serde(default)]
+    pub unknown_endpoint: u64,
+    /// See [`DropCause::EgressRefused`].
+    #[serde(default)]
+    pub egress_refused: u64,
 }
 
 impl DropCounts {
@@ -186,6 +206,8 @@ impl DropCounts {
             DropCause::UpcallLost => self.upcall_lost,
             DropCause::GsoLimit => self.gso_limit,
             DropCause::Watchdog => self.watchdog,
+            DropCause::UnknownEndpoint => self.unknown_endpoint,
+            DropCause::EgressRefused => self.egress_refused,
         }
     }
 
@@ -207,6 +229,8 @@ impl DropCounts {
             DropCause::UpcallLost => &mut self.upcall_lost,
             DropCause::GsoLimit => &mut self.gso_limit,
             DropCause::Watchdog => &mut self.watchdog,
+            DropCause::UnknownEndpoint => &mut self.unknown_endpoint,
+            DropCause::EgressRefused => &mut self.egress_refused,
         }
     }
 

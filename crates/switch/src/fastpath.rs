@@ -188,13 +188,18 @@ pub fn decide(
         }
     }
     // The source must already be known here — learning and moves are the core's — unless
-    // the port may learn no more: then the core would not learn it either.
+    // the port may learn no more: then the core would not learn it either (but a source
+    // another port locks or has static is the core's to drop).
     let refused = match mac(ing.vid, f.src) {
         Some(e) if e.port == from => false,
         Some(e) if e.is_static => return Verdict::Up,
         _ if me.learn_full => true,
         _ => return Verdict::Up,
     };
+    if refused && me.mac.is_none() && (0..slots).any(|id| id != from && port(id).is_some_and(|p| p.mac == Some(f.src)))
+    {
+        return Verdict::Up;
+    }
     let known = if f.dst.is_multicast() { None } else { mac(ing.vid, f.dst) };
     let Some(e) = known else { return flood(from, &me, ing.vid, ing.pcp, refused, slots, port) };
     if e.port == from {

@@ -1,6 +1,7 @@
 //! The Layer 2 forwarding table: (VLAN, MAC) → port, learned from source addresses and
 //! forgotten after the aging time; static entries never age and are never moved by
-//! learning.
+//! learning (a frame from another port claiming one is the caller's to drop:
+//! [`Learn::Static`]).
 //!
 //! Times are milliseconds from an arbitrary origin supplied by the caller; the table
 //! holds no clock. The table is bounded: when full, new stations are not learned (their
@@ -23,6 +24,19 @@ pub struct FibEntry {
     pub last_seen_ms: u64,
     /// Configured, not learned: never ages, never moves.
     pub is_static: bool,
+}
+
+/// What [`Fib::learn_limited`] did with a source address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Learn {
+    /// Learned, refreshed, or left alone (a group address; a full table, counted in
+    /// `full_refusals`): the frame goes on.
+    Ok,
+    /// Not learned: the port already has as many learned stations as it may.
+    PortFull,
+    /// The address is a static entry of another port: nothing moved, and the frame claims
+    /// a station that is not behind the port it came from.
+    Static,
 }
 
 /// The learning table.
@@ -116,11 +130,11 @@ impl Fib {
     }
 
     /// Records that `mac` on `vlan` was seen on `port` at `now_ms`, unless that would put
-    /// more than `port_limit` learned stations behind `port`. Returns false when the station
-    /// was refused for the port's limit (not for a full table: see `full_refusals`).
-    pub fn learn_limited(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64, port_limit: usize) -> bool {
+    /// more than `port_limit` learned stations behind `port`, or `mac` is another port's
+    /// static entry (see [`Learn`]; a full table is not a refusal: see `full_refusals`).
+    pub fn learn_limited(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64, port_limit: usize) -> Learn {
         if mac.is_multicast() || mac.is_zero() {
-            return true;
+            return Learn::Ok;
         }
         let len = self.map.len();
         // (Looked up only for a new or moving station: a known one, the common case, costs
@@ -128,12 +142,13 @@ impl Fib {
         let per_port = &self.per_port;
         let port_full = || per_port.get(&port).copied().unwrap_or(0) >= port_limit;
         let moved_from = match self.map.get_mut(&(vlan, mac)) {
-            Some(e) if e.is_static => return true,
+            Some(e) if e.is_static && e.port == port => return Learn::Ok,
+            Some(e) if e.is_static => return Learn::Static,
             Some(e) if e.port == port => {
                 e.last_seen_ms = now_ms;
-                return true;
+                return Learn::Ok;
             }
-            Some(_) if port_full() => return false,
+            Some(_) if port_full() => return Learn::PortFull,
             Some(e) => {
                 let from = e.port;
                 e.port = port;
@@ -142,10 +157,10 @@ impl Fib {
             }
             // (The port's limit first: a kernel datapath, which cannot see how full the
             // table is, tells the two refusals apart the same way.)
-            None if port_full() => return false,
+            None if port_full() => return Learn::PortFull,
             None if len >= self.max_entries => {
                 self.full_refusals += 1;
-                return true;
+                return Learn::Ok;
             }
             None => {
                 self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
@@ -158,7 +173,7 @@ impl Fib {
         }
         self.count(port, true);
         self.note(vlan, mac);
-        true
+        Learn::Ok
     }
 
     /// Learned stations behind `port` now.
@@ -225,12 +240,12 @@ impl Fib {
     }
 
     /// Forgets the entries `drop` picks.
-    fn forget(&mut self, drop: impl Fn(&FibEntry) -> bool) {
+    fn forget(&mut self, drop: impl Fn(&(u16, MacAddr), &FibEntry) -> bool) {
         let mut gone = Vec::new();
         let mut freed = Vec::new();
         let tracking = self.changed.is_some();
         self.map.retain(|k, e| {
-            let d = drop(e);
+            let d = drop(k, e);
             if d && tracking {
                 gone.push(*k);
             }
@@ -250,17 +265,23 @@ impl Fib {
     /// Forgets learned entries older than the aging time.
     pub fn expire(&mut self, now_ms: u64) {
         let aging = self.aging_ms;
-        self.forget(|e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
+        self.forget(|_, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
     }
 
     /// Forgets every entry pointing at `port` (the port was removed).
     pub fn forget_port(&mut self, port: PortId) {
-        self.forget(|e| e.port == port);
+        self.forget(|_, e| e.port == port);
+    }
+
+    /// Forgets what was learned of station `mac`, in every VLAN, behind ports other than
+    /// `owner` (the station was just locked to `owner`).
+    pub fn forget_elsewhere(&mut self, mac: MacAddr, owner: PortId) {
+        self.forget(|k, e| k.1 == mac && !e.is_static && e.port != owner);
     }
 
     /// Forgets learned entries, keeping static ones.
     pub fn flush_learned(&mut self) {
-        self.forget(|e| !e.is_static);
+        self.forget(|_, e| !e.is_static);
     }
 
     /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.
@@ -292,11 +313,11 @@ mod tests {
         let mut f = Fib::new(16, 1000);
         let m = |i: u8| MacAddr([2, 0, 0, 0, 1, i]);
         for i in 0..3 {
-            assert!(f.learn_limited(1, m(i), 7, 0, 2) || i == 2);
+            assert!(f.learn_limited(1, m(i), 7, 0, 2) == Learn::Ok || i == 2);
         }
         assert_eq!((f.learned_on(7), f.len()), (2, 2), "the third is refused");
-        assert!(!f.learn_limited(1, m(0), 8, 0, 0), "a move onto a full port is refused too");
-        assert!(f.learn_limited(1, m(0), 8, 10, 2));
+        assert_eq!(f.learn_limited(1, m(0), 8, 0, 0), Learn::PortFull, "a move onto a full port is refused too");
+        assert_eq!(f.learn_limited(1, m(0), 8, 10, 2), Learn::Ok);
         assert_eq!((f.learned_on(7), f.learned_on(8), f.moves), (1, 1, 1));
         f.add_static(1, m(1), 8);
         assert_eq!(f.learned_on(7), 0, "a static entry is no one's share");
@@ -325,9 +346,25 @@ mod tests {
     fn static_entries_neither_age_nor_move() {
         let mut f = Fib::new(16, 10);
         f.add_static(1, A, 7);
-        f.learn(1, A, 8, 5);
+        assert_eq!(f.learn_limited(1, A, 8, 5, usize::MAX), Learn::Static, "claimed from another port");
+        assert_eq!(f.learn_limited(1, A, 7, 5, usize::MAX), Learn::Ok, "from its own port");
+        assert_eq!(f.learn_limited(2, A, 8, 5, usize::MAX), Learn::Ok, "static in VLAN 1 only");
         f.expire(1_000_000);
         assert_eq!(f.lookup(1, A, 1_000_000), Some(7));
+    }
+
+    #[test]
+    fn a_locked_station_is_forgotten_everywhere_but_its_port() {
+        let mut f = Fib::new(16, 1000);
+        f.learn(1, A, 3, 0);
+        f.learn(2, A, 4, 0);
+        f.learn(3, A, 5, 0);
+        f.add_static(4, A, 6);
+        f.forget_elsewhere(A, 5);
+        assert_eq!((f.get(1, A), f.get(2, A)), (None, None));
+        assert_eq!(f.get(3, A).map(|e| e.port), Some(5));
+        assert_eq!(f.get(4, A).map(|e| e.port), Some(6), "static entries are the operator's");
+        assert_eq!((f.learned_on(3), f.learned_on(4)), (0, 0));
     }
 
     #[test]

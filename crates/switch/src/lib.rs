@@ -39,8 +39,9 @@ pub use fib::{Fib, FibEntry};
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::{
-    ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, Interest, MAX_GSO_SEGMENTS, MIN_GSO_SIZE,
-    PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError, WatchdogEvent,
+    ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, FLOOD_DATAGRAMS_PER_FRAME, Interest,
+    MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError,
+    WatchdogEvent,
 };
 pub use vlan::VlanMode;
 

@@ -12,6 +12,8 @@ use std::io;
 
 use sluice_wire::VNET_HDR_LEN;
 
+use crate::counters::DropCause;
+
 /// What a port can do, declared once when it is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortCaps {
@@ -89,6 +91,11 @@ pub enum PortError {
     /// but could not hand over, e.g. larger than the buffer); the port stays attached.
     #[error("I/O error on the port: {0}")]
     Io(#[source] io::Error),
+    /// On receive: the port took in one frame and refused it itself, for this cause (a
+    /// tunnel: a datagram from an endpoint it does not accept). The switch counts it as
+    /// received and dropped; the port stays attached.
+    #[error("the port refused a frame it received ({})", .0.name())]
+    Refused(DropCause),
 }
 
 /// A switch attachment: TAP, uplink, vhost-user, tunnel, or an in-memory test port.
@@ -133,6 +140,14 @@ pub trait Port: Send {
     /// yes though its socket does not.
     fn fast_path_offload(&self) -> bool {
         self.caps().offload
+    }
+
+    /// How many copies the port itself makes of one frame to `dst` in `vlan`: 1 for a port
+    /// with one peer; a tunnel sends a frame whose station it does not know (a group
+    /// address, a station not heard from) to each of its endpoints. The switch bounds what
+    /// a GSO frame may cost such a port ([`crate::FLOOD_DATAGRAMS_PER_FRAME`]).
+    fn fanout(&self, _vlan: u16, _dst: sluice_wire::MacAddr) -> usize {
+        1
     }
 
     /// Where a station the switch learned behind this port really is, for a port that

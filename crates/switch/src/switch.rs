@@ -10,6 +10,7 @@
 //! until every output it needs has room. A transmit that makes room retries held frames.
 //! Lossy mode drops the copy for the full output and counts it.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -21,7 +22,7 @@ use crate::capture::{Capture, Captured, Direction};
 use crate::class::{self, ClassConfig, ClassError};
 use crate::counters::{ClassCounters, DropCause, PortCounters};
 use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
-use crate::fib::Fib;
+use crate::fib::{Fib, Learn};
 use crate::hold::{HeldList, SEVERAL};
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
@@ -44,6 +45,14 @@ pub const MIN_GSO_SIZE: u16 = 48;
 /// 1,400; a BIG TCP frame of 512 KiB at a 1,448-byte segment, 362). More is
 /// [`DropCause::GsoLimit`].
 pub const MAX_GSO_SEGMENTS: usize = 1024;
+
+/// The most datagrams one GSO frame may become at a port that sends each frame to several
+/// places itself (a tunnel flooding to its endpoints, [`Port::fanout`]): its segments
+/// times those places. More is [`DropCause::GsoLimit`] at that output, so that one send
+/// in a guest (a UDP-GSO broadcast of tiny segments) cannot leave as thousands of
+/// datagrams. A port that sends the frame to one place is bound by [`MAX_GSO_SEGMENTS`]
+/// alone, as any other.
+pub const FLOOD_DATAGRAMS_PER_FRAME: usize = 64;
 
 /// Switch-wide settings.
 #[derive(Clone, Debug)]
@@ -127,7 +136,9 @@ pub struct PortPolicy {
     /// The port exchanges frames with uplinks only (the reference switch's port isolation).
     pub isolated: bool,
     /// The only source MAC address the port may send from; frames from any other are
-    /// dropped and counted (`spoofed_mac`). Any address when `None`.
+    /// dropped and counted (`spoofed_mac`). Any address when `None`. The address is then
+    /// the port's alone: frames claiming it from a port that does not lock it are dropped
+    /// (`spoofed_mac`) too, so the station never moves to another port.
     pub mac: Option<MacAddr>,
     /// The only source IP addresses the port's IPv4 and IPv6 packets (and ARP sender
     /// addresses) may carry, besides the unspecified 0.0.0.0 and `::` (DHCP, duplicate
@@ -292,6 +303,16 @@ pub enum SwitchError {
     /// A bad list of traffic classes.
     #[error(transparent)]
     BadClass(#[from] ClassError),
+    /// A static MAC entry for an address another port locks.
+    #[error(
+        "{mac} is locked to port {owner:?} by its `mac` setting; a static entry for it can point at that port only"
+    )]
+    MacLocked {
+        /// The address.
+        mac: MacAddr,
+        /// The port that locks it.
+        owner: String,
+    },
     /// A port that already has a mirror, or a mirror of itself.
     #[error("port {port:?} cannot be mirrored to {mirror:?}: {why}")]
     BadMirror {
@@ -432,6 +453,9 @@ pub struct Switch {
     departed: PortCounters,
     /// Layer 3 mode's tables (empty in Layer 2 mode).
     l3: L3Tables,
+    /// Source MAC addresses locked to ports by their `mac` setting, with how many ports
+    /// lock each: no other port's frames may claim them.
+    locked: HashMap<MacAddr, u32>,
     /// Ports whose fast-path rules changed since the last
     /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
     fast_changed: Option<Vec<PortId>>,
@@ -479,6 +503,7 @@ impl Switch {
             now_ms: 0,
             departed: PortCounters::default(),
             l3: L3Tables::new(fib_max),
+            locked: HashMap::new(),
             fast_changed: None,
             captures: Vec::new(),
         })
@@ -631,6 +656,22 @@ impl Switch {
         self.fib.touch(vlan, mac, id, now_ms);
     }
 
+    /// Taking over a kernel datapath an earlier run left: station `mac` of `vlan` was
+    /// learned behind port `id` there. Learned again unless port `id` may not send from
+    /// it (another port locks it now).
+    pub fn adopt_mac(&mut self, vlan: u16, mac: MacAddr, id: PortId, now_ms: u64) {
+        if self.slot(id).is_some_and(|s| !self.claims_locked(&s.policy, mac)) {
+            self.fib.learn(vlan, mac, id, now_ms);
+        }
+    }
+
+    /// Whether a frame from source `src` on a port with `policy` claims a station locked
+    /// to another port (a port that locks an address may send from it; the port's own
+    /// lock is checked before this).
+    fn claims_locked(&self, policy: &PortPolicy, src: MacAddr) -> bool {
+        policy.mac.is_none() && !self.locked.is_empty() && self.locked.contains_key(&src)
+    }
+
     /// Receives one frame a kernel datapath handed up (see [`crate::fastpath`]) and
     /// forwards it as if port `id` had delivered it: `fill` writes it into the switch's
     /// buffer (the 12-byte virtio header first, as [`Port::recv`] does) and returns the
@@ -777,6 +818,11 @@ impl Switch {
                 self.l3.own(*ip, id);
             }
         }
+        if let Some(m) = cfg.policy.mac {
+            // The station is this port's from now on: what was learned of it elsewhere goes.
+            *self.locked.entry(m).or_insert(0) += 1;
+            self.fib.forget_elsewhere(m, id);
+        }
         self.note_fast(id);
         if let Some(m) = mirrored_to {
             self.note_fast(m);
@@ -843,6 +889,14 @@ impl Switch {
             }
         }
         self.l3.disown_port(id);
+        if let Some(m) = slot.policy.mac
+            && let Some(n) = self.locked.get_mut(&m)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.locked.remove(&m);
+            }
+        }
         self.departed.accumulate(&slot.counters);
         for c in self.captures.iter_mut().flatten().filter(|c| c.port == id) {
             c.ended = true;
@@ -1004,6 +1058,12 @@ impl Switch {
             return Err(SwitchError::NotUnicast(mac, if mac.is_broadcast() { "broadcast" } else { "multicast" }));
         }
         let id = self.port_id(port).ok_or_else(|| SwitchError::NoSuchPort(port.to_string()))?;
+        if let Some(s) = self.slot(id)
+            && self.claims_locked(&s.policy, mac)
+        {
+            let owner = self.ports.iter().flatten().find(|p| p.policy.mac == Some(mac)).map(|p| p.name.clone());
+            return Err(SwitchError::MacLocked { mac, owner: owner.unwrap_or_default() });
+        }
         self.fib.add_static(vlan, mac, id);
         Ok(())
     }
@@ -1296,13 +1356,14 @@ impl Switch {
                     self.pool.release(fid);
                     break;
                 }
-                Err(PortError::Io(_)) => {
+                Err(e @ (PortError::Io(_) | PortError::Refused(_))) => {
                     // The device consumed a frame it could not hand over (for a TAP: one
-                    // larger than the buffer): it entered the switch and is lost here.
+                    // larger than the buffer), or the port refused it itself: it entered
+                    // the switch and is lost here.
                     self.pool.release(fid);
                     let c = &mut self.ports[id as usize].as_mut().expect("checked above").counters;
                     c.rx_frames += 1;
-                    c.rx_drops.add(DropCause::Malformed);
+                    c.rx_drops.add(if let PortError::Refused(cause) = e { cause } else { DropCause::Malformed });
                     n += 1;
                 }
                 Err(PortError::Gone(e)) => {
@@ -1426,10 +1487,24 @@ impl Switch {
             Some(s) if !s.policy.uplink => self.cfg.port_mac_limit,
             _ => usize::MAX,
         };
-        if !self.fib.learn_limited(meta.vlan, src, id, now_ms, limit)
-            && let Some(s) = self.slot_mut(id)
-        {
-            s.counters.learn_refused += 1;
+        if self.slot(id).is_some_and(|s| self.claims_locked(&s.policy, src)) {
+            // Another port's locked station: it stays where it is. (After the address
+            // checks, in the kernel datapath's order.)
+            self.drop_rx(id, fid, DropCause::SpoofedMac);
+            return;
+        }
+        match self.fib.learn_limited(meta.vlan, src, id, now_ms, limit) {
+            Learn::Ok => {}
+            Learn::PortFull => {
+                if let Some(s) = self.slot_mut(id) {
+                    s.counters.learn_refused += 1;
+                }
+            }
+            Learn::Static => {
+                // Another port's static station: it stays where it is.
+                self.drop_rx(id, fid, DropCause::SpoofedMac);
+                return;
+            }
         }
         self.place(id, fid, now_ms);
     }
@@ -1505,6 +1580,11 @@ impl Switch {
             };
             if !self.source_ok(id, Some(claimed), true) {
                 self.drop_rx(id, fid, DropCause::SpoofedIp);
+                return;
+            }
+            if self.slot(id).is_some_and(|s| self.claims_locked(&s.policy, src)) {
+                // Another port's locked station is not this port's guest.
+                self.drop_rx(id, fid, DropCause::SpoofedMac);
                 return;
             }
             let s = self.slot_mut(id).expect("live");
@@ -1995,6 +2075,15 @@ impl Switch {
 
         if meta.vnet.is_gso() && !s.caps.offload {
             let skip = s.seg_done;
+            if skip == 0 {
+                // A port that sends each segment to several places itself: the frame costs
+                // its segments times those places, within a bound.
+                let dst = MacAddr(pool.frame(fid)[..6].try_into().unwrap_or_default());
+                let fanout = s.port.fanout(meta.vlan, dst);
+                if fanout > 1 && gso_segments(&meta).saturating_mul(fanout) > FLOOD_DATAGRAMS_PER_FRAME {
+                    return Sent::Drop(DropCause::GsoLimit);
+                }
+            }
             let mut idx = 0u32;
             let mut outcome = Sent::Ok;
             let port = &mut s.port;
@@ -2020,6 +2109,10 @@ impl Switch {
                     }
                     Err(PortError::Io(_)) => {
                         outcome = Sent::Drop(DropCause::TxError);
+                        false
+                    }
+                    Err(PortError::Refused(cause)) => {
+                        outcome = Sent::Drop(cause);
                         false
                     }
                     Err(PortError::Gone(e)) => {
@@ -2092,9 +2185,19 @@ impl Switch {
             }
             Ok(TxOutcome::Full) => Sent::Full,
             Err(PortError::Io(_)) => Sent::Drop(DropCause::TxError),
+            Err(PortError::Refused(cause)) => Sent::Drop(cause),
             Err(PortError::Gone(e)) => Sent::Gone(format!("transmit failed: {e}")),
         }
     }
+}
+
+/// The segments a GSO frame is cut into: its IP payload beyond the headers, in pieces of
+/// `gso_size` (the largest segment's length, `l3_max`, is the headers plus one piece).
+fn gso_segments(meta: &crate::pool::FrameMeta) -> usize {
+    let gso = usize::from(meta.vnet.gso_size).max(1);
+    let l3 = (meta.len as usize).saturating_sub(ETH_HDR_LEN);
+    let headers = (meta.l3_max as usize).saturating_sub(gso);
+    l3.saturating_sub(headers).div_ceil(gso).max(1)
 }
 
 fn check_vlans(mode: &VlanMode) -> Result<(), SwitchError> {

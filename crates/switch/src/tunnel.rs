@@ -6,8 +6,13 @@
 //! endpoints are plain addresses; the port that owns a socket asks this table where to send.
 //! The table is bounded: when full, new stations are not learned (their frames flood to
 //! every endpoint, which still delivers them).
+//!
+//! Only known endpoints: unless opened (`remotes_only` false), a table accepts datagrams
+//! from its configured endpoints alone — anything else is refused before a station or an
+//! endpoint is learned from it — and floods to them alone (docs/architecture.md, "Tunnels
+//! and the underlay").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
@@ -60,7 +65,12 @@ pub struct Endpoints {
     stations: HashMap<(u32, MacAddr), (IpAddr, u64)>,
     /// Endpoints configured (`remotes`): always flooded to.
     configured: Vec<IpAddr>,
-    /// Endpoints heard from, and when last: flooded to until they age out.
+    /// The same, to look up.
+    known: HashSet<IpAddr>,
+    /// Only the configured endpoints are accepted (else any sender is learned).
+    remotes_only: bool,
+    /// Endpoints heard from, and when last: flooded to until they age out (only when
+    /// `remotes_only` is off).
     heard: HashMap<IpAddr, u64>,
     max_stations: usize,
     max_endpoints: usize,
@@ -70,13 +80,21 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// A table for `configured` endpoints, learning at most `max_stations` stations and
-    /// `max_endpoints` endpoints besides the configured ones, forgetting them after
-    /// `aging_ms` of silence.
-    pub fn new(configured: Vec<IpAddr>, max_stations: usize, max_endpoints: usize, aging_ms: u64) -> Self {
+    /// A table for `configured` endpoints, accepting only those (`remotes_only`) or any
+    /// sender, learning at most `max_stations` stations and `max_endpoints` endpoints
+    /// besides the configured ones, forgetting them after `aging_ms` of silence.
+    pub fn new(
+        configured: Vec<IpAddr>,
+        remotes_only: bool,
+        max_stations: usize,
+        max_endpoints: usize,
+        aging_ms: u64,
+    ) -> Self {
         Endpoints {
             stations: HashMap::new(),
+            known: configured.iter().copied().collect(),
             configured,
+            remotes_only,
             heard: HashMap::new(),
             max_stations,
             max_endpoints,
@@ -85,19 +103,27 @@ impl Endpoints {
         }
     }
 
-    /// Notes a frame from `mac` in `vni` that arrived from `endpoint` at `now_ms`. Group
-    /// source addresses (never a station) and the zero address are not learned; the
-    /// endpoint is remembered either way.
-    pub fn learn(&mut self, vni: u32, mac: MacAddr, endpoint: IpAddr, now_ms: u64) {
-        if self.heard.contains_key(&endpoint) || self.configured.contains(&endpoint) {
-            if let Some(t) = self.heard.get_mut(&endpoint) {
-                *t = now_ms;
-            }
-        } else if self.heard.len() < self.max_endpoints {
+    /// Whether datagrams from `endpoint` are accepted: it is configured, or the table is
+    /// open to any sender.
+    pub fn accepts(&self, endpoint: IpAddr) -> bool {
+        !self.remotes_only || self.known.contains(&endpoint)
+    }
+
+    /// Notes a frame from `mac` in `vni` that arrived from `endpoint` at `now_ms`. Returns
+    /// false, learning nothing, when the endpoint is not accepted ([`Endpoints::accepts`]).
+    /// Group source addresses (never a station) and the zero address are not learned; an
+    /// accepted endpoint is remembered either way.
+    pub fn learn(&mut self, vni: u32, mac: MacAddr, endpoint: IpAddr, now_ms: u64) -> bool {
+        if !self.accepts(endpoint) {
+            return false;
+        }
+        if let Some(t) = self.heard.get_mut(&endpoint) {
+            *t = now_ms;
+        } else if !self.known.contains(&endpoint) && self.heard.len() < self.max_endpoints {
             self.heard.insert(endpoint, now_ms);
         }
         if mac.is_multicast() || mac.is_zero() {
-            return;
+            return true;
         }
         let room = self.stations.len() < self.max_stations;
         match self.stations.entry((vni, mac)) {
@@ -109,6 +135,7 @@ impl Endpoints {
             }
             std::collections::hash_map::Entry::Vacant(_) => self.full_refusals += 1,
         }
+        true
     }
 
     /// Where a frame to `dst` in `vni` goes: the one endpoint it is known behind, or (a
@@ -126,10 +153,17 @@ impl Endpoints {
             f(ep);
         }
         for (&ep, &seen) in &self.heard {
-            if now_ms.saturating_sub(seen) < self.aging_ms && !self.configured.contains(&ep) {
+            if now_ms.saturating_sub(seen) < self.aging_ms {
                 f(ep);
             }
         }
+    }
+
+    /// How many endpoints a frame to `dst` in `vni` goes to now (see [`Endpoints::targets`]).
+    pub fn fanout(&self, vni: u32, dst: MacAddr, now_ms: u64) -> usize {
+        let mut n = 0;
+        self.targets(vni, dst, now_ms, |_| n += 1);
+        n
     }
 
     /// Forgets stations and endpoints silent for the aging time.
@@ -186,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_known_station_goes_to_its_endpoint_and_the_rest_floods_once_to_each() {
-        let mut t = Endpoints::new(vec![ip("192.0.2.1"), ip("192.0.2.2")], 16, 16, 300_000);
+        let mut t = Endpoints::new(vec![ip("192.0.2.1"), ip("192.0.2.2")], false, 16, 16, 300_000);
         assert_eq!(all(&t, 7, A, 0), [ip("192.0.2.1"), ip("192.0.2.2")], "unknown: every configured endpoint");
         t.learn(7, A, ip("192.0.2.2"), 10);
         assert_eq!(all(&t, 7, A, 20), [ip("192.0.2.2")]);
@@ -205,7 +239,7 @@ mod tests {
 
     #[test]
     fn group_sources_are_not_learned_and_the_table_is_bounded() {
-        let mut t = Endpoints::new(vec![], 1, 1, 1000);
+        let mut t = Endpoints::new(vec![], false, 1, 1, 1000);
         t.learn(1, MacAddr::BROADCAST, ip("fd00::1"), 0);
         assert_eq!(t.stations().count(), 0);
         t.learn(1, A, ip("fd00::1"), 0);
@@ -214,6 +248,31 @@ mod tests {
         t.learn(1, A, ip("fd00::2"), 0);
         assert_eq!(t.flood_set(1), [ip("fd00::1")], "at most one heard endpoint");
         assert_eq!(all(&t, 1, B, 1), [ip("fd00::1")], "an unlearned station still floods");
+    }
+
+    #[test]
+    fn only_configured_endpoints_are_heard_and_flooded_to() {
+        let (a, b, forger) = (ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.66"));
+        let mut t = Endpoints::new(vec![a, b], true, 16, 16, 300_000);
+        assert!(t.accepts(a) && t.accepts(b) && !t.accepts(forger));
+        // A sender not configured teaches nothing: neither a station nor an endpoint.
+        assert!(!t.learn(7, A, forger, 0));
+        assert!(!t.learn(7, MacAddr::BROADCAST, forger, 0));
+        assert_eq!(t.stations().count(), 0);
+        assert_eq!(all(&t, 7, MacAddr::BROADCAST, 1), [a, b], "floods go to the configured ones");
+        assert_eq!(t.fanout(7, B, 1), 2, "an unknown station too");
+        // A configured one does, and a station it claims is sent to it alone.
+        assert!(t.learn(7, A, b, 10));
+        assert_eq!((all(&t, 7, A, 20), t.fanout(7, A, 20)), (vec![b], 1));
+        // Claiming a station another endpoint has does not reach the forger either.
+        assert!(!t.learn(7, A, forger, 30));
+        assert_eq!(t.endpoint_of(7, A), Some(b));
+        // Opened, the same sender is learned (bounded as before).
+        let mut open = Endpoints::new(vec![a], false, 16, 1, 300_000);
+        assert!(open.learn(7, A, forger, 0));
+        assert_eq!(open.flood_set(1), [a, forger]);
+        assert!(open.learn(7, B, ip("192.0.2.67"), 0), "accepted, though no room to flood to it");
+        assert_eq!(open.flood_set(1).len(), 2);
     }
 
     #[test]

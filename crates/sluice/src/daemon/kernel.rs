@@ -293,11 +293,14 @@ impl KernelSide {
     }
 
     /// Attaches the program to port `id`'s interfaces `ifnames` (a veth's one; an uplink's
-    /// devices, its backups with it). Only a veth is watched for disappearing.
+    /// devices, its backups with it). A veth — the switch's end of a guest's pair — also
+    /// gets the egress program, which lets only the switch's own frames into the guest;
+    /// only a veth is watched for disappearing.
     pub fn attach(&mut self, id: PortId, ifnames: &[String], veth: bool) -> Result<()> {
         for (i, ifname) in ifnames.iter().enumerate() {
-            if let Err(e) = self.dp.attach(ifname) {
-                for done in &ifnames[..i] {
+            let r = self.dp.attach(ifname).and_then(|()| if veth { self.dp.attach_egress(ifname) } else { Ok(()) });
+            if let Err(e) = r {
+                for done in &ifnames[..=i] {
                     self.dp.detach(done);
                 }
                 return Err(e.into());
@@ -318,7 +321,15 @@ impl KernelSide {
             VniMap::Single(v) => (*v, Vec::new()),
             VniMap::PerVlan(p) => (0, p.clone()),
         };
-        self.dp.set_tunnel(t.ifindex, t.local, TUNNEL_TTL, vni, &pairs)?;
+        let spec = sluice_ebpf::TunnelSpec {
+            local: t.local,
+            ttl: TUNNEL_TTL,
+            vni,
+            per_vlan: &pairs,
+            remotes: &t.remotes,
+            remotes_only: t.remotes_only,
+        };
+        self.dp.set_tunnel(t.ifindex, &spec)?;
         self.tunnels.insert(id, (t.ifindex, t.heard.clone()));
         Ok(())
     }
@@ -369,7 +380,7 @@ impl KernelSide {
             if let Some(id) = live(&self.port_at, slot)
                 && !is_static
             {
-                sw.fib_mut().learn(vlan, mac, id, now_ms);
+                sw.adopt_mac(vlan, mac, id, now_ms);
                 learned += 1;
             }
         }

@@ -4,7 +4,9 @@
 //! reaches the core through the switch's upcall TAP, never through this port, so `recv`
 //! never has a frame. The core's frames for the guest (floods, answers, frames from user-
 //! space ports) leave through a send-only packet socket on the interface, with virtio
-//! headers, so GSO frames cross whole.
+//! headers, so GSO frames cross whole, and with the switch's mark: the egress program on
+//! the interface lets nothing else into the guest (docs/architecture.md, "Frames into
+//! guests on the kernel datapath").
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -38,7 +40,7 @@ impl VethPort {
         link::set_mtu(name, mtu).map_err(|e| io::Error::new(e.kind(), format!("setting MTU {mtu} on {name}: {e}")))?;
         link::disable_ipv6(name)?;
         link::set_up(name)?;
-        let sock = packet::open_tx(ifindex as i32)?;
+        let sock = packet::open_tx(ifindex as i32, sluice_ebpf::abi::SLUICE_MARK)?;
         let offload = offload && sock.vnet;
         Ok(VethPort { ifindex, sock, offload })
     }

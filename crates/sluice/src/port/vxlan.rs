@@ -1,9 +1,12 @@
 //! A VXLAN tunnel port (RFC 7348): one UDP socket bound to the local underlay address;
 //! frames go out with an 8-byte VXLAN header to the endpoint their destination was learned
-//! behind, or to every endpoint once (head-end replication); frames come in from any
-//! endpoint, which is learned. The kernel builds the outer IP and UDP headers and their
-//! checksums. The table and the VNI map are `sluice_switch::tunnel`'s; this file is the I/O
-//! (docs/architecture.md, "VXLAN tunnels").
+//! behind, or to every endpoint once (head-end replication); frames come in from the
+//! configured endpoints (`remotes`) — a datagram from any other sender is refused before
+//! anything is learned from it and counted as `unknown_endpoint` — or, with
+//! `remotes_only = false`, from any sender, which is learned. The kernel builds the outer
+//! IP and UDP headers and their checksums. The table and the VNI map are
+//! `sluice_switch::tunnel`'s; this file is the I/O (docs/architecture.md, "VXLAN tunnels",
+//! "Tunnels and the underlay").
 //!
 //! The port has no offloads: the switch cuts GSO frames and completes checksums before
 //! they get here, so what leaves is what any VXLAN endpoint can read.
@@ -23,7 +26,7 @@ use std::time::Instant;
 
 use sluice_switch::port::DeviceDrops;
 use sluice_switch::tunnel::{Endpoints, VniMap};
-use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
+use sluice_switch::{DropCause, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::vxlan::{self, VXLAN_HDR_LEN};
 use sluice_wire::{ETHERTYPE_VLAN, MacAddr, VNET_HDR_LEN};
 
@@ -31,7 +34,8 @@ use crate::config::VxlanSettings;
 
 /// Stations learned behind one tunnel port at most.
 const MAX_STATIONS: usize = 8192;
-/// Endpoints learned (besides the configured ones) at most.
+/// Endpoints learned (besides the configured ones) at most, when the port accepts any
+/// sender.
 const MAX_ENDPOINTS: usize = 256;
 /// The tunnel socket's receive and send buffers: a window of full-size datagrams between
 /// two reads (the default 208 KiB dropped a quarter of a single TCP stream's segments).
@@ -59,6 +63,10 @@ pub struct KernelTunnel {
     pub local: IpAddr,
     /// Which VNI carries which frames.
     pub vnis: VniMap,
+    /// The configured remote endpoints.
+    pub remotes: Vec<IpAddr>,
+    /// Datagrams are accepted from `remotes` alone.
+    pub remotes_only: bool,
     /// Where the kernel side sends what it heard.
     pub heard: mpsc::Sender<Heard>,
 }
@@ -126,7 +134,7 @@ impl VxlanPort {
             sock,
             dstport: v.dstport,
             vnis: v.vnis.clone(),
-            table: Endpoints::new(v.remotes.clone(), MAX_STATIONS, MAX_ENDPOINTS, AGING_MS),
+            table: Endpoints::new(v.remotes.clone(), v.remotes_only, MAX_STATIONS, MAX_ENDPOINTS, AGING_MS),
             start: Instant::now(),
             bad_in: 0,
             lost_out: 0,
@@ -191,7 +199,15 @@ impl VxlanPort {
         };
         let (tx, rx) = mpsc::channel();
         self.device = Some(Device { name: name.to_string(), ifindex, heard: rx, refused: 0 });
-        Ok(KernelTunnel { ifindex, device: name.to_string(), local: v.local, vnis: v.vnis.clone(), heard: tx })
+        Ok(KernelTunnel {
+            ifindex,
+            device: name.to_string(),
+            local: v.local,
+            vnis: v.vnis.clone(),
+            remotes: v.remotes.clone(),
+            remotes_only: v.remotes_only,
+            heard: tx,
+        })
     }
 
     /// The descriptor the event loop watches.
@@ -201,6 +217,14 @@ impl VxlanPort {
 
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// The VNI of the switch's VLAN `vlan` on this tunnel.
+    fn vni_of(&self, vlan: u16) -> Option<u32> {
+        match self.vnis {
+            VniMap::Single(v) => Some(v),
+            VniMap::PerVlan(_) => self.vnis.vni_of(Some(vlan)),
+        }
     }
 }
 
@@ -330,6 +354,10 @@ impl Port for VxlanPort {
                 self.bad_in += 1;
                 continue;
             }
+            if !self.table.accepts(from.ip()) {
+                // Not one of the port's endpoints: nothing is learned from it.
+                return Err(PortError::Refused(DropCause::UnknownEndpoint));
+            }
             let Ok((vni, inner)) = vxlan::decap(&buf[at..at + n]) else {
                 self.bad_in += 1;
                 continue;
@@ -418,11 +446,11 @@ impl Port for VxlanPort {
     }
 
     fn endpoint_of(&self, vlan: u16, mac: MacAddr) -> Option<String> {
-        let vni = match self.vnis {
-            VniMap::Single(v) => v,
-            VniMap::PerVlan(_) => self.vnis.vni_of(Some(vlan))?,
-        };
-        self.table.endpoint_of(vni, mac).map(|a| a.to_string())
+        self.table.endpoint_of(self.vni_of(vlan)?, mac).map(|a| a.to_string())
+    }
+
+    fn fanout(&self, vlan: u16, dst: MacAddr) -> usize {
+        self.vni_of(vlan).map_or(1, |vni| self.table.fanout(vni, dst, self.now_ms()))
     }
 
     fn tick(&mut self) -> Option<String> {

@@ -1,5 +1,6 @@
 //! AF_PACKET sockets for uplink ports: one socket bound to a host interface, receiving
-//! every frame the interface sees (promiscuous) and sending frames out of it.
+//! every frame the interface sees (promiscuous) and sending frames out of it; and the
+//! send-only, marked sockets through which the switch reaches a veth guest.
 //!
 //! Offloads: `PACKET_VNET_HDR_SZ = 12` makes every frame carry the same 12-byte
 //! virtio_net_hdr that TAPs use, so GSO frames and partial checksums cross whole. VLAN tags
@@ -97,9 +98,9 @@ pub fn open(ifindexes: &[i32], rx: bool) -> io::Result<PacketSocket> {
 }
 
 /// Opens a packet socket that only sends, out of interface `ifindex` (protocol 0: no
-/// frame is ever delivered to it), with virtio headers when the kernel offers them: the
-/// switch's way into a kernel port.
-pub fn open_tx(ifindex: i32) -> io::Result<PacketSocket> {
+/// frame is ever delivered to it), with virtio headers when the kernel offers them, every
+/// frame marked `mark` (`SO_MARK`): the switch's way into a kernel port.
+pub fn open_tx(ifindex: i32, mark: u32) -> io::Result<PacketSocket> {
     // SAFETY: plain socket(2) call; the result is checked and owned below.
     let raw =
         cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
@@ -109,6 +110,11 @@ pub fn open_tx(ifindex: i32) -> io::Result<PacketSocket> {
         setopt(fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR_SZ, &(sluice_wire::VNET_HDR_LEN as libc::c_int))
             .is_ok();
     let _ = setopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &(4 << 20) as &libc::c_int);
+    // The switch's frames carry its mark: the kernel port's egress program lets only those
+    // into the guest.
+    setopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MARK, &mark).map_err(|e| {
+        io::Error::new(e.kind(), format!("marking the switch's packet socket (SO_MARK needs CAP_NET_ADMIN): {e}"))
+    })?;
     // SAFETY: sockaddr_ll is plain data; zeroed then filled.
     let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
