@@ -40,6 +40,10 @@ const MAX_ENDPOINTS: usize = 256;
 /// The tunnel socket's receive and send buffers: a window of full-size datagrams between
 /// two reads (the default 208 KiB dropped a quarter of a single TCP stream's segments).
 const SOCKET_BUFFER: libc::c_int = 8 << 20;
+/// Datagrams one `recv` refuses at most (runts, foreign VNIs, datagrams to a send-only
+/// socket) before it returns: like the switch's batch, a bound on the work an underlay
+/// sender can make one call do.
+const REFUSED_PER_CALL: usize = 64;
 /// Aging of learned stations and endpoints (the switch's default).
 pub const AGING_MS: u64 = 300_000;
 
@@ -340,7 +344,7 @@ impl Port for VxlanPort {
         // The datagram lands so that its inner frame starts at buf[VNET_HDR_LEN], with room
         // left for a tag to insert.
         let at = VNET_HDR_LEN - VXLAN_HDR_LEN;
-        loop {
+        for _ in 0..REFUSED_PER_CALL {
             let room = buf.len().saturating_sub(at + 4);
             let (n, from) = match self.sock.recv_from(&mut buf[at..at + room]) {
                 Ok(r) => r,
@@ -381,6 +385,10 @@ impl Port for VxlanPort {
             buf[..VNET_HDR_LEN].fill(0);
             return Ok(Some(len));
         }
+        // A run of datagrams refused here (counted): the rest waits for the next turn of the
+        // event loop, so an underlay host sending garbage cannot hold the datapath (the
+        // socket stays readable and the loop comes back to it).
+        Ok(None)
     }
 
     fn send(&mut self, f: &OutFrame<'_>) -> Result<TxOutcome, PortError> {
