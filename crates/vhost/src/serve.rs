@@ -106,6 +106,7 @@ fn readable(fd: RawFd, ms: i32) -> bool {
 fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) {
     let fd = listener.as_raw_fd();
     while !shared.stop.load(Ordering::Acquire) {
+        crate::memory::sweep();
         if !readable(fd, 200) {
             continue;
         }
@@ -124,6 +125,7 @@ fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
     let mut backoff = Duration::from_millis(100);
     let mut said = false;
     while !shared.stop.load(Ordering::Acquire) {
+        crate::memory::sweep();
         match UnixStream::connect(path) {
             Ok(stream) => {
                 backoff = Duration::from_millis(100);
@@ -174,6 +176,8 @@ fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shar
             return;
         }
     };
+    // A reason left by the datapath after the last connection ended is not this one's.
+    shared.take_end();
     let handler = match NetHandler::new(shared.clone()) {
         Ok(h) => Arc::new(Mutex::new(h)),
         Err(e) => {
@@ -181,7 +185,10 @@ fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shar
             return;
         }
     };
-    let link = handler.lock().unwrap_or_else(|p| p.into_inner()).link();
+    let (link, faulted) = {
+        let h = handler.lock().unwrap_or_else(|p| p.into_inner());
+        (h.link(), h.faulted().clone())
+    };
     *shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = stream.try_clone().ok();
     if shared.stop.load(Ordering::Acquire) {
         let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -190,11 +197,13 @@ fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shar
     shared.set_state(format!("connected: pid {} (uid {})", peer.pid, peer.uid));
     info!(port = %name, pid = peer.pid, "vhost-user: QEMU connected on {}", path.display());
     shared.publish(Some(Arc::new(link)));
-    let inner = match crate::shim::start(stream, handler.clone(), name) {
+    let closer = stream.try_clone();
+    let (inner, relays) = match crate::shim::start(stream, handler.clone(), name) {
         Ok(s) => s,
         Err(e) => {
             warn!(port = %name, "vhost-user: {e}");
             shared.publish(None);
+            shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
             return;
         }
     };
@@ -203,16 +212,40 @@ fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shar
         if let Err(e) = req.handle_request() {
             break e;
         }
+        if faulted.load(Ordering::Acquire) {
+            break VuError::Disconnected;
+        }
     };
     shared.publish(None);
     shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
     handler.lock().unwrap_or_else(|p| p.into_inner()).stop_all();
-    match end {
-        VuError::Disconnected | VuError::PartialMessage => {
-            info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again")
+    // The relays end with QEMU's socket; then nothing but this thread holds the device
+    // (without a handle on the socket they are left to end by themselves).
+    drop(req);
+    if let Ok(c) = closer {
+        let _ = c.shutdown(std::net::Shutdown::Both);
+        for r in relays {
+            let _ = r.join();
         }
-        e => {
-            info!(port = %name, "vhost-user: the connection ended ({e}); the port's link is down until QEMU connects again")
-        }
+    }
+    drop(handler);
+    crate::memory::sweep();
+    if faulted.load(Ordering::Acquire) {
+        shared.memory_faults.fetch_add(1, Ordering::Relaxed);
+        shared.end_with(
+            "a page of the guest's memory went away under the switch (QEMU's memory file shrank, a hole was punched in it, or huge pages ran out: give QEMU `prealloc=on` with huge pages)"
+                .to_string(),
+        );
+    }
+    let why = shared.take_end().or(match &end {
+        VuError::Disconnected | VuError::PartialMessage => None,
+        e => Some(e.to_string()),
+    });
+    match why {
+        None => info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again"),
+        Some(why) => warn!(
+            port = %name,
+            "vhost-user: the connection ended: {why}; the port's link is down until QEMU connects again"
+        ),
     }
 }
