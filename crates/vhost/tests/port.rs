@@ -757,3 +757,65 @@ fn a_full_blocking_call_loses_the_interrupt_and_never_blocks_the_port() {
     assert!(p.shared().connected(), "a full call only costs the guest its interrupts");
     drop(d);
 }
+
+/// In client mode, a listener that takes each connection and closes it at once (a QEMU
+/// restarting, or something that is not QEMU) is not connected to again at once: the port
+/// backs off (100 ms doubling to 2 s) — a handful of attempts in 3 s, not thousands.
+#[test]
+fn in_client_mode_a_listener_that_closes_at_once_is_retried_with_backoff() {
+    use std::os::unix::net::UnixListener;
+    let path = sock("closer");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let p = open("vm9", &path, Role::Client, true).unwrap();
+    let (mut accepted, until) = (0, Instant::now() + Duration::from_secs(3));
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok((s, _)) => {
+                accepted += 1;
+                drop(s);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert!((2..=10).contains(&accepted), "{accepted} connections in 3 s");
+    drop(p);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The socket is made mode 0600 at its creation (under a file-creation mask), never by a
+/// change of mode by path afterwards, which would follow a link put in its place: no
+/// attribute change is seen on it.
+#[test]
+fn the_socket_is_created_owner_only_and_never_changed_by_path() {
+    let dir = std::env::temp_dir().join(format!("sluice-vhost-mode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // SAFETY: no flags; the descriptor is closed below.
+    let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
+    assert!(ino >= 0);
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+    assert!(unsafe { libc::inotify_add_watch(ino, c.as_ptr(), libc::IN_ATTRIB | libc::IN_CREATE) } >= 0);
+    let path = dir.join("vm.sock");
+    let p = open("vm10", &path, Role::Server, true).unwrap();
+    let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions())).unwrap();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut buf = [0u8; 4096];
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
+    let (mut created, mut changed) = (0, 0);
+    let mut at = 0usize;
+    while n > 0 && at + 16 <= n as usize {
+        let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().unwrap());
+        let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+        created += usize::from(mask & libc::IN_CREATE != 0);
+        changed += usize::from(mask & libc::IN_ATTRIB != 0);
+        at += 16 + len;
+    }
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(ino) };
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!((created, changed), (1, 0), "the socket's mode was changed by path after it was made");
+}
