@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use sluice_vhost::driver::Driver;
+use sluice_vhost::driver::{Driver, MEM_BASE, Memory};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -32,6 +32,11 @@ impl Switch {
     }
 
     fn with(tag: &str, extra: &str, taps: usize, vms: usize) -> Switch {
+        Switch::with_vms(tag, extra, taps, vms, "")
+    }
+
+    /// As [`Switch::with`], with `vm_extra` (lines of settings) in every vhost-user port.
+    fn with_vms(tag: &str, extra: &str, taps: usize, vms: usize, vm_extra: &str) -> Switch {
         init();
         let name = unique(tag);
         let dir = std::env::temp_dir().join(format!("sluice-vhost-{name}"));
@@ -48,7 +53,7 @@ impl Switch {
         let ns = guests[0].clone();
         for k in 1..=vms {
             cfg.push_str(&format!(
-                "[[port]]\nname = \"vm{k}\"\ntype = \"vhost-user\"\nsocket = \"{}\"\n",
+                "[[port]]\nname = \"vm{k}\"\ntype = \"vhost-user\"\nsocket = \"{}\"\n{vm_extra}",
                 dir.join(format!("vm{k}.sock")).display()
             ));
         }
@@ -413,4 +418,131 @@ fn a_guest_that_breaks_its_rings_harms_no_one_else() {
     sluice_within(30, &["switch", "stop", "--switch", &sw.name]);
     let mut sw = sw;
     assert!(wait_for(30, || sw.child.try_wait().is_ok_and(|s| s.is_some())), "the switch did not stop");
+}
+
+/// Waits (bounded) until `port list` shows `what` for the port, or the switch has exited;
+/// fails the test if the switch exited (a SIGBUS killed it: exit status 135 from a shell).
+fn survives(sw: &mut Switch, what: &str) -> String {
+    let mut list = String::new();
+    let mut gone = None;
+    wait_for(20, || {
+        if let Ok(Some(st)) = sw.child.try_wait() {
+            gone = Some(st);
+            return true;
+        }
+        list = String::from_utf8_lossy(&sluice(&["port", "list", "--switch", &sw.name]).stdout).into_owned();
+        list.contains(what)
+    });
+    assert!(gone.is_none(), "the switch died ({:?}): every port went down\n{}", gone, sw.log());
+    assert!(list.contains(what), "`port list` does not say {what:?}:\n{list}\n{}", sw.log());
+    list
+}
+
+/// A transmit chain whose buffer is 4 MiB into the guest's memory, offered and kicked: past
+/// the end of a file of 1 MiB.
+fn offer_past_one_mib(d: &mut Driver) {
+    d.write_desc(true, 200, MEM_BASE + 0x40_0000, 1500, 0, 0).unwrap();
+    d.offer_tx_chain(200).unwrap();
+}
+
+/// One echo request from the VM-less guest to the namespace guest, and its reply.
+fn echoes(sw: &Switch, d: &mut Driver, seq: u16) {
+    let g1 = mac_of(&sw.ns, &format!("{}t1", sw.name));
+    ns_ok(&sw.ns, &format!("ip neigh replace 10.79.0.100 lladdr 02:56:00:00:00:01 dev {}t1", sw.name));
+    d.fill_rx().unwrap();
+    let pkt = ipv4([10, 79, 0, 100], [10, 79, 0, 1], 1, &echo_request(0x5eed, seq, b"still here"));
+    send(d, &frame(g1, mac(1), None, 0x0800, &pkt));
+    assert!(
+        std::iter::from_fn(|| d.recv_wait(WAIT).unwrap()).any(|r| r.frame.len() > 34 && r.frame[34] == 0),
+        "no echo reply: {}",
+        sw.log()
+    );
+}
+
+/// The probe's SIGBUS: a peer whose memory file is shorter than the region it announces,
+/// or that can shrink it (an unsealed memfd), or that does shrink a file the switch mapped,
+/// then points a descriptor past the new end and kicks. Before, `sluice switch run` died of
+/// SIGBUS and every port went down. Now the first two are refused before anything is mapped,
+/// the third ends only that connection (the switch's guard puts zeros where the page was),
+/// `port list` says why, and a QEMU that behaves is served after.
+#[test]
+fn a_peer_whose_memory_is_short_shrinkable_or_shrunk_harms_no_one_else() {
+    if !root() {
+        return;
+    }
+    let mut sw = Switch::new("vhmem", "", 1);
+    let sock = sw.socket(1);
+
+    // A sealed memfd of 1 MiB announced as 8 MiB (the guest stays connected meanwhile, as
+    // far as it is concerned).
+    let mut d = Driver::connect_with(&sock, u64::MAX, 1, WAIT, Memory::Short(1 << 20));
+    if let Ok(d) = &mut d {
+        offer_past_one_mib(d);
+    }
+    survives(&mut sw, "guest memory region 0 needs 8388608 bytes of its file");
+    drop(d);
+
+    // A memfd without seals (QEMU's `seal=off`), shrunk once the switch has taken the table
+    // (its rings are up) or refused it.
+    let mut d = Driver::connect_with(&sock, u64::MAX, 1, WAIT, Memory::Unsealed);
+    if let Ok(d) = &mut d {
+        wait_for(10, || {
+            let l = sluice_ok(&["port", "list", "--switch", &sw.name]);
+            l.contains("guest driver up") || l.contains("not sealed")
+        });
+        d.memory_file().unwrap().set_len(1 << 20).unwrap();
+        offer_past_one_mib(d);
+    }
+    survives(&mut sw, "not sealed against shrinking");
+    drop(d);
+
+    // A file (`memory-backend-file`: cannot be sealed, so taken) truncated under the switch.
+    let path = sw.dir.join("guest-memory");
+    let file = std::fs::File::options().read(true).write(true).create_new(true).open(&path).unwrap();
+    let keep = file.try_clone().unwrap();
+    let mut d = Driver::connect_with(&sock, u64::MAX, 1, WAIT, Memory::File(file)).unwrap();
+    assert!(
+        wait_for(10, || sluice_ok(&["port", "list", "--switch", &sw.name]).contains("guest driver up")),
+        "the file-backed guest was not taken: {}",
+        sw.log()
+    );
+    keep.set_len(1 << 20).unwrap();
+    offer_past_one_mib(&mut d);
+    let list = survives(&mut sw, "ended 1 connections for guest memory that went away");
+    assert!(list.contains("a page of the guest's memory went away"), "{list}");
+    drop(d);
+
+    let mut d = connect(&sw, 1);
+    echoes(&sw, &mut d, 1);
+    let log = sw.log();
+    let about: Vec<&str> = log.lines().filter(|l| l.contains("connection ended")).collect();
+    assert_eq!(about.len(), 1, "the three ends are one cause, logged once a minute:\n{log}");
+}
+
+/// In client mode, QEMU's socket taking each connection and closing it at once (a QEMU
+/// restarting, or something that is not QEMU): the switch connects again after a wait that
+/// doubles (to 2 s), and logs each kind of event at most once a minute — before, it
+/// reconnected at once, thousands of times a second, with log lines for each.
+#[test]
+fn a_client_port_whose_peer_closes_at_once_backs_off_and_logs_little() {
+    if !root() {
+        return;
+    }
+    let sw = Switch::with_vms("vhcli", "", 1, 1, "client = true\n");
+    let listener = std::os::unix::net::UnixListener::bind(sw.socket(1)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let (mut accepted, until) = (0, Instant::now() + Duration::from_secs(5));
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok((s, _)) => {
+                accepted += 1;
+                drop(s);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert!((2..=12).contains(&accepted), "{accepted} connections in 5 s: {}", sw.log());
+    let log = sw.log();
+    let lines = log.lines().filter(|l| l.contains("vhost-user")).count();
+    assert!(lines <= 6, "{lines} lines about the port in 5 s:\n{log}");
 }

@@ -11,11 +11,15 @@
 //! ([`Driver::write_desc`], [`Driver::offer_tx_chain`], [`Driver::offer_rx_chain`]), an
 //! available index anywhere ([`Driver::set_avail_idx`]), receive buffers of any size
 //! ([`Driver::post_rx_sized`]); and reset a ring as QEMU does when the guest resets its
-//! device ([`Driver::reset_ring`]).
+//! device ([`Driver::reset_ring`]). And a hostile QEMU: guest memory in a file shorter than
+//! it says, in a memfd it could shrink, in a file it truncates later ([`Memory`],
+//! [`Driver::connect_with`]); a call descriptor of any kind ([`Driver::set_call_fd`]); kick
+//! and call eventfds it makes blocking and fills ([`Driver::make_kick_blocking`],
+//! [`Driver::fill_call`]).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -23,7 +27,7 @@ use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatu
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Guest-physical base of the driver's memory.
@@ -51,6 +55,16 @@ pub const SPARE: u64 = MEM_BASE + 0x60_0000;
 
 fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
+}
+
+fn clear_nonblocking(fd: std::os::fd::RawFd) -> io::Result<()> {
+    // SAFETY: fcntl F_GETFL/F_SETFL on a descriptor the driver owns; they take an int.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 struct Ring {
@@ -106,15 +120,65 @@ pub struct Driver {
     protocol: bool,
 }
 
-fn guest_memory(size: usize) -> io::Result<GuestMemoryMmap> {
-    // SAFETY: a NUL-terminated name and no flags; the descriptor is owned by the File.
-    let fd = unsafe { libc::memfd_create(c"sluice-driver-guest".as_ptr(), 0) };
+/// The file behind the driver's guest memory, as the frontend hands it to the device.
+#[derive(Debug)]
+pub enum Memory {
+    /// A memfd sealed against shrinking and growing, as QEMU's `memory-backend-memfd` makes
+    /// it (the default).
+    Sealed,
+    /// A memfd without seals (QEMU's `seal=off`): its owner could shrink it.
+    Unsealed,
+    /// A sealed memfd of this many bytes, announced as the whole guest memory (a file shorter
+    /// than the region).
+    Short(u64),
+    /// This file (`memory-backend-file`), sized by the driver; the caller keeps a clone to
+    /// truncate it under the device.
+    File(File),
+}
+
+fn memfd() -> io::Result<File> {
+    // SAFETY: a NUL-terminated name; the descriptor is owned by the File.
+    let fd = unsafe { libc::memfd_create(c"sluice-driver-guest".as_ptr(), libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just created and is owned by nothing else.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(size as u64)?;
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn seal(file: &File, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: F_ADD_SEALS takes an int; the descriptor is valid.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn guest_memory(size: usize, memory: Memory) -> io::Result<GuestMemoryMmap> {
+    let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    let file = match memory {
+        Memory::Sealed => {
+            let f = memfd()?;
+            f.set_len(size as u64)?;
+            seal(&f, sealed)?;
+            f
+        }
+        Memory::Unsealed => {
+            let f = memfd()?;
+            f.set_len(size as u64)?;
+            f
+        }
+        Memory::Short(len) => {
+            let f = memfd()?;
+            f.set_len(len)?;
+            seal(&f, sealed)?;
+            f
+        }
+        Memory::File(f) => {
+            f.set_len(size as u64)?;
+            f
+        }
+    };
     GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(MEM_BASE), size, Some(FileOffset::new(file, 0)))])
         .map_err(|e| err("mapping guest memory", e))
 }
@@ -154,6 +218,11 @@ impl Driver {
     /// As [`Driver::connect`], with `pairs` queue pairs (more than one needs the device's
     /// VIRTIO_NET_F_MQ and vhost-user's MQ protocol feature), every one enabled.
     pub fn connect_pairs(path: &Path, mask: u64, pairs: usize, wait: Duration) -> io::Result<Driver> {
+        Self::connect_with(path, mask, pairs, wait, Memory::Sealed)
+    }
+
+    /// As [`Driver::connect_pairs`], with guest memory in `memory`.
+    pub fn connect_with(path: &Path, mask: u64, pairs: usize, wait: Duration, memory: Memory) -> io::Result<Driver> {
         let until = Instant::now() + wait;
         let frontend = loop {
             match Frontend::connect(path, 2 * pairs as u64) {
@@ -164,7 +233,7 @@ impl Driver {
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
-        Self::set_up(frontend, mask, pairs)
+        Self::set_up(frontend, mask, pairs, memory)
     }
 
     /// Waits up to `wait` for the device to connect to `listener` (QEMU's `server=on`
@@ -176,7 +245,7 @@ impl Driver {
             match listener.accept() {
                 Ok(Some(s)) => {
                     s.set_nonblocking(false)?;
-                    return Self::set_up(Frontend::from_stream(s, 2), mask, 1);
+                    return Self::set_up(Frontend::from_stream(s, 2), mask, 1, Memory::Sealed);
                 }
                 Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
                 Ok(None) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no device connected in time")),
@@ -185,7 +254,7 @@ impl Driver {
         }
     }
 
-    fn set_up(mut frontend: Frontend, mask: u64, pairs: usize) -> io::Result<Driver> {
+    fn set_up(mut frontend: Frontend, mask: u64, pairs: usize, memory: Memory) -> io::Result<Driver> {
         let p = |e: vhost::Error| err("vhost-user", e);
         frontend.set_owner().map_err(p)?;
         let features = frontend.get_features().map_err(p)? & mask;
@@ -204,7 +273,7 @@ impl Driver {
                 return Err(err("vhost-user", format!("the device has {max} queues, not {}", 2 * pairs)));
             }
         }
-        let mem = guest_memory(PAIR_AREA as usize * pairs)?;
+        let mem = guest_memory(PAIR_AREA as usize * pairs, memory)?;
         let region = mem.find_region(GuestAddress(MEM_BASE)).ok_or_else(|| err("guest memory", "no region"))?;
         let host = mem.get_host_address(GuestAddress(MEM_BASE)).map_err(|e| err("guest memory", e))? as u64;
         frontend.set_mem_table(&[VhostUserMemoryRegionInfo::from_guest_region(region).map_err(p)?]).map_err(p)?;
@@ -238,6 +307,11 @@ impl Driver {
     /// The guest's memory, for tests that write their own descriptors.
     pub fn memory(&self) -> &GuestMemoryMmap {
         &self.mem
+    }
+
+    /// The file behind the guest's memory (to shrink it under the device).
+    pub fn memory_file(&self) -> Option<&File> {
+        self.mem.iter().next().and_then(|r| r.file_offset()).map(|f| f.file())
     }
 
     fn put_avail(&mut self, transmit: bool, head: u16) -> io::Result<()> {
@@ -485,5 +559,30 @@ impl Driver {
     /// The frontend, for protocol-level tests.
     pub fn frontend(&mut self) -> &mut Frontend {
         &mut self.frontend
+    }
+
+    /// Hands the device `fd` as the call descriptor of the transmit (`transmit`) or receive
+    /// queue of the selected pair, whatever it is (a pipe, a socket…).
+    pub fn set_call_fd(&mut self, transmit: bool, fd: OwnedFd) -> io::Result<()> {
+        let q = 2 * self.cur + usize::from(transmit);
+        // SAFETY: `fd` is owned and handed over whole; the EventFd only carries it to the
+        // message (vmm-sys-util's EventFd is a plain owned descriptor).
+        let e = unsafe { EventFd::from_raw_fd(fd.into_raw_fd()) };
+        self.frontend.set_vring_call(q, &e).map_err(|e| err("vhost-user", e))
+    }
+
+    /// Clears `O_NONBLOCK` on the kick eventfd of the transmit (`transmit`) or receive queue
+    /// (the device shares its open file description).
+    pub fn make_kick_blocking(&mut self, transmit: bool) -> io::Result<()> {
+        clear_nonblocking(self.ring_mut(transmit).kick.as_raw_fd())
+    }
+
+    /// Clears `O_NONBLOCK` on the call eventfd of the transmit (`transmit`) or receive queue
+    /// and fills its counter (never read again), so that a write into it would wait forever.
+    pub fn fill_call(&mut self, transmit: bool) -> io::Result<()> {
+        let r = self.ring_mut(transmit);
+        let _ = r.call.read();
+        r.call.write(u64::MAX - 1).map_err(|e| err("call", e))?;
+        clear_nonblocking(r.call.as_raw_fd())
     }
 }

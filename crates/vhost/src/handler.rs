@@ -12,11 +12,15 @@
 //!
 //! Everything the frontend sends is checked: queue indexes and sizes, ring addresses
 //! (translated from QEMU's addresses through the memory table, refused when outside it),
-//! memory regions (one file each, mapped shared, as large as announced).
+//! memory regions (one regular file each, as long as announced, a memfd sealed against
+//! shrinking, mapped shared under the SIGBUS guard: [`crate::memory`]), and the rings'
+//! kick, call and error descriptors (eventfds only: [`crate::eventfd`]). A message that
+//! fails a check ends the connection; why is kept for `sluice port list`.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use vhost::VhostUserMemoryRegionBase;
 use vhost::vhost_user::message::{
@@ -27,7 +31,7 @@ use vhost::vhost_user::message::{
 use vhost::vhost_user::{Error as VuError, GpuBackend, Result as VuResult, VhostUserBackendReqHandlerMut};
 use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
-use vm_memory::{GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
 
 use crate::backend::{MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES};
 use crate::port::Shared;
@@ -41,10 +45,38 @@ pub(crate) struct NetHandler {
     mappings: Vec<(u64, u64, u64)>,
     acked: u64,
     protocol: u64,
+    /// Set (by the SIGBUS guard) when a page of this connection's guest memory went away
+    /// under the switch.
+    faulted: Arc<AtomicBool>,
 }
 
 fn bad<T>(why: &'static str) -> VuResult<T> {
     Err(VuError::InvalidOperation(why))
+}
+
+/// The peer sent something the switch refuses: `why`, a sentence for the log and `sluice
+/// port list`.
+fn refuse<T>(shared: &Shared, why: String) -> VuResult<T> {
+    shared.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    shared.end_with(why.clone());
+    Err(VuError::ReqHandlerError(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)))
+}
+
+/// Refuses descriptor `fd` for ring `index`'s `what` unless it is an eventfd.
+fn eventfd_only(shared: &Shared, what: &str, index: u8, fd: Option<&File>) -> VuResult<()> {
+    match fd {
+        Some(f) if !crate::eventfd::is_eventfd(f.as_raw_fd()) => {
+            let is =
+                crate::peer::fd_target(f.as_raw_fd()).map_or_else(|_| "unknown".into(), |t| t.display().to_string());
+            refuse(
+                shared,
+                format!(
+                    "the {what} descriptor of ring {index} is not an eventfd ({is}); QEMU sends eventfds, so the peer is not QEMU or not a supported version"
+                ),
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 impl NetHandler {
@@ -56,12 +88,18 @@ impl NetHandler {
             .map(|_| VringRwLock::new(mem.clone(), MAX_QUEUE_SIZE as u16))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| std::io::Error::other(format!("making the vrings: {e:?}")))?;
-        Ok(NetHandler { shared, vrings, mem, mappings: Vec::new(), acked: 0, protocol: 0 })
+        let faulted = Arc::new(AtomicBool::new(false));
+        Ok(NetHandler { shared, vrings, mem, mappings: Vec::new(), acked: 0, protocol: 0, faulted })
     }
 
     /// The vrings and memory the port uses (the same objects this handler changes).
     pub(crate) fn link(&self) -> crate::port::Link {
-        crate::port::Link { vrings: self.vrings.clone(), mem: self.mem.clone() }
+        crate::port::Link { vrings: self.vrings.clone(), mem: self.mem.clone(), faulted: self.faulted.clone() }
+    }
+
+    /// Whether a page of this connection's guest memory went away under the switch.
+    pub(crate) fn faulted(&self) -> &Arc<AtomicBool> {
+        &self.faulted
     }
 
     fn vring(&self, index: u32) -> VuResult<&VringRwLock> {
@@ -154,15 +192,28 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
         }
         let mut regions = Vec::new();
         let mut mappings = Vec::new();
-        for (r, f) in ctx.iter().zip(files) {
+        for (i, (r, f)) in ctx.iter().zip(files).enumerate() {
+            let page = match crate::memory::check(i, r, &f) {
+                Ok(p) => p,
+                Err(e) => return refuse(&self.shared, e.to_string()),
+            };
             let region = GuestRegionMmap::new(r.mmap_region(f)?, GuestAddress(r.guest_phys_addr))
                 .ok_or(VuError::InvalidParam)?;
             mappings.push((r.user_addr, r.memory_size, r.guest_phys_addr));
-            regions.push(region);
+            regions.push((r.guest_phys_addr, region, page));
         }
+        // The table keeps its regions sorted by guest address: the page sizes follow them.
+        regions.sort_by_key(|&(gpa, _, _)| gpa);
+        let (regions, pages): (Vec<_>, Vec<_>) = regions.into_iter().map(|(_, r, p)| (r, p)).unzip();
         let mem = GuestMemoryMmap::from_regions(regions).map_err(|_| VuError::InvalidParam)?;
-        // The vrings and the port see the new table at their next `memory()`.
+        let guarded = match crate::memory::guard(&mem, &pages, &self.faulted) {
+            Ok(g) => g,
+            Err(e) => return refuse(&self.shared, e.to_string()),
+        };
+        // The vrings and the port see the new table at their next `memory()`; the old one is
+        // unmapped once nothing holds it.
         self.mem.lock().map_err(|_| VuError::BackendInternalError)?.replace(mem);
+        crate::memory::adopt(self.mem.memory().into_inner(), guarded);
         self.mappings = mappings;
         Ok(None)
     }
@@ -219,6 +270,7 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
     fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
         let i = usize::from(index);
         let v = self.vring(u32::from(index))?.clone();
+        eventfd_only(&self.shared, "kick", index, fd.as_ref())?;
         self.forget_kick(i);
         if let Some(f) = &fd {
             crate::peer::set_nonblocking(f.as_raw_fd()).map_err(VuError::ReqHandlerError)?;
@@ -239,12 +291,19 @@ impl VhostUserBackendReqHandlerMut for NetHandler {
     }
 
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
-        self.vring(u32::from(index))?.set_call(fd);
+        let v = self.vring(u32::from(index))?;
+        eventfd_only(&self.shared, "call", index, fd.as_ref())?;
+        if let Some(f) = &fd {
+            crate::peer::set_nonblocking(f.as_raw_fd()).map_err(VuError::ReqHandlerError)?;
+        }
+        v.set_call(fd);
         Ok(())
     }
 
     fn set_vring_err(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
-        self.vring(u32::from(index))?.set_err(fd);
+        let v = self.vring(u32::from(index))?;
+        eventfd_only(&self.shared, "error", index, fd.as_ref())?;
+        v.set_err(fd);
         Ok(())
     }
 

@@ -3,6 +3,9 @@
 //!
 //! - [`backend`]: what the device offers;
 //! - `handler`: the vhost-user protocol on the `vhost` crate (features, memory, vrings);
+//! - `memory`: the guest memory the peer shares, checked before it is mapped and guarded
+//!   against pages going away under the switch (SIGBUS);
+//! - `eventfd`: the rings' kick and call descriptors, read and written without waiting;
 //! - [`serve`]: the port's socket, the peer check, a fresh device per connection,
 //!   reconnection;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
@@ -12,7 +15,9 @@
 
 pub mod backend;
 pub mod driver;
+mod eventfd;
 mod handler;
+mod memory;
 mod peer;
 pub mod port;
 mod ring;

@@ -1,7 +1,9 @@
-//! Who is on the other side of a vhost-user connection.
+//! Who is on the other side of a vhost-user connection, and what it sends.
 //!
 //! The kernel records the peer's credentials when a unix socket connects (`SO_PEERCRED`):
-//! the port reads them before it reads a message.
+//! the port reads them before it reads a message. A descriptor the peer sends is known by
+//! the kernel's name for its file ([`fd_target`]), which the peer cannot choose for an
+//! eventfd or a memfd.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -39,7 +41,15 @@ pub fn peer_cred(s: &std::os::unix::net::UnixStream) -> io::Result<Cred> {
     peer_cred_fd(s.as_raw_fd()).ok_or_else(io::Error::last_os_error)
 }
 
-/// Makes `fd` non-blocking (a kick eventfd the datapath drains without waiting).
+/// What descriptor `fd` of this process refers to, as the kernel names it
+/// (`/proc/self/fd/N`): a path, `anon_inode:[eventfd]`, `pipe:[…]`, `/memfd:NAME (deleted)`.
+pub fn fd_target(fd: RawFd) -> io::Result<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+}
+
+/// Makes `fd` non-blocking. On a descriptor the peer shares this is a courtesy, not a
+/// guarantee (the peer can clear the flag again): the switch reads and writes those
+/// without relying on it (`crate::eventfd`).
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor the caller owns; F_GETFL/F_SETFL take an int.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };

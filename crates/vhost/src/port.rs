@@ -28,7 +28,7 @@ use sluice_switch::port::DeviceDrops;
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::{VNET_HDR_LEN, VnetHdr};
 use tracing::warn;
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::{VringRwLock, VringState, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::{
     VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6, VIRTIO_NET_F_MRG_RXBUF,
@@ -39,6 +39,7 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::backend::NUM_QUEUES;
+use crate::eventfd::Notified;
 use crate::ring::{self, Broken, Cursor, Fault, MAX_FRAME_CHAINS, Refused};
 
 /// A connected frontend's queues and memory, as the port uses them.
@@ -47,6 +48,9 @@ pub(crate) struct Link {
     pub(crate) vrings: Vec<VringRwLock>,
     /// The guest's memory (replaced in place when the frontend sends a new table).
     pub(crate) mem: GuestMemoryAtomic<GuestMemoryMmap>,
+    /// Set by the SIGBUS guard when a page of that memory went away under the switch: the
+    /// connection is ended.
+    pub(crate) faulted: Arc<AtomicBool>,
 }
 
 impl Link {
@@ -87,6 +91,16 @@ pub struct Shared {
     pub connections: AtomicU64,
     /// Connections refused: a peer that is neither root nor the socket's owner.
     pub refused: AtomicU64,
+    /// Connections ended because the peer sent something the switch refuses (a memory
+    /// region it could shrink or that is too short, a descriptor that is no eventfd).
+    pub rejected: AtomicU64,
+    /// Connections ended because a page of the guest's memory went away under the switch.
+    pub memory_faults: AtomicU64,
+    /// Connections ended because the peer kept a call eventfd full and blocking.
+    pub stalled_calls: AtomicU64,
+    /// Why the switch is ending the current connection (taken by its serving thread), and
+    /// why it last refused what a peer sent or ended its connection.
+    refusal: Mutex<(Option<String>, Option<String>)>,
 }
 
 const NUDGE: u64 = u64::MAX;
@@ -113,7 +127,37 @@ impl Shared {
             conn: Mutex::new(None),
             connections: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            memory_faults: AtomicU64::new(0),
+            stalled_calls: AtomicU64::new(0),
+            refusal: Mutex::new((None, None)),
         }))
+    }
+
+    /// Remembers why the current connection is being ended (for its serving thread's log,
+    /// and for `sluice port list`).
+    pub(crate) fn end_with(&self, why: String) {
+        let mut r = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        r.0.get_or_insert_with(|| why.clone());
+        r.1 = Some(why);
+    }
+
+    /// Why the current connection is being ended, if the switch ends it (taken: once).
+    pub(crate) fn take_end(&self) -> Option<String> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).0.take()
+    }
+
+    /// Why the switch last refused what the peer sent, or ended its connection.
+    pub fn refusal(&self) -> Option<String> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    /// Ends the connection (its serving thread sees the socket close), keeping `why`.
+    pub(crate) fn end_connection(&self, why: String) {
+        self.end_with(why);
+        if let Some(c) = self.conn.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     /// Ring `index`'s kick eventfd joins its wait set (transmit rings are odd).
@@ -149,7 +193,9 @@ impl Shared {
         let _ = if transmit { self.frames_nudge.read() } else { self.room_nudge.read() };
         if let Some(l) = link {
             for v in l.vrings.iter().skip(usize::from(transmit)).step_by(2) {
-                let _ = v.read_kick();
+                if let Some(k) = v.get_ref().get_kick() {
+                    crate::eventfd::drain(k.as_raw_fd());
+                }
             }
         }
     }
@@ -276,6 +322,9 @@ pub struct PortCounts {
     pub broken_queues: u64,
     /// Frames into the guest dropped because its receive queues are broken.
     pub to_broken_queue: u64,
+    /// Interrupts the guest missed: its call eventfd's counter was full (QEMU reads it; a
+    /// peer that never does only starves its own guest).
+    pub lost_calls: u64,
 }
 
 /// What the port logs, each at most once a minute.
@@ -284,6 +333,7 @@ enum Cause {
     Broken = 0,
     Refused = 1,
     SmallBuffers = 2,
+    LostCall = 3,
 }
 
 const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -306,7 +356,7 @@ pub struct VhostUserPort {
     /// Each queue's state beside virtio-queue's: broken, full, the index last read.
     rings: [Cursor; NUM_QUEUES],
     /// When each [`Cause`] was last logged.
-    logged: [Option<Instant>; 3],
+    logged: [Option<Instant>; 4],
     /// Chains taken for the frame being written: (head, bytes written).
     used: Vec<(u16, u32)>,
     /// Contiguous copy of a frame and its segments, for guests without offloads.
@@ -339,7 +389,7 @@ impl VhostUserPort {
             next_tx: 0,
             offload,
             rings: [Cursor::new(u64::MAX); NUM_QUEUES],
-            logged: [None; 3],
+            logged: [None; 4],
             used: Vec::with_capacity(MAX_FRAME_CHAINS),
             whole: Vec::new(),
             scratch: Vec::new(),
@@ -482,6 +532,56 @@ impl VhostUserPort {
         ))
     }
 
+    /// Signals the guest that queue `q` has used chains, through the call eventfd of `st`
+    /// (its vring), never waiting on it: a full counter loses the interrupt (counted); a
+    /// peer that kept it full and blocking has its connection ended.
+    fn signal(&mut self, st: &VringState<GuestMemoryAtomic<GuestMemoryMmap>>, q: usize) {
+        let Some(call) = st.get_call() else { return };
+        match crate::eventfd::notify(call.as_raw_fd()) {
+            Notified::Sent => {}
+            Notified::Full => {
+                self.counts.lost_calls += 1;
+                if self.may_log(Cause::LostCall) {
+                    warn!(
+                        port = %self.name,
+                        "vhost-user: the call eventfd of the guest's {} takes no more interrupts (QEMU does not read it); the guest may stall",
+                        queue_name(q)
+                    );
+                }
+            }
+            Notified::Failed(e) => {
+                self.counts.lost_calls += 1;
+                if self.may_log(Cause::LostCall) {
+                    warn!(port = %self.name, "vhost-user: signalling the guest's {}: {e}", queue_name(q));
+                }
+            }
+            Notified::Stalled => {
+                self.counts.lost_calls += 1;
+                self.shared.stalled_calls.fetch_add(1, Ordering::Relaxed);
+                self.shared.end_connection(format!(
+                    "the peer kept the call eventfd of the guest's {} full and blocking (a write waited {} ms): the connection was ended",
+                    queue_name(q),
+                    crate::eventfd::STALL.as_millis()
+                ));
+            }
+        }
+    }
+
+    /// Whether the link's guest memory lost a page under the switch: the connection is
+    /// ended then (once), and the link is taken as down.
+    fn faulted(&mut self, link: &Link) -> bool {
+        if !link.faulted.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.shared.conn.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            self.shared.end_connection(
+                "a page of the guest's memory went away under the switch (QEMU's memory file shrank, a hole was punched in it, or huge pages ran out): the connection was ended"
+                    .to_string(),
+            );
+        }
+        true
+    }
+
     /// Takes one chain from transmit queue `q` into `buf`; `None` when it has none (or
     /// is broken).
     fn pop_tx(&mut self, link: &Link, q: usize, buf: &mut [u8], hdr: usize) -> Option<Result<usize, Bad>> {
@@ -544,7 +644,7 @@ impl VhostUserPort {
         let queue = st.get_queue_mut();
         let _ = queue.add_used(&*mem, head, 0);
         if queue.needs_notification(&*mem).unwrap_or(true) {
-            let _ = st.signal_used_queue();
+            self.signal(&st, q);
         }
         Some(res.map(|()| {
             if skew > 0 {
@@ -717,7 +817,7 @@ impl VhostUserPort {
                 let _ = queue.add_used(&*mem, h, 0);
             }
             if queue.needs_notification(&*mem).unwrap_or(true) {
-                let _ = st.signal_used_queue();
+                self.signal(&st, q);
             }
             if let Bad::SmallBuffers(_) = b {
                 self.counts.small_buffers += 1;
@@ -741,7 +841,7 @@ impl VhostUserPort {
             let _ = queue.add_used(&*mem, h, len);
         }
         if queue.needs_notification(&*mem).unwrap_or(true) {
-            let _ = st.signal_used_queue();
+            self.signal(&st, q);
         }
         Ok(TxOutcome::Sent)
     }
@@ -880,6 +980,11 @@ impl Port for VhostUserPort {
             self.shared.drain(false, None);
             return Ok(None);
         };
+        if self.faulted(&link) {
+            self.link = Some(link);
+            self.shared.drain(true, None);
+            return Ok(None);
+        }
         let r = self.recv_from(&link, buf);
         self.link = Some(link);
         r
@@ -891,6 +996,11 @@ impl Port for VhostUserPort {
             self.counts.no_link += 1;
             return Err(link_down("no VM is connected"));
         };
+        if self.faulted(&link) {
+            self.link = Some(link);
+            self.counts.no_link += 1;
+            return Err(link_down("the VM's connection is ending: its memory went away under the switch"));
+        }
         let r = self.send_to(&link, f);
         self.link = Some(link);
         r
@@ -948,6 +1058,9 @@ impl Port for VhostUserPort {
             if c.to_broken_queue > 0 {
                 s.push_str(&format!("; dropped {} frames for its broken receive queues", c.to_broken_queue));
             }
+            if c.lost_calls > 0 {
+                s.push_str(&format!("; {} interrupts lost to a full call eventfd", c.lost_calls));
+            }
             if std::env::var_os("SLUICE_VHOST_DEBUG").is_some() {
                 s.push_str(&format!(" rx={rx:?} tx={tx:?} acked={:#x}", self.shared.acked()));
             }
@@ -955,6 +1068,20 @@ impl Port for VhostUserPort {
         let refused = self.shared.refused.load(Ordering::Relaxed);
         if refused > 0 {
             s.push_str(&format!("; refused {refused} connections (neither root nor the switch's user)"));
+        }
+        let sh = &self.shared;
+        let ended = [
+            (sh.rejected.load(Ordering::Relaxed), "for what the peer sent"),
+            (sh.memory_faults.load(Ordering::Relaxed), "for guest memory that went away"),
+            (sh.stalled_calls.load(Ordering::Relaxed), "for a blocking call eventfd"),
+        ];
+        for (n, why) in ended {
+            if n > 0 {
+                s.push_str(&format!("; ended {n} connections {why}"));
+            }
+        }
+        if let Some(why) = sh.refusal() {
+            s.push_str(&format!("; last refusal: {why}"));
         }
         Some(s)
     }
@@ -980,6 +1107,10 @@ impl Drop for VhostUserPort {
         if let Some(p) = &self.socket {
             crate::serve::remove_socket(p);
         }
+        // The guest's memory is unmapped once nothing holds it: the port let go last.
+        self.link = None;
+        self.shared.publish(None);
+        crate::memory::sweep();
     }
 }
 

@@ -5,10 +5,15 @@
 //! A fresh device per connection: when QEMU goes (or restarts), its connection ends, the
 //! port's link goes down (frames to it are dropped and counted, as on a TAP whose guest is
 //! gone), and the next connection starts from scratch.
+//!
+//! Whoever connects is hostile until proven otherwise, and may connect again and again: in
+//! client mode the port waits before it connects again after a refused or short-lived
+//! connection (100 ms, doubling to 2 s), and in either mode what it logs about connections
+//! is at most one line a minute per cause (`Quiet`), with a count of what it held back.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -31,7 +36,8 @@ pub enum Role {
 }
 
 /// Opens a vhost-user port named `name` on the socket `path`. In server mode the socket
-/// is bound here (mode 0600), so a path that cannot be used fails the attachment.
+/// is bound here (mode 0600 from the start), so a path that cannot be used fails the
+/// attachment.
 pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<VhostUserPort> {
     let shared = Shared::new()?;
     let label = name.to_string();
@@ -68,7 +74,11 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
                     ),
                 ));
             }
-            std::fs::remove_file(path).map_err(|e| what(e, ""))?;
+            // Removed only if it is still the socket looked at: whatever took its place
+            // meanwhile stays, and the bind below fails on it.
+            if std::fs::symlink_metadata(path).is_ok_and(|n| (n.dev(), n.ino()) == (m.dev(), m.ino())) {
+                std::fs::remove_file(path).map_err(|e| what(e, ""))?;
+            }
         }
         Ok(_) => {
             return Err(io::Error::new(
@@ -79,14 +89,31 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(what(e, "")),
     }
-    let l = UnixListener::bind(path).map_err(|e| {
-        let hint = if e.kind() == io::ErrorKind::NotFound { " (does its directory exist?)" } else { "" };
+    bind_owner_only(path).map_err(|e| {
+        let hint = match e.kind() {
+            io::ErrorKind::NotFound => " (does its directory exist?)",
+            io::ErrorKind::AddrInUse => " (something took its place while the stale socket was removed)",
+            _ => "",
+        };
         what(e, hint)
-    })?;
-    // Least privilege: only root and the switch's own user may connect (the kernel checks
-    // write permission on connect; the peer's credentials are checked again after).
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| what(e, ""))?;
-    Ok(l)
+    })
+}
+
+/// Binds `path` with the file-creation mask 0177, so the socket is mode 0600 from the
+/// moment it exists: only root and the switch's own user may connect (the kernel checks
+/// write permission on connect; the peer's credentials are checked again after). Nothing
+/// is changed by path afterwards (a chmod by path would follow whatever link replaced the
+/// socket).
+fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
+    // The mask is the process's: binds here take turns, so one never restores another's.
+    static TURN: Mutex<()> = Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: umask only changes this process's file-creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    l
 }
 
 /// Removes the port's socket when the port goes, if it is still a socket.
@@ -103,16 +130,64 @@ fn readable(fd: RawFd, ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
+/// What the port logs about connections, by cause.
+#[derive(Clone, Copy)]
+enum Event {
+    /// A peer neither root nor the switch's user, or whose credentials could not be read.
+    Refused = 0,
+    /// A peer connected.
+    Connected = 1,
+    /// The peer went.
+    Ended = 2,
+    /// The switch ended the connection: the peer sent something it refuses, or its memory
+    /// went away.
+    Rejected = 3,
+    /// Accepting failed.
+    Accept = 4,
+}
+
+/// At most one line a minute per [`Event`]; the lines held back are counted and said with
+/// the next one.
+#[derive(Default)]
+struct Quiet {
+    last: [Option<Instant>; 5],
+    held: [u64; 5],
+}
+
+const QUIET: Duration = Duration::from_secs(60);
+
+impl Quiet {
+    /// Whether a line about `e` may be logged now; if so, what to add to it about the lines
+    /// held back since the last one.
+    fn may(&mut self, e: Event) -> Option<String> {
+        let i = e as usize;
+        let now = Instant::now();
+        if self.last[i].is_some_and(|t| now.duration_since(t) < QUIET) {
+            self.held[i] += 1;
+            return None;
+        }
+        self.last[i] = Some(now);
+        let held = std::mem::take(&mut self.held[i]);
+        Some(if held > 0 { format!(" ({held} more like it in the last minute, not logged)") } else { String::new() })
+    }
+}
+
 fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) {
     let fd = listener.as_raw_fd();
+    let mut quiet = Quiet::default();
     while !shared.stop.load(Ordering::Acquire) {
+        crate::memory::sweep();
         if !readable(fd, 200) {
             continue;
         }
         match listener.accept() {
-            Ok((stream, _)) => run_connection(stream, name, path, shared),
+            Ok((stream, _)) => {
+                run_connection(stream, name, path, shared, &mut quiet);
+            }
             Err(e) => {
-                warn!(port = %name, "vhost-user: accepting a connection on {}: {e}", path.display());
+                if let Some(more) = quiet.may(Event::Accept) {
+                    warn!(port = %name, "vhost-user: accepting a connection on {}: {e}{more}", path.display());
+                }
                 sleep_unless_stopped(shared, Duration::from_millis(200));
             }
         }
@@ -120,15 +195,33 @@ fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) 
     }
 }
 
+/// The first wait before connecting again, and the longest.
+const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+/// A connection shorter than this (or refused) is followed by a wait before the next.
+const SHORT: Duration = Duration::from_secs(10);
+
 fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = RETRY.0;
     let mut said = false;
+    let mut quiet = Quiet::default();
     while !shared.stop.load(Ordering::Acquire) {
+        crate::memory::sweep();
         match UnixStream::connect(path) {
             Ok(stream) => {
-                backoff = Duration::from_millis(100);
                 said = false;
-                run_connection(stream, name, path, shared);
+                let began = Instant::now();
+                let served = run_connection(stream, name, path, shared, &mut quiet);
+                if served && began.elapsed() >= SHORT {
+                    backoff = RETRY.0;
+                    continue;
+                }
+                // Refused, or over at once: QEMU restarting, or a peer that is not QEMU.
+                // Either way not again at once.
+                shared.set_state(format!(
+                    "connecting to QEMU at {} again in {} ms",
+                    path.display(),
+                    backoff.as_millis()
+                ));
             }
             Err(e) => {
                 let why = format!("waiting for QEMU's vhost-user socket at {} ({e}); retrying", path.display());
@@ -137,65 +230,79 @@ fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
                     said = true;
                 }
                 shared.set_state(why);
-                sleep_unless_stopped(shared, backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
+        sleep_unless_stopped(shared, backoff);
+        backoff = (backoff * 2).min(RETRY.1);
     }
 }
 
 fn sleep_unless_stopped(shared: &Shared, d: Duration) {
     let until = Instant::now() + d;
     while Instant::now() < until && !shared.stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
 }
 
 /// One connection: its peer checked before any message is read, then served on this
-/// thread until it ends; the datapath has its rings meanwhile.
-fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>) {
+/// thread until it ends; the datapath has its rings meanwhile. False if the peer was
+/// refused before it was served.
+fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>, quiet: &mut Quiet) -> bool {
     let me = crate::peer::euid();
     let peer = match crate::peer::peer_cred(&stream) {
         Ok(c) if c.uid == 0 || c.uid == me => c,
         Ok(c) => {
             shared.refused.fetch_add(1, Ordering::Relaxed);
-            warn!(
-                port = %name,
-                "vhost-user: refused a connection on {}: pid {} runs as uid {}, neither root nor the switch's user (uid {me})",
-                path.display(),
-                c.pid,
-                c.uid
-            );
-            return;
+            if let Some(more) = quiet.may(Event::Refused) {
+                warn!(
+                    port = %name,
+                    "vhost-user: refused a connection on {}: pid {} runs as uid {}, neither root nor the switch's user (uid {me}){more}",
+                    path.display(),
+                    c.pid,
+                    c.uid
+                );
+            }
+            return false;
         }
         Err(e) => {
             shared.refused.fetch_add(1, Ordering::Relaxed);
-            warn!(port = %name, "vhost-user: refused a connection on {}: its credentials could not be read: {e}", path.display());
-            return;
+            if let Some(more) = quiet.may(Event::Refused) {
+                warn!(port = %name, "vhost-user: refused a connection on {}: its credentials could not be read: {e}{more}", path.display());
+            }
+            return false;
         }
     };
+    // A reason left by the datapath after the last connection ended is not this one's.
+    shared.take_end();
     let handler = match NetHandler::new(shared.clone()) {
         Ok(h) => Arc::new(Mutex::new(h)),
         Err(e) => {
             warn!(port = %name, "vhost-user: {e}");
-            return;
+            return false;
         }
     };
-    let link = handler.lock().unwrap_or_else(|p| p.into_inner()).link();
+    let (link, faulted) = {
+        let h = handler.lock().unwrap_or_else(|p| p.into_inner());
+        (h.link(), h.faulted().clone())
+    };
     *shared.conn.lock().unwrap_or_else(|p| p.into_inner()) = stream.try_clone().ok();
     if shared.stop.load(Ordering::Acquire) {
         let _ = stream.shutdown(std::net::Shutdown::Both);
     }
     shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.set_state(format!("connected: pid {} (uid {})", peer.pid, peer.uid));
-    info!(port = %name, pid = peer.pid, "vhost-user: QEMU connected on {}", path.display());
+    if let Some(more) = quiet.may(Event::Connected) {
+        info!(port = %name, pid = peer.pid, "vhost-user: QEMU connected on {}{more}", path.display());
+    }
     shared.publish(Some(Arc::new(link)));
-    let inner = match crate::shim::start(stream, handler.clone(), name) {
+    let closer = stream.try_clone();
+    let (inner, relays) = match crate::shim::start(stream, handler.clone(), name) {
         Ok(s) => s,
         Err(e) => {
             warn!(port = %name, "vhost-user: {e}");
             shared.publish(None);
-            return;
+            shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+            return false;
         }
     };
     let mut req = BackendReqHandler::from_stream(inner, handler.clone());
@@ -203,16 +310,49 @@ fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shar
         if let Err(e) = req.handle_request() {
             break e;
         }
+        if faulted.load(Ordering::Acquire) {
+            break VuError::Disconnected;
+        }
     };
     shared.publish(None);
     shared.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
     handler.lock().unwrap_or_else(|p| p.into_inner()).stop_all();
-    match end {
-        VuError::Disconnected | VuError::PartialMessage => {
-            info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again")
-        }
-        e => {
-            info!(port = %name, "vhost-user: the connection ended ({e}); the port's link is down until QEMU connects again")
+    // The relays end with QEMU's socket; then nothing but this thread holds the device
+    // (without a handle on the socket they are left to end by themselves).
+    drop(req);
+    if let Ok(c) = closer {
+        let _ = c.shutdown(std::net::Shutdown::Both);
+        for r in relays {
+            let _ = r.join();
         }
     }
+    drop(handler);
+    crate::memory::sweep();
+    if faulted.load(Ordering::Acquire) {
+        shared.memory_faults.fetch_add(1, Ordering::Relaxed);
+        shared.end_with(
+            "a page of the guest's memory went away under the switch (QEMU's memory file shrank, a hole was punched in it, or huge pages ran out: give QEMU `prealloc=on` with huge pages)"
+                .to_string(),
+        );
+    }
+    let why = shared.take_end().or(match &end {
+        VuError::Disconnected | VuError::PartialMessage => None,
+        e => Some(e.to_string()),
+    });
+    match why {
+        None => {
+            if let Some(more) = quiet.may(Event::Ended) {
+                info!(port = %name, "vhost-user: QEMU disconnected; the port's link is down until it connects again{more}");
+            }
+        }
+        Some(why) => {
+            if let Some(more) = quiet.may(Event::Rejected) {
+                warn!(
+                    port = %name,
+                    "vhost-user: the connection ended: {why}; the port's link is down until QEMU connects again{more}"
+                );
+            }
+        }
+    }
+    true
 }

@@ -81,14 +81,19 @@ fn send(s: &UnixStream, m: &Msg) -> io::Result<()> {
     s2.write_all(&whole[n..])
 }
 
-/// Starts relaying between `qemu` and a new socket, which it returns for the dispatcher.
-pub(crate) fn start(qemu: UnixStream, handler: Arc<Mutex<NetHandler>>, name: &str) -> io::Result<UnixStream> {
+/// Starts relaying between `qemu` and a new socket, which it returns for the dispatcher,
+/// with the two relay threads (each ends when either socket does).
+pub(crate) fn start(
+    qemu: UnixStream,
+    handler: Arc<Mutex<NetHandler>>,
+    name: &str,
+) -> io::Result<(UnixStream, [std::thread::JoinHandle<()>; 2])> {
     let (inner, ours) = UnixStream::pair()?;
     let to_qemu = Arc::new(Mutex::new(qemu.try_clone()?));
     let (q_in, back) = (qemu, ours.try_clone()?);
     let replies = to_qemu.clone();
     // QEMU → dispatcher (SET_VRING_ENABLE answered here).
-    std::thread::Builder::new().name(format!("vhost-{name}-in")).spawn(move || {
+    let inbound = std::thread::Builder::new().name(format!("vhost-{name}-in")).spawn(move || {
         let _ = (|| -> io::Result<()> {
             while let Some(m) = recv(&q_in)? {
                 if m.request() == SET_VRING_ENABLE && m.body.len() >= 8 {
@@ -116,7 +121,7 @@ pub(crate) fn start(qemu: UnixStream, handler: Arc<Mutex<NetHandler>>, name: &st
         let _ = q_in.shutdown(std::net::Shutdown::Both);
     })?;
     // Dispatcher → QEMU: replies, whole.
-    std::thread::Builder::new().name(format!("vhost-{name}-out")).spawn(move || {
+    let outbound = std::thread::Builder::new().name(format!("vhost-{name}-out")).spawn(move || {
         let _ = (|| -> io::Result<()> {
             while let Some(m) = recv(&back)? {
                 send(&to_qemu.lock().unwrap_or_else(|p| p.into_inner()), &m)?;
@@ -126,5 +131,5 @@ pub(crate) fn start(qemu: UnixStream, handler: Arc<Mutex<NetHandler>>, name: &st
         let q = to_qemu.lock().unwrap_or_else(|p| p.into_inner());
         let _ = q.shutdown(std::net::Shutdown::Both);
     })?;
-    Ok(inner)
+    Ok((inner, [inbound, outbound]))
 }

@@ -649,3 +649,173 @@ fn tiny_receive_buffers_drop_the_frame_after_the_chain_bound() {
     send_until_sent(&mut p, &f);
     assert_eq!(recv_frame(&mut d), f);
 }
+
+/// Runs `f` on another thread and gives back what it returns; fails the test if it has not
+/// returned within 20 s (a bound to detect a hang, not a timing).
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what} has not returned after 20 s: a hang"),
+        Err(e) => panic!("{what} panicked ({e})"),
+    }
+}
+
+/// Waits (bounded) until the port has no connection any more.
+fn disconnected(p: &VhostUserPort) {
+    let until = Instant::now() + WAIT;
+    while p.shared().connected() {
+        assert!(Instant::now() < until, "the connection was not ended: {:?}", p.link_state());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The probe's hang: a pipe as a ring's call descriptor filled after 8,192 notifications,
+/// and the port's next write into it blocked the datapath. Only eventfds are taken: the
+/// message is refused, the connection ended with why, the port's calls keep returning, and
+/// a QEMU that behaves connects again.
+#[test]
+fn a_call_descriptor_that_is_no_eventfd_is_refused_and_never_blocks_the_port() {
+    use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+    let path = sock("callpipe");
+    let mut p = open("vm8", &path, Role::Server, true).unwrap();
+    // Without event indexes every chain the port returns signals the guest.
+    let mut d = Driver::connect(&path, !(1u64 << VIRTIO_RING_F_EVENT_IDX), WAIT).unwrap();
+    connected(&mut p);
+    let (_r, w) = std::io::pipe().unwrap();
+    // The frontend does not wait for an answer to this message: the refusal shows as the
+    // connection's end.
+    let _ = d.set_call_fd(true, w.into());
+    let (p, d, _) = within("9,000 frames through a pipe as the call descriptor", move || {
+        let (mut p, mut d) = (p, d);
+        let mut buf = vec![0u8; 70_000];
+        let mut sent = 0;
+        for i in 0..9000u32 {
+            sent += usize::from(d.send(&[0; 12], &frame(60, i as u8)).unwrap_or(false));
+            let _ = p.recv(&mut buf);
+        }
+        (p, d, sent)
+    });
+    disconnected(&p);
+    let why = p.shared().refusal().unwrap_or_default();
+    assert!(why.contains("call descriptor of ring 1 is not an eventfd") && why.contains("pipe:["), "{why}");
+    assert!(p.link_state().unwrap().contains("ended 1 connections for what the peer sent"), "{:?}", p.link_state());
+    drop(d);
+    let mut p = p;
+    let mut d = Driver::connect(&path, u64::MAX, WAIT).unwrap();
+    connected(&mut p);
+    crosses_to_switch(&mut p, &mut d, 1);
+}
+
+/// The probe's other hang: the peer cleared O_NONBLOCK on its kick eventfd (the same open
+/// file as the port's), and the port's next drain of an empty kick blocked. Kicks are read
+/// without waiting whatever their flags say, on both kinds of queue.
+#[test]
+fn kicks_the_peer_made_blocking_never_block_the_port() {
+    let (p, mut d) = hostile("kickblock");
+    d.make_kick_blocking(true).unwrap();
+    d.make_kick_blocking(false).unwrap();
+    let (p, r) = bounded(p, |p| {
+        let mut buf = vec![0u8; 70_000];
+        let rx = (0..3).map(|_| p.recv(&mut buf).map_err(|e| e.to_string())).collect::<Vec<_>>();
+        // No receive buffers: Full, after draining the receive queue's kick.
+        let tx = (0..3).map(|k| p.send(&out(&frame(100, k))).map_err(|e| e.to_string())).collect::<Vec<_>>();
+        (rx, tx)
+    });
+    assert!(r.0.iter().all(|r| matches!(r, Ok(None))), "{:?}", r.0);
+    assert!(r.1.iter().all(|r| matches!(r, Ok(TxOutcome::Full))), "{:?}", r.1);
+    // Blocking kicks still wake the port, and frames cross both ways.
+    let (p, d) = within("frames with blocking kicks", move || {
+        let (mut p, mut d) = (p, d);
+        crosses_to_switch(&mut p, &mut d, 2);
+        d.post_rx(4).unwrap();
+        let f = frame(500, 3);
+        send_until_sent(&mut p, &f);
+        assert_eq!(recv_frame(&mut d), f);
+        (p, d)
+    });
+    drop((p, d));
+}
+
+/// A call eventfd the peer made blocking and filled (it never reads it): the port does not
+/// write into it, counts the lost interrupt, and keeps serving.
+#[test]
+fn a_full_blocking_call_loses_the_interrupt_and_never_blocks_the_port() {
+    let (p, mut d) = hostile("callfull");
+    d.fill_call(true).unwrap();
+    let (p, d) = within("a frame whose call eventfd is full and blocking", move || {
+        let (mut p, mut d) = (p, d);
+        crosses_to_switch(&mut p, &mut d, 1);
+        crosses_to_switch(&mut p, &mut d, 2);
+        (p, d)
+    });
+    assert!(p.counts().lost_calls >= 1, "{:?}", p.counts());
+    assert!(p.link_state().unwrap().contains("interrupts lost to a full call eventfd"), "{:?}", p.link_state());
+    assert!(p.shared().connected(), "a full call only costs the guest its interrupts");
+    drop(d);
+}
+
+/// In client mode, a listener that takes each connection and closes it at once (a QEMU
+/// restarting, or something that is not QEMU) is not connected to again at once: the port
+/// backs off (100 ms doubling to 2 s) — a handful of attempts in 3 s, not thousands.
+#[test]
+fn in_client_mode_a_listener_that_closes_at_once_is_retried_with_backoff() {
+    use std::os::unix::net::UnixListener;
+    let path = sock("closer");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let p = open("vm9", &path, Role::Client, true).unwrap();
+    let (mut accepted, until) = (0, Instant::now() + Duration::from_secs(3));
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok((s, _)) => {
+                accepted += 1;
+                drop(s);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    assert!((2..=10).contains(&accepted), "{accepted} connections in 3 s");
+    drop(p);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The socket is made mode 0600 at its creation (under a file-creation mask), never by a
+/// change of mode by path afterwards, which would follow a link put in its place: no
+/// attribute change is seen on it.
+#[test]
+fn the_socket_is_created_owner_only_and_never_changed_by_path() {
+    let dir = std::env::temp_dir().join(format!("sluice-vhost-mode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // SAFETY: no flags; the descriptor is closed below.
+    let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
+    assert!(ino >= 0);
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+    assert!(unsafe { libc::inotify_add_watch(ino, c.as_ptr(), libc::IN_ATTRIB | libc::IN_CREATE) } >= 0);
+    let path = dir.join("vm.sock");
+    let p = open("vm10", &path, Role::Server, true).unwrap();
+    let mode = std::fs::metadata(&path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions())).unwrap();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut buf = [0u8; 4096];
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe { libc::read(ino, buf.as_mut_ptr().cast(), buf.len()) };
+    let (mut created, mut changed) = (0, 0);
+    let mut at = 0usize;
+    while n > 0 && at + 16 <= n as usize {
+        let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().unwrap());
+        let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+        created += usize::from(mask & libc::IN_CREATE != 0);
+        changed += usize::from(mask & libc::IN_ATTRIB != 0);
+        at += 16 + len;
+    }
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(ino) };
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!((created, changed), (1, 0), "the socket's mode was changed by path after it was made");
+}
