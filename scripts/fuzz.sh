@@ -60,12 +60,12 @@ plain=() names=()
 for t in "${targets[@]}"; do [ "$t" = smc ] || { plain+=(--bin "$t"); names+=("$t"); }; done
 if [ ${#plain[@]} -gt 0 ]; then
     echo "fuzz: building ${names[*]} (coverage, overflow checks)"
-    RUSTFLAGS="$COVERAGE" cargo +nightly build --quiet --release --target "$TRIPLE" \
+    RUSTFLAGS="$COVERAGE" cargo +nightly build --locked --quiet --release --target "$TRIPLE" \
         --target-dir target/plain "${plain[@]}"
 fi
 if want smc; then
     echo "fuzz: building smc (coverage, AddressSanitizer)"
-    RUSTFLAGS="$COVERAGE -Zsanitizer=address" cargo +nightly build --quiet --release --target "$TRIPLE" \
+    RUSTFLAGS="$COVERAGE -Zsanitizer=address" cargo +nightly build --locked --quiet --release --target "$TRIPLE" \
         --target-dir target/asan --no-default-features --bin smc
 fi
 

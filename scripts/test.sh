@@ -47,9 +47,9 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --release -- -D warnings
+cargo clippy --locked --workspace --all-targets --release -- -D warnings
 echo "== cargo test (release)"
-cargo test --workspace --release
+cargo test --locked --workspace --release
 # Every parser that faces the outside, 20 s per target (skipped, and said so, without a
 # nightly toolchain); the long runs are in docs/results/*-fuzz.md.
 echo "== fuzz (20 s per target)"

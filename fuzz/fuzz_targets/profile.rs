@@ -1,7 +1,9 @@
 //! Fuzzes the profile.xml reader: the input is the file's text (non-UTF-8 input is read
 //! lossily). Besides "never panics", it checks that whatever `parse` accepts, `to_xml` writes
 //! back as text `parse` reads to an equal profile, before and after the command-line
-//! overrides, and that every accepted profile keeps the documented invariants.
+//! overrides, that every accepted profile keeps the documented invariants, and that the
+//! per-connection scripts derived from it (what `sluice bench serve` runs for a client)
+//! stay within the server's bounds whatever the counts and iterations say.
 
 #![no_main]
 
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sluice_bench::profile::{FlowOpKind, MAX_SIZE, MAX_STRANDS, Profile, Repeat, parse};
+use sluice_bench::script::{MAX_GROUPS, MAX_STEPS, derive_all};
 
 /// A fixed environment: some names defined (one with markup and `$` in its value), the rest not.
 fn env(name: &str) -> Option<String> {
@@ -55,10 +58,22 @@ fn check_invariants(p: &Profile) {
     }
 }
 
+/// What the server would run for this profile: refused, or bounded in groups and steps
+/// (a count is a repeat, never expanded into steps).
+fn check_scripts(p: &Profile) {
+    if let Ok(scripts) = derive_all(p) {
+        assert!(scripts.len() <= MAX_GROUPS);
+        for s in &scripts {
+            assert!(s.segments.iter().map(|g| g.steps.len()).sum::<usize>() <= MAX_STEPS);
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let Ok(mut p) = parse(&text, "fuzz", &env) else { return };
     check_invariants(&p);
+    check_scripts(&p);
     round_trip(&p);
     p.set_remotehost("192.0.2.7");
     p.set_duration(Duration::from_millis(1500));

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::scratch;
+
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 /// A `sluice bench serve` on a free loopback port, killed on drop.
@@ -167,8 +170,7 @@ fn every_builtin_profile_runs_and_both_ends_agree() {
 }
 
 fn write_profile(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("bench-profiles");
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p

@@ -123,7 +123,7 @@ fn the_server_connects_back_across_the_switch_over_ipv6() {
     }
     let lab = Lab::up("acc6", &["--guests", "2"]);
     let _servers = serve_in(&[lab.ns(2)]);
-    let p = std::env::temp_dir().join(format!("{}.xml", unique("accept")));
+    let p = scratch("accept").join("accept.xml");
     std::fs::write(
         &p,
         r#"<profile name="accept-crr"><group nthreads="2"><transaction duration="2s">

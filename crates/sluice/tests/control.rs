@@ -161,9 +161,8 @@ fn the_demo_runs_end_to_end_and_leaves_nothing() {
         assert!(out.contains(step), "demo output lacks {step:?}:\n{out}");
     }
     // The shared-memory step: the bench's data connections (1 + 10) and its control
-    // connection all moved; the only others are closed before their server decided (the
-    // bench server wakes its own accept with a connection it closes at once). Other tests
-    // may count too, so at least.
+    // connection all moved; the only others are closed before their server decided. Other
+    // tests may count too, so at least.
     let line = out.lines().find(|l| l.contains("client connections moved to shared memory")).expect("the smc step");
     let n: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
     assert!(n.len() == 3 && n[0] + n[2] == n[1] && n[0] >= 12, "{line}");

@@ -72,7 +72,7 @@ both_datapaths! {
         let rss_before = daemon_rss_kb(&lab);
 
         // The checked transfer and iperf3, guest 1 to guest 2, while the torture runs.
-        let src = std::env::temp_dir().join(format!("sluice-tort-{}", lab.name));
+        let src = scratch(&format!("tort-{}", lab.name)).join("src");
         sh_ok(&format!("head -c 64000000 /dev/urandom > {}", src.display()));
         let want = sh_ok(&format!("sha256sum < {}", src.display()));
         let sink = ns_spawn(&lab.ns(2), "timeout 240 nc -l -N 5001 | sha256sum");

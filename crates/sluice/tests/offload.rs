@@ -14,7 +14,7 @@ both_datapaths! {
         }
         let mut lab = Lab::on(dp, "segm", &["--guests", "1"]);
         let (ns, tap) = lab.add_guest("slow", &["--no-offload"], Some("10.77.0.50"));
-        let pcap = std::env::temp_dir().join(format!("sluice-segm-{}.pcap", lab.name));
+        let pcap = scratch(&format!("segm-{}", lab.name)).join("segm.pcap");
         let cap = ns_spawn(
             &ns,
             &format!(

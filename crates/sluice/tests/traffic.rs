@@ -116,9 +116,7 @@ both_datapaths! {
 }
 
 fn tempdir(lab: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-data-{lab}"));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    scratch(&format!("data-{lab}"))
 }
 
 /// Five senders into one guest (an incast, seed 004's partition-aggregate pattern) through

@@ -39,8 +39,7 @@ impl Switch {
     fn with_vms(tag: &str, extra: &str, taps: usize, vms: usize, vm_extra: &str) -> Switch {
         init();
         let name = unique(tag);
-        let dir = std::env::temp_dir().join(format!("sluice-vhost-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch(&format!("vhost-{name}"));
         let mut cfg = format!("name = \"{name}\"\n{extra}\n");
         let mut guests = vec![];
         for k in 1..=taps {

@@ -86,8 +86,7 @@ fn vms_ping_a_namespace_guest_and_each_other_carry_100mb_intact_and_survive_rest
 
     // 100 MB from vm1 to the namespace guest: 1 MiB of random bytes handed to the VM, sent
     // 100 times; the namespace hashes what arrives.
-    let dir = std::env::temp_dir().join(format!("sluice-vm-{}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch(&format!("vm-{}", lab.name));
     let r = dir.join("r1m");
     sh_ok(&format!("head -c 1048576 /dev/urandom > {}", r.display()));
     vm_ok(&lab, "vm1", "nc -l -p 5002 > /tmp/r 2>/dev/null &");

@@ -133,12 +133,23 @@ fn read_batch(fd: RawFd, buf: &mut [u8], what: &str) {
     }
 }
 
+/// A fresh directory of this process's own (`mkdtemp`).
+fn mkdtemp(prefix: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut t = std::env::temp_dir().join(format!("{prefix}.XXXXXX")).into_os_string().into_vec();
+    t.push(0);
+    // SAFETY: `t` is a NUL-terminated template that mkdtemp rewrites in place.
+    let p = unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) };
+    assert!(!p.is_null(), "mkdtemp: {}", std::io::Error::last_os_error());
+    t.pop();
+    std::path::PathBuf::from(std::ffi::OsString::from_vec(t))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // (cargo test --benches lists; nothing to list)
     }
-    let dir = std::env::temp_dir().join(format!("sluice-bench-vhost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mkdtemp("sluice-bench-vhost");
     let path = dir.join("vm.sock");
     let mut port = open("bench", &path, Role::Server, true).expect("opening the vhost-user port");
     let mut d = Driver::connect(&path, u64::MAX, Duration::from_secs(5)).expect("connecting the driver");

@@ -388,8 +388,15 @@ mod tests {
     /// killing the process.
     #[test]
     fn a_file_shrunk_under_the_switch_reads_zeros_and_flags_the_connection() {
-        let dir = std::env::temp_dir().join(format!("sluice-memory-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = {
+            use std::os::unix::ffi::OsStringExt;
+            let mut t = std::env::temp_dir().join("sluice-memory.XXXXXX").into_os_string().into_vec();
+            t.push(0);
+            // SAFETY: `t` is a NUL-terminated template that mkdtemp rewrites in place.
+            assert!(!unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) }.is_null());
+            t.pop();
+            std::path::PathBuf::from(std::ffi::OsString::from_vec(t))
+        };
         let path = dir.join("guest");
         let file = File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

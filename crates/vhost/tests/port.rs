@@ -16,8 +16,31 @@ use sluice_wire::VNET_HDR_LEN;
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// This test process's own directory for sockets and files (`mkdtemp`: nobody else can
+/// have put anything there), removed at exit.
+fn tmp() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::ffi::OsStringExt;
+        let mut t = std::env::temp_dir().join("sluice-vhost-test.XXXXXX").into_os_string().into_vec();
+        t.push(0);
+        // SAFETY: `t` is a NUL-terminated template that mkdtemp rewrites in place.
+        let p = unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) };
+        assert!(!p.is_null(), "mkdtemp: {}", std::io::Error::last_os_error());
+        t.pop();
+        extern "C" fn remove() {
+            if let Some(d) = DIR.get() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        // SAFETY: registers a plain function without captures; it runs once at exit.
+        unsafe { libc::atexit(remove) };
+        PathBuf::from(std::ffi::OsString::from_vec(t))
+    })
+}
+
 fn sock(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("sluice-vhost-{tag}-{}.sock", std::process::id()))
+    tmp().join(format!("{tag}.sock"))
 }
 
 /// Waits (bounded) until the port's link is up with the features negotiated and the
@@ -789,7 +812,7 @@ fn in_client_mode_a_listener_that_closes_at_once_is_retried_with_backoff() {
 /// attribute change is seen on it.
 #[test]
 fn the_socket_is_created_owner_only_and_never_changed_by_path() {
-    let dir = std::env::temp_dir().join(format!("sluice-vhost-mode-{}", std::process::id()));
+    let dir = tmp().join("mode");
     std::fs::create_dir_all(&dir).unwrap();
     // SAFETY: no flags; the descriptor is closed below.
     let ino = unsafe { libc::inotify_init1(libc::IN_NONBLOCK) };
