@@ -112,6 +112,17 @@ struct Door {
     /// later has its announcement declined at once, so its client goes to TCP too
     /// instead of waiting for a decision.
     kept: HashMap<(SocketAddr, SocketAddr), (Instant, Reason)>,
+    /// Descriptors held for clients (associations, and what their announcements and
+    /// proofs brought), counted at each pump and added to as more come in it.
+    held: usize,
+}
+
+/// The most descriptors the door holds for its clients: a quarter of the process's limit
+/// (as it was when the door opened), so clients cannot take the descriptors the program
+/// needs for its own connections — a program that runs out cannot `accept` even plain TCP.
+fn budget() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| (sys::fd_limit() / 4).clamp(64, 65536) as usize)
 }
 
 /// Connections [`Door::kept`] remembers at most.
@@ -240,6 +251,7 @@ fn open(me: u32) -> Option<Door> {
         peers: HashMap::new(),
         penalized: HashMap::new(),
         kept: HashMap::new(),
+        held: 0,
     })
 }
 
@@ -338,6 +350,7 @@ impl Door {
     /// Takes in what waits at the door: new associations, then every message queued on
     /// those that have some; lets go of what went stale.
     fn pump(&mut self) {
+        self.held = self.peers.values().map(|p| 1 + 3 * p.announces.len() + p.proofs.len()).sum();
         let mut ready = [0u64; 64];
         let n = sys::epoll_ready(self.epfd, &mut ready, 0);
         for &fd in &ready[..n] {
@@ -378,7 +391,8 @@ impl Door {
                 return;
             }
             let cred = sys::peer_cred(c).map(|(_, cred)| cred);
-            let Some(cred) = cred.filter(|c| policy.allows(c) && self.peers.len() < MAX_PEERS) else {
+            let room = self.peers.len() < MAX_PEERS && self.held < budget();
+            let Some(cred) = cred.filter(|c| policy.allows(c) && room) else {
                 // (What it may have queued already is released off this thread.)
                 foreign::quiesce(c);
                 continue;
@@ -392,6 +406,7 @@ impl Door {
             let peer =
                 Peer { fd: c, cred, across: false, arenas: Vec::new(), announces: Vec::new(), proofs: Vec::new() };
             self.peers.insert(c, peer);
+            self.held += 1;
             // What it sent before we came (its first announcement, likely) is read now.
             if !self.read_peer(c) {
                 self.drop_peer(c);
@@ -440,7 +455,7 @@ impl Door {
                             }
                             let at = Instant::now();
                             let (arena_fd, bell, app_end) = (fds[0], fds[1], fds[2]);
-                            p.announces.push(Announce {
+                            let a = Announce {
                                 cookie,
                                 slot,
                                 generation,
@@ -451,7 +466,15 @@ impl Door {
                                 app_end,
                                 at,
                                 proof_follows: flags & sluice_smc::msg::PROOF_FOLLOWS != 0,
-                            });
+                            };
+                            if self.held >= budget() {
+                                // Declined at once: its client stays on TCP (and the server
+                                // counts the connection when it accepts it).
+                                drop_announce(a, Reason::NoMemory);
+                                continue;
+                            }
+                            self.held += 3;
+                            p.announces.push(a);
                         }
                         // Not an arena we can map (unsealed, of another length, not a memfd):
                         // the client sees its end of the pair close, and stays on TCP.
@@ -481,9 +504,15 @@ impl Door {
                         foreign::release(tcp);
                         continue;
                     }
+                    if self.held >= budget() {
+                        drop_announce(p.announces.remove(ai), Reason::NoMemory);
+                        foreign::release(tcp);
+                        continue;
+                    }
                     if p.proofs.len() >= MAX_PENDING {
                         foreign::release(p.proofs.remove(0).tcp);
                     }
+                    self.held += 1;
                     p.proofs.push(q);
                     if !p.across {
                         // From now on the watcher hears of this association's messages.
