@@ -764,6 +764,51 @@ fn a_decline_while_the_client_waits_is_not_reported_as_readable() {
     }
 }
 
+/// A server that declines every connection its clients already wrote into (and wait
+/// on) leaves each on TCP with its bytes intact, at 10 and 50 connections at once: each
+/// moves back to TCP once — by the client's own read or by another thread's `poll`,
+/// whichever finds the decline first; the other finds it done. (Both did: connections
+/// were counted twice, and a late move put the TCP socket over a descriptor number the
+/// program had closed and reused for its next connection, which then failed — "the
+/// server closed the connection mid-transaction", in every run. Moves racing a write into
+/// the ring, or a change to blocking mode, lost the bytes or left a blocking program's
+/// socket non-blocking.)
+#[test]
+fn declined_connections_fall_back_once_with_their_bytes_however_many_at_once() {
+    let p = Peers::new("declmany");
+    let port = port(18);
+    let _s = Killed(
+        std::process::Command::new(BIN)
+            .args(["smc", "run", "--", BIN, "bench", "serve", "--listen", "127.0.0.1", "--port", &port])
+            .env("SLUICE_RUN_DIR", &p.dir)
+            .env("SLUICE_SMC_FAULT", "server-decline")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port}"))));
+    let to = format!("127.0.0.1:{port}");
+    let o = std::process::Command::new(BIN)
+        .args(["smc", "run", "--", BIN, "bench", "run", "--to", &to, "-m", "crr-64x8k", "--conns", "10,50"])
+        .args(["--duration", "3", "--json"])
+        .env("SLUICE_RUN_DIR", &p.dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["counts_agree"], true, "{r}");
+        assert_eq!(r["client"]["connections"], r["client"]["transactions"], "{r}");
+    }
+    let st = p.stats();
+    let all = st["connections_client"].as_u64().unwrap();
+    assert!(all > 100, "{st}");
+    assert_eq!(st["smc_client"], 0, "{st}");
+    assert_eq!(fallbacks(&st, "fallback_client"), all, "each connection fell back once: {st}");
+    let declined = st["fallback_client"]["peer_declined"].as_u64().unwrap();
+    assert!(declined + st["fallback_client"]["closed_early"].as_u64().unwrap() == all, "{st}");
+}
+
 /// A reply written just before its writer closes is read whole, never cut short by the
 /// end of file (or reset) that follows it: `sluice bench`'s connect-request-response
 /// workload at 50 connections, the server writing 8 KB and closing at once, thousands of

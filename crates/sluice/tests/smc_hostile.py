@@ -45,6 +45,10 @@ hostile local user would:
       client in another namespace would (a proof to follow), connect with plain TCP, send
       BYTES bytes and wait for the server to end the connection, never sending the proof.
       Prints "<bytes> <sha256>" of each connection.
+  smc_hostile.py flood RUNDIR PORT COUNT SECONDS
+      Announce COUNT connections that never come to the sluice listener on PORT, as
+      fast as the door takes them — three descriptors each for the server to hold —
+      and print "flooded"; keep the association open for SECONDS.
   smc_hostile.py probe RUNDIR [PID…]
       As an unprivileged user: try to open every door (those listed, and those of the
       PIDs given), to add an entry to every shared directory, and to write or truncate
@@ -380,6 +384,23 @@ def liar(rundir, ip, port, count, nbytes):
         print("%d %s" % (nbytes, hashlib.sha256(data).hexdigest()), flush=True)
 
 
+def flood(rundir, port, count, seconds):
+    door = open_door(find_door(rundir, port))
+    fd, _ = arena()
+    for i in range(count):
+        mine, to_us, theirs, to_them = pairs()
+        # (A proof would follow: the door keeps reading this association as it comes.)
+        try:
+            socket.send_fds(door, [announce_msg(1000 + i, PROOF_FOLLOWS)], [fd, to_us.fileno(), theirs.fileno()])
+        except OSError:
+            break
+        finally:
+            for s in (mine, to_us, theirs, to_them):
+                s.close()
+    print("flooded", flush=True)
+    time.sleep(seconds)
+
+
 def probe(rundir, pids):
     def attempt(what, fn):
         try:
@@ -419,6 +440,8 @@ def main():
         server(a[1], a[2], int(a[3]), a[4], float(a[5]))
     elif a[0] == "liar":
         liar(a[1], a[2], int(a[3]), int(a[4]), int(a[5]))
+    elif a[0] == "flood":
+        flood(a[1], int(a[2]), int(a[3]), float(a[4]))
     elif a[0] == "probe":
         probe(a[1], a[2:])
     else:

@@ -530,6 +530,130 @@ fn files_planted_in_the_shared_directories_never_hang_the_admin_commands() {
     assert_eq!(st["smc_client"], 0, "the reset went past the FIFO: {st}");
 }
 
+/// A member who floods a server's side door with announcements of connections that never
+/// come gets a share of the server's descriptors, not all of them: the program still
+/// accepts its next connection. (The door took up to 512 announcements, three
+/// descriptors each, per association: the program ran out and its `accept` failed.)
+#[test]
+fn a_flood_of_announcements_leaves_the_server_its_descriptors() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("flood");
+    let port = port(38);
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg("--nofile=128:128").arg(BIN).args(["smc", "run", "--", "python3", PEER, "serve", &port, "sink"]);
+    let errors = p.dir.join("server-stderr");
+    cmd.env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::fs::File::create(&errors).unwrap());
+    let mut child = Killed(cmd.spawn().unwrap());
+    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let first = {
+        use std::io::BufRead;
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        l
+    };
+    let why = || std::fs::read_to_string(&errors).unwrap_or_default();
+    assert_eq!(first.trim(), "listening", "the server did not start: {}", why());
+    let pid = child.0.id();
+    let server = Server { child, out };
+    let mut flood = spawn(hostile(&p, None, &["flood", &port, "300", "30"]));
+    let said = {
+        use std::io::BufRead;
+        let mut l = String::new();
+        std::io::BufReader::new(flood.stdout.as_mut().unwrap()).read_line(&mut l).unwrap();
+        l
+    };
+    assert_eq!(said.trim(), "flooded");
+    let held = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    // The door has taken in what it will (it reads the association as messages come).
+    let mut last = 0;
+    assert!(
+        wait_for(10, || {
+            let now = held();
+            let settled = now == last && now > 40;
+            last = now;
+            settled
+        }),
+        "the server's descriptors: {}",
+        held()
+    );
+    assert!(held() < 110, "the door left the program room: {} of 128 descriptors in use", held());
+    let sent = p.run(false, &["connect", "127.0.0.1", &port, "source:100000"]);
+    assert_eq!(server.output(), sent, "the server accepted and read its next connection");
+    let _ = flood.kill();
+    let _ = flood.wait();
+}
+
+/// Listener entries are anyone's to write: thousands of them for one address cost a
+/// `connect` a few looks, not a look (and a door) each — and the real listener still gets
+/// its connection on shared memory. (Each `connect` read and checked every entry — a
+/// `kill(2)` each, twice — and tried the door of every one.)
+#[test]
+fn planted_listener_entries_cost_a_connect_a_few_looks() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("entries");
+    let port = port(39);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
+    // Entries for the server's address claiming another namespace, each naming a live
+    // process (init) that has no door.
+    let listen = p.dir.join("smc/listen");
+    for n in 0..3000 {
+        std::fs::write(listen.join(format!("127.0.0.1_{port}.{}.1", 1000 + n)), "r=65536 rmax=65536\n").unwrap();
+    }
+    let trace = p.dir.join("strace");
+    let mut c = std::process::Command::new("strace");
+    c.args(["-f", "-c", "-e", "trace=kill", "-o"]).arg(&trace).arg(BIN);
+    c.args(["smc", "run", "--", "python3", PEER, "connect", "127.0.0.1", &port, "source:100000"]);
+    c.env("SLUICE_RUN_DIR", &p.dir).stdin(std::process::Stdio::null());
+    let sent = p.run_cmd(c);
+    assert_eq!(server.output(), sent);
+    let summary = std::fs::read_to_string(&trace).unwrap();
+    let kills: u64 = summary
+        .lines()
+        .find(|l| l.trim_end().ends_with(" kill"))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+        .unwrap_or(0);
+    assert!(kills < 200, "the client looked at {kills} entries:\n{summary}");
+    let st = p.stats();
+    assert_eq!(st["smc_client"], 1, "the real listener was found: {st}");
+}
+
+/// Each user's programs count into a file of that user's, which the user can also write
+/// by hand: a member can misstate their own counts, never another's. The totals only add
+/// (a file of 2^64 − 7 cancelled another user's 7 when the sum wrapped), and every count is
+/// shown by user too.
+#[test]
+fn a_members_statistics_file_can_misstate_only_its_own_counts() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("forged");
+    sluice_ok_in(&p, &["smc", "setup"]);
+    let stats = p.dir.join("smc/stats");
+    let segment = |connections: u64| {
+        let mut b = vec![0u8; 4096];
+        b[..8].copy_from_slice(&sluice_smc::stats::MAGIC.to_le_bytes());
+        let i = sluice_smc::stats::counter_index(sluice_smc::stats::Counter::ConnsClient);
+        b[8 * i..8 * i + 8].copy_from_slice(&connections.to_le_bytes());
+        b
+    };
+    std::fs::write(stats.join("0"), segment(7)).unwrap();
+    let forged = stats.join(NOBODY.to_string());
+    std::fs::write(&forged, segment(0u64.wrapping_sub(7))).unwrap();
+    std::os::unix::fs::chown(&forged, Some(NOBODY), None).unwrap();
+    let st = p.stats();
+    assert_eq!(st["users"]["0"]["connections_client"], 7, "{st}");
+    assert_eq!(st["users"][NOBODY.to_string()]["connections_client"], 0u64.wrapping_sub(7), "{st}");
+    assert_eq!(st["connections_client"], u64::MAX, "the forged file added, saturating; it took nothing: {st}");
+    let o = std::process::Command::new(BIN).args(["smc", "stats"]).env("SLUICE_RUN_DIR", &p.dir).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("root (uid 0)") && text.contains("uid 65534"), "{text}");
+}
+
 /// A small tmpfs mounted over a directory, unmounted on drop.
 struct Mounted(std::path::PathBuf);
 

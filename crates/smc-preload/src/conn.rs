@@ -249,6 +249,11 @@ pub struct Conn {
     regs: std::sync::Mutex<Vec<(c_int, [u8; 16])>>,
     /// When the connection was made (a pending one is given up on after [`DECISION_MS`]).
     born: std::time::Instant,
+    /// A pending client's ring handed over to TCP: true once what the program wrote into
+    /// it went onto the TCP socket (crate::pending), after which it takes no more bytes.
+    /// Held while writing into a pending connection's ring and while handing it over, so
+    /// no byte is written after the replay that would have carried it.
+    pub handover: std::sync::Mutex<bool>,
 }
 
 /// The outcome of an I/O call: bytes, or an errno.
@@ -404,6 +409,7 @@ impl Conn {
             abandoned: std::sync::atomic::AtomicU8::new(0),
             regs: std::sync::Mutex::new(Vec::new()),
             born: std::time::Instant::now(),
+            handover: std::sync::Mutex::new(false),
         })
     }
 
@@ -467,11 +473,6 @@ impl Conn {
         if let (1 | 3, Some(ev)) = (op, event) {
             r.push((epfd, ev));
         }
-    }
-
-    /// The program's epoll registrations of the pending descriptor, as they stand.
-    pub fn regs(&self) -> Vec<(c_int, [u8; 16])> {
-        self.regs.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The epoll registrations to make again on the TCP socket.
@@ -912,6 +913,12 @@ impl Conn {
             let p = if room == 0 {
                 Push::default()
             } else {
+                // While pending, another thread may hand the ring over to TCP at any
+                // moment (its server declined): bytes go in only before that.
+                let handover = self.is_pending().then(|| self.handover.lock().unwrap_or_else(|p| p.into_inner()));
+                if handover.as_ref().is_some_and(|h| **h) {
+                    return if off > 0 { Ok(off) } else { Err(FELL_BACK) };
+                }
                 match src.push_into(&self.tx, room) {
                     Ok(p) if p.n == 0 => return Ok(off),
                     Ok(p) => p,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use sluice_smc::access::{self, Cred};
 use sluice_smc::msg::{Msg, Reason};
-use sluice_smc::slot::{Geometry, State};
+use sluice_smc::slot::{self, Geometry, State};
 
 use crate::arena::Arena;
 use crate::{diag, foreign, registry, sys};
@@ -57,9 +57,33 @@ struct Proof {
     /// The passed socket's own cookie (not what the message claimed).
     cookie: u64,
     tcp: c_int,
-    /// The passed socket's (local, peer) addresses, asked once when needed.
-    addrs: Option<Option<(SocketAddr, SocketAddr)>>,
+    /// The passed socket's own address (it has one from its SYN on).
+    local: Option<SocketAddr>,
+    /// The address it is connected to: asked when needed, kept once known. (Not before:
+    /// a socket whose SYN is still on its way — a slow path, a busy switch — has none
+    /// yet, and a lookup that failed then must not stand for the connection it becomes.)
+    peer: Option<SocketAddr>,
     at: Instant,
+}
+
+impl Proof {
+    fn new(cookie: u64, tcp: c_int) -> Proof {
+        Proof { cookie, tcp, local: sys::sock_addr(tcp, false), peer: None, at: Instant::now() }
+    }
+
+    /// Whether the passed socket is the client end of the connection from `client` to
+    /// `server` (compared by its own address first: no system call for the others).
+    fn is_of(&mut self, client: SocketAddr, server: SocketAddr) -> bool {
+        self.local == Some(client) && self.peer() == Some(server)
+    }
+
+    /// The address the passed socket is connected to, once it is.
+    fn peer(&mut self) -> Option<SocketAddr> {
+        if self.peer.is_none() {
+            self.peer = sys::sock_addr(self.tcp, true);
+        }
+        self.peer
+    }
 }
 
 /// One client process's association.
@@ -83,7 +107,26 @@ struct Door {
     peers: HashMap<c_int, Peer>,
     /// Users whose announcements lapsed while `accept` waited, and when.
     penalized: HashMap<u32, Instant>,
+    /// Connections from clients in other namespaces that `accept` kept on TCP without a
+    /// proposal — (client, server) addresses, when, and why: a proof of one that comes
+    /// later has its announcement declined at once, so its client goes to TCP too
+    /// instead of waiting for a decision.
+    kept: HashMap<(SocketAddr, SocketAddr), (Instant, Reason)>,
+    /// Descriptors held for clients (associations, and what their announcements and
+    /// proofs brought), counted at each pump and added to as more come in it.
+    held: usize,
 }
+
+/// The most descriptors the door holds for its clients: a quarter of the process's limit
+/// (as it was when the door opened), so clients cannot take the descriptors the program
+/// needs for its own connections — a program that runs out cannot `accept` even plain TCP.
+fn budget() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| (sys::fd_limit() / 4).clamp(64, 65536) as usize)
+}
+
+/// Connections [`Door::kept`] remembers at most.
+const MAX_KEPT: usize = 4096;
 
 static DOOR: Mutex<Option<Door>> = Mutex::new(None);
 
@@ -200,12 +243,26 @@ fn open(me: u32) -> Option<Door> {
         let _ = std::fs::remove_file(&path);
         return None;
     }
-    Some(Door { pid: me, listen, epfd, watch_epfd, peers: HashMap::new(), penalized: HashMap::new() })
+    Some(Door {
+        pid: me,
+        listen,
+        epfd,
+        watch_epfd,
+        peers: HashMap::new(),
+        penalized: HashMap::new(),
+        kept: HashMap::new(),
+        held: 0,
+    })
 }
 
 /// How long a proof may wait for its connection to show up in this namespace before the
 /// watcher declines it (the proof outruns the SYN through a switch by microseconds).
 const UNSEEN_MS: u64 = 100;
+
+/// `TCP_INFO`'s state of a socket whose SYN is out and not yet answered.
+const TCP_SYN_SENT: u8 = 2;
+/// `TCP_INFO`'s state of a connected socket.
+const TCP_ESTABLISHED: u8 = 1;
 
 /// The door's watcher: a thread that looks after clients in other namespaces, whose
 /// proposals may name connections that never reach this process (a listener of the same
@@ -240,21 +297,6 @@ fn watch(me: u32, watch_epfd: c_int) {
 }
 
 impl Door {
-    /// Declines the announcements across namespaces of user `uid` whose proofs have not
-    /// come (one of them may be the connection `accept` just kept on TCP).
-    fn decline_unproven(&mut self, uid: u32) {
-        for p in self.peers.values_mut().filter(|p| p.cred.uid == uid && p.across) {
-            let proofs: Vec<u64> = p.proofs.iter().map(|q| q.cookie).collect();
-            let (keep, lapsed): (Vec<Announce>, Vec<Announce>) = std::mem::take(&mut p.announces)
-                .into_iter()
-                .partition(|a| !a.proof_follows || proofs.contains(&a.cookie));
-            p.announces = keep;
-            for a in lapsed {
-                drop_announce(a, Reason::Timeout);
-            }
-        }
-    }
-
     /// Declines the proposals whose proofs name connections this namespace does not have
     /// (after [`UNSEEN_MS`]: the SYN may still be on its way).
     fn decline_unseen(&mut self) {
@@ -267,11 +309,14 @@ impl Door {
                     i += 1;
                     continue;
                 }
-                let addrs =
-                    *q.addrs.get_or_insert_with(|| sys::sock_addr(q.tcp, false).zip(sys::sock_addr(q.tcp, true)));
-                // The server end of the connection, as this namespace would hold it.
-                let here = addrs.and_then(|(client, server)| diag::with(|d| d.connection(server, client)));
-                if here.is_some() {
+                let here = match (q.local, q.peer()) {
+                    // The server end of the connection, as this namespace would hold it.
+                    (Some(client), Some(server)) => diag::with(|d| d.connection(server, client)).is_some(),
+                    // Its SYN not answered yet (a slow path): not known to be elsewhere; it
+                    // goes when it is, or stale.
+                    _ => sys::tcp_state(q.tcp) == Some(TCP_SYN_SENT),
+                };
+                if here {
                     i += 1;
                     continue;
                 }
@@ -305,6 +350,7 @@ impl Door {
     /// Takes in what waits at the door: new associations, then every message queued on
     /// those that have some; lets go of what went stale.
     fn pump(&mut self) {
+        self.held = self.peers.values().map(|p| 1 + 3 * p.announces.len() + p.proofs.len()).sum();
         let mut ready = [0u64; 64];
         let n = sys::epoll_ready(self.epfd, &mut ready, 0);
         for &fd in &ready[..n] {
@@ -345,7 +391,8 @@ impl Door {
                 return;
             }
             let cred = sys::peer_cred(c).map(|(_, cred)| cred);
-            let Some(cred) = cred.filter(|c| policy.allows(c) && self.peers.len() < MAX_PEERS) else {
+            let room = self.peers.len() < MAX_PEERS && self.held < budget();
+            let Some(cred) = cred.filter(|c| policy.allows(c) && room) else {
                 // (What it may have queued already is released off this thread.)
                 foreign::quiesce(c);
                 continue;
@@ -359,6 +406,7 @@ impl Door {
             let peer =
                 Peer { fd: c, cred, across: false, arenas: Vec::new(), announces: Vec::new(), proofs: Vec::new() };
             self.peers.insert(c, peer);
+            self.held += 1;
             // What it sent before we came (its first announcement, likely) is read now.
             if !self.read_peer(c) {
                 self.drop_peer(c);
@@ -407,7 +455,7 @@ impl Door {
                             }
                             let at = Instant::now();
                             let (arena_fd, bell, app_end) = (fds[0], fds[1], fds[2]);
-                            p.announces.push(Announce {
+                            let a = Announce {
                                 cookie,
                                 slot,
                                 generation,
@@ -418,7 +466,15 @@ impl Door {
                                 app_end,
                                 at,
                                 proof_follows: flags & sluice_smc::msg::PROOF_FOLLOWS != 0,
-                            });
+                            };
+                            if self.held >= budget() {
+                                // Declined at once: its client stays on TCP (and the server
+                                // counts the connection when it accepts it).
+                                drop_announce(a, Reason::NoMemory);
+                                continue;
+                            }
+                            self.held += 3;
+                            p.announces.push(a);
                         }
                         // Not an arena we can map (unsealed, of another length, not a memfd):
                         // the client sees its end of the pair close, and stays on TCP.
@@ -430,14 +486,34 @@ impl Door {
                 }
                 Ok(Msg::Proof { cookie }) if fds.len() == 1 => {
                     let tcp = fds[0];
-                    if sys::cookie(tcp) != Some(cookie) || !crate::is_tcp(tcp) {
+                    // A proof comes after its announcement (one socket, in order): without
+                    // one it proves nothing any more (declined, or taken) and is let go —
+                    // kept, it would hold the client's socket open after its client closed.
+                    let announced = p.announces.iter().position(|a| a.cookie == cookie);
+                    let (Some(ai), true) = (announced, sys::cookie(tcp) == Some(cookie) && crate::is_tcp(tcp)) else {
+                        foreign::release(tcp);
+                        continue;
+                    };
+                    let mut q = Proof::new(cookie, tcp);
+                    // Its connection came to `accept` before it did, and stayed on TCP there.
+                    if !self.kept.is_empty()
+                        && let (Some(client), Some(server)) = (q.local, q.peer())
+                        && let Some((_, why)) = self.kept.remove(&(client, server))
+                    {
+                        drop_announce(p.announces.remove(ai), why);
+                        foreign::release(tcp);
+                        continue;
+                    }
+                    if self.held >= budget() {
+                        drop_announce(p.announces.remove(ai), Reason::NoMemory);
                         foreign::release(tcp);
                         continue;
                     }
                     if p.proofs.len() >= MAX_PENDING {
                         foreign::release(p.proofs.remove(0).tcp);
                     }
-                    p.proofs.push(Proof { cookie, tcp, addrs: None, at: Instant::now() });
+                    self.held += 1;
+                    p.proofs.push(q);
                     if !p.across {
                         // From now on the watcher hears of this association's messages.
                         p.across = true;
@@ -486,9 +562,7 @@ impl Door {
         }
         for (&fd, p) in self.peers.iter_mut() {
             for (qi, q) in p.proofs.iter_mut().enumerate() {
-                let addrs =
-                    *q.addrs.get_or_insert_with(|| sys::sock_addr(q.tcp, false).zip(sys::sock_addr(q.tcp, true)));
-                if addrs == Some((peer, local)) {
+                if q.is_of(peer, local) {
                     let cookie = q.cookie;
                     return match p.announces.iter().position(|a| a.cookie == cookie) {
                         Some(ai) => Found::Both { peer: fd, ai, qi: Some(qi), exact: false },
@@ -497,21 +571,57 @@ impl Door {
                 }
             }
         }
-        // Across namespaces an announcement cannot be told to be this connection's until
-        // its proof comes: a fresh one without a proof may be.
+        Found::Nothing
+    }
+
+    /// The announcements that may be the connection `accept` has just taken, from a
+    /// client in another namespace, when its proof is not here: those across namespaces
+    /// made lately (before its SYN, so they are here already), still open, without a
+    /// proof yet — by association and cookie.
+    fn candidates(&self) -> Vec<(c_int, u64)> {
         let now = Instant::now();
-        for p in self.peers.values() {
-            let proven = |c: u64| p.proofs.iter().any(|q| q.cookie == c);
-            // (Fresh for twice the wait, so one `accept` waiting on it sees it lapse.)
-            if p.announces.iter().any(|a| {
-                a.proof_follows
-                    && now.duration_since(a.at) < Duration::from_millis(2 * PROOF_WAIT_MS)
-                    && !proven(a.cookie)
-            }) {
-                return Found::Announced(p.cred.uid);
+        let mut c = Vec::new();
+        for (&fd, p) in &self.peers {
+            for a in &p.announces {
+                // (Fresh for twice the wait, so one `accept` waiting on it sees it lapse.)
+                let fresh = now.duration_since(a.at) < Duration::from_millis(2 * PROOF_WAIT_MS);
+                if a.proof_follows && fresh && a.open() && !p.proofs.iter().any(|q| q.cookie == a.cookie) {
+                    c.push((fd, a.cookie));
+                }
             }
         }
-        Found::Nothing
+        c
+    }
+
+    /// The user of candidate `(fd, cookie)` while it still waits for its proof.
+    fn unproven(&self, (fd, cookie): (c_int, u64)) -> Option<u32> {
+        let p = self.peers.get(&fd)?;
+        let open = p.announces.iter().any(|a| a.cookie == cookie && a.open());
+        (open && !p.proofs.iter().any(|q| q.cookie == cookie)).then_some(p.cred.uid)
+    }
+
+    /// Remembers a connection from a client in another namespace that `accept` kept on
+    /// TCP (for `why`) without finding its proposal: [`Door::kept`].
+    fn keep(&mut self, client: SocketAddr, server: SocketAddr, why: Reason) {
+        let now = Instant::now();
+        if self.kept.len() >= MAX_KEPT {
+            self.kept.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_millis(STALE_MS));
+        }
+        if self.kept.len() >= MAX_KEPT {
+            // Still full of fresh ones: the oldest goes (its proof, if it ever comes, waits
+            // to go stale instead).
+            if let Some(k) = self.kept.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k) {
+                self.kept.remove(&k);
+            }
+        }
+        self.kept.insert((client, server), (now, why));
+    }
+}
+
+impl Announce {
+    /// Whether its client still waits for a decision (it abandons one it could not prove).
+    fn open(&self) -> bool {
+        self.arena.control(self.slot).is_some_and(|c| c.word() == slot::pack(self.generation, State::Proposed, 0))
     }
 }
 
@@ -523,8 +633,6 @@ enum Found {
         qi: Option<usize>,
         exact: bool,
     },
-    /// An announcement that may be this connection's, its proof not here yet (its user).
-    Announced(u32),
     /// Only announcements by another user than the one whose socket it is.
     Liar,
     Nothing,
@@ -564,9 +672,10 @@ fn drop_announce(a: Announce, reason: Reason) {
 
 /// The proposal for the connection just accepted (local address `local`, peer `peer`),
 /// proven: the connection's client socket in hand, its user allowed. Waits (at most
-/// [`PROOF_WAIT_MS`]) only for the proof of an announcement that may be this
+/// [`PROOF_WAIT_MS`]) only for the proofs of announcements that may be this
 /// connection's; a user whose announcement lapsed that way is not waited for during
-/// [`PENALTY_MS`].
+/// [`PENALTY_MS`]. A connection from another namespace kept on TCP is remembered, so
+/// that its client, if its proof comes later, learns it at once ([`Door::kept`]).
 pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
     let mut g = DOOR.lock().unwrap_or_else(|p| p.into_inner());
     let me = sys::pid();
@@ -574,65 +683,82 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
     door.pump();
     // The client end, if it is in this namespace.
     let end = diag::with(|d| d.connection(peer, local)).map(|f| (f.cookie, f.uid));
-    let start = Instant::now();
-    let deadline = start + Duration::from_millis(PROOF_WAIT_MS);
-    loop {
-        match door.find(end, local, peer) {
-            Found::Both { peer: pfd, ai, qi, exact } => {
-                let p = door.peers.get_mut(&pfd).ok_or(Reason::Protocol)?;
-                let a = p.announces.remove(ai);
-                let q = qi.map(|qi| p.proofs.remove(qi));
-                let cred = p.cred.clone();
-                let t = Taken {
-                    arena: a.arena,
-                    arena_fd: a.arena_fd,
-                    slot: a.slot,
-                    generation: a.generation,
-                    pid: a.pid,
-                    bell: a.bell,
-                    app_end: a.app_end,
-                };
-                // Across namespaces the addresses matched; the socket must also be a
-                // connection, not a socket merely bound and connected elsewhere before.
-                let established = exact || q.as_ref().is_some_and(|q| sys::tcp_state(q.tcp) == Some(1));
-                if let Some(q) = q {
-                    foreign::release(q.tcp);
-                }
-                let policy = registry::policy();
-                if !established {
-                    t.decline(Reason::Unproven);
-                    return Err(Reason::Unproven);
-                }
-                if !policy.is_some_and(|p| p.peer_allowed(&cred, sys::euid(), exact)) {
-                    t.decline(Reason::NotAllowed);
-                    return Err(Reason::NotAllowed);
-                }
-                return Ok(t);
+    let r = door.take(end, local, peer);
+    if let (None, Err(why)) = (end, &r)
+        && matches!(why, Reason::NoProposal | Reason::Timeout | Reason::Penalized)
+    {
+        door.keep(peer, local, *why);
+    }
+    r
+}
+
+impl Door {
+    /// [`take`], the door pumped and the client end looked up.
+    fn take(&mut self, end: Option<(u64, u32)>, local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
+        // Across namespaces: which announcements to wait for, if the proof is not here.
+        // Those made since this connection's SYN cannot be its own, so they are fixed now.
+        let candidates = if end.is_none() { self.candidates() } else { Vec::new() };
+        let deadline = Instant::now() + Duration::from_millis(PROOF_WAIT_MS);
+        loop {
+            match self.find(end, local, peer) {
+                Found::Both { peer: pfd, ai, qi, exact } => return self.proven(pfd, ai, qi, exact),
+                Found::Liar => return Err(Reason::Unproven),
+                Found::Nothing => {}
             }
-            Found::Announced(uid) => {
-                let now = Instant::now();
-                if door.penalized.get(&uid).is_some_and(|t| now.duration_since(*t) < Duration::from_millis(PENALTY_MS))
-                {
-                    // Not waited for — and its unproven announcements are declined, so a
-                    // client whose connection this is (it cannot be told) stays on TCP at
-                    // once instead of waiting for a decision.
-                    door.decline_unproven(uid);
-                    return Err(Reason::Penalized);
-                }
-                if now >= deadline {
-                    door.penalized.retain(|_, t| now.duration_since(*t) < Duration::from_millis(PENALTY_MS));
-                    door.penalized.insert(uid, now);
-                    door.decline_unproven(uid);
-                    return Err(Reason::Timeout);
-                }
-                let left = deadline.saturating_duration_since(now).as_millis().clamp(1, 5) as i32;
-                let mut ready = [0u64; 1];
-                sys::epoll_ready(door.epfd, &mut ready, left);
-                door.pump();
+            let now = Instant::now();
+            let penalty = Duration::from_millis(PENALTY_MS);
+            let waiting: Vec<u32> = candidates.iter().filter_map(|&c| self.unproven(c)).collect();
+            let (punished, owed): (Vec<u32>, Vec<u32>) = waiting
+                .iter()
+                .partition(|uid| self.penalized.get(uid).is_some_and(|t| now.duration_since(*t) < penalty));
+            if owed.is_empty() {
+                return Err(if punished.is_empty() { Reason::NoProposal } else { Reason::Penalized });
             }
-            Found::Liar => return Err(Reason::Unproven),
-            Found::Nothing => return Err(Reason::NoProposal),
+            if now >= deadline {
+                self.penalized.retain(|_, t| now.duration_since(*t) < penalty);
+                for uid in owed {
+                    self.penalized.insert(uid, now);
+                }
+                return Err(Reason::Timeout);
+            }
+            let left = deadline.saturating_duration_since(now).as_millis().clamp(1, 5) as i32;
+            let mut ready = [0u64; 1];
+            sys::epoll_ready(self.epfd, &mut ready, left);
+            self.pump();
         }
+    }
+
+    /// The proposal [`Door::find`] found (announcement `ai` of association `pfd`, with
+    /// proof `qi` across namespaces), checked: the connection's, and its user allowed.
+    fn proven(&mut self, pfd: c_int, ai: usize, qi: Option<usize>, exact: bool) -> Result<Taken, Reason> {
+        let p = self.peers.get_mut(&pfd).ok_or(Reason::Protocol)?;
+        let a = p.announces.remove(ai);
+        let q = qi.map(|qi| p.proofs.remove(qi));
+        let cred = p.cred.clone();
+        let t = Taken {
+            arena: a.arena,
+            arena_fd: a.arena_fd,
+            slot: a.slot,
+            generation: a.generation,
+            pid: a.pid,
+            bell: a.bell,
+            app_end: a.app_end,
+        };
+        // Across namespaces the addresses matched; the socket must also be a connection,
+        // not a socket merely bound and connected elsewhere before.
+        let established = exact || q.as_ref().is_some_and(|q| sys::tcp_state(q.tcp) == Some(TCP_ESTABLISHED));
+        if let Some(q) = q {
+            foreign::release(q.tcp);
+        }
+        if !established {
+            t.decline(Reason::Unproven);
+            return Err(Reason::Unproven);
+        }
+        if !registry::policy().is_some_and(|p| p.peer_allowed(&cred, sys::euid(), exact)) {
+            t.decline(Reason::NotAllowed);
+            return Err(Reason::NotAllowed);
+        }
+        Ok(t)
     }
 }
 
@@ -652,4 +778,46 @@ pub fn child_arena(fd: c_int, geometry: Geometry) -> Result<Arc<Arena>, Reason> 
     let a = Arc::new(a?);
     c.push(Arc::downgrade(&a));
     Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `struct sockaddr_in` for `a`.
+    fn sockaddr_in(a: std::net::SocketAddrV4) -> [u8; 16] {
+        let mut sa = [0u8; 16];
+        sa[..2].copy_from_slice(&(sys::AF_INET as u16).to_ne_bytes());
+        sa[2..4].copy_from_slice(&a.port().to_be_bytes());
+        sa[4..8].copy_from_slice(&a.ip().octets());
+        sa
+    }
+
+    /// A client in another namespace sends its proof right after its SYN; through a busy
+    /// switch the SYN can take long enough for another connection's `accept` to look at
+    /// the proof first, while the socket has its own address and no peer yet. The proof
+    /// must still match its connection once that completes. (The first build remembered
+    /// the failed lookup: the proof never matched, its connection stayed on TCP and its
+    /// client waited for a decline — thousands of times a second under load.)
+    #[test]
+    fn a_proof_looked_at_before_its_socket_connected_matches_the_connection_it_becomes() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let std::net::SocketAddr::V4(server4) = server else { unreachable!() };
+        // SAFETY: a plain socket call; the descriptor is closed below.
+        let fd = unsafe { crate::real::socket(sys::AF_INET, sys::SOCK_STREAM, 0) };
+        assert!(fd >= 0);
+        let here = sockaddr_in("127.0.0.1:0".parse().unwrap());
+        // SAFETY: a complete sockaddr_in.
+        assert_eq!(unsafe { crate::real::bind(fd, here.as_ptr().cast(), 16) }, 0);
+        let mut q = Proof::new(7, fd);
+        let client = q.local.expect("a bound socket has its own address");
+        assert!(!q.is_of(client, server), "no connection yet");
+        let to = sockaddr_in(server4);
+        // SAFETY: a complete sockaddr_in.
+        assert_eq!(unsafe { crate::real::connect(fd, to.as_ptr().cast(), 16) }, 0);
+        assert!(q.is_of(client, server), "the proof, looked at again, names its connection");
+        assert!(!q.is_of(client, "127.0.0.1:1".parse().unwrap()), "and no other");
+        sys::close(fd);
+    }
 }

@@ -83,9 +83,13 @@ pub struct Proposal {
 }
 
 impl Proposal {
-    /// Lets the proposal go (the connection stays on TCP; the server lets go of the slot
-    /// when it finds no connection for it).
+    /// Lets the proposal go: given up on in the slot's word, so the server neither
+    /// commits it nor waits for its proof (the connection stays on TCP; the server lets
+    /// go of the slot when it finds no connection for it).
     pub fn abandon(self) {
+        if let Some(c) = self.lease.arena.control(self.lease.slot) {
+            c.decide(self.lease.generation, State::Abandoned, 0);
+        }
         sys::close(self.app_end);
         sys::close(self.peer_bell);
     }

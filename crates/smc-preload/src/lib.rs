@@ -216,13 +216,37 @@ fn forget(fd: c_int, open: bool) {
     }
 }
 
-/// Forgets descriptor `fd` without ending its connection (it went back to TCP:
-/// crate::pending).
-pub(crate) fn forget_quietly(fd: c_int) {
-    if marked(fd) {
-        MARK[fd as usize].store(false, Ordering::Release);
-        drop(SLOTS[fd as usize].lock().unwrap_or_else(|p| p.into_inner()).take());
+/// Runs `f` while descriptor `fd` names connection `c`, holding the descriptor's lock:
+/// no `close`, no `dup` onto it and no other thread's move back to TCP comes between
+/// (crate::pending). `f` answers a value and whether the descriptor is now TCP's again,
+/// to be forgotten without ending its connection. `None`, without running `f`, when
+/// `fd` names something else by now — another thread moved it back already, or the
+/// program closed it (and the number may be a new socket's) — or, without `wait`, when
+/// another thread holds the lock.
+pub(crate) fn while_named<T>(fd: c_int, c: &Arc<Conn>, wait: bool, f: impl FnOnce() -> (T, bool)) -> Option<T> {
+    if fd < 0 || fd as usize >= MAX_FD {
+        return None;
     }
+    let lock = &SLOTS[fd as usize];
+    let mut slot = if wait {
+        lock.lock().unwrap_or_else(|p| p.into_inner())
+    } else {
+        match lock.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    };
+    if !slot.as_ref().is_some_and(|now| Arc::ptr_eq(now, c)) {
+        return None;
+    }
+    let (r, back_on_tcp) = f();
+    if back_on_tcp {
+        MARK[fd as usize].store(false, Ordering::Release);
+        // (Not the last reference: the caller holds `c`.)
+        drop(slot.take());
+    }
+    Some(r)
 }
 
 fn release(c: Arc<Conn>, fd: c_int) {
@@ -693,26 +717,57 @@ pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 /// As for `fcntl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    if cmd == sys::F_SETFL {
+        // SAFETY: the caller's arguments.
+        let call = || unsafe { real::fcntl(fd, cmd, arg) };
+        return set_mode(fd, call, |r| (r >= 0).then_some(arg as c_int & sys::O_NONBLOCK != 0));
+    }
     if cmd == 0 || cmd == sys::F_DUPFD_CLOEXEC {
         settle(fd);
     }
     // SAFETY: the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
-    if active() && r >= 0 {
-        guard(
-            || match cmd {
-                0 | sys::F_DUPFD_CLOEXEC => dup_conn(fd, r),
-                sys::F_SETFL => {
-                    if let Some(c) = conn_of(fd) {
-                        c.nonblock.store(arg as c_int & sys::O_NONBLOCK != 0, Ordering::Relaxed);
-                    }
-                }
-                _ => {}
-            },
-            || (),
-        );
+    if active() && r >= 0 && (cmd == 0 || cmd == sys::F_DUPFD_CLOEXEC) {
+        guard(|| dup_conn(fd, r), || ());
     }
     r
+}
+
+/// A call that sets descriptor `fd`'s blocking mode (`F_SETFL`, `FIONBIO`): for a moved
+/// descriptor the mode it set (`mode` of its result; `None` when it failed) is recorded
+/// on the connection ([`recorded`]).
+fn set_mode(fd: c_int, call: impl FnMut() -> c_int, mode: impl FnOnce(c_int) -> Option<bool>) -> c_int {
+    recorded(fd, call, |c, r| {
+        if let Some(on) = mode(r) {
+            c.nonblock.store(on, Ordering::Relaxed);
+        }
+    })
+}
+
+/// The real `call` on descriptor `fd` and, for a moved descriptor, `record` of its
+/// result on the connection — both under the descriptor's lock, so that a move back to
+/// TCP on another thread (crate::pending), which carries what is recorded over to the
+/// TCP socket, comes before both or after both. (Between them it had left the TCP socket
+/// non-blocking under a program that had just made it blocking — `EAGAIN` from a
+/// blocking read — or dropped an epoll registration.)
+fn recorded(fd: c_int, mut call: impl FnMut() -> c_int, record: impl FnOnce(&Conn, c_int)) -> c_int {
+    if let Some(c) = active().then(|| conn_of(fd)).flatten() {
+        let r = guard(
+            || {
+                while_named(fd, &c, true, || {
+                    let r = call();
+                    record(&c, r);
+                    (r, false)
+                })
+            },
+            || None,
+        );
+        if let Some(r) = r {
+            return r;
+        }
+    }
+    // Not (or no longer) a moved descriptor: the kernel's alone.
+    call()
 }
 
 /// `fcntl64`, glibc's other name for `fcntl`.
@@ -747,37 +802,32 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 /// As for `epoll_ctl(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut c_void) -> c_int {
-    if active() && marked(fd) {
-        guard(
-            || {
-                if let Some(c) = conn_of(fd).filter(|c| c.is_pending()) {
-                    let ev = (!event.is_null()).then(|| {
-                        let mut ev = [0u8; 16];
-                        // SAFETY: the caller's struct epoll_event, EPOLL_EVENT.0 bytes.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(event.cast::<u8>(), ev.as_mut_ptr(), sys::EPOLL_EVENT.0)
-                        };
-                        ev
-                    });
-                    c.note_epoll(epfd, op, ev);
-                }
-            },
-            || (),
-        );
-    }
     // SAFETY: the caller's arguments.
-    unsafe { real::epoll_ctl(epfd, op, fd, event) }
+    let call = || unsafe { real::epoll_ctl(epfd, op, fd, event) };
+    if !(active() && marked(fd)) {
+        return call();
+    }
+    let ev = (!event.is_null()).then(|| {
+        let mut ev = [0u8; 16];
+        // SAFETY: the caller's struct epoll_event, EPOLL_EVENT.0 bytes.
+        unsafe { std::ptr::copy_nonoverlapping(event.cast::<u8>(), ev.as_mut_ptr(), sys::EPOLL_EVENT.0) };
+        ev
+    });
+    recorded(fd, call, |c, r| {
+        if r == 0 && c.is_pending() {
+            c.note_epoll(epfd, op, ev);
+        }
+    })
 }
 
 // ---- addresses and options come from the TCP socket ----
 
-fn tcp_of(fd: c_int) -> c_int {
-    if active()
-        && let Some(c) = conn_of(fd)
-    {
-        return c.tcp_fd;
-    }
-    fd
+/// Runs `f` on the TCP socket behind descriptor `fd`: its own, or a moved connection's —
+/// whose connection is held for the call, so that socket's descriptor is not closed (and
+/// its number given to another file) by a move back to TCP on another thread meanwhile.
+fn on_tcp<T>(fd: c_int, f: impl FnOnce(c_int) -> T) -> T {
+    let c = if active() { conn_of(fd) } else { None };
+    f(c.as_ref().map_or(fd, |c| c.tcp_fd))
 }
 
 /// `getsockname(2)`.
@@ -787,7 +837,7 @@ fn tcp_of(fd: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
     // SAFETY: the caller's arguments, on the connection's TCP socket if it has one.
-    unsafe { real::getsockname(tcp_of(fd), addr, len) }
+    on_tcp(fd, |tcp| unsafe { real::getsockname(tcp, addr, len) })
 }
 
 /// `getpeername(2)`.
@@ -797,7 +847,7 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut c_void, len: *mut u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int {
     // SAFETY: as above.
-    unsafe { real::getpeername(tcp_of(fd), addr, len) }
+    on_tcp(fd, |tcp| unsafe { real::getpeername(tcp, addr, len) })
 }
 
 /// `getsockopt(2)`.
@@ -807,7 +857,7 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut c_void, len: *mut u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut u32) -> c_int {
     // SAFETY: as above.
-    unsafe { real::getsockopt(tcp_of(fd), level, name, val, len) }
+    on_tcp(fd, |tcp| unsafe { real::getsockopt(tcp, level, name, val, len) })
 }
 
 /// `setsockopt(2)`.
@@ -816,18 +866,19 @@ pub unsafe extern "C" fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *
 /// As for `setsockopt(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: u32) -> c_int {
-    let tcp = tcp_of(fd);
-    if tcp != fd && level == sys::SOL_SOCKET && (name == sys::SO_RCVTIMEO || name == sys::SO_SNDTIMEO) {
-        // Timeouts also bound the library's waits on the descriptor itself.
-        // SAFETY: the caller's option value, on our descriptor.
-        unsafe { real::setsockopt(fd, level, name, val, len) };
-        if let Some(c) = conn_of(fd) {
-            let ms = sys::timeout_ms(fd, name);
-            if name == sys::SO_RCVTIMEO { &c.rcvtimeo } else { &c.sndtimeo }.store(ms, Ordering::Relaxed);
+    on_tcp(fd, |tcp| {
+        if tcp != fd && level == sys::SOL_SOCKET && (name == sys::SO_RCVTIMEO || name == sys::SO_SNDTIMEO) {
+            // Timeouts also bound the library's waits on the descriptor itself.
+            // SAFETY: the caller's option value, on our descriptor.
+            unsafe { real::setsockopt(fd, level, name, val, len) };
+            if let Some(c) = conn_of(fd) {
+                let ms = sys::timeout_ms(fd, name);
+                if name == sys::SO_RCVTIMEO { &c.rcvtimeo } else { &c.sndtimeo }.store(ms, Ordering::Relaxed);
+            }
         }
-    }
-    // SAFETY: as above.
-    unsafe { real::setsockopt(tcp, level, name, val, len) }
+        // SAFETY: as above.
+        unsafe { real::setsockopt(tcp, level, name, val, len) }
+    })
 }
 
 /// `ioctl(2)` (one optional argument, as for `fcntl`): `FIONBIO` on a shared-memory
@@ -851,22 +902,15 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) ->
             return r;
         }
     }
-    // SAFETY: the caller's arguments.
-    let r = unsafe { real::ioctl(fd, req, arg) };
     const FIONBIO: std::ffi::c_ulong = 0x5421;
-    if r == 0 && req == FIONBIO && arg != 0 && active() && marked(fd) {
-        // SAFETY: FIONBIO's argument is a pointer to an int, which the kernel just read.
-        let on = unsafe { *(arg as *const c_int) } != 0;
-        guard(
-            || {
-                if let Some(c) = conn_of(fd) {
-                    c.nonblock.store(on, Ordering::Relaxed);
-                }
-            },
-            || (),
-        );
+    // SAFETY: the caller's arguments.
+    let call = || unsafe { real::ioctl(fd, req, arg) };
+    if req == FIONBIO && arg != 0 {
+        // SAFETY: FIONBIO's argument is a pointer to an int, which the kernel has read
+        // when the call succeeded.
+        return set_mode(fd, call, |r| (r == 0).then(|| unsafe { *(arg as *const c_int) } != 0));
     }
-    r
+    call()
 }
 
 // ---- data ----

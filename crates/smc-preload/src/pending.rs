@@ -10,8 +10,9 @@
 //! bytes still undelivered to a thread that waits for it, so `close` returns at once, as
 //! TCP's does.
 
+use std::collections::VecDeque;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use sluice_smc::msg::Reason;
@@ -44,9 +45,34 @@ fn reason_of(c: &Conn) -> Reason {
 /// Pending connection `c`, on descriptor `fd`, stays on TCP: the bytes written meanwhile
 /// go onto the TCP socket, the descriptor becomes the TCP socket again (its flags and the
 /// program's epoll registrations carried over), and the library forgets it.
+///
+/// Once per connection, and only while `fd` still names it: the thread that reads a
+/// pending connection and a thread whose `poll` looks at every pending connection
+/// ([`sweep`]) can both find it declined at once. The second waits for the first and then
+/// finds the descriptor TCP's already (`Ok`: its call goes to the kernel) — it must not
+/// replay the ring a second time, nor put the TCP socket over a descriptor number the
+/// program has closed and reused meanwhile (both broke connections under load).
 pub fn fall_back(fd: c_int, c: &Arc<Conn>) -> Result<(), c_int> {
+    crate::while_named(fd, c, true, || move_back(fd, c, true)).unwrap_or(Ok(()))
+}
+
+/// [`fall_back`]'s work, under the descriptor's lock: what to answer, and whether the
+/// descriptor is the TCP socket now. Without `wait`, nothing is done while a write
+/// into the ring is under way (its thread will find the outcome itself).
+fn move_back(fd: c_int, c: &Conn, wait: bool) -> (Result<(), c_int>, bool) {
     let reason = reason_of(c);
-    let replayed = replay(c);
+    let mut handover = if wait {
+        c.handover.lock().unwrap_or_else(|p| p.into_inner())
+    } else {
+        match c.handover.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return (Ok(()), false),
+        }
+    };
+    *handover = true;
+    let replayed = replay_locked(c);
+    drop(handover);
     // SAFETY: fcntl and dup3 on the caller's descriptor and the connection's TCP socket.
     unsafe {
         let fdfl = real::fcntl(fd, 1 /* F_GETFD */, 0);
@@ -57,23 +83,56 @@ pub fn fall_back(fd: c_int, c: &Arc<Conn>) -> Result<(), c_int> {
             real::fcntl(c.tcp_fd, sys::F_SETFL, ((fl & !sys::O_NONBLOCK) | nb) as usize);
         }
         if real::dup3(c.tcp_fd, fd, cloexec) < 0 {
-            return Err(sys::errno());
+            return (Err(sys::errno()), false);
         }
     }
-    for (epfd, mut ev) in c.take_regs() {
+    let regs = c.take_regs();
+    for (epfd, ev) in &regs {
+        let mut ev = *ev;
         // SAFETY: the program's epoll instance and event, made again for the TCP socket.
         unsafe {
-            real::epoll_ctl(epfd, 1 /* EPOLL_CTL_ADD */, fd, ev.as_mut_ptr().cast())
+            real::epoll_ctl(*epfd, 1 /* EPOLL_CTL_ADD */, fd, ev.as_mut_ptr().cast())
         };
     }
-    crate::forget_quietly(fd);
     crate::stats::fallback(reason, false);
-    replayed
+    moved(Fallen { fd, regs });
+    (replayed, true)
+}
+
+/// Connections moved back to TCP lately, numbered by [`MOVES`]: a wait that was under
+/// way when one moved may report its descriptor for the pair's end closing (the server's
+/// decline), whichever thread moved it (crate::waits takes such reports out).
+static MOVED: Mutex<VecDeque<(u64, Fallen)>> = Mutex::new(VecDeque::new());
+static MOVES: AtomicU64 = AtomicU64::new(0);
+/// Moves remembered (a wait that outlasts more of them may report one of the older).
+const MOVED_KEPT: usize = 256;
+
+/// How many connections have moved back to TCP so far (a wait notes it before it looks).
+pub fn moves() -> u64 {
+    MOVES.load(Ordering::SeqCst)
+}
+
+fn moved(f: Fallen) {
+    let mut m = MOVED.lock().unwrap_or_else(|p| p.into_inner());
+    let n = MOVES.fetch_add(1, Ordering::SeqCst) + 1;
+    if m.len() >= MOVED_KEPT {
+        m.pop_front();
+    }
+    m.push_back((n, f));
 }
 
 /// Writes what the program wrote into the ring while pending onto the TCP socket, in
 /// order (blocking, bounded: the server reads TCP now).
 fn replay(c: &Conn) -> Result<(), c_int> {
+    let mut handover = c.handover.lock().unwrap_or_else(|p| p.into_inner());
+    *handover = true;
+    replay_locked(c)
+}
+
+/// [`replay`], the handover lock held: one replay at a time (a second finds the ring
+/// empty — two readers of the ring could both send the same bytes), and no write into
+/// the ring meanwhile.
+fn replay_locked(c: &Conn) -> Result<(), c_int> {
     let mut buf = vec![0u8; 64 * 1024];
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(crate::conn::DECISION_MS);
     loop {
@@ -117,8 +176,9 @@ pub fn settle(fd: c_int, c: &Arc<Conn>) -> Result<bool, c_int> {
     }
 }
 
-/// A pending connection a sweep sent back to TCP: its descriptor and the epoll
-/// registrations the program had made of it.
+/// A pending connection sent back to TCP: its descriptor and the epoll registrations
+/// the program had made of it.
+#[derive(Clone)]
 pub struct Fallen {
     pub fd: c_int,
     pub regs: Vec<(c_int, [u8; 16])>,
@@ -128,30 +188,32 @@ pub struct Fallen {
 /// between slices of their waits, so a program asleep in `epoll_wait` on a connection
 /// its server took as TCP wakes to the TCP socket, and after a wait that reported
 /// something while connections were pending). Returns the connections that went back
-/// to TCP: what the wait reported of them was the library's doing — a declining
+/// to TCP since move number `since` (this sweep's moves, and other threads'): what a
+/// wait begun before then reported of them was the library's doing — a declining
 /// server closes its end of the pair, which reads as "readable" — and must not reach
 /// the program, whose read would find nothing on the TCP socket yet.
-pub fn sweep() -> Vec<Fallen> {
+pub fn sweep(since: u64) -> Vec<Fallen> {
     let list: Vec<(c_int, Arc<Conn>)> = {
         let w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
         w.iter().filter_map(|(fd, c)| Some((*fd, c.upgrade()?))).collect()
     };
-    let mut fallen = Vec::new();
     for (fd, c) in list {
-        // Only if the descriptor still names this connection.
-        if !crate::conn_of(fd).is_some_and(|now| Arc::ptr_eq(&now, &c)) {
-            continue;
-        }
-        if let Err(FELL_BACK) = c.check_pending(fd, true) {
-            let regs = c.regs();
-            let _ = fall_back(fd, &c);
-            fallen.push(Fallen { fd, regs });
-        }
+        // Looked at and moved back under the descriptor's lock, only while it still names
+        // this connection (not once the program closed it, or another thread moved it).
+        // (Without waiting: a descriptor another thread is busy with is that thread's to
+        // move, and is looked at again after the next slice.)
+        crate::while_named(fd, &c, false, || match c.check_pending(fd, true) {
+            Err(FELL_BACK) => ((), move_back(fd, &c, false).1),
+            _ => ((), false),
+        });
     }
-    let mut w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
-    w.retain(|(_, c)| c.upgrade().is_some_and(|c| c.is_pending()));
-    WATCHING.store(w.len(), Ordering::Relaxed);
-    fallen
+    {
+        let mut w = WATCH.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|(_, c)| c.upgrade().is_some_and(|c| c.is_pending()));
+        WATCHING.store(w.len(), Ordering::Relaxed);
+    }
+    let m = MOVED.lock().unwrap_or_else(|p| p.into_inner());
+    m.iter().filter(|(n, _)| *n > since).map(|(_, f)| f.clone()).collect()
 }
 
 /// Settles every pending connection before the process forks (a child's copy of a
@@ -237,7 +299,10 @@ pub extern "C" fn at_exit() {
         w.iter().filter_map(|(fd, c)| Some((*fd, c.upgrade()?))).collect()
     };
     for (fd, c) in list {
-        if c.is_pending() && c.owner == sys::pid() && !c.tx.is_empty() {
+        // (One the program closed is its closing thread's, waited for below; its number
+        // may be another socket's by now.)
+        let open = crate::conn_of(fd).is_some_and(|now| Arc::ptr_eq(&now, &c));
+        if open && c.is_pending() && c.owner == sys::pid() && !c.tx.is_empty() {
             deliver(&c, fd);
         }
     }

@@ -122,8 +122,41 @@ fn sizes_of(path: &Path) -> (usize, usize) {
 #[derive(Default)]
 struct Seen {
     stamp: Option<(i64, i64)>,
-    entries: Vec<(String, Entry)>,
+    entries: Vec<Named>,
     dir: Option<Held>,
+}
+
+/// A listener entry as its name tells it; the file itself is looked at only when a
+/// `connect` goes to its address (then once until the directory changes).
+struct Named {
+    addr_port: String,
+    netns: u64,
+    pid: u32,
+    path: PathBuf,
+    /// What the file says: `None` until looked at, then the entry (`None` when it is no
+    /// listener's: not a regular file, or its process gone).
+    looked: Option<Option<Entry>>,
+}
+
+impl Named {
+    /// The entry, looking at its file the first time.
+    fn entry(&mut self) -> Option<Entry> {
+        if self.looked.is_none() {
+            self.looked = Some(self.look());
+        }
+        self.looked.flatten()
+    }
+
+    fn look(&self) -> Option<Entry> {
+        let m = self.path.symlink_metadata().ok().filter(|m| m.file_type().is_file())?;
+        if !sys::alive(self.pid) {
+            // Only its owner (or root) can remove it; others just pass it by.
+            let _ = std::fs::remove_file(&self.path);
+            return None;
+        }
+        let (r, rmax) = sizes_of(&self.path);
+        Some(Entry { pid: self.pid, netns: self.netns, owner: m.uid(), r, rmax })
+    }
 }
 
 /// The listener directory, open (`O_PATH`, among the library's high descriptors).
@@ -203,35 +236,50 @@ pub fn listeners_for(dst: SocketAddr) -> Vec<Entry> {
     }
     // A dual-stack IPv6 wildcard listener also takes IPv4 connections.
     keys.push(format!("any6_{port}"));
+    let here = sys::netns_inode();
+    // Those claiming our own namespace first. Entries are anyone's to write: a few doors
+    // are tried (one try per door, each costing the connecting program a kernel lookup or
+    // two), and a few files looked at per `connect` (what a file says is kept until the
+    // directory changes).
+    let mut order: Vec<usize> = (0..g.entries.len()).filter(|&i| keys.contains(&g.entries[i].addr_port)).collect();
+    order.sort_by_key(|&i| g.entries[i].netns != here);
+    let mut looks = 0;
     let mut out: Vec<Entry> = Vec::new();
-    for (addr_port, e) in &g.entries {
-        if keys.iter().any(|k| k == addr_port) && sys::alive(e.pid) && !out.contains(e) {
-            out.push(*e);
+    for i in order {
+        if out.len() == MAX_TRIED {
+            break;
+        }
+        let n = &mut g.entries[i];
+        if n.looked.is_none() {
+            if looks == MAX_LOOKS {
+                continue;
+            }
+            looks += 1;
+        }
+        if let Some(e) = n.entry()
+            && !out.iter().any(|o| (o.pid, o.owner) == (e.pid, e.owner))
+            && sys::alive(e.pid)
+        {
+            out.push(e);
         }
     }
-    let here = sys::netns_inode();
-    out.sort_by_key(|e| e.netns != here);
     out
 }
 
-/// Every listener entry there is, by its address key.
-fn read_listen_dir() -> Vec<(String, Entry)> {
+/// The most registry entries one `connect` tries (its own namespace's first).
+const MAX_TRIED: usize = 8;
+/// The most entry files one `connect` looks at for the first time.
+const MAX_LOOKS: usize = 64;
+
+/// Every listener entry there is, as their names tell (at most 65,536: the directory is
+/// read again whenever an entry comes or goes, by every client that connects next).
+fn read_listen_dir() -> Vec<Named> {
     let Ok(rd) = std::fs::read_dir(dir("listen")) else { return Vec::new() };
     let mut out = Vec::new();
     for e in rd.flatten().take(65536) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some((addr_port, netns, pid)) = access::parse_listener_name(&name) else { continue };
-        let Ok(m) = e.path().symlink_metadata() else { continue };
-        if !m.file_type().is_file() {
-            continue;
-        }
-        if !sys::alive(pid) {
-            // Only its owner (or root) can remove it; others just pass it by.
-            let _ = std::fs::remove_file(e.path());
-            continue;
-        }
-        let (r, rmax) = sizes_of(&e.path());
-        out.push((addr_port.to_string(), Entry { pid, netns, owner: m.uid(), r, rmax }));
+        out.push(Named { addr_port: addr_port.to_string(), netns, pid, path: e.path(), looked: None });
     }
     out
 }

@@ -473,12 +473,14 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
 fn high_base() -> c_int {
     // Asked once (a program that raises its limit later only gets a lower base).
     static BASE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-    *BASE.get_or_init(|| {
-        let mut r = [0u64; 2];
-        // SAFETY: RLIMIT_NOFILE (7) into a two-word struct rlimit.
-        let cur = if unsafe { getrlimit(7, &mut r) } == 0 { r[0] } else { 1024 };
-        (cur / 2).clamp(3, 4096) as c_int
-    })
+    *BASE.get_or_init(|| (fd_limit() / 2).clamp(3, 4096) as c_int)
+}
+
+/// The process's descriptor limit (`RLIMIT_NOFILE`, soft), as it is now.
+pub fn fd_limit() -> u64 {
+    let mut r = [0u64; 2];
+    // SAFETY: RLIMIT_NOFILE (7) into a two-word struct rlimit.
+    if unsafe { getrlimit(7, &mut r) } == 0 { r[0] } else { 1024 }
 }
 
 /// A close-on-exec duplicate of `fd` among the library's high descriptors (or the lowest

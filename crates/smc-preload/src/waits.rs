@@ -38,21 +38,25 @@ fn wait(
     if !active() || (spin::LIVE.load(Ordering::Relaxed) == 0 && !watching()) {
         return sleep(timeout_ms);
     }
-    let mut settle = |r: c_int| -> c_int {
-        if r <= 0 || !watching() {
+    // What a call reported, less what it reported of connections that went back to TCP
+    // while it ran (from move number `since` on, on any thread).
+    let mut settle = |r: c_int, since: u64| -> c_int {
+        if r <= 0 || !watching() && pending::moves() == since {
             return r;
         }
-        let fallen = pending::sweep();
+        let fallen = pending::sweep(since);
         if fallen.is_empty() { r } else { forget(r, &fallen) }
     };
     if timeout_ms == 0 {
-        return settle(try_now());
+        let since = pending::moves();
+        return settle(try_now(), since);
     }
     let start = Instant::now();
     let budget = LOOP.budget();
     let mut r = 0;
     if spin::spin_until(budget, || {
-        r = settle(try_now());
+        let since = pending::moves();
+        r = settle(try_now(), since);
         r != 0
     }) {
         LOOP.record(start.elapsed());
@@ -75,8 +79,9 @@ fn wait(
         } else {
             l.min(PENDING_SLICE_MS)
         };
+        let since = pending::moves();
         let raw = sleep(slice);
-        let r = settle(raw);
+        let r = settle(raw, since);
         if r != 0 || l == 0 {
             break r;
         }
@@ -86,7 +91,7 @@ fn wait(
                 break 0;
             }
             // A slice: whatever went back to TCP in it was not reported.
-            let _ = pending::sweep();
+            let _ = pending::sweep(pending::moves());
         }
         // Else all it reported was of connections gone back to TCP: wait on.
     };
@@ -101,6 +106,9 @@ fn wait(
 
 /// Takes out of `count` epoll events at `events` those of registrations (on `epfd`) of
 /// connections that went back to TCP; returns how many are left, moved to the front.
+/// Each registration taken out is armed again (`EPOLL_CTL_MOD`, as it was made), so an
+/// edge-triggered one whose TCP socket became ready meanwhile is reported by the next
+/// wait rather than never.
 ///
 /// # Safety
 /// `events` holds `count` events as `epoll_wait` wrote them.
@@ -112,8 +120,15 @@ unsafe fn forget_epoll(epfd: c_int, events: *mut c_void, count: c_int, fallen: &
         // SAFETY: event `i` of the `count` the kernel wrote, `size` bytes each.
         let ev = unsafe { std::slice::from_raw_parts(base.add(i * size), size) };
         let data = &ev[off..off + 8];
-        let stale = fallen.iter().any(|f| f.regs.iter().any(|(e, reg)| *e == epfd && reg[off..off + 8] == *data));
-        if !stale {
+        let stale = fallen.iter().find_map(|f| {
+            f.regs.iter().find(|(e, reg)| *e == epfd && reg[off..off + 8] == *data).map(|(_, reg)| (f.fd, *reg))
+        });
+        if let Some((fd, mut reg)) = stale {
+            // SAFETY: the program's epoll instance and the event it registered `fd` with.
+            unsafe {
+                real::epoll_ctl(epfd, 3 /* EPOLL_CTL_MOD */, fd, reg.as_mut_ptr().cast())
+            };
+        } else {
             if kept != i {
                 // SAFETY: both within the caller's array; `kept < i`, so they do not overlap.
                 unsafe { std::ptr::copy_nonoverlapping(base.add(i * size), base.add(kept * size), size) };

@@ -89,7 +89,7 @@ fn unsafe_zeroed_group() -> libc::group {
 }
 
 /// The user's name, for messages.
-fn user_name(uid: u32) -> String {
+pub fn user_name(uid: u32) -> String {
     let mut pw: libc::passwd = {
         // SAFETY: `struct passwd` is plain data; all-zero is valid.
         unsafe { std::mem::zeroed() }

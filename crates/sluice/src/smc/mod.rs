@@ -56,8 +56,9 @@ pub enum SmcCmd {
     /// Host-wide counters of the fast path, like `smcd stats`: connections, how many moved
     /// to shared memory and why the others stayed on TCP, bytes and calls, full buffers,
     /// connections reset by a broken peer, buffer sizes — summed over every user's
-    /// programs. Kept until `sluice smc stats reset` (root resets everyone's, a user their
-    /// own).
+    /// programs, and each user's own (each user's programs count into a file of that
+    /// user's: a user can misstate only their own counts). Kept until `sluice smc stats
+    /// reset` (root resets everyone's, a user their own).
     #[command(args_conflicts_with_subcommands = true)]
     Stats {
         /// Print JSON.
@@ -144,7 +145,14 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
         }
         SmcCmd::Info { json } => info(json),
         SmcCmd::Stats { json, reset: None } => {
-            let v = read_stats()?;
+            let t = stats::gather();
+            for note in t.notes.iter().take(3) {
+                eprintln!("sluice: {note}");
+            }
+            if t.notes.len() > 3 {
+                eprintln!("sluice: … and {} more entries of the statistics directory skipped", t.notes.len() - 3);
+            }
+            let v = stats::to_json(&t);
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {

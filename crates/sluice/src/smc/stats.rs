@@ -1,11 +1,16 @@
-//! `sluice smc stats`: the sum of every user's statistics file in `smc/stats/`, and
-//! `reset`, which writes zeros in place — never truncating a file that programs map
-//! (docs/architecture.md, "The fast path's trust boundary").
+//! `sluice smc stats`: every user's statistics file in `smc/stats/`, summed and each on
+//! its own, and `reset`, which writes zeros in place — never truncating a file that
+//! programs map (docs/architecture.md, "The fast path's trust boundary").
 //!
 //! A file is counted only if it is a regular file named by a uid, owned by that uid, of
 //! the segment's size and with its magic word; anything else is skipped with a note, so a
-//! garbled or planted file never stops the view.
+//! garbled or planted file never stops the view. A user's file says what that user's
+//! programs counted — or what the user wrote into it: any member of the fast path's group
+//! can misstate their own counts, never another user's. So every count is also shown by
+//! user, and the sum only adds (saturating): no file can lower what the others counted
+//! (docs/architecture.md, "The fast path under load, and its shared files").
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
@@ -15,20 +20,30 @@ use sluice_smc::stats::{self, Counter};
 
 use super::layout;
 
+/// The most entries of `smc/stats/` one look reads: any allowed user can make files
+/// there, and each that is not a statistics file costs a look before it is skipped.
+const MAX_ENTRIES: usize = 65536;
+
 fn dir() -> PathBuf {
     layout::smc_dir().join("stats")
 }
 
-/// The statistics files: (uid, path), those that look like one by name.
-fn files() -> Vec<(u32, PathBuf)> {
+/// The statistics files: (uid, path), those that look like one by name; and a note if
+/// the directory holds more entries than are read.
+fn files() -> (Vec<(u32, PathBuf)>, Option<String>) {
+    let mut seen = 0usize;
     let mut out: Vec<(u32, PathBuf)> = std::fs::read_dir(dir())
         .into_iter()
         .flatten()
         .flatten()
+        .take(MAX_ENTRIES)
+        .inspect(|_| seen += 1)
         .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
         .collect();
     out.sort();
-    out
+    let more =
+        (seen == MAX_ENTRIES).then(|| format!("{}: only its first {MAX_ENTRIES} entries were read", dir().display()));
+    (out, more)
 }
 
 /// The words of one file, or why it is not a statistics file.
@@ -46,17 +61,31 @@ fn read_file(uid: u32, path: &std::path::Path) -> Result<Vec<u64>, String> {
     Ok(words)
 }
 
-/// The counters of every user, summed, as JSON (all zero when no program has run under
-/// the launcher yet).
-pub fn read_stats() -> Result<serde_json::Value> {
-    let mut sum = vec![0u64; stats::LEN / 8];
-    for (uid, path) in files() {
+/// What `smc/stats/` holds: each user's counters (the words of their file), by uid, and
+/// a note for each entry that is not a statistics file.
+pub struct Tally {
+    pub users: BTreeMap<u32, Vec<u64>>,
+    pub notes: Vec<String>,
+}
+
+/// Reads every user's statistics file.
+pub fn gather() -> Tally {
+    let (files, more) = files();
+    let mut t = Tally { users: BTreeMap::new(), notes: more.into_iter().collect() };
+    for (uid, path) in files {
         match read_file(uid, &path) {
-            Ok(w) => sum.iter_mut().zip(w).for_each(|(s, x)| *s = s.wrapping_add(x)),
-            Err(why) => eprintln!("sluice: skipping {}: {why}", path.display()),
+            Ok(w) => {
+                t.users.insert(uid, w);
+            }
+            Err(why) => t.notes.push(format!("skipping {}: {why}", path.display())),
         }
     }
-    let w = |i: usize| sum.get(i).copied().unwrap_or(0);
+    t
+}
+
+/// The counters of one segment's words as JSON.
+fn counters(words: &[u64]) -> serde_json::Map<String, serde_json::Value> {
+    let w = |i: usize| words.get(i).copied().unwrap_or(0);
     let mut v = serde_json::Map::new();
     for c in Counter::ALL {
         v.insert(c.name().into(), w(stats::counter_index(c)).into());
@@ -74,7 +103,28 @@ pub fn read_stats() -> Result<serde_json::Value> {
             .collect();
         v.insert(name.into(), m.into());
     }
-    Ok(v.into())
+    v
+}
+
+/// Tally `t` as JSON: every counter summed over the users (saturating: a file can add to
+/// the sum, never take from it), and each user's own under `users`, by uid.
+pub fn to_json(t: &Tally) -> serde_json::Value {
+    let mut sum = vec![0u64; stats::LEN / 8];
+    for w in t.users.values() {
+        sum.iter_mut().zip(w).for_each(|(s, x)| *s = s.saturating_add(*x));
+    }
+    let mut v = counters(&sum);
+    let users: serde_json::Map<_, _> =
+        t.users.iter().map(|(uid, w)| (uid.to_string(), serde_json::Value::from(counters(w)))).collect();
+    v.insert("users".into(), users.into());
+    v.into()
+}
+
+/// The counters of every user, summed, and each user's (`users`), as JSON (all zero when
+/// no program has run under the launcher yet). Entries that are not statistics files are
+/// passed over without a word ([`gather`] has the notes).
+pub fn read_stats() -> Result<serde_json::Value> {
+    Ok(to_json(&gather()))
 }
 
 /// Zeroes the counters this user may write (root: everyone's), in place; returns how many
@@ -85,7 +135,11 @@ pub fn reset() -> Result<usize> {
     let me = unsafe { libc::geteuid() };
     let zeros = vec![0u8; stats::LEN - 8];
     let mut n = 0;
-    for (uid, path) in files() {
+    let (files, more) = files();
+    if let Some(m) = more {
+        eprintln!("sluice: {m}");
+    }
+    for (uid, path) in files {
         if me != 0 && uid != me {
             continue;
         }
@@ -137,6 +191,21 @@ pub fn render(v: &serde_json::Value) -> String {
         let parts: Vec<String> =
             stats::BUCKETS.iter().map(|b| format!("{b}: {}", v[k][*b].as_u64().unwrap_or(0))).collect();
         out.push_str(&format!("  {title:<24}{}\n", parts.join("  ")));
+    }
+    // Whose programs counted what: each user's file is theirs to write (a user can misstate
+    // only their own counts).
+    let users = v["users"].as_object().into_iter().flatten();
+    let mut by_user = String::new();
+    for (uid, u) in users {
+        let n = |k: &str| u[k].as_u64().unwrap_or(0);
+        let who = uid.parse().map_or_else(|_| uid.clone(), layout::user_name);
+        let side = |c: &str| format!("{} ({})", n(&format!("connections_{c}")), n(&format!("smc_{c}")));
+        by_user.push_str(&format!("    {who:<22}{:>20}{:>20}\n", side("client"), side("server")));
+    }
+    if !by_user.is_empty() {
+        // (As each user's programs counted them.)
+        out.push_str(&format!("  {:<24}{:>20}{:>20}\n", "connections by user", "client (moved)", "server (moved)"));
+        out.push_str(&by_user);
     }
     out
 }

@@ -105,7 +105,7 @@ pub fn rest(out: Out) -> String {
 /// client socket of another test holds it, and apart from other test processes'. Tests
 /// of one process run in parallel, so each `n` belongs to one test (tests/smc.rs: 0–9,
 /// 13–14, 20–21 and 25–49 fixed; 10–11, 15–17 and 22–24 in loops; 12 the MSG_TRUNC case;
-/// 18–19 free).
+/// 18 the many declines; 19 free).
 pub fn port(n: u16) -> String {
     assert!(n < 50);
     (20000 + (std::process::id() % 250) as u16 * 50 + n).to_string()
