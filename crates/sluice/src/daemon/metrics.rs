@@ -553,6 +553,25 @@ impl Snapshot {
                 ConstCounter::new(n).encode(enc.encode_descriptor(&name, &help, None, MetricType::Counter)?)?;
             }
         }
+        // Each user's own counts (a user's programs write only their own file, so a
+        // member of the fast path's group can misstate only what is labelled with its uid).
+        if let Some(users) = v.get("users").and_then(|u| u.as_object()) {
+            let keys: std::collections::BTreeSet<&String> = users
+                .values()
+                .filter_map(|u| u.as_object())
+                .flat_map(|u| u.iter().filter(|(_, n)| n.is_u64()).map(|(k, _)| k))
+                .collect();
+            for k in keys {
+                let name = format!("sluice_smc_user_{k}");
+                let help = format!("The shared-memory fast path's `{k}` as one user's programs counted it.");
+                let mut m = enc.encode_descriptor(&name, &help, None, MetricType::Counter)?;
+                for (uid, u) in users {
+                    if let Some(n) = u.get(k).and_then(|n| n.as_u64()) {
+                        ConstCounter::new(n).encode(m.encode_family(&[("uid", uid.as_str())])?)?;
+                    }
+                }
+            }
+        }
         let mut m = enc.encode_descriptor(
             "sluice_smc_fallbacks",
             "Connections that stayed on TCP, by side and reason (`sluice smc stats`).",
