@@ -14,9 +14,10 @@
 #define SLUICE_MIN_GSO_SIZE 48
 #define SLUICE_MAX_GSO_SEGMENTS 1024
 /* skb->mark of the frames the switch itself sends into a guest's veth (the program's
- * clones and redirects to a device's egress, the daemon's packet sockets with SO_MARK):
- * the egress program passes those, clearing the mark, and refuses every other frame.
- * Setting a mark takes CAP_NET_ADMIN. */
+ * clones and redirects to a device's egress, the daemon's packet sockets with SO_MARK)
+ * and of those the program hands up through the upcall TAP: the egress program on both
+ * passes those, clearing the mark, and refuses every other frame. Setting a mark takes
+ * CAP_NET_ADMIN. */
 #define SLUICE_MARK 0x51ce0001u
 
 /* port.flags */
@@ -186,6 +187,14 @@ struct sluice_neigh_val {
 
 struct sluice_counters {
 	__u64 v[C_COUNT];
+};
+
+/* The switch's own counters (one entry, per CPU), indexes into sluice_switch_counters.v. */
+#define S_UPCALL_EGRESS_REFUSED 0 /* frames others sent out of the upcall TAP, dropped */
+#define S_COUNT 1
+
+struct sluice_switch_counters {
+	__u64 v[S_COUNT];
 };
 
 #endif

@@ -42,6 +42,7 @@ int main(void)
 	OFF(sluice_neigh_key, addr);
 	SIZE(sluice_neigh_val);
 	SIZE(sluice_counters);
+	SIZE(sluice_switch_counters);
 	SIZE(sluice_tunnel);
 	OFF(sluice_tunnel, ttl);
 	OFF(sluice_tunnel, vni);
@@ -91,5 +92,7 @@ int main(void)
 	printf("pub const MAX_GSO_SEGMENTS: usize = %d;\n", SLUICE_MAX_GSO_SEGMENTS);
 	printf("pub const MAX_PORTS: u32 = %d;\n", SLUICE_MAX_PORTS);
 	printf("pub const MAX_IPS: usize = %d;\n", SLUICE_MAX_IPS);
+	printf("pub const S_UPCALL_EGRESS_REFUSED: usize = %d;\n", S_UPCALL_EGRESS_REFUSED);
+	printf("pub const S_COUNT: usize = %d;\n", S_COUNT);
 	return 0;
 }

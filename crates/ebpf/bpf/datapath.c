@@ -8,9 +8,10 @@
  * goes up to the core through the upcall TAP, tagged with its input port.
  * docs/architecture.md, "The kernel datapath".
  *
- * A second, small program runs at the egress of the switch side of every guest's veth:
- * only frames the switch sent (marked SLUICE_MARK) go on into the guest
- * (docs/architecture.md, "Frames into guests on the kernel datapath").
+ * A second, small program runs at the egress of the switch side of every guest's veth
+ * and of the upcall TAP: only frames the switch sent (marked SLUICE_MARK) go on into the
+ * guest, or into the TAP's queue (docs/architecture.md, "Frames into guests on the kernel
+ * datapath").
  *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
@@ -111,6 +112,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_remotes SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_switch_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_switch_stats SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -157,7 +166,8 @@ static __always_inline int vlan_out(const struct sluice_port *p, __u16 vid)
 }
 
 /* Hands the frame to the core: the input slot as an outer 802.1ad tag, out of the
- * upcall TAP. A frame that cannot be handed up is dropped, counted as `upcall_lost`. */
+ * upcall TAP, marked as the switch's (the TAP's egress program lets nothing else into its
+ * queue). A frame that cannot be handed up is dropped, counted as `upcall_lost`. */
 static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	__u32 zero = 0;
@@ -168,12 +178,14 @@ static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_c
 		return TC_ACT_SHOT;
 	}
 	c->v[C_UPCALLS]++;
+	skb->mark = SLUICE_MARK;
 	return bpf_redirect(cfg->upcall_ifindex, 0);
 }
 
-/* Hands a copy of the frame to the core and lets the original go on to the host's stack:
- * group frames arriving on an uplink are the host's as well as the guests'. (The host's
- * copy is not the switch's to count; a copy that cannot go up is the switch's loss.) */
+/* Hands a copy of the frame to the core, marked as up() marks it, and lets the original go
+ * on to the host's stack, unmarked: group frames arriving on an uplink are the host's as
+ * well as the guests'. (The host's copy is not the switch's to count; a copy that cannot go
+ * up is the switch's loss.) */
 static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	__u32 zero = 0;
@@ -183,10 +195,13 @@ static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct slu
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_OK;
 	}
+	__u32 mark = skb->mark;
+	skb->mark = SLUICE_MARK;
 	if (bpf_clone_redirect(skb, cfg->upcall_ifindex, 0))
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 	else
 		c->v[C_UPCALLS]++;
+	skb->mark = mark;
 	bpf_skb_vlan_pop(skb);
 	return TC_ACT_OK;
 }
@@ -990,12 +1005,15 @@ int sluice_ingress(struct __sk_buff *skb)
 	return send(skb, c, in, slot, out, oslot, oc, vid, pcp, tagged, tci, otag, l3len, &td);
 }
 
-/* At the egress of the switch side of a guest's veth: what goes on into the guest. Only the
- * switch's own frames carry SLUICE_MARK — the ingress program's clones and redirects to a
- * device's egress, the daemon's packet socket (SO_MARK) — and they pass with the mark
- * cleared; bpf_redirect_peer never comes this way. Anything else is a frame someone in the
- * switch's namespace sent through the interface (a socket bound to it, the kernel's own):
- * dropped, counted at the port as a received frame refused (`egress_refused`). */
+/* At the egress of the switch side of a guest's veth, and of the upcall TAP: what goes on
+ * into the guest, or into the TAP's queue for the daemon. Only the switch's own frames
+ * carry SLUICE_MARK — the ingress program's clones and redirects to a device's egress and
+ * its upcalls, the daemon's packet socket (SO_MARK) — and they pass with the mark cleared;
+ * bpf_redirect_peer never comes this way. Anything else is a frame someone in the switch's
+ * namespace sent through the interface (a socket bound to it, the kernel's own): dropped,
+ * counted at a guest's port as a received frame refused (`egress_refused`), at the upcall
+ * TAP in the switch's own counters (so that a flood of them can neither fill the queue the
+ * program's upcalls wait in nor reach the daemon). */
 SEC("classifier")
 int sluice_egress(struct __sk_buff *skb)
 {
@@ -1013,7 +1031,13 @@ int sluice_egress(struct __sk_buff *skb)
 			c->v[C_RX_BYTES] += skb->len;
 			c->v[C_RX_DROP + D_EGRESS_REFUSED]++;
 		}
+		return TC_ACT_SHOT;
 	}
+	__u32 zero = 0;
+	struct sluice_config *cfg = bpf_map_lookup_elem(&sluice_config, &zero);
+	struct sluice_switch_counters *s = bpf_map_lookup_elem(&sluice_switch_stats, &zero);
+	if (cfg && s && cfg->upcall_ifindex == ifindex)
+		s->v[S_UPCALL_EGRESS_REFUSED]++;
 	return TC_ACT_SHOT;
 }
 

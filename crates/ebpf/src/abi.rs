@@ -256,6 +256,21 @@ impl Default for Counters {
     }
 }
 
+/// Indexes into [`SwitchCounters::v`] (`S_*` in the header).
+pub mod s {
+    /// Frames others sent out of the upcall TAP (a socket bound to it, the kernel's own),
+    /// dropped at its egress.
+    pub const UPCALL_EGRESS_REFUSED: usize = 0;
+    pub const COUNT: usize = 1;
+}
+
+/// `struct sluice_switch_counters`: the switch's own counters on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SwitchCounters {
+    pub v: [u64; s::COUNT],
+}
+
 // SAFETY: plain `#[repr(C)]` integers and byte arrays, no padding the kernel does not
 // also see (every struct's size is a multiple of its alignment, checked in the tests).
 unsafe impl Pod for Port {}
@@ -267,6 +282,8 @@ unsafe impl Pod for FibVal {}
 unsafe impl Pod for Config {}
 // SAFETY: as above.
 unsafe impl Pod for Counters {}
+// SAFETY: as above.
+unsafe impl Pod for SwitchCounters {}
 // SAFETY: as above.
 unsafe impl Pod for IpKey {}
 // SAFETY: as above.
@@ -331,6 +348,8 @@ mod tests {
         assert_eq!(offset_of!(FibVal, seen_ns), OFF_sluice_fib_val_seen_ns);
         assert_eq!(size_of::<Config>(), SIZE_sluice_config);
         assert_eq!(size_of::<Counters>(), SIZE_sluice_counters);
+        assert_eq!(size_of::<SwitchCounters>(), SIZE_sluice_switch_counters);
+        assert_eq!((s::UPCALL_EGRESS_REFUSED, s::COUNT), (S_UPCALL_EGRESS_REFUSED, S_COUNT));
         assert_eq!(size_of::<Tunnel>(), SIZE_sluice_tunnel);
         assert_eq!(offset_of!(Tunnel, ttl), OFF_sluice_tunnel_ttl);
         assert_eq!(offset_of!(Tunnel, vni), OFF_sluice_tunnel_vni);

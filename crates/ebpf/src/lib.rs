@@ -5,8 +5,9 @@
 //! port the kernel reaches — the switch side of a guest's veth pair, the uplink — and
 //! forwards known unicast itself from five maps the daemon fills from the core's state
 //! ([`tables`]); every other frame it hands up through the switch's upcall TAP. A second
-//! one runs at the egress of the switch side of every guest's veth and lets only the
-//! switch's own frames ([`abi::SLUICE_MARK`]) into the guest. This crate loads the
+//! one runs at the egress of the switch side of every guest's veth, and of the upcall TAP,
+//! and lets only the switch's own frames ([`abi::SLUICE_MARK`]) into the guest, or into the
+//! TAP's queue. This crate loads the
 //! programs, attaches them (tcx), pins programs and maps so that forwarding outlives the
 //! daemon, writes the maps, and reads the counters back. What is decided lives in
 //! `sluice_switch::fastpath`; nothing here decides.
@@ -102,7 +103,7 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 /// sizes, and a MAC table of `fib_max` entries), so this run can take them over. `None`
 /// when nothing is pinned there.
 pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
-    let want: [(&str, usize, usize, Option<u32>); 11] = [
+    let want: [(&str, usize, usize, Option<u32>); 12] = [
         ("sluice_ports", 4, std::mem::size_of::<abi::Port>(), Some(MAX_PORTS)),
         ("sluice_port_of", 4, 4, Some(MAX_PORTS)),
         ("sluice_fib", std::mem::size_of::<abi::FibKey>(), std::mem::size_of::<abi::FibVal>(), Some(fib_max.max(1))),
@@ -119,6 +120,7 @@ pub fn pins_compatible(dir: &Path, fib_max: u32) -> Option<bool> {
         ("sluice_vnis", std::mem::size_of::<abi::VniKey>(), 4, None),
         ("sluice_remotes", std::mem::size_of::<abi::RemoteKey>(), std::mem::size_of::<abi::Remote>(), None),
         ("sluice_endpoints", std::mem::size_of::<abi::EndpointKey>(), 4, None),
+        ("sluice_switch_stats", 4, std::mem::size_of::<abi::SwitchCounters>(), Some(1)),
     ];
     if !dir.join("sluice_ports").exists() {
         return None;
@@ -142,6 +144,7 @@ pub struct KernelDatapath {
     fib: HashMap<MapData, abi::FibKey, abi::FibVal>,
     config: Array<MapData, abi::Config>,
     stats: PerCpuArray<MapData, abi::Counters>,
+    switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
     owners: HashMap<MapData, abi::IpKey, u32>,
     neigh: HashMap<MapData, abi::NeighKey, abi::NeighVal>,
     tunnels: HashMap<MapData, u32, abi::Tunnel>,
@@ -155,7 +158,8 @@ pub struct KernelDatapath {
 enum Hook {
     /// `sluice_ingress`, at the interface's ingress: forwarding.
     Ingress,
-    /// `sluice_egress`, at a guest's veth's egress: only the switch's frames into the guest.
+    /// `sluice_egress`, at a guest's veth's egress and the upcall TAP's: only the switch's
+    /// frames into the guest, or into the TAP's queue.
     Egress,
 }
 
@@ -247,6 +251,8 @@ impl KernelDatapath {
         let fib = HashMap::try_from(take(&mut ebpf, "sluice_fib")?).map_err(map_err("fib"))?;
         let config = Array::try_from(take(&mut ebpf, "sluice_config")?).map_err(map_err("config"))?;
         let stats = PerCpuArray::try_from(take(&mut ebpf, "sluice_stats")?).map_err(map_err("stats"))?;
+        let switch_stats =
+            PerCpuArray::try_from(take(&mut ebpf, "sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
         let owners = HashMap::try_from(take(&mut ebpf, "sluice_owners")?).map_err(map_err("owners"))?;
         let neigh = HashMap::try_from(take(&mut ebpf, "sluice_neigh")?).map_err(map_err("neigh"))?;
         let tunnels = HashMap::try_from(take(&mut ebpf, "sluice_tunnels")?).map_err(map_err("tunnels"))?;
@@ -261,6 +267,7 @@ impl KernelDatapath {
             fib,
             config,
             stats,
+            switch_stats,
             owners,
             neigh,
             tunnels,
@@ -282,9 +289,12 @@ impl KernelDatapath {
         self.attach_hook(ifname, Hook::Ingress)
     }
 
-    /// Attaches the egress program to the switch's end `ifname` of a guest's veth pair, as
+    /// Attaches the egress program to the switch's end `ifname` of a guest's veth pair, or
+    /// to the upcall interface (the one [`KernelDatapath::set_config`] names), as
     /// [`KernelDatapath::attach`] does the forwarding program: from then on only the
-    /// switch's own frames ([`abi::SLUICE_MARK`]) go into the guest that way.
+    /// switch's own frames ([`abi::SLUICE_MARK`]) go into the guest that way, or into the
+    /// upcall interface's queue; the rest is counted, at the guest's port or in
+    /// [`KernelDatapath::switch_counters`].
     pub fn attach_egress(&mut self, ifname: &str) -> Result<(), Error> {
         self.attach_hook(ifname, Hook::Egress)
     }
@@ -567,6 +577,28 @@ impl KernelDatapath {
         let zeros = aya::maps::PerCpuValues::try_from(vec![Counters::default(); n])
             .map_err(|e| Error::Map { map: "stats", why: e.to_string() })?;
         self.stats.set(slot, zeros, 0).map_err(map_err("stats"))
+    }
+
+    /// The switch's own counters (indexes in [`abi::s`]), summed over CPUs.
+    pub fn switch_counters(&self) -> abi::SwitchCounters {
+        let mut sum = abi::SwitchCounters::default();
+        if let Ok(per_cpu) = self.switch_stats.get(&0, 0) {
+            for c in per_cpu.iter() {
+                for (s, v) in sum.v.iter_mut().zip(c.v) {
+                    *s = s.wrapping_add(v);
+                }
+            }
+        }
+        sum
+    }
+
+    /// Zeroes the switch's own counters.
+    pub fn reset_switch_counters(&mut self) -> Result<(), Error> {
+        let why = |e: String| Error::Map { map: "switch_stats", why: e };
+        let n = aya::util::nr_cpus().map_err(|(_, e)| why(e.to_string()))?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![abi::SwitchCounters::default(); n])
+            .map_err(|e| why(e.to_string()))?;
+        self.switch_stats.set(0, zeros, 0).map_err(map_err("switch_stats"))
     }
 
     /// Detaches everything and removes every pin: nothing of this datapath is left in the

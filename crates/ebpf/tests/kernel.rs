@@ -1,7 +1,8 @@
 //! The program in a real kernel, without the daemon: two namespaces on veth pairs, the
 //! program on the switch sides, entries written by hand as the core would — frames pass
 //! on the fast path, floods stay in the kernel, and a frame the tables cannot decide goes
-//! up the upcall interface with its port slot as an outer tag.
+//! up the upcall interface with its port slot as an outer tag — through the egress program
+//! guarding that interface, which refuses and counts whatever else is sent through it.
 
 use std::process::Command;
 
@@ -17,6 +18,40 @@ fn root() -> bool {
         eprintln!("skipped: needs root");
     }
     ok
+}
+
+/// A new directory `$TMPDIR/PREFIX.XXXXXX` made by `mkdtemp` (mode 0700): never one that
+/// exists, so nothing another user planted under a predictable name is mounted on or
+/// emptied.
+fn mkdtemp(prefix: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut t = std::env::temp_dir().join(format!("{prefix}.XXXXXX")).into_os_string().into_vec();
+    t.push(0);
+    // SAFETY: `t` is NUL-terminated and writable; mkdtemp fills in the Xs in place.
+    let p = unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) };
+    assert!(!p.is_null(), "mkdtemp: {}", std::io::Error::last_os_error());
+    t.pop();
+    std::path::PathBuf::from(std::ffi::OsString::from_vec(t))
+}
+
+/// A bpffs mounted on a directory of [`mkdtemp`]'s, unmounted and removed on drop.
+struct Bpffs(std::path::PathBuf);
+
+impl Bpffs {
+    fn new(prefix: &str) -> Bpffs {
+        let dir = mkdtemp(prefix);
+        let fs = Bpffs(dir);
+        ensure_bpffs(&fs.0).unwrap();
+        fs
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        sluice_ebpf::remove_pins(&self.0);
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 fn sh(cmd: &str) -> String {
@@ -86,18 +121,8 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
         return;
     }
     let g = Guests::new();
-    let dir = std::env::temp_dir().join(format!("sluice-ebpf-test-{}", std::process::id()));
-    ensure_bpffs(&dir).unwrap();
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            sluice_ebpf::remove_pins(&self.0);
-            let _ = Command::new("umount").arg(&self.0).status();
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let _u = Unmount(dir.clone());
-    let mut dp = KernelDatapath::open(&dir, 1024).unwrap();
+    let pins = Bpffs::new("sluice-ebpf-test");
+    let mut dp = KernelDatapath::open(&pins.0, 1024).unwrap();
     let (a, b) = (format!("{}a", g.0), format!("{}b", g.0));
     dp.attach(&a).unwrap();
     dp.attach(&b).unwrap();
@@ -125,6 +150,9 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     ));
     let upcall = sh(&format!("cat /sys/class/net/{up}/ifindex")).parse().unwrap();
     dp.set_config(upcall, abi::MODE_L2, MacAddr([2, 0, 0, 0, 0, 1]), None, 2).unwrap();
+    // Guarded as the daemon guards its upcall TAP: what the program redirects there passes
+    // the interface's egress hook (marked), and nothing else does.
+    dp.attach_egress(&up).unwrap();
     let went_up = |dp: &KernelDatapath| -> u64 {
         let arrived: u64 = sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap();
         let sent = dp.counters(0).v[abi::c::UPCALLS] + dp.counters(1).v[abi::c::UPCALLS];
@@ -160,6 +188,29 @@ fn known_unicast_crosses_in_the_kernel_and_the_rest_goes_up() {
     assert!(dp.counters(0).v[abi::c::LEARN_REFUSED] >= refused + 3, "{:?}", dp.counters(0));
     assert!(dp.counters(1).v[abi::c::FLOODED] >= 3, "{:?}", dp.counters(1));
     assert_eq!(went_up(&dp), before, "frames of a full port's unlearned sources went up");
+
+    // Datagrams a socket bound to the upcall interface sends are refused at its egress and
+    // counted as the switch's; none arrives.
+    let arrived = || -> u64 { sh(&format!("cat /sys/class/net/{up}p/statistics/rx_packets")).parse().unwrap() };
+    let (before, refused) = (arrived(), dp.switch_counters().v[abi::s::UPCALL_EGRESS_REFUSED]);
+    let send = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'{up}')\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)\n\
+         for _ in range(10):\n    s.sendto(b'not an upcall', ('255.255.255.255', 9999))\n"
+    );
+    let o = Command::new("python3").args(["-c", &send]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(dp.switch_counters().v[abi::s::UPCALL_EGRESS_REFUSED], refused + 10);
+    assert_eq!(arrived(), before, "datagrams sent through the upcall interface arrived");
+    // The port's own counters are not touched by it; a frame the program hands up still
+    // goes through.
+    dp.set_port(0, &tables::port_entry(&port(g.ifindex("a")), abi::MODE_L2, None)).unwrap();
+    let (before, at_peer) = (went_up(&dp), arrived());
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-a", g.0), "ping", "-c", "1", "-W", "1", "10.98.0.2"])
+        .output();
+    assert!(went_up(&dp) > before && arrived() > at_peer, "nothing went up");
 }
 
 #[test]
@@ -168,12 +219,9 @@ fn a_program_the_verifier_refuses_is_reported_with_its_reason() {
         return;
     }
     static REJECTED: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rejected.o"));
-    let dir = std::env::temp_dir().join(format!("sluice-ebpf-rej-{}", std::process::id()));
-    ensure_bpffs(&dir).unwrap();
-    let e = KernelDatapath::open_object(REJECTED, &dir, 16).err().expect("the verifier refuses it");
-    sluice_ebpf::remove_pins(&dir);
-    let _ = Command::new("umount").arg(&dir).status();
-    let _ = std::fs::remove_dir(&dir);
+    let pins = Bpffs::new("sluice-ebpf-rej");
+    let e = KernelDatapath::open_object(REJECTED, &pins.0, 16).err().expect("the verifier refuses it");
+    drop(pins);
     let msg = e.to_string();
     assert!(msg.contains("loading the kernel datapath") && msg.contains("verifier said"), "{msg}");
     assert!(msg.contains("invalid access to packet"), "the verifier's own words: {msg}");

@@ -510,11 +510,12 @@ pub fn render_stats(r: &StatsReport, detail: bool) -> String {
 dropped by the TAP device in the kernel, to guest / from guest.\n";
     if let Some(k) = &r.kernel {
         out += &format!(
-            "Kernel datapath: upcalls through {}, {} dropped there for a full queue, {} refused (no port); \
-             {} map updates refused (those frames go up).\n",
+            "Kernel datapath: upcalls through {}, {} dropped there for a full queue, {} refused (no port), \
+             {} sent there by others refused; {} map updates refused (those frames go up).\n",
             k.upcall_device,
             k.upcall_queue_drops.map_or("?".into(), si),
             si(k.upcalls_refused),
+            si(k.upcall_egress_refused),
             si(k.map_updates_failed)
         );
     }

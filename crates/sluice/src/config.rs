@@ -396,6 +396,9 @@ impl PortSpec {
     /// Checks the description and returns its VLAN membership.
     pub fn validate(&self) -> Result<VlanMode, String> {
         check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        if let Some(ns) = &self.netns {
+            check_netns_name(ns).map_err(|e| format!("port {:?}: {e}", self.name))?;
+        }
         self.policy()?;
         if self.kind == PortKind::Veth && self.netns.is_some() {
             return Err(format!(
@@ -722,6 +725,25 @@ pub fn check_ifname(name: &str) -> Result<(), String> {
         return Err(format!("interface name {name:?} may not contain '/', ':' or spaces"));
     }
     Ok(())
+}
+
+/// The longest namespace name `ip netns` accepts (`NAME_MAX`).
+const NETNS_NAME_MAX: usize = 255;
+
+/// Checks a network namespace name (`netns`, `--netns`) as `ip netns` does: 1 to 255 bytes,
+/// no `/` (nor a NUL byte), not `.` or `..` — a name in /run/netns, never a path out of it.
+/// (A namespace named by its path, as container runtimes hand them out, would be a setting
+/// of its own with checks of its own.)
+pub fn check_netns_name(name: &str) -> Result<(), String> {
+    let ok =
+        !name.is_empty() && name.len() <= NETNS_NAME_MAX && name != "." && name != ".." && !name.contains(['/', '\0']);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "network namespace {name:?} is not a name `ip netns` accepts: give the name `ip netns list` shows (1 to {NETNS_NAME_MAX} bytes, no '/', not '.' or '..'), not a path"
+        ))
+    }
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -1132,6 +1154,16 @@ mod tests {
         let e = parse_str("name = \"sw\"\nrouter_mac = \"01:00:00:00:00:01\"\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
         assert!(e.message.contains("router_mac"), "{e}");
+    }
+
+    #[test]
+    fn a_netns_is_a_name_not_a_path() {
+        for bad in ["../../tmp/fifo", "/proc/1/ns/net", "..", ""] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = {bad:?}\n")).unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.message.contains("not a name `ip netns` accepts"), "{bad:?}: {e}");
+        }
+        assert!(parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = \"blue.2\"\n").is_ok());
     }
 
     #[test]

@@ -312,6 +312,7 @@ pub(crate) fn state_path(name: &str) -> PathBuf {
 
 impl LabState {
     pub(crate) fn save(&self) -> Result<()> {
+        check_name(&self.name)?;
         let dir = paths::labs_dir();
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".{}.json.tmp", self.name));
@@ -320,8 +321,11 @@ impl LabState {
         Ok(())
     }
 
-    /// Reads lab `name`'s state.
+    /// Reads lab `name`'s state. The name is checked as `lab up` checks it: what `lab down`
+    /// and `lab exec` do as root follows this file (processes stopped, namespaces and
+    /// interfaces deleted), so it is never one reached by a path out of the labs' directory.
     pub fn load(name: &str) -> Result<LabState> {
+        check_name(name)?;
         let p = state_path(name);
         let text = fs::read(&p).map_err(|_| {
             let labs = list_names();
@@ -476,6 +480,8 @@ pub fn render(s: &LabState) -> String {
     )
 }
 
+/// Checks a lab name: 1 to 10 lowercase letters, digits or '-', not starting with '-' (a
+/// file name in the labs' directory, never a path).
 fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 10
@@ -1122,5 +1128,28 @@ fn stop_pid(pid: u32, lab: &str) {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lab down` and `lab exec` run as root on what a state file says (processes stopped,
+    /// namespaces and links deleted, commands run in namespaces): a name that is a path
+    /// would have them follow a file anyone could write.
+    #[test]
+    fn a_lab_name_never_reaches_a_state_file_outside_the_labs_directory() {
+        let dir = crate::sys::fs::TempDir::new("sluice-lab").unwrap();
+        let state = r#"{"name":"x","switch":"s","socket":"/nonexistent","started_switch":true,"switch_pid":1,"mtu":1500,"guests":[]}"#;
+        fs::write(dir.path().join("planted.json"), state).unwrap();
+        let planted = dir.path().join("planted");
+        let up = format!("{}{}", "../".repeat(32), planted.display());
+        for name in [planted.to_str().unwrap(), &up, "..", "Lab", "-x"] {
+            let e = LabState::load(name).unwrap_err().to_string();
+            assert!(e.contains("must be 1 to 10 lowercase letters"), "{name}: {e}");
+        }
+        let e = LabState::load("nolabhere").unwrap_err().to_string();
+        assert!(e.contains("no lab named"), "{e}");
     }
 }

@@ -283,7 +283,8 @@ enum PortCmd {
         /// Create it in this network namespace (an `ip netns` name).
         #[arg(long, value_name = "NS")]
         netns: Option<String>,
-        /// The unix socket to listen on.
+        /// The unix socket to listen on (a socket an earlier relay left there is replaced;
+        /// a live one, a link or any other file is refused).
         #[arg(long, value_name = "PATH")]
         listen: std::path::PathBuf,
         /// The TAP's MTU.

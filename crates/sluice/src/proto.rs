@@ -336,6 +336,11 @@ pub struct KernelSummary {
     /// Frames the upcall TAP dropped because its queue was full (lost on the way up; they
     /// stay in their ports' `upcall` gauge), if the device's counters could be read.
     pub upcall_queue_drops: Option<u64>,
+    /// Frames others sent out of the upcall TAP (a socket in the switch's namespace bound
+    /// to it, the kernel's own), dropped at its egress before its queue: only the kernel
+    /// datapath's upcalls reach the daemon.
+    #[serde(default)]
+    pub upcall_egress_refused: u64,
     /// Frames read from the upcall TAP that named no port (dropped).
     pub upcalls_refused: u64,
     /// Decisions of the core the kernel's maps refused (a full map, a port with no slot):

@@ -1,7 +1,8 @@
 //! What only the kernel datapath has: forwarding that outlives its daemon (a restart in
 //! place, a `kill -9` and a start), nothing left behind after `switch stop`, a veth deleted
 //! behind the switch's back, a veth whose peer is the host's own, TAP and veth guests on
-//! one switch, and nothing reaching a guest through its veth but the switch's own frames.
+//! one switch, nothing reaching a guest through its veth but the switch's own frames, and
+//! nothing reaching the upcall TAP's queue but the kernel datapath's.
 
 mod common;
 
@@ -22,8 +23,7 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
         return;
     }
     let lab = Lab::on(Dp::Kernel, "rst", &["--guests", "2"]);
-    let dir = std::env::temp_dir().join(format!("sluice-rst-{}", lab.name));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch(&format!("rst-{}", lab.name));
     // The restart in place takes the kernel's state over; the kernel keeps forwarding
     // while no daemon runs.
     let again = transfers_cross_a_restart_and_a_kill(&lab, &dir, || {});
@@ -217,4 +217,98 @@ fn nothing_but_the_switch_reaches_a_guest_through_its_veth() {
     ns_ok(&ns, &format!("ip link set lo up && ip addr add 10.77.0.60/24 dev {tap}"));
     ns_ok(&ns, &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
     assert_conserved(&lab.stats());
+}
+
+/// Floods the upcall TAP `tap` as an unprivileged user (`nobody`): UDP to the limited
+/// broadcast and the all-hosts group from sockets bound to it (`SO_BINDTODEVICE` needs no
+/// privilege since Linux 5.7), until `max` datagrams are sent or its stdin closes (at most
+/// two minutes). It prints `flooding` once started and, at its end, how many it sent.
+fn flood_as_nobody(tap: &str, max: u64) -> (smc::Killed, std::io::BufReader<std::process::ChildStdout>) {
+    let script = format!(
+        "import socket, sys, threading, time\n\
+         stop = threading.Event()\n\
+         threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()\n\
+         socks = []\n\
+         for to in ['255.255.255.255', '224.0.0.1']:\n    \
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'{tap}')\n    \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)\n    \
+             socks.append((s, (to, 9999)))\n\
+         n, end = 0, time.monotonic() + 120\n\
+         print('flooding', flush=True)\n\
+         while n < {max} and not stop.is_set() and time.monotonic() < end:\n    \
+             for s, to in socks:\n        \
+                 s.sendto(b'not the kernel datapath', to)\n        \
+                 n += 1\n\
+         print(n, flush=True)\n"
+    );
+    let mut child = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "flooding", "the unprivileged sender did not start");
+    (smc::Killed(child), out)
+}
+
+/// Ends a flood of [`flood_as_nobody`]: how many datagrams it sent.
+fn flood_sent(mut flood: smc::Killed, mut out: std::io::BufReader<std::process::ChildStdout>) -> u64 {
+    drop(flood.0.stdin.take());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = flood.take().wait();
+    line.trim().parse().unwrap_or_else(|_| panic!("the sender's count: {line:?}"))
+}
+
+#[test]
+fn only_the_kernel_datapath_reaches_the_upcall_tap() {
+    if !root() || !have("setpriv") {
+        return;
+    }
+    let mut lab = Lab::on(Dp::Kernel, "upg", &["--guests", "2"]);
+    let tap = upcall_tap(&lab.name);
+    let counts = |lab: &Lab| {
+        let k = lab.stats()["kernel"].clone();
+        (k["upcall_egress_refused"].as_u64().unwrap_or(0), k["upcalls_refused"].as_u64().unwrap())
+    };
+    let (refused, read_refused) = counts(&lab);
+    // While an unprivileged user floods the upcall TAP, the switch works as before: guests
+    // reach each other, and a new guest is learned (its first frames go up).
+    let (flood, out) = flood_as_nobody(&tap, u64::MAX);
+    ns_ok(&lab.ns(1), &format!("ping -c 3 -i 0.2 -W 2 {}", lab.ip4(2)));
+    ns_ok(&lab.ns(2), &format!("ping -6 -c 3 -i 0.2 -W 2 {}", lab.ip6(1)));
+    let (ns, port) = lab.add_guest("n", &[], Some("10.77.0.50"));
+    ns_ok(&ns, &format!("ping -c 3 -i 0.2 -W 2 {}", lab.ip4(1)));
+    let mac = mac_of(&ns, &port).map(|b| format!("{b:02x}")).join(":");
+    assert!(sluice_ok(&["fib", "show", "--json", "--switch", &lab.name]).contains(&mac), "guest {port} learned");
+    ns_ok(&lab.ns(2), "ping -c 3 -i 0.2 -W 2 10.77.0.50");
+    let sent = flood_sent(flood, out);
+    assert!(sent > 0);
+    // Every datagram refused at the TAP's egress and counted; none reached the daemon.
+    let (refused_now, read_refused_now) = counts(&lab);
+    eprintln!("{sent} datagrams sent through the upcall TAP: {}", lab.stats()["kernel"]);
+    assert!(
+        refused_now >= refused + sent,
+        "{sent} sent, {} refused at the upcall TAP: {}",
+        refused_now - refused,
+        lab.stats()["kernel"]
+    );
+    assert_eq!(read_refused_now, read_refused, "frames the daemon read and refused: {}", lab.stats()["kernel"]);
+    assert_conserved(&lab.stats());
+    // A restart in place keeps the guard: the new daemon takes its link over.
+    let pid = lab.stats()["switch"]["pid"].as_u64().unwrap();
+    sluice_ok(&["switch", "restart", "--switch", &lab.name]);
+    assert_eq!(lab.stats()["switch"]["pid"].as_u64().unwrap(), pid);
+    ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
+    let (refused, read_refused) = counts(&lab);
+    let (flood, out) = flood_as_nobody(&tap, 2000);
+    let sent = flood_sent(flood, out);
+    let (refused_now, read_refused_now) = counts(&lab);
+    assert!(refused_now >= refused + sent, "{sent} sent after the restart: {}", lab.stats()["kernel"]);
+    assert_eq!(read_refused_now, read_refused, "after the restart: {}", lab.stats()["kernel"]);
+    ns_ok(&ns, &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
 }

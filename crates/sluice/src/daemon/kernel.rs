@@ -258,6 +258,12 @@ impl KernelSide {
         let l3_uplink = if takeover { dp.config().and_then(|c| c.l3_uplink.checked_sub(1)) } else { None };
         let n_slots = slots_in_use(&port_at);
         dp.set_config(ifindex, mode, cfg.router_mac, l3_uplink, n_slots)?;
+        // Only the program's upcalls into the TAP's queue: anyone in this namespace can bind
+        // a socket to the TAP and send through it (SO_BINDTODEVICE needs no privilege), and
+        // such frames would fill the queue the upcalls wait in. (Taken over in place, as the
+        // ports' links are, after a restart.)
+        dp.attach_egress(&upcall_name)
+            .with_context(|| format!("guarding the upcall TAP {upcall_name} against frames not the switch's"))?;
         info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
         Ok(KernelSide {
             dp,
@@ -422,7 +428,7 @@ impl KernelSide {
         self.reserved.clear();
         let attached: std::collections::HashSet<&String> = self.attached.values().flatten().collect();
         for ifname in self.dp.linked() {
-            if !attached.contains(&ifname) {
+            if !attached.contains(&ifname) && ifname != self.upcall_name {
                 info!(switch = %self.switch, interface = %ifname, "no port took interface {ifname} again; the kernel datapath leaves it");
                 self.dp.detach(&ifname);
             }
@@ -430,6 +436,7 @@ impl KernelSide {
         for slot in 0..abi::MAX_PORTS {
             let _ = self.dp.reset_counters(slot);
         }
+        let _ = self.dp.reset_switch_counters();
         // The way off the switch is the core's choice from here on.
         self.l3_uplink = None;
         self.choose_l3_uplink(sw, true);
@@ -461,6 +468,7 @@ impl KernelSide {
         KernelSummary {
             upcall_device: self.upcall_name.clone(),
             upcall_queue_drops: queue_drops,
+            upcall_egress_refused: self.dp.switch_counters().v[abi::s::UPCALL_EGRESS_REFUSED],
             upcalls_refused: self.upcalls_refused,
             map_updates_failed: self.map_updates_failed,
         }

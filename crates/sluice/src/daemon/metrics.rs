@@ -539,6 +539,12 @@ impl Snapshot {
                 "Frames read from the upcall TAP the core could not take (kernel datapath).",
                 k.upcalls_refused,
             )?;
+            counter(
+                enc,
+                "sluice_kernel_upcall_egress_refused",
+                "Frames others sent out of the upcall TAP, dropped before its queue (kernel datapath).",
+                k.upcall_egress_refused,
+            )?;
         }
         Ok(())
     }
