@@ -6,7 +6,9 @@
 
 The kernel strips a received frame's outer 802.1Q tag into metadata; recv reports it from
 PACKET_AUXDATA so tests can see which VLAN a frame arrived with. recv prints "ready" on
-stderr once the socket is bound.
+stderr once the socket is bound, then listens until its standard input says the test has
+sent (a line, or its end) and SECONDS more — so a slow start of the sender, on a busy
+machine, never eats the window — and at most two minutes in all.
 """
 import select
 import socket
@@ -31,14 +33,20 @@ def recv(iface, ethertype, seconds):
     s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
     s.bind((iface, 0))
     print("ready", file=sys.stderr, flush=True)
-    end = time.time() + seconds
+    end = time.time() + 120
+    waiting = [s, sys.stdin]
     while True:
         left = end - time.time()
         if left <= 0:
             break
-        r, _, _ = select.select([s], [], [], left)
+        r, _, _ = select.select(waiting, [], [], left)
         if not r:
             break
+        if sys.stdin in r:
+            sys.stdin.readline()
+            waiting = [s]
+            end = min(end, time.time() + seconds)
+            continue
         data, anc, _, addr = s.recvmsg(65536, socket.CMSG_SPACE(32))
         if addr[2] == socket.PACKET_OUTGOING:
             continue

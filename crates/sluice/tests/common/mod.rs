@@ -381,6 +381,7 @@ pub fn listen_raw(ns: &str, iface: &str, ethertype: u16, seconds: f64) -> Child 
     let mut c = python_in(ns)
         .arg(rawframe())
         .args(["recv", iface, &ethertype.to_string(), &seconds.to_string()])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -393,8 +394,10 @@ pub fn listen_raw(ns: &str, iface: &str, ethertype: u16, seconds: f64) -> Child 
     c
 }
 
-/// Frames a listener received: (vlan or None, frame bytes).
-pub fn received(c: Child) -> Vec<(Option<u16>, Vec<u8>)> {
+/// Frames a listener received: (vlan or None, frame bytes). Tells the listener the test has
+/// sent (its window of `seconds` starts now), then waits for it.
+pub fn received(mut c: Child) -> Vec<(Option<u16>, Vec<u8>)> {
+    drop(c.stdin.take());
     let out = c.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
