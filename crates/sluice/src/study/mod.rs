@@ -4,13 +4,19 @@
 //! docs/study.md).
 //!
 //! - [`spec`]: the study file and the built-in studies.
+//! - [`conditions`]: quiet, or attackers on the cell's topology (rings, floods).
+//! - [`noise`]: what the host did besides each cell (steal, others' CPU), the run's verdict.
 //! - [`tools`]: cells run by iperf3 or sockperf.
 //! - [`paths`]: one builder per compared path ([`ovs`]: Open vSwitch's daemons).
 //! - [`pa`]: partition-aggregate points (six guests, completion times, drops per path).
 //! - [`run`]: the matrix, interleaving, recording, resume.
-//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG.
+//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts,
+//!   the goals, the attackers' account.
 
 pub mod chart;
+pub mod conditions;
+pub mod judge;
+pub mod noise;
 pub mod ovs;
 pub mod pa;
 pub mod paths;
@@ -108,6 +114,11 @@ pub fn run_cmd(cmd: StudyCmd) -> Result<ExitCode> {
                 "\nWorkloads: the built-in profiles ({}), profile.xml files, or the reference tools iperf3 and sockperf.",
                 sluice_bench::builtin::names()
             );
+            println!("\nConditions the paths can be measured under (`conditions = [...]`):");
+            for c in conditions::Condition::ALL {
+                let on = c.paths().map_or("every path".to_string(), |p| p.join(", "));
+                println!("  {:22} {on}", c.name());
+            }
             Ok(ExitCode::SUCCESS)
         }
         StudyCmd::Show { name } => {
