@@ -90,7 +90,7 @@ impl Condition {
         match self {
             Condition::Quiet => "nothing but the workload",
             Condition::Rings => {
-                "a VM-less vhost-user guest on the path's switch abusing its rings, 200 ms each in turn: a receive available index far ahead while a second guest sends it 20,000 frames a second, a transmit index far ahead, indirect chains, loops of zero-length descriptors, a queue of 1-byte receive buffers, chain heads beyond the table; its rings reset after each"
+                "a VM-less vhost-user guest on the path's switch abusing its rings, 200 ms each in turn: a receive available index far ahead while a second guest sends it up to 20,000 frames a second, a transmit index far ahead, indirect chains, loops of zero-length descriptors, a queue of 1-byte receive buffers, chain heads beyond the table; its rings reset after each"
             }
             Condition::UnderlayFlood => {
                 "a host on the underlay (192.168.77.250, not a tunnel endpoint) sending VXLAN datagrams to the server's host as fast as one thread can: inner broadcasts and unicasts from 16,384 made-up stations, foreign VNIs, garbage"

@@ -18,7 +18,8 @@ use super::{Clock, Shared, Tally};
 
 /// How long each abuse lasts before the rings are reset and the next one starts.
 pub const PHASE: Duration = Duration::from_millis(200);
-/// Frames a second the feeder sends to the hostile guest.
+/// Frames a second the feeder sends to the hostile guest, at most (as many as the switch
+/// takes from its 64 transmit slots).
 pub const FEED_PER_S: u64 = 20_000;
 /// Chains the hostile guest keeps offered and not yet returned, at most (the driver's ring
 /// must itself stay well-formed: more than a queue's size would be a fault of ours).
@@ -218,7 +219,7 @@ pub fn feeder(sock: &Path, me: [u8; 6], target: [u8; 6], sh: &Shared, mut clock:
             d = Some(drv);
         }
         let Some(drv) = d.as_mut() else { break };
-        match feed(drv, &f, per_tick) {
+        match feed(drv, &f, per_tick, next + tick) {
             Ok((sent, got)) => {
                 t.add("feeder_frames", sent);
                 t.add("feeder_received", got);
@@ -241,11 +242,16 @@ pub fn feeder(sock: &Path, me: [u8; 6], target: [u8; 6], sh: &Shared, mut clock:
     t
 }
 
-/// One turn of the feeder: up to `n` frames sent, what came in taken, buffers posted again.
-fn feed(d: &mut Driver, f: &[u8], n: u64) -> io::Result<(u64, u64)> {
+/// One turn of the feeder: up to `n` frames sent before `until` (waiting a little when
+/// all its transmit slots are in flight), what came in taken, buffers posted again.
+fn feed(d: &mut Driver, f: &[u8], n: u64, until: Instant) -> io::Result<(u64, u64)> {
     let mut sent = 0;
-    while sent < n && d.send(&[0; 12], f)? {
-        sent += 1;
+    while sent < n && Instant::now() < until {
+        if d.send(&[0; 12], f)? {
+            sent += 1;
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
     let mut got = 0;
     while got < u64::from(QUEUE_SIZE) && d.recv()?.is_some() {
