@@ -53,6 +53,10 @@ pub enum StudyCmd {
     ///   sluice study run switch-paths       the paths as iperf3 and sockperf see them
     ///   sluice study run calibrate          sluice bench against iperf3 and sockperf
     ///   sluice study run lossless-pa --quick   seed 004's partition-aggregate queries, six guests a path
+    ///   sluice study run hostile            paths quiet and under attack (rings, MAC flood, GSO bomb)
+    ///
+    /// Every cell records the host's noise (steal, other processes' CPU); the report opens
+    /// with each run's verdict, QUIET or NOISY, and claims goals only from a QUIET run.
     ///
     /// The output directory gets report.md (the tables), results.csv (one row per cell),
     /// results.json, charts/*.png, and cells.jsonl + study.json, from which
