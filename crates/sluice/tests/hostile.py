@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hostile.py: what a hostile guest sends, for sluice's torture tests and bench/hostile.sh.
+"""hostile.py: what a hostile guest sends, for sluice's torture tests (tests/hostile.rs).
 
   hostile.py torture IFACE COUNT SEED [MAC,MAC...]
       COUNT random and mutated frames, each with a virtio-net header, through a packet

@@ -2,7 +2,7 @@
 //! flood of 100,000 source MACs, GSO frames asking for 1-byte segments — while two other
 //! guests move data. The switch stays up, accounts for every frame, keeps its memory and
 //! its MAC table bounded, and the others' bytes arrive intact and unheard by the flooder.
-//! (How much of their rate they keep is measured by bench/hostile.sh, not asserted here.)
+//! (How much of their rate they keep is measured by `sluice study run hostile`, not asserted here.)
 
 mod common;
 

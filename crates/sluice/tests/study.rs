@@ -2,7 +2,9 @@
 //! writes the table, the CSV and charts that decode; a study naming an unknown path or
 //! workload is refused with the name and line; an interrupted study resumes without
 //! repeating finished cells, and leaves nothing behind either time; partition-aggregate
-//! points (seed 004) build six guests per path and report completion times and drops.
+//! points (seed 004) build six guests per path and report completion times and drops; a
+//! study with conditions measures a path quiet and under attack in one run, records the
+//! host's noise per cell, and removes every attacker.
 
 mod common;
 
@@ -270,6 +272,10 @@ fn unknown_paths_and_workloads_are_refused_by_name_and_line() {
     for (body, want) in [
         (good.replace("\"linux-bridge\"]", "\"hub\"]"), "s.toml:3: unknown path \"hub\""),
         (good.replace("rr-200x1000", "rr-999"), "s.toml:4: unknown workload \"rr-999\""),
+        (
+            format!("{good}conditions = [\"quiet\", \"rings\"]\n"),
+            "s.toml:5: condition \"rings\" applies to sluice-l2, sluice-l2-poll, sluice-l2-stream, sluice-kernel; none of this study's paths (direct, linux-bridge) takes it",
+        ),
     ] {
         let f = study_file(&d, &body);
         let o =
@@ -456,5 +462,100 @@ duration = 1
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("## nginx-1k") && report.contains("## redis-get"), "{report}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The lab name `paths.rs` gives the study's first path (index 0) in study process `pid`.
+fn lab_of(pid: u32) -> String {
+    let n = format!("{pid}0");
+    format!("st{}", &n[n.len().saturating_sub(8)..])
+}
+
+/// A hostile study in small: one path, quiet and under `rings` (a VM-less vhost-user guest
+/// abusing its rings on the path's switch), one short workload, `--quick`. Both cells are
+/// measured with the host's noise, the attacked one with what its attackers did and what
+/// the switch counted of it; the report has the condition's rows, the steal column and the
+/// run's verdict; and nothing is left: namespaces, interfaces, ports, the sockets'
+/// directory, processes.
+#[test]
+fn a_quick_hostile_study_measures_quiet_and_rings_and_leaves_nothing_behind() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("hostile");
+    let f = study_file(
+        &d,
+        r#"name = "hostile-small"
+baseline = "sluice-l2"
+paths = ["sluice-l2"]
+conditions = ["quiet", "rings"]
+workloads = ["rr-200x1000"]
+"#,
+    );
+    let out = d.join("out");
+    // The study's temporary directories (the vhost-user sockets') go here, to be counted.
+    let tmp = d.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let child = Command::new(BIN)
+        .args(["study", "run", f.to_str().unwrap(), "--quick", "--out", out.to_str().unwrap()])
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("[2/2]") && err.contains("sluice-l2 [rings]") && err.contains("steal "), "{err}");
+
+    let cs = cells(&out);
+    assert_eq!(cs.len(), 2, "{cs:?}");
+    let quiet = cs.iter().find(|c| c["condition"] == "quiet").expect("a quiet cell");
+    let rings = cs.iter().find(|c| c["condition"] == "rings").expect("a cell under rings");
+    for c in [quiet, rings] {
+        assert!(c["result"]["client"]["transactions"].as_u64().unwrap() > 0, "{c}");
+        let n = &c["noise"];
+        assert!(n["steal"].as_f64().is_some() && n["others"].as_f64().is_some(), "noise recorded: {c}");
+    }
+    assert!(quiet.get("attack").is_none(), "{quiet}");
+    let a = &rings["attack"];
+    assert!(a["sent"]["chains"].as_u64().unwrap_or(0) > 0, "the hostile guest offered chains: {a}");
+    assert!(a["sent"]["resets"].as_u64().unwrap_or(0) > 0, "and reset its rings: {a}");
+    assert!(a["sent"]["feeder_frames"].as_u64().unwrap_or(0) > 0, "the feeder sent: {a}");
+    assert!(a["switch"]["rx:malformed"].as_u64().unwrap_or(0) > 0, "the switch refused chains: {a}");
+    assert!(a.get("problems").is_none(), "everything stopped and was removed: {a}");
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for want in [
+        "| **sluice-l2 [quiet]** (baseline) |",
+        "| **sluice-l2 [rings]** |",
+        "| *sluice-l2 [rings] / sluice-l2 [quiet]*: transactions/s |",
+        "| steal · others' CPU |",
+        "## Conditions",
+        "| sluice-l2 | rings | 1 |",
+        "A results page may claim a goal only from a QUIET run",
+    ] {
+        assert!(report.contains(want), "{want:?} in {report}");
+    }
+    assert!(report.contains("> **Run 1: QUIET**") || report.contains("> **Run 1: NOISY**"), "{report}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.contains(",rings,")), "{csv}");
+
+    // Nothing left behind.
+    assert!(leftovers(pid).is_empty(), "namespaces left: {:?}", leftovers(pid));
+    let lab = lab_of(pid);
+    let links = Command::new("ip").args(["-o", "link", "show"]).output().unwrap();
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(&lab), "interfaces left: {links}");
+    let dirs: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(dirs.is_empty(), "the study's temporary directories are gone: {dirs:?}");
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        assert!(!cmd.contains(&format!("labs/{lab}")) && !cmd.contains("sluice-study-rings"), "left running: {cmd}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -21,13 +21,19 @@ pub(crate) fn font() {
     });
 }
 
-pub(crate) const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 12] = [
     RGBColor(0x4c, 0x72, 0xb0),
     RGBColor(0xdd, 0x84, 0x52),
     RGBColor(0x55, 0xa8, 0x68),
     RGBColor(0xc4, 0x4e, 0x52),
     RGBColor(0x81, 0x72, 0xb3),
     RGBColor(0x93, 0x78, 0x60),
+    RGBColor(0xda, 0x8b, 0xc3),
+    RGBColor(0x8c, 0x8c, 0x8c),
+    RGBColor(0xcc, 0xb9, 0x74),
+    RGBColor(0x64, 0xb5, 0xcd),
+    RGBColor(0x2f, 0x4b, 0x7c),
+    RGBColor(0x9c, 0x3d, 0x3d),
 ];
 
 /// Draws `t` to `file` (PNG, 1200×480).
@@ -59,18 +65,21 @@ where
     let ratios: Vec<Vec<Option<f64>>> = t
         .rows
         .iter()
-        .map(|(_, vals)| {
-            vals.iter()
+        .map(|row| {
+            row.values
+                .iter()
                 .enumerate()
-                .map(|(i, v)| match (v, t.base(i)) {
+                .map(|(i, v)| match (v, t.base(row, i)) {
                     (Some(v), Some(b)) => ratio(f(v), f(b)),
                     _ => None,
                 })
                 .collect()
         })
         .collect();
-    // Headroom above the tallest bar for the legend.
-    let top = ratios.iter().flatten().flatten().fold(1.0f64, |a, &b| a.max(b)) * (1.25 + 0.06 * npaths as f64);
+    // Headroom above the tallest bar for the legend (about 18 px a line of a 380-px plot).
+    let tallest = ratios.iter().flatten().flatten().fold(1.0f64, |a, &b| a.max(b));
+    let legend = (18.0 * npaths as f64 / 380.0).min(0.7);
+    let top = tallest * (1.25 + 0.06 * npaths as f64).max(1.1 / (1.0 - legend));
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 17))
         .margin(12)
@@ -98,7 +107,8 @@ where
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
     let width = 0.8 / npaths as f64;
-    for (p, (path, _)) in t.rows.iter().enumerate() {
+    for (p, row) in t.rows.iter().enumerate() {
+        let label = row.label(t.conditions);
         let color = COLORS[p % COLORS.len()];
         let bars: Vec<(f64, f64)> = ratios[p]
             .iter()
@@ -108,7 +118,7 @@ where
         chart
             .draw_series(bars.iter().map(|&(x, r)| Rectangle::new([(x, 0.0), (x + width * 0.92, r)], color.filled())))
             .map_err(|e| anyhow!("{e}"))?
-            .label(path.as_str())
+            .label(label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
         chart
             .draw_series(bars.iter().map(|&(x, r)| {

@@ -4,13 +4,19 @@
 //! docs/study.md).
 //!
 //! - [`spec`]: the study file and the built-in studies.
+//! - [`conditions`]: quiet, or attackers on the cell's topology (rings, floods).
+//! - [`noise`]: what the host did besides each cell (steal, others' CPU), the run's verdict.
 //! - [`tools`]: cells run by iperf3 or sockperf.
 //! - [`paths`]: one builder per compared path ([`ovs`]: Open vSwitch's daemons).
 //! - [`pa`]: partition-aggregate points (six guests, completion times, drops per path).
 //! - [`run`]: the matrix, interleaving, recording, resume.
-//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG.
+//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts,
+//!   the goals, the attackers' account.
 
 pub mod chart;
+pub mod conditions;
+pub mod judge;
+pub mod noise;
 pub mod ovs;
 pub mod pa;
 pub mod paths;
@@ -47,6 +53,10 @@ pub enum StudyCmd {
     ///   sluice study run switch-paths       the paths as iperf3 and sockperf see them
     ///   sluice study run calibrate          sluice bench against iperf3 and sockperf
     ///   sluice study run lossless-pa --quick   seed 004's partition-aggregate queries, six guests a path
+    ///   sluice study run hostile            paths quiet and under attack (rings, MAC flood, GSO bomb)
+    ///
+    /// Every cell records the host's noise (steal, other processes' CPU); the report opens
+    /// with each run's verdict, QUIET or NOISY, and claims goals only from a QUIET run.
     ///
     /// The output directory gets report.md (the tables), results.csv (one row per cell),
     /// results.json, charts/*.png, and cells.jsonl + study.json, from which
@@ -108,6 +118,11 @@ pub fn run_cmd(cmd: StudyCmd) -> Result<ExitCode> {
                 "\nWorkloads: the built-in profiles ({}), profile.xml files, or the reference tools iperf3 and sockperf.",
                 sluice_bench::builtin::names()
             );
+            println!("\nConditions the paths can be measured under (`conditions = [...]`):");
+            for c in conditions::Condition::ALL {
+                let on = c.paths().map_or("every path".to_string(), |p| p.join(", "));
+                println!("  {:22} {on}", c.name());
+            }
             Ok(ExitCode::SUCCESS)
         }
         StudyCmd::Show { name } => {

@@ -31,6 +31,41 @@ pub(super) fn which(tool: &str) -> bool {
     crate::sys::which(tool).is_some()
 }
 
+/// Where a condition's extra guest joins the path.
+#[derive(Clone, Debug)]
+pub(super) enum Attach {
+    /// A sluice switch of a lab of one host: its control socket, the lab's name (the
+    /// prefix of the study's device names in the host's namespace), its datapath.
+    Switch {
+        /// The switch's control socket.
+        socket: std::path::PathBuf,
+        /// The lab's name.
+        lab: String,
+        /// The kernel datapath (ports are veth pairs).
+        kernel: bool,
+    },
+    /// A Linux bridge `br0` in namespace `ns`.
+    Bridge {
+        /// The bridge's namespace.
+        ns: String,
+    },
+}
+
+/// An overlay path's underlay, for `underlay-flood`.
+#[derive(Clone, Debug)]
+pub(super) struct Underlay {
+    /// The namespace of the underlay's bridge `br0`.
+    pub ns: String,
+    /// The underlay's MTU.
+    pub mtu: u16,
+    /// The tunnel end attacked: the server's host.
+    pub target: std::net::Ipv4Addr,
+    /// The tunnel's endpoints (an attacker must not be one).
+    pub remotes: Vec<std::net::Ipv4Addr>,
+    /// The tunnel's VNI.
+    pub vni: u32,
+}
+
 /// A built path with a bench server running on its server side.
 pub struct Topology {
     /// The path's name.
@@ -63,6 +98,14 @@ pub struct Topology {
     ovs: Option<super::ovs::Ovs>,
     /// Client and server run under `sluice smc run` (the shared-memory fast path).
     pub smc: bool,
+    /// The MTU of the guests' interfaces.
+    pub(super) mtu: u16,
+    /// Where an extra guest joins (conditions `mac-flood`, `gso-bomb`, `rings`).
+    pub(super) attach: Option<Attach>,
+    /// An IPv4 address with its prefix in the guests' subnet that nothing on the path uses.
+    pub(super) spare_v4: Option<String>,
+    /// The underlay of an overlay path.
+    pub(super) underlay: Option<Underlay>,
 }
 
 impl Topology {
@@ -100,6 +143,17 @@ impl Topology {
         v
     }
 
+    /// Every namespace of the path: its guests', its devices', those it created.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut v = self.guest_namespaces();
+        for ns in self.switch_ns.iter().chain(&self.created) {
+            if !v.contains(ns) {
+                v.push(ns.clone());
+            }
+        }
+        v
+    }
+
     /// The namespaces of the path's guests (client, server, workers), each once.
     pub fn guest_namespaces(&self) -> Vec<String> {
         let mut v = vec![self.client_ns.clone()];
@@ -128,6 +182,10 @@ impl Topology {
             lab: None,
             ovs: None,
             smc: false,
+            mtu: 1500,
+            attach: None,
+            spare_v4: None,
+            underlay: None,
         }
     }
 
@@ -238,6 +296,8 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 t.more.push((ns(&format!("s{k}")), a4.parse()?, a6.parse()?));
             }
             bridge(&mut t, &ns("sw"), mtu)?;
+            t.attach = Some(Attach::Bridge { ns: ns("sw") });
+            t.spare_v4 = Some("10.231.0.250/24".into());
             t
         }
         "ovs" => {
@@ -315,6 +375,9 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 t.host_devices = s.guests.iter().map(|g| g.tap.clone()).collect();
             }
             t.switch_sockets = vec![s.socket.clone()];
+            t.attach =
+                Some(Attach::Switch { socket: s.socket.clone(), lab: name.clone(), kernel: s.datapath == "kernel" });
+            t.spare_v4 = Some("10.77.0.250/24".into());
             t.lab = Some(name);
             t.switch_pid = s.switch_pid;
             t.smc = path == "smc";
@@ -329,6 +392,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
             }
             overlay_kernel(&mut t, &ns("ul"), &ns("h1"), &ns("h2"), mtu)?;
             t.switch_ns = vec![ns("ul"), ns("h1"), ns("h2")];
+            t.underlay = Some(underlay(&ns("ul"), mtu));
             t
         }
         "overlay-sluice" | "overlay-sluice-kernel" | "overlay-sluice-lossless" | "overlay-mixed" => {
@@ -358,6 +422,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 t.more.push((g.netns.clone(), a4.parse()?, a6.parse()?));
             }
             t.switch_ns = ["ul", "h1", "h2"].iter().map(|r| format!("sluice-{name}-{r}")).collect();
+            t.underlay = Some(underlay(&format!("sluice-{name}-ul"), mtu));
             t.switch_sockets = s.sublabs.iter().filter_map(|l| lab::LabState::load(l).ok()).map(|l| l.socket).collect();
             t.lab = Some(name.clone());
             // The client's host's switch is the "switch" column (the other's CPU is "other").
@@ -366,6 +431,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
         }
         other => bail!("unknown path {other:?}"),
     };
+    t.mtu = mtu;
     tune_client(&t.client_ns)?;
     t.start_servers(pin)?;
     Ok(t)
@@ -475,6 +541,28 @@ fn overlay_kernel(t: &mut Topology, ul: &str, h1: &str, h2: &str, mtu: u16) -> R
         address(&g, "eth0", mtu, &format!("{a4}/24"), &format!("{a6}/64"))?;
     }
     Ok(())
+}
+
+/// The underlay of the two hosts of an overlay path (bridge in `ns`): the server's host,
+/// 192.168.77.2, is the one attacked.
+fn underlay(ns: &str, mtu: u16) -> Underlay {
+    Underlay {
+        ns: ns.into(),
+        mtu: mtu + sluice_wire::vxlan::VXLAN_OVERHEAD_V4 as u16,
+        target: std::net::Ipv4Addr::new(192, 168, 77, 2),
+        remotes: vec![std::net::Ipv4Addr::new(192, 168, 77, 1), std::net::Ipv4Addr::new(192, 168, 77, 2)],
+        vni: crate::lab_hosts::LAB_VNI,
+    }
+}
+
+/// True if device `dev` exists in this process's namespace.
+pub(super) fn link_exists_here(dev: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", dev])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// True if device `dev` exists in namespace `ns`.

@@ -1,9 +1,13 @@
-//! Walking a study's matrix: building paths, running cells interleaved across paths,
-//! recording each finished cell at once, and resuming where a run stopped.
+//! Walking a study's matrix: building paths, running cells interleaved across paths and
+//! conditions, recording each finished cell at once with what the host did besides it
+//! (`noise.rs`) and what its condition's attackers did (`conditions`), and resuming where
+//! a run stopped.
 //!
 //! The output directory holds `study.json` ([`StudyFile`]: the resolved study, the options
 //! and one entry per run) and `cells.jsonl` (one [`CellRecord`] per finished cell, appended
-//! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again.
+//! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again. Cells
+//! written before conditions and noise were recorded still load: their condition is
+//! `quiet`, their noise "not recorded".
 //!
 //! The study runs as root and writes there: the directory must be this user's (or root's)
 //! and writable by nobody else, every directory above it passing the walk of `sys::fs`, so
@@ -24,6 +28,8 @@ use sluice_bench::client::{RunOptions, run};
 use sluice_bench::report::Per;
 use sluice_bench::result::RunResult;
 
+use super::conditions::{self, AttackRecord, Condition};
+use super::noise::{self, Noise};
 use super::paths::{self, Topology};
 use super::spec::{Family, Study, Workload};
 use crate::sys::{INTERRUPTED, netns};
@@ -105,6 +111,13 @@ pub struct CellKey {
     pub family: Family,
     /// Repetition, from 1.
     pub rep: u32,
+    /// What the host did meanwhile (cells of older studies: `quiet`).
+    #[serde(default = "quiet")]
+    pub condition: Condition,
+}
+
+fn quiet() -> Condition {
+    Condition::Quiet
 }
 
 /// One line of `cells.jsonl`.
@@ -122,6 +135,12 @@ pub struct CellRecord {
     /// What the path lost during the cell (partition-aggregate points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<super::pa::PathDrops>,
+    /// What the host did besides the cell (cells of older studies: none recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<Noise>,
+    /// What the condition's attackers did (cells under a condition other than `quiet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attack: Option<AttackRecord>,
 }
 
 /// How a run ended.
@@ -143,8 +162,13 @@ pub struct Executed {
 
 /// The cells of a study, in the order they run (see the module doc and the architecture
 /// notes): MTU-major (paths are built once per MTU), then repetition, workload,
-/// connections and family, with the paths rotating one place per cell.
+/// connections and family; within those, every path under every condition that applies to
+/// it (a path's conditions next to each other, so its attacked cells run beside its quiet
+/// one), the list rotating one place per group. Partition-aggregate points run quiet only.
 pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
+    let combos: Vec<(&String, Condition)> =
+        paths.iter().flat_map(|p| study.conditions.iter().filter(|c| c.applies(p)).map(move |&c| (p, c))).collect();
+    let quiet: Vec<(&String, Condition)> = paths.iter().map(|p| (p, Condition::Quiet)).collect();
     let mut cells = Vec::new();
     let mut turn = 0usize;
     for &mtu in &study.mtus {
@@ -161,10 +185,22 @@ pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
                         continue;
                     }
                     let conns = if w.pa.is_some() { super::spec::PA_WORKERS } else { conns };
+                    let list = if w.pa.is_some() { &quiet } else { &combos };
+                    if list.is_empty() {
+                        continue;
+                    }
                     for &family in &study.families {
-                        for i in 0..paths.len() {
-                            let path = paths[(i + turn) % paths.len()].clone();
-                            cells.push(CellKey { path, workload: w.name.clone(), conns, mtu, family, rep });
+                        for i in 0..list.len() {
+                            let (path, condition) = list[(i + turn) % list.len()];
+                            cells.push(CellKey {
+                                path: path.clone(),
+                                workload: w.name.clone(),
+                                conns,
+                                mtu,
+                                family,
+                                rep,
+                                condition,
+                            });
                         }
                         turn += 1;
                     }
@@ -279,6 +315,8 @@ fn ovs_version() -> String {
 const CELL_OVERHEAD_S: f64 = 1.0;
 /// Seconds to build one path, for the estimate.
 const BUILD_S: f64 = 1.5;
+/// Seconds to start and stop a condition's attackers, for the estimate.
+const CONDITION_S: f64 = 1.0;
 
 /// Formats seconds as `1h02m`, `4m10s` or `12s`.
 pub fn hms(s: f64) -> String {
@@ -292,7 +330,10 @@ pub fn hms(s: f64) -> String {
 
 /// An estimate of the time `cells` take, with `npaths` paths built per MTU.
 pub fn estimate(cells: &[CellKey], duration_s: u32, mtus: usize, npaths: usize) -> f64 {
-    cells.len() as f64 * (f64::from(duration_s) + CELL_OVERHEAD_S) + (mtus * npaths) as f64 * BUILD_S
+    let attacked = cells.iter().filter(|c| c.condition != Condition::Quiet).count();
+    cells.len() as f64 * (f64::from(duration_s) + CELL_OVERHEAD_S)
+        + attacked as f64 * CONDITION_S
+        + (mtus * npaths) as f64 * BUILD_S
 }
 
 /// Runs every cell of `sf` not yet in `dir/cells.jsonl`, as run `run`.
@@ -378,8 +419,12 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
             } else {
                 estimate(&todo[ran..], o.duration_s, 0, 0)
             };
+            let label = match cell.condition {
+                Condition::Quiet => cell.path.clone(),
+                c => format!("{} [{c}]", cell.path),
+            };
             eprint!(
-                "[{:>w$}/{total}] {:>6} left  rep {}/{}  MTU {mtu}  {}  {} conn{}  {}  {:<20}",
+                "[{:>w$}/{total}] {:>6} left  rep {}/{}  MTU {mtu}  {}  {} conn{}  {}  {:<30}",
                 ran + 1,
                 hms(left),
                 cell.rep,
@@ -388,20 +433,27 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
                 cell.conns,
                 if cell.conns == 1 { "" } else { "s" },
                 cell.family,
-                cell.path,
+                label,
                 w = total.to_string().len()
             );
-            let r = match w.pa {
-                Some(point) => {
-                    super::pa::run_point(topo, point, cell, o, super::pa::queries(study, o)).map(|(r, d)| (r, Some(d)))
-                }
-                None => run_cell(topo, w, cell, o).map(|r| (r, None)),
-            };
+            let ours =
+                noise::Ours::new(topos.iter().filter_map(|t| t.switch_pid), topos.iter().flat_map(|t| t.namespaces()));
+            let sampler = noise::Sampler::start(ours);
+            let r = run_one(topo, w, cell, o, study, &id);
+            let noise = sampler.finish();
             ran += 1;
             match r {
-                Ok((result, drops)) => {
-                    eprintln!("{}", summary(&result, drops.as_ref()));
-                    let rec = CellRecord { key: cell.clone(), run: run_no, at: now_rfc3339(), result, drops };
+                Ok((result, drops, attack)) => {
+                    eprintln!("{}{}", summary(&result, drops.as_ref()), noise_summary(&noise));
+                    let rec = CellRecord {
+                        key: cell.clone(),
+                        run: run_no,
+                        at: now_rfc3339(),
+                        result,
+                        drops,
+                        noise: Some(noise),
+                        attack,
+                    };
                     let mut line = serde_json::to_string(&rec)?;
                     line.push('\n');
                     log.write_all(line.as_bytes()).context("writing cells.jsonl")?;
@@ -426,6 +478,52 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
         eprintln!("{failures} cell(s) failed; `sluice study resume {}` runs them again", dir.display());
     }
     Ok(Executed { outcome, unbuilt })
+}
+
+/// What the host did besides the cell, for its line: steal and others' CPU, and NOISY
+/// when either is over its limit.
+fn noise_summary(n: &Noise) -> String {
+    format!(
+        "  steal {}, others {}{}",
+        noise::pct(n.steal),
+        noise::pct(n.others),
+        if n.fault().is_some() { "  NOISY" } else { "" }
+    )
+}
+
+/// Runs one cell under its condition: the attackers started before the workload and
+/// stopped after; their own CPU is taken out of the column it landed in (they are threads
+/// of this process: the guest column when the bench client runs in this process, other
+/// kernel otherwise).
+fn run_one(
+    topo: &Topology,
+    w: &Workload,
+    cell: &CellKey,
+    o: &Options,
+    study: &Study,
+    id: &str,
+) -> Result<(RunResult, Option<super::pa::PathDrops>, Option<AttackRecord>)> {
+    let attackers = conditions::start(cell.condition, topo, id, o.duration_s)
+        .with_context(|| format!("starting condition {}", cell.condition))?;
+    let cpu0 = attackers.as_ref().map(|a| a.cpu_s());
+    let r = match w.pa {
+        Some(point) => {
+            super::pa::run_point(topo, point, cell, o, super::pa::queries(study, o)).map(|(r, d)| (r, Some(d)))
+        }
+        None => run_cell(topo, w, cell, o).map(|r| (r, None)),
+    };
+    let cpu1 = attackers.as_ref().map(|a| a.cpu_s());
+    let attack = attackers.map(|a| a.stop());
+    let (mut r, drops) = r?;
+    if let (Some(a), Some(b)) = (cpu0, cpu1) {
+        let theirs = (b - a).max(0.0);
+        if w.tool.is_none() && !topo.smc {
+            r.cpu.guest_s = (r.cpu.guest_s - theirs).max(0.0);
+        } else {
+            r.cpu.other_s = (r.cpu.other_s - theirs).max(0.0);
+        }
+    }
+    Ok((r, drops, attack))
 }
 
 /// One line of what a cell measured.
@@ -531,7 +629,7 @@ pub fn default_out(study: &Study) -> PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn study() -> Study {
@@ -567,6 +665,59 @@ reps = 2
         // MTU-major: all 1500 cells first.
         let first9000 = cells.iter().position(|c| c.mtu == 9000).unwrap();
         assert!(cells[first9000..].iter().all(|c| c.mtu == 9000));
+    }
+
+    #[test]
+    fn the_plan_interleaves_conditions_with_paths_and_plans_none_where_they_do_not_apply() {
+        let s = super::super::spec::parse(
+            r#"name = "h"
+baseline = "linux-bridge"
+paths = ["sluice-l2", "linux-bridge"]
+conditions = ["quiet", "rings", "mac-flood"]
+workloads = ["iperf3", "pa-8mtu"]
+reps = 2
+"#,
+            "h.toml",
+            Path::new("."),
+        )
+        .unwrap();
+        let cells = plan(&s, &s.paths, s.reps);
+        let ordinary: Vec<&CellKey> = cells.iter().filter(|c| c.workload == "iperf3").collect();
+        // sluice-l2 quiet, rings, mac-flood; the bridge quiet and mac-flood (no vhost-user).
+        assert_eq!(ordinary.len(), 5 * 2);
+        assert!(!ordinary.iter().any(|c| c.path == "linux-bridge" && c.condition == Condition::Rings));
+        let set: HashSet<_> = cells.iter().cloned().collect();
+        assert_eq!(set.len(), cells.len(), "no cell twice");
+        for g in ordinary.chunks(5) {
+            let combos: HashSet<_> = g.iter().map(|c| (c.path.as_str(), c.condition)).collect();
+            assert_eq!(combos.len(), 5, "each group is every path under every condition once: {g:?}");
+            // Quiet and attacked cells of one path run side by side (the list rotates).
+            let quiet = g.iter().position(|c| c.path == "sluice-l2" && c.condition == Condition::Quiet).unwrap();
+            let rings = g.iter().position(|c| c.path == "sluice-l2" && c.condition == Condition::Rings).unwrap();
+            assert!(quiet.abs_diff(rings) == 1 || quiet.abs_diff(rings) == 4, "{g:?}");
+        }
+        assert_ne!(ordinary[0], ordinary[5], "the second group starts elsewhere");
+        assert_ne!((&ordinary[0].path, ordinary[0].condition), (&ordinary[5].path, ordinary[5].condition));
+        // Partition-aggregate points run quiet only.
+        let pa: Vec<&CellKey> = cells.iter().filter(|c| c.workload == "pa-8mtu").collect();
+        assert_eq!(pa.len(), 2 * 2);
+        assert!(pa.iter().all(|c| c.condition == Condition::Quiet));
+    }
+
+    /// A study an earlier sluice measured (before conditions and noise were recorded).
+    pub(crate) const OLD_STUDY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/results/2026-11-27-overlay");
+
+    #[test]
+    fn cells_written_before_conditions_and_noise_load_as_quiet_and_unrecorded() {
+        let sf = load_study_file(Path::new(OLD_STUDY)).unwrap();
+        assert_eq!(sf.study.conditions, [Condition::Quiet]);
+        assert!(sf.study.goals.is_empty());
+        let cells = load_cells(Path::new(OLD_STUDY)).unwrap();
+        assert!(cells.len() > 10);
+        assert!(cells.iter().all(|c| c.key.condition == Condition::Quiet && c.noise.is_none() && c.attack.is_none()));
+        // And they are the cells the plan has: a resume would run none of them again.
+        let planned: HashSet<CellKey> = plan(&sf.study, &sf.study.paths, sf.options.reps).into_iter().collect();
+        assert!(cells.iter().all(|c| planned.contains(&c.key)));
     }
 
     #[test]
@@ -630,11 +781,14 @@ reps = 2
                 mtu: 1500,
                 family: Family::Ipv4,
                 rep: 1,
+                condition: Condition::Quiet,
             },
             run: 1,
             at: now_rfc3339(),
             result: RunResult::default(),
             drops: None,
+            noise: None,
+            attack: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();

@@ -4,13 +4,17 @@
 //! Invariants of a [`Study`] that [`parse`] returns: every path is known and named once;
 //! the baseline is one of the paths; every workload is a built-in profile or a profile.xml
 //! that parses (its text is kept, so a resumed study runs what the first run ran); every
-//! list is non-empty and every number is in range. Errors name the file and line.
+//! list is non-empty and every number is in range; every condition applies to at least
+//! one of the paths; every goal names a workload of the study and compares with `quiet`,
+//! which the conditions then hold with another. Errors name the file and line.
 
 use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
+
+pub use super::conditions::Condition;
 
 /// Paths a study can compare: (name, what it is).
 pub const PATHS: &[(&str, &str)] = &[
@@ -71,6 +75,8 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("lossless-pa-2hosts", include_str!("builtin/lossless-pa-2hosts.toml")),
     ("switch-paths", include_str!("builtin/switch-paths.toml")),
     ("calibrate", include_str!("builtin/calibrate.toml")),
+    ("hostile", include_str!("builtin/hostile.toml")),
+    ("hostile-underlay", include_str!("builtin/hostile-underlay.toml")),
 ];
 
 /// An address family.
@@ -257,10 +263,63 @@ pub struct Study {
     /// whichever comes first).
     #[serde(default = "default_queries")]
     pub queries: u64,
+    /// What the host does while the cells run: `quiet`, or an attack (conditions.rs).
+    #[serde(default = "quiet_only")]
+    pub conditions: Vec<Condition>,
+    /// What the study means to show, checked in the report.
+    #[serde(default)]
+    pub goals: Vec<Goal>,
 }
 
 fn default_queries() -> u64 {
     DEFAULT_PA_QUERIES
+}
+
+fn quiet_only() -> Vec<Condition> {
+    vec![Condition::Quiet]
+}
+
+/// A goal a study's report checks: under each condition but `quiet`, every path keeps at
+/// least `keeps_rate` of its quiet rate, or its mean latency stays within
+/// `latency_within` times its quiet one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Goal {
+    /// The workload it is about.
+    pub workload: String,
+    /// What it asks.
+    pub bound: Bound,
+}
+
+/// A goal's bound, on the ratio of a path under a condition to the same path quiet.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// The rate keeps at least this share of quiet's.
+    KeepsRate(f64),
+    /// The mean latency (a round trip, for sockperf) is at most this many times quiet's.
+    LatencyWithin(f64),
+}
+
+impl Goal {
+    /// The goal in words.
+    pub fn describe(&self) -> String {
+        match self.bound {
+            Bound::KeepsRate(x) => {
+                format!("under every attack, {} keeps at least {:.0}% of its quiet rate", self.workload, x * 100.0)
+            }
+            Bound::LatencyWithin(x) => {
+                format!("under every attack, {}'s mean latency stays within {x}× of quiet", self.workload)
+            }
+        }
+    }
+
+    /// True if `ratio` (attacked / quiet: of rates, or of latencies) meets it.
+    pub fn met_by(&self, ratio: f64) -> bool {
+        match self.bound {
+            Bound::KeepsRate(x) => ratio >= x,
+            Bound::LatencyWithin(x) => ratio <= x,
+        }
+    }
 }
 
 impl Study {
@@ -306,6 +365,24 @@ struct Raw {
     duration: Spanned<u32>,
     #[serde(default = "default_raw_queries")]
     queries: Spanned<u64>,
+    #[serde(default = "default_conditions")]
+    conditions: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    goals: Vec<Spanned<RawGoal>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGoal {
+    workload: String,
+    #[serde(default)]
+    keeps_rate: Option<f64>,
+    #[serde(default)]
+    latency_within: Option<f64>,
+}
+
+fn default_conditions() -> Spanned<Vec<Spanned<String>>> {
+    Spanned::new(0..0, vec![Spanned::new(0..0, "quiet".into())])
 }
 
 fn default_raw_queries() -> Spanned<u64> {
@@ -464,6 +541,78 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
     if !(1..=3600).contains(&duration_s) {
         return Err(err(raw.duration.span(), format!("duration {duration_s} is out of range: use 1 to 3600 seconds")));
     }
+    let mut conditions: Vec<Condition> = Vec::new();
+    for c in raw.conditions.get_ref() {
+        let Some(cond) = Condition::parse(c.get_ref()) else {
+            return Err(err(
+                c.span(),
+                format!("unknown condition {:?}; known conditions: {}", c.get_ref(), condition_names()),
+            ));
+        };
+        if conditions.contains(&cond) {
+            return Err(err(c.span(), format!("condition {cond:?} is listed twice")));
+        }
+        if !paths.iter().any(|p| cond.applies(p)) {
+            return Err(err(
+                c.span(),
+                format!(
+                    "condition {:?} applies to {}; none of this study's paths ({}) takes it",
+                    cond.name(),
+                    cond.paths().unwrap_or_default().join(", "),
+                    paths.join(", ")
+                ),
+            ));
+        }
+        conditions.push(cond);
+    }
+    if conditions.is_empty() {
+        return Err(err(
+            raw.conditions.span(),
+            format!("conditions is empty; name one or more of: {}", condition_names()),
+        ));
+    }
+    let mut goals = Vec::new();
+    for g in &raw.goals {
+        let rg = g.get_ref();
+        let Some(w) = workloads.iter().find(|w| w.name == rg.workload) else {
+            return Err(err(
+                g.span(),
+                format!(
+                    "goal about workload {:?}, which the study does not run ({})",
+                    rg.workload,
+                    workloads.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        };
+        let bound = match (rg.keeps_rate, rg.latency_within) {
+            (Some(x), None) if x > 0.0 && x <= 10.0 => Bound::KeepsRate(x),
+            (None, Some(x)) if (1.0..=1000.0).contains(&x) => Bound::LatencyWithin(x),
+            (Some(_), None) => {
+                return Err(err(g.span(), "keeps_rate must be more than 0 and at most 10 (0.9: 90%)".into()));
+            }
+            (None, Some(_)) => return Err(err(g.span(), "latency_within must be 1 to 1000 (2: twice quiet's)".into())),
+            _ => {
+                return Err(err(
+                    g.span(),
+                    "a goal has either keeps_rate (e.g. 0.9: at least 90% of the quiet rate) or latency_within (e.g. 2: at most twice the quiet latency)".into(),
+                ));
+            }
+        };
+        if matches!(bound, Bound::LatencyWithin(_)) && (w.tool == Some(Tool::Iperf3) || w.tool == Some(Tool::Nginx10m))
+        {
+            return Err(err(g.span(), format!("workload {:?} measures no latency; give it keeps_rate", w.name)));
+        }
+        if w.pa.is_some() {
+            return Err(err(g.span(), "partition-aggregate points run quiet only: a goal cannot compare them".into()));
+        }
+        if !conditions.contains(&Condition::Quiet) || conditions.len() < 2 {
+            return Err(err(
+                g.span(),
+                "a goal compares each path under a condition with the same path quiet: conditions needs \"quiet\" and at least one other".into(),
+            ));
+        }
+        goals.push(Goal { workload: w.name.clone(), bound });
+    }
     Ok(Study {
         title: if raw.title.is_empty() { name.clone() } else { raw.title },
         name,
@@ -477,7 +626,13 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         reps,
         duration_s,
         queries,
+        conditions,
+        goals,
     })
+}
+
+fn condition_names() -> String {
+    Condition::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
 }
 
 fn path_names() -> String {
@@ -587,6 +742,39 @@ duration = 3
             (OK.replace("rr-200x1000", "pa-2mtu-bg99"), 4, "0 to 16"),
             (OK.replace("rr-200x1000", "pa-2mtu"), 4, "path \"direct\" builds two"),
             (OK.replace("duration = 3", "duration = 3\nqueries = 0"), 10, "queries 0"),
+            (OK.replace("duration = 3", "duration = 3\nconditions = [\"storm\"]"), 10, "unknown condition \"storm\""),
+            (
+                OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"rings\"]"),
+                10,
+                "none of this study's paths (direct, linux-bridge) takes it",
+            ),
+            (
+                OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"mac-flood\", \"quiet\"]"),
+                10,
+                "listed twice",
+            ),
+            (OK.replace("duration = 3", "duration = 3\nconditions = []"), 10, "conditions is empty"),
+            (
+                OK.replace("duration = 3", "duration = 3\ngoals = [{ workload = \"rr-200x1000\", keeps_rate = 0.9 }]"),
+                10,
+                "needs \"quiet\" and at least one other",
+            ),
+            (
+                OK.replace(
+                    "duration = 3",
+                    "duration = 3\nconditions = [\"quiet\", \"mac-flood\"]\ngoals = [{ workload = \"iperf3\", keeps_rate = 0.9 }]",
+                ),
+                11,
+                "does not run (rr-200x1000)",
+            ),
+            (
+                OK.replace(
+                    "duration = 3",
+                    "duration = 3\nconditions = [\"quiet\", \"mac-flood\"]\ngoals = [{ workload = \"rr-200x1000\" }]",
+                ),
+                11,
+                "either keeps_rate",
+            ),
         ];
         for (text, line, want) in cases {
             let e = p(&text).unwrap_err();
@@ -606,6 +794,28 @@ duration = 3
         assert_eq!(s.workloads[1].pa, Some(PaPoint { response_mtus: 2048, background: 2 }));
         assert_eq!(s.queries, DEFAULT_PA_QUERIES);
         assert!(s.has_pa());
+    }
+
+    #[test]
+    fn conditions_and_goals_are_read() {
+        let text = OK.replace(
+            "duration = 3",
+            "duration = 3\nconditions = [\"quiet\", \"mac-flood\", \"gso-bomb\"]\ngoals = [\n  { workload = \"rr-200x1000\", keeps_rate = 0.9 },\n  { workload = \"rr-200x1000\", latency_within = 2 },\n]",
+        );
+        let s = p(&text).unwrap();
+        assert_eq!(s.conditions, [Condition::Quiet, Condition::MacFlood, Condition::GsoBomb]);
+        assert_eq!(s.goals.len(), 2);
+        assert_eq!(s.goals[0].bound, Bound::KeepsRate(0.9));
+        assert!(s.goals[0].met_by(0.95) && !s.goals[0].met_by(0.85));
+        assert!(s.goals[1].met_by(1.9) && !s.goals[1].met_by(2.1));
+        assert!(s.goals[1].describe().contains("within 2× of quiet"));
+        // A study without conditions is measured quiet, as before; its old study.json too.
+        assert_eq!(p(OK).unwrap().conditions, [Condition::Quiet]);
+        let mut v = serde_json::to_value(p(OK).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("conditions");
+        v.as_object_mut().unwrap().remove("goals");
+        let old: Study = serde_json::from_value(v).unwrap();
+        assert_eq!((old.conditions, old.goals), (vec![Condition::Quiet], vec![]));
     }
 
     #[test]
