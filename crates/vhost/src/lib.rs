@@ -11,8 +11,11 @@
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
 //! - `ring`: the split virtqueue walked with every index checked, the bounds on chains;
-//! - [`driver`]: a guest's side without a VM, for the tests and the per-frame benchmark.
+//! - [`driver`]: a guest's side without a VM, for the tests and the per-frame benchmark;
+//! - [`abuse`]: hostile and well-behaved guests played by a driver, for the study's
+//!   `rings` and `vm-feed` conditions and the bench of what each abuse costs.
 
+pub mod abuse;
 pub mod backend;
 pub mod driver;
 mod eventfd;

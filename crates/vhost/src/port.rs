@@ -5,18 +5,22 @@
 //! [`crate::ring`]: every index checked, every byte moved through `vm-memory`'s checked
 //! accessors (an address outside the guest's memory is an error, never a read of sluice's
 //! own). A ring that lies (an available index too far ahead, a descriptor index outside
-//! the table) breaks only its queue: counted, logged at most once a minute, never read or
-//! written again until the frontend sets it up anew, shown by `link_state`. A chain that is
-//! indirect, longer than `MAX_CHAIN_DESCRIPTORS`, holds a write-only descriptor (transmit)
-//! or more bytes than a frame may have is returned used and counted; a receive chain the
-//! guest marked read-only loses only the frame written into it; a frame that would take
-//! more than `MAX_FRAME_CHAINS` receive chains is dropped and its chains returned empty.
+//! the table, an indirect or zero-length descriptor, a receive buffer smaller than the
+//! virtio-net header with mergeable buffers) breaks only its queue: counted, logged at most
+//! once a minute, never read or written again until the frontend sets it up anew, shown by
+//! `link_state`. A chain longer than `MAX_CHAIN_DESCRIPTORS`, holding a write-only
+//! descriptor (transmit) or more bytes than a frame may have is returned used and counted,
+//! and nothing is copied out of it; a receive chain the guest marked read-only loses only
+//! the frame written into it; a frame that would take more than `MAX_FRAME_CHAINS` receive
+//! chains is dropped and its chains returned empty, and later frames that large are dropped
+//! without taking any while the next buffer is no larger.
 //!
 //! Work per call is bounded whatever the guest wrote: `recv` takes at most one chain (of at
 //! most 64 descriptors and one frame's bytes) and looks at each transmit queue at most
 //! twice; `send` writes at most 64 chains per frame (or segment) and looks at a receive
 //! queue found full again only when the guest moved its available index. How many calls a
-//! port gets per turn of the event loop is the switch's `batch`.
+//! port gets per turn of the event loop is the switch's `batch`. What the guest does wrong
+//! costs no formatting per frame: an error's message is made only if someone reads it.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -281,9 +285,6 @@ impl std::fmt::Display for Bad {
             Bad::TooLong(n) => write!(f, "the guest's transmit chain holds more than {n} bytes"),
             Bad::Short => write!(f, "the guest's transmit chain is shorter than the virtio-net header"),
             Bad::Memory(a) => write!(f, "the guest's descriptor points outside its memory (0x{:x})", a.raw_value()),
-            Bad::Refused(Refused::Indirect) => {
-                write!(f, "the guest's chain holds an indirect descriptor, a feature the device does not offer")
-            }
             Bad::Refused(Refused::TooLong) => {
                 write!(f, "the guest's chain has more than {} descriptors", ring::MAX_CHAIN_DESCRIPTORS)
             }
@@ -295,30 +296,56 @@ impl std::fmt::Display for Bad {
     }
 }
 
+impl std::error::Error for Bad {}
+
+impl Bad {
+    /// The port's error for it (its message made only when read).
+    fn into_error(self) -> PortError {
+        PortError::Io(io::Error::new(io::ErrorKind::InvalidData, self))
+    }
+}
+
+/// A frame dropped for broken queue `q` of the guest's.
+#[derive(Debug)]
+struct ToBroken {
+    q: usize,
+    why: Option<Broken>,
+}
+
+impl std::fmt::Display for ToBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the guest broke its {}", queue_name(self.q))?;
+        if let Some(why) = self.why {
+            write!(f, " ({why})")?;
+        }
+        write!(f, "; the VM must reset its network device")
+    }
+}
+
+impl std::error::Error for ToBroken {}
+
 /// Counts kept by the port itself, beside the switch's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortCounts {
     /// Transmit chains refused (returned to the guest used, with length 0), whatever the
     /// reason.
     pub bad_tx_chains: u64,
-    /// Frames lost to receive chains refused (read-only, outside memory, indirect, too
-    /// many descriptors; the chains returned empty).
+    /// Frames lost to receive chains refused (read-only, outside memory, too many
+    /// descriptors; the chains returned empty).
     pub bad_rx_buffers: u64,
     /// Segments of a frame cut for a guest without offloads that found no buffer.
     pub segments_lost: u64,
     /// Frames offered while no guest was connected.
     pub no_link: u64,
-    /// Chains refused for an indirect descriptor (either direction).
-    pub indirect_chains: u64,
     /// Chains refused for more than `MAX_CHAIN_DESCRIPTORS` descriptors (either direction).
     pub long_chains: u64,
-    /// Zero-length descriptors seen (each counts toward its chain's bound).
-    pub zero_length_descriptors: u64,
     /// Frames into the guest dropped because they would take more than `MAX_FRAME_CHAINS`
-    /// of its receive buffers (the chains returned empty).
+    /// of its receive buffers (the first one's chains returned empty; later ones while the
+    /// guest posts no larger buffer take none).
     pub small_buffers: u64,
     /// Queues found broken (an available index too far ahead, a descriptor index outside
-    /// the table, a ring outside the guest's memory).
+    /// the table, an indirect or zero-length descriptor, a receive buffer smaller than the
+    /// virtio-net header with mergeable buffers, a ring outside the guest's memory).
     pub broken_queues: u64,
     /// Frames into the guest dropped because its receive queues are broken.
     pub to_broken_queue: u64,
@@ -359,6 +386,8 @@ pub struct VhostUserPort {
     logged: [Option<Instant>; 4],
     /// Chains taken for the frame being written: (head, bytes written).
     used: Vec<(u16, u32)>,
+    /// The descriptors of the chain being read or written: (address, length).
+    chain: Vec<(GuestAddress, usize)>,
     /// Contiguous copy of a frame and its segments, for guests without offloads.
     whole: Vec<u8>,
     scratch: Vec<u8>,
@@ -391,6 +420,7 @@ impl VhostUserPort {
             rings: [Cursor::new(u64::MAX); NUM_QUEUES],
             logged: [None; 4],
             used: Vec::with_capacity(MAX_FRAME_CHAINS),
+            chain: Vec::with_capacity(ring::MAX_CHAIN_DESCRIPTORS),
             whole: Vec::new(),
             scratch: Vec::new(),
             segs: Vec::new(),
@@ -509,7 +539,6 @@ impl VhostUserPort {
     /// Counts (and logs, at most once a minute) a chain of queue `q` refused as `r`.
     fn refuse(&mut self, q: usize, r: Refused) {
         match r {
-            Refused::Indirect => self.counts.indirect_chains += 1,
             Refused::TooLong => self.counts.long_chains += 1,
         }
         if self.may_log(Cause::Refused) {
@@ -522,14 +551,21 @@ impl VhostUserPort {
         }
     }
 
+    /// A frame of `n` bytes for receive queue `q` is dropped: it would take more than
+    /// `MAX_FRAME_CHAINS` of the guest's buffers.
+    fn too_small(&mut self, q: usize, n: usize) -> PortError {
+        self.counts.small_buffers += 1;
+        let b = Bad::SmallBuffers(n);
+        if self.may_log(Cause::SmallBuffers) {
+            warn!(port = %self.name, "vhost-user: dropped a frame for the guest's {}: {b}", queue_name(q));
+        }
+        b.into_error()
+    }
+
     /// A frame for broken receive queue `q` is dropped.
     fn drop_for_broken(&mut self, q: usize) -> PortError {
         self.counts.to_broken_queue += 1;
-        let why = self.rings[q].broken.map(|b| b.to_string()).unwrap_or_default();
-        PortError::Io(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("the guest broke its {} ({why}); the VM must reset its network device", queue_name(q)),
-        ))
+        PortError::Io(io::Error::new(io::ErrorKind::InvalidData, ToBroken { q, why: self.rings[q].broken }))
     }
 
     /// Signals the guest that queue `q` has used chains, through the call eventfd of `st`
@@ -607,26 +643,25 @@ impl VhostUserPort {
         let skew = VNET_HDR_LEN - hdr;
         let mut off = skew;
         let mut res = Ok(());
+        // The chain is walked whole before a byte is copied: a chain refused costs its
+        // descriptors' reads only.
+        let chain = &mut self.chain;
+        chain.clear();
         let w = ring::walk(&*mem, st.get_queue(), head, |d| {
             if d.write {
                 res = Err(Bad::WriteOnly);
                 return false;
             }
-            let end = match off.checked_add(d.len as usize) {
-                Some(e) if e <= buf.len() => e,
+            match off.checked_add(d.len as usize) {
+                Some(e) if e <= buf.len() => off = e,
                 _ => {
                     res = Err(Bad::TooLong(buf.len() - VNET_HDR_LEN));
                     return false;
                 }
-            };
-            if mem.read_slice(&mut buf[off..end], d.addr).is_err() {
-                res = Err(Bad::Memory(d.addr));
-                return false;
             }
-            off = end;
+            chain.push((d.addr, d.len as usize));
             true
         });
-        self.counts.zero_length_descriptors += w.zero_length as u64;
         match w.fault {
             Some(Fault::Broken(b)) => {
                 self.break_queue(q, b);
@@ -640,6 +675,16 @@ impl VhostUserPort {
         }
         if res.is_ok() && off < VNET_HDR_LEN {
             res = Err(Bad::Short);
+        }
+        if res.is_ok() {
+            let mut at = skew;
+            for &(addr, len) in &self.chain {
+                if mem.read_slice(&mut buf[at..at + len], addr).is_err() {
+                    res = Err(Bad::Memory(addr));
+                    break;
+                }
+                at += len;
+            }
         }
         let queue = st.get_queue_mut();
         let _ = queue.add_used(&*mem, head, 0);
@@ -729,6 +774,30 @@ impl VhostUserPort {
             }
         }
         let start = st.get_queue().next_avail();
+        if let Some(small) = self.rings[q].small.filter(|&s| total > MAX_FRAME_CHAINS * s as usize) {
+            // Its buffers were too small for a frame before, and this one needs more than
+            // MAX_FRAME_CHAINS of that size: the next buffer alone is looked at, and while
+            // it is no larger the frame is dropped without taking any.
+            match self.rings[q].next_head(&*mem, st.get_queue_mut()) {
+                Ok(Some(head)) => {
+                    let mut cap = 0usize;
+                    let w = ring::walk(&*mem, st.get_queue(), head, |d| {
+                        cap += d.len as usize;
+                        cap <= small as usize
+                    });
+                    st.get_queue_mut().set_next_avail(start);
+                    if w.fault.is_none() && cap <= small as usize {
+                        return Err(self.too_small(q, total - hdr));
+                    }
+                    self.rings[q].small = None;
+                }
+                Ok(None) => {}
+                Err(b) => {
+                    self.break_queue(q, b);
+                    return Err(self.drop_for_broken(q));
+                }
+            }
+        }
         self.used.clear();
         let (mut pi, mut po, mut pos) = (0usize, 0usize, 0usize);
         let mut nb_at: [Option<GuestAddress>; 2] = [None, None];
@@ -761,19 +830,50 @@ impl VhostUserPort {
                     return Err(self.drop_for_broken(q));
                 }
             };
-            let mut written = 0u32;
+            // The chain's descriptors, as far as the rest of the frame needs, are walked
+            // before a byte is written: a chain refused or breaking the queue is not
+            // written at all.
+            let need = total - pos;
+            let (mut cap, mut read_only) = (0usize, false);
+            let chain = &mut self.chain;
+            chain.clear();
             let w = ring::walk(&*mem, st.get_queue(), head, |d| {
                 if !d.write {
-                    bad = Some(Bad::ReadOnly);
+                    read_only = true;
                     return false;
                 }
-                let (mut at, mut room) = (d.addr, d.len as usize);
+                chain.push((d.addr, d.len as usize));
+                cap += d.len as usize;
+                cap < need
+            });
+            let fault = match w.fault {
+                None if mrg && w.whole && cap < hdr => {
+                    Some(Fault::Broken(Broken::SmallBuffer { len: cap as u32, header: hdr as u32 }))
+                }
+                f => f,
+            };
+            match fault {
+                Some(Fault::Broken(b)) => {
+                    self.break_queue(q, b);
+                    return Err(self.drop_for_broken(q));
+                }
+                Some(Fault::Refused(r)) => {
+                    self.refuse(q, r);
+                    bad = Some(Bad::Refused(r));
+                }
+                None if read_only => bad = Some(Bad::ReadOnly),
+                None => {}
+            }
+            let mut written = 0u32;
+            let chain = if bad.is_none() { &self.chain[..] } else { &[] };
+            'chain: for &(addr, len) in chain {
+                let (mut at, mut room) = (addr, len);
                 while room > 0 && pos < total {
                     let part = parts[pi];
                     let n = (part.len() - po).min(room);
                     if mem.write_slice(&part[po..po + n], at).is_err() {
                         bad = Some(Bad::Memory(at));
-                        return false;
+                        break 'chain;
                     }
                     for (k, b) in [10usize, 11].into_iter().enumerate() {
                         if hdr == VNET_HDR_LEN && (pos..pos + n).contains(&b) {
@@ -786,19 +886,6 @@ impl VhostUserPort {
                         (pi, po) = (pi + 1, 0);
                     }
                 }
-                pos < total
-            });
-            self.counts.zero_length_descriptors += w.zero_length as u64;
-            match w.fault {
-                Some(Fault::Broken(b)) => {
-                    self.break_queue(q, b);
-                    return Err(self.drop_for_broken(q));
-                }
-                Some(Fault::Refused(r)) => {
-                    self.refuse(q, r);
-                    bad = Some(Bad::Refused(r));
-                }
-                None => {}
             }
             self.used.push((head, written));
             if bad.is_some() {
@@ -819,15 +906,13 @@ impl VhostUserPort {
             if queue.needs_notification(&*mem).unwrap_or(true) {
                 self.signal(&st, q);
             }
-            if let Bad::SmallBuffers(_) = b {
-                self.counts.small_buffers += 1;
-                if self.may_log(Cause::SmallBuffers) {
-                    warn!(port = %self.name, "vhost-user: dropped a frame for the guest's {}: {b}", queue_name(q));
-                }
-            } else {
-                self.counts.bad_rx_buffers += 1;
+            if let Bad::SmallBuffers(n) = b {
+                // Every chain it took was full: the largest is the size to beat.
+                self.rings[q].small = self.used.iter().map(|u| u.1).max();
+                return Err(self.too_small(q, n));
             }
-            return Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())));
+            self.counts.bad_rx_buffers += 1;
+            return Err(b.into_error());
         }
         if hdr == VNET_HDR_LEN {
             let n = (self.used.len() as u16).to_le_bytes();
@@ -910,7 +995,7 @@ impl VhostUserPort {
                         Ok(n) => Ok(Some(n)),
                         Err(b) => {
                             self.counts.bad_tx_chains += 1;
-                            Err(PortError::Io(io::Error::new(io::ErrorKind::InvalidData, b.to_string())))
+                            Err(b.into_error())
                         }
                     };
                 }
@@ -1029,17 +1114,13 @@ impl Port for VhostUserPort {
                     "; refused {} transmit chains, {} receive buffers of the guest's",
                     c.bad_tx_chains, c.bad_rx_buffers
                 ));
-                if c.indirect_chains + c.long_chains > 0 {
+                if c.long_chains > 0 {
                     s.push_str(&format!(
-                        " ({} indirect, {} longer than {} descriptors)",
-                        c.indirect_chains,
+                        " ({} longer than {} descriptors)",
                         c.long_chains,
                         ring::MAX_CHAIN_DESCRIPTORS
                     ));
                 }
-            }
-            if c.zero_length_descriptors > 0 {
-                s.push_str(&format!("; {} zero-length descriptors", c.zero_length_descriptors));
             }
             if c.small_buffers > 0 {
                 s.push_str(&format!(

@@ -12,8 +12,11 @@
 //! - a [`Cursor`] never hands out more chains than the queue's size beyond `next_avail`:
 //!   an available index further ahead breaks the queue ([`Broken::AvailIndex`]);
 //! - a head or `next` index outside the descriptor table breaks the queue;
-//! - a chain is at most [`MAX_CHAIN_DESCRIPTORS`] descriptors, zero-length ones included;
-//!   an indirect descriptor refuses the chain;
+//! - a descriptor of length zero, or one with the indirect flag, breaks the queue: QEMU and
+//!   libvhost-user stop the device for the first ("zero sized buffers are not allowed"),
+//!   and the specification forbids the second to a driver that did not negotiate
+//!   VIRTIO_F_INDIRECT_DESC (2.7.5.3.1), which the device does not offer;
+//! - a chain is at most [`MAX_CHAIN_DESCRIPTORS`] descriptors: a longer one is refused;
 //! - every read is a checked copy out of the guest's memory: an address outside it is an
 //!   error, never a read of the switch's own.
 
@@ -23,7 +26,7 @@ use std::sync::atomic::Ordering;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions, VolatileMemory};
 
 /// Descriptors one chain may have at most. A Linux guest's transmit chain has at most
 /// `MAX_SKB_FRAGS + 2` (19, or 47 with the largest build option) and a receive chain one
@@ -69,6 +72,19 @@ pub enum Broken {
     },
     /// The available ring or the descriptor table is not in the guest's memory.
     Unreadable(GuestAddress),
+    /// A descriptor has the indirect flag, and VIRTIO_F_INDIRECT_DESC was not negotiated.
+    Indirect,
+    /// A descriptor's length is zero.
+    ZeroLength,
+    /// A receive buffer is smaller than the virtio-net header while mergeable buffers are
+    /// negotiated (the specification, 5.1.6.3.1: "each buffer MUST be at least the size of
+    /// the struct virtio_net_hdr").
+    SmallBuffer {
+        /// The buffer's bytes (its chain's, all descriptors).
+        len: u32,
+        /// The header's.
+        header: u32,
+    },
 }
 
 impl fmt::Display for Broken {
@@ -86,6 +102,14 @@ impl fmt::Display for Broken {
                 write!(f, "a descriptor chains to descriptor {next}, outside the table of {size}")
             }
             Broken::Unreadable(a) => write!(f, "its ring is not in its memory (0x{:x})", a.raw_value()),
+            Broken::Indirect => {
+                write!(f, "a descriptor is indirect, a feature the device does not offer and the guest did not accept")
+            }
+            Broken::ZeroLength => write!(f, "a descriptor has length 0 (zero-sized buffers are not allowed)"),
+            Broken::SmallBuffer { len, header } => write!(
+                f,
+                "it posted a {len}-byte receive buffer, smaller than the {header}-byte virtio-net header every buffer must hold with mergeable buffers"
+            ),
         }
     }
 }
@@ -93,9 +117,8 @@ impl fmt::Display for Broken {
 /// Why one chain was refused; the queue stays usable, the chain goes back used and empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// An indirect descriptor (VIRTIO_RING_F_INDIRECT_DESC is not offered).
-    Indirect,
-    /// More than [`MAX_CHAIN_DESCRIPTORS`] descriptors.
+    /// More than [`MAX_CHAIN_DESCRIPTORS`] descriptors (a driver may chain up to the
+    /// queue's size; Linux's longest chain has 47).
     TooLong,
 }
 
@@ -124,8 +147,9 @@ pub struct Desc {
 pub struct Walk {
     /// Descriptors handed to the caller.
     pub descriptors: usize,
-    /// Of which zero-length.
-    pub zero_length: usize,
+    /// The chain's last descriptor was handed to the caller and the caller took it (the
+    /// chain was walked whole).
+    pub whole: bool,
     /// What ended the chain early, if anything but the caller or its last descriptor.
     pub fault: Option<Fault>,
 }
@@ -143,6 +167,11 @@ pub struct Cursor {
     /// A receive queue found without enough buffers: the available index it was found
     /// at. It is not walked again until the guest moves that index.
     pub full_at: Option<u16>,
+    /// A receive queue whose buffers were too small for a frame even `MAX_FRAME_CHAINS` of
+    /// them: the largest of those buffers. A later frame that would need more than
+    /// `MAX_FRAME_CHAINS` such buffers looks at the next one only, and is dropped without
+    /// taking it while the guest posts no larger one.
+    pub small: Option<u32>,
 }
 
 impl Cursor {
@@ -207,10 +236,21 @@ impl Cursor {
 
 /// Walks the chain whose head is `head` (checked by [`Cursor::next_head`]), handing each
 /// descriptor to `each` until it returns false or the chain ends. At most
-/// [`MAX_CHAIN_DESCRIPTORS`] descriptors are read.
+/// [`MAX_CHAIN_DESCRIPTORS`] descriptors are read; an indirect or zero-length one breaks
+/// the queue before it is handed over.
 pub fn walk<M: GuestMemory + ?Sized>(mem: &M, q: &Queue, head: u16, mut each: impl FnMut(Desc) -> bool) -> Walk {
     let size = q.size();
     let table = GuestAddress(q.desc_table());
+    let bytes = 16 * usize::from(size);
+    // The table as one checked slice when it lies in one region of the guest's memory (it
+    // always does for QEMU's): each descriptor is then a bounds-checked copy out of it,
+    // without looking the region up again.
+    let slice = mem
+        .get_slices(table, bytes, Permissions::Read)
+        .ok()
+        .and_then(|mut it| it.next())
+        .and_then(Result::ok)
+        .filter(|s| s.len() == bytes);
     let mut w = Walk::default();
     let mut i = head;
     loop {
@@ -222,25 +262,28 @@ pub fn walk<M: GuestMemory + ?Sized>(mem: &M, q: &Queue, head: u16, mut each: im
             w.fault = Some(Fault::Broken(Broken::Unreadable(table)));
             return w;
         };
-        let d: Descriptor = match mem.read_obj(at) {
-            Ok(d) => d,
-            Err(_) => {
-                w.fault = Some(Fault::Broken(Broken::Unreadable(at)));
-                return w;
-            }
+        let read = match &slice {
+            Some(s) => s.get_ref::<Descriptor>(16 * usize::from(i)).ok().map(|r| r.load()),
+            None => mem.read_obj(at).ok(),
+        };
+        let Some(d) = read else {
+            w.fault = Some(Fault::Broken(Broken::Unreadable(at)));
+            return w;
         };
         if d.flags() & DESC_INDIRECT != 0 {
-            w.fault = Some(Fault::Refused(Refused::Indirect));
+            w.fault = Some(Fault::Broken(Broken::Indirect));
+            return w;
+        }
+        if d.len() == 0 {
+            w.fault = Some(Fault::Broken(Broken::ZeroLength));
             return w;
         }
         w.descriptors += 1;
-        if d.len() == 0 {
-            w.zero_length += 1;
-        }
         if !each(Desc { addr: d.addr(), len: d.len(), write: d.flags() & DESC_WRITE != 0 }) {
             return w;
         }
         if d.flags() & DESC_NEXT == 0 {
+            w.whole = true;
             return w;
         }
         if d.next() >= size {
@@ -321,18 +364,31 @@ mod tests {
     }
 
     #[test]
-    fn indirect_and_looping_chains_are_refused_within_the_bound() {
+    fn indirect_and_zero_length_descriptors_break_the_queue_before_they_are_handed_over() {
         let (mem, q) = ring(8);
         desc(&mem, 1, 0x8000, 4096, DESC_INDIRECT, 0);
-        assert_eq!(walk(&mem, &q, 1, |_| true).fault, Some(Fault::Refused(Refused::Indirect)));
-        // A loop of zero-length descriptors ends at the bound, every one counted.
+        let w = walk(&mem, &q, 1, |_| panic!("an indirect descriptor was handed over"));
+        assert_eq!((w.descriptors, w.fault), (0, Some(Fault::Broken(Broken::Indirect))));
+        // A loop of zero-length descriptors: its first one breaks the queue.
         desc(&mem, 2, 0x8000, 0, DESC_NEXT, 2);
+        let w = walk(&mem, &q, 2, |_| panic!("a zero-length descriptor was handed over"));
+        assert_eq!((w.descriptors, w.fault), (0, Some(Fault::Broken(Broken::ZeroLength))));
+        // Behind a good descriptor too.
+        desc(&mem, 3, 0x8000, 10, DESC_NEXT, 2);
+        let w = walk(&mem, &q, 3, |_| true);
+        assert_eq!((w.descriptors, w.whole, w.fault), (1, false, Some(Fault::Broken(Broken::ZeroLength))));
+    }
+
+    #[test]
+    fn looping_chains_are_refused_within_the_bound() {
+        let (mem, q) = ring(8);
+        desc(&mem, 2, 0x8000, 1, DESC_NEXT, 2);
         let mut seen = 0;
         let w = walk(&mem, &q, 2, |_| {
             seen += 1;
             true
         });
-        assert_eq!((seen, w.zero_length), (MAX_CHAIN_DESCRIPTORS, MAX_CHAIN_DESCRIPTORS));
+        assert_eq!((seen, w.descriptors, w.whole), (MAX_CHAIN_DESCRIPTORS, MAX_CHAIN_DESCRIPTORS, false));
         assert_eq!(w.fault, Some(Fault::Refused(Refused::TooLong)));
     }
 
@@ -346,8 +402,26 @@ mod tests {
             lens.push((d.len, d.write));
             true
         });
-        assert_eq!((lens, w.fault), (vec![(10, true), (20, true)], None));
-        assert_eq!(walk(&mem, &q, 0, |_| false).descriptors, 1);
+        assert_eq!((lens, w.whole, w.fault), (vec![(10, true), (20, true)], true, None));
+        let w = walk(&mem, &q, 0, |_| false);
+        assert_eq!((w.descriptors, w.whole), (1, false));
+    }
+
+    #[test]
+    fn a_table_partly_outside_memory_is_read_up_to_its_end() {
+        let (mem, mut q) = ring(8);
+        // The table's last 64 bytes (descriptors 4 to 7) lie beyond the guest's memory.
+        let table = 0x10000 - 64;
+        q.try_set_desc_table_address(GuestAddress(table)).unwrap();
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&0x8000u64.to_le_bytes());
+        d[8..12].copy_from_slice(&10u32.to_le_bytes());
+        d[12..14].copy_from_slice(&DESC_NEXT.to_le_bytes());
+        d[14..16].copy_from_slice(&5u16.to_le_bytes());
+        mem.write_slice(&d, GuestAddress(table + 16)).unwrap();
+        let w = walk(&mem, &q, 1, |_| true);
+        assert_eq!(w.descriptors, 1);
+        assert_eq!(w.fault, Some(Fault::Broken(Broken::Unreadable(GuestAddress(table + 16 * 5)))));
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! guest memory in a memfd, queues filled by `sluice_vhost::driver` as a virtio-net driver
 //! fills them. Features, frames both ways (whole GSO frames, mergeable buffers), `Full`
 //! when the guest posts no buffers, hostile descriptors, a hostile guest's rings (indexes
-//! that lie, indirect and endless chains, tiny buffers: every call returns, the queue is
-//! broken or the chain refused, and counted), the socket's checks, reconnection in both
-//! roles.
+//! that lie, indirect, zero-length and endless chains, tiny buffers: every call returns, the
+//! queue is broken or the chain refused, and counted, at the cost of one walk), the
+//! socket's checks, reconnection in both roles.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -557,10 +557,12 @@ fn a_descriptor_index_beyond_the_queue_breaks_the_queue() {
     crosses_to_switch(&mut p, &mut d, 3);
 }
 
-/// Indirect descriptors are not offered: a chain holding one is refused and counted, never
-/// followed (the probe's chain of 65,535 zero-length descriptors behind one).
+/// Indirect descriptors are not offered, and a driver that did not accept the feature must
+/// not use them (virtio 1.2, 2.7.5.3.1): the first one breaks its queue, and what the guest
+/// offers after it costs nothing until the ring is set up again. Never followed (the probe's
+/// chain of 65,535 zero-length descriptors behind one).
 #[test]
-fn indirect_chains_are_refused_in_both_directions() {
+fn an_indirect_descriptor_breaks_its_queue_in_both_directions() {
     use vm_memory::{Bytes, GuestAddress};
     let (p, mut d) = hostile("indirect");
     // A table of 65,535 zero-length descriptors, each chained to the next.
@@ -573,17 +575,23 @@ fn indirect_chains_are_refused_in_both_directions() {
     }
     d.memory().write_slice(&table, GuestAddress(SPARE)).unwrap();
     d.write_desc(true, 100, SPARE, 16 * n, DESC_INDIRECT, 0).unwrap();
-    d.offer_tx_chain(100).unwrap();
-    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
-    assert!(r.as_ref().is_err_and(|e| e.contains("indirect")), "{r:?}");
+    for _ in 0..50 {
+        d.offer_tx_chain(100).unwrap();
+    }
+    let (mut p, r) = bounded(p, |p| {
+        let mut buf = vec![0u8; 70_000];
+        (0..50).map(|_| p.recv(&mut buf).map_err(|e| e.to_string())).collect::<Vec<_>>()
+    });
+    assert!(r.iter().all(|r| matches!(r, Ok(None))), "{r:?}");
+    assert!(p.broken(1).unwrap().contains("indirect"), "{:?}", p.broken(1));
     let c = p.counts();
-    assert_eq!((c.indirect_chains, c.bad_tx_chains, c.zero_length_descriptors), (1, 1, 0), "{c:?}");
-    assert_eq!(d.tx_used().unwrap(), 1, "the chain went back to the guest");
-    assert!(p.broken(1).is_none(), "a refused chain does not break the queue");
+    assert_eq!((c.broken_queues, c.bad_tx_chains), (1, 0), "{c:?}");
+    assert_eq!(d.tx_used().unwrap(), 0, "a broken queue is neither read nor written again");
+    d.reset_ring(true).unwrap();
+    mended(&p, 1);
     crosses_to_switch(&mut p, &mut d, 1);
 
-    // A receive chain behind an indirect descriptor: the frame is dropped, the chain
-    // returned empty.
+    // A receive chain behind an indirect descriptor: the queue breaks, the frame is dropped.
     let mut rx_table = [0u8; 16];
     rx_table[..8].copy_from_slice(&(SPARE + 0x10_0000).to_le_bytes());
     rx_table[8..12].copy_from_slice(&2048u32.to_le_bytes());
@@ -592,79 +600,158 @@ fn indirect_chains_are_refused_in_both_directions() {
     d.write_desc(false, 0, SPARE, 16, DESC_INDIRECT | DESC_WRITE, 0).unwrap();
     d.offer_rx_chain(0).unwrap();
     let (mut p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
-    assert!(r.as_ref().is_err_and(|e| e.contains("indirect")), "{r:?}");
-    assert_eq!((p.counts().indirect_chains, p.counts().bad_rx_buffers), (2, 1));
-    assert_eq!(d.rx_used().unwrap(), 1);
-    assert!(p.link_state().unwrap().contains("2 indirect"), "{:?}", p.link_state());
+    assert!(r.as_ref().is_err_and(|e| e.contains("receive queue 0") && e.contains("indirect")), "{r:?}");
+    assert_eq!((p.counts().broken_queues, p.counts().bad_rx_buffers), (2, 0));
+    assert_eq!(d.rx_used().unwrap(), 0);
+    assert!(p.link_state().unwrap().contains("receive queue 0 BROKEN"), "{:?}", p.link_state());
+    d.reset_ring(false).unwrap();
+    mended(&p, 0);
     d.post_rx(4).unwrap();
     let f = frame(300, 3);
     send_until_sent(&mut p, &f);
     assert_eq!(recv_frame(&mut d), f);
 }
 
-/// A loop of zero-length descriptors ends at `MAX_CHAIN_DESCRIPTORS`, each counted: the
-/// chain is refused after that many reads, whatever the queue's size.
+/// A descriptor of length zero breaks its queue at once, as QEMU and libvhost-user stop a
+/// device for one ("zero sized buffers are not allowed"): a loop of them costs the port one
+/// descriptor's read, not a chain's bound of them per offer.
 #[test]
-fn loops_of_zero_length_descriptors_end_at_the_chain_bound() {
+fn a_zero_length_descriptor_breaks_its_queue_at_once() {
     let (p, mut d) = hostile("zeroloop");
     for i in 0..QUEUE_SIZE {
         d.write_desc(true, i, SPARE, 0, DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
     }
-    d.offer_tx_chain(0).unwrap();
-    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
-    assert!(r.as_ref().is_err_and(|e| e.contains(&format!("more than {MAX_CHAIN_DESCRIPTORS} descriptors"))), "{r:?}");
+    for _ in 0..100 {
+        d.offer_tx_chain(0).unwrap();
+    }
+    let (mut p, r) = bounded(p, |p| {
+        let mut buf = vec![0u8; 70_000];
+        (0..100).map(|_| p.recv(&mut buf).map_err(|e| e.to_string())).collect::<Vec<_>>()
+    });
+    assert!(r.iter().all(|r| matches!(r, Ok(None))), "{r:?}");
+    assert!(p.broken(1).unwrap().contains("length 0"), "{:?}", p.broken(1));
     let c = p.counts();
-    assert_eq!((c.long_chains, c.zero_length_descriptors), (1, MAX_CHAIN_DESCRIPTORS as u64), "{c:?}");
-    assert_eq!(d.tx_used().unwrap(), 1);
+    assert_eq!((c.broken_queues, c.long_chains, c.bad_tx_chains), (1, 0, 0), "{c:?}");
+    assert_eq!(d.tx_used().unwrap(), 0);
     // The driver's own slots are descriptors 0..64: write its frame's descriptor anew.
     d.reset_ring(true).unwrap();
     mended(&p, 1);
     crosses_to_switch(&mut p, &mut d, 1);
 
-    // The same loop posted as a receive buffer: refused, the frame dropped.
+    // The same loop posted as receive buffers: the queue breaks at the first frame.
     for i in 0..QUEUE_SIZE {
         d.write_desc(false, i, SPARE, 0, DESC_WRITE | DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
     }
-    d.offer_rx_chain(0).unwrap();
-    let (p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
-    assert!(r.is_err(), "{r:?}");
-    assert_eq!(p.counts().long_chains, 2);
-    assert_eq!(p.counts().zero_length_descriptors, 2 * MAX_CHAIN_DESCRIPTORS as u64);
-    assert_eq!(d.rx_used().unwrap(), 1);
+    for _ in 0..16 {
+        d.offer_rx_chain(0).unwrap();
+    }
+    let (p, r) =
+        bounded(p, |p| (0..3).map(|k| p.send(&out(&frame(200, k))).map_err(|e| e.to_string())).collect::<Vec<_>>());
+    assert!(r.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("length 0"))), "{r:?}");
+    let c = p.counts();
+    assert_eq!((c.broken_queues, c.to_broken_queue, c.long_chains), (2, 3, 0), "{c:?}");
+    assert_eq!(d.rx_used().unwrap(), 0);
 }
 
-/// Hundreds of one-byte receive buffers: a frame takes at most `MAX_FRAME_CHAINS` of them
-/// and is dropped (the chains returned empty); a queue found short of buffers is not walked
-/// again until the guest moves its available index.
+/// A loop of 1-byte descriptors is a chain too long: refused after `MAX_CHAIN_DESCRIPTORS`
+/// reads, and nothing is copied out of it or written into it first — here its first
+/// descriptor points outside the guest's memory, and the chain is refused for its length,
+/// not for that.
 #[test]
-fn tiny_receive_buffers_drop_the_frame_after_the_chain_bound() {
-    use vm_memory::{Bytes, GuestAddress};
+fn a_chain_too_long_is_refused_before_a_byte_of_it_is_copied() {
+    let (p, mut d) = hostile("longloop");
+    d.write_desc(true, 0, 0xdead_0000_0000, 1, DESC_NEXT, 1).unwrap();
+    for i in 1..QUEUE_SIZE {
+        d.write_desc(true, i, SPARE, 1, DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
+    }
+    d.offer_tx_chain(0).unwrap();
+    let (mut p, r) = bounded(p, |p| p.recv(&mut vec![0u8; 70_000]).map_err(|e| e.to_string()));
+    assert!(r.as_ref().is_err_and(|e| e.contains(&format!("more than {MAX_CHAIN_DESCRIPTORS} descriptors"))), "{r:?}");
+    let c = p.counts();
+    assert_eq!((c.long_chains, c.bad_tx_chains, c.broken_queues), (1, 1, 0), "{c:?}");
+    assert_eq!(d.tx_used().unwrap(), 1, "the chain went back to the guest");
+    d.reset_ring(true).unwrap();
+    mended(&p, 1);
+    crosses_to_switch(&mut p, &mut d, 1);
+
+    // As receive buffers: the frame is dropped for the chain's length, its chain returned.
+    d.write_desc(false, 0, 0xdead_0000_0000, 1, DESC_WRITE | DESC_NEXT, 1).unwrap();
+    for i in 1..QUEUE_SIZE {
+        d.write_desc(false, i, SPARE, 1, DESC_WRITE | DESC_NEXT, (i + 1) % QUEUE_SIZE).unwrap();
+    }
+    d.offer_rx_chain(0).unwrap();
+    let (p, r) = bounded(p, |p| p.send(&out(&frame(200, 2))).map_err(|e| e.to_string()));
+    assert!(r.as_ref().is_err_and(|e| e.contains(&format!("more than {MAX_CHAIN_DESCRIPTORS} descriptors"))), "{r:?}");
+    assert_eq!((p.counts().long_chains, p.counts().bad_rx_buffers), (2, 1));
+    assert_eq!(d.rx_used().unwrap(), 1);
+    assert!(p.broken(0).is_none(), "a chain too long is refused; the queue stays whole");
+}
+
+/// With mergeable buffers every receive buffer must hold at least the virtio-net header
+/// (virtio 1.2, 5.1.6.3.1): a queue of 1-byte buffers breaks at the first frame, after one
+/// buffer's walk — not `MAX_FRAME_CHAINS` of them per frame.
+#[test]
+fn receive_buffers_smaller_than_the_header_break_the_queue() {
     let (p, mut d) = hostile("tinybufs");
     let posted = 3 * MAX_FRAME_CHAINS as u16 + 8;
     assert_eq!(d.post_rx_sized(posted, 1).unwrap(), posted);
+    let (mut p, r) =
+        bounded(p, |p| (0..3).map(|k| p.send(&out(&frame(1514, k))).map_err(|e| e.to_string())).collect::<Vec<_>>());
+    assert!(r.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("smaller than the 12-byte"))), "{r:?}");
+    let c = p.counts();
+    assert_eq!((c.broken_queues, c.to_broken_queue, c.small_buffers), (1, 3, 0), "{c:?}");
+    assert_eq!(d.rx_used().unwrap(), 0, "no buffer was taken");
+    assert!(p.broken(0).unwrap().contains("1-byte receive buffer"), "{:?}", p.broken(0));
+
+    crosses_to_switch(&mut p, &mut d, 6);
+    d.reset_ring(false).unwrap();
+    mended(&p, 0);
+    d.post_rx(8).unwrap();
+    let f = frame(1514, 7);
+    send_until_sent(&mut p, &f);
+    assert_eq!(recv_frame(&mut d), f);
+}
+
+/// Buffers of the header's size are allowed, but a 1514-byte frame needs 128 of them: it is
+/// dropped after `MAX_FRAME_CHAINS` (its chains returned empty), and while the guest posts
+/// no larger buffer, later frames that large are dropped without taking any. A frame that
+/// fits still crosses; a queue found short of buffers is full, and is not walked again
+/// until the guest moves its available index.
+#[test]
+fn buffers_too_small_for_a_frame_are_walked_once_not_for_every_frame() {
+    use vm_memory::{Bytes, GuestAddress};
+    let (p, mut d) = hostile("smallbufs");
+    let posted = MAX_FRAME_CHAINS as u16 + 6 + 8;
+    assert_eq!(d.post_rx_sized(posted, 12).unwrap(), posted);
     let (p, r) =
         bounded(p, |p| (0..3).map(|k| p.send(&out(&frame(1514, k))).map_err(|e| e.to_string())).collect::<Vec<_>>());
     assert!(r.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("too small"))), "{r:?}");
     assert_eq!(p.counts().small_buffers, 3);
-    assert_eq!(d.rx_used().unwrap(), 3 * MAX_FRAME_CHAINS as u16, "each frame's chains came back empty");
+    assert_eq!(d.rx_used().unwrap(), MAX_FRAME_CHAINS as u16, "only the first frame's chains were taken");
+    assert!(p.broken(0).is_none());
 
-    // 8 buffers left: not enough for a frame, the queue is full and nothing is taken.
-    let (p, r) = bounded(p, |p| p.send(&out(&frame(1514, 4))).map_err(|e| e.to_string()));
+    // 60 bytes and the header take 6 buffers: the frame crosses.
+    let (p, r) = bounded(p, |p| p.send(&out(&frame(60, 4))).map_err(|e| e.to_string()));
+    assert_eq!(r, Ok(TxOutcome::Sent));
+    assert_eq!(recv_frame(&mut d), frame(60, 4));
+    assert_eq!(d.rx_used().unwrap(), MAX_FRAME_CHAINS as u16 + 6);
+
+    // 8 buffers left, a frame needing 18: the queue is full and nothing is taken.
+    let (p, r) = bounded(p, |p| p.send(&out(&frame(200, 5))).map_err(|e| e.to_string()));
     assert_eq!(r, Ok(TxOutcome::Full));
-    assert_eq!(d.rx_used().unwrap(), 3 * MAX_FRAME_CHAINS as u16);
     // Kicks without new buffers do not make the port walk the queue again: entries it
     // would read now name no descriptor, and the queue stays whole.
     let avail = MEM_BASE + 0x4000;
-    for k in 3 * MAX_FRAME_CHAINS as u64..u64::from(posted) {
+    for k in u64::from(MAX_FRAME_CHAINS as u16 + 6)..u64::from(posted) {
         d.memory().write_obj(999u16, GuestAddress(avail + 4 + 2 * k)).unwrap();
     }
     d.kick(false).unwrap();
-    let (mut p, r) = bounded(p, |p| p.send(&out(&frame(1514, 5))).map_err(|e| e.to_string()));
+    let (mut p, r) = bounded(p, |p| p.send(&out(&frame(200, 6))).map_err(|e| e.to_string()));
     assert_eq!(r, Ok(TxOutcome::Full));
     assert!(p.broken(0).is_none(), "the queue was walked again without new buffers");
     assert!(!readable(p.room_fd()), "the kick was drained");
 
-    crosses_to_switch(&mut p, &mut d, 6);
+    // Buffers of a real size again (the ring set up anew): frames that large cross.
     d.reset_ring(false).unwrap();
     mended(&p, 0);
     d.post_rx(8).unwrap();

@@ -1,7 +1,8 @@
 //! What a study's report concludes, beside its tables: each run's verdict from its cells'
-//! noise (QUIET or NOISY, with why), each goal checked per path and condition (MET, NOT
-//! MET, or NOT CLAIMABLE when a run it rests on was not quiet or was a `--quick` look), what
-//! the conditions' attackers did, and the noise of every cell.
+//! noise (QUIET or NOISY, with why), each goal checked per path and condition against
+//! `quiet` or a control (MET, NOT MET, or NOT CLAIMABLE when a run it rests on was not quiet
+//! or was a `--quick` look), what the conditions' attackers did, and the noise of every
+//! cell.
 //!
 //! The rule the report states at its top: a results page may claim a goal only from a
 //! QUIET run.
@@ -70,7 +71,7 @@ pub struct GoalLine {
     pub path: String,
     /// The condition.
     pub condition: Condition,
-    /// The worst of its tables' ratios (attacked / quiet), `None` when nothing compares.
+    /// The worst of its tables' ratios (attacked / against), `None` when nothing compares.
     pub ratio: Option<Ratio>,
     /// Every table's ratio meets the goal.
     pub met: bool,
@@ -90,7 +91,8 @@ impl GoalLine {
     }
 }
 
-/// Checks `goal` on every path and condition the tables have.
+/// Checks `goal` on every path and condition it judges that the tables have: each against
+/// the same path under the goal's `against`.
 pub fn check(goal: &Goal, sf: &StudyFile, cells: &[CellRecord], tables: &[Table]) -> Vec<GoalLine> {
     let verdicts: BTreeMap<u32, Verdict> = verdicts(sf, cells).into_iter().collect();
     let figure = match goal.bound {
@@ -100,10 +102,13 @@ pub fn check(goal: &Goal, sf: &StudyFile, cells: &[CellRecord], tables: &[Table]
     let mine: Vec<&Table> = tables.iter().filter(|t| t.workload == goal.workload).collect();
     let mut out = Vec::new();
     for path in &sf.study.paths {
-        for &cond in sf.study.conditions.iter().filter(|c| **c != Condition::Quiet && c.applies(path)) {
+        if !goal.against.applies(path) {
+            continue;
+        }
+        for cond in goal.judged(&sf.study.conditions).into_iter().filter(|c| c.applies(path)) {
             let mut ratios = Vec::new();
             for t in &mine {
-                let (Some(a), Some(q)) = (t.row(path, cond), t.row(path, Condition::Quiet)) else { continue };
+                let (Some(a), Some(q)) = (t.row(path, cond), t.row(path, goal.against)) else { continue };
                 for (x, y) in a.values.iter().zip(&q.values) {
                     if let (Some(x), Some(y)) = (x, y)
                         && let Some(r) = Ratio::of(x, y, figure)
@@ -126,7 +131,7 @@ pub fn check(goal: &Goal, sf: &StudyFile, cells: &[CellRecord], tables: &[Table]
                 .filter(|c| {
                     c.key.workload == goal.workload
                         && &c.key.path == path
-                        && (c.key.condition == cond || c.key.condition == Condition::Quiet)
+                        && (c.key.condition == cond || c.key.condition == goal.against)
                 })
                 .map(|c| c.run)
                 .collect();
@@ -160,12 +165,12 @@ pub fn goals_section(sf: &StudyFile, cells: &[CellRecord], tables: &[Table]) -> 
     let _ = writeln!(md, "## Goals\n");
     let _ = writeln!(
         md,
-        "Each path under each condition against the same path quiet: the median of the per-repetition ratios (min–max), the worst over the tables of the workload. A goal is claimed only from QUIET runs.\n"
+        "Each path under each attack against the same path quiet, or, for a goal against a control, under the same load without the attack: the median of the per-repetition ratios (min–max), the worst over the tables of the workload. A goal is claimed only from QUIET runs.\n"
     );
     for g in &sf.study.goals {
         let what = match g.bound {
-            Bound::KeepsRate(_) => "rate attacked / quiet",
-            Bound::LatencyWithin(_) => "mean latency attacked / quiet",
+            Bound::KeepsRate(_) => format!("rate attacked / {}", g.against),
+            Bound::LatencyWithin(_) => format!("mean latency attacked / {}", g.against),
         };
         let _ = writeln!(md, "**Goal: {}.**\n", g.describe());
         let _ = writeln!(md, "| path | condition | {what} | verdict |");
@@ -200,7 +205,7 @@ pub fn conditions_section(sf: &StudyFile, cells: &[CellRecord]) -> String {
     }
     let _ = writeln!(
         md,
-        "\nThe attackers are threads of the study process; their own CPU is taken out of the cell's CPU columns and shown here. What the switch counted is on the attackers' ports (the tunnel ports, for the underlay), in the last cell.\n"
+        "\nThe attackers (and a control's guests, which attack nothing) are threads of the study process; their own CPU is taken out of the cell's CPU columns and shown here. What the switch counted is on the attackers' ports (the tunnel ports, for the underlay), in the last cell.\n"
     );
     let _ = writeln!(
         md,

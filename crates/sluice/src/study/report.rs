@@ -2,7 +2,9 @@
 //! block of absolute values per path (and, in a study with conditions, per path and
 //! condition) — the rate and CPU per unit split into guest, switch and other kernel, median
 //! of the repetitions with min–max, and the host's noise while they ran — then ratio and %
-//! difference rows against the baseline, and each attacked path against itself quiet.
+//! difference rows against the baseline, and each attacked path against itself quiet and,
+//! when the study has its control condition (`rings`'s `vm-feed`), against itself under
+//! that.
 //! Also `results.csv` (one row per cell), `results.json` (the tables) and the charts
 //! (`chart.rs`); the verdicts, goals and the attackers' account are in `judge.rs`.
 //!
@@ -489,15 +491,18 @@ pub fn table_markdown(t: &Table) -> String {
             })
             .collect()
     };
-    // Each attacked block against the same path quiet.
+    // Each attacked block against the same path quiet, and against it under the attack's
+    // control where the study has it.
     for r in t.rows.iter().filter(|r| r.condition != Condition::Quiet) {
-        let Some(q) = t.row(&r.path, Condition::Quiet) else { continue };
-        let who = format!("*{} / {}*", r.label(true), q.label(true));
-        row(&mut md, &format!("{who}: {}", t.rate_label()), compare(r, q, Figure::Rate));
-        if t.latency {
-            row(&mut md, &format!("{who}: mean latency"), compare(r, q, Figure::Latency));
+        let against = std::iter::once(Condition::Quiet).chain(r.condition.control());
+        for q in against.filter_map(|c| t.row(&r.path, c)) {
+            let who = format!("*{} / {}*", r.label(true), q.label(true));
+            row(&mut md, &format!("{who}: {}", t.rate_label()), compare(r, q, Figure::Rate));
+            if t.latency {
+                row(&mut md, &format!("{who}: mean latency"), compare(r, q, Figure::Latency));
+            }
+            row(&mut md, &format!("{who}: {} total", t.cpu_label()), compare(r, q, Figure::CpuTotal));
         }
-        row(&mut md, &format!("{who}: {} total", t.cpu_label()), compare(r, q, Figure::CpuTotal));
     }
     // Every other block against the baseline.
     for r in t.rows.iter().filter(|r| r.path != t.baseline) {
@@ -920,6 +925,57 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9 }, { workload = "rr-200x10
         let md = markdown(&quick, &quiet_run, &tables(&quick, &quiet_run), &[], "");
         assert!(md.contains("> **Run 1: QUIET**"), "{md}");
         assert!(md.contains("| sluice-l2 | rings | 0.97 (0.96–0.98) | **NOT CLAIMABLE (a --quick look)** |"), "{md}");
+    }
+
+    /// `rings` judged against its control as well as against quiet: the goal against
+    /// `vm-feed` has a line for `rings` only (rings / vm-feed), the goal against quiet lines
+    /// for the attacks only (not the control), and the table shows each attacked block
+    /// against quiet and against its control.
+    #[test]
+    fn an_attack_is_judged_against_its_control_and_against_quiet() {
+        let text = STUDY
+            .replace("\"rings\", ", "\"rings\", \"vm-feed\", ")
+            .replace("goals = [", "goals = [{ workload = \"rr-200x1000\", keeps_rate = 0.9, against = \"vm-feed\" }, ");
+        let study = crate::study::spec::parse(&text, "h.toml", Path::new(".")).unwrap();
+        let mut sf = study_file(false);
+        sf.study = study;
+        let mut cs = cells(false);
+        for rep in 1..=3 {
+            // Rings keeps 0.95–0.97 of quiet's rate, and 1.00 of the control's.
+            cs.push(cell("sluice-l2", Condition::VmFeed, rep, 950.0 + 10.0 * f64::from(rep), 120.0, Some(0.01)));
+        }
+        let ts = tables(&sf, &cs);
+        let lines = |g| crate::study::judge::check(&sf.study.goals[g], &sf, &cs, &ts);
+        let ctl = lines(0);
+        assert_eq!(ctl.len(), 1, "{ctl:?}");
+        let l = &ctl[0];
+        assert_eq!((l.path.as_str(), l.condition, l.verdict()), ("sluice-l2", Condition::Rings, "MET".into()));
+        assert_eq!(l.ratio.unwrap().cell(), "1.00 within noise");
+        let quiet: Vec<(String, Condition)> = lines(1).iter().map(|l| (l.path.clone(), l.condition)).collect();
+        assert_eq!(
+            quiet,
+            [
+                ("sluice-l2".into(), Condition::Rings),
+                ("sluice-l2".into(), Condition::MacFlood),
+                ("linux-bridge".into(), Condition::MacFlood),
+            ]
+        );
+        let md = markdown(&sf, &cs, &ts, &[], "");
+        for want in [
+            "**Goal: under rings, rr-200x1000 keeps at least 90% of its rate under vm-feed (the same load without the attack).**",
+            "| path | condition | rate attacked / vm-feed | verdict |",
+            "| sluice-l2 | rings | 1.00 within noise | **MET** |",
+            "| path | condition | rate attacked / quiet | verdict |",
+            "| sluice-l2 | rings | 0.97 (0.96–0.98) | **MET** |",
+            "| *sluice-l2 [rings] / sluice-l2 [quiet]*: transactions/s | 0.97 (0.96–0.98) |",
+            "| *sluice-l2 [rings] / sluice-l2 [vm-feed]*: transactions/s | 1.00 within noise |",
+            "| *sluice-l2 [vm-feed] / sluice-l2 [quiet]*: transactions/s | 0.97 (0.96–0.98) |",
+            "- **vm-feed**: rings's control, no attack",
+        ] {
+            assert!(md.contains(want), "{want:?} in\n{md}");
+        }
+        let goals = &md[md.find("## Goals").unwrap()..md.find("## How these numbers were made").unwrap()];
+        assert!(!goals.contains("| vm-feed |"), "the control is judged by no goal: {goals}");
     }
 
     #[test]

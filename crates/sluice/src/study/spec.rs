@@ -6,7 +6,9 @@
 //! that parses (its text is kept, so a resumed study runs what the first run ran); every
 //! list is non-empty and every number is in range; every condition applies to at least
 //! one of the paths; every goal names a workload of the study and compares with `quiet`,
-//! which the conditions then hold with another. Errors name the file and line.
+//! which the conditions then hold with another, or with a control the conditions hold
+//! with the condition it is the control of (`against = "vm-feed"`, with `rings`). Errors
+//! name the file and line.
 
 use std::fmt;
 use std::path::Path;
@@ -279,18 +281,27 @@ fn quiet_only() -> Vec<Condition> {
     vec![Condition::Quiet]
 }
 
-/// A goal a study's report checks: under each condition but `quiet`, every path keeps at
-/// least `keeps_rate` of its quiet rate, or its mean latency stays within
-/// `latency_within` times its quiet one.
+/// A goal a study's report checks: under each attack (each condition but `quiet` and the
+/// controls), every path keeps at least `keeps_rate` of its quiet rate, or its mean
+/// latency stays within `latency_within` times its quiet one. Against a control instead
+/// (`against`), under each attack whose control it is, against the same path under it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Goal {
     /// The workload it is about.
     pub workload: String,
     /// What it asks.
     pub bound: Bound,
+    /// The condition the attacked cells are compared with: `quiet`, or a control.
+    #[serde(default = "quiet")]
+    pub against: Condition,
 }
 
-/// A goal's bound, on the ratio of a path under a condition to the same path quiet.
+fn quiet() -> Condition {
+    Condition::Quiet
+}
+
+/// A goal's bound, on the ratio of a path under a condition to the same path under the
+/// goal's `against` (quiet, unless it names a control).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
@@ -303,14 +314,42 @@ pub enum Bound {
 impl Goal {
     /// The goal in words.
     pub fn describe(&self) -> String {
-        match self.bound {
-            Bound::KeepsRate(x) => {
-                format!("under every attack, {} keeps at least {:.0}% of its quiet rate", self.workload, x * 100.0)
-            }
-            Bound::LatencyWithin(x) => {
-                format!("under every attack, {}'s mean latency stays within {x}× of quiet", self.workload)
-            }
+        if self.against == Condition::Quiet {
+            return match self.bound {
+                Bound::KeepsRate(x) => {
+                    format!("under every attack, {} keeps at least {:.0}% of its quiet rate", self.workload, x * 100.0)
+                }
+                Bound::LatencyWithin(x) => {
+                    format!("under every attack, {}'s mean latency stays within {x}× of quiet", self.workload)
+                }
+            };
         }
+        let attacks: Vec<&str> = self.judged(&Condition::ALL).iter().map(|c| c.name()).collect();
+        let (on, ctl) = (attacks.join(", "), self.against);
+        match self.bound {
+            Bound::KeepsRate(x) => format!(
+                "under {on}, {} keeps at least {:.0}% of its rate under {ctl} (the same load without the attack)",
+                self.workload,
+                x * 100.0
+            ),
+            Bound::LatencyWithin(x) => format!(
+                "under {on}, {}'s mean latency stays within {x}× of its latency under {ctl} (the same load without the attack)",
+                self.workload
+            ),
+        }
+    }
+
+    /// Of `conditions`, those the goal judges: against `quiet`, the attacks (neither
+    /// `quiet` nor a control); against a control, the conditions it is the control of.
+    pub fn judged(&self, conditions: &[Condition]) -> Vec<Condition> {
+        conditions
+            .iter()
+            .copied()
+            .filter(|c| match self.against {
+                Condition::Quiet => *c != Condition::Quiet && !c.is_control(),
+                ctl => c.control() == Some(ctl),
+            })
+            .collect()
     }
 
     /// True if `ratio` (attacked / quiet: of rates, or of latencies) meets it.
@@ -379,6 +418,8 @@ struct RawGoal {
     keeps_rate: Option<f64>,
     #[serde(default)]
     latency_within: Option<f64>,
+    #[serde(default)]
+    against: Option<String>,
 }
 
 fn default_conditions() -> Spanned<Vec<Spanned<String>>> {
@@ -605,13 +646,47 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         if w.pa.is_some() {
             return Err(err(g.span(), "partition-aggregate points run quiet only: a goal cannot compare them".into()));
         }
-        if !conditions.contains(&Condition::Quiet) || conditions.len() < 2 {
+        let against = match rg.against.as_deref() {
+            None | Some("quiet") => Condition::Quiet,
+            Some(name) => {
+                let controls = || {
+                    Condition::ALL
+                        .iter()
+                        .filter_map(|c| c.control().map(|k| format!("{k} (for {c})")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let Some(ctl) = Condition::parse(name).filter(|c| c.is_control()) else {
+                    return Err(err(
+                        g.span(),
+                        format!(
+                            "against = {name:?} is no control condition; a goal is judged against \"quiet\" (the default) or a control: {}",
+                            controls()
+                        ),
+                    ));
+                };
+                ctl
+            }
+        };
+        let goal = Goal { workload: w.name.clone(), bound, against };
+        if against == Condition::Quiet {
+            if !conditions.contains(&Condition::Quiet) || goal.judged(&conditions).is_empty() {
+                return Err(err(
+                    g.span(),
+                    "a goal compares each path under an attack with the same path quiet: conditions needs \"quiet\" and at least one other that is an attack, not a control".into(),
+                ));
+            }
+        } else if !conditions.contains(&against) || goal.judged(&conditions).is_empty() {
+            let of: Vec<&str> = goal.judged(&Condition::ALL).iter().map(|c| c.name()).collect();
             return Err(err(
                 g.span(),
-                "a goal compares each path under a condition with the same path quiet: conditions needs \"quiet\" and at least one other".into(),
+                format!(
+                    "a goal against \"{against}\" compares each path under {} with the same path under \"{against}\": conditions needs both",
+                    of.join(", ")
+                ),
             ));
         }
-        goals.push(Goal { workload: w.name.clone(), bound });
+        goals.push(goal);
     }
     Ok(Study {
         title: if raw.title.is_empty() { name.clone() } else { raw.title },
@@ -775,6 +850,27 @@ duration = 3
                 11,
                 "either keeps_rate",
             ),
+            (
+                RINGS.replace("GOAL", "against = \"rings\""),
+                11,
+                "against = \"rings\" is no control condition; a goal is judged against \"quiet\" (the default) or a control: vm-feed (for rings)",
+            ),
+            (RINGS.replace("GOAL", "against = \"storm\""), 11, "against = \"storm\" is no control condition"),
+            (
+                RINGS.replace("GOAL", "against = \"vm-feed\"").replace(", \"vm-feed\"]", "]"),
+                11,
+                "a goal against \"vm-feed\" compares each path under rings with the same path under \"vm-feed\": conditions needs both",
+            ),
+            (
+                RINGS.replace("GOAL", "against = \"vm-feed\"").replace("\"rings\", ", ""),
+                11,
+                "conditions needs both",
+            ),
+            (
+                RINGS.replace("GOAL", "against = \"quiet\"").replace("\"rings\", ", ""),
+                11,
+                "needs \"quiet\" and at least one other that is an attack, not a control",
+            ),
         ];
         for (text, line, want) in cases {
             let e = p(&text).unwrap_err();
@@ -782,6 +878,47 @@ duration = 3
             assert!(e.to_string().contains(want), "{e}");
             assert!(e.to_string().starts_with(&format!("t.toml:{line}: ")), "{e}");
         }
+    }
+
+    /// A study of `rings` and its control, with one goal (`GOAL` is its `against`).
+    const RINGS: &str = r#"name = "r"
+baseline = "sluice-l2"
+paths = ["sluice-l2"]
+workloads = ["rr-200x1000"]
+conns = [1]
+mtus = [1500]
+families = ["ipv4"]
+reps = 2
+duration = 3
+conditions = ["quiet", "rings", "vm-feed"]
+goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
+"#;
+
+    #[test]
+    fn a_goal_is_judged_against_quiet_or_a_control() {
+        let s = p(&RINGS.replace("GOAL", "against = \"vm-feed\"")).unwrap();
+        let g = &s.goals[0];
+        assert_eq!(g.against, Condition::VmFeed);
+        assert_eq!(g.judged(&s.conditions), [Condition::Rings]);
+        assert_eq!(
+            g.describe(),
+            "under rings, rr-200x1000 keeps at least 90% of its rate under vm-feed (the same load without the attack)"
+        );
+        // Against quiet (the default): every attack, and not the control.
+        let s = p(&RINGS
+            .replace(", GOAL", "")
+            .replace("\"vm-feed\"]", "\"vm-feed\", \"mac-flood\"]")
+            .replace("paths = [\"sluice-l2\"]", "paths = [\"sluice-l2\", \"linux-bridge\"]"))
+        .unwrap();
+        let g = &s.goals[0];
+        assert_eq!(g.against, Condition::Quiet);
+        assert_eq!(g.judged(&s.conditions), [Condition::Rings, Condition::MacFlood]);
+        assert!(g.describe().starts_with("under every attack, rr-200x1000 keeps at least 90% of its quiet rate"));
+        // A goal read back from an older study.json has no `against`: quiet.
+        let mut v = serde_json::to_value(g).unwrap();
+        v.as_object_mut().unwrap().remove("against");
+        let old: Goal = serde_json::from_value(v).unwrap();
+        assert_eq!(old.against, Condition::Quiet);
     }
 
     #[test]

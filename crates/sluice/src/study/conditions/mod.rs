@@ -4,6 +4,8 @@
 //! paths, so quiet and attacked cells of one path alternate in one run.
 //!
 //! - `rings` ([`rings`]): a hostile VM-less vhost-user guest on the path's switch;
+//! - `vm-feed` ([`rings`]): `rings`'s control, the same feeder's frames to a well-behaved
+//!   VM-less guest (not an attack: what any guest receiving that much costs);
 //! - `mac-flood`, `gso-bomb` ([`flood`]): an extra guest on the path's switch or bridge,
 //!   flooding new source MACs, or sending UDP-GSO frames of 48-byte segments;
 //! - `underlay-flood` ([`flood`]): a host on an overlay's underlay that is no tunnel
@@ -46,6 +48,8 @@ pub enum Condition {
     Quiet,
     /// A hostile vhost-user guest abusing its rings on the path's switch.
     Rings,
+    /// `rings`'s control: its feeder's frames to a well-behaved vhost-user guest.
+    VmFeed,
     /// A host on the overlay's underlay, not a tunnel endpoint, flooding VXLAN datagrams.
     UnderlayFlood,
     /// A guest flooding frames from 10,000 new source MACs a second.
@@ -66,14 +70,21 @@ pub const UNDERLAY_PATHS: &[&str] =
 
 impl Condition {
     /// Every condition.
-    pub const ALL: [Condition; 5] =
-        [Condition::Quiet, Condition::Rings, Condition::UnderlayFlood, Condition::MacFlood, Condition::GsoBomb];
+    pub const ALL: [Condition; 6] = [
+        Condition::Quiet,
+        Condition::Rings,
+        Condition::VmFeed,
+        Condition::UnderlayFlood,
+        Condition::MacFlood,
+        Condition::GsoBomb,
+    ];
 
     /// Its name in a study file.
     pub fn name(self) -> &'static str {
         match self {
             Condition::Quiet => "quiet",
             Condition::Rings => "rings",
+            Condition::VmFeed => "vm-feed",
             Condition::UnderlayFlood => "underlay-flood",
             Condition::MacFlood => "mac-flood",
             Condition::GsoBomb => "gso-bomb",
@@ -90,7 +101,10 @@ impl Condition {
         match self {
             Condition::Quiet => "nothing but the workload",
             Condition::Rings => {
-                "a VM-less vhost-user guest on the path's switch abusing its rings, 200 ms each in turn: a receive available index far ahead while a second guest sends it up to 20,000 frames a second, a transmit index far ahead, indirect chains, loops of zero-length descriptors, a queue of 1-byte receive buffers, chain heads beyond the table; its rings reset after each"
+                "a VM-less vhost-user guest on the path's switch abusing its rings, 200 ms each in turn: a receive available index far ahead while a second guest sends it up to 20,000 frames a second, a transmit index far ahead, indirect chains, loops of zero-length descriptors, loops of 1-byte descriptors, a queue of 1-byte receive buffers, chain heads beyond the table; its rings reset after each"
+            }
+            Condition::VmFeed => {
+                "rings's control, no attack: the same second guest sending the same frames at the same rate (up to 20,000 a second) to a well-behaved VM-less vhost-user guest on the path's switch, which posts receive buffers, takes its frames and posts them again"
             }
             Condition::UnderlayFlood => {
                 "a host on the underlay (192.168.77.250, not a tunnel endpoint) sending VXLAN datagrams to the server's host as fast as one thread can: inner broadcasts and unicasts from 16,384 made-up stations, foreign VNIs, garbage"
@@ -108,10 +122,24 @@ impl Condition {
     pub fn paths(self) -> Option<&'static [&'static str]> {
         match self {
             Condition::Quiet => None,
-            Condition::Rings => Some(RING_PATHS),
+            Condition::Rings | Condition::VmFeed => Some(RING_PATHS),
             Condition::MacFlood | Condition::GsoBomb => Some(GUEST_PATHS),
             Condition::UnderlayFlood => Some(UNDERLAY_PATHS),
         }
+    }
+
+    /// The condition it is judged against besides `quiet`, when the study has it: the same
+    /// load without the attack (`rings` against `vm-feed`).
+    pub fn control(self) -> Option<Condition> {
+        match self {
+            Condition::Rings => Some(Condition::VmFeed),
+            _ => None,
+        }
+    }
+
+    /// True if it is another condition's control rather than an attack.
+    pub fn is_control(self) -> bool {
+        Condition::ALL.iter().any(|c| c.control() == Some(self))
     }
 
     /// True if its cells are planned on `path`.
@@ -463,7 +491,8 @@ pub fn start(c: Condition, topo: &Topology, id: &str, duration_s: u32) -> Result
     let seed = u64::from(std::process::id()) << 32 | u64::from(k);
     match c {
         Condition::Quiet => unreachable!("handled above"),
-        Condition::Rings => start_rings(&mut d, topo, k)?,
+        Condition::Rings => start_rings(&mut d, topo, k, true)?,
+        Condition::VmFeed => start_rings(&mut d, topo, k, false)?,
         Condition::MacFlood | Condition::GsoBomb => {
             let ns = format!("{id}-x{k}");
             d.made.netns(&ns)?;
@@ -550,9 +579,10 @@ fn attach_guest(d: &mut Disturbance, topo: &Topology, ns: &str, k: u32) -> Resul
     }
 }
 
-/// `rings`: two vhost-user ports on the path's switch, sockets in a new directory of the
-/// study's; the hostile guest on one, its feeder on the other.
-fn start_rings(d: &mut Disturbance, topo: &Topology, k: u32) -> Result<()> {
+/// `rings` and `vm-feed`: two vhost-user ports on the path's switch, sockets in a new
+/// directory of the study's; the hostile guest (`hostile`) or a well-behaved one on one,
+/// the feeder on the other.
+fn start_rings(d: &mut Disturbance, topo: &Topology, k: u32, hostile: bool) -> Result<()> {
     let Some(Attach::Switch { socket, lab, .. }) = topo.attach.as_ref() else {
         bail!("the path has no sluice switch for a vhost-user guest");
     };
@@ -571,7 +601,13 @@ fn start_rings(d: &mut Disturbance, topo: &Topology, k: u32) -> Result<()> {
     d.watch(socket, &names[0]);
     let me = [0x02, 0x5E, 0, (k >> 8) as u8, k as u8, 1];
     let feeder = [0x02, 0x5E, 0, (k >> 8) as u8, k as u8, 2];
-    d.spawn("the hostile vhost-user guest", None, move |sh, clock| Ok(rings::hostile(&a, me, feeder, sh, clock)));
+    if hostile {
+        d.spawn("the hostile vhost-user guest", None, move |sh, clock| Ok(rings::hostile(&a, me, feeder, sh, clock)));
+    } else {
+        d.spawn("the receiving vhost-user guest", None, move |sh, clock| {
+            Ok(rings::receiver(&a, me, feeder, sh, clock))
+        });
+    }
     d.spawn("the feeding vhost-user guest", None, move |sh, clock| Ok(rings::feeder(&b, feeder, me, sh, clock)));
     Ok(())
 }
@@ -598,6 +634,9 @@ mod tests {
         assert_eq!(Condition::parse("storm"), None);
         assert!(Condition::Quiet.applies("direct"));
         assert!(Condition::Rings.applies("sluice-kernel") && !Condition::Rings.applies("linux-bridge"));
+        assert!(Condition::VmFeed.applies("sluice-l2") && !Condition::VmFeed.applies("linux-bridge"));
+        assert_eq!(Condition::Rings.control(), Some(Condition::VmFeed));
+        assert!(Condition::VmFeed.is_control() && !Condition::Rings.is_control() && !Condition::Quiet.is_control());
         assert!(Condition::MacFlood.applies("linux-bridge") && !Condition::MacFlood.applies("overlay-kernel"));
         assert!(Condition::UnderlayFlood.applies("overlay-kernel") && !Condition::UnderlayFlood.applies("sluice-l2"));
         for paths in [RING_PATHS, GUEST_PATHS, UNDERLAY_PATHS] {
