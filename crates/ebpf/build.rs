@@ -1,7 +1,8 @@
-//! Compiles the kernel datapath's programs (`bpf/datapath.c`) with clang into an object the
-//! crate embeds. Without clang the crate builds all the same, with no programs in it:
-//! `--datapath kernel` then says so and how to get them (docs/architecture.md, "The kernel
-//! datapath").
+//! Compiles the kernel datapath's programs (`bpf/datapath.c`) and the user-space tunnels'
+//! socket filter (`bpf/tunnel_filter.c`) with clang into objects the crate embeds. Without
+//! clang the crate builds all the same, with no programs in it: `--datapath kernel` then
+//! says so and how to get them, and a tunnel checks its senders in user space
+//! (docs/architecture.md, "The kernel datapath", "Tunnels and the underlay").
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,7 +12,7 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     println!("cargo::rustc-check-cfg=cfg(sluice_bpf)");
     println!("cargo::rustc-check-cfg=cfg(sluice_abi_check)");
-    for f in ["bpf/datapath.c", "bpf/abi.h", "bpf/abi_check.c", "bpf/rejected.c"] {
+    for f in ["bpf/datapath.c", "bpf/abi.h", "bpf/abi_check.c", "bpf/rejected.c", "bpf/tunnel_filter.c"] {
         println!("cargo::rerun-if-changed={}", manifest.join(f).display());
     }
     println!("cargo::rerun-if-env-changed=CLANG");
@@ -43,8 +44,10 @@ fn main() {
     match compile("bpf/datapath.c", "datapath.o") {
         Ok(s) if s.success() => {
             println!("cargo::rustc-cfg=sluice_bpf");
-            let r = compile("bpf/rejected.c", "rejected.o");
-            assert!(r.is_ok_and(|s| s.success()), "sluice-ebpf: clang failed to compile bpf/rejected.c");
+            for (src, obj) in [("bpf/rejected.c", "rejected.o"), ("bpf/tunnel_filter.c", "tunnel_filter.o")] {
+                let r = compile(src, obj);
+                assert!(r.is_ok_and(|s| s.success()), "sluice-ebpf: clang failed to compile {src}");
+            }
         }
         Ok(s) => panic!("sluice-ebpf: clang failed to compile bpf/datapath.c ({s})"),
         Err(e) => println!(

@@ -11,9 +11,14 @@
 //! programs, attaches them (tcx), pins programs and maps so that forwarding outlives the
 //! daemon, writes the maps, and reads the counters back. What is decided lives in
 //! `sluice_switch::fastpath`; nothing here decides.
+//!
+//! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
+//! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
+//! the kernel.
 
 pub mod abi;
 pub mod tables;
+pub mod tunnel_filter;
 
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,9 @@
 //! at both ends, bytes checked, learning checked on both sides. And what a host on the
 //! underlay cannot do: a sender not among a tunnel's remotes is neither heard nor sent to,
 //! a remote cannot take a locked local station, and one GSO send in a guest cannot leave
-//! as more datagrams than the flood budget.
+//! as more datagrams than the flood budget; on the user-space datapath, a flood from such
+//! a sender is dropped in the kernel (the tunnel socket's filter) and never read by the
+//! switch.
 
 mod common;
 
@@ -582,6 +584,105 @@ fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(kernel: bool) {
     assert!(vx["counters"]["tx_drops"]["gso_limit"].as_u64().unwrap() >= 1, "counted: {vx}");
     let g = h.port(1, &format!("{}t", h.switch(1)));
     assert!(g["counters"]["rx_gso"].as_u64().unwrap() >= 2, "the sends arrived as GSO frames: {g}");
+}
+
+/// Namespace `ns`'s UDP counter `field` (`InDatagrams`: datagrams its sockets' owners
+/// read; `InErrors`: datagrams dropped on their way to a socket), of IPv6 if `v6`.
+fn udp_mib(ns: &str, v6: bool, field: &str) -> u64 {
+    if v6 {
+        let t = ns_ok(ns, "cat /proc/net/snmp6");
+        let key = format!("Udp6{field}");
+        return t.lines().find_map(|l| l.strip_prefix(key.as_str())?.trim().parse().ok()).unwrap();
+    }
+    let t = ns_ok(ns, "cat /proc/net/snmp");
+    let mut udp = t.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+    let at = names.split_whitespace().position(|n| n == field).unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+/// Sends `n` VXLAN datagrams of VNI 5000 (inner broadcasts from made-up stations) from
+/// `from` to `to`:4789, as fast as Python can, in namespace `ns`; returns how many were sent.
+fn underlay_flood(h: &Hosts, ns: &str, from: &str, to: &str, n: u32) -> Child {
+    let script = h.dir.join("flood.py");
+    let code = r#"import socket, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.socket(socket.AF_INET6 if ':' in dst else socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((src, 0))
+hdr = struct.pack('!II', 0x08000000, 5000 << 8)
+sent = 0
+for i in range(n):
+    inner = bytes([255] * 6 + [2, 0x66, 0, 0, (i >> 8) & 255, i & 255, 0x88, 0xb5]) + b'underlay flood' * 4
+    try:
+        s.sendto(hdr + inner, (dst, 4789))
+        sent += 1
+    except OSError:
+        pass
+print(sent)
+"#;
+    std::fs::write(&script, code).unwrap();
+    ns_spawn(ns, &format!("python3 {} {from} {to} {n}", script.display()))
+}
+
+/// User-space datapath: a host on the underlay outside the remotes floods the tunnel's
+/// port. Its datagrams are dropped in the kernel by the socket's filter — the switch reads
+/// none of them, the namespace's UDP counters say so — and counted as the port's
+/// `unknown_endpoint` drops, exactly, and not as the socket's kernel drops; the configured
+/// remote's traffic crosses meanwhile.
+fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over(v6: bool) {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    let mut h = Hosts::new(if v6 { "vxd6" } else { "vxd" }, false);
+    let (a1, a2, a9) =
+        if v6 { ("fd78::1", "fd78::2", "fd78::9") } else { ("192.168.77.1", "192.168.77.2", "192.168.77.9") };
+    let mtu = if v6 { 1430 } else { 1450 };
+    h.sluice_host_with(1, a1, &[a2.into()], "", &format!("vni = {VNI}"), mtu);
+    h.sluice_host_with(2, a2, &[a1.into()], "", &format!("vni = {VNI}"), mtu);
+    pings(&h, 1, 2);
+    let forger = h.host(9);
+    let ping = if v6 { "ping -6" } else { "ping" };
+    ns_ok(&forger, &format!("{ping} -c 1 -W 5 {a1}"));
+    let h1 = h.ns("h1");
+    let vx = || h.port(1, "vx0");
+    let refused = || vx()["counters"]["rx_drops"]["unknown_endpoint"].as_u64().unwrap();
+    let kernel_drops = || vx()["device_drops"]["from_guest"].as_u64().unwrap();
+    let (read0, errors0, refused0, drops0) =
+        (udp_mib(&h1, v6, "InDatagrams"), udp_mib(&h1, v6, "InErrors"), refused(), kernel_drops());
+
+    const N: u32 = 20_000;
+    let flood = underlay_flood(&h, &forger, a9, a1, N);
+    // The configured remote gets through meanwhile.
+    pings(&h, 2, 1);
+    let out = flood.wait_with_output().unwrap();
+    assert!(out.status.success(), "the flood failed: {}", String::from_utf8_lossy(&out.stderr));
+    let sent: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(sent >= u64::from(N) * 9 / 10, "the flood sent {sent} of {N}");
+    assert!(
+        wait_for(10, || refused() - refused0 >= sent),
+        "{} of the {sent} datagrams counted unknown_endpoint: {}",
+        refused() - refused0,
+        vx()
+    );
+    let read = udp_mib(&h1, v6, "InDatagrams") - read0;
+    assert!(read < 100, "the switch read {read} datagrams while {sent} came from an unknown host");
+    assert_eq!(refused() - refused0, sent, "counted exactly: {}", vx());
+    assert_eq!(udp_mib(&h1, v6, "InErrors") - errors0, sent, "the kernel dropped them");
+    assert_eq!(kernel_drops(), drops0, "not counted again as the socket's drops: {}", vx());
+    pings(&h, 1, 2);
+    let st: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["stats", "--switch", &h.switch(1), "--json"])).unwrap();
+    assert_conserved(&st);
+}
+
+#[test]
+fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it() {
+    a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over(false);
+}
+
+#[test]
+fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over_ipv6() {
+    a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over(true);
 }
 
 #[test]

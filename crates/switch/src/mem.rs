@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_wire::{MacAddr, VNET_HDR_LEN, VnetHdr};
 
+use crate::counters::DropCause;
 use crate::port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 
 #[derive(Default)]
@@ -25,6 +26,7 @@ struct Inner {
     mac: Option<MacAddr>,
     tick: Option<String>,
     fast: Option<u32>,
+    refused: Option<(DropCause, u64)>,
 }
 
 /// The switch's side of an in-memory port.
@@ -116,6 +118,12 @@ impl MemHandle {
         lock(&self.inner).tick = Some(what.to_string());
     }
 
+    /// Makes the port report `n` frames refused below it for `cause` (as a tunnel's socket
+    /// filter does) when the switch next asks ([`Port::take_refused`]).
+    pub fn refuse_below(&self, cause: DropCause, n: u64) {
+        lock(&self.inner).refused = Some((cause, n));
+    }
+
     /// Makes `send` report Full while `limit` frames are stored and not taken.
     pub fn set_tx_limit(&self, limit: Option<usize>) {
         lock(&self.inner).tx_limit = limit;
@@ -141,6 +149,10 @@ impl Port for MemPort {
 
     fn tick(&mut self) -> Option<String> {
         lock(&self.inner).tick.take()
+    }
+
+    fn take_refused(&mut self) -> Option<(DropCause, u64)> {
+        lock(&self.inner).refused.take()
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {

@@ -114,6 +114,15 @@ pub trait Port: Send {
     /// Offers one frame. [`TxOutcome::Full`] leaves the frame with the switch.
     fn send(&mut self, frame: &OutFrame<'_>) -> Result<TxOutcome, PortError>;
 
+    /// Frames refused for the port before it could read them, since the last call, and
+    /// why (a tunnel's socket filter drops datagrams from unknown endpoints in the kernel,
+    /// where the port never sees them). The switch counts them as received and dropped for
+    /// that cause, as it counts a [`PortError::Refused`] from [`Port::recv`]; it asks
+    /// about once a second and when the port is removed.
+    fn take_refused(&mut self) -> Option<(DropCause, u64)> {
+        None
+    }
+
     /// Frames the port's own device dropped (for a TAP: the kernel's drop counters),
     /// reported beside the switch's counters so users see where loss happens.
     fn device_drops(&self) -> Option<DeviceDrops> {

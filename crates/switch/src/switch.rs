@@ -361,6 +361,15 @@ struct PortSlot {
 }
 
 impl PortSlot {
+    /// Counts the frames the port's device refused for it since the last call as received
+    /// and dropped.
+    fn count_refused(&mut self) {
+        if let Some((cause, n)) = self.port.take_refused() {
+            self.counters.rx_frames += n;
+            self.counters.rx_drops.add_n(cause, n);
+        }
+    }
+
     /// A kernel datapath can send to it as it is: it reaches the port, which has not
     /// failed and takes GSO frames whole.
     fn kernel_ready(&self) -> bool {
@@ -863,6 +872,7 @@ impl Switch {
     pub fn remove_port(&mut self, name: &str) -> Result<(PortId, Box<dyn Port>), SwitchError> {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
+        slot.count_refused();
         while let Some(fid) = slot.queue.pop_any() {
             slot.counters.tx_drops.add(DropCause::UnknownPort);
             self.pool.release(fid);
@@ -1194,11 +1204,13 @@ impl Switch {
     }
 
     /// Lets every port check its device (see [`Port::tick`]); hands each change to `f`
-    /// with the port's name, and counts it as a failover.
+    /// with the port's name, and counts it as a failover. Counts what the ports' devices
+    /// refused for them meanwhile ([`Port::take_refused`]).
     pub fn tick_ports(&mut self, mut f: impl FnMut(&str, &str)) {
         let mut moved = Vec::new();
         for (i, s) in self.ports.iter_mut().enumerate() {
             let Some(s) = s else { continue };
+            s.count_refused();
             if let Some(what) = s.port.tick() {
                 s.counters.failovers += 1;
                 f(&s.name, &what);

@@ -2,7 +2,8 @@
 //! port (its `mac`) or configured static never moves to another port, whatever arrives
 //! (a tunnel's remote claiming it, a guest forging it); and a GSO frame a port would send
 //! to several places itself (a tunnel's endpoints) costs at most
-//! `FLOOD_DATAGRAMS_PER_FRAME` datagrams there.
+//! `FLOOD_DATAGRAMS_PER_FRAME` datagrams there. What a port's device refuses below it (a
+//! tunnel's socket filter) counts as the port's received frames dropped for that cause.
 
 mod common;
 
@@ -47,6 +48,28 @@ fn a_locked_station_never_moves_to_another_port() {
     send(&mut sw, tunnel.0, &tunnel.1, &eth(BCAST, mac(1), 0x0800, 50), 10_000_000);
     assert_eq!(sw.port_info(tunnel.0).unwrap().counters.rx_drops.spoofed_mac, 4);
     assert_eq!(sw.fib().get(1, MacAddr(mac(1))), None);
+    assert_conserved(&sw);
+}
+
+#[test]
+fn frames_refused_below_a_port_count_as_received_and_dropped_there() {
+    let mut sw = Switch::new(cfg()).unwrap();
+    let tunnel = add(&mut sw, "tunnel", access(1), None, OFFLOAD);
+    let other = add(&mut sw, "other", access(1), None, OFFLOAD);
+    send(&mut sw, tunnel.0, &tunnel.1, &eth(BCAST, mac(2), 0x0800, 50), 0);
+    tunnel.1.refuse_below(DropCause::UnknownEndpoint, 1000);
+    sw.tick_ports(|_, what| panic!("no port changed device: {what}"));
+    let c = sw.port_info(tunnel.0).unwrap().counters;
+    assert_eq!((c.rx_frames, c.rx_drops.unknown_endpoint, c.rx_drops.total()), (1001, 1000, 1000), "{c:?}");
+    assert_eq!(c.failovers, 0);
+    assert_eq!(other.1.take_sent().len(), 1, "the one frame read went on; nothing else did");
+    assert_conserved(&sw);
+    // Asked again, the port has nothing new; what it refused before it leaves counts too.
+    sw.tick_ports(|_, _| {});
+    assert_eq!(sw.port_info(tunnel.0).unwrap().counters.rx_drops.unknown_endpoint, 1000);
+    tunnel.1.refuse_below(DropCause::UnknownEndpoint, 5);
+    sw.remove_port("tunnel").unwrap();
+    assert_eq!(sw.departed().rx_drops.unknown_endpoint, 1005);
     assert_conserved(&sw);
 }
 

@@ -8,6 +8,13 @@
 //! `sluice_switch::tunnel`'s; this file is the I/O (docs/architecture.md, "VXLAN tunnels",
 //! "Tunnels and the underlay").
 //!
+//! With `remotes_only`, a socket filter ([`sluice_ebpf::tunnel_filter`]) drops datagrams
+//! from other senders in the kernel, before they are queued on the socket or wake the
+//! datapath; the port hands the filter's count to the switch as `unknown_endpoint` drops
+//! ([`Port::take_refused`]) and leaves it out of the socket's kernel drops, which count it
+//! too. Where the filter cannot be loaded the port says so once and refuses such
+//! datagrams itself, as it still does for any that pass the filter.
+//!
 //! The port has no offloads: the switch cuts GSO frames and completes checksums before
 //! they get here, so what leaves is what any VXLAN endpoint can read.
 //!
@@ -20,7 +27,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -109,6 +116,9 @@ pub struct VxlanPort {
     udp_table: Option<(std::fs::File, u64)>,
     /// The kernel device, on the kernel datapath.
     device: Option<Device>,
+    /// The socket filter refusing unknown senders in the kernel, and how many of its
+    /// refusals the switch has been told of.
+    filter: Option<(sluice_ebpf::tunnel_filter::TunnelFilter, u64)>,
 }
 
 impl VxlanPort {
@@ -127,6 +137,21 @@ impl VxlanPort {
         })?;
         sock.set_nonblocking(true)?;
         crate::sys::packet::grow_socket_buffers(sock.as_raw_fd(), SOCKET_BUFFER);
+        let filter = if v.remotes_only && !send_only {
+            match sluice_ebpf::tunnel_filter::TunnelFilter::attach(sock.as_fd(), &v.remotes) {
+                Ok(f) => Some((f, 0)),
+                Err(e) => {
+                    tracing::warn!(
+                        local = %v.local,
+                        dstport = v.dstport,
+                        "the tunnel's datagrams from hosts not among its remotes are refused by the switch itself, not in the kernel: {e}"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let table = if v.local.is_ipv4() { "udp" } else { "udp6" };
         let udp_table = std::fs::File::open(format!("/proc/thread-self/net/{table}")).ok().zip(
             std::fs::metadata(format!("/proc/self/fd/{}", sock.as_raw_fd())).ok().map(|m| {
@@ -145,6 +170,7 @@ impl VxlanPort {
             out: Vec::with_capacity(VXLAN_HDR_LEN + 65_536),
             udp_table,
             device: None,
+            filter,
         })
     }
 
@@ -434,8 +460,21 @@ impl Port for VxlanPort {
         Ok(TxOutcome::Sent)
     }
 
+    fn take_refused(&mut self) -> Option<(DropCause, u64)> {
+        let (f, told) = self.filter.as_mut()?;
+        let n = f.refused();
+        let new = n.checked_sub(*told).filter(|&d| d > 0)?;
+        *told = n;
+        Some((DropCause::UnknownEndpoint, new))
+    }
+
     fn device_drops(&self) -> Option<DeviceDrops> {
-        let kernel = self.udp_table.as_ref().and_then(|(f, ino)| socket_drops(f, *ino)).unwrap_or(0);
+        let mut kernel = self.udp_table.as_ref().and_then(|(f, ino)| socket_drops(f, *ino)).unwrap_or(0);
+        if let Some((f, _)) = &self.filter {
+            // The socket's drops count the filter's refusals too. The filter counts first
+            // and is read last, so a refusal under way is never taken for a full buffer.
+            kernel = kernel.saturating_sub(f.refused());
+        }
         let mut d = DeviceDrops { to_guest: self.lost_out, from_guest: self.bad_in + kernel };
         if let Some(dev) = &self.device {
             d.to_guest += device_stat(&dev.name, "tx_dropped") + device_stat(&dev.name, "tx_errors");
@@ -480,6 +519,77 @@ impl Port for VxlanPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Receives from `p` until a frame comes (a bounded number of tries), returning the
+    /// refusals seen before it.
+    fn refusals_before_a_frame(p: &mut VxlanPort) -> Vec<DropCause> {
+        let mut buf = vec![0u8; 2048];
+        let mut refused = Vec::new();
+        for _ in 0..1000 {
+            match p.recv(&mut buf) {
+                Ok(Some(_)) => return refused,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Err(PortError::Refused(c)) => refused.push(c),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("no frame came");
+    }
+
+    #[test]
+    fn an_unknown_senders_datagram_is_refused_in_the_kernel_or_else_by_the_port() {
+        let v = VxlanSettings {
+            local: "127.0.0.1".parse().unwrap(),
+            remotes: vec!["127.0.0.2".parse().unwrap()],
+            remotes_only: true,
+            vnis: VniMap::Single(5000),
+            dstport: 0,
+        };
+        let mut p = VxlanPort::open(&v, false).unwrap();
+        let to = p.sock.local_addr().unwrap();
+        let mut datagram = vxlan::header(5000).to_vec();
+        datagram.extend_from_slice(&[0xff; 6]);
+        datagram.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
+        datagram.extend_from_slice(&[0; 46]);
+        let (remote, stranger) = (UdpSocket::bind("127.0.0.2:0").unwrap(), UdpSocket::bind("127.0.0.3:0").unwrap());
+        let both = || {
+            stranger.send_to(&datagram, to).unwrap();
+            remote.send_to(&datagram, to).unwrap();
+        };
+        if p.filter.is_some() {
+            // The filter takes the stranger's datagram; the switch is told of it.
+            both();
+            assert_eq!(refusals_before_a_frame(&mut p), []);
+            assert_eq!(p.take_refused(), Some((DropCause::UnknownEndpoint, 1)));
+            assert_eq!(p.take_refused(), None);
+            assert_eq!(p.device_drops().unwrap().from_guest, 0, "not a full buffer");
+            let unused: libc::c_int = 0;
+            // SAFETY: detaches the socket's filter; the value (read, not used) is an int
+            // that outlives the call.
+            let r = unsafe {
+                libc::setsockopt(
+                    p.raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_DETACH_FILTER,
+                    (&raw const unused).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "{}", io::Error::last_os_error());
+            p.filter = None;
+        } else {
+            assert!(!is_root(), "as root the filter loads");
+        }
+        // Without the filter the port refuses the stranger itself.
+        both();
+        assert_eq!(refusals_before_a_frame(&mut p), [DropCause::UnknownEndpoint]);
+        assert_eq!(p.take_refused(), None);
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
 
     #[test]
     fn a_sockets_drops_are_found_by_its_inode() {
