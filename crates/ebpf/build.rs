@@ -1,8 +1,10 @@
 //! Compiles the kernel datapath's programs (`bpf/datapath.c`) and the user-space tunnels'
-//! socket filter (`bpf/tunnel_filter.c`) with clang into objects the crate embeds. Without
-//! clang the crate builds all the same, with no programs in it: `--datapath kernel` then
-//! says so and how to get them, and a tunnel checks its senders in user space
-//! (docs/architecture.md, "The kernel datapath", "Tunnels and the underlay").
+//! socket filter (`bpf/tunnel_filter.c`) with clang into objects the crate embeds. First it
+//! writes the header they include, `OUT_DIR/abi.h`, from the declarations in
+//! sluice-ebpf-abi that are also the crate's Rust structs: the maps' layouts are written
+//! once. Without clang the crate builds all the same, with no programs in it:
+//! `--datapath kernel` then says so and how to get them, and a tunnel checks its senders in
+//! user space (docs/architecture.md, "The kernel datapath", "Tunnels and the underlay").
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,12 +13,11 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     println!("cargo::rustc-check-cfg=cfg(sluice_bpf)");
-    println!("cargo::rustc-check-cfg=cfg(sluice_abi_check)");
-    for f in ["bpf/datapath.c", "bpf/abi.h", "bpf/abi_check.c", "bpf/rejected.c", "bpf/tunnel_filter.c"] {
+    for f in ["bpf/datapath.c", "bpf/rejected.c", "bpf/tunnel_filter.c"] {
         println!("cargo::rerun-if-changed={}", manifest.join(f).display());
     }
     println!("cargo::rerun-if-env-changed=CLANG");
-    abi_layouts(&manifest, &out);
+    std::fs::write(out.join("abi.h"), sluice_ebpf_abi::header()).expect("writing OUT_DIR/abi.h");
     let clang = std::env::var_os("CLANG").unwrap_or_else(|| "clang".into());
     // The UAPI headers' <asm/…> live under the target's multiarch directory on Debian.
     let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
@@ -34,6 +35,8 @@ fn main() {
     let compile = |src: &str, obj: &str| {
         Command::new(&clang)
             .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
+            .arg("-I")
+            .arg(&out)
             .arg(format!("-I/usr/include/{arch}"))
             .arg("-c")
             .arg(manifest.join(src))
@@ -54,27 +57,4 @@ fn main() {
             "cargo::warning=sluice-ebpf: no clang ({e}): this build has no kernel datapath; install clang and libbpf-dev (apt-get install clang libbpf-dev) and build again to get it"
         ),
     }
-}
-
-/// Compiles and runs `bpf/abi_check.c` for the host, writing the C layouts of the maps'
-/// structs to `OUT_DIR/abi_layouts.rs` for the tests to compare with the Rust mirrors.
-fn abi_layouts(manifest: &std::path::Path, out: &std::path::Path) {
-    let exe = out.join("abi_check");
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let built = Command::new(&cc)
-        .arg(format!("-I{}", manifest.join("bpf").display()))
-        .arg(manifest.join("bpf/abi_check.c"))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .is_ok_and(|s| s.success());
-    let text = if built {
-        let o = Command::new(&exe).output().expect("running abi_check");
-        println!("cargo::rustc-cfg=sluice_abi_check");
-        String::from_utf8(o.stdout).expect("abi_check prints ASCII")
-    } else {
-        println!("cargo::warning=sluice-ebpf: no host C compiler to check the maps' layouts with");
-        String::new()
-    };
-    std::fs::write(out.join("abi_layouts.rs"), text).expect("writing abi_layouts.rs");
 }

@@ -17,7 +17,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-#include "abi.h"
+#include "abi.h" /* the maps' layouts: written by build.rs from crates/ebpf-abi */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

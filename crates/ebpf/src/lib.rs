@@ -12,6 +12,10 @@
 //! daemon, writes the maps, and reads the counters back. What is decided lives in
 //! `sluice_switch::fastpath`; nothing here decides.
 //!
+//! The maps' layouts and the constants both sides use are declared once, in
+//! sluice-ebpf-abi ([`abi`]): build.rs writes the programs' C header from those
+//! declarations, and a test holds the compiled programs' BTF to the Rust layouts.
+//!
 //! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
 //! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
 //! the kernel.

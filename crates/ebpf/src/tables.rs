@@ -71,7 +71,7 @@ pub fn port_entry(p: &FastPort, mode: u8, mirror: Option<u32>) -> abi::Port {
             Some(l) => {
                 for (i, a) in l.iter().enumerate() {
                     if let IpAddr::V4(a) = a {
-                        e.ip4[i] = a.octets();
+                        e.ip4[i] = u32::from_ne_bytes(a.octets());
                     }
                 }
                 e.n_ip4 = l.len() as u8;
@@ -197,7 +197,7 @@ mod tests {
             FastPort { ips: IpRule::Only { v4: Some(vec![IpAddr::from([10, 0, 0, 1])]), v6: Some(vec![]) }, ..base() };
         let e = port_entry(&p, abi::MODE_L2, None);
         assert_eq!(e.flags & (abi::PF_UP_V4 | abi::PF_UP_V6), 0);
-        assert_eq!((e.n_ip4, e.ip4[0], e.n_ip6), (1, [10, 0, 0, 1], 0));
+        assert_eq!((e.n_ip4, e.ip4[0].to_ne_bytes(), e.n_ip6), (1, [10, 0, 0, 1], 0));
     }
 
     #[test]

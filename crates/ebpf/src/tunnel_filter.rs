@@ -35,9 +35,9 @@ pub enum Error {
 }
 
 #[cfg(sluice_bpf)]
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tunnel_filter.o"));
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tunnel_filter.o"));
 #[cfg(not(sluice_bpf))]
-static OBJECT: &[u8] = &[];
+pub(crate) static OBJECT: &[u8] = &[];
 
 /// A socket filter attached to a tunnel's socket: what it refused can be read back.
 pub struct TunnelFilter {
