@@ -153,6 +153,10 @@ pub struct UpArgs {
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The sluice executable the lab starts its switch and relays with, when not this one
+    /// (a study comparing two builds of sluice in one run).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
 }
 
 /// `--attach` values.
@@ -206,6 +210,7 @@ impl UpArgs {
             accel: crate::lab_vm::Accel::Auto,
             host: 0,
             json: false,
+            exe: None,
         }
     }
 }
@@ -296,6 +301,10 @@ pub struct LabState {
     /// A multi-host lab's hosts that run sluice: labs of their own, taken down by `down`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sublabs: Vec<String>,
+    /// The sluice executable that runs the lab's switch and relays, when not the one that
+    /// made the lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<PathBuf>,
 }
 
 fn l2() -> String {
@@ -595,6 +604,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
         datapath: datapath.kind().as_str().into(),
         links: Vec::new(),
         sublabs: Vec::new(),
+        exe: a.exe.clone(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -925,8 +935,12 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     writeln!(f, "socket = {:?}", s.socket.display().to_string())?;
     drop(f);
     let logf = fs::File::create(&log)?;
-    let pid = spawn_detached(["switch".as_ref(), "run".as_ref(), "--config".as_ref(), conf.as_os_str()], logf)
-        .context("starting the switch daemon")?;
+    let pid = spawn_detached(
+        s.exe.as_deref(),
+        ["switch".as_ref(), "run".as_ref(), "--config".as_ref(), conf.as_os_str()],
+        logf,
+    )
+    .context("starting the switch daemon")?;
     s.started_switch = true;
     s.switch_pid = Some(pid);
     s.save()?;
@@ -944,10 +958,13 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     bail!("the switch daemon did not open its socket within 10 s (log: {})", log.display())
 }
 
-/// Starts this sluice executable with `args` in a process group of its own, its output
-/// appended to `log`; it outlives this command (init reaps it). Returns its pid.
-fn spawn_detached<'a>(args: impl IntoIterator<Item = &'a OsStr>, log: fs::File) -> Result<u32> {
-    let exe = std::env::current_exe().context("finding the sluice executable")?;
+/// Starts `exe` (else this sluice executable) with `args` in a process group of its own,
+/// its output appended to `log`; it outlives this command (init reaps it). Returns its pid.
+fn spawn_detached<'a>(exe: Option<&Path>, args: impl IntoIterator<Item = &'a OsStr>, log: fs::File) -> Result<u32> {
+    let exe = match exe {
+        Some(e) => e.to_path_buf(),
+        None => std::env::current_exe().context("finding the sluice executable")?,
+    };
     let child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
@@ -976,7 +993,8 @@ fn start_relay(s: &LabState, idx: usize, mtu: u16) -> Result<u32> {
     let _ = fs::remove_file(&sock);
     let mtu = mtu.to_string();
     let args = ["port", "relay", &g.tap, "--netns", &g.netns, "--mtu", &mtu, "--listen"];
-    let pid = spawn_detached(args.iter().map(OsStr::new).chain([sock.as_os_str()]), log).context("starting a relay")?;
+    let pid = spawn_detached(s.exe.as_deref(), args.iter().map(OsStr::new).chain([sock.as_os_str()]), log)
+        .context("starting a relay")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if sock.exists() {

@@ -68,6 +68,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         datapath: "user".into(),
         links: Vec::new(),
         sublabs: Vec::new(),
+        exe: a.exe.clone(),
     };
     s.save()?;
     match build(&mut s, a) {

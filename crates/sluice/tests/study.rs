@@ -140,6 +140,49 @@ duration = 1
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Two builds of sluice in one run: `sluice-kernel@copy` runs its switch with the build
+/// named in `builds` (here a wrapper that notes how it was started, then runs this sluice),
+/// interleaved with `sluice-kernel` run by the study's own executable.
+#[test]
+fn a_path_runs_its_switch_with_the_build_the_study_names() {
+    if !root() {
+        return;
+    }
+    init();
+    let d = scratch("builds");
+    let marker = d.join("started");
+    let wrapper = d.join("sluice-copy");
+    std::fs::write(&wrapper, format!("#!/bin/sh\necho \"$*\" >> {}\nexec {BIN} \"$@\"\n", marker.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let f = study_file(
+        &d,
+        &format!(
+            r#"name = "builds"
+baseline = "sluice-kernel"
+paths = ["sluice-kernel", "sluice-kernel@copy"]
+workloads = ["rr-200x1000"]
+reps = 1
+duration = 1
+builds = {{ copy = "{}" }}
+"#,
+            wrapper.display()
+        ),
+    );
+    let out = d.join("out");
+    let err = run_study_ok(&f, &out);
+    assert!(err.contains("[2/2]"), "{err}");
+    let started = std::fs::read_to_string(&marker).unwrap();
+    assert!(started.lines().any(|l| l == "--version"), "asked its version: {started}");
+    assert_eq!(started.lines().filter(|l| l.starts_with("switch run --config")).count(), 1, "{started}");
+    let paths: Vec<String> = cells(&out).iter().map(|c| c["path"].as_str().unwrap().to_string()).collect();
+    assert_eq!(paths.len(), 2);
+    assert!(paths.contains(&"sluice-kernel@copy".to_string()), "{paths:?}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("build `copy`") && report.contains(&wrapper.display().to_string()), "{report}");
+    assert!(report.contains("*sluice-kernel@copy / sluice-kernel*"), "{report}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn a_partition_aggregate_study_builds_six_guests_and_reports_completion_times_and_drops() {
     if !root() {

@@ -13,6 +13,7 @@
 //! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts,
 //!   the goals, the attackers' account.
 
+pub mod builds;
 pub mod chart;
 pub mod conditions;
 pub mod judge;
@@ -216,7 +217,9 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         bail!("--pin needs at least 2 CPUs");
     }
     eprintln!("study {} → {}", sf.study.name, dir.display());
-    let host = run::host_info(&here);
+    let staged = builds::stage(&sf.study.builds)?;
+    let mut host = run::host_info(&here);
+    host.builds = staged.about.clone();
     if host.load_before > 0.25 {
         eprintln!(
             "warning: the host is busy ({:.0}% of its CPUs before the start); the numbers will say more about the load than the paths",
@@ -227,7 +230,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     run::save_study_file(dir, &sf)?;
     crate::sys::catch_interrupts();
     let t0 = Instant::now();
-    let done = run::execute(dir, &sf, run_no, &here)?;
+    let done = run::execute(dir, &sf, run_no, &here, &staged.exes)?;
     if !done.unbuilt.is_empty()
         && let Some(r) = sf.runs.last_mut()
     {

@@ -275,7 +275,20 @@ impl Drop for Topology {
 /// run), `index` tells the paths of one run apart. With `pin` the bench servers run on
 /// CPU 1. `workers` is the number of serving guests: 1, or more for partition-aggregate
 /// points (the paths in `spec::PA_PATHS`).
-pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u32) -> Result<Topology> {
+///
+/// A path `PATH@BUILD` is built as PATH, its switch and relays run by `exe` (the build's
+/// executable); the topology keeps the full name.
+pub fn build(
+    full: &str,
+    exe: Option<&std::path::Path>,
+    id: &str,
+    index: usize,
+    mtu: u16,
+    pin: bool,
+    workers: u32,
+) -> Result<Topology> {
+    let path = super::spec::split_build(full).0;
+    let exe = exe.map(std::path::Path::to_path_buf);
     if let Some(why) = unavailable(path) {
         bail!("{path}: {why}");
     }
@@ -364,6 +377,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 }),
                 guests: if lan { 1 } else { 1 + workers },
                 lan,
+                exe: exe.clone(),
                 ..lab::UpArgs::two_guests(&name, mtu)
             })?;
             for g in s.guests.iter().skip(2) {
@@ -404,6 +418,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
                 hosts: 2,
                 peer_kernel: path == "overlay-mixed",
                 lossless: path == "overlay-sluice-lossless",
+                exe: exe.clone(),
                 datapath: Some(if path == "overlay-sluice-kernel" {
                     crate::DatapathArg::Kernel
                 } else {
@@ -431,6 +446,7 @@ pub fn build(path: &str, id: &str, index: usize, mtu: u16, pin: bool, workers: u
         }
         other => bail!("unknown path {other:?}"),
     };
+    t.path = full.to_string();
     t.mtu = mtu;
     tune_client(&t.client_ns)?;
     t.start_servers(pin)?;

@@ -566,6 +566,9 @@ pub fn markdown(
         if !h.ovs.is_empty() {
             let _ = writeln!(md, "  - {}", h.ovs);
         }
+        for b in &h.builds {
+            let _ = writeln!(md, "  - {b}; its paths are named `PATH@{}`", b.split('`').nth(1).unwrap_or_default());
+        }
         for (p, why) in &r.skipped {
             let _ = writeln!(md, "  - skipped `{p}`: {why}");
         }

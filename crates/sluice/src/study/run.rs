@@ -83,6 +83,9 @@ pub struct HostInfo {
     /// Open vSwitch's version, when the study has the ovs path and OVS is installed.
     #[serde(default)]
     pub ovs: String,
+    /// The study's other builds of sluice, a line each (`builds`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builds: Vec<String>,
 }
 
 /// `study.json`.
@@ -297,6 +300,7 @@ pub fn host_info(paths: &[String]) -> HostInfo {
         sluice: env!("CARGO_PKG_VERSION").into(),
         load_before: sluice_bench::cpu::host_load(Duration::from_secs(1)).unwrap_or(0.0),
         ovs: if paths.iter().any(|p| p == "ovs") { ovs_version() } else { String::new() },
+        builds: Vec::new(),
     }
 }
 
@@ -337,7 +341,14 @@ pub fn estimate(cells: &[CellKey], duration_s: u32, mtus: usize, npaths: usize) 
 }
 
 /// Runs every cell of `sf` not yet in `dir/cells.jsonl`, as run `run`.
-pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -> Result<Executed> {
+/// `builds`: the executables of the study's other builds, by name (see [`super::builds`]).
+pub fn execute(
+    dir: &Path,
+    sf: &StudyFile,
+    run_no: u32,
+    paths_here: &[String],
+    builds: &std::collections::BTreeMap<String, std::path::PathBuf>,
+) -> Result<Executed> {
     let study = &sf.study;
     let o = &sf.options;
     let done: HashSet<CellKey> = load_cells(dir)?.into_iter().map(|r| r.key).collect();
@@ -392,7 +403,13 @@ pub fn execute(dir: &Path, sf: &StudyFile, run_no: u32, paths_here: &[String]) -
         for (i, p) in needed.iter().enumerate() {
             eprintln!("building {p} at MTU {mtu}…");
             let workers = if study.has_pa() { super::spec::PA_WORKERS } else { 1 };
-            match paths::build(p, &id, i, mtu, o.pin, workers) {
+            let exe = match super::spec::split_build(p).1 {
+                Some(b) => {
+                    Some(builds.get(b).with_context(|| format!("{p}: the build {b:?} was not staged"))?.as_path())
+                }
+                None => None,
+            };
+            match paths::build(p, exe, &id, i, mtu, o.pin, workers) {
                 Ok(t) => topos.push(t),
                 Err(e) => {
                     eprintln!(

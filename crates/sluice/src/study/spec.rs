@@ -271,6 +271,10 @@ pub struct Study {
     /// What the study means to show, checked in the report.
     #[serde(default)]
     pub goals: Vec<Goal>,
+    /// Other sluice executables the study's `PATH@BUILD` paths run their switches with,
+    /// by build name (the executable running the study is the unnamed build).
+    #[serde(default)]
+    pub builds: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 fn default_queries() -> u64 {
@@ -408,6 +412,8 @@ struct Raw {
     conditions: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
     goals: Vec<Spanned<RawGoal>>,
+    #[serde(default = "no_builds")]
+    builds: Spanned<std::collections::BTreeMap<String, Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -420,6 +426,10 @@ struct RawGoal {
     latency_within: Option<f64>,
     #[serde(default)]
     against: Option<String>,
+}
+
+fn no_builds() -> Spanned<std::collections::BTreeMap<String, Spanned<String>>> {
+    Spanned::new(0..0, std::collections::BTreeMap::new())
 }
 
 fn default_conditions() -> Spanned<Vec<Spanned<String>>> {
@@ -476,11 +486,48 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         return Err(err(raw.name.span(), "name must be 1 to 40 lowercase letters, digits, '-' or '_'".into()));
     }
 
+    let mut builds = std::collections::BTreeMap::new();
+    for (b, exe) in raw.builds.get_ref() {
+        let ok = !b.is_empty()
+            && b.len() <= 16
+            && b.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !ok {
+            return Err(err(exe.span(), format!("build name {b:?}: 1 to 16 lowercase letters, digits or '-'")));
+        }
+        let exe_path = std::path::PathBuf::from(exe.get_ref());
+        if !exe_path.is_absolute() {
+            return Err(err(
+                exe.span(),
+                format!("build {b:?}: {:?} is not an absolute path; name the sluice executable in full", exe.get_ref()),
+            ));
+        }
+        builds.insert(b.clone(), exe_path);
+    }
     let mut paths: Vec<String> = Vec::new();
     for p in raw.paths.get_ref() {
         let n = p.get_ref();
-        if !PATHS.iter().any(|k| k.0 == n) {
-            return Err(err(p.span(), format!("unknown path {n:?}; known paths: {}", path_names())));
+        let (base, build) = split_build(n);
+        if !PATHS.iter().any(|k| k.0 == base) {
+            return Err(err(p.span(), format!("unknown path {base:?}; known paths: {}", path_names())));
+        }
+        if let Some(b) = build {
+            if !BUILD_PATHS.contains(&base) {
+                return Err(err(
+                    p.span(),
+                    format!(
+                        "{n:?}: only the paths that start a sluice switch run with another build ({})",
+                        BUILD_PATHS.join(", ")
+                    ),
+                ));
+            }
+            if !builds.contains_key(b) {
+                return Err(err(
+                    p.span(),
+                    format!(
+                        "{n:?}: no build {b:?}; name its executable in builds, e.g. builds = {{ {b} = \"/usr/local/bin/sluice-{b}\" }}"
+                    ),
+                ));
+            }
         }
         if paths.contains(n) {
             return Err(err(p.span(), format!("path {n:?} is listed twice")));
@@ -567,7 +614,7 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         return Err(err(raw.queries.span(), format!("queries {queries} is out of range: use 1 to 10000000")));
     }
     if let Some(w) = raw.workloads.get_ref().iter().find(|w| w.get_ref().starts_with("pa-"))
-        && let Some(p) = paths.iter().find(|p| !PA_PATHS.contains(&p.as_str()))
+        && let Some(p) = paths.iter().find(|p| !PA_PATHS.contains(&split_build(p).0))
     {
         return Err(err(
             w.span(),
@@ -703,7 +750,35 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         queries,
         conditions,
         goals,
+        builds,
     })
+}
+
+/// The paths whose switch a study may start with another build (`PATH@BUILD`).
+pub const BUILD_PATHS: &[&str] = &[
+    "sluice-l2",
+    "sluice-l2-lossless",
+    "sluice-l2-poll",
+    "sluice-l2-stream",
+    "sluice-l2-lossless-stream",
+    "sluice-l3",
+    "sluice-l2-lan",
+    "sluice-l3-lan",
+    "smc",
+    "sluice-kernel",
+    "sluice-kernel-l3",
+    "overlay-sluice",
+    "overlay-sluice-kernel",
+    "overlay-sluice-lossless",
+    "overlay-mixed",
+];
+
+/// A study path's kind and, for `PATH@BUILD`, the build it runs with.
+pub fn split_build(path: &str) -> (&str, Option<&str>) {
+    match path.split_once('@') {
+        Some((base, build)) => (base, Some(build)),
+        None => (path, None),
+    }
 }
 
 fn condition_names() -> String {
@@ -797,6 +872,29 @@ duration = 3
         assert_eq!(s.families, [Family::Ipv4, Family::Ipv6]);
         assert_eq!((s.reps, s.duration_s), (2, 3));
         assert!(s.workloads[0].builtin && s.workloads[0].text.contains("<profile"));
+    }
+
+    #[test]
+    fn paths_may_run_with_another_build_named_in_builds() {
+        let two = OK.replace("\"linux-bridge\"]", "\"sluice-kernel\", \"sluice-kernel@before\"]")
+            + "builds = { before = \"/usr/local/bin/sluice-before\" }\n";
+        let s = p(&two).unwrap();
+        assert_eq!(s.paths, ["direct", "sluice-kernel", "sluice-kernel@before"]);
+        assert_eq!(s.builds["before"], std::path::Path::new("/usr/local/bin/sluice-before"));
+        assert_eq!(split_build("sluice-kernel@before"), ("sluice-kernel", Some("before")));
+        assert!(Condition::MacFlood.applies("sluice-kernel@before"));
+        for (text, what) in [
+            (two.replace("builds = { before", "builds = { after"), "no build \"before\""),
+            (two.replace("/usr/local/bin/sluice-before", "sluice-before"), "not an absolute path"),
+            (two.replace("builds = { before", "builds = { Before").replace("@before", "@Before"), "build name"),
+            (
+                two.replace("\"sluice-kernel@before\"", "\"linux-bridge@before\""),
+                "only the paths that start a sluice switch",
+            ),
+        ] {
+            let e = p(&text).unwrap_err();
+            assert!(e.message.contains(what), "{what}: {e}");
+        }
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Condition {
 
     /// True if its cells are planned on `path`.
     pub fn applies(self, path: &str) -> bool {
+        let path = crate::study::spec::split_build(path).0;
         self.paths().is_none_or(|p| p.contains(&path))
     }
 }
