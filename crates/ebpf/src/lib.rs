@@ -21,6 +21,7 @@
 //! the kernel.
 
 pub mod abi;
+pub mod exec;
 pub mod tables;
 pub mod tunnel_filter;
 
@@ -569,15 +570,7 @@ impl KernelDatapath {
 
     /// Port slot `slot`'s counters, summed over CPUs.
     pub fn counters(&self, slot: u32) -> Counters {
-        let mut sum = Counters::default();
-        if let Ok(per_cpu) = self.stats.get(&slot, 0) {
-            for c in per_cpu.iter() {
-                for (s, v) in sum.v.iter_mut().zip(c.v) {
-                    *s = s.wrapping_add(v);
-                }
-            }
-        }
-        sum
+        sum_counters(&self.stats, slot)
     }
 
     /// Zeroes port slot `slot`'s counters.
@@ -615,6 +608,19 @@ impl KernelDatapath {
     pub fn remove(self) {
         remove_pins(&self.dir);
     }
+}
+
+/// Port slot `slot`'s counters in `stats`, summed over CPUs.
+fn sum_counters(stats: &PerCpuArray<MapData, abi::Counters>, slot: u32) -> Counters {
+    let mut sum = Counters::default();
+    if let Ok(per_cpu) = stats.get(&slot, 0) {
+        for c in per_cpu.iter() {
+            for (s, v) in sum.v.iter_mut().zip(c.v) {
+                *s = s.wrapping_add(v);
+            }
+        }
+    }
+    sum
 }
 
 /// Removes the links and maps pinned in `dir` (detaching the programs) and the directory.
