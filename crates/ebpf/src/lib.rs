@@ -16,6 +16,10 @@
 //! sluice-ebpf-abi ([`abi`]): build.rs writes the programs' C header from those
 //! declarations, and a test holds the compiled programs' BTF to the Rust layouts.
 //!
+//! [`exec`] is the program that is to replace the forwarding one (docs/architecture.md,
+//! "One brain"): it extracts a frame's key, looks up the verdict the core installed for it
+//! and executes it, deciding nothing; the daemon does not use it yet.
+//!
 //! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
 //! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
 //! the kernel.
