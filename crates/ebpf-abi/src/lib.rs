@@ -264,8 +264,11 @@ abi! {
         pub const LEARN_REFUSED: usize = 47 => C_LEARN_REFUSED;
         /// Datagrams from a tunnel refused (no key, a VNI the port does not carry).
         pub const TUN_BAD: usize = 48 => C_TUN_BAD;
+        /// Frames the executor found no current verdict for (none, or one of an older
+        /// generation), in either stage: each also went up (or was lost going up).
+        pub const MISSES: usize = 49 => C_MISSES;
         /// Counters per port.
-        pub const COUNT: usize = 49 => C_COUNT;
+        pub const COUNT: usize = 50 => C_COUNT;
     }
 
     /// The drop causes the program counts: their positions in `DropCause::ALL`, added to
@@ -322,5 +325,289 @@ abi! {
     pub struct SwitchCounters => sluice_switch_counters {
         /// Indexed by [`s`] (`S_*`).
         pub v: [u64; s::COUNT],
+    }
+    // The executor (`bpf/exec.c`, program `sluice_exec`): the kernel extracts a frame's
+    // key, looks up the core's verdict for it and executes it, deciding nothing
+    // (docs/architecture.md, "One brain: the kernel executes the core's verdicts").
+
+    /// The most outputs a verdict has: a frame the core would send to more ports (a flood
+    /// of a VLAN with more members) is the core's, which installs an `ACT_UP` verdict.
+    pub const MAX_OUTPUTS: usize = 16 => SLUICE_MAX_OUTPUTS;
+
+    /// [`Input::flags`]: the device is a VXLAN device in external mode: its frames arrive
+    /// with a tunnel key, whose VNI and outer source are part of the stage-1 key.
+    pub const IN_TUNNEL: u32 = 1 << 0 => IN_TUNNEL;
+    /// [`Input::flags`]: the tunnel's underlay is IPv6.
+    pub const IN_TUNNEL_V6: u32 = 1 << 1 => IN_TUNNEL_V6;
+    /// [`Input::flags`]: [`Input::own_mac`] is set: unicast to it is `DST_OWN`.
+    pub const IN_OWN_MAC: u32 = 1 << 2 => IN_OWN_MAC;
+    /// [`Input::flags`]: the device may be the host's own interface (a Layer 2 uplink):
+    /// a frame to `own_mac` or a group that finds no verdict goes up as a copy and on to
+    /// the host's stack, since whatever the core decides, the host gets it too.
+    pub const IN_HOST: u32 = 1 << 3 => IN_HOST;
+
+    /// A device the executor runs on, by its ifindex, in `sluice_inputs` (the core writes
+    /// it; a device not in it is not the switch's, and its frames go on to the host).
+    pub struct Input => sluice_input {
+        /// The port's slot: its counters, and the first field of its keys.
+        pub slot: u32,
+        /// `IN_*`
+        pub flags: u32,
+        /// With `IN_OWN_MAC`: the address a frame's destination is `DST_OWN` at (an uplink's
+        /// device address in Layer 2, the switch's address on the LAN in Layer 3).
+        pub own_mac: [u8; 6],
+        pub pad: [u8; 2],
+    }
+
+    /// [`AdmitKey::tag`]: the frame arrived untagged.
+    pub const TAG_NONE: u8 = 0 => TAG_NONE;
+    /// [`AdmitKey::tag`]: with an 802.1Q tag (in the skb's metadata, or in the frame).
+    pub const TAG_8021Q: u8 = 1 => TAG_8021Q;
+    /// [`AdmitKey::tag`]: with an outer tag of another kind in the skb's metadata (802.1ad).
+    pub const TAG_OTHER: u8 = 2 => TAG_OTHER;
+
+    /// [`AdmitKey::dst`], [`FlowKey::dst`]: unicast to a station the table does not know
+    /// (in stage 1: any unicast but the input's own address).
+    pub const DST_UNKNOWN: u8 = 0 => DST_UNKNOWN;
+    /// Broadcast or multicast.
+    pub const DST_GROUP: u8 = 1 => DST_GROUP;
+    /// The input's own address ([`Input::own_mac`]).
+    pub const DST_OWN: u8 = 2 => DST_OWN;
+    /// [`FlowKey::dst`]: a station the table knows, behind [`FlowKey::dst_slot`].
+    pub const DST_STATION: u8 = 3 => DST_STATION;
+
+    /// Stage 1 of a frame's key: the port it came in by and how it arrived (the core's
+    /// VLAN admission, and what an uplink's host takes before it). Padding-free, 12 bytes.
+    pub struct AdmitKey => sluice_admit_key {
+        /// The input's slot.
+        pub slot: u16,
+        /// With `TAG_8021Q`: the tag's VLAN id (0: a priority tag); else 0.
+        pub vid: u16,
+        /// `TAG_*`
+        pub tag: u8,
+        /// `DST_UNKNOWN`, `DST_GROUP` or `DST_OWN`.
+        pub dst: u8,
+        /// From a tunnel: 1 when the outer source is one of the port's endpoints
+        /// (`sluice_endpoints`); else 0.
+        pub endpoint: u8,
+        pub pad: u8,
+        /// From a tunnel: the VNI; else 0.
+        pub vni: u32,
+    }
+
+    /// [`Admit::action`], [`Verdict::action`]: up to the core (its slow work: learning,
+    /// address resolution, a next hop to wait for); the zero value.
+    pub const ACT_UP: u8 = 0 => ACT_UP;
+    /// Dropped, counted at the input with the drop cause `cause` (a `D_*` index).
+    pub const ACT_DROP: u8 = 1 => ACT_DROP;
+    /// Stage 1: admitted to `Admit::vlan`, decided by stage 2. Stage 2: sent to the
+    /// verdict's outputs.
+    pub const ACT_FORWARD: u8 = 2 => ACT_FORWARD;
+    /// The host's frame alone: it goes on to the host's stack, uncounted, as if the switch
+    /// were not there.
+    pub const ACT_HOST: u8 = 3 => ACT_HOST;
+
+    /// [`Verdict::flags`]: counted as flooded at the input (else as forwarded).
+    pub const V_FLOOD: u8 = 1 << 0 => V_FLOOD;
+    /// Count `learn_refused` at the input: a source the input may not learn.
+    pub const V_LEARN_REFUSED: u8 = 1 << 1 => V_LEARN_REFUSED;
+    /// [`Verdict::flags`], [`Admit::flags`]: the host's stack gets the frame too, as it
+    /// arrived (an uplink whose device may be the host's interface): with `ACT_DROP` after
+    /// counting the drop, with `ACT_UP` after a copy went up, with `ACT_FORWARD` after
+    /// every output got a copy.
+    pub const V_HOST: u8 = 1 << 2 => V_HOST;
+
+    /// [`Admit::mask`]: read the exact source MAC address ([`FlowKey::src_mac`]).
+    pub const X_SRC_MAC: u16 = 1 << 0 => X_SRC_MAC;
+    /// Read the source address the frame claims ([`FlowKey::claim`], [`FlowKey::src_ip`]).
+    pub const X_SRC_IP: u16 = 1 << 1 => X_SRC_IP;
+    /// Look the source up in `sluice_locks`: `SRC_LOCKED` if another port locks it.
+    pub const X_LOCKS: u16 = 1 << 2 => X_LOCKS;
+    /// Look the destination up in the station table (`DST_STATION`); else a unicast
+    /// destination is `DST_OWN` or `DST_UNKNOWN`.
+    pub const X_DST_STATION: u16 = 1 << 3 => X_DST_STATION;
+    /// Read Layer 3 mode's extras ([`FlowKey::l3`], `owner`, `proto`, `icmp6_type`).
+    pub const X_L3: u16 = 1 << 4 => X_L3;
+
+    /// Stage 1's verdict, in `sluice_admits` by [`AdmitKey`].
+    pub struct Admit => sluice_admit {
+        /// The generation the core decided it in: only one equal to `ExecConfig::generation`
+        /// is used; an older one is a miss.
+        pub generation: u64,
+        /// `ACT_*`
+        pub action: u8,
+        /// `ACT_DROP`: the drop cause, a `D_*` index.
+        pub cause: u8,
+        /// `V_HOST` (with `ACT_DROP` or `ACT_UP`).
+        pub flags: u8,
+        pub pad: u8,
+        /// `ACT_FORWARD`: the VLAN the frame joins.
+        pub vlan: u16,
+        /// `ACT_FORWARD`: `X_*`, what stage 2's key reads of the frame (the input's mask,
+        /// the same for every stage-1 key of a slot in a generation).
+        pub mask: u16,
+    }
+
+    /// [`FlowKey::src`]: not in the station table; the zero value.
+    pub const SRC_ABSENT: u8 = 0 => SRC_ABSENT;
+    /// Behind the input (its station entry's slot is the input's).
+    pub const SRC_HERE: u8 = 1 => SRC_HERE;
+    /// Learned behind another port.
+    pub const SRC_ELSEWHERE: u8 = 2 => SRC_ELSEWHERE;
+    /// A static entry of another port.
+    pub const SRC_STATIC: u8 = 3 => SRC_STATIC;
+    /// Locked to another port (`X_LOCKS`, `sluice_locks`).
+    pub const SRC_LOCKED: u8 = 4 => SRC_LOCKED;
+    /// All zeroes: an address no table learns.
+    pub const SRC_UNLEARNABLE: u8 = 5 => SRC_UNLEARNABLE;
+
+    /// [`FlowKey::claim`]: not asked (no `X_SRC_IP`), or neither IP nor ARP.
+    pub const CLAIM_NONE: u8 = 0 => CLAIM_NONE;
+    /// An IPv4, IPv6 or ARP frame too short to say.
+    pub const CLAIM_SHORT: u8 = 1 => CLAIM_SHORT;
+    /// An IPv4 source or ARP sender address, in the first 4 bytes of `src_ip`.
+    pub const CLAIM_V4: u8 = 2 => CLAIM_V4;
+    /// An IPv6 source address.
+    pub const CLAIM_V6: u8 = 3 => CLAIM_V6;
+
+    /// [`FlowKey::l3`]: the frame's addresses can be read (an ARP message for IPv4 over
+    /// Ethernet, request or reply; an IP header with both addresses).
+    pub const L3X_READABLE: u8 = 1 << 0 => L3X_READABLE;
+    /// IPv6: the hop limit is 255.
+    pub const L3X_HOP255: u8 = 1 << 1 => L3X_HOP255;
+
+    /// Stage 2 of a frame's key: what the forwarding decision reads, as the kernel
+    /// extracts it (parsing, and table lookups; no decision). Extras the input's mask does
+    /// not ask for are zero, so that frames the core decides alike share a key.
+    /// Padding-free, 38 bytes.
+    pub struct FlowKey => sluice_flow_key {
+        /// The input's slot.
+        pub slot: u16,
+        /// The frame's VLAN (stage 1's `Admit::vlan`).
+        pub vlan: u16,
+        /// The EtherType after the 802.1Q tag, in host order.
+        pub ethertype: u16,
+        /// `SRC_*`: the station table's answer for the source, relative to the input.
+        pub src: u8,
+        /// `DST_*`
+        pub dst: u8,
+        /// `DST_STATION`: the slot the destination is behind; else 0.
+        pub dst_slot: u16,
+        /// `X_L3`: slot + 1 of the port owning the destination IP address
+        /// (`sluice_owners`); 0: none, or not an IP frame.
+        pub owner: u16,
+        /// `X_SRC_IP`: `CLAIM_*`.
+        pub claim: u8,
+        /// `X_L3`: `L3X_*`.
+        pub l3: u8,
+        /// `X_L3`, IPv6: the next header; else 0.
+        pub proto: u8,
+        /// `X_L3`, ICMPv6: the message type; else 0.
+        pub icmp6_type: u8,
+        /// `X_SRC_MAC`: the source MAC address.
+        pub src_mac: [u8; 6],
+        /// `X_SRC_IP`, `CLAIM_V4` or `CLAIM_V6`: the claimed source address.
+        pub src_ip: [u8; 16],
+    }
+
+    /// [`Output::kind`]: a guest's veth: the frame itself is sent with
+    /// `bpf_redirect_peer` into the guest's namespace, a copy through the device's egress.
+    pub const OUT_PEER: u8 = 0 => OUT_PEER;
+    /// Out of the device, through its egress (`bpf_redirect`): an uplink, or a veth whose
+    /// peer is in the switch's own namespace.
+    pub const OUT_EGRESS: u8 = 1 => OUT_EGRESS;
+    /// Into a tunnel: out of its VXLAN device with a tunnel key (VNI `vni`, the remote
+    /// endpoint, the local address and TTL of `sluice_tunnels`).
+    pub const OUT_TUNNEL: u8 = 2 => OUT_TUNNEL;
+
+    /// [`Output::flags`]: leaves tagged with 802.1Q VLAN `vid` (and the priority the
+    /// frame arrived with); else untagged.
+    pub const OF_TAG: u8 = 1 << 0 => OF_TAG;
+    /// A mirror's copy (executed as any output; the core's distinction, kept for a
+    /// one-to-one conversion).
+    pub const OF_MIRROR: u8 = 1 << 1 => OF_MIRROR;
+    /// Marked `SLUICE_MARK` when it passes the device's egress (a guest's veth, whose
+    /// egress program lets only marked frames in).
+    pub const OF_MARK: u8 = 1 << 2 => OF_MARK;
+    /// Leaves with source MAC address `src_mac` (Layer 3: the switch's on that side).
+    pub const OF_SRC_MAC: u8 = 1 << 3 => OF_SRC_MAC;
+    /// `OUT_TUNNEL`: the remote endpoint is where the frame's destination was heard
+    /// (`sluice_remotes`, by device, `vni` and destination MAC); else `remote`.
+    pub const OF_REMOTE_DST: u8 = 1 << 4 => OF_REMOTE_DST;
+
+    /// One output of a verdict: where a copy of the frame goes and what it looks like.
+    pub struct Output => sluice_out {
+        /// The device to send to.
+        pub ifindex: u32,
+        /// `OUT_TUNNEL`: the VNI.
+        pub vni: u32,
+        /// The output port's slot: where it is counted.
+        pub slot: u16,
+        /// The port's MTU: a frame whose measure exceeds it is dropped there (`over_mtu`).
+        pub mtu: u16,
+        /// `OF_TAG`: the VLAN id of the tag to push.
+        pub vid: u16,
+        /// `OUT_*`
+        pub kind: u8,
+        /// `OF_*`
+        pub flags: u8,
+        /// `OF_SRC_MAC`: the source MAC address the copy leaves with.
+        pub src_mac: [u8; 6],
+        pub pad: [u8; 2],
+        /// `OUT_TUNNEL` without `OF_REMOTE_DST`: the remote endpoint; IPv4 in the first 4
+        /// bytes.
+        pub remote: [u8; 16],
+    }
+
+    /// [`Verdict::next_hop`]: the destination MAC address stays.
+    pub const NH_NONE: u8 = 0 => NH_NONE;
+    /// Rewritten to `Verdict::next_mac` (Layer 3: the guest behind the output).
+    pub const NH_MAC: u8 = 1 => NH_MAC;
+    /// Rewritten to the neighbour table's entry for the frame's VLAN and destination IP
+    /// address (`sluice_neigh`); a frame whose neighbour is not there goes up, to wait for
+    /// it.
+    pub const NH_NEIGH: u8 = 2 => NH_NEIGH;
+
+    /// Stage 2's verdict, in `sluice_verdicts` by [`FlowKey`]: plain data, executed
+    /// without deciding anything.
+    pub struct Verdict => sluice_verdict {
+        /// The generation the core decided it in: only one equal to `ExecConfig::generation`
+        /// is used; an older one is a miss.
+        pub generation: u64,
+        /// `ACT_*`
+        pub action: u8,
+        /// `ACT_DROP`: the drop cause, a `D_*` index.
+        pub cause: u8,
+        /// `V_*`: which counters to add at the input, and whether the host gets the frame.
+        pub flags: u8,
+        /// `ACT_FORWARD`: how many of `outputs` are used (at most `SLUICE_MAX_OUTPUTS`):
+        /// the destinations (in slot order for a flood), then mirror copies. The last gets
+        /// the frame itself, the others a clone.
+        pub n_out: u8,
+        /// `NH_*`: the destination MAC address's rewrite.
+        pub next_hop: u8,
+        pub pad: u8,
+        /// `NH_MAC`: the destination MAC address.
+        pub next_mac: [u8; 6],
+        pub pad2: u32,
+        /// The outputs, `n_out` of them.
+        pub outputs: [Output; MAX_OUTPUTS],
+    }
+
+    /// A MAC address locked to a port by its `mac` setting, in `sluice_locks` (on every
+    /// VLAN); the value is the port's slot.
+    pub struct LockKey => sluice_lock_key {
+        pub mac: [u8; 6],
+        pub pad: [u8; 2],
+    }
+
+    /// The executor's settings: the one entry of `sluice_exec_cfg`.
+    pub struct ExecConfig => sluice_exec_config {
+        /// The current generation: verdicts of any other are misses. The core moves it on
+        /// whenever a change could alter a verdict (one write invalidates them all).
+        pub generation: u64,
+        /// The upcall TAP; 0: none (frames that would go up are dropped, `upcall_lost`).
+        pub upcall_ifindex: u32,
+        pub pad: u32,
     }
 }

@@ -110,10 +110,14 @@ mod tests {
 
         /// The types of each program the crate embeds, by the program's name.
         fn btfs() -> Vec<(&'static str, Btf)> {
-            [("datapath.o", crate::OBJECT), ("tunnel_filter.o", crate::tunnel_filter::OBJECT)]
-                .into_iter()
-                .map(|(name, o)| (name, Btf::of_object(o).unwrap_or_else(|e| panic!("{name}: {e}"))))
-                .collect()
+            [
+                ("datapath.o", crate::OBJECT),
+                ("exec.o", crate::exec::OBJECT),
+                ("tunnel_filter.o", crate::tunnel_filter::OBJECT),
+            ]
+            .into_iter()
+            .map(|(name, o)| (name, Btf::of_object(o).unwrap_or_else(|e| panic!("{name}: {e}"))))
+            .collect()
         }
 
         #[test]

@@ -16,11 +16,16 @@
 //! sluice-ebpf-abi ([`abi`]): build.rs writes the programs' C header from those
 //! declarations, and a test holds the compiled programs' BTF to the Rust layouts.
 //!
+//! [`exec`] is the program that is to replace the forwarding one (docs/architecture.md,
+//! "One brain"): it extracts a frame's key, looks up the verdict the core installed for it
+//! and executes it, deciding nothing; the daemon does not use it yet.
+//!
 //! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
 //! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
 //! the kernel.
 
 pub mod abi;
+pub mod exec;
 pub mod tables;
 pub mod tunnel_filter;
 
@@ -569,15 +574,7 @@ impl KernelDatapath {
 
     /// Port slot `slot`'s counters, summed over CPUs.
     pub fn counters(&self, slot: u32) -> Counters {
-        let mut sum = Counters::default();
-        if let Ok(per_cpu) = self.stats.get(&slot, 0) {
-            for c in per_cpu.iter() {
-                for (s, v) in sum.v.iter_mut().zip(c.v) {
-                    *s = s.wrapping_add(v);
-                }
-            }
-        }
-        sum
+        sum_counters(&self.stats, slot)
     }
 
     /// Zeroes port slot `slot`'s counters.
@@ -615,6 +612,19 @@ impl KernelDatapath {
     pub fn remove(self) {
         remove_pins(&self.dir);
     }
+}
+
+/// Port slot `slot`'s counters in `stats`, summed over CPUs.
+fn sum_counters(stats: &PerCpuArray<MapData, abi::Counters>, slot: u32) -> Counters {
+    let mut sum = Counters::default();
+    if let Ok(per_cpu) = stats.get(&slot, 0) {
+        for c in per_cpu.iter() {
+            for (s, v) in sum.v.iter_mut().zip(c.v) {
+                *s = s.wrapping_add(v);
+            }
+        }
+    }
+    sum
 }
 
 /// Removes the links and maps pinned in `dir` (detaching the programs) and the directory.

@@ -1,0 +1,750 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0 OR GPL-2.0-only
+/*
+ * sluice's kernel executor (program `sluice_exec`, TC ingress): it decides nothing. It
+ * extracts a frame's key in two stages — parsing, and lookups in tables only the core
+ * writes — looks up the verdict the core installed for each, and executes it: a drop, an
+ * upcall, or a list of outputs (MTU, tag, MAC rewrite, clone to every output but the last,
+ * redirect the last). A key without a verdict of the current generation goes up through
+ * the upcall TAP, tagged with its input slot, as with `sluice_ingress`; the core handles
+ * the frame and installs the verdict. The layouts are crates/ebpf-abi's (abi.h).
+ * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
+ *
+ * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs; every read of the frame
+ * is bpf_skb_load_bytes of a fixed size at a bounded offset (at most 90 bytes in), so "too
+ * short" means the frame is, never that its headers are outside the linear part.
+ *
+ * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "abi.h" /* the maps' layouts: written by build.rs from crates/ebpf-abi */
+
+/* The devices the executor runs on (core-written). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct sluice_input);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_inputs SEC(".maps");
+
+/* Stage 1's verdicts (core-written). LRU, as sluice_verdicts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sluice_admit_key);
+	__type(value, struct sluice_admit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_admits SEC(".maps");
+
+/* Stage 2's verdicts (core-written). LRU: keys a hostile guest sprays (claimed
+ * addresses, EtherTypes) push out the least used entries instead of filling the map for
+ * good, and entries of older generations age out unused, so the core never walks it;
+ * the price is preallocated memory (set at load, see Executor::open). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sluice_flow_key);
+	__type(value, struct sluice_verdict);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_verdicts SEC(".maps");
+
+/* Stations, as sluice_ingress has them (core-written; the program only stamps seen_ns). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_fib_key);
+	__type(value, struct sluice_fib_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_fib SEC(".maps");
+
+/* MAC addresses locked to a port, on every VLAN (core-written). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, struct sluice_lock_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_locks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_exec_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_exec_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct sluice_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_ip_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
+	__type(key, struct sluice_neigh_key);
+	__type(value, struct sluice_neigh_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_neigh SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct sluice_tunnel);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_tunnels SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096); /* the configured remotes of up to 64 tunnels */
+	__type(key, struct sluice_endpoint_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_endpoints SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sluice_remote_key);
+	__type(value, struct sluice_remote);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_remotes SEC(".maps");
+
+#define ETH_P_8021Q_BE bpf_htons(0x8100)
+#define ETH_P_8021AD_BE bpf_htons(0x88a8)
+#define SEEN_EVERY_NS 1000000000ULL
+
+static __always_inline int is_group(const __u8 *mac)
+{
+	return mac[0] & 1;
+}
+
+/* (BPF has no memcmp.) */
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+static __always_inline int mac_zero(const __u8 *a)
+{
+	return !(a[0] | a[1] | a[2] | a[3] | a[4] | a[5]);
+}
+
+static __always_inline struct sluice_exec_config *config(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&sluice_exec_cfg, &zero);
+}
+
+static __always_inline void count_rx(struct sluice_counters *c, struct __sk_buff *skb)
+{
+	c->v[C_RX_FRAMES]++;
+	c->v[C_RX_BYTES] += skb->len + (skb->vlan_present ? 4 : 0);
+	if (skb->gso_size)
+		c->v[C_RX_GSO]++;
+}
+
+/* Counts a receive drop of cause `cause` (from a verdict: one the program does not know
+ * is counted as the core's default, `unknown_port`). */
+static __always_inline int drop(struct sluice_counters *c, __u32 cause)
+{
+	if (cause >= C_TX_DROP - C_RX_DROP)
+		cause = D_UNKNOWN_PORT;
+	c->v[C_RX_DROP + cause]++;
+	return TC_ACT_SHOT;
+}
+
+/* Hands the frame to the core: the input slot as an outer 802.1ad tag (the frame's own
+ * tag, if any, goes inside), out of the upcall TAP, marked as the switch's (the TAP's
+ * egress program lets nothing else into its queue). `sluice_ingress`'s up(). A frame that
+ * cannot be handed up is dropped, counted as `upcall_lost`. */
+static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
+{
+	struct sluice_exec_config *cfg = config();
+
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
+		return TC_ACT_SHOT;
+	}
+	c->v[C_UPCALLS]++;
+	skb->mark = SLUICE_MARK;
+	return bpf_redirect(cfg->upcall_ifindex, 0);
+}
+
+/* A copy up as up() hands it, and the frame itself on to the host's stack, unmarked and
+ * as it arrived. `sluice_ingress`'s up_copy(). */
+static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
+{
+	struct sluice_exec_config *cfg = config();
+
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
+		return TC_ACT_OK;
+	}
+	__u32 mark = skb->mark;
+	skb->mark = SLUICE_MARK;
+	if (bpf_clone_redirect(skb, cfg->upcall_ifindex, 0))
+		c->v[C_RX_DROP + D_UPCALL_LOST]++;
+	else
+		c->v[C_UPCALLS]++;
+	skb->mark = mark;
+	bpf_skb_vlan_pop(skb);
+	return TC_ACT_OK;
+}
+
+/* No verdict of the current generation: counted, and up to the core. `host`: the host's
+ * stack gets the frame whatever the core decides (IN_HOST, to its address or a group). */
+static __always_inline int miss(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c, int host)
+{
+	c->v[C_MISSES]++;
+	return host ? up_copy(skb, slot, c) : up(skb, slot, c);
+}
+
+/* Executes a verdict that sends to no output: up, drop or the host's. */
+static __always_inline int settle(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c, __u8 action,
+				  __u8 cause, __u8 flags)
+{
+	switch (action) {
+	case ACT_DROP:
+		drop(c, cause);
+		return (flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
+	case ACT_HOST:
+		return TC_ACT_OK;
+	case ACT_UP:
+		return (flags & V_HOST) ? up_copy(skb, slot, c) : up(skb, slot, c);
+	default:
+		/* An action this program does not know: the core's. */
+		return up(skb, slot, c);
+	}
+}
+
+/* What the frame's Layer 2 headers say. */
+struct l2 {
+	__u8 dst[6];
+	__u8 src[6];
+	__u32 off;      /* where the network header starts: 14, or 18 past a tag in the frame */
+	__u16 proto;    /* the EtherType after the 802.1Q tag (network order) */
+	__u16 vproto;   /* the tag's own type (network order); 0: untagged */
+	__u16 tci;      /* the tag's TCI */
+	__u8 tag;       /* TAG_* */
+};
+
+/* Reads the Ethernet header and the 802.1Q tag, which the kernel took into the skb's
+ * metadata, or which is still in the frame (a frame no device untagged, as in
+ * BPF_PROG_TEST_RUN). -1 when the frame is shorter than its headers. */
+static __always_inline int parse_l2(struct __sk_buff *skb, struct l2 *f)
+{
+	__u8 h[18];
+
+	if (bpf_skb_load_bytes(skb, 0, h, 14))
+		return -1;
+	__builtin_memcpy(f->dst, h, 6);
+	__builtin_memcpy(f->src, h + 6, 6);
+	__builtin_memcpy(&f->proto, h + 12, 2);
+	f->off = ETH_HLEN;
+	if (skb->vlan_present) {
+		f->vproto = skb->vlan_proto;
+		f->tci = skb->vlan_tci;
+		f->tag = f->vproto == ETH_P_8021Q_BE ? TAG_8021Q : TAG_OTHER;
+	} else if (f->proto == ETH_P_8021Q_BE) {
+		if (bpf_skb_load_bytes(skb, 14, h + 14, 4))
+			return -1;
+		f->tag = TAG_8021Q;
+		f->vproto = ETH_P_8021Q_BE;
+		f->tci = ((__u16)h[14] << 8) | h[15];
+		__builtin_memcpy(&f->proto, h + 16, 2);
+		f->off = ETH_HLEN + 4;
+	}
+	return 0;
+}
+
+/* The core's `claimed_source`: the source address an IPv4 or IPv6 packet, or an ARP
+ * message, claims, into `k`. */
+static __always_inline void claim(struct __sk_buff *skb, const struct l2 *f, struct sluice_flow_key *k)
+{
+	__u32 at, n;
+
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		at = 12;
+		n = 4;
+	} else if (f->proto == bpf_htons(ETH_P_ARP)) {
+		at = 14;
+		n = 4;
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		at = 8;
+		n = 16;
+	} else {
+		return;
+	}
+	if (n == 4) {
+		k->claim = bpf_skb_load_bytes(skb, f->off + at, k->src_ip, 4) ? CLAIM_SHORT : CLAIM_V4;
+	} else {
+		k->claim = bpf_skb_load_bytes(skb, f->off + at, k->src_ip, 16) ? CLAIM_SHORT : CLAIM_V6;
+	}
+	if (k->claim == CLAIM_SHORT)
+		__builtin_memset(k->src_ip, 0, 16);
+}
+
+/* Layer 3 mode's extras (the core's `l3_extras`): whether the addresses can be read, the
+ * owner of the destination address, IPv6's next header, hop limit and ICMPv6 type. */
+static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f, struct sluice_flow_key *k)
+{
+	__u8 h[40];
+	struct sluice_ip_key dk = {};
+
+	if (f->proto == bpf_htons(ETH_P_ARP)) {
+		/* An ARP request or reply for IPv4 over Ethernet, whole (sluice_wire's parse_neigh). */
+		if (bpf_skb_load_bytes(skb, f->off, h, 28))
+			return;
+		if (h[0] == 0 && h[1] == 1 && h[2] == 0x08 && h[3] == 0 && h[4] == 6 && h[5] == 4 && h[6] == 0 &&
+		    (h[7] == 1 || h[7] == 2))
+			k->l3 = L3X_READABLE;
+		return;
+	}
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 20))
+			return;
+		dk.family = 4;
+		__builtin_memcpy(dk.addr, h + 16, 4);
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 40))
+			return;
+		dk.family = 6;
+		__builtin_memcpy(dk.addr, h + 24, 16);
+		k->proto = h[6];
+		if (h[7] == 255)
+			k->l3 |= L3X_HOP255;
+		__u8 type;
+		if (h[6] == 58 /* ICMPv6 */ && !bpf_skb_load_bytes(skb, f->off + 40, &type, 1))
+			k->icmp6_type = type;
+	} else {
+		return;
+	}
+	k->l3 |= L3X_READABLE;
+	__u32 *owner = bpf_map_lookup_elem(&sluice_owners, &dk);
+	if (owner && *owner < SLUICE_MAX_PORTS)
+		k->owner = *owner + 1;
+}
+
+/* The core's `l3_max`: the frame's measure against an output's MTU — the length past its
+ * Ethernet header (and tag), or for a GSO frame the length of its largest segment (IP and
+ * TCP or UDP headers, plus at most gso_size bytes). `*headers` gets a GSO frame's header
+ * length. -1 when the headers are not there to read (the core decides then). */
+static __always_inline long measure(struct __sk_buff *skb, const struct l2 *f, __u32 *headers)
+{
+	long len = (long)skb->len - f->off;
+	__u32 gso = skb->gso_size;
+	__u8 h[40];
+	__u32 hl;
+	__u8 l4;
+
+	*headers = 0;
+	if (!gso)
+		return len;
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 20))
+			return -1;
+		hl = (h[0] & 15) * 4;
+		l4 = h[9];
+		if (hl < 20)
+			return -1;
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 40))
+			return -1;
+		hl = 40;
+		l4 = h[6];
+	} else {
+		return -1;
+	}
+	if (l4 == IPPROTO_TCP) {
+		__u8 doff;
+		if (bpf_skb_load_bytes(skb, f->off + hl + 12, &doff, 1))
+			return -1;
+		__u32 th = (doff >> 4) * 4;
+		if (th < 20)
+			return -1;
+		hl += th;
+	} else if (l4 == IPPROTO_UDP) {
+		hl += 8;
+	} else {
+		return -1;
+	}
+	if (len < hl)
+		return -1;
+	*headers = hl;
+	__u32 payload = len - hl;
+	return hl + (payload < gso ? payload : gso);
+}
+
+/* Gives the frame the tag an output wants: `proto` (network order; 0: untagged) with
+ * `want`. `*cur`/`*tci` say what it has now and are kept. Nonzero on failure. */
+static __always_inline int retag(struct __sk_buff *skb, __u16 *cur, __u16 *tci, __u16 proto, __u16 want)
+{
+	if (*cur && (*cur != proto || *tci != want)) {
+		if (bpf_skb_vlan_pop(skb))
+			return -1;
+		*cur = 0;
+	}
+	if (proto && !*cur) {
+		if (bpf_skb_vlan_push(skb, proto, want))
+			return -1;
+		*cur = proto;
+		*tci = want;
+	}
+	return 0;
+}
+
+/* Gives a copy for tunnel output `o` its tunnel key: the VNI, the remote endpoint (the
+ * output's, or where destination `dmac` was heard), the tunnel's local address and TTL.
+ * The device adds the outer headers. Nonzero when a table lacks the entry. */
+static __always_inline int tun_key(struct __sk_buff *skb, const struct sluice_out *o, const __u8 *dmac, int set)
+{
+	__u32 ifindex = o->ifindex;
+	struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
+	const __u8 *remote = o->remote;
+
+	if (!t)
+		return -1;
+	if (o->flags & OF_REMOTE_DST) {
+		struct sluice_remote_key rk = { .ifindex = ifindex, .vni = o->vni };
+		__builtin_memcpy(rk.mac, dmac, 6);
+		struct sluice_remote *r = bpf_map_lookup_elem(&sluice_remotes, &rk);
+		if (!r)
+			return -1;
+		remote = r->addr;
+	}
+	if (!set)
+		return 0;
+	struct bpf_tunnel_key k = {};
+	__u64 flags;
+	k.tunnel_id = o->vni;
+	k.tunnel_ttl = t->ttl;
+	if (t->flags & TUN_V6) {
+		__builtin_memcpy(k.remote_ipv6, remote, 16);
+		__builtin_memcpy(k.local_ipv6, t->local, 16);
+		flags = BPF_F_TUNINFO_IPV6;
+	} else {
+		__u32 r4, l4;
+		__builtin_memcpy(&r4, remote, 4);
+		__builtin_memcpy(&l4, t->local, 4);
+		k.remote_ipv4 = bpf_ntohl(r4);
+		k.local_ipv4 = bpf_ntohl(l4);
+		/* No outer UDP checksum over IPv4, as the kernel's vxlan sends by default. */
+		flags = BPF_F_ZERO_CSUM_TX;
+	}
+	return bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags) ? -1 : 0;
+}
+
+/* A verdict being executed (bpf_loop's callbacks see it through a pointer to the stack). */
+struct run {
+	struct __sk_buff *skb;
+	const struct sluice_verdict *v;
+	long l3;        /* measure(), against each output's MTU */
+	__u32 n;        /* outputs */
+	__u32 mark;     /* the frame's mark as it arrived */
+	__u16 cur;      /* the tag it has now (retag() keeps these) */
+	__u16 tci;
+	__u16 pcp;      /* its priority, shifted into a TCI's place */
+	__u8 host;      /* V_HOST: every output gets a copy, the frame goes on to the host */
+	__u8 up;        /* the plan found an output the tables cannot serve */
+	__u8 dmac[6];   /* the destination MAC address the frame leaves with */
+	__u8 src[6];    /* its source MAC address as it arrived */
+	__u8 cur_src[6]; /* and as it is now */
+	int ret;        /* what the frame itself came to */
+};
+
+/* The plan, before anything is changed: every tunnel output has its tables' entries. */
+static long plan_out(__u32 i, void *ctx)
+{
+	struct run *r = ctx;
+
+	if (i >= SLUICE_MAX_OUTPUTS)
+		return 1;
+	const struct sluice_out *o = &r->v->outputs[i];
+	if (o->kind == OUT_TUNNEL && tun_key(r->skb, o, r->dmac, 0)) {
+		r->up = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Output `i`: offered, measured against its MTU, tagged, rewritten, then cloned to it —
+ * or, the last (unless the host takes the frame), given the frame itself. Counted at the
+ * output as `sluice_ingress` counts (offered, over_mtu, tx_error, sent). */
+static long send_out(__u32 i, void *ctx)
+{
+	struct run *r = ctx;
+
+	if (i >= SLUICE_MAX_OUTPUTS)
+		return 1;
+	struct sluice_out o;
+	__builtin_memcpy(&o, &r->v->outputs[i], sizeof(o));
+	__u32 oslot = o.slot;
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
+	if (!oc)
+		return 0;
+	int last = i + 1 == r->n && !r->host;
+	oc->v[C_TX_OFFERED]++;
+	if (r->l3 > o.mtu) {
+		oc->v[C_TX_DROP + D_OVER_MTU]++;
+		return 0;
+	}
+	struct __sk_buff *skb = r->skb;
+	__u16 proto = (o.flags & OF_TAG) ? ETH_P_8021Q_BE : 0;
+	const __u8 *src = (o.flags & OF_SRC_MAC) ? o.src_mac : r->src;
+	int rewrite = !mac_eq(src, r->cur_src);
+	if (retag(skb, &r->cur, &r->tci, proto, r->pcp | (o.vid & 0x0fff)) ||
+	    (rewrite && bpf_skb_store_bytes(skb, 6, src, 6, 0)) ||
+	    (o.kind == OUT_TUNNEL && tun_key(skb, &o, r->dmac, 1))) {
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
+		return 0;
+	}
+	if (rewrite)
+		__builtin_memcpy(r->cur_src, src, 6);
+	__u64 bytes = skb->len + (r->cur ? 4 : 0);
+	if (last) {
+		skb->mark = (o.flags & OF_MARK) ? SLUICE_MARK : 0;
+		r->ret = o.kind == OUT_PEER ? bpf_redirect_peer(o.ifindex, 0) : bpf_redirect(o.ifindex, 0);
+		if (r->ret == TC_ACT_SHOT) {
+			oc->v[C_TX_DROP + D_TX_ERROR]++;
+			return 0;
+		}
+	} else {
+		/* (A copy always leaves through the device's egress; only a guest's lets it
+		 * in, and only marked.) */
+		skb->mark = (o.flags & OF_MARK) ? SLUICE_MARK : 0;
+		long e = bpf_clone_redirect(skb, o.ifindex, 0);
+		skb->mark = r->mark;
+		if (e) {
+			oc->v[C_TX_DROP + D_TX_ERROR]++;
+			return 0;
+		}
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += bytes;
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
+	return 0;
+}
+
+/* Executes a verdict with outputs. What the tables cannot serve (a next hop or a remote
+ * endpoint not there, headers the MTU measure cannot read) goes up before anything is
+ * changed or counted. */
+static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c, const struct l2 *f,
+				   __u16 vlan, const struct sluice_verdict *v)
+{
+	__u8 flags = v->flags;
+	__u32 n = v->n_out;
+	if (n > SLUICE_MAX_OUTPUTS)
+		n = SLUICE_MAX_OUTPUTS;
+	if (!n) {
+		if (flags & V_HOST)
+			return TC_ACT_OK;
+		return drop(c, D_UNKNOWN_PORT);
+	}
+	__u32 headers;
+	long l3 = measure(skb, f, &headers);
+	if (l3 < 0)
+		return up(skb, slot, c);
+
+	struct run r = {
+		.skb = skb, .v = v, .l3 = l3, .n = n, .mark = skb->mark, .ret = TC_ACT_SHOT,
+		.host = (flags & V_HOST) != 0,
+	};
+	r.cur = f->vproto;
+	r.tci = f->tci;
+	if (f->tag == TAG_8021Q)
+		r.pcp = f->tci & 0xe000;
+	__builtin_memcpy(r.dmac, f->dst, 6);
+	__builtin_memcpy(r.src, f->src, 6);
+	__builtin_memcpy(r.cur_src, f->src, 6);
+	__u8 nh = v->next_hop;
+	if (nh == NH_MAC) {
+		__builtin_memcpy(r.dmac, v->next_mac, 6);
+	} else if (nh == NH_NEIGH) {
+		struct sluice_neigh_key nk = { .vlan = vlan };
+		__u32 at, len;
+		if (f->proto == bpf_htons(ETH_P_IP)) {
+			nk.family = 4;
+			at = 16;
+			len = 4;
+		} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+			nk.family = 6;
+			at = 24;
+			len = 16;
+		} else {
+			return up(skb, slot, c);
+		}
+		if ((len == 4 ? bpf_skb_load_bytes(skb, f->off + at, nk.addr, 4)
+			      : bpf_skb_load_bytes(skb, f->off + at, nk.addr, 16)))
+			return up(skb, slot, c);
+		struct sluice_neigh_val *nv = bpf_map_lookup_elem(&sluice_neigh, &nk);
+		if (!nv)
+			return up(skb, slot, c);
+		__builtin_memcpy(r.dmac, nv->mac, 6);
+	}
+	bpf_loop(n, plan_out, &r, 0);
+	if (r.up)
+		return up(skb, slot, c);
+
+	/* Decided and executable: counted, then done. */
+	c->v[(flags & V_FLOOD) ? C_FLOODED : C_FORWARDED]++;
+	c->v[C_COPIES] += n;
+	if (nh != NH_NONE && bpf_skb_store_bytes(skb, 0, r.dmac, 6, 0))
+		return drop(c, D_TX_ERROR);
+	bpf_loop(n, send_out, &r, 0);
+	if (!r.host)
+		return r.ret;
+	/* The host's frame as it arrived: its tag (in the metadata now), addresses and mark. */
+	if (retag(skb, &r.cur, &r.tci, f->vproto, f->tci) || bpf_skb_store_bytes(skb, 0, f->dst, 6, 0) ||
+	    bpf_skb_store_bytes(skb, 6, f->src, 6, 0))
+		return TC_ACT_SHOT;
+	skb->mark = r.mark;
+	return TC_ACT_OK;
+}
+
+SEC("classifier")
+int sluice_exec(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct sluice_input *in = bpf_map_lookup_elem(&sluice_inputs, &ifindex);
+	if (!in)
+		return TC_ACT_OK; /* not a sluice port: the stack's */
+	__u32 slot = in->slot;
+	__u32 in_flags = in->flags;
+	__u8 own[6];
+	__builtin_memcpy(own, in->own_mac, 6);
+	struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
+	if (!c || slot >= SLUICE_MAX_PORTS)
+		return TC_ACT_SHOT;
+
+	/* Stage 1: the port in, how the frame arrived, and (before admission) whether it is
+	 * the host's. */
+	struct sluice_admit_key ak = { .slot = slot };
+	if (in_flags & IN_TUNNEL) {
+		/* The device took the outer headers off and left their key. */
+		struct bpf_tunnel_key tk = {};
+		struct sluice_endpoint_key ek = { .ifindex = ifindex };
+		if (in_flags & IN_TUNNEL_V6) {
+			if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), BPF_F_TUNINFO_IPV6)) {
+				c->v[C_TUN_BAD]++;
+				return TC_ACT_SHOT;
+			}
+			__builtin_memcpy(ek.addr, tk.remote_ipv6, 16);
+		} else {
+			if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0)) {
+				c->v[C_TUN_BAD]++;
+				return TC_ACT_SHOT;
+			}
+			__u32 a = bpf_htonl(tk.remote_ipv4);
+			__builtin_memcpy(ek.addr, &a, 4);
+		}
+		ak.vni = tk.tunnel_id;
+		ak.endpoint = bpf_map_lookup_elem(&sluice_endpoints, &ek) != 0;
+	}
+	struct l2 f = {};
+	if (parse_l2(skb, &f)) {
+		count_rx(c, skb);
+		return drop(c, D_MALFORMED);
+	}
+	ak.tag = f.tag;
+	ak.vid = f.tag == TAG_8021Q ? f.tci & 0x0fff : 0;
+	if (is_group(f.dst))
+		ak.dst = DST_GROUP;
+	else if ((in_flags & IN_OWN_MAC) && mac_eq(f.dst, own))
+		ak.dst = DST_OWN;
+	struct sluice_exec_config *cfg = config();
+	__u64 gen = cfg ? cfg->generation : 0;
+	struct sluice_admit *a = bpf_map_lookup_elem(&sluice_admits, &ak);
+	if (a && a->generation == gen && a->action == ACT_HOST)
+		return TC_ACT_OK;
+	count_rx(c, skb);
+	if (is_group(f.src))
+		return drop(c, D_MALFORMED);
+	int host = (in_flags & IN_HOST) && ak.dst != DST_UNKNOWN;
+	if (!a || a->generation != gen)
+		return miss(skb, slot, c, host);
+	__u8 action = a->action, cause = a->cause, aflags = a->flags;
+	__u16 vlan = a->vlan, mask = a->mask;
+	if (action != ACT_FORWARD)
+		return settle(skb, slot, c, action, cause, aflags);
+
+	/* A GSO frame asking for tiny segments, or too many (a guest's raw socket can): the
+	 * core's bound, so that it costs no output, and no kernel that would cut it,
+	 * thousands of frames (counted with the headers, which the core leaves out). */
+	__u32 gso = skb->gso_size;
+	if (gso && (gso < SLUICE_MIN_GSO_SIZE || (skb->len - f.off) / gso > SLUICE_MAX_GSO_SEGMENTS))
+		return drop(c, D_GSO_LIMIT);
+
+	/* Stage 2: what the forwarding decision reads. */
+	struct sluice_flow_key k = {
+		.slot = slot, .vlan = vlan, .ethertype = bpf_ntohs(f.proto), .dst = ak.dst,
+	};
+	if (mask & X_LOCKS) {
+		struct sluice_lock_key lk = {};
+		__builtin_memcpy(lk.mac, f.src, 6);
+		__u32 *owner = bpf_map_lookup_elem(&sluice_locks, &lk);
+		if (owner && *owner != slot)
+			k.src = SRC_LOCKED;
+	}
+	struct sluice_fib_key fk = { .vlan = vlan };
+	if (k.src == SRC_ABSENT) {
+		if (mac_zero(f.src)) {
+			k.src = SRC_UNLEARNABLE;
+		} else {
+			__builtin_memcpy(fk.mac, f.src, 6);
+			struct sluice_fib_val *s = bpf_map_lookup_elem(&sluice_fib, &fk);
+			if (s && s->slot == slot) {
+				k.src = SRC_HERE;
+				__u64 now = bpf_ktime_get_ns();
+				if (now - s->seen_ns > SEEN_EVERY_NS)
+					s->seen_ns = now;
+			} else if (s) {
+				k.src = (s->flags & FIB_STATIC) ? SRC_STATIC : SRC_ELSEWHERE;
+			}
+		}
+	}
+	if (k.dst == DST_UNKNOWN && (mask & X_DST_STATION)) {
+		__builtin_memcpy(fk.mac, f.dst, 6);
+		struct sluice_fib_val *d = bpf_map_lookup_elem(&sluice_fib, &fk);
+		if (d && d->slot < SLUICE_MAX_PORTS) {
+			k.dst = DST_STATION;
+			k.dst_slot = d->slot;
+		}
+	}
+	if (mask & X_SRC_MAC)
+		__builtin_memcpy(k.src_mac, f.src, 6);
+	if (mask & X_SRC_IP)
+		claim(skb, &f, &k);
+	if (mask & X_L3)
+		l3_extras(skb, &f, &k);
+
+	struct sluice_verdict *v = bpf_map_lookup_elem(&sluice_verdicts, &k);
+	if (!v || v->generation != gen)
+		return miss(skb, slot, c, host);
+	if (v->flags & V_LEARN_REFUSED)
+		c->v[C_LEARN_REFUSED]++;
+	if (v->action != ACT_FORWARD)
+		return settle(skb, slot, c, v->action, v->cause, v->flags);
+	return execute(skb, slot, c, &f, vlan, v);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,356 @@
+//! The verdict executor (`bpf/exec.c`, program `sluice_exec`): the kernel side of "one
+//! brain" (docs/architecture.md, "One brain: the kernel executes the core's verdicts").
+//!
+//! The program extracts a frame's key in two stages — stage 1, [`abi::AdmitKey`]: the
+//! input's slot, its tag (or VNI and whether the sender is an endpoint) and whether the
+//! destination is a group or the input's own address; stage 2, [`abi::FlowKey`]: slot,
+//! VLAN, EtherType, the station table's answers for source and destination, and the extras
+//! the input's mask asks for — looks up the verdict the core installed for each, and
+//! executes it. A key without a verdict of the current generation goes up the upcall
+//! interface as [`crate::KernelDatapath`]'s program hands frames up.
+//!
+//! [`Executor`] loads it, writes the tables the program reads (only the core's answers
+//! go in: the program writes nothing but counters and the stations' last-seen stamps),
+//! and runs it on a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`), which
+//! is how its tests see what it does. Nothing switches a daemon to it yet.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::programs::SchedClassifier;
+use sluice_wire::MacAddr;
+
+use crate::{Counters, Error, abi, map_err, tables};
+
+#[cfg(sluice_bpf)]
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exec.o"));
+#[cfg(not(sluice_bpf))]
+pub(crate) static OBJECT: &[u8] = &[];
+
+/// The program's name in the object.
+const PROGRAM: &str = "sluice_exec";
+
+/// How many entries the tables the executor sizes at load time hold.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    /// The station table (`sluice_fib`), the address owners and the neighbours: the
+    /// switch's MAC table size.
+    pub stations: u32,
+    /// Stage 2's verdicts (`sluice_verdicts`, an LRU map: the least used go when it is
+    /// full). Each entry is preallocated: about 750 bytes of kernel memory.
+    pub verdicts: u32,
+}
+
+/// The executor loaded, its maps pinned in one directory.
+pub struct Executor {
+    ebpf: aya::Ebpf,
+    inputs: HashMap<MapData, u32, abi::Input>,
+    admits: HashMap<MapData, abi::AdmitKey, abi::Admit>,
+    verdicts: HashMap<MapData, abi::FlowKey, abi::Verdict>,
+    fib: HashMap<MapData, abi::FibKey, abi::FibVal>,
+    locks: HashMap<MapData, abi::LockKey, u32>,
+    config: Array<MapData, abi::ExecConfig>,
+    stats: PerCpuArray<MapData, abi::Counters>,
+    owners: HashMap<MapData, abi::IpKey, u32>,
+    neigh: HashMap<MapData, abi::NeighKey, abi::NeighVal>,
+    tunnels: HashMap<MapData, u32, abi::Tunnel>,
+    remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
+}
+
+/// What [`Executor::run`] hands the program besides the frame: the fields of its
+/// `struct __sk_buff` a test run may set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunCtx {
+    /// The device the frame arrives on (an interface of the caller's namespace; 0: the
+    /// loopback device).
+    pub ifindex: u32,
+    /// `skb->mark`.
+    pub mark: u32,
+    /// A GSO frame's segment size (0: not GSO).
+    pub gso_size: u32,
+    /// A GSO frame's segment count.
+    pub gso_segs: u32,
+}
+
+/// What one run of the program did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ran {
+    /// The program's return code (`TC_ACT_OK` 0, `TC_ACT_SHOT` 2, `TC_ACT_REDIRECT` 7).
+    pub code: u32,
+    /// The frame as the program left it (an 802.1Q tag the program pushed is in the skb's
+    /// metadata, which a test run does not return; one it popped from the frame is gone).
+    pub frame: Vec<u8>,
+    /// `skb->mark` afterwards.
+    pub mark: u32,
+}
+
+impl Executor {
+    /// Loads the executor, pinning its maps in `dir` (a bpffs, see
+    /// [`crate::ensure_bpffs`]) or reusing those pinned there under the same names.
+    pub fn open(dir: &Path, sizes: Sizes) -> Result<Self, Error> {
+        if OBJECT.is_empty() {
+            return Err(Error::NotBuilt);
+        }
+        let stations = sizes.stations.max(1);
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_pin_path(dir)
+            .set_max_entries("sluice_fib", stations)
+            .set_max_entries("sluice_owners", stations)
+            .set_max_entries("sluice_neigh", stations)
+            .set_max_entries("sluice_verdicts", sizes.verdicts.max(1))
+            .load(OBJECT)
+            .map_err(|e| Error::Load(format!("{e:#}")))?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| Error::Load(format!("the object has no program {PROGRAM}")))?
+            .try_into()
+            .map_err(|e| Error::Load(format!("{e}")))?;
+        prog.load().map_err(|e| Error::Load(crate::verifier_log(&e)))?;
+        let mut take = |name: &'static str| {
+            ebpf.take_map(name).ok_or_else(|| Error::Load(format!("the object has no map {name}")))
+        };
+        let inputs = HashMap::try_from(take("sluice_inputs")?).map_err(map_err("inputs"))?;
+        let admits = HashMap::try_from(take("sluice_admits")?).map_err(map_err("admits"))?;
+        let verdicts = HashMap::try_from(take("sluice_verdicts")?).map_err(map_err("verdicts"))?;
+        let fib = HashMap::try_from(take("sluice_fib")?).map_err(map_err("fib"))?;
+        let locks = HashMap::try_from(take("sluice_locks")?).map_err(map_err("locks"))?;
+        let config = Array::try_from(take("sluice_exec_cfg")?).map_err(map_err("exec_cfg"))?;
+        let stats = PerCpuArray::try_from(take("sluice_stats")?).map_err(map_err("stats"))?;
+        let owners = HashMap::try_from(take("sluice_owners")?).map_err(map_err("owners"))?;
+        let neigh = HashMap::try_from(take("sluice_neigh")?).map_err(map_err("neigh"))?;
+        let tunnels = HashMap::try_from(take("sluice_tunnels")?).map_err(map_err("tunnels"))?;
+        let remotes = HashMap::try_from(take("sluice_remotes")?).map_err(map_err("remotes"))?;
+        Ok(Executor { ebpf, inputs, admits, verdicts, fib, locks, config, stats, owners, neigh, tunnels, remotes })
+    }
+
+    /// Sets the current generation (every verdict of another one is a miss from now on)
+    /// and the interface frames go up through (0: none; they are dropped as
+    /// `upcall_lost`).
+    pub fn configure(&mut self, generation: u64, upcall_ifindex: u32) -> Result<(), Error> {
+        let c = abi::ExecConfig { generation, upcall_ifindex, pad: 0 };
+        self.config.set(0, c, 0).map_err(map_err("exec_cfg"))
+    }
+
+    /// Makes device `ifindex` an input of the switch.
+    pub fn set_input(&mut self, ifindex: u32, input: &abi::Input) -> Result<(), Error> {
+        self.inputs.insert(ifindex, input, 0).map_err(map_err("inputs"))
+    }
+
+    /// Device `ifindex` is no input any more: its frames go on to the host.
+    pub fn clear_input(&mut self, ifindex: u32) {
+        let _ = self.inputs.remove(&ifindex);
+    }
+
+    /// Installs stage 1's verdict for `key`, replacing any (a reader sees the old one or
+    /// this one).
+    pub fn install_admit(&mut self, key: &abi::AdmitKey, admit: &abi::Admit) -> Result<(), Error> {
+        self.admits.insert(key, admit, 0).map_err(map_err("admits"))
+    }
+
+    /// Installs stage 2's verdict for `key`, replacing any.
+    pub fn install(&mut self, key: &abi::FlowKey, verdict: &abi::Verdict) -> Result<(), Error> {
+        self.verdicts.insert(key, verdict, 0).map_err(map_err("verdicts"))
+    }
+
+    /// Stage 2's verdict for `key`, if one is installed.
+    pub fn verdict(&self, key: &abi::FlowKey) -> Option<abi::Verdict> {
+        self.verdicts.get(key, 0).ok()
+    }
+
+    /// Puts station `mac` of `vlan` behind port slot `slot` (keeping the program's
+    /// last-seen stamp when only the slot or flag changes).
+    pub fn set_station(&mut self, vlan: u16, mac: MacAddr, slot: u32, is_static: bool) -> Result<(), Error> {
+        let k = tables::fib_key(vlan, mac);
+        let mut v = tables::fib_val(slot, is_static);
+        if let Ok(old) = self.fib.get(&k, 0) {
+            v.seen_ns = old.seen_ns;
+        }
+        self.fib.insert(k, v, 0).map_err(map_err("fib"))
+    }
+
+    /// Station `mac` of `vlan` as the table holds it: its slot, static flag and the last
+    /// time the program forwarded a frame from it (`CLOCK_MONOTONIC` nanoseconds; 0: never).
+    pub fn station(&self, vlan: u16, mac: MacAddr) -> Option<abi::FibVal> {
+        self.fib.get(&tables::fib_key(vlan, mac), 0).ok()
+    }
+
+    /// Locks `mac` to port slot `slot` (its `mac` setting), or with `None` unlocks it.
+    pub fn set_lock(&mut self, mac: MacAddr, slot: Option<u32>) -> Result<(), Error> {
+        let k = abi::LockKey { mac: mac.0, pad: [0; 2] };
+        match slot {
+            Some(s) => self.locks.insert(k, s, 0).map_err(map_err("locks")),
+            None => {
+                let _ = self.locks.remove(&k);
+                Ok(())
+            }
+        }
+    }
+
+    /// Layer 3: makes `ip` port slot `slot`'s.
+    pub fn set_owner(&mut self, ip: std::net::IpAddr, slot: u32) -> Result<(), Error> {
+        self.owners.insert(tables::ip_key(ip), slot, 0).map_err(map_err("owners"))
+    }
+
+    /// Layer 3: LAN neighbour `ip`'s MAC on `vlan`.
+    pub fn set_neighbour(&mut self, vlan: u16, ip: std::net::IpAddr, mac: MacAddr) -> Result<(), Error> {
+        let v = abi::NeighVal { mac: mac.0, pad: [0; 2] };
+        self.neigh.insert(tables::neigh_key(vlan, ip), v, 0).map_err(map_err("neigh"))
+    }
+
+    /// Makes device `ifindex` a tunnel with these settings (its local address and TTL are
+    /// what outputs into it are sent with).
+    pub fn set_tunnel(&mut self, ifindex: u32, t: &abi::Tunnel) -> Result<(), Error> {
+        self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
+    }
+
+    /// Where station `mac` of VNI `vni` behind tunnel device `ifindex` is.
+    pub fn set_remote(&mut self, ifindex: u32, vni: u32, mac: MacAddr, addr: std::net::IpAddr) -> Result<(), Error> {
+        let k = abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] };
+        let mut r = abi::Remote::default();
+        match addr {
+            std::net::IpAddr::V4(a) => r.addr[..4].copy_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => r.addr = a.octets(),
+        }
+        self.remotes.insert(k, r, 0).map_err(map_err("remotes"))
+    }
+
+    /// Port slot `slot`'s counters, summed over CPUs.
+    pub fn counters(&self, slot: u32) -> Counters {
+        crate::sum_counters(&self.stats, slot)
+    }
+
+    /// Runs the program once on `frame` as if it arrived on `ctx.ifindex`, without sending
+    /// anything the program redirects (copies it clones do leave): what it returned, and
+    /// the frame as it left it.
+    pub fn run(&self, frame: &[u8], ctx: &RunCtx) -> Result<Ran, Error> {
+        let prog: &SchedClassifier = self
+            .ebpf
+            .program(PROGRAM)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| Error::Load(format!("the program {PROGRAM} is not loaded")))?;
+        let fd = prog.fd().map_err(|e| Error::Load(format!("{e}")))?;
+        let mut skb = SkBuff {
+            mark: ctx.mark,
+            ifindex: ctx.ifindex,
+            gso_size: ctx.gso_size,
+            gso_segs: ctx.gso_segs,
+            ..SkBuff::default()
+        };
+        let mut out = vec![0u8; frame.len() + 256];
+        let (code, n) = test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
+            .map_err(|e| Error::Load(format!("running {PROGRAM} on a frame (BPF_PROG_TEST_RUN): {e}")))?;
+        out.truncate(n);
+        Ok(Ran { code, frame: out, mark: skb.mark })
+    }
+}
+
+/// `struct __sk_buff` of linux/bpf.h (UAPI, so it only grows at the end): the context a
+/// test run takes and gives back. Only `mark`, `priority`, `ingress_ifindex`, `ifindex`,
+/// `cb`, `tstamp`, `wire_len`, `gso_segs`, `gso_size` and `hwtstamp` may be nonzero.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct SkBuff {
+    len: u32,
+    pkt_type: u32,
+    mark: u32,
+    queue_mapping: u32,
+    protocol: u32,
+    vlan_present: u32,
+    vlan_tci: u32,
+    vlan_proto: u32,
+    priority: u32,
+    ingress_ifindex: u32,
+    ifindex: u32,
+    tc_index: u32,
+    cb: [u32; 5],
+    hash: u32,
+    tc_classid: u32,
+    data: u32,
+    data_end: u32,
+    napi_id: u32,
+    family: u32,
+    remote_ip4: u32,
+    local_ip4: u32,
+    remote_ip6: [u32; 4],
+    local_ip6: [u32; 4],
+    remote_port: u32,
+    local_port: u32,
+    data_meta: u32,
+    flow_keys: u64,
+    tstamp: u64,
+    wire_len: u32,
+    gso_segs: u32,
+    sk: u64,
+    gso_size: u32,
+    tstamp_type: u32,
+    hwtstamp: u64,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<SkBuff>() == 192);
+    assert!(std::mem::offset_of!(SkBuff, ifindex) == 40);
+    assert!(std::mem::offset_of!(SkBuff, gso_segs) == 164);
+    assert!(std::mem::offset_of!(SkBuff, gso_size) == 176);
+};
+
+/// The `test` member of `union bpf_attr` (`BPF_PROG_TEST_RUN`), with its tail padding.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    pad: u32,
+}
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// Runs program `prog` once on `data` with context `skb` (`BPF_PROG_TEST_RUN`; aya 0.13
+/// has no call for it). Returns the program's return code and how many bytes of the frame
+/// it left were written to `out`; `skb` gets the context it left.
+fn test_run(prog: i32, data: &[u8], out: &mut [u8], skb: &mut SkBuff) -> std::io::Result<(u32, usize)> {
+    let skb_ptr: *mut SkBuff = skb;
+    let mut attr = TestRunAttr {
+        prog_fd: prog as u32,
+        data_size_in: data.len() as u32,
+        data_size_out: out.len() as u32,
+        data_in: data.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ctx_size_in: std::mem::size_of::<SkBuff>() as u32,
+        ctx_size_out: std::mem::size_of::<SkBuff>() as u32,
+        ctx_in: skb_ptr as u64,
+        ctx_out: skb_ptr as u64,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is the `test` member of `union bpf_attr` with every field the kernel
+    // reads set and the rest zero; the kernel reads `data_size_in` bytes at `data_in` and
+    // 192 at `ctx_in`, and writes at most `data_size_out` bytes at `data_out` and 192 at
+    // `ctx_out` (the same `skb`, read before it is written): all point into live buffers
+    // of those sizes, borrowed for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            &mut attr as *mut TestRunAttr,
+            std::mem::size_of::<TestRunAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((attr.retval, (attr.data_size_out as usize).min(out.len())))
+}
