@@ -17,14 +17,13 @@
 //! module reads from the tables moves the switch's generation
 //! ([`crate::Switch::generation`]).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
 use crate::counters::DropCause;
 use crate::fib::Fib;
-use crate::l3::Mode;
+use crate::l3::{L3Tables, Mode};
 use crate::switch::{PortId, PortPolicy, SwitchConfig};
 use crate::vlan::VlanMode;
 
@@ -271,7 +270,7 @@ pub(crate) struct Tables<'a, P: Ports + ?Sized> {
     pub ports: &'a P,
     pub fib: &'a Fib,
     /// Layer 3: which port owns which address.
-    pub owners: &'a HashMap<IpAddr, PortId>,
+    pub l3: &'a L3Tables,
 }
 
 impl<P: Ports + ?Sized> Tables<'_, P> {
@@ -394,7 +393,7 @@ fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted
             SourceCheck::Allowed => {}
             SourceCheck::Spoofed => return Err(DropCause::SpoofedIp),
             // In Layer 3 an address one port owns is refused to every other.
-            SourceCheck::Learn(ip) if t.cfg.mode == Mode::L3 && t.owners.get(&ip).is_some_and(|&o| o != key.port) => {
+            SourceCheck::Learn(ip) if t.cfg.mode == Mode::L3 && t.l3.owner(ip).is_some_and(|o| o != key.port) => {
                 return Err(DropCause::SpoofedIp);
             }
             SourceCheck::Learn(ip) => learn_ip = Some(ip),
@@ -672,17 +671,17 @@ mod tests {
         cfg: SwitchConfig,
         ports: Vec<Option<PortRules>>,
         fib: Fib,
-        owners: HashMap<IpAddr, PortId>,
+        owners: L3Tables,
     }
 
     impl World {
         fn new(mode: Mode, ports: Vec<Option<PortRules>>) -> Self {
             let cfg = SwitchConfig { mode, router_mac: ROUTER, port_mac_limit: 1024, ..SwitchConfig::default() };
-            World { cfg, ports, fib: Fib::new(16, 1000), owners: HashMap::new() }
+            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16) }
         }
 
         fn tables(&self) -> Tables<'_, [Option<PortRules>]> {
-            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, owners: &self.owners }
+            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners }
         }
 
         fn l2(ports: Vec<PortRules>) -> Self {
@@ -940,7 +939,7 @@ mod tests {
         let mut w =
             World::l3(vec![guest(Some(A), "10.0.0.1"), guest(None, "10.0.0.2"), upl, guest(Some(ROUTER), "10.0.0.4")]);
         for (a, p) in [("10.0.0.1", 0), ("10.0.0.2", 1), ("10.0.0.4", 3)] {
-            w.owners.insert(ip(a), p);
+            w.owners.own(ip(a), p);
         }
         let l3 = |port: PortId, ethertype: u16, dst: Dest, x: L3Extras| Key {
             ethertype,

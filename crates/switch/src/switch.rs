@@ -331,6 +331,7 @@ struct PortSlot {
 }
 
 impl Ports for [Option<PortSlot>] {
+    #[inline]
     fn rules(&self, id: PortId) -> Option<&PortRules> {
         self.get(id as usize).and_then(Option::as_ref).map(|s| &s.rules)
     }
@@ -504,7 +505,7 @@ impl Switch {
     /// [`Switch::take_fastpath_changes`]; the ports attached so far are reported once.
     pub fn follow_fastpath(&mut self) {
         self.fib.track_changes();
-        self.l3.changed_owners = Some(self.l3.owners.keys().copied().collect());
+        self.l3.changed_owners = Some(self.l3.owners().map(|(ip, _)| ip).collect());
         self.l3.changed_neigh = Some(self.l3.neighbours().into_iter().map(|(v, ip, _)| (v, ip)).collect());
         let ids: Vec<PortId> = self.port_ids().collect();
         self.fast_changed = Some(ids);
@@ -569,7 +570,7 @@ impl Switch {
     /// learns it (and locks it), one with configured addresses keeps them.
     pub fn adopt_owner(&mut self, ip: IpAddr, id: PortId) {
         if self.cfg.mode == Mode::L3
-            && !self.l3.owners.contains_key(&ip)
+            && self.l3.owner(ip).is_none()
             && let Some(s) = self.slot(id)
             && let SourceCheck::Learn(ip) = s.rules.policy.check_source(ip, true)
         {
@@ -587,7 +588,7 @@ impl Switch {
 
     /// Layer 3: the live port that owns `ip`, as a kernel datapath executes it.
     pub fn fast_owner(&self, ip: IpAddr) -> Option<PortId> {
-        self.l3.owners.get(&ip).copied().filter(|&p| self.slot(p).is_some())
+        self.l3.owner(ip).filter(|&p| self.slot(p).is_some())
     }
 
     /// Layer 3: the MAC address of LAN neighbour `ip` on `vlan`, as a kernel datapath
@@ -640,7 +641,7 @@ impl Switch {
 
     /// What [`decide`](crate::decide) reads besides a frame's key.
     fn tables(&self) -> Tables<'_, [Option<PortSlot>]> {
-        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, owners: &self.l3.owners }
+        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3 }
     }
 
     /// The verdict on a frame with key `key` now: what the switch would do with it if it
@@ -792,7 +793,7 @@ impl Switch {
         let mut cfg = cfg;
         if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
             for ip in &cfg.policy.ips {
-                if let Some(&o) = self.l3.owners.get(ip) {
+                if let Some(o) = self.l3.owner(*ip) {
                     let owner = self.port_name(o).unwrap_or("?").to_string();
                     return Err(SwitchError::AddressInUse { ip: *ip, owner });
                 }
@@ -1213,7 +1214,7 @@ impl Switch {
 
     /// Layer 3 mode: the addresses guest ports own, as (address, port), sorted.
     pub fn ip_owners(&self) -> Vec<(IpAddr, PortId)> {
-        let mut v: Vec<_> = self.l3.owners.iter().map(|(&ip, &p)| (ip, p)).collect();
+        let mut v: Vec<_> = self.l3.owners().collect();
         v.sort();
         v
     }
@@ -1543,13 +1544,14 @@ impl Switch {
         let r = &self.slot(id).expect("caller checked").rules;
         let l3 = self.cfg.mode == Mode::L3;
         let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
-        let own = match self.cfg.mode {
+        // An uplink's own address: its device's (Layer 3: the switch's on the LAN).
+        let own = || match self.cfg.mode {
             Mode::L2 => r.dev_mac,
             Mode::L3 => Some(r.l3_src(self.cfg.router_mac)),
         };
         let dst = if dst.is_multicast() {
             Dest::Group
-        } else if r.policy.uplink && own == Some(dst) {
+        } else if r.policy.uplink && own() == Some(dst) {
             Dest::Own
         } else {
             Dest::Unknown
@@ -1563,27 +1565,41 @@ impl Switch {
         }
         // In Layer 3 mode the LAN's sources are not checked.
         let checked = !(l3 && r.policy.uplink);
-        if checked && r.checks_ips() {
+        if l3 {
+            let (x, claimed) = self.l3_extras(frame, ethertype);
+            key.extras.l3 = Some(x);
+            if checked && r.checks_ips() {
+                key.extras.src_ip = Some(claimed);
+            }
+        } else if r.checks_ips() {
             key.extras.src_ip = claimed_source(frame);
         }
         if checked && self.claims_locked(&r.policy, src) {
             key.src = Station::Locked;
         }
-        if l3 {
-            key.extras.l3 = Some(self.l3_extras(frame, ethertype));
-        }
         key
     }
 
-    /// What Layer 3 mode reads of an untagged frame of `ethertype`.
-    fn l3_extras(&self, frame: &[u8], ethertype: u16) -> L3Extras {
+    /// What Layer 3 mode reads of an untagged frame of `ethertype`, and the source
+    /// address it claims (an IP source or an ARP sender address; `None` when it does not
+    /// read).
+    fn l3_extras(&self, frame: &[u8], ethertype: u16) -> (L3Extras, Option<IpAddr>) {
         let mut x = L3Extras::default();
+        let mut claimed = None;
         match ethertype {
-            0x0806 => x.readable = neigh::parse_neigh(frame).is_some(),
-            0x0800 | 0x86dd => {
-                if let Some((_, dst)) = neigh::ip_endpoints(frame) {
+            0x0806 => {
+                if let Some(Neigh::ArpRequest { sender_ip, .. } | Neigh::ArpReply { sender_ip, .. }) =
+                    neigh::parse_neigh(frame)
+                {
                     x.readable = true;
-                    x.owner = self.l3.owners.get(&dst).copied();
+                    claimed = Some(sender_ip.into());
+                }
+            }
+            0x0800 | 0x86dd => {
+                if let Some((src, dst)) = neigh::ip_endpoints(frame) {
+                    x.readable = true;
+                    claimed = Some(src);
+                    x.owner = self.l3.owner(dst);
                     if ethertype == 0x86dd {
                         // (An IPv6 header was read whole: its next header and hop limit.)
                         x.proto = frame[20];
@@ -1596,7 +1612,7 @@ impl Switch {
             }
             _ => {}
         }
-        x
+        (x, claimed)
     }
 
     /// Learns what a frame with key `key` from port `id` (source `src`, VLAN `vid`)
@@ -1768,7 +1784,7 @@ impl Switch {
         // Whether to answer for `target`: on the uplink, for guests' addresses only; on a
         // guest port, for any address but the guest's own.
         let answers = |sw: &Switch, target: IpAddr| {
-            if uplink { sw.owner_in(vlan, target).is_some() } else { sw.l3.owners.get(&target) != Some(&from) }
+            if uplink { sw.owner_in(vlan, target).is_some() } else { sw.l3.owner(target) != Some(from) }
         };
         match m {
             Neigh::ArpRequest { sender_mac, sender_ip, target } => {
@@ -1809,7 +1825,7 @@ impl Switch {
 
     /// The live guest port in `vlan` that owns `ip`.
     fn owner_in(&self, vlan: u16, ip: IpAddr) -> Option<PortId> {
-        let p = *self.l3.owners.get(&ip)?;
+        let p = self.l3.owner(ip)?;
         self.slot(p).filter(|s| s.rules.failed.is_none() && s.rules.vlan.is_member(vlan)).map(|_| p)
     }
 
