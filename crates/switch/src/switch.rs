@@ -2288,6 +2288,13 @@ struct Received {
     admitted: bool,
 }
 
+/// What an untagged frame measures against an output's MTU: its IP packet's length, or
+/// for a GSO frame the length of its largest segment (its headers and at most `gso_size`
+/// bytes of payload). `None` for a GSO frame whose headers cannot be cut by.
+fn measure(frame: &[u8], vnet: &VnetHdr) -> Option<usize> {
+    if vnet.is_gso() { gso_max_l3_len(frame, vnet).ok() } else { Some(frame.len().saturating_sub(ETH_HDR_LEN)) }
+}
+
 /// The MAC address at `at` in `frame` (which holds at least an Ethernet header).
 fn mac_at(frame: &[u8], at: usize) -> MacAddr {
     MacAddr(frame.get(at..at + 6).and_then(|m| m.try_into().ok()).unwrap_or_default())
@@ -2342,22 +2349,16 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
         vnet.hdr_len = vnet.hdr_len.saturating_sub(4);
     }
     let frame = &buf[start..start + len];
-    // The frame's measure against every output's MTU: its IP packet's length, or for a GSO
-    // frame its largest segment's.
-    let l3_max = if vnet.is_gso() {
-        let l3_max = match gso_max_l3_len(frame, &vnet) {
-            Ok(l) => l,
-            Err(_) => return drop(c, DropCause::Malformed),
-        };
+    let Some(l3_max) = measure(frame, &vnet) else {
+        return drop(c, DropCause::Malformed);
+    };
+    if vnet.is_gso() {
         // (The headers' length is what the largest segment has beyond its payload.)
         let payload = (len - ETH_HDR_LEN).saturating_sub(l3_max.saturating_sub(usize::from(vnet.gso_size)));
         if vnet.gso_size < MIN_GSO_SIZE || payload.div_ceil(usize::from(vnet.gso_size)) > MAX_GSO_SEGMENTS {
             return drop(c, DropCause::GsoLimit);
         }
-        l3_max
-    } else {
-        len - ETH_HDR_LEN
-    };
+    }
     let meta = crate::pool::FrameMeta {
         start: start as u32,
         len: len as u32,
