@@ -572,7 +572,7 @@ fn render_port(p: &PortStats) -> String {
     }
     row("  held (lossless)", format!("{} now{}, {} pauses", p.held, if p.paused { " (paused)" } else { "" }, c.pauses));
     if c.consumed > 0 || c.generated > 0 || p.resolving > 0 {
-        row("  ARP/ND taken by the switch", c.consumed.to_string());
+        row("  taken by the switch", format!("{} (ARP/ND; on an uplink, frames for its own address)", c.consumed));
         row("  waiting for resolution", p.resolving.to_string());
     }
     if c.failovers > 0 {

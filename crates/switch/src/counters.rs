@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Why the switch dropped a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropCause {
     /// The output queue was full (lossy mode only).
     QueueFull,

@@ -14,7 +14,9 @@
 //!
 //! [`decide`] is the rule the kernel program applies, written over these tables in Rust, so
 //! that tests can hold it against the core's own pipeline: for every frame, the kernel
-//! either does exactly what the core would do, or hands the frame up.
+//! either does exactly what the core would do, or hands the frame up. It is a model of the
+//! kernel's C rules for that test only: the core's own decision is [`crate::decide`], and
+//! once the kernel executes the core's verdicts this module goes.
 //!
 //! [`Switch::ingest`]: crate::Switch::ingest
 //! [`Switch::fast_port`]: crate::Switch::fast_port

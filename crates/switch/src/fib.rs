@@ -29,19 +29,49 @@ pub struct FibEntry {
 /// What [`Fib::learn_limited`] did with a source address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learn {
-    /// Learned, refreshed, or left alone (a group address; a full table, counted in
-    /// `full_refusals`): the frame goes on.
+    /// The station is behind the port now: learned, refreshed, moved, or the port's own
+    /// static entry.
     Ok,
-    /// Not learned: the port already has as many learned stations as it may.
-    PortFull,
+    /// Not learned: the port already has as many learned stations as it may. `known`: the
+    /// station stays learned behind another port.
+    PortFull {
+        /// The station is learned behind another port.
+        known: bool,
+    },
+    /// Not learned: the table is full (counted in `full_refusals`).
+    TableFull,
+    /// A group or all-zero address, which no table learns.
+    Ignored,
     /// The address is a static entry of another port: nothing moved, and the frame claims
     /// a station that is not behind the port it came from.
     Static,
 }
 
+/// A table key: a VLAN and a MAC address in one word, so that the table's hash (the
+/// standard library's, keyed at random against chosen collisions) reads one word per
+/// lookup rather than three pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct StationKey(u64);
+
+impl StationKey {
+    fn new(vlan: u16, mac: MacAddr) -> Self {
+        let m = mac.0;
+        StationKey(u64::from_be_bytes([(vlan >> 8) as u8, vlan as u8, m[0], m[1], m[2], m[3], m[4], m[5]]))
+    }
+
+    fn vlan(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+
+    fn mac(self) -> MacAddr {
+        let b = self.0.to_be_bytes();
+        MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+    }
+}
+
 /// The learning table.
 pub struct Fib {
-    map: HashMap<(u16, MacAddr), FibEntry>,
+    map: HashMap<StationKey, FibEntry>,
     max_entries: usize,
     aging_ms: u64,
     /// Stations not learned because the table was full.
@@ -56,6 +86,11 @@ pub struct Fib {
     /// Ports whose count of learned stations changed since the last
     /// [`Fib::take_count_changes`], when tracking.
     count_changed: Option<Vec<PortId>>,
+    /// The per-port limit whose crossings [`Fib::epoch`] counts.
+    watched_limit: usize,
+    /// Times the table became full or stopped being full, or a port's learned stations
+    /// reached the watched limit or fell below it.
+    epoch: u64,
 }
 
 impl Fib {
@@ -70,6 +105,34 @@ impl Fib {
             per_port: HashMap::new(),
             changed: None,
             count_changed: None,
+            watched_limit: usize::MAX,
+            epoch: 0,
+        }
+    }
+
+    /// Counts in [`Fib::epoch`] every time a port's learned stations reach `limit` or fall
+    /// below it.
+    pub fn watch_port_limit(&mut self, limit: usize) {
+        self.watched_limit = limit;
+    }
+
+    /// Moves whenever the table becomes full or stops being full, or a port's learned
+    /// stations reach the watched limit ([`Fib::watch_port_limit`]) or fall below it: what
+    /// a decision about a station the table does not hold depends on. Learning, moving or
+    /// forgetting a station moves it only when it crosses one of those.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// True when no new station can be learned.
+    pub fn is_full(&self) -> bool {
+        self.map.len() >= self.max_entries
+    }
+
+    /// Counts a crossing of the table's fullness since it was `was_full`.
+    fn note_full(&mut self, was_full: bool) {
+        if was_full != self.is_full() {
+            self.epoch += 1;
         }
     }
 
@@ -134,21 +197,21 @@ impl Fib {
     /// static entry (see [`Learn`]; a full table is not a refusal: see `full_refusals`).
     pub fn learn_limited(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64, port_limit: usize) -> Learn {
         if mac.is_multicast() || mac.is_zero() {
-            return Learn::Ok;
+            return Learn::Ignored;
         }
         let len = self.map.len();
         // (Looked up only for a new or moving station: a known one, the common case, costs
         // the one table lookup it always did.)
         let per_port = &self.per_port;
         let port_full = || per_port.get(&port).copied().unwrap_or(0) >= port_limit;
-        let moved_from = match self.map.get_mut(&(vlan, mac)) {
+        let moved_from = match self.map.get_mut(&StationKey::new(vlan, mac)) {
             Some(e) if e.is_static && e.port == port => return Learn::Ok,
             Some(e) if e.is_static => return Learn::Static,
             Some(e) if e.port == port => {
                 e.last_seen_ms = now_ms;
                 return Learn::Ok;
             }
-            Some(_) if port_full() => return Learn::PortFull,
+            Some(_) if port_full() => return Learn::PortFull { known: true },
             Some(e) => {
                 let from = e.port;
                 e.port = port;
@@ -157,13 +220,14 @@ impl Fib {
             }
             // (The port's limit first: a kernel datapath, which cannot see how full the
             // table is, tells the two refusals apart the same way.)
-            None if port_full() => return Learn::PortFull,
+            None if port_full() => return Learn::PortFull { known: false },
             None if len >= self.max_entries => {
                 self.full_refusals += 1;
-                return Learn::Ok;
+                return Learn::TableFull;
             }
             None => {
-                self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
+                self.map.insert(StationKey::new(vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
+                self.note_full(false);
                 None
             }
         };
@@ -186,13 +250,18 @@ impl Fib {
             c.push(port);
         }
         let n = self.per_port.entry(port).or_insert(0);
+        let before = *n;
         if up {
             *n += 1;
         } else {
             *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.per_port.remove(&port);
-            }
+        }
+        let after = *n;
+        if after == 0 {
+            self.per_port.remove(&port);
+        }
+        if (before >= self.watched_limit) != (after >= self.watched_limit) {
+            self.epoch += 1;
         }
     }
 
@@ -200,7 +269,7 @@ impl Fib {
     /// forwarded it without the core (a kernel datapath): the entry's age restarts if it
     /// still points at `port`; nothing is learned or moved.
     pub fn touch(&mut self, vlan: u16, mac: MacAddr, port: PortId, now_ms: u64) {
-        if let Some(e) = self.map.get_mut(&(vlan, mac))
+        if let Some(e) = self.map.get_mut(&StationKey::new(vlan, mac))
             && e.port == port
             && !e.is_static
         {
@@ -210,28 +279,33 @@ impl Fib {
 
     /// The entry for `mac` on `vlan`, expired or not.
     pub fn get(&self, vlan: u16, mac: MacAddr) -> Option<FibEntry> {
-        self.map.get(&(vlan, mac)).copied()
+        self.map.get(&StationKey::new(vlan, mac)).copied()
     }
 
     /// The port behind `mac` on `vlan`, if known and not expired.
     pub fn lookup(&self, vlan: u16, mac: MacAddr, now_ms: u64) -> Option<PortId> {
-        let e = self.map.get(&(vlan, mac))?;
+        let e = self.map.get(&StationKey::new(vlan, mac))?;
         (e.is_static || now_ms.saturating_sub(e.last_seen_ms) <= self.aging_ms).then_some(e.port)
     }
 
     /// Adds or replaces a static entry.
     pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
-        if let Some(old) = self.map.insert((vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true })
+        let was_full = self.is_full();
+        if let Some(old) =
+            self.map.insert(StationKey::new(vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true })
             && !old.is_static
         {
             self.count(old.port, false);
         }
+        self.note_full(was_full);
         self.note(vlan, mac);
     }
 
     /// Removes an entry (static or learned); true if there was one.
     pub fn remove(&mut self, vlan: u16, mac: MacAddr) -> bool {
-        let Some(old) = self.map.remove(&(vlan, mac)) else { return false };
+        let was_full = self.is_full();
+        let Some(old) = self.map.remove(&StationKey::new(vlan, mac)) else { return false };
+        self.note_full(was_full);
         if !old.is_static {
             self.count(old.port, false);
         }
@@ -240,20 +314,22 @@ impl Fib {
     }
 
     /// Forgets the entries `drop` picks.
-    fn forget(&mut self, drop: impl Fn(&(u16, MacAddr), &FibEntry) -> bool) {
+    fn forget(&mut self, drop: impl Fn(u16, MacAddr, &FibEntry) -> bool) {
         let mut gone = Vec::new();
         let mut freed = Vec::new();
         let tracking = self.changed.is_some();
+        let was_full = self.is_full();
         self.map.retain(|k, e| {
-            let d = drop(k, e);
+            let d = drop(k.vlan(), k.mac(), e);
             if d && tracking {
-                gone.push(*k);
+                gone.push((k.vlan(), k.mac()));
             }
             if d && !e.is_static {
                 freed.push(e.port);
             }
             !d
         });
+        self.note_full(was_full);
         for p in freed {
             self.count(p, false);
         }
@@ -265,28 +341,28 @@ impl Fib {
     /// Forgets learned entries older than the aging time.
     pub fn expire(&mut self, now_ms: u64) {
         let aging = self.aging_ms;
-        self.forget(|_, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
+        self.forget(|_, _, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
     }
 
     /// Forgets every entry pointing at `port` (the port was removed).
     pub fn forget_port(&mut self, port: PortId) {
-        self.forget(|_, e| e.port == port);
+        self.forget(|_, _, e| e.port == port);
     }
 
     /// Forgets what was learned of station `mac`, in every VLAN, behind ports other than
     /// `owner` (the station was just locked to `owner`).
     pub fn forget_elsewhere(&mut self, mac: MacAddr, owner: PortId) {
-        self.forget(|k, e| k.1 == mac && !e.is_static && e.port != owner);
+        self.forget(|_, m, e| m == mac && !e.is_static && e.port != owner);
     }
 
     /// Forgets learned entries, keeping static ones.
     pub fn flush_learned(&mut self) {
-        self.forget(|_, e| !e.is_static);
+        self.forget(|_, _, e| !e.is_static);
     }
 
     /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.
     pub fn entries(&self) -> Vec<(u16, MacAddr, FibEntry)> {
-        let mut v: Vec<_> = self.map.iter().map(|(&(vl, m), &e)| (vl, m, e)).collect();
+        let mut v: Vec<_> = self.map.iter().map(|(&k, &e)| (k.vlan(), k.mac(), e)).collect();
         v.sort_by_key(|&(vl, m, _)| (vl, m));
         v
     }
@@ -316,7 +392,11 @@ mod tests {
             assert!(f.learn_limited(1, m(i), 7, 0, 2) == Learn::Ok || i == 2);
         }
         assert_eq!((f.learned_on(7), f.len()), (2, 2), "the third is refused");
-        assert_eq!(f.learn_limited(1, m(0), 8, 0, 0), Learn::PortFull, "a move onto a full port is refused too");
+        assert_eq!(
+            f.learn_limited(1, m(0), 8, 0, 0),
+            Learn::PortFull { known: true },
+            "a move onto a full port is refused too"
+        );
         assert_eq!(f.learn_limited(1, m(0), 8, 10, 2), Learn::Ok);
         assert_eq!((f.learned_on(7), f.learned_on(8), f.moves), (1, 1, 1));
         f.add_static(1, m(1), 8);
@@ -395,6 +475,15 @@ mod tests {
         f.take_changes(|v, m| seen.push((v, m)));
         assert_eq!(seen, vec![(1, A)], "A aged out; b was touched in time");
         assert_eq!(f.get(1, b).map(|e| e.port), Some(3));
+    }
+
+    #[test]
+    fn a_key_holds_its_vlan_and_address() {
+        for (vlan, mac) in [(1, A), (4094, MacAddr([0xff; 6])), (0, MacAddr::default())] {
+            let k = StationKey::new(vlan, mac);
+            assert_eq!((k.vlan(), k.mac()), (vlan, mac));
+        }
+        assert_ne!(StationKey::new(1, A), StationKey::new(2, A));
     }
 
     #[test]

@@ -53,11 +53,11 @@ impl HeldList {
 
     /// True when a new frame for `outs` must wait behind a frame held earlier (`several`:
     /// it goes to more than one output).
-    pub fn must_wait(&self, outs: &[PortId], several: bool) -> bool {
+    pub fn must_wait(&self, outs: impl IntoIterator<Item = PortId>, several: bool) -> bool {
         if self.entries.is_empty() {
             return false;
         }
-        several || self.several > 0 || outs.iter().any(|&o| self.waiting.get(o as usize).is_some_and(|&n| n > 0))
+        several || self.several > 0 || outs.into_iter().any(|o| self.waiting.get(o as usize).is_some_and(|&n| n > 0))
     }
 
     /// Holds frame `fid` for output `out` ([`SEVERAL`] for a flood). The caller checked
@@ -101,22 +101,22 @@ mod tests {
     #[test]
     fn a_frame_waits_only_behind_frames_for_its_own_output() {
         let mut h = HeldList::new(3, 4);
-        assert!(!h.must_wait(&[1], false), "nothing held");
+        assert!(!h.must_wait([1], false), "nothing held");
         h.push(100, 1);
-        assert!(h.must_wait(&[1], false));
-        assert!(!h.must_wait(&[2], false), "another output passes");
-        assert!(h.must_wait(&[2], true), "a flood waits behind anything");
+        assert!(h.must_wait([1], false));
+        assert!(!h.must_wait([2], false), "another output passes");
+        assert!(h.must_wait([2], true), "a flood waits behind anything");
         h.push(101, SEVERAL);
-        assert!(h.must_wait(&[2], false), "everything waits behind a flood");
+        assert!(h.must_wait([2], false), "everything waits behind a flood");
         h.push(102, 3);
         assert!(h.is_full());
         assert_eq!(h.take(1), (101, SEVERAL));
-        assert!(!h.must_wait(&[2], false));
-        assert!(h.must_wait(&[3], false));
+        assert!(!h.must_wait([2], false));
+        assert!(h.must_wait([3], false));
         assert_eq!(h.entries(), &[(100, 1), (102, 3)]);
         assert_eq!(h.take(0), (100, 1));
-        assert!(!h.must_wait(&[1], false) && !h.is_full());
+        assert!(!h.must_wait([1], false) && !h.is_full());
         h.push(103, 9);
-        assert!(h.must_wait(&[9], false), "an output added after the list was made");
+        assert!(h.must_wait([9], false), "an output added after the list was made");
     }
 }

@@ -5,6 +5,7 @@
 //! `sluice_wire::neigh`. Times are the driver's milliseconds, as for the MAC table.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
@@ -44,6 +45,22 @@ pub(crate) struct Pending {
     pub since_ms: u64,
 }
 
+/// An address as a table key, hashed in one write (an IPv4 address as a word with a
+/// mark, an IPv6 address as one 128-bit write) rather than an enum's tag and then its
+/// address: the table's hash is the standard library's, keyed at random against chosen
+/// collisions, and pays per write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AddrKey(IpAddr);
+
+impl Hash for AddrKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self.0 {
+            IpAddr::V4(a) => state.write_u64(u64::from(a.to_bits()) | 1 << 32),
+            IpAddr::V6(a) => state.write_u128(a.to_bits()),
+        }
+    }
+}
+
 /// One learned LAN neighbour.
 #[derive(Clone, Copy, Debug)]
 struct Neighbour {
@@ -56,7 +73,7 @@ pub(crate) struct L3Tables {
     /// IP address → the guest port that owns it (configured or learned, then locked).
     /// Changed only through [`L3Tables::own`] and [`L3Tables::disown_port`], which keep the
     /// change log.
-    pub owners: HashMap<IpAddr, PortId>,
+    owners: HashMap<AddrKey, PortId>,
     /// (VLAN, IP) → MAC address of a host on the uplink's side.
     neigh: HashMap<(u16, IpAddr), Neighbour>,
     neigh_max: usize,
@@ -80,9 +97,19 @@ impl L3Tables {
         }
     }
 
+    /// The port that owns `ip`, if any.
+    pub fn owner(&self, ip: IpAddr) -> Option<PortId> {
+        self.owners.get(&AddrKey(ip)).copied()
+    }
+
+    /// Every address a port owns, with the port.
+    pub fn owners(&self) -> impl Iterator<Item = (IpAddr, PortId)> + '_ {
+        self.owners.iter().map(|(k, &p)| (k.0, p))
+    }
+
     /// Makes `ip` port `port`'s.
     pub fn own(&mut self, ip: IpAddr, port: PortId) {
-        self.owners.insert(ip, port);
+        self.owners.insert(AddrKey(ip), port);
         if let Some(c) = self.changed_owners.as_mut() {
             c.push(ip);
         }
@@ -94,7 +121,7 @@ impl L3Tables {
         self.owners.retain(|ip, p| {
             let keep = *p != port;
             if !keep && let Some(c) = changed.as_mut() {
-                c.push(*ip);
+                c.push(ip.0);
             }
             keep
         });

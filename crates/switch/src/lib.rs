@@ -7,8 +7,9 @@
 //! [`Port`] trait; [`mem::MemPort`] is an in-memory port for tests and benchmarks.
 //!
 //! The pipeline for each received frame is: validate (virtio header, Ethernet header) →
-//! VLAN ingress rule → learn the source → look up the destination (or flood) → VLAN egress
-//! and MTU rules per output → enqueue into the output's bounded queue → transmit in
+//! read its [`Key`] → learn the source → [`decide`] it once (VLAN admission, anti-spoofing,
+//! the destination or the flood, each output's tag and MTU, mirrors, Layer 3 routing) →
+//! execute the [`Verdict`]: enqueue into the outputs' bounded queues → transmit in
 //! batches. Frames live in a preallocated [`pool::FramePool`]; nothing is allocated per
 //! frame once the switch is warm.
 //!
@@ -20,6 +21,7 @@
 pub mod capture;
 pub mod class;
 pub mod counters;
+pub mod decide;
 pub mod fastpath;
 pub mod fib;
 pub mod hold;
@@ -34,6 +36,7 @@ pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};
 pub use counters::{ClassCounters, DropCause, PortCounters};
+pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Upcall, Verdict};
 pub use fastpath::{FastChange, FastMac, FastPort, IpRule};
 pub use fib::{Fib, FibEntry};
 pub use l3::Mode;

@@ -8,6 +8,8 @@
 
 use sluice_wire::{VNET_HDR_LEN, VnetHdr};
 
+use crate::decide::Key;
+
 /// Bytes in one buffer: the virtio header, a 64 KiB IP packet, an Ethernet header and one
 /// 802.1Q tag, rounded up.
 pub const FRAME_BUF_LEN: usize = 66 * 1024;
@@ -40,6 +42,9 @@ struct Slot {
     data: Box<[u8]>,
     meta: FrameMeta,
     refs: u16,
+    /// The key the frame was decided by, kept while it waits (held, or for its next hop)
+    /// to be decided again.
+    key: Key,
 }
 
 /// The buffers and their free list.
@@ -79,6 +84,7 @@ impl FramePool {
                 data: vec![0u8; FRAME_BUF_LEN].into_boxed_slice(),
                 meta: FrameMeta::default(),
                 refs: 0,
+                key: Key::default(),
             });
             self.free.push(id);
         }
@@ -152,6 +158,16 @@ impl FramePool {
     /// The frame's metadata, for changing.
     pub fn meta_mut(&mut self, id: u32) -> &mut FrameMeta {
         &mut self.slots[id as usize].meta
+    }
+
+    /// The key the frame was last decided by ([`FramePool::set_key`]).
+    pub fn key(&self, id: u32) -> &Key {
+        &self.slots[id as usize].key
+    }
+
+    /// Keeps the key the frame was decided by, for a frame that waits.
+    pub fn set_key(&mut self, id: u32, key: Key) {
+        self.slots[id as usize].key = key;
     }
 
     /// The untagged Ethernet frame.

@@ -1,17 +1,36 @@
-//! A bounded first-in first-out queue of frame ids, allocated once at its full capacity.
+//! A bounded first-in first-out queue of frames, allocated once at its full capacity; an
+//! output's queue holds, with each frame's id, what its verdict said to do to that copy
+//! ([`QueuedCopy`]).
 
-/// Fixed-capacity ring of `u32` frame ids. Never allocates after construction.
+use std::num::NonZeroU16;
+
+/// A frame waiting at an output, with what its verdict said to do to this copy: the
+/// frame's buffer is shared by every output it goes to. Eight bytes, so that a queue's
+/// ring stays as small as the frames' ids alone would need twice over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueuedCopy {
+    /// The frame's buffer.
+    pub fid: u32,
+    /// The 802.1Q tag to push (this VLAN id, the frame's priority), if any.
+    pub tag: Option<NonZeroU16>,
+    /// The copy leaves from its output's own address (Layer 3: the switch's on that side,
+    /// as the verdict's `src_mac` says).
+    pub own_src: bool,
+}
+
+/// Fixed-capacity ring of frames (by default `u32` frame ids). Never allocates after
+/// construction.
 #[derive(Debug)]
-pub struct FrameQueue {
-    ring: Box<[u32]>,
+pub struct FrameQueue<T = u32> {
+    ring: Box<[T]>,
     head: usize,
     len: usize,
 }
 
-impl FrameQueue {
+impl<T: Copy + Default> FrameQueue<T> {
     /// A queue that holds up to `capacity` frames (at least one).
     pub fn new(capacity: usize) -> Self {
-        FrameQueue { ring: vec![0; capacity.max(1)].into_boxed_slice(), head: 0, len: 0 }
+        FrameQueue { ring: vec![T::default(); capacity.max(1)].into_boxed_slice(), head: 0, len: 0 }
     }
 
     /// How many frames it can hold.
@@ -35,7 +54,7 @@ impl FrameQueue {
     }
 
     /// Appends `id`; returns false (and keeps nothing) when full.
-    pub fn push(&mut self, id: u32) -> bool {
+    pub fn push(&mut self, id: T) -> bool {
         if self.is_full() {
             return false;
         }
@@ -45,13 +64,13 @@ impl FrameQueue {
         true
     }
 
-    /// The oldest frame id, if any.
-    pub fn front(&self) -> Option<u32> {
+    /// The oldest frame, if any.
+    pub fn front(&self) -> Option<T> {
         (self.len > 0).then(|| self.ring[self.head])
     }
 
-    /// Removes and returns the newest frame id.
-    pub fn pop_back(&mut self) -> Option<u32> {
+    /// Removes and returns the newest frame.
+    pub fn pop_back(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
@@ -59,8 +78,8 @@ impl FrameQueue {
         Some(self.ring[(self.head + self.len) % self.ring.len()])
     }
 
-    /// Removes and returns the oldest frame id.
-    pub fn pop(&mut self) -> Option<u32> {
+    /// Removes and returns the oldest frame.
+    pub fn pop(&mut self) -> Option<T> {
         let id = self.front()?;
         self.head = (self.head + 1) % self.ring.len();
         self.len -= 1;
@@ -72,16 +91,16 @@ impl FrameQueue {
 /// keeps it until its head frame has left (a GSO frame cut in software may take several
 /// sends), then the turn passes to the next class with frames.
 #[derive(Debug)]
-pub struct ClassQueues {
-    queues: Box<[FrameQueue]>,
+pub struct ClassQueues<T = u32> {
+    queues: Box<[FrameQueue<T>]>,
     turn: usize,
     len: usize,
 }
 
-impl ClassQueues {
+impl<T: Copy + Default> ClassQueues<T> {
     /// Queues of the given capacities, one per class (at least one class).
     pub fn new(capacities: &[usize]) -> Self {
-        let mut queues: Vec<FrameQueue> = capacities.iter().map(|&c| FrameQueue::new(c)).collect();
+        let mut queues: Vec<FrameQueue<T>> = capacities.iter().map(|&c| FrameQueue::new(c)).collect();
         if queues.is_empty() {
             queues.push(FrameQueue::new(1));
         }
@@ -109,7 +128,7 @@ impl ClassQueues {
     }
 
     /// Appends `id` to `class`'s queue; false (keeping nothing) when it is full.
-    pub fn push(&mut self, class: u8, id: u32) -> bool {
+    pub fn push(&mut self, class: u8, id: T) -> bool {
         let Some(q) = self.queues.get_mut(usize::from(class)) else { return false };
         let ok = q.push(id);
         self.len += usize::from(ok);
@@ -117,7 +136,7 @@ impl ClassQueues {
     }
 
     /// The next frame to send and its class: the head of the class whose turn it is.
-    pub fn front(&mut self) -> Option<(u8, u32)> {
+    pub fn front(&mut self) -> Option<(u8, T)> {
         if self.len == 0 {
             return None;
         }
@@ -133,7 +152,7 @@ impl ClassQueues {
     }
 
     /// Removes the frame [`ClassQueues::front`] returned; the turn passes on.
-    pub fn pop_front(&mut self) -> Option<u32> {
+    pub fn pop_front(&mut self) -> Option<T> {
         let id = self.queues[self.turn].pop()?;
         self.len -= 1;
         self.turn = (self.turn + 1) % self.queues.len();
@@ -141,14 +160,14 @@ impl ClassQueues {
     }
 
     /// Removes any one frame (for emptying the queues).
-    pub fn pop_any(&mut self) -> Option<u32> {
+    pub fn pop_any(&mut self) -> Option<T> {
         let id = self.queues.iter_mut().find_map(FrameQueue::pop)?;
         self.len -= 1;
         Some(id)
     }
 
     /// Removes the frames of `class` behind its head (a class's head may be being sent).
-    pub fn pop_behind_head(&mut self, class: u8) -> Option<u32> {
+    pub fn pop_behind_head(&mut self, class: u8) -> Option<T> {
         let q = self.queues.get_mut(usize::from(class))?;
         if q.len() < 2 {
             return None;
@@ -165,7 +184,7 @@ mod tests {
 
     #[test]
     fn classes_take_turns_and_a_head_keeps_its_turn_until_it_leaves() {
-        let mut q = ClassQueues::new(&[4, 4]);
+        let mut q: ClassQueues = ClassQueues::new(&[4, 4]);
         for id in [1, 2, 3] {
             assert!(q.push(0, id));
         }
@@ -199,7 +218,7 @@ mod tests {
 
     #[test]
     fn fifo_and_bounded() {
-        let mut q = FrameQueue::new(2);
+        let mut q: FrameQueue = FrameQueue::new(2);
         assert!(q.push(1));
         assert!(q.push(2));
         assert!(!q.push(3));

@@ -1,8 +1,14 @@
-//! The switch: ports, forwarding decisions, output queues and the lossless rule.
+//! The switch: ports, output queues and the lossless rule, around the forwarding decision.
 //!
 //! The driver calls [`Switch::on_readable`] when a port has frames, [`Switch::on_writable`]
 //! when a port that reported [`TxOutcome::Full`] can take more, and applies the read/write
 //! interest the switch reports through [`Switch::take_interest_changes`].
+//!
+//! Each frame received is validated, its [`Key`] read, its source learned (the core's
+//! alone, and only from a frame its input's checks admit), then decided once by
+//! [`crate::decide`] — a pure function of the key and the tables — and the [`Verdict`]
+//! executed here: queues, holds, lossless, the next hop's address, segmentation, MAC
+//! rewrite and tags at transmit, counters.
 //!
 //! Lossless mode follows zOVN's Algorithm 1 (seed 004): a frame is moved only into outputs
 //! with room. When one of its outputs is full the frame stays at its input (the port's
@@ -12,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::num::NonZeroU16;
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -21,13 +28,16 @@ use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, p
 use crate::capture::{Capture, Captured, Direction};
 use crate::class::{self, ClassConfig, ClassError};
 use crate::counters::{ClassCounters, DropCause, PortCounters};
+use crate::decide::{
+    self, Action, Dest, Key, L3Extras, NextHop, PortRules, Ports, SourceCheck, Station, Tables, Upcall, Verdict,
+};
 use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
 use crate::fib::{Fib, Learn};
 use crate::hold::{HeldList, SEVERAL};
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
 use crate::port::{DeviceDrops, OutFrame, Port, PortCaps, PortError, TxOutcome};
-use crate::queue::ClassQueues;
+use crate::queue::{ClassQueues, QueuedCopy};
 use crate::vlan::VlanMode;
 
 /// Index of a port in its switch. Never reused while the switch lives.
@@ -156,33 +166,6 @@ pub struct PortPolicy {
     pub mirror_of: Vec<String>,
 }
 
-/// What the source-address check decided.
-enum SourceCheck {
-    Allowed,
-    /// Allowed, and the port's first address of its family: to be locked.
-    Learn(IpAddr),
-    Spoofed,
-}
-
-impl PortPolicy {
-    /// Checks the source address `src` a frame claims. `link_local_ok` lets IPv6
-    /// link-local sources through (Layer 3 mode: neighbour discovery, MLD and router
-    /// solicitations use them, and no port is reached at one).
-    fn check_source(&self, src: IpAddr, link_local_ok: bool) -> SourceCheck {
-        if self.ips.is_empty() && !self.learn_ips {
-            return SourceCheck::Allowed;
-        }
-        let link_local = matches!(src, IpAddr::V6(a) if a.is_unicast_link_local());
-        if src.is_unspecified() || (link_local && link_local_ok) || self.ips.contains(&src) {
-            return SourceCheck::Allowed;
-        }
-        if self.learn_ips && !link_local && !self.ips.iter().any(|a| a.is_ipv4() == src.is_ipv4()) {
-            return SourceCheck::Learn(src);
-        }
-        SourceCheck::Spoofed
-    }
-}
-
 /// The source address an untagged frame claims: an IPv4 or IPv6 source, or an ARP sender
 /// address. `None` for other frames, or when the header is cut short (`Some(None)` means
 /// "an IP or ARP frame too short to say").
@@ -196,11 +179,6 @@ fn claimed_source(frame: &[u8]) -> Option<Option<IpAddr>> {
         0x86dd => Some(frame.get(22..38).and_then(|a| <[u8; 16]>::try_from(a).ok()).map(IpAddr::from)),
         _ => None,
     }
-}
-
-/// Isolation between ports whose (isolated, uplink) flags are `a` and `b`.
-fn may_talk(a: (bool, bool), b: (bool, bool)) -> bool {
-    (!a.0 && !b.0) || a.1 || b.1
 }
 
 /// Read/write readiness the switch wants from a port's device.
@@ -329,21 +307,14 @@ struct PortSlot {
     name: String,
     port: Box<dyn Port>,
     caps: PortCaps,
-    vlan: VlanMode,
-    mtu: u16,
-    policy: PortPolicy,
-    /// The mirror port that gets copies of this port's traffic.
-    mirrored_to: Option<PortId>,
-    /// The device's own MAC address, if it has one (an uplink): the switch's source
-    /// address there in Layer 3 mode.
-    dev_mac: Option<MacAddr>,
-    /// Layer 3 mode: the MAC address of the guest behind the port (its frames' source).
-    guest_mac: Option<MacAddr>,
+    /// What the decision reads of the port (its VLANs, MTU, policy, mirror, addresses, and
+    /// whether it failed).
+    rules: PortRules,
     counters: PortCounters,
     /// Per class: counters, and the watchdog's state as an output.
     classes: Vec<ClassCounters>,
     watch: Vec<Watch>,
-    queue: ClassQueues,
+    queue: ClassQueues<QueuedCopy>,
     /// Segments of the queue's head frame already sent (software segmentation resumed
     /// after `Full`).
     seg_done: u32,
@@ -351,13 +322,22 @@ struct PortSlot {
     held: HeldList,
     want_write: bool,
     dirty: bool,
-    failed: Option<String>,
     reported: Interest,
     /// At its learning limit, as last reported to a kernel datapath.
     learn_full: bool,
     /// Captures running on it (their copies are made here, so a kernel datapath sends
     /// its frames through the core meanwhile).
     captured: u8,
+}
+
+impl Ports for [Option<PortSlot>] {
+    #[inline]
+    fn rules(&self, id: PortId) -> Option<&PortRules> {
+        self.get(id as usize).and_then(Option::as_ref).map(|s| &s.rules)
+    }
+    fn all(&self) -> impl Iterator<Item = (PortId, &PortRules)> {
+        self.iter().enumerate().filter_map(|(i, p)| Some((i as PortId, &p.as_ref()?.rules)))
+    }
 }
 
 impl PortSlot {
@@ -373,11 +353,11 @@ impl PortSlot {
     /// A kernel datapath can send to it as it is: it reaches the port, which has not
     /// failed and takes GSO frames whole.
     fn kernel_ready(&self) -> bool {
-        self.port.fast_path().is_some() && self.failed.is_none() && self.caps.offload
+        self.port.fast_path().is_some() && self.rules.failed.is_none() && self.caps.offload
     }
 
     fn interest(&self) -> Interest {
-        if self.failed.is_some() {
+        if self.rules.failed.is_some() {
             return Interest::default();
         }
         Interest { read: !self.held.is_full(), write: self.want_write }
@@ -391,18 +371,6 @@ struct Watch {
     since_ms: u64,
     /// Declared stuck: frames of the class toward it are dropped.
     stuck: bool,
-}
-
-/// Where a frame goes.
-enum Decision {
-    Drop(DropCause),
-    Unicast,
-    Flood,
-    /// Layer 3: the next hop behind port `out` has address `ip`, whose MAC is not known yet.
-    Park {
-        out: PortId,
-        ip: IpAddr,
-    },
 }
 
 /// A frame an uplink sends after a failover.
@@ -444,7 +412,16 @@ pub struct Switch {
     pool: FramePool,
     fib: Fib,
     scratch: Box<[u8]>,
-    dests: Vec<PortId>,
+    /// The verdict on the last frame received (its memory reused for the next; boxed so
+    /// that taking it out to execute it moves a pointer).
+    verdict: Option<Box<Verdict>>,
+    /// The key it was decided by.
+    last_key: Option<Key>,
+    /// The verdict on a frame decided again (held, or waiting for its next hop).
+    again: Verdict,
+    /// Moves on every change of what a verdict depends on besides its key (see
+    /// [`Switch::generation`]); the MAC table counts its own part.
+    generation: u64,
     dirty: Vec<PortId>,
     interest_changed: Vec<PortId>,
     held_count: usize,
@@ -495,13 +472,18 @@ impl Switch {
             // Frames waiting for resolution, and the replies the switch writes.
             pool.grow(MAX_PENDING + 8);
         }
+        let mut fib = Fib::new(cfg.fib_max, cfg.aging_ms);
+        fib.watch_port_limit(cfg.port_mac_limit);
         Ok(Switch {
-            fib: Fib::new(cfg.fib_max, cfg.aging_ms),
+            fib,
             cfg,
             ports: Vec::new(),
             pool,
             scratch: vec![0u8; FRAME_BUF_LEN].into_boxed_slice(),
-            dests: Vec::new(),
+            verdict: Some(Box::default()),
+            last_key: None,
+            again: Verdict::default(),
+            generation: 0,
             dirty: Vec::new(),
             interest_changed: Vec::new(),
             held_count: 0,
@@ -523,7 +505,7 @@ impl Switch {
     /// [`Switch::take_fastpath_changes`]; the ports attached so far are reported once.
     pub fn follow_fastpath(&mut self) {
         self.fib.track_changes();
-        self.l3.changed_owners = Some(self.l3.owners.keys().copied().collect());
+        self.l3.changed_owners = Some(self.l3.owners().map(|(ip, _)| ip).collect());
         self.l3.changed_neigh = Some(self.l3.neighbours().into_iter().map(|(v, ip, _)| (v, ip)).collect());
         let ids: Vec<PortId> = self.port_ids().collect();
         self.fast_changed = Some(ids);
@@ -587,8 +569,12 @@ impl Switch {
     /// there. As if the port's guest had just used it: a port that learns its addresses
     /// learns it (and locks it), one with configured addresses keeps them.
     pub fn adopt_owner(&mut self, ip: IpAddr, id: PortId) {
-        if self.cfg.mode == Mode::L3 && !self.l3.owners.contains_key(&ip) {
-            let _ = self.source_ok(id, Some(ip), true);
+        if self.cfg.mode == Mode::L3
+            && self.l3.owner(ip).is_none()
+            && let Some(s) = self.slot(id)
+            && let SourceCheck::Learn(ip) = s.rules.policy.check_source(ip, true)
+        {
+            self.lock_ip(id, ip);
         }
     }
 
@@ -602,7 +588,7 @@ impl Switch {
 
     /// Layer 3: the live port that owns `ip`, as a kernel datapath executes it.
     pub fn fast_owner(&self, ip: IpAddr) -> Option<PortId> {
-        self.l3.owners.get(&ip).copied().filter(|&p| self.slot(p).is_some())
+        self.l3.owner(ip).filter(|&p| self.slot(p).is_some())
     }
 
     /// Layer 3: the MAC address of LAN neighbour `ip` on `vlan`, as a kernel datapath
@@ -614,44 +600,72 @@ impl Switch {
     /// Port `id`'s rules as a kernel datapath executes them (`None`: no such port).
     pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
         let s = self.slot(id)?;
-        let ips = if s.policy.ips.is_empty() && !s.policy.learn_ips {
+        let r = &s.rules;
+        let ips = if !r.checks_ips() {
             IpRule::Any
         } else {
             let family = |v4: bool| {
-                let l: Vec<IpAddr> = s.policy.ips.iter().copied().filter(|a| a.is_ipv4() == v4).collect();
+                let l: Vec<IpAddr> = r.policy.ips.iter().copied().filter(|a| a.is_ipv4() == v4).collect();
                 // Not learned yet: that family's frames go up, so the core learns it.
-                (!(l.is_empty() && s.policy.learn_ips)).then_some(l)
+                (!(l.is_empty() && r.policy.learn_ips)).then_some(l)
             };
             IpRule::Only { v4: family(true), v6: family(false) }
         };
         // Frames to a port without offloads are cut in software, which only the core does;
         // a port whose mirror the kernel cannot serve goes through the core, copies and all.
-        let mirror_in_user_space = s.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
-        let slow = s.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space || s.captured > 0;
+        let mirror_in_user_space = r.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
+        let slow = r.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space || s.captured > 0;
         Some(FastPort {
             target: s.port.fast_path(),
-            vlan: s.vlan.clone(),
-            mtu: s.mtu,
-            isolated: s.policy.isolated,
-            uplink: s.policy.uplink,
-            mac: s.policy.mac,
+            vlan: r.vlan.clone(),
+            mtu: r.mtu,
+            isolated: r.policy.isolated,
+            uplink: r.policy.uplink,
+            mac: r.policy.mac,
             ips,
             slow,
-            failed: s.failed.is_some(),
-            dev_mac: if s.policy.uplink { s.dev_mac } else { None },
-            guest_mac: if self.cfg.mode == Mode::L3 { s.guest_mac } else { None },
+            failed: r.failed.is_some(),
+            dev_mac: if r.policy.uplink { r.dev_mac } else { None },
+            guest_mac: if self.cfg.mode == Mode::L3 { r.guest_mac } else { None },
             link_local_ok: self.cfg.mode == Mode::L3,
-            mirror: s.mirrored_to,
+            mirror: r.mirrored_to,
             learn_full: self.learn_full(id),
         })
     }
 
-    /// Layer 2: port `id` has as many learned stations behind it as it may (it is not an
-    /// uplink): the core learns no other source there, and forwards their frames as they are.
+    /// Layer 2: port `id` has as many learned stations behind it as it may (see
+    /// [`Tables::learn_full`]).
     fn learn_full(&self, id: PortId) -> bool {
-        self.cfg.mode == Mode::L2
-            && self.slot(id).is_some_and(|s| !s.policy.uplink)
-            && self.fib.learned_on(id) >= self.cfg.port_mac_limit
+        self.slot(id).is_some_and(|s| self.tables().learn_full(id, &s.rules))
+    }
+
+    /// What [`decide`](crate::decide) reads besides a frame's key.
+    fn tables(&self) -> Tables<'_, [Option<PortSlot>]> {
+        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3 }
+    }
+
+    /// The verdict on a frame with key `key` now: what the switch would do with it if it
+    /// arrived with the tables as they are (nothing is learned). A datapath that caches
+    /// verdicts keeps this one while [`Switch::generation`] stays where it was.
+    pub fn verdict(&self, key: &Key) -> Verdict {
+        let mut v = Verdict::default();
+        decide::decide(key, &self.tables(), &mut v);
+        v
+    }
+
+    /// Moves on every change that can alter a verdict on the same key: a port attached,
+    /// removed or failed, its device's address, its rules or mirrors, a source address it
+    /// learned and locked, a guest's MAC address (Layer 3), a port's learned stations
+    /// reaching its limit or falling below it, the MAC table becoming full or not. A
+    /// station learned, moved or aged does not move it: stations are answers in a key.
+    pub fn generation(&self) -> u64 {
+        self.generation + self.fib.epoch()
+    }
+
+    /// The key of the last frame received and the verdict it was decided by (what the
+    /// switch then did with it), if any frame was received.
+    pub fn last_decision(&self) -> Option<(&Key, &Verdict)> {
+        Some((self.last_key.as_ref()?, self.verdict.as_deref()?))
     }
 
     /// The MAC table's entry for `mac` on `vlan` as a kernel datapath executes it.
@@ -669,7 +683,7 @@ impl Switch {
     /// learned behind port `id` there. Learned again unless port `id` may not send from
     /// it (another port locks it now).
     pub fn adopt_mac(&mut self, vlan: u16, mac: MacAddr, id: PortId, now_ms: u64) {
-        if self.slot(id).is_some_and(|s| !self.claims_locked(&s.policy, mac)) {
+        if self.slot(id).is_some_and(|s| !self.claims_locked(&s.rules.policy, mac)) {
             self.fib.learn(vlan, mac, id, now_ms);
         }
     }
@@ -700,7 +714,7 @@ impl Switch {
             self.pool.release(fid);
             return false;
         };
-        if slot.held.is_full() || slot.failed.is_some() {
+        if slot.held.is_full() || slot.rules.failed.is_some() {
             slot.counters.rx_frames += 1;
             slot.counters.rx_bytes += len as u64;
             slot.counters.rx_drops.add(DropCause::UpcallLost);
@@ -779,7 +793,7 @@ impl Switch {
         let mut cfg = cfg;
         if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
             for ip in &cfg.policy.ips {
-                if let Some(&o) = self.l3.owners.get(ip) {
+                if let Some(o) = self.l3.owner(*ip) {
                     let owner = self.port_name(o).unwrap_or("?").to_string();
                     return Err(SwitchError::AddressInUse { ip: *ip, owner });
                 }
@@ -794,7 +808,7 @@ impl Switch {
                 return Err(bad("a port cannot mirror itself"));
             }
             if let Some(w) = self.port_id(n) {
-                if self.slot(w).is_some_and(|s| s.mirrored_to.is_some()) {
+                if self.slot(w).is_some_and(|s| s.rules.mirrored_to.is_some()) {
                     return Err(bad("it already has a mirror"));
                 }
                 watched.push(w);
@@ -804,11 +818,11 @@ impl Switch {
             .ports
             .iter()
             .enumerate()
-            .find(|(_, p)| p.as_ref().is_some_and(|p| p.policy.mirror_of.contains(&cfg.name)))
+            .find(|(_, p)| p.as_ref().is_some_and(|p| p.rules.policy.mirror_of.contains(&cfg.name)))
             .map(|(i, _)| i as PortId);
         for w in watched {
             if let Some(s) = self.slot_mut(w) {
-                s.mirrored_to = Some(id);
+                s.rules.mirrored_to = Some(id);
             }
         }
         self.pool.grow(self.port_buffers());
@@ -817,7 +831,10 @@ impl Switch {
             s.held.ensure_ports(n);
         }
         self.pass_blocked.resize(self.ports.len() + 1, false);
-        self.dests.reserve(self.ports.len() + 1);
+        if let Some(v) = self.verdict.as_mut() {
+            v.outputs.reserve(2 * (self.ports.len() + 1));
+        }
+        self.again.outputs.reserve(2 * (self.ports.len() + 1));
         self.dirty.reserve(self.ports.len() + 1);
         self.interest_changed.reserve(self.ports.len() + 1);
         let caps = port.caps();
@@ -841,16 +858,20 @@ impl Switch {
                 self.note_fast(w);
             }
         }
+        self.generation += 1;
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
             caps,
-            vlan: cfg.vlan,
-            mtu,
-            guest_mac: cfg.policy.mac,
-            policy: cfg.policy,
-            mirrored_to,
-            dev_mac,
+            rules: PortRules {
+                vlan: cfg.vlan,
+                mtu,
+                guest_mac: cfg.policy.mac,
+                policy: cfg.policy,
+                mirrored_to,
+                dev_mac,
+                failed: None,
+            },
             counters: PortCounters::default(),
             classes: vec![ClassCounters::default(); self.classes.len()],
             watch: vec![Watch::default(); self.classes.len()],
@@ -859,7 +880,6 @@ impl Switch {
             held: HeldList::new(self.cfg.hold_len, self.ports.len() + 1),
             want_write: false,
             dirty: false,
-            failed: None,
             // The driver registers the port with `interest(id)` when it attaches it.
             reported: Interest { read: true, write: false },
             learn_full: false,
@@ -873,9 +893,9 @@ impl Switch {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
         slot.count_refused();
-        while let Some(fid) = slot.queue.pop_any() {
+        while let Some(q) = slot.queue.pop_any() {
             slot.counters.tx_drops.add(DropCause::UnknownPort);
-            self.pool.release(fid);
+            self.pool.release(q.fid);
         }
         while !slot.held.is_empty() {
             let (fid, _) = slot.held.take(0);
@@ -899,7 +919,7 @@ impl Switch {
             }
         }
         self.l3.disown_port(id);
-        if let Some(m) = slot.policy.mac
+        if let Some(m) = slot.rules.policy.mac
             && let Some(n) = self.locked.get_mut(&m)
         {
             *n -= 1;
@@ -914,14 +934,15 @@ impl Switch {
         let mut unmirrored = Vec::new();
         for (i, s) in self.ports.iter_mut().enumerate() {
             if let Some(s) = s
-                && s.mirrored_to == Some(id)
+                && s.rules.mirrored_to == Some(id)
             {
-                s.mirrored_to = None;
+                s.rules.mirrored_to = None;
                 unmirrored.push(i as PortId);
             }
         }
+        self.generation += 1;
         self.note_fast(id);
-        if let Some(m) = slot.mirrored_to {
+        if let Some(m) = slot.rules.mirrored_to {
             self.note_fast(m);
         }
         for i in unmirrored {
@@ -977,8 +998,8 @@ impl Switch {
             id,
             name: s.name.clone(),
             kind: s.port.kind(),
-            vlan: s.vlan.clone(),
-            mtu: s.mtu,
+            vlan: s.rules.vlan.clone(),
+            mtu: s.rules.mtu,
             caps: s.caps,
             counters: s.counters,
             queued: s.queue.len(),
@@ -999,7 +1020,7 @@ impl Switch {
             resolving: self.l3.pending.iter().filter(|p| p.from == id).count(),
             device_drops: s.port.device_drops(),
             link: s.port.link_state(),
-            failed: s.failed.clone(),
+            failed: s.rules.failed.clone(),
         })
     }
 
@@ -1069,9 +1090,9 @@ impl Switch {
         }
         let id = self.port_id(port).ok_or_else(|| SwitchError::NoSuchPort(port.to_string()))?;
         if let Some(s) = self.slot(id)
-            && self.claims_locked(&s.policy, mac)
+            && self.claims_locked(&s.rules.policy, mac)
         {
-            let owner = self.ports.iter().flatten().find(|p| p.policy.mac == Some(mac)).map(|p| p.name.clone());
+            let owner = self.ports.iter().flatten().find(|p| p.rules.policy.mac == Some(mac)).map(|p| p.name.clone());
             return Err(SwitchError::MacLocked { mac, owner: owner.unwrap_or_default() });
         }
         self.fib.add_static(vlan, mac, id);
@@ -1148,10 +1169,10 @@ impl Switch {
                 }
                 s.watch[ci].stuck = true;
                 s.classes[ci].watchdog_trips += 1;
-                while let Some(fid) = s.queue.pop_behind_head(ci as u8) {
+                while let Some(q) = s.queue.pop_behind_head(ci as u8) {
                     s.counters.tx_drops.add(DropCause::Watchdog);
                     s.classes[ci].tx_drops.add(DropCause::Watchdog);
-                    self.pool.release(fid);
+                    self.pool.release(q.fid);
                 }
                 let class = self.classes[ci].name.clone();
                 self.watchdog_events.push(WatchdogEvent { port: id, class, stuck: true });
@@ -1193,7 +1214,7 @@ impl Switch {
 
     /// Layer 3 mode: the addresses guest ports own, as (address, port), sorted.
     pub fn ip_owners(&self) -> Vec<(IpAddr, PortId)> {
-        let mut v: Vec<_> = self.l3.owners.iter().map(|(&ip, &p)| (ip, p)).collect();
+        let mut v: Vec<_> = self.l3.owners().collect();
         v.sort();
         v
     }
@@ -1221,9 +1242,10 @@ impl Switch {
         // stations on this side announce themselves through it.
         for id in moved {
             self.note_fast(id);
+            self.generation += 1;
             self.fib.forget_port(id);
             if let Some(s) = self.slot_mut(id) {
-                s.dev_mac = s.port.mac();
+                s.rules.dev_mac = s.port.mac();
             }
             if self.cfg.mode == Mode::L3 {
                 self.l3.forget_neighbours();
@@ -1246,16 +1268,16 @@ impl Switch {
         match self.cfg.mode {
             Mode::L2 => {
                 for (vlan, mac, e) in self.fib.entries() {
-                    if e.port != to && out.vlan.is_member(vlan) {
+                    if e.port != to && out.rules.vlan.is_member(vlan) {
                         frames.push((vlan, Announce::Rarp(mac)));
                     }
                 }
             }
             Mode::L3 => {
-                let mac = out.dev_mac.unwrap_or(self.cfg.router_mac);
+                let mac = out.rules.dev_mac.unwrap_or(self.cfg.router_mac);
                 for (ip, p) in self.ip_owners() {
-                    let Some(vlan) = self.slot(p).and_then(|s| vlan_of(&s.vlan)) else { continue };
-                    if out.vlan.is_member(vlan) {
+                    let Some(vlan) = self.slot(p).and_then(|s| vlan_of(&s.rules.vlan)) else { continue };
+                    if out.rules.vlan.is_member(vlan) {
                         frames.push((vlan, Announce::Address(ip, mac)));
                     }
                 }
@@ -1289,9 +1311,11 @@ impl Switch {
     /// frame's length) for port `out` on `vlan`; counted as `generated` and `tx_offered`
     /// there. Nothing is sent when the frame pool is exhausted.
     fn emit(&mut self, out: PortId, vlan: u16, write: impl FnOnce(&mut [u8]) -> Option<usize>) {
-        if self.slot(out).is_none_or(|s| s.failed.is_some()) {
-            return;
-        }
+        // The switch's own frames leave tagged as the port's egress rule says.
+        let tagged = match self.slot(out) {
+            Some(s) if s.rules.failed.is_none() => s.rules.vlan.egress(vlan) == Some(true),
+            _ => return,
+        };
         let Some(fid) = self.pool.alloc() else { return };
         let buf = self.pool.buf_mut(fid);
         buf[..VNET_HDR_LEN].fill(0);
@@ -1315,7 +1339,7 @@ impl Switch {
         if s.queue.class_len(class) == 0 {
             s.watch[usize::from(class)].since_ms = now;
         }
-        if s.queue.push(class, fid) {
+        if s.queue.push(class, QueuedCopy { fid, tag: NonZeroU16::new(vlan).filter(|_| tagged), own_src: false }) {
             if !s.dirty {
                 s.dirty = true;
                 self.dirty.push(out);
@@ -1355,7 +1379,7 @@ impl Switch {
             let Some(slot) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else {
                 break;
             };
-            if slot.held.is_full() || slot.failed.is_some() {
+            if slot.held.is_full() || slot.rules.failed.is_some() {
                 break;
             }
             let Some(fid) = self.pool.alloc() else { break };
@@ -1430,17 +1454,18 @@ impl Switch {
 
     fn fail_port(&mut self, id: PortId, why: String) {
         let Some(s) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else { return };
-        if s.failed.is_some() {
+        if s.rules.failed.is_some() {
             return;
         }
-        s.failed = Some(why);
+        s.rules.failed = Some(why);
         let mut freed = 0u64;
-        while let Some(fid) = s.queue.pop_any() {
+        while let Some(q) = s.queue.pop_any() {
             freed += 1;
-            self.pool.release(fid);
+            self.pool.release(q.fid);
         }
         s.counters.tx_drops.tx_error += freed;
         s.seg_done = 0;
+        self.generation += 1;
         self.note_interest(id);
         self.note_fast(id);
         // The ports it mirrors go through the core from now on (see `fast_port`).
@@ -1448,7 +1473,7 @@ impl Switch {
             .ports
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.as_ref().is_some_and(|p| p.mirrored_to == Some(id)))
+            .filter(|(_, p)| p.as_ref().is_some_and(|p| p.rules.mirrored_to == Some(id)))
             .map(|(i, _)| i as PortId)
             .collect();
         for w in watched {
@@ -1456,8 +1481,10 @@ impl Switch {
         }
     }
 
-    /// Validates and classifies a received frame, then forwards it.
+    /// Receives a frame: validates it, reads its key, learns what it teaches, decides it
+    /// once and executes the verdict.
     fn ingress(&mut self, id: PortId, fid: u32, len: usize, now_ms: u64) {
+        self.last_key = None;
         let slot = self.ports[id as usize].as_mut().expect("caller checked");
         slot.counters.rx_frames += 1;
         slot.counters.rx_bytes += len as u64;
@@ -1468,70 +1495,247 @@ impl Switch {
                 c.offer(false, &[frame]);
             }
         }
-        let Some(mut meta) = classify(buf, len, &slot.vlan, &mut slot.counters) else {
+        let Some(rx) = classify(buf, len, &slot.rules.vlan, &mut slot.counters) else {
             self.pool.release(fid);
             return;
         };
-        let frame = &buf[meta.start as usize..(meta.start + meta.len) as usize];
-        meta.class = class::classify(&self.classes, frame, meta.pcp, &slot.name);
-        slot.classes[usize::from(meta.class)].rx_frames += 1;
-        let src = MacAddr(buf[meta.start as usize + 6..meta.start as usize + 12].try_into().unwrap_or_default());
-        if slot.policy.mac.is_some_and(|m| m != src) {
-            // Before learning: a forged address must not move the real owner's entry.
-            slot.counters.rx_drops.add(DropCause::SpoofedMac);
-            self.pool.release(fid);
-            return;
+        let mut meta = rx.meta;
+        if rx.admitted {
+            let frame = &buf[meta.start as usize..(meta.start + meta.len) as usize];
+            meta.class = class::classify(&self.classes, frame, meta.pcp, &slot.name);
+            slot.classes[usize::from(meta.class)].rx_frames += 1;
         }
         *self.pool.meta_mut(fid) = meta;
-        if self.cfg.mode == Mode::L3 {
-            self.ingress_l3(id, fid, src, now_ms);
-            return;
-        }
-        let checks_ips = self.slot(id).is_some_and(|s| !s.policy.ips.is_empty() || s.policy.learn_ips);
-        if checks_ips
-            && let Some(claimed) = claimed_source(self.pool.frame(fid))
-            && !self.source_ok(id, claimed, false)
+        let frame = self.pool.frame(fid);
+        let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
+        let mut key = self.read_key(id, frame, rx.tag, rx.ethertype, rx.admitted);
+        let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
+        // (After learning: a frame to its own source is to its own port.)
+        if self.cfg.mode == Mode::L2
+            && rx.admitted
+            && key.dst == Dest::Unknown
+            && let Some(p) = self.fib.lookup(meta.vlan, dst, now_ms)
         {
-            self.drop_rx(id, fid, DropCause::SpoofedIp);
-            return;
+            key.dst = Dest::Station(p);
         }
-        let limit = match self.slot(id) {
-            Some(s) if !s.policy.uplink => self.cfg.port_mac_limit,
-            _ => usize::MAX,
-        };
-        if self.slot(id).is_some_and(|s| self.claims_locked(&s.policy, src)) {
-            // Another port's locked station: it stays where it is. (After the address
-            // checks, in the kernel datapath's order.)
-            self.drop_rx(id, fid, DropCause::SpoofedMac);
-            return;
+        let mut v = self.verdict.take().unwrap_or_default();
+        match admission {
+            Some(adm) => decide::decide_learned(&key, adm, &self.tables(), &mut v),
+            None => decide::decide(&key, &self.tables(), &mut v),
         }
-        match self.fib.learn_limited(meta.vlan, src, id, now_ms, limit) {
-            Learn::Ok => {}
-            Learn::PortFull => {
-                if let Some(s) = self.slot_mut(id) {
-                    s.counters.learn_refused += 1;
-                }
-            }
-            Learn::Static => {
-                // Another port's static station: it stays where it is.
-                self.drop_rx(id, fid, DropCause::SpoofedMac);
-                return;
-            }
+        if v.learn_refused
+            && let Some(s) = self.slot_mut(id)
+        {
+            s.counters.learn_refused += 1;
         }
-        self.place(id, fid, now_ms);
+        self.last_key = Some(key);
+        if let Placement::Held(out) = self.execute(id, fid, &key, &v, Hold::Fresh, now_ms) {
+            self.hold(id, fid, out, &key);
+        }
+        self.verdict = Some(v);
     }
 
-    /// Forwards a received frame, holding it at its input if it must wait for room.
-    fn place(&mut self, id: PortId, fid: u32, now_ms: u64) {
-        if let Placement::Held(out) = self.forward(id, fid, now_ms, Hold::Fresh) {
-            let s = self.ports[id as usize].as_mut().expect("caller checked");
-            s.held.push(fid, out);
-            self.held_count += 1;
-            if s.held.is_full() {
-                // The input stops being read until something it holds is placed.
-                s.counters.pauses += 1;
-                self.note_interest(id);
+    /// What the decision reads of a frame from port `id` (`frame`, untagged if
+    /// `admitted`; the VLAN id of the tag it came with, its EtherType): the input's mask
+    /// says which extras. The source's station is filled in by [`Switch::learn`], a known
+    /// destination station by the caller.
+    #[inline]
+    fn read_key(&self, id: PortId, frame: &[u8], tag: Option<u16>, ethertype: u16, admitted: bool) -> Key {
+        let r = &self.slot(id).expect("caller checked").rules;
+        let l3 = self.cfg.mode == Mode::L3;
+        let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
+        // An uplink's own address: its device's (Layer 3: the switch's on the LAN).
+        let own = || match self.cfg.mode {
+            Mode::L2 => r.dev_mac,
+            Mode::L3 => Some(r.l3_src(self.cfg.router_mac)),
+        };
+        let dst = if dst.is_multicast() {
+            Dest::Group
+        } else if r.policy.uplink && own() == Some(dst) {
+            Dest::Own
+        } else {
+            Dest::Unknown
+        };
+        let mut key = Key { port: id, tag, ethertype, dst, ..Key::default() };
+        if !admitted {
+            return key;
+        }
+        if r.policy.mac.is_some() {
+            key.extras.src_mac = Some(src);
+        }
+        // In Layer 3 mode the LAN's sources are not checked.
+        let checked = !(l3 && r.policy.uplink);
+        if l3 {
+            let (x, claimed) = self.l3_extras(frame, ethertype);
+            key.extras.l3 = Some(x);
+            if checked && r.checks_ips() {
+                key.extras.src_ip = Some(claimed);
             }
+        } else if r.checks_ips() {
+            key.extras.src_ip = claimed_source(frame);
+        }
+        if checked && self.claims_locked(&r.policy, src) {
+            key.src = Station::Locked;
+        }
+        key
+    }
+
+    /// What Layer 3 mode reads of an untagged frame of `ethertype`, and the source
+    /// address it claims (an IP source or an ARP sender address; `None` when it does not
+    /// read).
+    fn l3_extras(&self, frame: &[u8], ethertype: u16) -> (L3Extras, Option<IpAddr>) {
+        let mut x = L3Extras::default();
+        let mut claimed = None;
+        match ethertype {
+            0x0806 => {
+                if let Some(Neigh::ArpRequest { sender_ip, .. } | Neigh::ArpReply { sender_ip, .. }) =
+                    neigh::parse_neigh(frame)
+                {
+                    x.readable = true;
+                    claimed = Some(sender_ip.into());
+                }
+            }
+            0x0800 | 0x86dd => {
+                if let Some((src, dst)) = neigh::ip_endpoints(frame) {
+                    x.readable = true;
+                    claimed = Some(src);
+                    x.owner = self.l3.owner(dst);
+                    if ethertype == 0x86dd {
+                        // (An IPv6 header was read whole: its next header and hop limit.)
+                        x.proto = frame[20];
+                        x.hop255 = frame[21] == 255;
+                        if x.proto == 58 {
+                            x.icmp6_type = frame.get(ETH_HDR_LEN + 40).copied().unwrap_or(0);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        (x, claimed)
+    }
+
+    /// Learns what a frame with key `key` from port `id` (source `src`, VLAN `vid`)
+    /// teaches, if its input's checks admit it ([`decide::learning`]), and puts the
+    /// station table's answer for its source, after learning, into the key. Returns the
+    /// admission, for the decision to go on from.
+    #[inline]
+    fn learn(&mut self, id: PortId, key: &mut Key, src: MacAddr, vid: u16, now_ms: u64) -> Option<decide::Admission> {
+        let Some(l) = decide::learning(key, &self.tables()) else {
+            if key.src != Station::Locked {
+                key.src = self.station(id, src, vid);
+            }
+            return None;
+        };
+        if let Some(ip) = l.ip {
+            self.lock_ip(id, ip);
+        }
+        if !l.station {
+            return Some(l);
+        }
+        match self.cfg.mode {
+            Mode::L2 => {
+                let limit = match self.slot(id) {
+                    Some(s) if !s.rules.policy.uplink => self.cfg.port_mac_limit,
+                    _ => usize::MAX,
+                };
+                key.src = match self.fib.learn_limited(vid, src, id, now_ms, limit) {
+                    Learn::Ok => Station::Here,
+                    Learn::PortFull { known: true } => Station::Elsewhere,
+                    Learn::PortFull { known: false } | Learn::TableFull => Station::Absent,
+                    Learn::Static => Station::Static,
+                    Learn::Ignored => Station::Unlearnable,
+                };
+            }
+            Mode::L3 => {
+                let s = self.slot_mut(id).expect("caller checked");
+                if s.rules.guest_mac != Some(src) {
+                    s.rules.guest_mac = Some(src);
+                    self.generation += 1;
+                    self.note_fast(id);
+                    self.resolved(id, None, now_ms);
+                }
+                key.src = Station::Here;
+            }
+        }
+        Some(l)
+    }
+
+    /// The station table's answer for source `src` of a frame from port `id` in `vid`,
+    /// as it is (nothing learned).
+    fn station(&self, id: PortId, src: MacAddr, vid: u16) -> Station {
+        match self.cfg.mode {
+            Mode::L3 if self.slot(id).is_some_and(|s| s.rules.guest_mac == Some(src)) => Station::Here,
+            Mode::L3 => Station::Absent,
+            Mode::L2 if src.is_zero() => Station::Unlearnable,
+            Mode::L2 => match self.fib.get(vid, src) {
+                Some(e) if e.port == id => Station::Here,
+                Some(e) if e.is_static => Station::Static,
+                Some(_) => Station::Elsewhere,
+                None => Station::Absent,
+            },
+        }
+    }
+
+    /// Locks address `ip` to port `id`, which used it first (its `ips = "learn"`).
+    fn lock_ip(&mut self, id: PortId, ip: IpAddr) {
+        if self.cfg.mode == Mode::L3 {
+            self.l3.own(ip, id);
+        }
+        if let Some(s) = self.slot_mut(id) {
+            s.rules.policy.ips.push(ip);
+        }
+        self.generation += 1;
+        self.note_fast(id);
+    }
+
+    /// Executes verdict `v` on frame `fid` from port `from` (decided by `key`): drops it,
+    /// does the core's slow work, or places it in its outputs' queues — or reports that it
+    /// must be held ([`Switch::forward`]).
+    #[inline]
+    fn execute(&mut self, from: PortId, fid: u32, key: &Key, v: &Verdict, hold: Hold, now_ms: u64) -> Placement {
+        match v.action {
+            Action::Drop(cause) => self.drop_rx(from, fid, cause),
+            // The core learns before it decides, and a frame decided again learns again
+            // first: this is never the verdict executed.
+            Action::Up(Upcall::Learn) => self.drop_rx(from, fid, DropCause::UnknownPort),
+            Action::Up(Upcall::Neigh) => self.neighbour_message(from, fid, now_ms),
+            Action::Up(Upcall::Resolve(out)) => self.wait_for_next_hop(from, fid, key, out, now_ms),
+            Action::Forward => return self.forward(from, fid, key, v, hold, now_ms),
+        }
+        Placement::Placed
+    }
+
+    /// Decides again, by the key it was decided by and the tables as they are now, a frame
+    /// that waited (held for room, or for its next hop's address), and executes that.
+    fn redecide(&mut self, from: PortId, fid: u32, hold: Hold) -> Placement {
+        let now_ms = self.now_ms;
+        let mut key = *self.pool.key(fid);
+        let mut v = std::mem::take(&mut self.again);
+        decide::decide(&key, &self.tables(), &mut v);
+        if v.action == Action::Up(Upcall::Learn) {
+            // Its source aged out or its port's limit moved while it waited: learned as on
+            // arrival.
+            let (src, vid) = (mac_at(self.pool.frame(fid), 6), self.pool.meta(fid).vlan);
+            self.learn(from, &mut key, src, vid, now_ms);
+            decide::decide(&key, &self.tables(), &mut v);
+            self.pool.set_key(fid, key);
+        }
+        let placed = self.execute(from, fid, &key, &v, hold, now_ms);
+        self.again = v;
+        placed
+    }
+
+    /// Holds frame `fid` at its input `id` until output `out` (or [`SEVERAL`]) has room.
+    fn hold(&mut self, id: PortId, fid: u32, out: PortId, key: &Key) {
+        self.pool.set_key(fid, *key);
+        let s = self.ports[id as usize].as_mut().expect("caller checked");
+        s.held.push(fid, out);
+        self.held_count += 1;
+        if s.held.is_full() {
+            // The input stops being read until something it holds is placed.
+            s.counters.pauses += 1;
+            self.note_interest(id);
         }
     }
 
@@ -1543,88 +1747,44 @@ impl Switch {
         self.pool.release(fid);
     }
 
-    /// Applies port `id`'s source-address rule to `claimed` (an IP frame's source, `None`
-    /// when cut short), locking a learned address. False: the frame is to be dropped.
-    fn source_ok(&mut self, id: PortId, claimed: Option<IpAddr>, link_local_ok: bool) -> bool {
-        let Some(s) = self.slot(id) else { return false };
-        if s.policy.ips.is_empty() && !s.policy.learn_ips {
-            return true;
-        }
-        let Some(src) = claimed else { return false };
-        match s.policy.check_source(src, link_local_ok) {
-            SourceCheck::Allowed => true,
-            SourceCheck::Spoofed => false,
-            SourceCheck::Learn(ip) => {
-                if self.cfg.mode == Mode::L3 {
-                    if self.l3.owners.get(&ip).is_some_and(|&o| o != id) {
-                        return false;
-                    }
-                    self.l3.own(ip, id);
-                }
-                self.slot_mut(id).expect("live").policy.ips.push(ip);
-                self.note_fast(id);
-                true
-            }
-        }
+    /// Takes an address-resolution message port `from` sent: answers it or learns from it.
+    fn neighbour_message(&mut self, from: PortId, fid: u32, now_ms: u64) {
+        let frame = self.pool.frame(fid);
+        let (src, vlan) = (mac_at(frame, 6), self.pool.meta(fid).vlan);
+        let Some(m) = neigh::parse_neigh(frame) else {
+            // Neighbour discovery whose message does not read (a bad checksum or option).
+            self.drop_rx(from, fid, DropCause::Malformed);
+            return;
+        };
+        self.slot_mut(from).expect("caller checked").counters.consumed += 1;
+        self.pool.release(fid);
+        self.answer(from, vlan, src, m, now_ms);
     }
 
-    /// Layer 3 ingress, after the VLAN and MAC checks: address resolution is answered
-    /// here; IP packets go on to forwarding; anything else is dropped.
-    fn ingress_l3(&mut self, id: PortId, fid: u32, src: MacAddr, now_ms: u64) {
-        let meta = *self.pool.meta(fid);
-        let frame = self.pool.frame(fid);
-        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
-        if !matches!(ethertype, 0x0800 | 0x0806 | 0x86dd) {
-            self.drop_rx(id, fid, DropCause::NotIp);
+    /// Parks IP frame `fid` from `from` (decided by `key`) until the MAC address of its
+    /// next hop behind `out` is known; a frame that finds no room waits for nothing.
+    fn wait_for_next_hop(&mut self, from: PortId, fid: u32, key: &Key, out: PortId, now_ms: u64) {
+        let Some((_, ip)) = neigh::ip_endpoints(self.pool.frame(fid)) else {
+            self.drop_rx(from, fid, DropCause::Malformed);
             return;
-        }
-        let msg = neigh::parse_neigh(frame);
-        let endpoints = neigh::ip_endpoints(frame);
-        if (ethertype == 0x0806 && msg.is_none()) || (ethertype != 0x0806 && endpoints.is_none()) {
-            self.drop_rx(id, fid, DropCause::Malformed);
-            return;
-        }
-        let uplink = self.slot(id).is_some_and(|s| s.policy.uplink);
-        if !uplink {
-            let claimed = match msg {
-                Some(Neigh::ArpRequest { sender_ip, .. } | Neigh::ArpReply { sender_ip, .. }) => sender_ip.into(),
-                _ => endpoints.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |e| e.0),
-            };
-            if !self.source_ok(id, Some(claimed), true) {
-                self.drop_rx(id, fid, DropCause::SpoofedIp);
-                return;
-            }
-            if self.slot(id).is_some_and(|s| self.claims_locked(&s.policy, src)) {
-                // Another port's locked station is not this port's guest.
-                self.drop_rx(id, fid, DropCause::SpoofedMac);
-                return;
-            }
-            let s = self.slot_mut(id).expect("live");
-            if s.guest_mac != Some(src) {
-                s.guest_mac = Some(src);
-                self.note_fast(id);
-                self.resolved(id, None, now_ms);
-            }
-        }
-        match msg {
-            Some(m) => {
-                self.slot_mut(id).expect("live").counters.consumed += 1;
-                self.pool.release(fid);
-                self.answer(id, meta.vlan, src, m, now_ms);
-            }
-            None => self.place(id, fid, now_ms),
+        };
+        self.pool.set_key(fid, *key);
+        let vlan = self.pool.meta(fid).vlan;
+        // The pending list keeps the frame (and its reference) until then.
+        if !self.park(from, fid, out, ip, vlan, now_ms) {
+            self.drop_rx(from, fid, DropCause::Unresolved);
         }
     }
 
     /// Answers or learns from an address-resolution message that port `from` sent.
     fn answer(&mut self, from: PortId, vlan: u16, eth_src: MacAddr, m: Neigh, now_ms: u64) {
         let Some(s) = self.slot(from) else { return };
-        let uplink = s.policy.uplink;
-        let me = if uplink { s.dev_mac.unwrap_or(self.cfg.router_mac) } else { self.cfg.router_mac };
+        let uplink = s.rules.policy.uplink;
+        let me = s.rules.l3_src(self.cfg.router_mac);
         // Whether to answer for `target`: on the uplink, for guests' addresses only; on a
         // guest port, for any address but the guest's own.
         let answers = |sw: &Switch, target: IpAddr| {
-            if uplink { sw.owner_in(vlan, target).is_some() } else { sw.l3.owners.get(&target) != Some(&from) }
+            if uplink { sw.owner_in(vlan, target).is_some() } else { sw.l3.owner(target) != Some(from) }
         };
         match m {
             Neigh::ArpRequest { sender_mac, sender_ip, target } => {
@@ -1665,8 +1825,8 @@ impl Switch {
 
     /// The live guest port in `vlan` that owns `ip`.
     fn owner_in(&self, vlan: u16, ip: IpAddr) -> Option<PortId> {
-        let p = *self.l3.owners.get(&ip)?;
-        self.slot(p).filter(|s| s.failed.is_none() && s.vlan.is_member(vlan)).map(|_| p)
+        let p = self.l3.owner(ip)?;
+        self.slot(p).filter(|s| s.rules.failed.is_none() && s.rules.vlan.is_member(vlan)).map(|_| p)
     }
 
     /// Records a LAN neighbour heard on uplink `port` and sends what waited for it.
@@ -1700,7 +1860,7 @@ impl Switch {
         });
         for p in ready {
             // Its input may already hold a frame: this one is placed without holding.
-            self.forward(p.from, p.fid, now_ms, Hold::Never);
+            self.redecide(p.from, p.fid, Hold::Never);
         }
     }
 
@@ -1708,11 +1868,11 @@ impl Switch {
     /// frame is forwarded to be dropped).
     fn next_hop_known(&self, p: &Pending, now_ms: u64) -> bool {
         let Some(s) = self.slot(p.out) else { return true };
-        if s.policy.uplink {
+        if s.rules.policy.uplink {
             let vlan = self.pool.meta(p.fid).vlan;
             self.l3.lookup(vlan, p.ip, now_ms, self.cfg.aging_ms).is_some()
         } else {
-            s.guest_mac.is_some()
+            s.rules.guest_mac.is_some()
         }
     }
 
@@ -1728,7 +1888,7 @@ impl Switch {
             return true;
         }
         let Some(s) = self.slot(out) else { return true };
-        let me = if s.policy.uplink { s.dev_mac.unwrap_or(self.cfg.router_mac) } else { self.cfg.router_mac };
+        let me = s.rules.l3_src(self.cfg.router_mac);
         // Asked in the name of the packet's source, so the answer also teaches the target
         // where that source is.
         let Some((src, _)) = neigh::ip_endpoints(self.pool.frame(fid)) else { return true };
@@ -1746,70 +1906,70 @@ impl Switch {
         true
     }
 
-    /// Decides the outputs of frame `fid` from port `from` and places copies in their
-    /// queues, or reports that it must be held (a lossless class, an output full or, for a
-    /// fresh frame, an earlier frame of its input waiting for one of its outputs). With
-    /// [`Hold::Never`] a copy for a full output is dropped instead.
-    fn forward(&mut self, from: PortId, fid: u32, now_ms: u64, hold: Hold) -> Placement {
+    /// Places copies of frame `fid` from port `from` in the queues of verdict `v`'s
+    /// outputs (its next hop's address written first), or reports that it must be held (a
+    /// lossless class, an output full or, for a fresh frame, an earlier frame of its input
+    /// waiting for one of its outputs). With [`Hold::Never`] a copy for a full output is
+    /// dropped instead.
+    #[inline]
+    fn forward(&mut self, from: PortId, fid: u32, key: &Key, v: &Verdict, hold: Hold, now_ms: u64) -> Placement {
         let meta = *self.pool.meta(fid);
-        let decision = match self.cfg.mode {
-            Mode::L2 => {
-                let frame = self.pool.frame(fid);
-                let dst = MacAddr(frame[..6].try_into().unwrap_or_default());
-                self.destinations(from, meta.vlan, dst, now_ms)
-            }
-            Mode::L3 => self.l3_destinations(from, fid, meta.vlan, now_ms),
-        };
-        let cause = match decision {
-            Decision::Park { out, ip } => {
-                if self.park(from, fid, out, ip, meta.vlan, now_ms) {
-                    // The pending list keeps the frame (and its reference) until then.
-                    return Placement::Placed;
-                }
-                Some(DropCause::Unresolved)
-            }
-            Decision::Drop(cause) => Some(cause),
-            _ if self.dests.is_empty() => Some(DropCause::UnknownPort),
-            _ => None,
-        };
-        if let Some(cause) = cause {
-            self.ports[from as usize].as_mut().expect("live").counters.rx_drops.add(cause);
+        if v.outputs.is_empty() {
+            // The host's own frame on an uplink that is also its interface: the host's
+            // stack has its copy.
+            self.ports[from as usize].as_mut().expect("live").counters.consumed += 1;
             self.pool.release(fid);
             return Placement::Placed;
         }
-        // Copies for mirrors come after the real outputs; they never hold a frame back.
-        let real = self.dests.len();
-        self.add_mirrors(from, meta.vlan, real);
+        if let Some(next) = v.next_hop {
+            let mac = match next {
+                NextHop::Mac(m) => m,
+                NextHop::Neighbour => {
+                    let Some((_, ip)) = neigh::ip_endpoints(self.pool.frame(fid)) else {
+                        self.drop_rx(from, fid, DropCause::Malformed);
+                        return Placement::Placed;
+                    };
+                    match self.l3.lookup(meta.vlan, ip, now_ms, self.cfg.aging_ms) {
+                        Some(m) => m,
+                        None => {
+                            self.wait_for_next_hop(from, fid, key, v.outputs[0].port, now_ms);
+                            return Placement::Placed;
+                        }
+                    }
+                }
+            };
+            let start = meta.start as usize;
+            self.pool.buf_mut(fid)[start..start + 6].copy_from_slice(&mac.0);
+        }
         // An output whose queue filled up during this batch gets a chance to send before
         // the frame is held or dropped for want of room.
-        for i in 0..self.dests.len() {
-            let d = self.dests[i];
-            if self.ports[d as usize].as_ref().is_some_and(|s| s.queue.is_full(meta.class) && !s.want_write) {
-                self.flush_port(d);
+        for o in &v.outputs {
+            if self.ports[o.port as usize].as_ref().is_some_and(|s| s.queue.is_full(meta.class) && !s.want_write) {
+                self.flush_port(o.port);
             }
         }
         let class = meta.class;
         let ci = usize::from(class);
         if hold != Hold::Never && self.classes[ci].lossless {
-            let full = self.dests[..real].iter().any(|&d| {
-                let s = self.ports[d as usize].as_ref().expect("destinations are live");
-                meta.l3_max <= u32::from(s.mtu) && s.queue.is_full(class) && !s.watch[ci].stuck
+            // Mirror copies never hold a frame back.
+            let real = v.destinations().count();
+            let full = v.destinations().any(|o| {
+                let s = self.ports[o.port as usize].as_ref().expect("outputs are live");
+                meta.l3_max <= u32::from(o.mtu) && s.queue.is_full(class) && !s.watch[ci].stuck
             });
-            let behind =
-                hold == Hold::Fresh && self.slot(from).is_some_and(|s| s.held.must_wait(&self.dests[..real], real > 1));
+            let behind = hold == Hold::Fresh
+                && self.slot(from).is_some_and(|s| s.held.must_wait(v.destinations().map(|o| o.port), real > 1));
             if full || behind {
-                return Placement::Held(if real == 1 { self.dests[0] } else { SEVERAL });
+                return Placement::Held(if real == 1 { v.outputs[0].port } else { SEVERAL });
             }
         }
-        let copies = self.dests.len() as u64;
-        for i in 0..self.dests.len() {
-            let d = self.dests[i];
-            let out = self.ports[d as usize].as_mut().expect("destinations are live");
+        for o in &v.outputs {
+            let out = self.ports[o.port as usize].as_mut().expect("outputs are live");
             out.counters.tx_offered += 1;
-            let cause = if out.failed.is_some() {
+            let cause = if out.rules.failed.is_some() {
                 // Failed while this frame was being placed (its flush hit a dead device).
                 Some(DropCause::TxError)
-            } else if meta.l3_max > u32::from(out.mtu) {
+            } else if meta.l3_max > u32::from(o.mtu) {
                 Some(DropCause::OverMtu)
             } else if out.watch[ci].stuck && out.queue.class_len(class) > 0 {
                 // Stuck: one frame at a time is offered, to see whether it sends again.
@@ -1818,7 +1978,8 @@ impl Switch {
                 if out.queue.class_len(class) == 0 {
                     out.watch[ci].since_ms = now_ms;
                 }
-                if out.queue.push(class, fid) { None } else { Some(DropCause::QueueFull) }
+                let copy = QueuedCopy { fid, tag: o.tag.and_then(NonZeroU16::new), own_src: o.src_mac.is_some() };
+                if out.queue.push(class, copy) { None } else { Some(DropCause::QueueFull) }
             };
             match cause {
                 Some(c) => {
@@ -1829,124 +1990,20 @@ impl Switch {
                     self.pool.retain(fid);
                     if !out.dirty {
                         out.dirty = true;
-                        self.dirty.push(d);
+                        self.dirty.push(o.port);
                     }
                 }
             }
         }
         let c = &mut self.ports[from as usize].as_mut().expect("live").counters;
-        c.copies += copies;
-        match decision {
-            Decision::Flood => c.flooded += 1,
-            _ => c.forwarded += 1,
+        c.copies += v.outputs.len() as u64;
+        if v.flood {
+            c.flooded += 1;
+        } else {
+            c.forwarded += 1;
         }
         self.pool.release(fid);
         Placement::Placed
-    }
-
-    /// Appends to `self.dests` the mirrors of the frame's input and of its first `real`
-    /// outputs, once each, if they are live members of `vlan` and not already outputs.
-    fn add_mirrors(&mut self, from: PortId, vlan: u16, real: usize) {
-        for k in 0..=real {
-            let p = if k == real { from } else { self.dests[k] };
-            let Some(m) = self.slot(p).and_then(|s| s.mirrored_to) else { continue };
-            let ok = m != from
-                && !self.dests.contains(&m)
-                && self.slot(m).is_some_and(|s| s.failed.is_none() && s.vlan.is_member(vlan));
-            if ok {
-                self.dests.push(m);
-            }
-        }
-    }
-
-    /// Fills `self.dests` with the outputs of a frame to `dst` on `vlan` from `from`.
-    fn destinations(&mut self, from: PortId, vlan: u16, dst: MacAddr, now_ms: u64) -> Decision {
-        self.dests.clear();
-        let me = self.slot(from).map_or((false, false), |s| (s.policy.isolated, s.policy.uplink));
-        if !dst.is_multicast()
-            && let Some(p) = self.fib.lookup(vlan, dst, now_ms)
-        {
-            if p == from {
-                return Decision::Drop(DropCause::SamePort);
-            }
-            return match self.slot(p) {
-                None => Decision::Drop(DropCause::UnknownPort),
-                Some(s) if s.failed.is_some() => Decision::Drop(DropCause::UnknownPort),
-                Some(s) if !s.vlan.is_member(vlan) => Decision::Drop(DropCause::VlanFilter),
-                Some(s) if !may_talk(me, (s.policy.isolated, s.policy.uplink)) => Decision::Drop(DropCause::Isolated),
-                Some(_) => {
-                    self.dests.push(p);
-                    Decision::Unicast
-                }
-            };
-        }
-        self.flood(from, vlan, me)
-    }
-
-    /// Fills `self.dests` with every live port of `vlan` but `from` that `from` may talk to.
-    fn flood(&mut self, from: PortId, vlan: u16, me: (bool, bool)) -> Decision {
-        for (i, p) in self.ports.iter().enumerate() {
-            if let Some(s) = p
-                && i as PortId != from
-                && s.failed.is_none()
-                && s.vlan.is_member(vlan)
-                && may_talk(me, (s.policy.isolated, s.policy.uplink))
-            {
-                self.dests.push(i as PortId);
-            }
-        }
-        Decision::Flood
-    }
-
-    /// Layer 3: fills `self.dests` with the output of IP frame `fid` from `from` and writes
-    /// the next hop's MAC address into it. Group destinations (broadcast, multicast) are
-    /// flooded; unicast goes to the guest port owning the destination address, or else out
-    /// the uplink to the LAN host of that address.
-    fn l3_destinations(&mut self, from: PortId, fid: u32, vlan: u16, now_ms: u64) -> Decision {
-        self.dests.clear();
-        let Some(s) = self.slot(from) else { return Decision::Drop(DropCause::UnknownPort) };
-        let me = (s.policy.isolated, s.policy.uplink);
-        let from_mac = s.dev_mac.unwrap_or(self.cfg.router_mac);
-        let frame = self.pool.frame(fid);
-        let dst_mac = MacAddr(frame[..6].try_into().unwrap_or_default());
-        if dst_mac.is_multicast() {
-            return self.flood(from, vlan, me);
-        }
-        // On the LAN the guests all sit behind the uplink's address; frames for other
-        // hosts there are none of the switch's business.
-        if me.1 && dst_mac != from_mac {
-            return Decision::Drop(DropCause::NoRoute);
-        }
-        let Some((_, dst)) = neigh::ip_endpoints(frame) else { return Decision::Drop(DropCause::Malformed) };
-        let (out, mac) = match self.l3.owners.get(&dst) {
-            Some(&p) => {
-                if p == from {
-                    return Decision::Drop(DropCause::SamePort);
-                }
-                match self.slot(p) {
-                    None => return Decision::Drop(DropCause::UnknownPort),
-                    Some(t) if t.failed.is_some() => return Decision::Drop(DropCause::UnknownPort),
-                    Some(t) if !t.vlan.is_member(vlan) => return Decision::Drop(DropCause::VlanFilter),
-                    Some(t) if !may_talk(me, (t.policy.isolated, t.policy.uplink)) => {
-                        return Decision::Drop(DropCause::Isolated);
-                    }
-                    Some(t) => (p, t.guest_mac),
-                }
-            }
-            None if me.1 => return Decision::Drop(DropCause::NoRoute),
-            None => {
-                let up = self.ports.iter().position(|p| {
-                    p.as_ref().is_some_and(|p| p.policy.uplink && p.failed.is_none() && p.vlan.is_member(vlan))
-                });
-                let Some(up) = up else { return Decision::Drop(DropCause::NoRoute) };
-                (up as PortId, self.l3.lookup(vlan, dst, now_ms, self.cfg.aging_ms))
-            }
-        };
-        let Some(mac) = mac else { return Decision::Park { out, ip: dst } };
-        let start = self.pool.meta(fid).start as usize;
-        self.pool.buf_mut(fid)[start..start + 6].copy_from_slice(&mac.0);
-        self.dests.push(out);
-        Decision::Unicast
     }
 
     /// Sends queued frames and retries held ones until nothing more can move.
@@ -1980,7 +2037,7 @@ impl Switch {
                     || (out != SEVERAL && self.pass_blocked.get(out as usize).copied().unwrap_or(false));
                 // Learning and classification happened when the frame arrived; only the
                 // placement is retried.
-                if !blocked && matches!(self.forward(id, fid, self.now_ms, Hold::Retry), Placement::Placed) {
+                if !blocked && matches!(self.redecide(id, fid, Hold::Retry), Placement::Placed) {
                     self.slot_mut(id).expect("live").held.take(i);
                     self.held_count -= 1;
                     placed = true;
@@ -2006,12 +2063,12 @@ impl Switch {
         loop {
             let Some(s) = self.slot_mut(d) else { return sent_any };
             s.dirty = false;
-            if s.failed.is_some() {
+            if s.rules.failed.is_some() {
                 return sent_any;
             }
-            let Some((class, fid)) = s.queue.front() else { break };
-            let ci = usize::from(class);
-            match self.transmit(d, fid) {
+            let Some((class, copy)) = s.queue.front() else { break };
+            let (ci, fid) = (usize::from(class), copy.fid);
+            match self.transmit(d, copy) {
                 Sent::Ok => {
                     let len = u64::from(self.pool.meta(fid).len);
                     let now = self.now_ms;
@@ -2051,10 +2108,11 @@ impl Switch {
         sent_any
     }
 
-    /// Offers frame `fid` to port `d`, completing offloads in software where the port
-    /// cannot take them.
-    fn transmit(&mut self, d: PortId, fid: u32) -> Sent {
-        let Switch { ports, pool, scratch, cfg, captures, .. } = self;
+    /// Offers a copy of a frame to port `d` as its verdict said (tag, source address),
+    /// completing offloads in software where the port cannot take them.
+    fn transmit(&mut self, d: PortId, copy: QueuedCopy) -> Sent {
+        let fid = copy.fid;
+        let Switch { ports, pool, scratch, captures, cfg, .. } = self;
         let s = ports[d as usize].as_mut().expect("caller checked");
         // Copies of what the port is sent, as on the wire, for its captures.
         let captured = s.captured > 0;
@@ -2064,25 +2122,23 @@ impl Switch {
             }
         };
         let meta = *pool.meta(fid);
-        // Layer 3: every frame leaves from the switch's address on this side.
-        let l3_src = (cfg.mode == Mode::L3)
-            .then(|| if s.policy.uplink { s.dev_mac.unwrap_or(cfg.router_mac) } else { cfg.router_mac });
-        // The frame's MAC addresses, or (Layer 3) a copy with the source replaced.
+        // The frame's MAC addresses, or a copy with the source replaced (the address the
+        // verdict named: the port's own, read as the copy leaves).
+        let src_mac = copy.own_src.then(|| s.rules.l3_src(cfg.router_mac));
         let macs_of = |m: &[u8]| -> ([u8; 12], bool) {
             let mut b = [0u8; 12];
-            if let Some(src) = l3_src {
+            if let Some(src) = src_mac {
                 b[..6].copy_from_slice(&m[..6]);
                 b[6..].copy_from_slice(&src.0);
             }
-            (b, l3_src.is_some())
+            (b, src_mac.is_some())
         };
-        let tagged = s.vlan.egress(meta.vlan) == Some(true);
-        let tag = tagged.then(|| {
-            let tci = (u16::from(meta.pcp) << 13) | meta.vlan;
+        let tag = copy.tag.map(|vid| {
+            let tci = (u16::from(meta.pcp) << 13) | vid.get();
             let t = tci.to_be_bytes();
             [0x81, 0x00, t[0], t[1]]
         });
-        let shift = if tagged { 4 } else { 0 };
+        let shift = if tag.is_some() { 4 } else { 0 };
         let len = u64::from(meta.len) + shift;
 
         if meta.vnet.is_gso() && !s.caps.offload {
@@ -2221,10 +2277,34 @@ fn check_vlans(mode: &VlanMode) -> Result<(), SwitchError> {
     }
 }
 
-/// Validates a received frame (virtio header at `buf[..12]`, `len` frame bytes after it),
-/// applies the port's VLAN ingress rule (removing the tag in place), and returns its
-/// metadata; counts the drop and returns `None` when the frame cannot go on.
-fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -> Option<crate::pool::FrameMeta> {
+/// A received frame that is valid: its metadata (its VLAN and priority once admitted),
+/// the VLAN id of the tag it came with, and its EtherType after the tag.
+struct Received {
+    meta: crate::pool::FrameMeta,
+    tag: Option<u16>,
+    ethertype: u16,
+    /// Its input's VLAN rule takes it: the tag is gone and the GSO frame measured. A frame
+    /// not admitted is left as it came, for the decision to drop.
+    admitted: bool,
+}
+
+/// What an untagged frame measures against an output's MTU: its IP packet's length, or
+/// for a GSO frame the length of its largest segment (its headers and at most `gso_size`
+/// bytes of payload). `None` for a GSO frame whose headers cannot be cut by.
+fn measure(frame: &[u8], vnet: &VnetHdr) -> Option<usize> {
+    if vnet.is_gso() { gso_max_l3_len(frame, vnet).ok() } else { Some(frame.len().saturating_sub(ETH_HDR_LEN)) }
+}
+
+/// The MAC address at `at` in `frame` (which holds at least an Ethernet header).
+fn mac_at(frame: &[u8], at: usize) -> MacAddr {
+    MacAddr(frame.get(at..at + 6).and_then(|m| m.try_into().ok()).unwrap_or_default())
+}
+
+/// Validates a received frame (virtio header at `buf[..12]`, `len` frame bytes after it)
+/// and, if the port's VLAN rule admits it (the rule [`decide`](crate::decide) applies),
+/// removes its tag in place and measures it; counts the drop and returns `None` when the
+/// frame is not valid.
+fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -> Option<Received> {
     let drop = |c: &mut PortCounters, cause| {
         c.rx_drops.add(cause);
         None
@@ -2248,8 +2328,10 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
     if vnet.is_gso() {
         c.rx_gso += 1;
     }
+    let tag = eth.tci.map(|t| t & 0x0fff);
     let Some(ing) = vlan.ingress(eth.tci) else {
-        return drop(c, DropCause::VlanFilter);
+        let meta = crate::pool::FrameMeta { start: VNET_HDR_LEN as u32, len: len as u32, vnet, ..Default::default() };
+        return Some(Received { meta, tag, ethertype: eth.ethertype, admitted: false });
     };
     let mut start = VNET_HDR_LEN;
     let mut len = len;
@@ -2267,21 +2349,17 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
         vnet.hdr_len = vnet.hdr_len.saturating_sub(4);
     }
     let frame = &buf[start..start + len];
-    let l3_max = if vnet.is_gso() {
-        let l3_max = match gso_max_l3_len(frame, &vnet) {
-            Ok(l) => l,
-            Err(_) => return drop(c, DropCause::Malformed),
-        };
+    let Some(l3_max) = measure(frame, &vnet) else {
+        return drop(c, DropCause::Malformed);
+    };
+    if vnet.is_gso() {
         // (The headers' length is what the largest segment has beyond its payload.)
         let payload = (len - ETH_HDR_LEN).saturating_sub(l3_max.saturating_sub(usize::from(vnet.gso_size)));
         if vnet.gso_size < MIN_GSO_SIZE || payload.div_ceil(usize::from(vnet.gso_size)) > MAX_GSO_SEGMENTS {
             return drop(c, DropCause::GsoLimit);
         }
-        l3_max
-    } else {
-        len - ETH_HDR_LEN
-    };
-    Some(crate::pool::FrameMeta {
+    }
+    let meta = crate::pool::FrameMeta {
         start: start as u32,
         len: len as u32,
         vnet,
@@ -2289,5 +2367,6 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
         pcp: ing.pcp,
         l3_max: l3_max as u32,
         class: 0,
-    })
+    };
+    Some(Received { meta, tag, ethertype: eth.ethertype, admitted: true })
 }

@@ -509,3 +509,25 @@ fn ports_that_come_and_go_leave_the_buffer_pool_as_it_was() {
     assert_eq!(sw.buffers(), before, "the pool grew with ports that are gone");
     assert_conserved(&sw);
 }
+
+#[test]
+fn frames_for_an_uplinks_own_address_are_the_hosts_not_the_guests() {
+    let mut sw = Switch::new(cfg()).unwrap();
+    let (port, uplink) = sluice_switch::mem::mem_port(OFFLOAD);
+    uplink.set_mac(Some(sluice_wire::MacAddr(mac(9))));
+    let policy = sluice_switch::PortPolicy { uplink: true, ..Default::default() };
+    let up = sw
+        .add_port(sluice_switch::PortConfig { name: "up".into(), vlan: access(1), mtu: None, policy }, Box::new(port))
+        .unwrap();
+    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
+    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    // The device may be the host's own interface: a frame to its address is the host's.
+    send(&mut sw, up, &uplink, &eth(mac(9), mac(7), 0x0800, 50), 0);
+    assert!(a.1.take_sent().is_empty() && b.1.take_sent().is_empty(), "the host's unicast reached a guest");
+    let c = sw.port_info(up).unwrap().counters;
+    assert_eq!((c.consumed, c.flooded, c.forwarded), (1, 0, 0), "{c:?}");
+    // Its group frames are the guests' too.
+    send(&mut sw, up, &uplink, &eth(BCAST, mac(7), 0x0800, 50), 1);
+    assert_eq!((a.1.take_sent().len(), b.1.take_sent().len()), (1, 1));
+    assert_conserved(&sw);
+}

@@ -362,3 +362,45 @@ fn an_answer_the_full_neighbour_table_cannot_keep_leaves_the_waiting_frame_waiti
     assert_eq!(sw.port_info(g1).unwrap().counters.rx_drops.unresolved, 1);
     assert_conserved(&sw);
 }
+
+#[test]
+fn a_neighbour_solicitation_that_does_not_read_is_dropped_not_routed() {
+    let mut l = lab();
+    let (g1, h1) = &l.g1;
+    let group = neigh::solicited_node(v6(2));
+    let mut ns = nd(false, neigh::multicast_mac(group), m(1), v6(1), group, v6(2));
+    // A checksum that does not verify (RFC 4861, 7.1.1: not a message to act on).
+    ns[14 + 40 + 2] ^= 0xff;
+    send(&mut l.sw, *g1, h1, &ns, 0);
+    assert!(h1.take_sent().is_empty() && l.g2.1.take_sent().is_empty() && l.up.1.take_sent().is_empty());
+    let c = l.sw.port_info(*g1).unwrap().counters;
+    assert_eq!((c.rx_drops.malformed, c.consumed, c.flooded), (1, 0, 0), "{c:?}");
+    assert_conserved(&l.sw);
+}
+
+#[test]
+fn a_frame_from_the_lan_held_for_a_busy_guest_reaches_it_once_there_is_room() {
+    let mut sw = Switch::new(SwitchConfig { lossless: true, ..l3cfg() }).unwrap();
+    let g1 = port(&mut sw, "g1", guest_policy(1), None);
+    let up = port(&mut sw, "up", PortPolicy { uplink: true, ..Default::default() }, Some(UP));
+    // The guest's MAC is known from its first frame.
+    send(&mut sw, g1.0, &g1.1, &arp(1, MacAddr::BROADCAST, m(1), v4(1), v4(200)), 0);
+    g1.1.take_sent();
+    // It takes nothing for a while: its queue (8 frames) fills, the ninth is held.
+    g1.1.set_tx_limit(Some(0));
+    for t in 0..9 {
+        send(&mut sw, up.0, &up.1, &ip(UP, HOST, v4(200).into(), v4(1).into()), t);
+    }
+    assert_eq!(sw.port_info(up.0).unwrap().held, 1);
+    // Room again: the held frame goes on too, its destination as it was decided (its
+    // destination MAC already the guest's, which a second look at the frame would take for
+    // a frame on the LAN for another host).
+    g1.1.set_tx_limit(None);
+    sw.on_writable(g1.0);
+    let sent = g1.1.take_sent();
+    assert_eq!(sent.len(), 9);
+    assert!(sent.iter().all(|(_, f)| (dst_of(f), src_of(f)) == (m(1), ROUTER)));
+    let c = sw.port_info(up.0).unwrap().counters;
+    assert_eq!((c.forwarded, c.rx_drops.no_route), (9, 0), "{c:?}");
+    assert_conserved(&sw);
+}

@@ -174,3 +174,30 @@ fn a_gso_flood_costs_a_fanout_port_at_most_the_budget() {
     assert_eq!(three_sent.load(Ordering::Relaxed), 100, "100 segments to one place");
     assert_conserved(&sw);
 }
+
+/// An IPv4 frame from `src` claiming source address `ip`.
+fn ipv4(dst: [u8; 6], src: [u8; 6], ip: [u8; 4]) -> Vec<u8> {
+    let mut f = eth(dst, src, 0x0800, 40);
+    f[14] = 0x45;
+    f[26..30].copy_from_slice(&ip);
+    f
+}
+
+#[test]
+fn a_frame_dropped_for_another_ports_station_locks_no_address() {
+    let mut sw = Switch::new(cfg()).unwrap();
+    let p = add_with(&mut sw, "p", PortPolicy { learn_ips: true, ..PortPolicy::default() });
+    add_with(&mut sw, "q", locked(5));
+    let other = add(&mut sw, "other", access(1), None, OFFLOAD);
+    // p claims q's station: dropped, and its address is not p's first one.
+    send(&mut sw, p.0, &p.1, &ipv4(BCAST, mac(5), [10, 0, 0, 7]), 0);
+    assert_eq!(sw.port_info(p.0).unwrap().counters.rx_drops.spoofed_mac, 1);
+    assert!(other.1.take_sent().is_empty());
+    // From its own station, the first address it uses is the one it keeps.
+    send(&mut sw, p.0, &p.1, &ipv4(BCAST, mac(1), [10, 0, 0, 8]), 1);
+    let c = sw.port_info(p.0).unwrap().counters;
+    assert_eq!((c.rx_drops.spoofed_ip, c.flooded), (0, 1), "{c:?}");
+    send(&mut sw, p.0, &p.1, &ipv4(BCAST, mac(1), [10, 0, 0, 7]), 2);
+    assert_eq!(sw.port_info(p.0).unwrap().counters.rx_drops.spoofed_ip, 1, "10.0.0.8 is locked now");
+    assert_conserved(&sw);
+}
