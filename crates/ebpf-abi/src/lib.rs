@@ -262,7 +262,9 @@ abi! {
         pub const FLOODED: usize = 46 => C_FLOODED;
         /// Frames the kernel sent on from a source the port may not learn.
         pub const LEARN_REFUSED: usize = 47 => C_LEARN_REFUSED;
-        /// Datagrams from a tunnel refused (no key, a VNI the port does not carry).
+        /// Datagrams from a tunnel the program could not read: no tunnel key (the device's
+        /// own fault; a VNI the port does not carry is a received frame dropped
+        /// `vlan_filter`, an unknown sender one dropped `unknown_endpoint`).
         pub const TUN_BAD: usize = 48 => C_TUN_BAD;
         /// Frames the executor found no current verdict for (none, or one of an older
         /// generation), in either stage: each also went up (or was lost going up).

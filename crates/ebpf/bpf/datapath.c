@@ -469,12 +469,23 @@ struct tun_src {
 	__u8 addr[16];
 };
 
+/* Counts a tunnel's frame as received and dropped for `cause` (the core's stage 1 for a
+ * tunnel: `decide::stage1`). */
+static __always_inline int tun_refuse(struct __sk_buff *skb, struct sluice_counters *c, __u32 cause)
+{
+	c->v[C_RX_FRAMES]++;
+	c->v[C_RX_BYTES] += skb->len + (skb->vlan_present ? 4 : 0);
+	c->v[C_RX_DROP + cause]++;
+	return -1;
+}
+
 /* A datagram from tunnel port `in` (device `ifindex`), decapsulated by the device: its
  * key says where it came from (`ts`) and its VNI its VLAN (the tag goes on when the port
- * carries a VNI per VLAN). A sender that is not one of the port's endpoints, when the port
- * accepts its endpoints only, is counted as a received frame dropped `unknown_endpoint`,
- * before anything is learned from it. -1 when it is refused (counted), 0 when it goes on
- * through the pipeline. */
+ * carries a VNI per VLAN). As the core decides it (`decide::stage1`): a sender that is not
+ * one of the port's endpoints, when the port accepts its endpoints only, is a received
+ * frame dropped `unknown_endpoint`; a VNI the port does not carry, or a frame with a
+ * VLAN's tag inside a VLAN's VNI, `vlan_filter` — both before anything is learned from
+ * them. -1 when it is refused (counted), 0 when it goes on through the pipeline. */
 static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct sluice_counters *c,
 				  struct tun_src *ts)
 {
@@ -498,27 +509,34 @@ static __always_inline int tun_in(struct __sk_buff *skb, __u32 ifindex, struct s
 	if (t->flags & TUN_REMOTES_ONLY) {
 		struct sluice_endpoint_key ek = { .ifindex = ifindex };
 		__builtin_memcpy(ek.addr, ts->addr, 16);
-		if (!bpf_map_lookup_elem(&sluice_endpoints, &ek)) {
-			c->v[C_RX_FRAMES]++;
-			c->v[C_RX_BYTES] += skb->len;
-			c->v[C_RX_DROP + D_UNKNOWN_ENDPOINT]++;
-			return -1;
-		}
+		if (!bpf_map_lookup_elem(&sluice_endpoints, &ek))
+			return tun_refuse(skb, c, D_UNKNOWN_ENDPOINT);
 	}
 	__u32 tag = 0;
 	if (t->flags & TUN_PER_VLAN) {
 		struct sluice_vni_key vk = { .ifindex = ifindex, .id = k.tunnel_id | VNI_IN };
 		__u32 *vlan = bpf_map_lookup_elem(&sluice_vnis, &vk);
-		if (!vlan) {
+		if (!vlan)
+			return tun_refuse(skb, c, D_VLAN_FILTER);
+		tag = *vlan;
+	} else if (k.tunnel_id != t->vni) {
+		return tun_refuse(skb, c, D_VLAN_FILTER);
+	}
+	if (!(tag & TUN_TAG))
+		return 0;
+	/* A VLAN's VNI: the frame crossed untagged, or with a priority tag (its priority is
+	 * kept); a VLAN's tag inside is not let in. */
+	__u16 pcp = 0;
+	if (skb->vlan_present && skb->vlan_proto == ETH_P_8021Q_BE) {
+		if (skb->vlan_tci & 0x0fff)
+			return tun_refuse(skb, c, D_VLAN_FILTER);
+		pcp = skb->vlan_tci & 0xf000;
+		if (bpf_skb_vlan_pop(skb)) {
 			c->v[C_TUN_BAD]++;
 			return -1;
 		}
-		tag = *vlan;
-	} else if (k.tunnel_id != t->vni) {
-		c->v[C_TUN_BAD]++;
-		return -1;
 	}
-	if ((tag & TUN_TAG) && bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, tag & 0x0fff)) {
+	if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, pcp | (tag & 0x0fff))) {
 		c->v[C_TUN_BAD]++;
 		return -1;
 	}

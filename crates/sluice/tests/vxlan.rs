@@ -247,11 +247,16 @@ fn mkdtemp(prefix: &str) -> PathBuf {
 /// every 100 ms and counts what arrives, until [`endpoint_report`] (at most 60 s). Bound
 /// when this returns.
 fn endpoint(ns: &str, local: &str, sends: &[(&str, &[u8])], markers: &[&str]) -> Child {
+    endpoint_in(ns, local, VNI, sends, markers)
+}
+
+/// [`endpoint`], sending in VNI `vni`.
+fn endpoint_in(ns: &str, local: &str, vni: u32, sends: &[(&str, &[u8])], markers: &[&str]) -> Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vxlan_endpoint.py");
     let mut args: Vec<String> = vec![script.into(), local.into(), "60".into(), "--stop-on-eof".into()];
     for (to, f) in sends {
         let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
-        args.extend(["--send".into(), to.to_string(), VNI.to_string(), hex]);
+        args.extend(["--send".into(), to.to_string(), vni.to_string(), hex]);
     }
     for m in markers {
         args.extend(["--marker".into(), m.to_string()]);
@@ -548,6 +553,36 @@ fn a_remote_claiming_a_locked_local_station_does_not_move_it_on(kernel: bool) {
     assert!(vx["counters"]["rx_drops"]["spoofed_mac"].as_u64().unwrap() >= 10, "the claims counted: {vx}");
 }
 
+/// A configured remote's datagrams of a VNI the port does not carry: dropped as the
+/// port's received frames, `vlan_filter` (the VNI is the tunnel's tag), on both datapaths
+/// — not as the tunnel device's drops.
+fn a_vni_the_port_does_not_carry_is_its_vlan_filter_drop_on(kernel: bool) {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    let mut h = Hosts::new(if kernel { "vxnk" } else { "vxn" }, kernel);
+    h.sluice_host(1, &[2]);
+    let remote = h.host(2);
+    let (g1ns, dev) = (h.guest(1), format!("{}t", h.switch(1)));
+    let stranger = [0x02, 0x79, 0, 0, 0, 0x01];
+    let listener = listen_raw(&g1ns, &dev, 0x88b5, 4.0);
+    let sends = [frame([0xff; 6], stranger, None, 0x88b5, b"in another VNI")];
+    let ep = endpoint_in(&remote, "192.168.77.2", VNI + 1, &[("192.168.77.1", &sends[0])], &[]);
+    let counted = || h.port(1, "vx0")["counters"]["rx_drops"]["vlan_filter"].as_u64().unwrap_or(0);
+    let arrived = wait_for(10, || counted() >= 10);
+    let got = received(listener);
+    let r = endpoint_report(ep);
+    let vx = h.port(1, "vx0");
+    assert!(arrived, "{} datagrams of VNI {} sent, counted: {vx}", r["sent"], VNI + 1);
+    assert!(!got.iter().any(|(_, f)| f.windows(14).any(|w| w == b"in another VNI")), "guest 1 got one");
+    let fib = sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(!fib.contains(&hex_mac(stranger)), "learned from another VNI: {fib}");
+    assert!(vx["counters"]["rx_frames"].as_u64().unwrap() >= counted(), "counted as received: {vx}");
+    let st: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["stats", "--switch", &h.switch(1), "--json"])).unwrap();
+    assert_conserved(&st);
+}
+
 fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(kernel: bool) {
     if !root() || !have("ethtool") || !have("python3") || !have("setpriv") {
         return;
@@ -765,6 +800,12 @@ both_datapaths! {
 both_datapaths! {
     fn a_remote_claiming_a_locked_local_station_does_not_move_it(dp: Dp) {
         a_remote_claiming_a_locked_local_station_does_not_move_it_on(dp == Dp::Kernel)
+    }
+}
+
+both_datapaths! {
+    fn a_vni_the_port_does_not_carry_is_its_vlan_filter_drop(dp: Dp) {
+        a_vni_the_port_does_not_carry_is_its_vlan_filter_drop_on(dp == Dp::Kernel)
     }
 }
 

@@ -10,9 +10,11 @@
 //! and waiting for a next hop's address ([`Upcall`]), queues, holds, segmentation.
 //!
 //! The key holds only what a kernel program can extract with parsing and table lookups:
-//! the input's slot, the frame's 802.1Q VLAN id, its EtherType, the station table's
-//! answer for its source relative to the input ([`Station`]) and for its destination
-//! ([`Dest`]), and the extras the input's rules ask for ([`Extras`]). A station learned,
+//! the input's slot, the frame's 802.1Q VLAN id, from a tunnel its VNI and whether its
+//! sender is one of the port's endpoints ([`Tunneled`]), its EtherType, the station
+//! table's answer for its source relative to the input ([`Station`]) and for its
+//! destination ([`Dest`]), and the extras the input's rules ask for ([`Extras`]). A
+//! station learned,
 //! moved or aged changes an answer in a key, never a verdict; a change of anything this
 //! module reads from the tables moves the switch's generation
 //! ([`crate::Switch::generation`]).
@@ -25,7 +27,8 @@ use crate::counters::DropCause;
 use crate::fib::Fib;
 use crate::l3::{L3Tables, Mode};
 use crate::switch::{PortId, PortPolicy, SwitchConfig};
-use crate::vlan::VlanMode;
+use crate::tunnel::TunnelRules;
+use crate::vlan::{Ingress, VlanMode};
 
 /// The station table's answer for a frame's source, relative to the port it came from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -92,6 +95,15 @@ pub struct Extras {
     pub l3: Option<L3Extras>,
 }
 
+/// Where a frame from a tunnel came from, as the decision reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tunneled {
+    /// The datagram's VNI.
+    pub vni: u32,
+    /// Its sender is one of the port's configured endpoints (a lookup).
+    pub endpoint: bool,
+}
+
 /// Everything the decision reads of one frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Key {
@@ -99,6 +111,10 @@ pub struct Key {
     pub port: PortId,
     /// The VLAN id of the 802.1Q tag the frame arrived with (0: a priority tag), or none.
     pub tag: Option<u16>,
+    /// From a tunnel: the datagram's origin; `None` from any other port, and for a frame a
+    /// datapath took in from a tunnel after applying the tunnel's rules itself (see
+    /// [`stage1`]).
+    pub tunnel: Option<Tunneled>,
     /// The EtherType after the tag.
     pub ethertype: u16,
     /// The source's station, after learning.
@@ -228,6 +244,8 @@ pub(crate) struct PortRules {
     pub guest_mac: Option<MacAddr>,
     /// Why the port's device failed, if it did: it is no longer an output.
     pub failed: Option<String>,
+    /// A tunnel's VNIs and whom it takes datagrams from.
+    pub tunnel: Option<TunnelRules>,
 }
 
 impl PortRules {
@@ -364,13 +382,41 @@ struct Admitted<'a> {
     learn_ip: Option<IpAddr>,
 }
 
+/// Stage 1: the VLAN a frame from port `me` joins, from the tag control it arrived with
+/// (`tci`, `None` untagged) and, from a tunnel, its origin — or why it is dropped. A
+/// tunnel's datagram from a sender not among its endpoints, when it takes its endpoints'
+/// alone, is `unknown_endpoint`; one of a VNI the port does not carry is `vlan_filter`
+/// (the VNI is the tunnel's tag); the port's single VNI leaves the frame's own tag to the
+/// port's VLAN admission, and a VLAN's VNI gives that VLAN to a frame that crossed
+/// untagged (or with a priority tag) — a tag inside a VLAN's VNI is `vlan_filter`.
+/// A tunnel's frame without an origin is one a datapath admitted itself (the kernel
+/// program `sluice_ingress`, whose `tun_in` applies these rules and tags the frame with
+/// its VLAN): its tag says its VLAN.
+#[inline]
+pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>) -> Result<Ingress, DropCause> {
+    let by_tag = |tci| me.vlan.ingress(tci).ok_or(DropCause::VlanFilter);
+    let (Some(t), Some(o)) = (&me.tunnel, tunnel) else { return by_tag(tci) };
+    if t.remotes_only && !o.endpoint {
+        return Err(DropCause::UnknownEndpoint);
+    }
+    match t.vnis.vlan_of(o.vni) {
+        None => Err(DropCause::VlanFilter),
+        Some(None) => by_tag(tci),
+        Some(Some(vid)) => match tci {
+            None => by_tag(Some(vid)),
+            Some(p) if p & 0x0fff == 0 => by_tag(Some((p & 0xf000) | vid)),
+            Some(_) => Err(DropCause::VlanFilter),
+        },
+    }
+}
+
 /// The checks that come before learning, in order: the input, its VLAN admission, its MAC
 /// lock, (Layer 3: IP frames only, readable), its source addresses, and other ports'
 /// locks. A frame that fails one is dropped and teaches nothing.
 #[inline]
 fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted<'a>, DropCause> {
     let me = t.ports.rules(key.port).ok_or(DropCause::UnknownPort)?;
-    let vid = me.vlan.ingress(key.tag.map(|v| v & 0x0fff)).ok_or(DropCause::VlanFilter)?.vid;
+    let vid = stage1(me, key.tag.map(|v| v & 0x0fff), key.tunnel)?.vid;
     if me.policy.mac.is_some() && me.policy.mac != key.extras.src_mac {
         // Before learning: a forged address must not move the real owner's entry.
         return Err(DropCause::SpoofedMac);
@@ -653,6 +699,7 @@ mod tests {
             dev_mac: None,
             guest_mac: None,
             failed: None,
+            tunnel: None,
         }
     }
 
@@ -708,7 +755,7 @@ mod tests {
 
     /// A frame from `port`, its source known there, to `dst`.
     fn key(port: PortId, dst: Dest) -> Key {
-        Key { port, tag: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default() }
+        Key { port, tag: None, tunnel: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default() }
     }
 
     fn tagged(k: Key, vid: u16) -> Key {
@@ -754,6 +801,39 @@ mod tests {
         ]);
         let no_native = World::l2(vec![port(trunk(&[10], None)), port(access(10))]);
         no_native.check(&[("trunk without native, untagged", key(0, Dest::Group), drop(DropCause::VlanFilter))]);
+    }
+
+    #[test]
+    fn a_tunnels_origin_says_its_vlan_or_drops_it() {
+        use crate::tunnel::VniMap;
+        let tunnel = |vlan: VlanMode, vnis: VniMap, remotes_only: bool| {
+            with(port(vlan), |p| p.tunnel = Some(TunnelRules { vnis, remotes_only, remotes: vec![ip("192.0.2.1")] }))
+        };
+        let w = World::l2(vec![
+            tunnel(trunk(&[10], Some(1)), VniMap::Single(5000), true),
+            tunnel(trunk(&[10, 20], None), VniMap::PerVlan(vec![(10, 5010), (20, 5020)]), false),
+            port(access(1)),
+            port(trunk(&[10, 20], None)),
+        ]);
+        let from = |port: PortId, vni: u32, endpoint: bool| Key {
+            tunnel: Some(Tunneled { vni, endpoint }),
+            ..key(port, Dest::Group)
+        };
+        w.check(&[
+            ("its VNI, from an endpoint: the port's native VLAN", from(0, 5000, true), flooded(vec![out(2, None)])),
+            (
+                "tagged inside the port's one VNI: the port's admission",
+                tagged(from(0, 5000, true), 10),
+                flooded(vec![out(1, Some(10)), out(3, Some(10))]),
+            ),
+            ("a sender not among its endpoints", from(0, 5000, false), drop(DropCause::UnknownEndpoint)),
+            ("a VNI the port does not carry", from(0, 5001, true), drop(DropCause::VlanFilter)),
+            ("both: the sender first", from(0, 5001, false), drop(DropCause::UnknownEndpoint)),
+            ("a VLAN's VNI, any sender: that VLAN", from(1, 5020, false), flooded(vec![out(3, Some(20))])),
+            ("with a priority tag", tagged(from(1, 5010, false), 0), flooded(vec![out(0, Some(10)), out(3, Some(10))])),
+            ("with a VLAN's tag inside", tagged(from(1, 5010, false), 10), drop(DropCause::VlanFilter)),
+            ("no origin: admitted below, by its tag", tagged(key(1, Dest::Group), 20), flooded(vec![out(3, Some(20))])),
+        ]);
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};
 pub use counters::{ClassCounters, DropCause, PortCounters};
-pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Upcall, Verdict};
+pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use fastpath::{FastChange, FastMac, FastPort, IpRule};
 pub use fib::{Fib, FibEntry};
 pub use l3::Mode;

@@ -4,7 +4,9 @@
 //! switch owns the [`MemPort`]. A transmit limit makes the port report
 //! [`TxOutcome::Full`], which is how tests exercise the lossless rule. In `repeat` mode
 //! the port produces the same frame again and again and counts what it is sent without
-//! storing it, so that forwarding can be measured without allocation.
+//! storing it, so that forwarding can be measured without allocation. Given tunnel rules,
+//! it is a tunnel: each frame injected with an origin reports it, and it records the
+//! stations the switch tells it are behind which sender.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,10 +15,14 @@ use sluice_wire::{MacAddr, VNET_HDR_LEN, VnetHdr};
 
 use crate::counters::DropCause;
 use crate::port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
+use crate::tunnel::{Origin, TunnelRules};
+
+/// A station a tunnel was told is behind a sender: (VNI, MAC, sender).
+pub type Remote = (u32, MacAddr, std::net::IpAddr);
 
 #[derive(Default)]
 struct Inner {
-    rx: VecDeque<Vec<u8>>,
+    rx: VecDeque<(Vec<u8>, Option<Origin>)>,
     repeat: Option<(Vec<u8>, u64)>,
     tx: Vec<(VnetHdr, Vec<u8>)>,
     record: bool,
@@ -27,6 +33,9 @@ struct Inner {
     tick: Option<String>,
     fast: Option<u32>,
     refused: Option<(DropCause, u64)>,
+    tunnel: Option<TunnelRules>,
+    origin: Option<Origin>,
+    remotes: Vec<Remote>,
 }
 
 /// The switch's side of an in-memory port.
@@ -59,12 +68,31 @@ impl MemHandle {
         vnet.emit(&mut h);
         bytes.copy_from_slice(&h);
         bytes.extend_from_slice(frame);
-        lock(&self.inner).rx.push_back(bytes);
+        lock(&self.inner).rx.push_back((bytes, None));
+    }
+
+    /// Queues a frame (no offloads) that a tunnel received from `origin`.
+    pub fn inject_from(&self, origin: Origin, frame: &[u8]) {
+        let mut bytes = vec![0u8; VNET_HDR_LEN];
+        bytes.extend_from_slice(frame);
+        lock(&self.inner).rx.push_back((bytes, Some(origin)));
     }
 
     /// Queues raw bytes (virtio header and frame, possibly malformed).
     pub fn inject_raw(&self, bytes: &[u8]) {
-        lock(&self.inner).rx.push_back(bytes.to_vec());
+        lock(&self.inner).rx.push_back((bytes.to_vec(), None));
+    }
+
+    /// Makes the port a tunnel with these rules (before it is attached: the switch reads
+    /// them then).
+    pub fn set_tunnel(&self, rules: TunnelRules) {
+        lock(&self.inner).tunnel = Some(rules);
+    }
+
+    /// Takes the stations the switch said are behind which sender ([`Port::learn_remote`]),
+    /// in order.
+    pub fn take_remotes(&self) -> Vec<Remote> {
+        std::mem::take(&mut lock(&self.inner).remotes)
     }
 
     /// Makes the port produce `frame` `times` times without storing copies.
@@ -155,6 +183,18 @@ impl Port for MemPort {
         lock(&self.inner).refused.take()
     }
 
+    fn tunnel(&self) -> Option<TunnelRules> {
+        lock(&self.inner).tunnel.clone()
+    }
+
+    fn origin(&self) -> Option<Origin> {
+        lock(&self.inner).origin
+    }
+
+    fn learn_remote(&mut self, vni: u32, mac: MacAddr, sender: std::net::IpAddr) {
+        lock(&self.inner).remotes.push((vni, mac, sender));
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
         let mut i = lock(&self.inner);
         if i.gone {
@@ -168,7 +208,8 @@ impl Port for MemPort {
             buf[..n].copy_from_slice(&bytes[..n]);
             return Ok(Some(n.saturating_sub(VNET_HDR_LEN)));
         }
-        let Some(bytes) = i.rx.pop_front() else { return Ok(None) };
+        let Some((bytes, origin)) = i.rx.pop_front() else { return Ok(None) };
+        i.origin = origin;
         if bytes.len() > buf.len() {
             // As a TAP does: the frame is consumed and the read fails.
             return Err(PortError::Io(std::io::Error::from_raw_os_error(14)));

@@ -13,6 +13,7 @@ use std::io;
 use sluice_wire::VNET_HDR_LEN;
 
 use crate::counters::DropCause;
+use crate::tunnel::{Origin, TunnelRules};
 
 /// What a port can do, declared once when it is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +114,25 @@ pub trait Port: Send {
 
     /// Offers one frame. [`TxOutcome::Full`] leaves the frame with the switch.
     fn send(&mut self, frame: &OutFrame<'_>) -> Result<TxOutcome, PortError>;
+
+    /// A tunnel's rules for the forwarding decision: its VNIs and whom it takes datagrams
+    /// from (`None`: not a tunnel). Must not change while attached.
+    fn tunnel(&self) -> Option<TunnelRules> {
+        None
+    }
+
+    /// A tunnel: where the frame the last [`Port::recv`] returned came from (its VNI, the
+    /// sender's underlay address). The frame is the datagram's inner frame as it arrived;
+    /// the switch decides from the origin which VLAN it joins, or that it is dropped.
+    fn origin(&self) -> Option<Origin> {
+        None
+    }
+
+    /// A tunnel: the switch took a frame from station `mac` in `vni` that `sender` sent,
+    /// after every check that comes before learning, and keeps the station on this port:
+    /// frames to it go to `sender` from now on. Nothing else teaches a tunnel where its
+    /// stations are.
+    fn learn_remote(&mut self, _vni: u32, _mac: sluice_wire::MacAddr, _sender: std::net::IpAddr) {}
 
     /// Frames refused for the port before it could read them, since the last call, and
     /// why (a tunnel's socket filter drops datagrams from unknown endpoints in the kernel,

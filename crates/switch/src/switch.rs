@@ -29,7 +29,8 @@ use crate::capture::{Capture, Captured, Direction};
 use crate::class::{self, ClassConfig, ClassError};
 use crate::counters::{ClassCounters, DropCause, PortCounters};
 use crate::decide::{
-    self, Action, Dest, Key, L3Extras, NextHop, PortRules, Ports, SourceCheck, Station, Tables, Upcall, Verdict,
+    self, Action, Dest, Key, L3Extras, NextHop, PortRules, Ports, SourceCheck, Station, Tables, Tunneled, Upcall,
+    Verdict,
 };
 use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
 use crate::fib::{Fib, Learn};
@@ -38,6 +39,7 @@ use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
 use crate::port::{DeviceDrops, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use crate::queue::{ClassQueues, QueuedCopy};
+use crate::tunnel::Origin;
 use crate::vlan::VlanMode;
 
 /// Index of a port in its switch. Never reused while the switch lives.
@@ -398,6 +400,27 @@ enum Hold {
     Never,
 }
 
+/// What a frame's port says of it besides its bytes: from a tunnel, where its datagram
+/// came from.
+#[derive(Clone, Copy, Default)]
+struct Arrival {
+    /// The origin as the decision reads it.
+    tunnel: Option<Tunneled>,
+    /// The datagram's VNI and sender, when the port reported them (a tunnel the core reads
+    /// itself): a station admitted from it is learned behind the sender.
+    sender: Option<Origin>,
+}
+
+impl Arrival {
+    /// What port `s` says of the frame its `recv` just returned; `None` for a tunnel that
+    /// cannot say where it came from (the frame is refused: the decision cannot place it).
+    fn read(s: &PortSlot) -> Option<Arrival> {
+        let Some(t) = &s.rules.tunnel else { return Some(Arrival::default()) };
+        let o = s.port.origin()?;
+        Some(Arrival { tunnel: Some(Tunneled { vni: o.vni, endpoint: t.knows(o.sender) }), sender: Some(o) })
+    }
+}
+
 enum Sent {
     Ok,
     Full,
@@ -704,9 +727,21 @@ impl Switch {
     /// dropped as [`DropCause::UpcallLost`]: the kernel counted it in, so the core counts
     /// its fate.
     pub fn ingest(&mut self, now_ms: u64, fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize)>) -> bool {
+        self.ingest_from(now_ms, |buf| fill(buf).map(|(id, len)| (id, len, None)))
+    }
+
+    /// [`Switch::ingest`] for a kernel datapath that says, for a frame from a tunnel, where
+    /// it came from (`fill` returns it third): its VNI and whether its sender is one of the
+    /// port's endpoints, which the decision reads. The kernel does not learn where the
+    /// tunnel's stations are; it reports them ([`Switch::tunnel_heard`]).
+    pub fn ingest_from(
+        &mut self,
+        now_ms: u64,
+        fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize, Option<Tunneled>)>,
+    ) -> bool {
         self.now_ms = now_ms;
         let Some(fid) = self.pool.alloc() else { return false };
-        let Some((id, len)) = fill(self.pool.buf_mut(fid)) else {
+        let Some((id, len, tunnel)) = fill(self.pool.buf_mut(fid)) else {
             self.pool.release(fid);
             return false;
         };
@@ -721,7 +756,7 @@ impl Switch {
             self.pool.release(fid);
             return true;
         }
-        self.ingress(id, fid, len, now_ms);
+        self.ingress(id, fid, len, Arrival { tunnel, sender: None }, now_ms);
         self.settle();
         true
     }
@@ -839,6 +874,7 @@ impl Switch {
         self.interest_changed.reserve(self.ports.len() + 1);
         let caps = port.caps();
         let dev_mac = port.mac();
+        let tunnel = port.tunnel();
         if self.cfg.mode == Mode::L3 && !cfg.policy.uplink {
             for ip in &cfg.policy.ips {
                 self.l3.own(*ip, id);
@@ -871,6 +907,7 @@ impl Switch {
                 mirrored_to,
                 dev_mac,
                 failed: None,
+                tunnel,
             },
             counters: PortCounters::default(),
             classes: vec![ClassCounters::default(); self.classes.len()],
@@ -1386,7 +1423,13 @@ impl Switch {
             match slot.port.recv(self.pool.buf_mut(fid)) {
                 Ok(Some(len)) => {
                     n += 1;
-                    self.ingress(id, fid, len, now_ms);
+                    let Some(from) = Arrival::read(slot) else {
+                        slot.counters.rx_frames += 1;
+                        slot.counters.rx_drops.add(DropCause::Malformed);
+                        self.pool.release(fid);
+                        continue;
+                    };
+                    self.ingress(id, fid, len, from, now_ms);
                 }
                 Ok(None) => {
                     self.pool.release(fid);
@@ -1483,7 +1526,7 @@ impl Switch {
 
     /// Receives a frame: validates it, reads its key, learns what it teaches, decides it
     /// once and executes the verdict.
-    fn ingress(&mut self, id: PortId, fid: u32, len: usize, now_ms: u64) {
+    fn ingress(&mut self, id: PortId, fid: u32, len: usize, from: Arrival, now_ms: u64) {
         self.last_key = None;
         let slot = self.ports[id as usize].as_mut().expect("caller checked");
         slot.counters.rx_frames += 1;
@@ -1495,7 +1538,7 @@ impl Switch {
                 c.offer(false, &[frame]);
             }
         }
-        let Some(rx) = classify(buf, len, &slot.rules.vlan, &mut slot.counters) else {
+        let Some(rx) = classify(buf, len, &slot.rules, from.tunnel, &mut slot.counters) else {
             self.pool.release(fid);
             return;
         };
@@ -1509,7 +1552,11 @@ impl Switch {
         let frame = self.pool.frame(fid);
         let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
         let mut key = self.read_key(id, frame, rx.tag, rx.ethertype, rx.admitted);
+        key.tunnel = from.tunnel;
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
+        if admission.is_some() {
+            self.learn_remote(id, &key, &from, src);
+        }
         // (After learning: a frame to its own source is to its own port.)
         if self.cfg.mode == Mode::L2
             && rx.admitted
@@ -1659,6 +1706,42 @@ impl Switch {
             }
         }
         Some(l)
+    }
+
+    /// A tunnel's station `src` of a frame port `id` admitted (key `key`, after learning):
+    /// when the port keeps it, its endpoint is the datagram's sender.
+    fn learn_remote(&mut self, id: PortId, key: &Key, from: &Arrival, src: MacAddr) {
+        if let Some(o) = from.sender
+            && matches!(key.src, Station::Here | Station::Unlearnable)
+            && let Some(s) = self.slot_mut(id)
+        {
+            s.port.learn_remote(o.vni, src, o.sender);
+        }
+    }
+
+    /// A kernel datapath heard station `mac` of VLAN `vlan` behind tunnel port `id`, in a
+    /// datagram of `vni` from `sender` (its executor reports it, and learns nothing
+    /// itself). Decided as for a frame: the tunnel's stage 1 must give that origin that
+    /// VLAN, and the station must be the tunnel's (learned from an earlier frame, after
+    /// every check, and not moved since). Then the port learns where the station is
+    /// ([`Port::learn_remote`]). Returns whether it did: the kernel's table is to say so
+    /// too.
+    pub fn tunnel_heard(&mut self, id: PortId, vni: u32, vlan: u16, mac: MacAddr, sender: IpAddr) -> bool {
+        let Some(s) = self.slot(id).filter(|s| s.rules.failed.is_none()) else { return false };
+        let Some(t) = &s.rules.tunnel else { return false };
+        let origin = Some(Tunneled { vni, endpoint: t.knows(sender) });
+        let joins = |tci| decide::stage1(&s.rules, tci, origin).is_ok_and(|i| i.vid == vlan);
+        let here = match self.cfg.mode {
+            Mode::L2 => self.fib.get(vlan, mac).is_some_and(|e| e.port == id),
+            Mode::L3 => s.rules.guest_mac == Some(mac),
+        };
+        if !here || !(joins(None) || joins(Some(vlan))) {
+            return false;
+        }
+        if let Some(s) = self.slot_mut(id) {
+            s.port.learn_remote(vni, mac, sender);
+        }
+        true
     }
 
     /// The station table's answer for source `src` of a frame from port `id` in `vid`,
@@ -2304,7 +2387,13 @@ fn mac_at(frame: &[u8], at: usize) -> MacAddr {
 /// and, if the port's VLAN rule admits it (the rule [`decide`](crate::decide) applies),
 /// removes its tag in place and measures it; counts the drop and returns `None` when the
 /// frame is not valid.
-fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -> Option<Received> {
+fn classify(
+    buf: &mut [u8],
+    len: usize,
+    rules: &PortRules,
+    tunnel: Option<Tunneled>,
+    c: &mut PortCounters,
+) -> Option<Received> {
     let drop = |c: &mut PortCounters, cause| {
         c.rx_drops.add(cause);
         None
@@ -2329,7 +2418,7 @@ fn classify(buf: &mut [u8], len: usize, vlan: &VlanMode, c: &mut PortCounters) -
         c.rx_gso += 1;
     }
     let tag = eth.tci.map(|t| t & 0x0fff);
-    let Some(ing) = vlan.ingress(eth.tci) else {
+    let Ok(ing) = decide::stage1(rules, eth.tci, tunnel) else {
         let meta = crate::pool::FrameMeta { start: VNET_HDR_LEN as u32, len: len as u32, vnet, ..Default::default() };
         return Some(Received { meta, tag, ethertype: eth.ethertype, admitted: false });
     };

@@ -11,6 +11,12 @@
 //! from its configured endpoints alone — anything else is refused before a station or an
 //! endpoint is learned from it — and floods to them alone (docs/architecture.md, "Tunnels
 //! and the underlay").
+//!
+//! Which datagrams a tunnel takes in is a rule of the forwarding decision
+//! ([`crate::decide`], stage 1: the VNI and whether the sender is one of the port's
+//! endpoints say the frame's VLAN, or drop it); the port reports each datagram's
+//! [`Origin`] and its [`TunnelRules`], and learns a station's endpoint only when the core,
+//! after those checks and its own, tells it to ([`crate::Port::learn_remote`]).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -45,6 +51,35 @@ impl VniMap {
             VniMap::PerVlan(m) => m.iter().find(|p| p.1 == vni).map(|p| Some(p.0)),
         }
     }
+}
+
+/// What the forwarding decision reads of a tunnel port: which VNIs it carries and whom it
+/// takes datagrams from. Fixed while the port is attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunnelRules {
+    /// Which VNI carries which VLAN.
+    pub vnis: VniMap,
+    /// Datagrams are taken from `remotes` alone; any other sender's are dropped
+    /// (`unknown_endpoint`).
+    pub remotes_only: bool,
+    /// The configured endpoints.
+    pub remotes: Vec<IpAddr>,
+}
+
+impl TunnelRules {
+    /// Whether `sender` is one of the configured endpoints.
+    pub fn knows(&self, sender: IpAddr) -> bool {
+        self.remotes.contains(&sender)
+    }
+}
+
+/// Where one datagram came from: its VNI and the underlay address that sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The VXLAN network identifier in its header.
+    pub vni: u32,
+    /// The outer source address.
+    pub sender: IpAddr,
 }
 
 /// One learned station behind the tunnel.

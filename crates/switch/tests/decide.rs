@@ -1,6 +1,8 @@
 //! One decision per frame, and it is the one executed: for random switches (Layer 2 and
 //! Layer 3; access, trunk and native VLANs; isolation, uplinks, MAC and IP locks, learned
-//! addresses, mirrors, learning limits, MTUs) and random frames, the verdict the pipeline
+//! addresses, mirrors, learning limits, MTUs, tunnels with one VNI or a VNI per VLAN,
+//! open or not) and random frames (from a tunnel: of random VNIs, from its endpoint or a
+//! stranger), the verdict the pipeline
 //! executed on each frame is what `Switch::verdict` says afterwards for the frame's key
 //! with the same tables — and what the switch did is what the verdict says: the input's
 //! fate is its action, each output (mirrors included) is offered one copy and nothing
@@ -13,8 +15,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use common::*;
 use proptest::prelude::*;
 use sluice_switch::mem::{MemHandle, mem_port};
+use sluice_switch::tunnel::{Origin, TunnelRules, VniMap};
 use sluice_switch::{
-    Action, DEFAULT_ROUTER_MAC, Mode, PortConfig, PortCounters, PortPolicy, Switch, SwitchConfig, Upcall, VlanMode,
+    Action, DEFAULT_ROUTER_MAC, DropCause, Mode, PortConfig, PortCounters, PortPolicy, Station, Switch, SwitchConfig,
+    Upcall, VlanMode,
 };
 use sluice_wire::MacAddr;
 use sluice_wire::neigh::{self, NdFields};
@@ -52,6 +56,9 @@ struct PortSpec {
     learn_ips: bool,
     mirror_of: Option<usize>,
     small_mtu: bool,
+    /// A tunnel: with a VNI per VLAN (VLANs 1 and 2 in VNIs 5001 and 5002; else all in
+    /// VNI 5000), taking its endpoint's datagrams only.
+    tunnel: Option<(bool, bool)>,
 }
 
 fn port_spec() -> impl Strategy<Value = PortSpec> {
@@ -64,8 +71,9 @@ fn port_spec() -> impl Strategy<Value = PortSpec> {
         prop::bool::weighted(0.2),
         prop::option::weighted(0.15, 0..PORTS),
         prop::bool::weighted(0.1),
+        prop::option::weighted(0.25, (any::<bool>(), prop::bool::weighted(0.7))),
     )
-        .prop_map(|(vlan, isolated, uplink, mac, ips, learn_ips, mirror_of, small_mtu)| PortSpec {
+        .prop_map(|(vlan, isolated, uplink, mac, ips, learn_ips, mirror_of, small_mtu, tunnel)| PortSpec {
             vlan,
             isolated,
             uplink,
@@ -74,7 +82,15 @@ fn port_spec() -> impl Strategy<Value = PortSpec> {
             learn_ips,
             mirror_of,
             small_mtu,
+            tunnel,
         })
+}
+
+/// The VNIs a frame from a tunnel may come in (5003 none carries).
+const VNIS: [u32; 4] = [5000, 5001, 5002, 5003];
+
+fn endpoint(stranger: bool) -> IpAddr {
+    if stranger { "192.0.2.66".parse().unwrap() } else { "192.0.2.1".parse().unwrap() }
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +102,9 @@ struct Frame {
     kind: u8,
     sip: u8,
     dip: u8,
+    /// From a tunnel: which of [`VNIS`], and whether from a stranger.
+    vni: usize,
+    stranger: bool,
 }
 
 fn frame() -> impl Strategy<Value = Frame> {
@@ -94,8 +113,10 @@ fn frame() -> impl Strategy<Value = Frame> {
     // the rest mixes everything.
     let dst = prop_oneof![4 => 1u8..6, 1 => 0u8..8];
     let sip = prop::option::weighted(0.3, 0u8..8);
+    let origin = (0..VNIS.len(), prop::bool::weighted(0.2));
     (0..PORTS, dst, prop::option::weighted(0.2, 1u8..6), prop::option::weighted(0.15, 0u16..5), 0u8..6, sip, 0u8..8)
-        .prop_map(|(from, dst, src, tci, kind, sip, dip)| Frame {
+        .prop_flat_map(move |f| (Just(f), origin.clone()))
+        .prop_map(|((from, dst, src, tci, kind, sip, dip), (vni, stranger))| Frame {
             from,
             dst,
             src: src.unwrap_or(from as u8 + 1),
@@ -103,6 +124,8 @@ fn frame() -> impl Strategy<Value = Frame> {
             kind,
             sip: sip.unwrap_or(from as u8),
             dip,
+            vni,
+            stranger,
         })
 }
 
@@ -200,6 +223,10 @@ fn switch_with(mode: Mode, specs: &[PortSpec], port_mac_limit: usize) -> (Switch
             mirror_of,
         };
         let mtu = p.small_mtu.then_some(100);
+        if let Some((per_vlan, remotes_only)) = p.tunnel {
+            let vnis = if per_vlan { VniMap::PerVlan(vec![(1, 5001), (2, 5002)]) } else { VniMap::Single(5000) };
+            h.set_tunnel(TunnelRules { vnis, remotes_only, remotes: vec![endpoint(false)] });
+        }
         sw.add_port(PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu, policy }, Box::new(port)).unwrap();
         handles.push(h);
     }
@@ -231,7 +258,13 @@ proptest! {
             let before = counters(&sw);
             let waiting = |sw: &Switch| sw.port_info(f.from as u32).map_or(0, |p| p.resolving);
             let resolving = waiting(&sw);
-            send(&mut sw, f.from as u32, &handles[f.from], &build(f), t as u64);
+            let h = &handles[f.from];
+            if specs[f.from].tunnel.is_some() {
+                h.inject_from(Origin { vni: VNIS[f.vni], sender: endpoint(f.stranger) }, &build(f));
+                while sw.on_readable(f.from as u32, t as u64) {}
+            } else {
+                send(&mut sw, f.from as u32, h, &build(f), t as u64);
+            }
             let after = counters(&sw);
             let Some((key, v)) = sw.last_decision() else {
                 // Not valid: dropped before it had a key.
@@ -241,6 +274,17 @@ proptest! {
             let (key, v) = (*key, v.clone());
             prop_assert_eq!(key.port, f.from as u32);
             prop_assert_eq!(&sw.verdict(&key), &v, "frame {:?}, key {:?}", f, key);
+            // A tunnel learns where a station is only from a frame the core kept it for.
+            let remotes = handles[f.from].take_remotes();
+            let refused = matches!(
+                v.action,
+                Action::Drop(DropCause::UnknownEndpoint | DropCause::SpoofedMac | DropCause::SpoofedIp)
+            );
+            prop_assert!(
+                remotes.is_empty() || (matches!(key.src, Station::Here | Station::Unlearnable) && !refused),
+                "frame {:?}: {:?} learned, {:?}", f, remotes, v
+            );
+            prop_assert_eq!(key.tunnel.is_some(), specs[f.from].tunnel.is_some());
             let (b, a) = (&before[f.from], &after[f.from]);
             prop_assert_eq!(a.learn_refused - b.learn_refused, u64::from(v.learn_refused), "frame {:?}", f);
             match v.action {

@@ -1,19 +1,21 @@
 //! A VXLAN tunnel port (RFC 7348): one UDP socket bound to the local underlay address;
 //! frames go out with an 8-byte VXLAN header to the endpoint their destination was learned
-//! behind, or to every endpoint once (head-end replication); frames come in from the
-//! configured endpoints (`remotes`) — a datagram from any other sender is refused before
-//! anything is learned from it and counted as `unknown_endpoint` — or, with
-//! `remotes_only = false`, from any sender, which is learned. The kernel builds the outer
-//! IP and UDP headers and their checksums. The table and the VNI map are
+//! behind, or to every endpoint once (head-end replication). Frames come in as they
+//! arrived, each with its origin (VNI, sender; [`Port::origin`]): which ones the switch
+//! takes — from the configured endpoints (`remotes`) only, unless `remotes_only = false`;
+//! of a VNI the port carries; the VLAN that VNI is — is the switch's decision (its stage
+//! 1, `sluice_switch::decide`), and where a station is behind the tunnel the port learns
+//! when the switch, after its checks, says so ([`Port::learn_remote`]). The kernel builds
+//! the outer IP and UDP headers and their checksums. The table and the VNI map are
 //! `sluice_switch::tunnel`'s; this file is the I/O (docs/architecture.md, "VXLAN tunnels",
-//! "Tunnels and the underlay").
+//! "Tunnels and the underlay", "One brain").
 //!
 //! With `remotes_only`, a socket filter ([`sluice_ebpf::tunnel_filter`]) drops datagrams
 //! from other senders in the kernel, before they are queued on the socket or wake the
 //! datapath; the port hands the filter's count to the switch as `unknown_endpoint` drops
 //! ([`Port::take_refused`]) and leaves it out of the socket's kernel drops, which count it
-//! too. Where the filter cannot be loaded the port says so once and refuses such
-//! datagrams itself, as it still does for any that pass the filter.
+//! too. Where the filter cannot be loaded the port says so once; the switch's decision
+//! refuses such datagrams then, as it does any that pass the filter.
 //!
 //! The port has no offloads: the switch cuts GSO frames and completes checksums before
 //! they get here, so what leaves is what any VXLAN endpoint can read.
@@ -32,10 +34,10 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use sluice_switch::port::DeviceDrops;
-use sluice_switch::tunnel::{Endpoints, VniMap};
+use sluice_switch::tunnel::{Endpoints, Origin, TunnelRules, VniMap};
 use sluice_switch::{DropCause, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::vxlan::{self, VXLAN_HDR_LEN};
-use sluice_wire::{ETHERTYPE_VLAN, MacAddr, VNET_HDR_LEN};
+use sluice_wire::{MacAddr, VNET_HDR_LEN};
 
 use crate::config::VxlanSettings;
 
@@ -47,9 +49,9 @@ const MAX_ENDPOINTS: usize = 256;
 /// The tunnel socket's receive and send buffers: a window of full-size datagrams between
 /// two reads (the default 208 KiB dropped a quarter of a single TCP stream's segments).
 const SOCKET_BUFFER: libc::c_int = 8 << 20;
-/// Datagrams one `recv` refuses at most (runts, foreign VNIs, datagrams to a send-only
-/// socket) before it returns: like the switch's batch, a bound on the work an underlay
-/// sender can make one call do.
+/// Datagrams one `recv` refuses at most (runts, datagrams too big, datagrams to a
+/// send-only socket) before it returns: like the switch's batch, a bound on the work an
+/// underlay sender can make one call do.
 const REFUSED_PER_CALL: usize = 64;
 /// Aging of learned stations and endpoints (the switch's default).
 pub const AGING_MS: u64 = 300_000;
@@ -60,7 +62,7 @@ pub struct Heard {
     pub stations: Vec<sluice_ebpf::HeardStation>,
     /// The monotonic clock when they were read (ns).
     pub now_ns: u64,
-    /// Datagrams the kernel refused so far (no key, a VNI the port does not carry).
+    /// Datagrams the kernel could not read so far (no tunnel key).
     pub refused: u64,
 }
 
@@ -102,9 +104,14 @@ pub struct VxlanPort {
     vnis: VniMap,
     table: Endpoints,
     start: Instant,
-    /// Datagrams refused on the way in (too short, no I flag, a VNI the port does not
-    /// carry, a frame too big for the buffer).
+    /// Datagrams refused on the way in (too short, no I flag, a frame too big for the
+    /// buffer, any datagram to the send-only socket).
     bad_in: u64,
+    /// Where the frame the last `recv` returned came from.
+    last: Option<Origin>,
+    /// Whom the port takes datagrams from (its `remotes`, and whether only them).
+    remotes: Vec<IpAddr>,
+    remotes_only: bool,
     /// Frames that could not go out (no endpoint to send to, a VLAN with no VNI, a send
     /// error).
     lost_out: u64,
@@ -166,6 +173,9 @@ impl VxlanPort {
             table: Endpoints::new(v.remotes.clone(), v.remotes_only, MAX_STATIONS, MAX_ENDPOINTS, AGING_MS),
             start: Instant::now(),
             bad_in: 0,
+            last: None,
+            remotes: v.remotes.clone(),
+            remotes_only: v.remotes_only,
             lost_out: 0,
             out: Vec::with_capacity(VXLAN_HDR_LEN + 65_536),
             udp_table,
@@ -367,9 +377,10 @@ impl Port for VxlanPort {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
-        // The datagram lands so that its inner frame starts at buf[VNET_HDR_LEN], with room
-        // left for a tag to insert.
+        // The datagram lands so that its inner frame starts at buf[VNET_HDR_LEN], with the
+        // room for a tag the switch's buffers keep.
         let at = VNET_HDR_LEN - VXLAN_HDR_LEN;
+        self.last = None;
         for _ in 0..REFUSED_PER_CALL {
             let room = buf.len().saturating_sub(at + 4);
             let (n, from) = match self.sock.recv_from(&mut buf[at..at + room]) {
@@ -384,30 +395,13 @@ impl Port for VxlanPort {
                 self.bad_in += 1;
                 continue;
             }
-            if !self.table.accepts(from.ip()) {
-                // Not one of the port's endpoints: nothing is learned from it.
-                return Err(PortError::Refused(DropCause::UnknownEndpoint));
-            }
             let Ok((vni, inner)) = vxlan::decap(&buf[at..at + n]) else {
                 self.bad_in += 1;
                 continue;
             };
-            let mut len = inner.len();
-            let Some(vlan) = self.vnis.vlan_of(vni) else {
-                self.bad_in += 1;
-                continue;
-            };
-            let src = MacAddr(buf[VNET_HDR_LEN + 6..VNET_HDR_LEN + 12].try_into().expect("6 bytes"));
-            let now = self.now_ms();
-            self.table.learn(vni, src, from.ip(), now);
-            if let Some(vid) = vlan {
-                // The frame's VLAN travels as its VNI: the tag goes back on here.
-                let f = VNET_HDR_LEN;
-                buf.copy_within(f + 12..f + len, f + 16);
-                buf[f + 12..f + 14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-                buf[f + 14..f + 16].copy_from_slice(&vid.to_be_bytes());
-                len += 4;
-            }
+            let len = inner.len();
+            // Whether it is taken, and in which VLAN, is the switch's decision.
+            self.last = Some(Origin { vni, sender: from.ip() });
             buf[..VNET_HDR_LEN].fill(0);
             return Ok(Some(len));
         }
@@ -458,6 +452,19 @@ impl Port for VxlanPort {
             self.lost_out += 1;
         }
         Ok(TxOutcome::Sent)
+    }
+
+    fn tunnel(&self) -> Option<TunnelRules> {
+        Some(TunnelRules { vnis: self.vnis.clone(), remotes_only: self.remotes_only, remotes: self.remotes.clone() })
+    }
+
+    fn origin(&self) -> Option<Origin> {
+        self.last
+    }
+
+    fn learn_remote(&mut self, vni: u32, mac: MacAddr, sender: IpAddr) {
+        let now = self.now_ms();
+        self.table.learn(vni, mac, sender, now);
     }
 
     fn take_refused(&mut self) -> Option<(DropCause, u64)> {
@@ -520,46 +527,81 @@ impl Port for VxlanPort {
 mod tests {
     use super::*;
 
-    /// Receives from `p` until a frame comes (a bounded number of tries), returning the
-    /// refusals seen before it.
-    fn refusals_before_a_frame(p: &mut VxlanPort) -> Vec<DropCause> {
+    /// Receives from `p` until a frame from `want` comes (a bounded number of tries),
+    /// returning the senders of the frames before it.
+    fn senders_before(p: &mut VxlanPort, want: IpAddr) -> Vec<IpAddr> {
         let mut buf = vec![0u8; 2048];
-        let mut refused = Vec::new();
+        let mut before = Vec::new();
         for _ in 0..1000 {
             match p.recv(&mut buf) {
-                Ok(Some(_)) => return refused,
+                Ok(Some(_)) => {
+                    let o = p.origin().expect("a frame has an origin");
+                    assert_eq!(o.vni, 5000);
+                    if o.sender == want {
+                        return before;
+                    }
+                    before.push(o.sender);
+                }
                 Ok(None) => std::thread::sleep(std::time::Duration::from_millis(1)),
-                Err(PortError::Refused(c)) => refused.push(c),
                 Err(e) => panic!("{e}"),
             }
         }
         panic!("no frame came");
     }
 
-    #[test]
-    fn an_unknown_senders_datagram_is_refused_in_the_kernel_or_else_by_the_port() {
-        let v = VxlanSettings {
+    fn settings(remotes_only: bool) -> VxlanSettings {
+        VxlanSettings {
             local: "127.0.0.1".parse().unwrap(),
             remotes: vec!["127.0.0.2".parse().unwrap()],
-            remotes_only: true,
+            remotes_only,
             vnis: VniMap::Single(5000),
             dstport: 0,
-        };
-        let mut p = VxlanPort::open(&v, false).unwrap();
+        }
+    }
+
+    /// A datagram of VNI 5000 whose inner frame is a broadcast from 02:00:00:00:00:01.
+    fn datagram() -> Vec<u8> {
+        let mut d = vxlan::header(5000).to_vec();
+        d.extend_from_slice(&[0xff; 6]);
+        d.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
+        d.extend_from_slice(&[0; 46]);
+        d
+    }
+
+    #[test]
+    fn a_station_is_learned_behind_its_sender_only_when_the_switch_says_so() {
+        let mut p = VxlanPort::open(&settings(false), false).unwrap();
         let to = p.sock.local_addr().unwrap();
-        let mut datagram = vxlan::header(5000).to_vec();
-        datagram.extend_from_slice(&[0xff; 6]);
-        datagram.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
-        datagram.extend_from_slice(&[0; 46]);
+        let remote = UdpSocket::bind("127.0.0.2:0").unwrap();
+        remote.send_to(&datagram(), to).unwrap();
+        let from: IpAddr = "127.0.0.2".parse().unwrap();
+        assert!(senders_before(&mut p, from).is_empty());
+        let src = MacAddr([0x02, 0, 0, 0, 0, 1]);
+        assert_eq!(p.table.endpoint_of(5000, src), None, "learned before the switch's checks");
+        assert_eq!(p.fanout(1, src), 1, "one remote: where an unknown station's frames go");
+        p.learn_remote(5000, src, from);
+        assert_eq!(p.table.endpoint_of(5000, src), Some(from));
+        assert_eq!(p.endpoint_of(1, src), Some("127.0.0.2".into()));
+    }
+
+    #[test]
+    fn an_unknown_senders_datagram_is_refused_in_the_kernel_or_else_left_to_the_switch() {
+        let v = settings(true);
+        let mut p = VxlanPort::open(&v, false).unwrap();
+        assert_eq!(p.tunnel().map(|t| (t.remotes_only, t.remotes)), Some((true, v.remotes.clone())));
+        let to = p.sock.local_addr().unwrap();
+        let datagram = datagram();
         let (remote, stranger) = (UdpSocket::bind("127.0.0.2:0").unwrap(), UdpSocket::bind("127.0.0.3:0").unwrap());
         let both = || {
             stranger.send_to(&datagram, to).unwrap();
             remote.send_to(&datagram, to).unwrap();
         };
+        let (from_remote, from_stranger): (IpAddr, IpAddr) =
+            ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
         if p.filter.is_some() {
             // The filter takes the stranger's datagram; the switch is told of it.
             both();
-            assert_eq!(refusals_before_a_frame(&mut p), []);
+            assert!(senders_before(&mut p, from_remote).is_empty());
             assert_eq!(p.take_refused(), Some((DropCause::UnknownEndpoint, 1)));
             assert_eq!(p.take_refused(), None);
             assert_eq!(p.device_drops().unwrap().from_guest, 0, "not a full buffer");
@@ -580,9 +622,10 @@ mod tests {
         } else {
             assert!(!is_root(), "as root the filter loads");
         }
-        // Without the filter the port refuses the stranger itself.
+        // Without the filter the stranger's frame comes with its origin, which the switch's
+        // decision refuses (`unknown_endpoint`).
         both();
-        assert_eq!(refusals_before_a_frame(&mut p), [DropCause::UnknownEndpoint]);
+        assert_eq!(senders_before(&mut p, from_remote), [from_stranger]);
         assert_eq!(p.take_refused(), None);
     }
 
