@@ -278,7 +278,7 @@ mod tests {
         assert!(h.contains("#define PF_TUNNEL (1u << 14)"), "{h}");
         assert!(h.contains("#define SLUICE_MARK 0x51ce0001u"), "{h}");
         assert!(h.contains("#define SLUICE_MAX_PORTS 1024u"), "{h}");
-        assert!(h.contains("#define C_COUNT 50 /* Counters per port. */\n"), "{h}");
+        assert!(h.contains(&format!("#define C_COUNT {} /* Counters per port. */\n", crate::c::COUNT)), "{h}");
         assert!(h.contains("#define MODE_L3 1 /* `sluice_config.mode`: a Layer 3 switch. */\n"), "{h}");
     }
 
@@ -290,7 +290,7 @@ mod tests {
         assert!(port.contains("\n\t__u32 ifindex; /* 0: slot unused */\n"), "{port}");
         assert!(port.contains("\n\t__u32 ip4[8];"), "{port}");
         assert!(port.contains("\n\t__u8 ip6[8][16];"), "{port}");
-        assert!(h.contains("\t__u64 v[50];"), "{h}");
+        assert!(h.contains(&format!("\t__u64 v[{}];", crate::c::COUNT)), "{h}");
     }
 
     #[test]

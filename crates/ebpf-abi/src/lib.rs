@@ -257,20 +257,20 @@ abi! {
         /// Receive drops start here, one per `DropCause::ALL` entry.
         pub const RX_DROP: usize = 10 => C_RX_DROP;
         /// Transmit drops start here, one per `DropCause::ALL` entry.
-        pub const TX_DROP: usize = 28 => C_TX_DROP;
+        pub const TX_DROP: usize = 29 => C_TX_DROP;
         /// Frames the kernel flooded.
-        pub const FLOODED: usize = 46 => C_FLOODED;
+        pub const FLOODED: usize = 48 => C_FLOODED;
         /// Frames the kernel sent on from a source the port may not learn.
-        pub const LEARN_REFUSED: usize = 47 => C_LEARN_REFUSED;
+        pub const LEARN_REFUSED: usize = 49 => C_LEARN_REFUSED;
         /// Datagrams from a tunnel the program could not read: no tunnel key (the device's
         /// own fault; a VNI the port does not carry is a received frame dropped
         /// `vlan_filter`, an unknown sender one dropped `unknown_endpoint`).
-        pub const TUN_BAD: usize = 48 => C_TUN_BAD;
+        pub const TUN_BAD: usize = 50 => C_TUN_BAD;
         /// Frames the executor found no current verdict for (none, or one of an older
         /// generation), in either stage: each also went up (or was lost going up).
-        pub const MISSES: usize = 49 => C_MISSES;
+        pub const MISSES: usize = 51 => C_MISSES;
         /// Counters per port.
-        pub const COUNT: usize = 50 => C_COUNT;
+        pub const COUNT: usize = 52 => C_COUNT;
     }
 
     /// The drop causes the program counts: their positions in `DropCause::ALL`, added to
@@ -306,6 +306,8 @@ abi! {
         pub const UNKNOWN_ENDPOINT: usize = 16 => D_UNKNOWN_ENDPOINT;
         /// `egress_refused`
         pub const EGRESS_REFUSED: usize = 17 => D_EGRESS_REFUSED;
+        /// `upcall_limit`
+        pub const UPCALL_LIMIT: usize = 18 => D_UPCALL_LIMIT;
     }
 
     /// One port's counters on one CPU: the value of `sluice_stats`, by slot.
@@ -610,6 +612,12 @@ abi! {
         pub generation: u64,
         /// The upcall TAP; 0: none (frames that would go up are dropped, `upcall_lost`).
         pub upcall_ifindex: u32,
+        /// Each input's upcall budget, a token bucket: refilled with this many upcalls a
+        /// second (0: no budget)…
+        pub upcall_rate: u32,
+        /// …holding at most this many. A frame that would go up from an input whose
+        /// bucket is empty is dropped, `upcall_limit`.
+        pub upcall_burst: u32,
         pub pad: u32,
     }
 }

@@ -9,9 +9,12 @@
  * the frame and installs the verdict. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
  *
- * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs; every read of the frame
- * is bpf_skb_load_bytes of a fixed size at a bounded offset (at most 90 bytes in), so "too
- * short" means the frame is, never that its headers are outside the linear part.
+ * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs, or a fixed number of
+ * tries; every read of the frame is bpf_skb_load_bytes of a fixed size at a bounded offset
+ * (at most 90 bytes in), so "too short" means the frame is, never that its headers are
+ * outside the linear part. What goes up is bounded per input by a token bucket
+ * (`upcall_rate`, `upcall_burst` in sluice_exec_cfg): the excess is dropped, counted
+ * `upcall_limit`.
  *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
@@ -87,6 +90,16 @@ struct {
 	__type(value, struct sluice_counters);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_stats SEC(".maps");
+
+/* Each input slot's upcall bucket, as the time (bpf_ktime_get_ns) its next upcall is
+ * due at the budget's rate: the program's own state, shared by every CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_upcall_budget SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -172,14 +185,49 @@ static __always_inline int drop(struct sluice_counters *c, __u32 cause)
 	return TC_ACT_SHOT;
 }
 
+/* Whether input `slot` may hand one more frame up: a token bucket of `upcall_burst`
+ * upcalls refilled with `upcall_rate` a second, kept as the generic cell rate algorithm
+ * keeps it — one time per slot, the theoretical time of its next upcall `tat`, which an
+ * upcall moves on by one interval, and which may run ahead of now by at most burst - 1
+ * intervals. A compare-and-swap updates it, so that CPUs taking the same slot's frames
+ * share one bucket; a few tries bound the work (failing all of them, the frame is over
+ * the budget). */
+static __always_inline int within_budget(const struct sluice_exec_config *cfg, __u32 slot)
+{
+	__u32 rate = cfg->upcall_rate, burst = cfg->upcall_burst;
+
+	if (!rate)
+		return 1;
+	__u64 *tat = bpf_map_lookup_elem(&sluice_upcall_budget, &slot);
+	if (!tat)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 interval = 1000000000ULL / rate;
+	__u64 ahead = interval * (burst ? burst - 1 : 0);
+	for (int i = 0; i < 4; i++) {
+		__u64 old = *(volatile __u64 *)tat;
+		__u64 t = old > now ? old : now;
+		if (t - now > ahead)
+			return 0;
+		if (__sync_val_compare_and_swap(tat, old, t + interval) == old)
+			return 1;
+	}
+	return 0;
+}
+
 /* Hands the frame to the core: the input slot as an outer 802.1ad tag (the frame's own
  * tag, if any, goes inside), out of the upcall TAP, marked as the switch's (the TAP's
  * egress program lets nothing else into its queue). `sluice_ingress`'s up(). A frame that
- * cannot be handed up is dropped, counted as `upcall_lost`. */
+ * cannot be handed up is dropped, counted as `upcall_lost`; one over its input's budget,
+ * as `upcall_limit`. */
 static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	struct sluice_exec_config *cfg = config();
 
+	if (cfg && !within_budget(cfg, slot)) {
+		c->v[C_RX_DROP + D_UPCALL_LIMIT]++;
+		return TC_ACT_SHOT;
+	}
 	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_SHOT;
@@ -195,6 +243,10 @@ static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct slu
 {
 	struct sluice_exec_config *cfg = config();
 
+	if (cfg && !within_budget(cfg, slot)) {
+		c->v[C_RX_DROP + D_UPCALL_LIMIT]++;
+		return TC_ACT_OK;
+	}
 	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_OK;

@@ -38,6 +38,7 @@ mod tests {
             (DropCause::GsoLimit, d::GSO_LIMIT),
             (DropCause::UnknownEndpoint, d::UNKNOWN_ENDPOINT),
             (DropCause::EgressRefused, d::EGRESS_REFUSED),
+            (DropCause::UpcallLimit, d::UPCALL_LIMIT),
         ] {
             assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
         }

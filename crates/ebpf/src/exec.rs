@@ -42,9 +42,37 @@ pub struct Sizes {
     pub verdicts: u32,
 }
 
+/// How many upcalls each input may make: a token bucket per input slot, in the kernel.
+/// A frame that would go up from an input whose bucket is empty is dropped and counted
+/// `upcall_limit` at that input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpcallBudget {
+    /// Upcalls a second the bucket refills with (0: no budget at all).
+    pub rate: u32,
+    /// Upcalls it holds at most: what an input may make at once.
+    pub burst: u32,
+}
+
+impl UpcallBudget {
+    /// The budget unless configured: 2,048 upcalls a second, 2,048 at once. A guest's
+    /// learning costs an upcall for each station it sends from (two if its second frame
+    /// comes before the core installed the verdict), up to `mac_limit_per_port` (1,024 by
+    /// default) stations, and a change of generation one miss for each key it uses (tens:
+    /// a key names destination ports and EtherTypes, not addresses), so a guest learning
+    /// all the stations it may at once stays within the burst, and within the rate at any
+    /// pace. What a port can make beyond that — frames from ever new source addresses past
+    /// its MAC lock, each a key of its own — is bounded to 2,048 a second instead of
+    /// filling the upcall TAP's queue (4,096) that every port's upcalls share. An uplink
+    /// facing a LAN where more than 2,048 stations appear at once loses the first frames
+    /// of the rest, counted, until its bucket refills.
+    pub const DEFAULT: UpcallBudget = UpcallBudget { rate: 2048, burst: 2048 };
+}
+
 /// The executor loaded, its maps pinned in one directory.
 pub struct Executor {
     ebpf: aya::Ebpf,
+    /// The settings last written to `sluice_exec_cfg`.
+    cfg: abi::ExecConfig,
     inputs: HashMap<MapData, u32, abi::Input>,
     admits: HashMap<MapData, abi::AdmitKey, abi::Admit>,
     verdicts: HashMap<MapData, abi::FlowKey, abi::Verdict>,
@@ -121,15 +149,28 @@ impl Executor {
         let neigh = HashMap::try_from(take("sluice_neigh")?).map_err(map_err("neigh"))?;
         let tunnels = HashMap::try_from(take("sluice_tunnels")?).map_err(map_err("tunnels"))?;
         let remotes = HashMap::try_from(take("sluice_remotes")?).map_err(map_err("remotes"))?;
-        Ok(Executor { ebpf, inputs, admits, verdicts, fib, locks, config, stats, owners, neigh, tunnels, remotes })
+        let b = UpcallBudget::DEFAULT;
+        let cfg = abi::ExecConfig { upcall_rate: b.rate, upcall_burst: b.burst, ..Default::default() };
+        Ok(Executor { ebpf, cfg, inputs, admits, verdicts, fib, locks, config, stats, owners, neigh, tunnels, remotes })
     }
 
     /// Sets the current generation (every verdict of another one is a miss from now on)
     /// and the interface frames go up through (0: none; they are dropped as
-    /// `upcall_lost`).
+    /// `upcall_lost`); the upcall budget stays what it was ([`UpcallBudget::DEFAULT`]
+    /// unless set).
     pub fn configure(&mut self, generation: u64, upcall_ifindex: u32) -> Result<(), Error> {
-        let c = abi::ExecConfig { generation, upcall_ifindex, pad: 0 };
-        self.config.set(0, c, 0).map_err(map_err("exec_cfg"))
+        self.write_config(abi::ExecConfig { generation, upcall_ifindex, ..self.cfg })
+    }
+
+    /// Sets every input's upcall budget (each input's bucket keeps what it holds).
+    pub fn set_upcall_budget(&mut self, b: UpcallBudget) -> Result<(), Error> {
+        self.write_config(abi::ExecConfig { upcall_rate: b.rate, upcall_burst: b.burst, ..self.cfg })
+    }
+
+    fn write_config(&mut self, c: abi::ExecConfig) -> Result<(), Error> {
+        self.config.set(0, c, 0).map_err(map_err("exec_cfg"))?;
+        self.cfg = c;
+        Ok(())
     }
 
     /// Makes device `ifindex` an input of the switch.

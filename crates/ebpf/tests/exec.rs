@@ -4,7 +4,8 @@
 //! the program leaves, what reaches the devices it clones to (read with a packet socket on
 //! each veth's other end, 802.1Q tags included) and every counter. A key without a verdict,
 //! or with one of an older generation, is a miss that goes up; an output the frame is too
-//! big for is counted and gets nothing.
+//! big for is counted and gets nothing; what an input sends up beyond its budget is
+//! dropped and counted.
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Bpffs, root};
 use sluice_ebpf::abi::{self, c, d};
-use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes};
+use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
 use sluice_wire::MacAddr;
 
 /// `TC_ACT_OK`: on to the stack.
@@ -646,5 +647,74 @@ fn sources_are_answered_from_the_tables_and_the_hosts_frames_reach_it() {
         let r = run(&ex, &frame(BROADCAST, B, Some(7), 0x0800, &p), &at(i4));
         assert_eq!(r.code, OK);
         assert_eq!(ex.counters(4).v[c::RX_DROP + d::VLAN_FILTER], 1);
+    });
+}
+
+#[test]
+fn a_port_that_misses_faster_than_its_budget_loses_the_excess_counted_and_a_trickle_loses_nothing() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-test");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (i1, _), (i4, _), (up, _)) = (veth("in0"), veth("in1"), veth("in4"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        ex.set_input(i0, &input(0)).unwrap();
+        let p = ipv4([10, 0, 0, 1], [10, 0, 0, 2], 17, 60);
+        // A guest sending from ever new source addresses: with no verdicts installed, every
+        // frame is a miss.
+        let spray = |n: u8| frame(B, MacAddr([2, 0, 0, 0, 1, n]), None, 0x0800, &p);
+        let len = spray(0).len() as u64;
+
+        // A trickle: a budget of one upcall at once, a thousand a second, and frames at
+        // least 5 ms apart (a sleep is never shorter): each finds its token back.
+        ex.set_upcall_budget(UpcallBudget { rate: 1000, burst: 1 }).unwrap();
+        for n in 0..20 {
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(run(&ex, &spray(n), &at(i0)).code, REDIRECT, "frame {n} of the trickle");
+        }
+        expect(&ex, 0, &[(c::RX_FRAMES, 20), (c::RX_BYTES, 20 * len), (c::MISSES, 20), (c::UPCALLS, 20)]);
+
+        // A burst: four upcalls at once, one a second. Ten misses in a row: four go up,
+        // six are dropped and counted. (Exact when the ten take less than the second a
+        // token takes to come back; on a machine too busy for that, the burst is tried
+        // again on a fresh input slot.)
+        ex.set_upcall_budget(UpcallBudget { rate: 1, burst: 4 }).unwrap();
+        let mut exact = None;
+        for slot in 1..4u32 {
+            ex.set_input(i1, &input(slot)).unwrap();
+            let start = Instant::now();
+            let codes: Vec<u32> = (0..10).map(|n| run(&ex, &spray(n), &at(i1)).code).collect();
+            if start.elapsed() < Duration::from_millis(900) {
+                exact = Some((slot, codes));
+                break;
+            }
+        }
+        let (slot, codes) = exact.expect("three bursts of ten runs each took a second or more");
+        assert_eq!(codes, [[REDIRECT; 4].as_slice(), &[SHOT; 6]].concat());
+        let limited = [(c::MISSES, 10), (c::UPCALLS, 4), (c::RX_DROP + d::UPCALL_LIMIT, 6)];
+        expect(&ex, slot, &[&[(c::RX_FRAMES, 10), (c::RX_BYTES, 10 * len)], limited.as_slice()].concat());
+        // Another input's budget is its own.
+        assert_eq!(run(&ex, &spray(0), &at(i0)).code, REDIRECT);
+        // A second later the bucket holds one upcall again.
+        std::thread::sleep(Duration::from_millis(1100));
+        let start = Instant::now();
+        let again = [run(&ex, &spray(11), &at(i1)).code, run(&ex, &spray(12), &at(i1)).code];
+        if start.elapsed() < Duration::from_millis(900) {
+            assert_eq!(again, [REDIRECT, SHOT]);
+            assert_eq!(ex.counters(slot).v[c::RX_DROP + d::UPCALL_LIMIT], 7);
+        }
+
+        // On an input that may be the host's interface, a copy over the budget is not made
+        // and counted; the frame still goes on to the host.
+        let host = abi::Input { slot: 8, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, pad: [0; 2] };
+        ex.set_input(i4, &host).unwrap();
+        let group = frame(BROADCAST, B, None, 0x0800, &p);
+        let codes: Vec<u32> = (0..5).map(|_| run(&ex, &group, &at(i4)).code).collect();
+        assert_eq!(codes, [OK; 5]);
+        let c8 = ex.counters(8).v;
+        let over = c8[c::RX_DROP + d::UPCALL_LIMIT];
+        assert!(over >= 1 && c8[c::UPCALLS] + over == 5, "{} up, {over} over", c8[c::UPCALLS]);
     });
 }

@@ -74,11 +74,16 @@ pub enum DropCause {
     /// the switch sending it (a local program's socket bound to the interface), refused on
     /// its way into the guest; counted with the port's received frames.
     EgressRefused,
+    /// Kernel datapath: a frame the kernel would have handed up to the core while its
+    /// port had used up its upcall budget (a port whose frames miss faster than the core
+    /// takes them, such as a guest sending from ever new source addresses past its MAC
+    /// lock, is bounded, not queued without end).
+    UpcallLimit,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 18] = [
+    pub const ALL: [DropCause; 19] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -97,6 +102,7 @@ impl DropCause {
         DropCause::Watchdog,
         DropCause::UnknownEndpoint,
         DropCause::EgressRefused,
+        DropCause::UpcallLimit,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -120,6 +126,7 @@ impl DropCause {
             DropCause::Watchdog => "watchdog",
             DropCause::UnknownEndpoint => "unknown_endpoint",
             DropCause::EgressRefused => "egress_refused",
+            DropCause::UpcallLimit => "upcall_limit",
         }
     }
 }
@@ -174,6 +181,9 @@ pub struct DropCounts {
     /// See [`DropCause::EgressRefused`].
     #[serde(default)]
     pub egress_refused: u64,
+    /// See [`DropCause::UpcallLimit`].
+    #[serde(default)]
+    pub upcall_limit: u64,
 }
 
 impl DropCounts {
@@ -208,6 +218,7 @@ impl DropCounts {
             DropCause::Watchdog => self.watchdog,
             DropCause::UnknownEndpoint => self.unknown_endpoint,
             DropCause::EgressRefused => self.egress_refused,
+            DropCause::UpcallLimit => self.upcall_limit,
         }
     }
 
@@ -231,6 +242,7 @@ impl DropCounts {
             DropCause::Watchdog => &mut self.watchdog,
             DropCause::UnknownEndpoint => &mut self.unknown_endpoint,
             DropCause::EgressRefused => &mut self.egress_refused,
+            DropCause::UpcallLimit => &mut self.upcall_limit,
         }
     }
 
