@@ -269,8 +269,11 @@ abi! {
         /// Frames the executor found no current verdict for (none, or one of an older
         /// generation), in either stage: each also went up (or was lost going up).
         pub const MISSES: usize = 51 => C_MISSES;
+        /// Stations heard behind a tunnel the executor could not report, its ring
+        /// (`sluice_heard`) being full: each is reported again by its next frame.
+        pub const HEARD_LOST: usize = 52 => C_HEARD_LOST;
         /// Counters per port.
-        pub const COUNT: usize = 52 => C_COUNT;
+        pub const COUNT: usize = 53 => C_COUNT;
     }
 
     /// The drop causes the program counts: their positions in `DropCause::ALL`, added to
@@ -596,6 +599,35 @@ abi! {
         pub pad2: u32,
         /// The outputs, `n_out` of them.
         pub outputs: [Output; MAX_OUTPUTS],
+    }
+
+    /// [`HeardEvent::family`]: the sender's address is IPv4, in the first 4 bytes.
+    pub const HEARD_V4: u8 = 4 => HEARD_V4;
+    /// [`HeardEvent::family`]: IPv6.
+    pub const HEARD_V6: u8 = 6 => HEARD_V6;
+
+    /// A station the executor heard behind a tunnel where `sluice_remotes` does not have
+    /// it — a frame from a tunnel, admitted to `vlan`, whose source the station table
+    /// has on the tunnel's slot — reported on the ring buffer `sluice_heard` (the program
+    /// writes no forwarding state): the core decides whether to learn it, and writes
+    /// `sluice_remotes` if it does.
+    pub struct HeardEvent => sluice_heard_event {
+        /// The tunnel's device.
+        pub ifindex: u32,
+        /// Its input slot.
+        pub slot: u32,
+        /// The datagram's VNI.
+        pub vni: u32,
+        /// The VLAN the frame was admitted to (stage 1).
+        pub vlan: u16,
+        /// `HEARD_V4` or `HEARD_V6`.
+        pub family: u8,
+        pub pad: u8,
+        /// The frame's source MAC address.
+        pub mac: [u8; 6],
+        pub pad2: [u8; 2],
+        /// The datagram's sender (the outer source address).
+        pub addr: [u8; 16],
     }
 
     /// A MAC address locked to a port by its `mac` setting, in `sluice_locks` (on every

@@ -6,7 +6,9 @@
  * upcall, or a list of outputs (MTU, tag, MAC rewrite, clone to every output but the last,
  * redirect the last). A key without a verdict of the current generation goes up through
  * the upcall TAP, tagged with its input slot, as with `sluice_ingress`; the core handles
- * the frame and installs the verdict. The layouts are crates/ebpf-abi's (abi.h).
+ * the frame and installs the verdict. What it hears that the core must decide on — a
+ * station behind a tunnel where the remote table does not have it — it reports on a ring
+ * buffer, writing no forwarding state itself. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
  *
  * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs, or a fixed number of
@@ -141,6 +143,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_remotes SEC(".maps");
 
+/* Stations heard behind a tunnel for the core to decide on (struct sluice_heard_event):
+ * room for about 1,600 of them; a full ring is counted (C_HEARD_LOST). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_heard SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -154,6 +164,16 @@ static __always_inline int is_group(const __u8 *mac)
 static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 {
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4] && a[5] == b[5];
+}
+
+static __always_inline int addr_eq(const __u8 *a, const __u8 *b)
+{
+	__u64 a0, a1, b0, b1;
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
 }
 
 static __always_inline int mac_zero(const __u8 *a)
@@ -673,8 +693,59 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 	return TC_ACT_OK;
 }
 
-SEC("classifier")
-int sluice_exec(struct __sk_buff *skb)
+/* Where a frame from a tunnel came from: its VNI and the datagram's sender (IPv4 in the
+ * first 4 bytes), read from the tunnel key the device left. */
+struct origin {
+	__u32 vni;
+	__u8 addr[16];
+};
+
+/* Writes a report's addresses: station `mac`, sender `addr`. A function of its own, not
+ * inlined, so that the report's type is in the object's BTF (no map of the ring's kind can
+ * name its records' type), where the layout test finds it. */
+static __noinline void heard_addresses(struct sluice_heard_event *e, const __u8 *mac, const __u8 *addr)
+{
+	__builtin_memcpy(e->mac, mac, 6);
+	e->pad2[0] = 0;
+	e->pad2[1] = 0;
+	__builtin_memcpy(e->addr, addr, 16);
+}
+
+/* Station `mac`, which the station table has on tunnel input `slot` (device `ifindex`),
+ * heard in VLAN `vlan` from `o`: stamped in sluice_remotes (at most once a second) when
+ * that is where the table has it; else reported on sluice_heard, for the core to decide
+ * whether to learn it — the program writes no forwarding state. A full ring is counted;
+ * the station's next frame reports it again. */
+static __always_inline void heard(__u32 ifindex, __u32 slot, __u32 in_flags, __u16 vlan, const struct origin *o,
+				  const __u8 *mac, struct sluice_counters *c)
+{
+	struct sluice_remote_key rk = { .ifindex = ifindex, .vni = o->vni };
+	__builtin_memcpy(rk.mac, mac, 6);
+	struct sluice_remote *r = bpf_map_lookup_elem(&sluice_remotes, &rk);
+	if (r && addr_eq(r->addr, o->addr)) {
+		__u64 now = bpf_ktime_get_ns();
+		if (now - r->seen_ns > SEEN_EVERY_NS)
+			r->seen_ns = now;
+		return;
+	}
+	struct sluice_heard_event *e = bpf_ringbuf_reserve(&sluice_heard, sizeof(*e), 0);
+	if (!e) {
+		c->v[C_HEARD_LOST]++;
+		return;
+	}
+	e->ifindex = ifindex;
+	e->slot = slot;
+	e->vni = o->vni;
+	e->vlan = vlan;
+	e->family = (in_flags & IN_TUNNEL_V6) ? HEARD_V6 : HEARD_V4;
+	e->pad = 0;
+	heard_addresses(e, mac, o->addr);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* The program's body: sluice_exec, and sluice_exec_tunneled after it gave the frame a
+ * tunnel key. */
+static __always_inline int exec_frame(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
 	struct sluice_input *in = bpf_map_lookup_elem(&sluice_inputs, &ifindex);
@@ -691,6 +762,7 @@ int sluice_exec(struct __sk_buff *skb)
 	/* Stage 1: the port in, how the frame arrived, and (before admission) whether it is
 	 * the host's. */
 	struct sluice_admit_key ak = { .slot = slot };
+	struct origin o = {};
 	if (in_flags & IN_TUNNEL) {
 		/* The device took the outer headers off and left their key. */
 		struct bpf_tunnel_key tk = {};
@@ -709,6 +781,8 @@ int sluice_exec(struct __sk_buff *skb)
 			__u32 a = bpf_htonl(tk.remote_ipv4);
 			__builtin_memcpy(ek.addr, &a, 4);
 		}
+		o.vni = tk.tunnel_id;
+		__builtin_memcpy(o.addr, ek.addr, 16);
 		ak.vni = tk.tunnel_id;
 		ak.endpoint = bpf_map_lookup_elem(&sluice_endpoints, &ek) != 0;
 	}
@@ -769,6 +843,8 @@ int sluice_exec(struct __sk_buff *skb)
 				__u64 now = bpf_ktime_get_ns();
 				if (now - s->seen_ns > SEEN_EVERY_NS)
 					s->seen_ns = now;
+				if (in_flags & IN_TUNNEL)
+					heard(ifindex, slot, in_flags, vlan, &o, f.src, c);
 			} else if (s) {
 				k.src = (s->flags & FIB_STATIC) ? SRC_STATIC : SRC_ELSEWHERE;
 			}
@@ -797,6 +873,41 @@ int sluice_exec(struct __sk_buff *skb)
 	if (v->action != ACT_FORWARD)
 		return settle(skb, slot, c, v->action, v->cause, v->flags);
 	return execute(skb, slot, c, &f, vlan, v);
+}
+
+SEC("classifier")
+int sluice_exec(struct __sk_buff *skb)
+{
+	return exec_frame(skb);
+}
+
+/* For tests alone (crates/ebpf/tests/exec.rs; never attached): BPF_PROG_TEST_RUN gives a
+ * frame no tunnel key, so this program first gives it the key a vxlan device in external
+ * mode leaves on what it receives — the VNI `cb[0]`, the sender `cb[1..4]` (the address's
+ * bytes in memory order, IPv4 in `cb[1]`), the family of its input's underlay — and then
+ * runs sluice_exec's body on it. */
+SEC("classifier")
+int sluice_exec_tunneled(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct sluice_input *in = bpf_map_lookup_elem(&sluice_inputs, &ifindex);
+	struct bpf_tunnel_key k = {};
+	__u64 flags = 0;
+
+	k.tunnel_id = skb->cb[0];
+	/* (What the key's reader gets as the remote address is what a sender sets as local.) */
+	if (in && (in->flags & IN_TUNNEL_V6)) {
+		k.local_ipv6[0] = skb->cb[1];
+		k.local_ipv6[1] = skb->cb[2];
+		k.local_ipv6[2] = skb->cb[3];
+		k.local_ipv6[3] = skb->cb[4];
+		flags = BPF_F_TUNINFO_IPV6;
+	} else {
+		k.local_ipv4 = bpf_ntohl(skb->cb[1]);
+	}
+	if (bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags))
+		return TC_ACT_SHOT;
+	return exec_frame(skb);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

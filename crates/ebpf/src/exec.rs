@@ -11,13 +11,15 @@
 //!
 //! [`Executor`] loads it, writes the tables the program reads (only the core's answers
 //! go in: the program writes nothing but counters and the stations' last-seen stamps),
-//! and runs it on a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`), which
-//! is how its tests see what it does. Nothing switches a daemon to it yet.
+//! reads what it reports (stations heard behind tunnels, [`crate::heard`]), and runs it on
+//! a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`; as if from a tunnel,
+//! [`RunCtx::tunnel`]), which is how its tests see what it does. Nothing switches a daemon
+//! to it yet.
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
-use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::SchedClassifier;
 use sluice_wire::MacAddr;
 
@@ -30,6 +32,8 @@ pub(crate) static OBJECT: &[u8] = &[];
 
 /// The program's name in the object.
 const PROGRAM: &str = "sluice_exec";
+/// The tests' program: gives a frame a tunnel key, then runs the executor on it.
+const TUNNELED: &str = "sluice_exec_tunneled";
 
 /// How many entries the tables the executor sizes at load time hold.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +88,8 @@ pub struct Executor {
     neigh: HashMap<MapData, abi::NeighKey, abi::NeighVal>,
     tunnels: HashMap<MapData, u32, abi::Tunnel>,
     remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
+    endpoints: HashMap<MapData, abi::EndpointKey, u32>,
+    heard: RingBuf<MapData>,
 }
 
 /// What [`Executor::run`] hands the program besides the frame: the fields of its
@@ -99,6 +105,9 @@ pub struct RunCtx {
     pub gso_size: u32,
     /// A GSO frame's segment count.
     pub gso_segs: u32,
+    /// As if a tunnel's device received it: the datagram's VNI and sender, in the key it
+    /// leaves (of the input's underlay family).
+    pub tunnel: Option<(u32, std::net::IpAddr)>,
 }
 
 /// What one run of the program did.
@@ -149,9 +158,27 @@ impl Executor {
         let neigh = HashMap::try_from(take("sluice_neigh")?).map_err(map_err("neigh"))?;
         let tunnels = HashMap::try_from(take("sluice_tunnels")?).map_err(map_err("tunnels"))?;
         let remotes = HashMap::try_from(take("sluice_remotes")?).map_err(map_err("remotes"))?;
+        let endpoints = HashMap::try_from(take("sluice_endpoints")?).map_err(map_err("endpoints"))?;
+        let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let b = UpcallBudget::DEFAULT;
         let cfg = abi::ExecConfig { upcall_rate: b.rate, upcall_burst: b.burst, ..Default::default() };
-        Ok(Executor { ebpf, cfg, inputs, admits, verdicts, fib, locks, config, stats, owners, neigh, tunnels, remotes })
+        Ok(Executor {
+            ebpf,
+            cfg,
+            inputs,
+            admits,
+            verdicts,
+            fib,
+            locks,
+            config,
+            stats,
+            owners,
+            neigh,
+            tunnels,
+            remotes,
+            endpoints,
+            heard,
+        })
     }
 
     /// Sets the current generation (every verdict of another one is a miss from now on)
@@ -245,10 +272,18 @@ impl Executor {
         self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
     }
 
-    /// Where station `mac` of VNI `vni` behind tunnel device `ifindex` is.
+    /// Makes `addr` one of tunnel device `ifindex`'s configured endpoints (its frames'
+    /// stage-1 key says so).
+    pub fn set_endpoint(&mut self, ifindex: u32, addr: std::net::IpAddr) -> Result<(), Error> {
+        let k = abi::EndpointKey { ifindex, addr: tables::ip_key(addr).addr };
+        self.endpoints.insert(k, 1, 0).map_err(map_err("endpoints"))
+    }
+
+    /// Where station `mac` of VNI `vni` behind tunnel device `ifindex` is, heard from now
+    /// (its last-seen stamp, which the program moves on while it hears it there).
     pub fn set_remote(&mut self, ifindex: u32, vni: u32, mac: MacAddr, addr: std::net::IpAddr) -> Result<(), Error> {
         let k = abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] };
-        let mut r = abi::Remote::default();
+        let mut r = abi::Remote { seen_ns: monotonic_ns(), ..abi::Remote::default() };
         match addr {
             std::net::IpAddr::V4(a) => r.addr[..4].copy_from_slice(&a.octets()),
             std::net::IpAddr::V6(a) => r.addr = a.octets(),
@@ -256,21 +291,64 @@ impl Executor {
         self.remotes.insert(k, r, 0).map_err(map_err("remotes"))
     }
 
+    /// Where the remote table has station `mac` of VNI `vni` behind tunnel device
+    /// `ifindex`, and when the program last heard it there (`CLOCK_MONOTONIC` ns).
+    pub fn remote(&self, ifindex: u32, vni: u32, mac: MacAddr) -> Option<abi::Remote> {
+        self.remotes.get(&abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] }, 0).ok()
+    }
+
+    /// The stations the program reported heard behind tunnels since the last call, at
+    /// most `limit` (the rest stay in the ring). Records that do not read are skipped.
+    pub fn take_heard(&mut self, limit: usize) -> Vec<crate::heard::Heard> {
+        let mut out = Vec::new();
+        for _ in 0..limit {
+            let Some(item) = self.heard.next() else { break };
+            if let Some(h) = crate::heard::Heard::parse(&item) {
+                out.push(h);
+            }
+        }
+        out
+    }
+
+    /// The ring's descriptor, readable when the program has reported something (for an
+    /// event loop).
+    pub fn heard_fd(&self) -> std::os::fd::RawFd {
+        self.heard.as_raw_fd()
+    }
+
     /// Port slot `slot`'s counters, summed over CPUs.
     pub fn counters(&self, slot: u32) -> Counters {
         crate::sum_counters(&self.stats, slot)
+    }
+
+    /// Loads the tests' program that [`Executor::run`] runs a frame from a tunnel with
+    /// ([`RunCtx::tunnel`]): it gives the frame the tunnel key a vxlan device would, then
+    /// runs the executor on it. Never attached to a device.
+    pub fn load_tunneled(&mut self) -> Result<(), Error> {
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(TUNNELED)
+            .ok_or_else(|| Error::Load(format!("the object has no program {TUNNELED}")))?
+            .try_into()
+            .map_err(|e| Error::Load(format!("{e}")))?;
+        prog.load().map_err(|e| Error::Load(crate::verifier_log(&e)))
     }
 
     /// Runs the program once on `frame` as if it arrived on `ctx.ifindex`, without sending
     /// anything the program redirects (copies it clones do leave): what it returned, and
     /// the frame as it left it.
     pub fn run(&self, frame: &[u8], ctx: &RunCtx) -> Result<Ran, Error> {
+        let name = if ctx.tunnel.is_some() { TUNNELED } else { PROGRAM };
         let prog: &SchedClassifier = self
             .ebpf
-            .program(PROGRAM)
+            .program(name)
             .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| Error::Load(format!("the program {PROGRAM} is not loaded")))?;
-        let fd = prog.fd().map_err(|e| Error::Load(format!("{e}")))?;
+            .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?;
+        let fd = prog.fd().map_err(|e| {
+            Error::Load(format!(
+                "the program {name} is not loaded ({e}); a run from a tunnel needs load_tunneled first"
+            ))
+        })?;
         let mut skb = SkBuff {
             mark: ctx.mark,
             ifindex: ctx.ifindex,
@@ -278,12 +356,27 @@ impl Executor {
             gso_segs: ctx.gso_segs,
             ..SkBuff::default()
         };
+        if let Some((vni, sender)) = ctx.tunnel {
+            let a = tables::ip_key(sender).addr;
+            skb.cb[0] = vni;
+            for (w, b) in skb.cb[1..].iter_mut().zip(a.chunks_exact(4)) {
+                *w = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
         let mut out = vec![0u8; frame.len() + 256];
         let (code, n) = test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
             .map_err(|e| Error::Load(format!("running {PROGRAM} on a frame (BPF_PROG_TEST_RUN): {e}")))?;
         out.truncate(n);
         Ok(Ran { code, frame: out, mark: skb.mark })
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the program's clock (`bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec the call writes; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `struct __sk_buff` of linux/bpf.h (UAPI, so it only grows at the end): the context a

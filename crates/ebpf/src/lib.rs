@@ -26,6 +26,7 @@
 
 pub mod abi;
 pub mod exec;
+pub mod heard;
 pub mod tables;
 pub mod tunnel_filter;
 

@@ -5,7 +5,8 @@
 //! each veth's other end, 802.1Q tags included) and every counter. A key without a verdict,
 //! or with one of an older generation, is a miss that goes up; an output the frame is too
 //! big for is counted and gets nothing; what an input sends up beyond its budget is
-//! dropped and counted.
+//! dropped and counted; a station heard behind a tunnel where the remote table does not
+//! have it is reported on the ring buffer, and the core decides whether to learn it.
 
 mod common;
 
@@ -716,5 +717,148 @@ fn a_port_that_misses_faster_than_its_budget_loses_the_excess_counted_and_a_tric
         let c8 = ex.counters(8).v;
         let over = c8[c::RX_DROP + d::UPCALL_LIMIT];
         assert!(over >= 1 && c8[c::UPCALLS] + over == 5, "{} up, {over} over", c8[c::UPCALLS]);
+    });
+}
+
+#[test]
+fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says_so() {
+    use sluice_ebpf::heard::{self, Heard};
+    use sluice_switch::mem::mem_port;
+    use sluice_switch::tunnel::{TunnelRules, VniMap};
+    use sluice_switch::{PortCaps, PortConfig, PortPolicy, Switch, SwitchConfig, Tunneled, VlanMode};
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-test");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        ex.load_tunneled().unwrap();
+        let ((vx, _), (vx6, _), (up, _)) = (veth("vx"), veth("vx6"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        ex.set_upcall_budget(UpcallBudget { rate: 0, burst: 0 }).unwrap();
+        let (r1, r2, stranger): (std::net::IpAddr, std::net::IpAddr, std::net::IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap(), "192.0.2.66".parse().unwrap());
+        // The tunnel is slot 2 in the kernel, with two configured endpoints.
+        ex.set_input(vx, &abi::Input { slot: 2, flags: abi::IN_TUNNEL, ..Default::default() }).unwrap();
+        for r in [r1, r2] {
+            ex.set_endpoint(vx, r).unwrap();
+        }
+        // The core: the tunnel and a guest.
+        let mut sw = Switch::new(SwitchConfig::default()).unwrap();
+        let caps = PortCaps { offload: true, lossless_input: false };
+        let (tp, th) = mem_port(caps);
+        th.set_tunnel(TunnelRules { vnis: VniMap::Single(5000), remotes_only: true, remotes: vec![r1, r2] });
+        let port = |name: &str| PortConfig {
+            name: name.into(),
+            vlan: VlanMode::Access(1),
+            mtu: None,
+            policy: PortPolicy::default(),
+        };
+        let tid = sw.add_port(port("vx"), Box::new(tp)).unwrap();
+        let (gp, _gh) = mem_port(caps);
+        let gid = sw.add_port(port("guest"), Box::new(gp)).unwrap();
+        let port_of = |slot: u32| match slot {
+            2 => Some(tid),
+            0 => Some(gid),
+            _ => None,
+        };
+        // Stage 1 as the core decides it: VNI 5000 from an endpoint joins VLAN 1, from a
+        // stranger it is `unknown_endpoint`, another VNI `vlan_filter`.
+        let tunnel_key = |vni: u32, endpoint: u8| abi::AdmitKey {
+            slot: 2,
+            dst: abi::DST_GROUP,
+            vni,
+            endpoint,
+            ..Default::default()
+        };
+        let dropped = |cause: usize| abi::Admit {
+            generation: GEN,
+            action: abi::ACT_DROP,
+            cause: cause as u8,
+            ..Default::default()
+        };
+        ex.install_admit(&tunnel_key(5000, 1), &admitted(1, 0)).unwrap();
+        ex.install_admit(&tunnel_key(5000, 0), &dropped(d::UNKNOWN_ENDPOINT)).unwrap();
+        ex.install_admit(&tunnel_key(5001, 1), &dropped(d::VLAN_FILTER)).unwrap();
+        let p = ipv4([10, 0, 0, 9], [10, 0, 0, 255], 17, 60);
+        let from = |src: MacAddr| frame(BROADCAST, src, None, 0x0800, &p);
+        let via = |vni: u32, sender| RunCtx { ifindex: vx, tunnel: Some((vni, sender)), ..Default::default() };
+        let s_heard = |mac, sender| Heard { ifindex: vx, slot: 2, vni: 5000, vlan: 1, mac, sender };
+
+        // A new station: its source is no station of the tunnel's yet, so the frame only
+        // goes up (the core learns it from there) and nothing is reported.
+        assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, REDIRECT);
+        assert_eq!(ex.take_heard(64), []);
+        let f = from(A);
+        sw.ingest_from(0, |buf| {
+            buf[..12].fill(0);
+            buf[12..12 + f.len()].copy_from_slice(&f);
+            Some((tid, f.len(), Some(Tunneled { vni: 5000, endpoint: true })))
+        });
+        assert_eq!(sw.fib().get(1, A).map(|e| e.port), Some(tid), "the core learned the station");
+        ex.set_station(1, A, 2, false).unwrap();
+        // Its next frames: the station is the tunnel's, its endpoint unknown in the kernel:
+        // each is reported (until the core decides), and goes on as its verdict says.
+        for _ in 0..2 {
+            assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, REDIRECT);
+        }
+        assert_eq!(ex.counters(2).v[c::MISSES], 3);
+        assert_eq!(heard::hand_to_core(&mut ex, &mut sw, port_of, 64), (2, 2));
+        assert_eq!(th.take_remotes(), [(5000, A, r1), (5000, A, r1)], "the core's tunnel learned it");
+        let r = ex.remote(vx, 5000, A).expect("the kernel's remote table has it");
+        assert_eq!((&r.addr[..4], r.seen_ns > 0), (&[192, 0, 2, 1][..], true));
+        // Known there now: nothing more to report.
+        assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, REDIRECT);
+        assert_eq!(ex.take_heard(64), []);
+        // From the other endpoint, the station moved: reported, and the core follows it.
+        run(&ex, &from(A), &via(5000, r2));
+        assert_eq!(ex.take_heard(64), [s_heard(A, r2)]);
+        run(&ex, &from(A), &via(5000, r2));
+        assert_eq!(heard::hand_to_core(&mut ex, &mut sw, port_of, 64), (1, 1));
+        assert_eq!(&ex.remote(vx, 5000, A).unwrap().addr[..4], &[192, 0, 2, 2]);
+
+        // A stranger's frame, and one of another VNI, are dropped by stage 1, counted, and
+        // report nothing.
+        assert_eq!(run(&ex, &from(A), &via(5000, stranger)).code, SHOT);
+        assert_eq!(run(&ex, &from(A), &via(5001, r1)).code, SHOT);
+        let c2 = ex.counters(2).v;
+        assert_eq!((c2[c::RX_DROP + d::UNKNOWN_ENDPOINT], c2[c::RX_DROP + d::VLAN_FILTER]), (1, 1));
+        // A claim on a station the core keeps elsewhere reports nothing either.
+        ex.set_station(1, B, 0, false).unwrap();
+        run(&ex, &from(B), &via(5000, r1));
+        assert_eq!(ex.take_heard(64), []);
+        // The kernel's table saying a station is the tunnel's is not the core saying so: a
+        // report of one the core never learned there is refused, and nothing is written.
+        ex.set_station(1, C, 2, false).unwrap();
+        run(&ex, &from(C), &via(5000, r1));
+        assert_eq!(heard::hand_to_core(&mut ex, &mut sw, port_of, 64), (1, 0));
+        assert_eq!(ex.remote(vx, 5000, C), None);
+        assert!(th.take_remotes().iter().all(|r| r.1 != C));
+
+        // An IPv6 underlay: the sender reads as IPv6.
+        let r6: std::net::IpAddr = "fd78::2".parse().unwrap();
+        let v6 = abi::Input { slot: 2, flags: abi::IN_TUNNEL | abi::IN_TUNNEL_V6, ..Default::default() };
+        ex.set_input(vx6, &v6).unwrap();
+        ex.set_endpoint(vx6, r6).unwrap();
+        run(&ex, &from(A), &RunCtx { ifindex: vx6, tunnel: Some((5000, r6)), ..Default::default() });
+        assert_eq!(ex.take_heard(64), [Heard { ifindex: vx6, ..s_heard(A, r6) }]);
+
+        // The ring is bounded: what does not fit is counted, exactly.
+        let lost_before = ex.counters(2).v[c::HEARD_LOST];
+        let n = 2000;
+        for _ in 0..n {
+            run(&ex, &from(C), &via(5000, r1));
+        }
+        let mut read = 0;
+        loop {
+            let got = ex.take_heard(256).len();
+            if got == 0 {
+                break;
+            }
+            read += got;
+        }
+        let lost = ex.counters(2).v[c::HEARD_LOST] - lost_before;
+        assert!(lost > 0 && read > 0, "{read} read, {lost} lost");
+        assert_eq!(read as u64 + lost, n, "every report read or counted");
     });
 }
