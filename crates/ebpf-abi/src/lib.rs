@@ -601,6 +601,16 @@ abi! {
         pub outputs: [Output; MAX_OUTPUTS],
     }
 
+    /// The TCI of an upcall's outer (802.1ad) tag, whose low 12 bits are the input's
+    /// slot: with `UP_TUNNEL`, the frame came from a tunnel, and two 802.1Q tags follow the
+    /// outer one with its origin, which the core's key needs: the first's TCI is the VNI's
+    /// high 16 bits, the second's the VNI's low 8 bits (shifted up by 8) with
+    /// `UP_ENDPOINT` when the sender is one of the port's endpoints. The frame's own tag,
+    /// if any, follows them.
+    pub const UP_TUNNEL: u16 = 1 << 15 => UP_TUNNEL;
+    /// See [`UP_TUNNEL`].
+    pub const UP_ENDPOINT: u16 = 1 << 0 => UP_ENDPOINT;
+
     /// [`HeardEvent::family`]: the sender's address is IPv4, in the first 4 bytes.
     pub const HEARD_V4: u8 = 4 => HEARD_V4;
     /// [`HeardEvent::family`]: IPv6.

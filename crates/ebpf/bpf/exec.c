@@ -5,8 +5,8 @@
  * writes — looks up the verdict the core installed for each, and executes it: a drop, an
  * upcall, or a list of outputs (MTU, tag, MAC rewrite, clone to every output but the last,
  * redirect the last). A key without a verdict of the current generation goes up through
- * the upcall TAP, tagged with its input slot, as with `sluice_ingress`; the core handles
- * the frame and installs the verdict. What it hears that the core must decide on — a
+ * the upcall TAP, tagged with its input slot (and, from a tunnel, its origin), as with
+ * `sluice_ingress`; the core handles the frame and installs the verdict. What it hears that the core must decide on — a
  * station behind a tunnel where the remote table does not have it — it reports on a ring
  * buffer, writing no forwarding state itself. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
@@ -235,11 +235,33 @@ static __always_inline int within_budget(const struct sluice_exec_config *cfg, _
 	return 0;
 }
 
+/* skb->cb[0] while the program runs: a tunnel's frame's origin (ORIGIN_SET, the VNI, and
+ * ORIGIN_ENDPOINT when the sender is one of the port's endpoints), for up() to hand up
+ * with it; 0 for any other frame. */
+#define ORIGIN_SET (1u << 31)
+#define ORIGIN_ENDPOINT (1u << 24)
+
+/* The slot tag's TCI of a frame going up: for a tunnel's frame, its origin first, in two
+ * 802.1Q tags that end up inside the slot's (UP_TUNNEL). -1 when a tag cannot be pushed. */
+static __always_inline int up_tag(struct __sk_buff *skb, __u32 slot)
+{
+	__u32 origin = skb->cb[0];
+	__u16 tci = slot & 0x0fff;
+
+	if (!(origin & ORIGIN_SET))
+		return tci;
+	__u16 low = ((origin & 0xff) << 8) | ((origin & ORIGIN_ENDPOINT) ? UP_ENDPOINT : 0);
+	if (bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, low) ||
+	    bpf_skb_vlan_push(skb, ETH_P_8021Q_BE, (origin >> 8) & 0xffff))
+		return -1;
+	return tci | UP_TUNNEL;
+}
+
 /* Hands the frame to the core: the input slot as an outer 802.1ad tag (the frame's own
- * tag, if any, goes inside), out of the upcall TAP, marked as the switch's (the TAP's
- * egress program lets nothing else into its queue). `sluice_ingress`'s up(). A frame that
- * cannot be handed up is dropped, counted as `upcall_lost`; one over its input's budget,
- * as `upcall_limit`. */
+ * tag, if any, goes inside; from a tunnel, its origin too: UP_TUNNEL), out of the upcall
+ * TAP, marked as the switch's (the TAP's egress program lets nothing else into its
+ * queue). `sluice_ingress`'s up(). A frame that cannot be handed up is dropped, counted
+ * as `upcall_lost`; one over its input's budget, as `upcall_limit`. */
 static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	struct sluice_exec_config *cfg = config();
@@ -248,7 +270,8 @@ static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_c
 		c->v[C_RX_DROP + D_UPCALL_LIMIT]++;
 		return TC_ACT_SHOT;
 	}
-	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+	int tci = cfg && cfg->upcall_ifindex ? up_tag(skb, slot) : -1;
+	if (tci < 0 || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, tci)) {
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_SHOT;
 	}
@@ -258,7 +281,8 @@ static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_c
 }
 
 /* A copy up as up() hands it, and the frame itself on to the host's stack, unmarked and
- * as it arrived. `sluice_ingress`'s up_copy(). */
+ * as it arrived. `sluice_ingress`'s up_copy(). (Only an input that may be the host's
+ * interface makes one, and no tunnel is: its copy has no origin to carry.) */
 static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
 	struct sluice_exec_config *cfg = config();
@@ -763,6 +787,7 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	 * the host's. */
 	struct sluice_admit_key ak = { .slot = slot };
 	struct origin o = {};
+	skb->cb[0] = 0;
 	if (in_flags & IN_TUNNEL) {
 		/* The device took the outer headers off and left their key. */
 		struct bpf_tunnel_key tk = {};
@@ -785,6 +810,7 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		__builtin_memcpy(o.addr, ek.addr, 16);
 		ak.vni = tk.tunnel_id;
 		ak.endpoint = bpf_map_lookup_elem(&sluice_endpoints, &ek) != 0;
+		skb->cb[0] = ORIGIN_SET | (ak.endpoint ? ORIGIN_ENDPOINT : 0) | (ak.vni & 0xffffff);
 	}
 	struct l2 f = {};
 	if (parse_l2(skb, &f)) {

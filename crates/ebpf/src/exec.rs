@@ -35,6 +35,40 @@ const PROGRAM: &str = "sluice_exec";
 /// The tests' program: gives a frame a tunnel key, then runs the executor on it.
 const TUNNELED: &str = "sluice_exec_tunneled";
 
+/// What an upcall's tags say beyond its frame: the input slot and, for a frame from a
+/// tunnel, where it came from, as the core's key has it ([`abi::UP_TUNNEL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpcallTags {
+    /// The input's slot.
+    pub slot: u32,
+    /// From a tunnel: the datagram's VNI, and whether its sender is one of the port's
+    /// endpoints (for `Switch::ingest_from`).
+    pub tunnel: Option<sluice_switch::Tunneled>,
+    /// How many bytes after the outer tag are the origin's tags, to take out: the frame is
+    /// what follows them.
+    pub origin_len: usize,
+}
+
+impl UpcallTags {
+    /// Reads an upcall's outer tag (its TCI, `tci`) and, when it says a tunnel's origin
+    /// follows, the two tags at the start of `rest` (the bytes after the outer tag).
+    /// `None` when the origin's tags are not there.
+    pub fn read(tci: u16, rest: &[u8]) -> Option<UpcallTags> {
+        let slot = u32::from(tci & 0x0fff);
+        if tci & abi::UP_TUNNEL == 0 {
+            return Some(UpcallTags { slot, tunnel: None, origin_len: 0 });
+        }
+        let tag = |at: usize| -> Option<u16> {
+            let t = rest.get(at..at + 4)?;
+            (t[..2] == [0x81, 0x00]).then(|| u16::from_be_bytes([t[2], t[3]]))
+        };
+        let (high, low) = (tag(0)?, tag(4)?);
+        let vni = (u32::from(high) << 8) | u32::from(low >> 8);
+        let tunnel = sluice_switch::Tunneled { vni, endpoint: low & abi::UP_ENDPOINT != 0 };
+        Some(UpcallTags { slot, tunnel: Some(tunnel), origin_len: 8 })
+    }
+}
+
 /// How many entries the tables the executor sizes at load time hold.
 #[derive(Clone, Copy, Debug)]
 pub struct Sizes {
@@ -487,4 +521,28 @@ fn test_run(prog: i32, data: &[u8], out: &mut [u8], skb: &mut SkBuff) -> std::io
         return Err(std::io::Error::last_os_error());
     }
     Ok((attr.retval, (attr.data_size_out as usize).min(out.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_switch::Tunneled;
+
+    #[test]
+    fn an_upcalls_tags_say_its_slot_and_a_tunnels_origin() {
+        let frame = [0x08, 0x06, 0, 1];
+        assert_eq!(UpcallTags::read(0x0123, &frame), Some(UpcallTags { slot: 0x123, tunnel: None, origin_len: 0 }));
+        // VNI 0x12_3456 from an endpoint: 0x1234, then 0x56 << 8 | UP_ENDPOINT.
+        let rest = [0x81, 0x00, 0x12, 0x34, 0x81, 0x00, 0x56, 0x01, 0x08, 0x06];
+        let t = UpcallTags::read(abi::UP_TUNNEL | 7, &rest).unwrap();
+        let origin = Tunneled { vni: 0x12_3456, endpoint: true };
+        assert_eq!(t, UpcallTags { slot: 7, tunnel: Some(origin), origin_len: 8 });
+        let stranger = [0x81, 0x00, 0, 0, 0x81, 0x00, 0x05, 0x00];
+        assert_eq!(
+            UpcallTags::read(abi::UP_TUNNEL, &stranger).unwrap().tunnel,
+            Some(Tunneled { vni: 5, endpoint: false })
+        );
+        assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &rest[..7]), None, "cut short");
+        assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &[0x88, 0xa8, 0, 0, 0x81, 0x00, 0, 0]), None, "not 802.1Q");
+    }
 }

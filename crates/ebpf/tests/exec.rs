@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{Bpffs, root};
 use sluice_ebpf::abi::{self, c, d};
-use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
+use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget, UpcallTags};
 use sluice_wire::MacAddr;
 
 /// `TC_ACT_OK`: on to the stack.
@@ -315,9 +315,10 @@ fn a_verdict_is_executed_and_a_key_without_a_current_one_goes_up() {
         assert_eq!((r.code, &r.frame), (OK, &f));
         expect(&ex, 1, &[]);
 
-        // Nothing installed: stage 1 misses; the frame goes up, marked as the switch's.
+        // Nothing installed: stage 1 misses; the frame goes up, marked as the switch's
+        // (and, from no tunnel, with no origin's tags in it).
         let r = run(&ex, &f, &at(i0));
-        assert_eq!((r.code, r.mark), (REDIRECT, abi::SLUICE_MARK));
+        assert_eq!((r.code, r.mark, &r.frame), (REDIRECT, abi::SLUICE_MARK, &f));
         expect(&ex, 0, &[(c::RX_FRAMES, 1), (c::RX_BYTES, len), (c::MISSES, 1), (c::UPCALLS, 1)]);
 
         // Admitted to VLAN 1, but stage 2 has no verdict yet.
@@ -786,14 +787,21 @@ fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says
         let s_heard = |mac, sender| Heard { ifindex: vx, slot: 2, vni: 5000, vlan: 1, mac, sender };
 
         // A new station: its source is no station of the tunnel's yet, so the frame only
-        // goes up (the core learns it from there) and nothing is reported.
-        assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, REDIRECT);
+        // goes up (the core learns it from there) and nothing is reported. It goes up with
+        // its origin, in two tags inside the slot's (the outer tag, in the skb's metadata,
+        // is not in a test run's frame): what the core's key needs.
+        let r = run(&ex, &from(A), &via(5000, r1));
+        assert_eq!(r.code, REDIRECT);
         assert_eq!(ex.take_heard(64), []);
-        let f = from(A);
+        let tags = UpcallTags::read(2 | abi::UP_TUNNEL, &r.frame[12..]).expect("the origin's tags");
+        let origin = Tunneled { vni: 5000, endpoint: true };
+        assert_eq!(tags, UpcallTags { slot: 2, tunnel: Some(origin), origin_len: 8 });
+        let f = [&r.frame[..12], &r.frame[12 + tags.origin_len..]].concat();
+        assert_eq!(f, from(A), "the frame as it came, once the origin's tags are out");
         sw.ingest_from(0, |buf| {
             buf[..12].fill(0);
             buf[12..12 + f.len()].copy_from_slice(&f);
-            Some((tid, f.len(), Some(Tunneled { vni: 5000, endpoint: true })))
+            Some((tid, f.len(), tags.tunnel))
         });
         assert_eq!(sw.fib().get(1, A).map(|e| e.port), Some(tid), "the core learned the station");
         ex.set_station(1, A, 2, false).unwrap();
@@ -816,6 +824,17 @@ fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says
         run(&ex, &from(A), &via(5000, r2));
         assert_eq!(heard::hand_to_core(&mut ex, &mut sw, port_of, 64), (1, 1));
         assert_eq!(&ex.remote(vx, 5000, A).unwrap().addr[..4], &[192, 0, 2, 2]);
+
+        // A stranger's frame of a VNI stage 1 has no verdict for yet goes up with its
+        // origin (the sender no endpoint; the frame's own tag after the origin's).
+        let tagged_f = frame(BROADCAST, A, Some(7), 0x0800, &p);
+        let r = run(&ex, &tagged_f, &via(0xabcdef, stranger));
+        assert_eq!(r.code, REDIRECT);
+        let tags = UpcallTags::read(2 | abi::UP_TUNNEL, &r.frame[12..]).unwrap();
+        assert_eq!(tags.tunnel, Some(Tunneled { vni: 0xabcdef, endpoint: false }));
+        assert_eq!([&r.frame[..12], &r.frame[20..]].concat(), tagged_f);
+        assert_eq!(UpcallTags::read(2, &r.frame[12..]).unwrap().tunnel, None, "no UP_TUNNEL, no origin");
+        assert_eq!(UpcallTags::read(2 | abi::UP_TUNNEL, &r.frame[12..17]), None, "cut short");
 
         // A stranger's frame, and one of another VNI, are dropped by stage 1, counted, and
         // report nothing.
