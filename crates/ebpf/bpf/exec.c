@@ -630,8 +630,9 @@ int sluice_exec(struct __sk_buff *skb)
 		return TC_ACT_OK; /* not a sluice port: the stack's */
 	__u32 slot = in->slot;
 	__u32 in_flags = in->flags;
-	__u8 own[6];
+	__u8 own[6], guest[6];
 	__builtin_memcpy(own, in->own_mac, 6);
+	__builtin_memcpy(guest, in->guest_mac, 6);
 	struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
 	if (!c || slot >= SLUICE_MAX_PORTS)
 		return TC_ACT_SHOT;
@@ -706,7 +707,10 @@ int sluice_exec(struct __sk_buff *skb)
 			k.src = SRC_LOCKED;
 	}
 	struct sluice_fib_key fk = { .vlan = vlan };
-	if (k.src == SRC_ABSENT) {
+	if (mask & X_GUEST) {
+		if (k.src == SRC_ABSENT && (in_flags & IN_GUEST) && mac_eq(f.src, guest))
+			k.src = SRC_HERE;
+	} else if (k.src == SRC_ABSENT) {
 		if (mac_zero(f.src)) {
 			k.src = SRC_UNLEARNABLE;
 		} else {

@@ -616,7 +616,8 @@ fn sources_are_answered_from_the_tables_and_the_hosts_frames_reach_it() {
         assert_eq!(ex.counters(0).v[c::MISSES], 0);
 
         // An uplink whose device may be the host's interface.
-        let host = abi::Input { slot: 4, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, pad: [0; 2] };
+        let host =
+            abi::Input { slot: 4, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, ..Default::default() };
         ex.set_input(i4, &host).unwrap();
         let host_only = abi::Admit { generation: GEN, action: abi::ACT_HOST, ..Default::default() };
         ex.install_admit(&admit_key(4, abi::TAG_NONE, 0, abi::DST_OWN), &host_only).unwrap();
