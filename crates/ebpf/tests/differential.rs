@@ -71,7 +71,9 @@ const REDIRECT: u32 = 7;
 
 const DEFAULT_CASES: u64 = 100_000;
 const DEFAULT_SEED: u64 = 0x51ce_d1ff;
-const MAX_SWITCH_PORTS: usize = 8;
+/// The most ports a switch has: one switch in 20 has more than a verdict has outputs
+/// (its floods go up).
+const MAX_SWITCH_PORTS: usize = 20;
 const FRAMES_PER_SWITCH: usize = 200;
 /// The longest frame a test run takes: a page, less the skb's head and tail room.
 const MAX_FRAME: usize = 3600;
@@ -176,7 +178,7 @@ fn lan_v6(n: usize) -> Ipv6Addr {
 
 fn gen_switch(r: &mut Rng) -> SwitchSpec {
     let mode = if r.chance(35) { Mode::L3 } else { Mode::L2 };
-    let n = r.range(2, MAX_SWITCH_PORTS);
+    let n = if r.chance(5) { r.range(abi::MAX_OUTPUTS + 1, MAX_SWITCH_PORTS) } else { r.range(2, 8) };
     let mut slots: Vec<u16> = Vec::new();
     while slots.len() < n {
         let s = r.below(abi::MAX_PORTS as usize) as u16;
@@ -187,7 +189,10 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
     let mut owned: Vec<IpAddr> = Vec::new();
     let mut ports = Vec::new();
     for (i, &slot) in slots.iter().enumerate() {
+        // (A big switch floods VLAN 1 to more ports than a verdict has outputs.)
+        let big = n > 8;
         let vlan = match r.below(10) {
+            _ if big && r.chance(90) => VlanMode::Access(1),
             0..=4 => VlanMode::Access(1),
             5 | 6 => VlanMode::Access(r.range(1, 3) as u16),
             _ => VlanMode::Trunk {
@@ -214,7 +219,7 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
             vlan,
             mtu: r.pick(&[1500, 1500, 1500, 100, 576, 1280, 1400, 2000, 3000]),
             uplink,
-            isolated: r.chance(25),
+            isolated: !big && r.chance(25),
             dev_mac: (uplink && r.chance(80)).then(|| dev_mac(i)),
             mac: r.chance(20).then(|| station(r.range(1, 12))),
             ips,
@@ -1779,11 +1784,7 @@ fn the_kernel_does_what_the_core_decided() {
     let cases = env("SLUICE_DIFF_CASES").unwrap_or(DEFAULT_CASES);
     let seed = env("SLUICE_DIFF_SEED").unwrap_or(DEFAULT_SEED);
     let only = env("SLUICE_DIFF_SWITCH");
-    let t = std::thread::spawn(move || {
-        // SAFETY: unshare(CLONE_NEWNET) moves only the calling thread into a new network
-        // namespace; no memory is involved.
-        let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+    in_own_namespaces(move || {
         let mut k = Kernel::new();
         let mut t = Totals::default();
         let start = Instant::now();
@@ -1814,6 +1815,31 @@ fn the_kernel_does_what_the_core_decided() {
         for (what, n) in &t.seen {
             eprintln!("  {n:>9}  {what}");
         }
+    });
+}
+
+/// Runs `f` on a thread of its own in a network and a mount namespace of its own: the
+/// devices it makes and the bpffs it mounts go with them when the thread ends, whether
+/// `f` passed, panicked, or the test was killed.
+fn in_own_namespaces(f: impl FnOnce() + Send + 'static) {
+    let t = std::thread::spawn(move || {
+        // SAFETY: unshare moves only the calling thread (its own copy of the file system
+        // context, which CLONE_NEWNS implies) into new namespaces; no memory is involved.
+        let r = unsafe { libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWNS) };
+        assert_eq!(r, 0, "unshare(CLONE_NEWNET | CLONE_NEWNS): {}", std::io::Error::last_os_error());
+        // Nothing mounted here is seen outside, nor outlives the namespace.
+        // SAFETY: mount(2) with a NUL-terminated path and null source, type and data.
+        let r = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "making / private: {}", std::io::Error::last_os_error());
+        f();
     });
     if let Err(panic) = t.join() {
         std::panic::resume_unwind(panic);
@@ -1882,18 +1908,11 @@ fn regression(name: &'static str, spec: SwitchSpec, cases: Vec<Case>) {
     if !root() {
         return;
     }
-    let t = std::thread::spawn(move || {
-        // SAFETY: unshare(CLONE_NEWNET) moves only the calling thread into a new network
-        // namespace; no memory is involved.
-        let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+    in_own_namespaces(move || {
         let mut k = Kernel::new();
         let mut cases = cases.into_iter();
         check_switch(&mut k, &spec, Origin::Named(name), 0, &mut Totals::default(), |_| cases.next());
     });
-    if let Err(panic) = t.join() {
-        std::panic::resume_unwind(panic);
-    }
 }
 
 const UNKNOWN: MacAddr = MacAddr([2, 0, 0, 0, 0, 0x99]);
