@@ -352,6 +352,9 @@ abi! {
     /// a frame to `own_mac` or a group that finds no verdict goes up as a copy and on to
     /// the host's stack, since whatever the core decides, the host gets it too.
     pub const IN_HOST: u32 = 1 << 3 => IN_HOST;
+    /// [`Input::flags`]: Layer 3: [`Input::guest_mac`] is set: the MAC address of the guest
+    /// behind the port, as the core knows it.
+    pub const IN_GUEST: u32 = 1 << 4 => IN_GUEST;
 
     /// A device the executor runs on, by its ifindex, in `sluice_inputs` (the core writes
     /// it; a device not in it is not the switch's, and its frames go on to the host).
@@ -364,6 +367,9 @@ abi! {
         /// device address in Layer 2, the switch's address on the LAN in Layer 3).
         pub own_mac: [u8; 6],
         pub pad: [u8; 2],
+        /// With `IN_GUEST`: the address a source is `SRC_HERE` at, with `X_GUEST`.
+        pub guest_mac: [u8; 6],
+        pub pad2: [u8; 2],
     }
 
     /// [`AdmitKey::tag`]: the frame arrived untagged.
@@ -435,6 +441,11 @@ abi! {
     pub const X_DST_STATION: u16 = 1 << 3 => X_DST_STATION;
     /// Read Layer 3 mode's extras ([`FlowKey::l3`], `owner`, `proto`, `icmp6_type`).
     pub const X_L3: u16 = 1 << 4 => X_L3;
+    /// Layer 3: answer the source from the input's guest, not from the station table:
+    /// `SRC_HERE` if it is [`Input::guest_mac`] (with `IN_GUEST`), else `SRC_ABSENT` (the
+    /// core's answer in Layer 3, which a table of stations by VLAN and address cannot give
+    /// when two ports' guests share an address).
+    pub const X_GUEST: u16 = 1 << 5 => X_GUEST;
 
     /// Stage 1's verdict, in `sluice_admits` by [`AdmitKey`].
     pub struct Admit => sluice_admit {

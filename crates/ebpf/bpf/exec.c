@@ -369,6 +369,10 @@ static __always_inline int parse_l2(struct __sk_buff *skb, struct l2 *f)
 		__builtin_memcpy(&f->proto, h + 16, 2);
 		f->off = ETH_HLEN + 4;
 	}
+	/* Another tag next, cut short: popping a tag moves the next into the metadata, which
+	 * fails on it (the core's classify drops it too). */
+	if ((f->proto == ETH_P_8021Q_BE || f->proto == ETH_P_8021AD_BE) && skb->len < f->off + 4)
+		return -1;
 	return 0;
 }
 
@@ -440,54 +444,71 @@ static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f,
 		k->owner = *owner + 1;
 }
 
-/* The core's `l3_max`: the frame's measure against an output's MTU — the length past its
- * Ethernet header (and tag), or for a GSO frame the length of its largest segment (IP and
- * TCP or UDP headers, plus at most gso_size bytes). `*headers` gets a GSO frame's header
- * length. -1 when the headers are not there to read (the core decides then). */
-static __always_inline long measure(struct __sk_buff *skb, const struct l2 *f, __u32 *headers)
+/* The core's `measure` (sluice_wire's gso_max_l3_len): what the frame is held to against
+ * an output's MTU — its length past the Ethernet header (and tag), or for a GSO frame the
+ * length of its largest segment: its IP and TCP or UDP headers and at most gso_size bytes
+ * of the IP packet's payload (which ends where the IP header says, not at the frame's
+ * end). -1 for a GSO frame the core will not cut, with the core's checks: a version that
+ * is not the EtherType's, an IPv4 header under 20 bytes or a fragment, an IP length past
+ * the frame, an IPv6 extension header, TCP or UDP headers past the IP packet, a segment
+ * longer than an IP length can say. */
+static __always_inline long measure(struct __sk_buff *skb, const struct l2 *f)
 {
 	long len = (long)skb->len - f->off;
 	__u32 gso = skb->gso_size;
 	__u8 h[40];
-	__u32 hl;
+	__u32 hl, end, ip_hl;
 	__u8 l4;
 
-	*headers = 0;
 	if (!gso)
 		return len;
 	if (f->proto == bpf_htons(ETH_P_IP)) {
-		if (bpf_skb_load_bytes(skb, f->off, h, 20))
+		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4)
 			return -1;
 		hl = (h[0] & 15) * 4;
-		l4 = h[9];
-		if (hl < 20)
+		if (hl < 20 || (((__u32)h[6] << 8 | h[7]) & 0x3fff))
 			return -1;
+		end = (__u32)h[2] << 8 | h[3];
+		/* 0: BIG TCP, the frame's length is the packet's. */
+		if (!end)
+			end = len;
+		ip_hl = 0;
+		l4 = h[9];
 	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
-		if (bpf_skb_load_bytes(skb, f->off, h, 40))
+		if (bpf_skb_load_bytes(skb, f->off, h, 40) || (h[0] >> 4) != 6)
 			return -1;
 		hl = 40;
+		end = (__u32)h[4] << 8 | h[5];
+		end = end ? end + 40 : len;
+		/* (An IPv6 payload length leaves the fixed header out.) */
+		ip_hl = 40;
 		l4 = h[6];
 	} else {
 		return -1;
 	}
+	if (len < 0 || end > len || hl > end)
+		return -1;
 	if (l4 == IPPROTO_TCP) {
 		__u8 doff;
-		if (bpf_skb_load_bytes(skb, f->off + hl + 12, &doff, 1))
+		if (hl + 20 > end || bpf_skb_load_bytes(skb, f->off + hl + 12, &doff, 1))
 			return -1;
 		__u32 th = (doff >> 4) * 4;
-		if (th < 20)
+		if (th < 20 || hl + th > end)
 			return -1;
 		hl += th;
 	} else if (l4 == IPPROTO_UDP) {
+		if (hl + 8 > end)
+			return -1;
 		hl += 8;
 	} else {
+		/* (Extension headers included: the core cuts none.) */
 		return -1;
 	}
-	if (len < hl)
+	__u32 payload = end - hl;
+	__u32 largest = payload < gso ? payload : gso;
+	if (hl - ip_hl + largest > 65535)
 		return -1;
-	*headers = hl;
-	__u32 payload = len - hl;
-	return hl + (payload < gso ? payload : gso);
+	return hl + largest;
 }
 
 /* Gives the frame the tag an output wants: `proto` (network order; 0: untagged) with
@@ -615,7 +636,9 @@ static long send_out(__u32 i, void *ctx)
 	}
 	if (rewrite)
 		__builtin_memcpy(r->cur_src, src, 6);
-	__u64 bytes = skb->len + (r->cur ? 4 : 0);
+	/* (What the skb holds, not what retag() knows of: a tag kept in the frame is in
+	 * skb->len, and popping one can move the next tag of the frame into the metadata.) */
+	__u64 bytes = skb->len + (skb->vlan_present ? 4 : 0);
 	if (last) {
 		skb->mark = (o.flags & OF_MARK) ? SLUICE_MARK : 0;
 		r->ret = o.kind == OUT_PEER ? bpf_redirect_peer(o.ifindex, 0) : bpf_redirect(o.ifindex, 0);
@@ -641,11 +664,11 @@ static long send_out(__u32 i, void *ctx)
 	return 0;
 }
 
-/* Executes a verdict with outputs. What the tables cannot serve (a next hop or a remote
- * endpoint not there, headers the MTU measure cannot read) goes up before anything is
- * changed or counted. */
+/* Executes a verdict with outputs, for a frame of measure `l3` (see measure()). What the
+ * tables cannot serve (a next hop or a remote endpoint not there) goes up before anything
+ * is changed or counted. */
 static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c, const struct l2 *f,
-				   __u16 vlan, const struct sluice_verdict *v)
+				   __u16 vlan, const struct sluice_verdict *v, long l3)
 {
 	__u8 flags = v->flags;
 	__u32 n = v->n_out;
@@ -656,11 +679,6 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 			return TC_ACT_OK;
 		return drop(c, D_UNKNOWN_PORT);
 	}
-	__u32 headers;
-	long l3 = measure(skb, f, &headers);
-	if (l3 < 0)
-		return up(skb, slot, c);
-
 	struct run r = {
 		.skb = skb, .v = v, .l3 = l3, .n = n, .mark = skb->mark, .ret = TC_ACT_SHOT,
 		.host = (flags & V_HOST) != 0,
@@ -777,8 +795,9 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		return TC_ACT_OK; /* not a sluice port: the stack's */
 	__u32 slot = in->slot;
 	__u32 in_flags = in->flags;
-	__u8 own[6];
+	__u8 own[6], guest[6];
 	__builtin_memcpy(own, in->own_mac, 6);
+	__builtin_memcpy(guest, in->guest_mac, 6);
 	struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
 	if (!c || slot >= SLUICE_MAX_PORTS)
 		return TC_ACT_SHOT;
@@ -829,9 +848,12 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	if (a && a->generation == gen && a->action == ACT_HOST)
 		return TC_ACT_OK;
 	count_rx(c, skb);
-	if (is_group(f.src))
-		return drop(c, D_MALFORMED);
 	int host = (in_flags & IN_HOST) && ak.dst != DST_UNKNOWN;
+	if (is_group(f.src)) {
+		/* Not the switch's to forward; the host's all the same, if it is the host's. */
+		drop(c, D_MALFORMED);
+		return host ? TC_ACT_OK : TC_ACT_SHOT;
+	}
 	if (!a || a->generation != gen)
 		return miss(skb, slot, c, host);
 	__u8 action = a->action, cause = a->cause, aflags = a->flags;
@@ -839,12 +861,27 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	if (action != ACT_FORWARD)
 		return settle(skb, slot, c, action, cause, aflags);
 
-	/* A GSO frame asking for tiny segments, or too many (a guest's raw socket can): the
-	 * core's bound, so that it costs no output, and no kernel that would cut it,
-	 * thousands of frames (counted with the headers, which the core leaves out). */
+	/* Measured, and held to the core's bounds, where the core's classify does it: a GSO
+	 * frame the core would not cut is malformed (the host still takes its own); one
+	 * asking for tiny segments, or too many (a guest's raw socket can), is over the core's
+	 * bound, so that it costs no output, and no kernel that would cut it, thousands of
+	 * frames. */
+	long l3 = measure(skb, &f);
 	__u32 gso = skb->gso_size;
-	if (gso && (gso < SLUICE_MIN_GSO_SIZE || (skb->len - f.off) / gso > SLUICE_MAX_GSO_SEGMENTS))
-		return drop(c, D_GSO_LIMIT);
+	__u32 bad = 0;
+	if (l3 < 0) {
+		bad = D_MALFORMED;
+	} else if (gso) {
+		/* The core's count: the IP packet less the largest segment's headers, in
+		 * segments. */
+		__u32 payload = (skb->len - f.off) - (l3 - (gso < l3 ? gso : l3));
+		if (gso < SLUICE_MIN_GSO_SIZE || (payload + gso - 1) / gso > SLUICE_MAX_GSO_SEGMENTS)
+			bad = D_GSO_LIMIT;
+	}
+	if (bad) {
+		drop(c, bad);
+		return host ? TC_ACT_OK : TC_ACT_SHOT;
+	}
 
 	/* Stage 2: what the forwarding decision reads. */
 	struct sluice_flow_key k = {
@@ -858,7 +895,10 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 			k.src = SRC_LOCKED;
 	}
 	struct sluice_fib_key fk = { .vlan = vlan };
-	if (k.src == SRC_ABSENT) {
+	if (mask & X_GUEST) {
+		if (k.src == SRC_ABSENT && (in_flags & IN_GUEST) && mac_eq(f.src, guest))
+			k.src = SRC_HERE;
+	} else if (k.src == SRC_ABSENT) {
 		if (mac_zero(f.src)) {
 			k.src = SRC_UNLEARNABLE;
 		} else {
@@ -898,7 +938,7 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		c->v[C_LEARN_REFUSED]++;
 	if (v->action != ACT_FORWARD)
 		return settle(skb, slot, c, v->action, v->cause, v->flags);
-	return execute(skb, slot, c, &f, vlan, v);
+	return execute(skb, slot, c, &f, vlan, v, l3);
 }
 
 SEC("classifier")

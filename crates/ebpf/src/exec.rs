@@ -250,9 +250,19 @@ impl Executor {
         self.admits.insert(key, admit, 0).map_err(map_err("admits"))
     }
 
+    /// Removes stage 1's verdict for `key`, if any: frames with that key miss.
+    pub fn remove_admit(&mut self, key: &abi::AdmitKey) {
+        let _ = self.admits.remove(key);
+    }
+
     /// Installs stage 2's verdict for `key`, replacing any.
     pub fn install(&mut self, key: &abi::FlowKey, verdict: &abi::Verdict) -> Result<(), Error> {
         self.verdicts.insert(key, verdict, 0).map_err(map_err("verdicts"))
+    }
+
+    /// Removes stage 2's verdict for `key`, if any: frames with that key miss.
+    pub fn remove_verdict(&mut self, key: &abi::FlowKey) {
+        let _ = self.verdicts.remove(key);
     }
 
     /// Stage 2's verdict for `key`, if one is installed.
@@ -269,6 +279,12 @@ impl Executor {
             v.seen_ns = old.seen_ns;
         }
         self.fib.insert(k, v, 0).map_err(map_err("fib"))
+    }
+
+    /// Forgets station `mac` of `vlan`: frames from it are `SRC_ABSENT`, to it
+    /// `DST_UNKNOWN`.
+    pub fn remove_station(&mut self, vlan: u16, mac: MacAddr) {
+        let _ = self.fib.remove(&tables::fib_key(vlan, mac));
     }
 
     /// Station `mac` of `vlan` as the table holds it: its slot, static flag and the last
@@ -294,10 +310,20 @@ impl Executor {
         self.owners.insert(tables::ip_key(ip), slot, 0).map_err(map_err("owners"))
     }
 
+    /// Layer 3: `ip` is no port's any more.
+    pub fn remove_owner(&mut self, ip: std::net::IpAddr) {
+        let _ = self.owners.remove(&tables::ip_key(ip));
+    }
+
     /// Layer 3: LAN neighbour `ip`'s MAC on `vlan`.
     pub fn set_neighbour(&mut self, vlan: u16, ip: std::net::IpAddr, mac: MacAddr) -> Result<(), Error> {
         let v = abi::NeighVal { mac: mac.0, pad: [0; 2] };
         self.neigh.insert(tables::neigh_key(vlan, ip), v, 0).map_err(map_err("neigh"))
+    }
+
+    /// Layer 3: forgets LAN neighbour `ip` on `vlan`: frames routed to it go up.
+    pub fn remove_neighbour(&mut self, vlan: u16, ip: std::net::IpAddr) {
+        let _ = self.neigh.remove(&tables::neigh_key(vlan, ip));
     }
 
     /// Makes device `ifindex` a tunnel with these settings (its local address and TTL are

@@ -18,13 +18,15 @@
 //!
 //! [`exec`] is the program that is to replace the forwarding one (docs/architecture.md,
 //! "One brain"): it extracts a frame's key, looks up the verdict the core installed for it
-//! and executes it, deciding nothing; the daemon does not use it yet.
+//! and executes it, deciding nothing; [`convert`] turns the core's state, keys and
+//! verdicts into its map entries. The daemon does not use them yet.
 //!
 //! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
 //! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
 //! the kernel.
 
 pub mod abi;
+pub mod convert;
 pub mod exec;
 pub mod heard;
 pub mod tables;

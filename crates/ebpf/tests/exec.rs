@@ -619,7 +619,8 @@ fn sources_are_answered_from_the_tables_and_the_hosts_frames_reach_it() {
         assert_eq!(ex.counters(0).v[c::MISSES], 0);
 
         // An uplink whose device may be the host's interface.
-        let host = abi::Input { slot: 4, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, pad: [0; 2] };
+        let host =
+            abi::Input { slot: 4, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, ..Default::default() };
         ex.set_input(i4, &host).unwrap();
         let host_only = abi::Admit { generation: GEN, action: abi::ACT_HOST, ..Default::default() };
         ex.install_admit(&admit_key(4, abi::TAG_NONE, 0, abi::DST_OWN), &host_only).unwrap();
@@ -710,7 +711,13 @@ fn a_port_that_misses_faster_than_its_budget_loses_the_excess_counted_and_a_tric
 
         // On an input that may be the host's interface, a copy over the budget is not made
         // and counted; the frame still goes on to the host.
-        let host = abi::Input { slot: 8, flags: abi::IN_OWN_MAC | abi::IN_HOST, own_mac: UPLINK.0, pad: [0; 2] };
+        let host = abi::Input {
+            slot: 8,
+            flags: abi::IN_OWN_MAC | abi::IN_HOST,
+            own_mac: UPLINK.0,
+            pad: [0; 2],
+            ..Default::default()
+        };
         ex.set_input(i4, &host).unwrap();
         let group = frame(BROADCAST, B, None, 0x0800, &p);
         let codes: Vec<u32> = (0..5).map(|_| run(&ex, &group, &at(i4)).code).collect();

@@ -23,7 +23,10 @@ use std::num::NonZeroU16;
 use std::net::{IpAddr, Ipv4Addr};
 
 use sluice_wire::neigh::{self, NdFields, Neigh};
-use sluice_wire::{ETH_HDR_LEN, MacAddr, VNET_HDR_LEN, VnetHdr, gso_max_l3_len, parse_ethernet};
+use sluice_wire::{
+    ETH_HDR_LEN, ETHERTYPE_QINQ, ETHERTYPE_VLAN, MacAddr, VLAN_TAG_LEN, VNET_HDR_LEN, VnetHdr, gso_max_l3_len,
+    parse_ethernet,
+};
 
 use crate::capture::{Capture, Captured, Direction};
 use crate::class::{self, ClassConfig, ClassError};
@@ -1557,6 +1560,7 @@ impl Switch {
         if admission.is_some() {
             self.learn_remote(id, &key, &from, src);
         }
+        self.owner_after_learning(fid, &mut key, admission);
         // (After learning: a frame to its own source is to its own port.)
         if self.cfg.mode == Mode::L2
             && rx.admitted
@@ -1613,12 +1617,11 @@ impl Switch {
         // In Layer 3 mode the LAN's sources are not checked.
         let checked = !(l3 && r.policy.uplink);
         if l3 {
-            let (x, claimed) = self.l3_extras(frame, ethertype);
-            key.extras.l3 = Some(x);
-            if checked && r.checks_ips() {
-                key.extras.src_ip = Some(claimed);
-            }
-        } else if r.checks_ips() {
+            key.extras.l3 = Some(self.l3_extras(frame, ethertype));
+        }
+        // (In both modes what the frame claims where its type says, read or not: a frame
+        // Layer 3 cannot read is dropped before its source is checked.)
+        if checked && r.checks_ips() {
             key.extras.src_ip = claimed_source(frame);
         }
         if checked && self.claims_locked(&r.policy, src) {
@@ -1627,25 +1630,18 @@ impl Switch {
         key
     }
 
-    /// What Layer 3 mode reads of an untagged frame of `ethertype`, and the source
-    /// address it claims (an IP source or an ARP sender address; `None` when it does not
-    /// read).
-    fn l3_extras(&self, frame: &[u8], ethertype: u16) -> (L3Extras, Option<IpAddr>) {
+    /// What Layer 3 mode reads of an untagged frame of `ethertype`.
+    fn l3_extras(&self, frame: &[u8], ethertype: u16) -> L3Extras {
         let mut x = L3Extras::default();
-        let mut claimed = None;
         match ethertype {
             0x0806 => {
-                if let Some(Neigh::ArpRequest { sender_ip, .. } | Neigh::ArpReply { sender_ip, .. }) =
-                    neigh::parse_neigh(frame)
-                {
+                if let Some(Neigh::ArpRequest { .. } | Neigh::ArpReply { .. }) = neigh::parse_neigh(frame) {
                     x.readable = true;
-                    claimed = Some(sender_ip.into());
                 }
             }
             0x0800 | 0x86dd => {
-                if let Some((src, dst)) = neigh::ip_endpoints(frame) {
+                if let Some((_, dst)) = neigh::ip_endpoints(frame) {
                     x.readable = true;
-                    claimed = Some(src);
                     x.owner = self.l3.owner(dst);
                     if ethertype == 0x86dd {
                         // (An IPv6 header was read whole: its next header and hop limit.)
@@ -1659,7 +1655,7 @@ impl Switch {
             }
             _ => {}
         }
-        (x, claimed)
+        x
     }
 
     /// Learns what a frame with key `key` from port `id` (source `src`, VLAN `vid`)
@@ -1678,6 +1674,8 @@ impl Switch {
             self.lock_ip(id, ip);
         }
         if !l.station {
+            // (Nothing to learn of it, as of a frame not admitted: the tables' answer.)
+            key.src = self.station(id, src, vid);
             return Some(l);
         }
         match self.cfg.mode {
@@ -1744,6 +1742,19 @@ impl Switch {
         true
     }
 
+    /// Layer 3: reads again the owner of frame `fid`'s destination address into its key
+    /// once learning (`admission`) made an address the input's, which may be that one (a
+    /// key is what the tables answer after learning).
+    fn owner_after_learning(&self, fid: u32, key: &mut Key, admission: Option<decide::Admission>) {
+        if self.cfg.mode == Mode::L3
+            && admission.is_some_and(|a| a.ip.is_some())
+            && let Some(x) = key.extras.l3.as_mut()
+            && let Some((_, dst)) = neigh::ip_endpoints(self.pool.frame(fid))
+        {
+            x.owner = self.l3.owner(dst);
+        }
+    }
+
     /// The station table's answer for source `src` of a frame from port `id` in `vid`,
     /// as it is (nothing learned).
     fn station(&self, id: PortId, src: MacAddr, vid: u16) -> Station {
@@ -1800,7 +1811,8 @@ impl Switch {
             // Its source aged out or its port's limit moved while it waited: learned as on
             // arrival.
             let (src, vid) = (mac_at(self.pool.frame(fid), 6), self.pool.meta(fid).vlan);
-            self.learn(from, &mut key, src, vid, now_ms);
+            let admission = self.learn(from, &mut key, src, vid, now_ms);
+            self.owner_after_learning(fid, &mut key, admission);
             decide::decide(&key, &self.tables(), &mut v);
             self.pool.set_key(fid, key);
         }
@@ -2408,14 +2420,21 @@ fn classify(
     if vnet.validate(len).is_err() {
         return drop(c, DropCause::Malformed);
     }
+    // (A GSO frame received is counted as one whatever else is wrong with it, as the
+    // kernel datapath counts it.)
+    if vnet.is_gso() {
+        c.rx_gso += 1;
+    }
     let Ok(eth) = parse_ethernet(&buf[VNET_HDR_LEN..frame_end]) else {
         return drop(c, DropCause::Malformed);
     };
-    if eth.src.is_multicast() {
+    // Another tag next, cut short: no datapath takes the first tag off without the next
+    // (the kernel moves it into the frame's metadata).
+    if matches!(eth.ethertype, ETHERTYPE_VLAN | ETHERTYPE_QINQ) && len < eth.payload_offset + VLAN_TAG_LEN {
         return drop(c, DropCause::Malformed);
     }
-    if vnet.is_gso() {
-        c.rx_gso += 1;
+    if eth.src.is_multicast() {
+        return drop(c, DropCause::Malformed);
     }
     let tag = eth.tci.map(|t| t & 0x0fff);
     let Ok(ing) = decide::stage1(rules, eth.tci, tunnel) else {

@@ -1,0 +1,562 @@
+//! The core's state and decisions as the executor's map entries (docs/architecture.md,
+//! "One brain: the kernel executes the core's verdicts"): a port as its input entry, a
+//! station, a lock, the generation; a frame's [`Key`] as the two keys the program extracts
+//! ([`abi::AdmitKey`], [`abi::FlowKey`]) and the core's [`Verdict`] as the two verdicts it
+//! looks up ([`abi::Admit`], [`abi::Verdict`]).
+//!
+//! Pure functions, one per conversion: they decide nothing. What the core decided comes in
+//! (its key and verdict, [`FastPort`], [`FastMac`]); so does how the kernel reaches each
+//! port, from the caller, as a [`Place`] per port (its slot in the maps and its device).
+//! The caller writes what they return ([`crate::exec::Executor`]).
+//!
+//! The invariant kept: for a frame the core read as `key` and whose tables the caller
+//! wrote from the same core, the program extracts exactly [`admit_key`] and, once
+//! admitted, [`flow_key`] — every extra the input's [`mask`] does not ask for is zero — so
+//! that the verdict installed under them is the one it finds. crates/ebpf/tests/
+//! differential.rs holds the two sides to it on generated switches and frames.
+
+use std::net::IpAddr;
+
+use sluice_switch::{Action, Dest, DropCause, FastMac, FastPort, IpRule, Key, Mode, NextHop, PortId, Station, Verdict};
+use sluice_wire::MacAddr;
+
+use crate::abi;
+
+/// How the kernel reaches one port: its slot in the maps, and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The port's slot (below [`abi::MAX_PORTS`]): its counters, and what keys, stations and
+    /// owners name it by. Every port has one, a port in user space too.
+    pub slot: u16,
+    /// The port's device, or `None` when the kernel may not send to it (a port in user
+    /// space, or one whose frames must all go through the core): a verdict with an output
+    /// to it goes up.
+    pub device: Option<Device>,
+}
+
+/// A port's device, as the kernel sends to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Its interface index.
+    pub ifindex: u32,
+    /// How a frame gets there.
+    pub reach: Reach,
+}
+
+/// How the kernel sends a frame to a port's device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A guest's veth, whose peer is in the guest's namespace: the frame itself goes in
+    /// with `bpf_redirect_peer`, copies through the device's egress, marked (its egress
+    /// program lets only the switch's frames in).
+    Guest,
+    /// A veth whose peer is in the switch's own namespace (`bpf_redirect_peer` cannot
+    /// reach it): out of its egress, marked.
+    Veth,
+    /// Out of the device, unmarked: an uplink.
+    Uplink,
+}
+
+/// Port `p`'s entry in `sluice_inputs` (by its device's ifindex), in slot `slot` of a
+/// switch in `mode` whose address on the guests' side is `router_mac`: where its frames'
+/// destination is the input's own address (the core's [`Dest::Own`]: an uplink's device
+/// address, in Layer 3 the switch's on the LAN), whether the host's stack may take them (a
+/// Layer 2 uplink with a device address: the core's `pass_to_host`), and in Layer 3 its
+/// guest's address (the core's [`Station::Here`] there).
+pub fn input(p: &FastPort, slot: u16, mode: Mode, router_mac: MacAddr) -> abi::Input {
+    let mut e = abi::Input { slot: u32::from(slot), ..abi::Input::default() };
+    if mode == Mode::L3
+        && let Some(g) = p.guest_mac
+    {
+        e.flags |= abi::IN_GUEST;
+        e.guest_mac = g.0;
+    }
+    let own = match mode {
+        Mode::L2 => p.dev_mac,
+        Mode::L3 => Some(p.dev_mac.unwrap_or(router_mac)),
+    };
+    if p.uplink
+        && let Some(own) = own
+    {
+        e.flags |= abi::IN_OWN_MAC;
+        e.own_mac = own.0;
+        if mode == Mode::L2 {
+            e.flags |= abi::IN_HOST;
+        }
+    }
+    e
+}
+
+/// What stage 2's key reads of a frame from port `p` on a switch in `mode` (its `X_*`
+/// mask): the extras the core's key reader fills in for that port, and no others.
+pub fn mask(p: &FastPort, mode: Mode) -> u16 {
+    // In Layer 3 mode the LAN's sources are not checked.
+    let checked = !(mode == Mode::L3 && p.uplink);
+    let mut m = 0;
+    if p.mac.is_some() {
+        m |= abi::X_SRC_MAC;
+    } else if checked {
+        // (A port locked to its own address may send from it; another port's lock is
+        // asked of the others.)
+        m |= abi::X_LOCKS;
+    }
+    if checked && p.ips != IpRule::Any {
+        m |= abi::X_SRC_IP;
+    }
+    m |= match mode {
+        Mode::L2 => abi::X_DST_STATION,
+        Mode::L3 => abi::X_L3 | abi::X_GUEST,
+    };
+    m
+}
+
+/// Stage 1's key of a frame the core read as `key` from the input in slot `slot`: the tag
+/// it came with and its destination's class.
+pub fn admit_key(key: &Key, slot: u16) -> abi::AdmitKey {
+    let (tag, vid) = match key.tag {
+        Some(vid) => (abi::TAG_8021Q, vid & 0x0fff),
+        None => (abi::TAG_NONE, 0),
+    };
+    abi::AdmitKey { slot, vid, tag, dst: stage1_dst(key.dst), ..abi::AdmitKey::default() }
+}
+
+fn stage1_dst(d: Dest) -> u8 {
+    match d {
+        Dest::Group => abi::DST_GROUP,
+        Dest::Own => abi::DST_OWN,
+        Dest::Station(_) | Dest::Unknown => abi::DST_UNKNOWN,
+    }
+}
+
+/// Whether verdict `v` gives the frame to the host's stack and to nothing else: the
+/// program's `ACT_HOST`, which leaves it uncounted.
+fn host_alone(v: &Verdict) -> bool {
+    v.pass_to_host && v.action == Action::Forward && v.outputs.is_empty()
+}
+
+/// Stage 1's verdict for the frames with `key`'s stage-1 key from port `p` (on a switch in
+/// `mode`), made in `generation`, given the core's verdict `v` on `key`: the host's alone;
+/// dropped by the input's VLAN rule (the core's own, [`sluice_switch::VlanMode::ingress`]), the host's
+/// too if `v` says so; up, for a port whose frames all go through the core; else admitted
+/// to the frame's VLAN, stage 2 reading what the input's [`mask`] asks.
+pub fn admit(key: &Key, v: &Verdict, p: &FastPort, mode: Mode, generation: u64) -> abi::Admit {
+    let mut a = abi::Admit { generation, ..abi::Admit::default() };
+    if host_alone(v) {
+        a.action = abi::ACT_HOST;
+        return a;
+    }
+    match p.vlan.ingress(key.tag) {
+        None => {
+            a.action = abi::ACT_DROP;
+            a.cause = cause(DropCause::VlanFilter);
+        }
+        Some(_) if p.slow => a.action = abi::ACT_UP,
+        Some(i) => {
+            a.action = abi::ACT_FORWARD;
+            a.vlan = i.vid;
+            a.mask = mask(p, mode);
+            // (Stage 2's verdict says whether the host takes an admitted frame.)
+            return a;
+        }
+    }
+    if v.pass_to_host {
+        a.flags |= abi::V_HOST;
+    }
+    a
+}
+
+/// Stage 2's key of a frame the core read as `key`, admitted to `vlan`, as the program
+/// extracts it: `None` when a port the key names has no place.
+pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) -> Option<abi::FlowKey> {
+    let mut k = abi::FlowKey {
+        slot: places(key.port)?.slot,
+        vlan,
+        ethertype: key.ethertype,
+        src: match key.src {
+            Station::Absent => abi::SRC_ABSENT,
+            Station::Here => abi::SRC_HERE,
+            Station::Elsewhere => abi::SRC_ELSEWHERE,
+            Station::Static => abi::SRC_STATIC,
+            Station::Locked => abi::SRC_LOCKED,
+            Station::Unlearnable => abi::SRC_UNLEARNABLE,
+        },
+        dst: stage1_dst(key.dst),
+        ..abi::FlowKey::default()
+    };
+    if let Dest::Station(p) = key.dst {
+        k.dst = abi::DST_STATION;
+        k.dst_slot = places(p)?.slot;
+    }
+    let x = &key.extras;
+    if let Some(m) = x.src_mac {
+        k.src_mac = m.0;
+    }
+    k.claim = match x.src_ip {
+        None => abi::CLAIM_NONE,
+        Some(None) => abi::CLAIM_SHORT,
+        Some(Some(IpAddr::V4(a))) => {
+            k.src_ip[..4].copy_from_slice(&a.octets());
+            abi::CLAIM_V4
+        }
+        Some(Some(IpAddr::V6(a))) => {
+            k.src_ip = a.octets();
+            abi::CLAIM_V6
+        }
+    };
+    if let Some(l3) = x.l3 {
+        if l3.readable {
+            k.l3 |= abi::L3X_READABLE;
+        }
+        if l3.hop255 {
+            k.l3 |= abi::L3X_HOP255;
+        }
+        if let Some(o) = l3.owner {
+            k.owner = places(o)?.slot + 1;
+        }
+        k.proto = l3.proto;
+        k.icmp6_type = l3.icmp6_type;
+    }
+    Some(k)
+}
+
+/// The program's index of drop cause `c` (its position in [`DropCause::ALL`]).
+pub fn cause(c: DropCause) -> u8 {
+    DropCause::ALL.iter().position(|&a| a == c).unwrap_or(abi::d::UNKNOWN_PORT) as u8
+}
+
+/// Stage 2's verdict: the core's verdict `v`, made in `generation`, with each output's
+/// port placed by `places`. A verdict the program cannot execute as the core would — more
+/// than [`abi::MAX_OUTPUTS`] outputs, or an output the kernel does not reach — goes up.
+pub fn verdict(v: &Verdict, generation: u64, places: impl Fn(PortId) -> Option<Place>) -> abi::Verdict {
+    let mut e = abi::Verdict { generation, ..abi::Verdict::default() };
+    if v.pass_to_host {
+        e.flags |= abi::V_HOST;
+    }
+    match v.action {
+        Action::Up(_) => {
+            e.action = abi::ACT_UP;
+            return e;
+        }
+        Action::Drop(c) => {
+            e.action = abi::ACT_DROP;
+            e.cause = cause(c);
+        }
+        Action::Forward => e.action = abi::ACT_FORWARD,
+    }
+    if v.learn_refused {
+        e.flags |= abi::V_LEARN_REFUSED;
+    }
+    if v.action != Action::Forward {
+        return e;
+    }
+    if v.outputs.len() > abi::MAX_OUTPUTS {
+        return up(e);
+    }
+    for (o, out) in v.outputs.iter().zip(e.outputs.iter_mut()) {
+        let Some((place, dev)) = places(o.port).and_then(|p| Some((p, p.device?))) else { return up(e) };
+        let (kind, marked) = match dev.reach {
+            Reach::Guest => (abi::OUT_PEER, true),
+            Reach::Veth => (abi::OUT_EGRESS, true),
+            Reach::Uplink => (abi::OUT_EGRESS, false),
+        };
+        *out = abi::Output { ifindex: dev.ifindex, slot: place.slot, mtu: o.mtu, kind, ..abi::Output::default() };
+        if let Some(vid) = o.tag {
+            out.flags |= abi::OF_TAG;
+            out.vid = vid;
+        }
+        if o.mirror {
+            out.flags |= abi::OF_MIRROR;
+        }
+        if marked {
+            out.flags |= abi::OF_MARK;
+        }
+        if let Some(m) = o.src_mac {
+            out.flags |= abi::OF_SRC_MAC;
+            out.src_mac = m.0;
+        }
+    }
+    e.n_out = v.outputs.len() as u8;
+    if v.flood {
+        e.flags |= abi::V_FLOOD;
+    }
+    match v.next_hop {
+        None => {}
+        Some(NextHop::Mac(m)) => {
+            e.next_hop = abi::NH_MAC;
+            e.next_mac = m.0;
+        }
+        Some(NextHop::Neighbour) => e.next_hop = abi::NH_NEIGH,
+    }
+    e
+}
+
+/// A verdict the core is to execute itself: up, the host's copy kept. (`learn_refused` is
+/// the core's to count when it takes the frame.)
+fn up(e: abi::Verdict) -> abi::Verdict {
+    abi::Verdict {
+        generation: e.generation,
+        action: abi::ACT_UP,
+        flags: e.flags & abi::V_HOST,
+        ..abi::Verdict::default()
+    }
+}
+
+/// Layer 2: station table entry `m` (the core's [`FastMac`]) as `sluice_fib` holds it;
+/// `None` when its port has no place (the entry is to go: frames to it go up).
+pub fn station(m: &FastMac, places: impl Fn(PortId) -> Option<Place>) -> Option<abi::FibVal> {
+    Some(abi::FibVal {
+        slot: u32::from(places(m.port)?.slot),
+        flags: if m.is_static { abi::FIB_STATIC } else { 0 },
+        seen_ns: 0,
+    })
+}
+
+/// Port `p`'s lock in `sluice_locks`, in slot `slot`: its `mac` setting, if it has one.
+pub fn lock(p: &FastPort, slot: u16) -> Option<(abi::LockKey, u32)> {
+    p.mac.map(|m| (abi::LockKey { mac: m.0, pad: [0; 2] }, u32::from(slot)))
+}
+
+/// The executor's settings: verdicts of `generation` are current; misses go up through
+/// interface `upcall_ifindex` (0: none, they are dropped as `upcall_lost`), each input
+/// within `budget`.
+pub fn config(generation: u64, upcall_ifindex: u32, budget: crate::exec::UpcallBudget) -> abi::ExecConfig {
+    abi::ExecConfig { generation, upcall_ifindex, upcall_rate: budget.rate, upcall_burst: budget.burst, pad: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use sluice_switch::{Extras, L3Extras, Output, Upcall, VlanMode};
+
+    use super::*;
+
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+    const DEV: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xd]);
+    const ROUTER: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xee]);
+
+    fn port() -> FastPort {
+        FastPort {
+            target: Some(7),
+            vlan: VlanMode::Access(10),
+            mtu: 1500,
+            isolated: false,
+            uplink: false,
+            mac: None,
+            ips: IpRule::Any,
+            slow: false,
+            failed: false,
+            dev_mac: None,
+            guest_mac: None,
+            link_local_ok: false,
+            mirror: None,
+            learn_full: false,
+        }
+    }
+
+    fn uplink() -> FastPort {
+        FastPort { uplink: true, dev_mac: Some(DEV), ..port() }
+    }
+
+    /// Ports 0 to 19 in slots 100 + the port, each a guest's veth 200 + the port; port 9
+    /// in user space.
+    fn places(p: PortId) -> Option<Place> {
+        let device = (p != 9).then_some(Device { ifindex: 200 + p, reach: Reach::Guest });
+        (p < 20).then_some(Place { slot: 100 + p as u16, device })
+    }
+
+    fn key(port: PortId, dst: Dest) -> Key {
+        Key { port, tag: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default(), tunnel: None }
+    }
+
+    fn out(port: PortId, tag: Option<u16>) -> Output {
+        Output { port, tag, mtu: 1500, mirror: false, src_mac: None }
+    }
+
+    fn forward(outputs: Vec<Output>) -> Verdict {
+        Verdict { action: Action::Forward, outputs, ..Verdict::default() }
+    }
+
+    #[test]
+    fn an_uplinks_own_address_is_the_hosts_in_layer_2_and_the_switchs_in_layer_3() {
+        let l2 = input(&uplink(), 3, Mode::L2, ROUTER);
+        assert_eq!((l2.slot, l2.flags, l2.own_mac), (3, abi::IN_OWN_MAC | abi::IN_HOST, DEV.0));
+        let l3 = input(&FastPort { dev_mac: None, ..uplink() }, 3, Mode::L3, ROUTER);
+        assert_eq!((l3.flags, l3.own_mac), (abi::IN_OWN_MAC, ROUTER.0));
+        let unknown = input(&port(), 4, Mode::L3, ROUTER);
+        assert_eq!((unknown.slot, unknown.flags), (4, 0), "a guest not heard from yet");
+        let guest = input(&FastPort { guest_mac: Some(A), ..port() }, 4, Mode::L3, ROUTER);
+        assert_eq!((guest.flags, guest.guest_mac), (abi::IN_GUEST, A.0));
+        let lan = input(&FastPort { guest_mac: Some(A), ..uplink() }, 3, Mode::L3, ROUTER);
+        assert_eq!(lan.flags, abi::IN_OWN_MAC | abi::IN_GUEST, "an uplink locked to its `mac`");
+        let l2 = input(&FastPort { guest_mac: Some(A), ..port() }, 4, Mode::L2, ROUTER);
+        assert_eq!(l2.flags, 0, "Layer 2 answers sources from the station table");
+        let bare = input(&FastPort { dev_mac: None, ..uplink() }, 3, Mode::L2, ROUTER);
+        assert_eq!(bare.flags, 0, "no address of its own: nothing is the host's");
+    }
+
+    #[test]
+    fn the_mask_asks_what_the_cores_key_reader_reads() {
+        let mac = FastPort { mac: Some(A), ..port() };
+        let ips = FastPort { ips: IpRule::Only { v4: Some(vec![]), v6: None }, ..port() };
+        assert_eq!(mask(&port(), Mode::L2), abi::X_LOCKS | abi::X_DST_STATION);
+        assert_eq!(mask(&mac, Mode::L2), abi::X_SRC_MAC | abi::X_DST_STATION);
+        assert_eq!(mask(&ips, Mode::L3), abi::X_LOCKS | abi::X_SRC_IP | abi::X_L3 | abi::X_GUEST);
+        let lan = FastPort { ips: ips.ips.clone(), ..uplink() };
+        assert_eq!(mask(&lan, Mode::L3), abi::X_L3 | abi::X_GUEST, "the LAN's sources are not checked");
+        assert_eq!(mask(&lan, Mode::L2), abi::X_LOCKS | abi::X_SRC_IP | abi::X_DST_STATION);
+    }
+
+    #[test]
+    fn stage_1_is_the_tag_and_the_destinations_class() {
+        let k = Key { tag: Some(0x0abc), ..key(2, Dest::Station(4)) };
+        let a = admit_key(&k, 102);
+        assert_eq!(
+            (a.slot, a.tag, a.vid, a.dst, a.vni, a.endpoint),
+            (102, abi::TAG_8021Q, 0xabc, abi::DST_UNKNOWN, 0, 0)
+        );
+        let a = admit_key(&key(2, Dest::Own), 102);
+        assert_eq!((a.tag, a.vid, a.dst), (abi::TAG_NONE, 0, abi::DST_OWN));
+        assert_eq!(admit_key(&Key { tag: Some(0), ..key(2, Dest::Group) }, 1).dst, abi::DST_GROUP);
+    }
+
+    #[test]
+    fn stage_1_admits_drops_or_leaves_the_frame_to_the_host() {
+        let p = FastPort { vlan: VlanMode::Trunk { allowed: [20].into_iter().collect(), native: Some(10) }, ..port() };
+        let fwd = forward(vec![out(1, None)]);
+        let a = admit(&key(0, Dest::Unknown), &fwd, &p, Mode::L2, 9);
+        assert_eq!((a.generation, a.action, a.vlan, a.mask), (9, abi::ACT_FORWARD, 10, mask(&p, Mode::L2)));
+        let a = admit(&Key { tag: Some(20), ..key(0, Dest::Unknown) }, &fwd, &p, Mode::L2, 9);
+        assert_eq!((a.action, a.vlan), (abi::ACT_FORWARD, 20));
+        let dropped = Verdict { action: Action::Drop(DropCause::VlanFilter), ..Verdict::default() };
+        let a = admit(&Key { tag: Some(30), ..key(0, Dest::Unknown) }, &dropped, &p, Mode::L2, 9);
+        assert_eq!((a.action, a.cause, a.flags), (abi::ACT_DROP, abi::d::VLAN_FILTER as u8, 0));
+        let hosts = Verdict { pass_to_host: true, ..dropped };
+        let a = admit(&Key { tag: Some(30), ..key(0, Dest::Group) }, &hosts, &p, Mode::L2, 9);
+        assert_eq!((a.action, a.flags), (abi::ACT_DROP, abi::V_HOST));
+        let mine = Verdict { pass_to_host: true, ..forward(vec![]) };
+        assert_eq!(admit(&key(0, Dest::Own), &mine, &uplink(), Mode::L2, 9).action, abi::ACT_HOST);
+        let slow = FastPort { slow: true, ..port() };
+        assert_eq!(admit(&key(0, Dest::Unknown), &fwd, &slow, Mode::L2, 9).action, abi::ACT_UP);
+    }
+
+    #[test]
+    fn stage_2_holds_the_stations_and_only_the_extras_asked() {
+        let k = key(2, Dest::Station(4));
+        let f = flow_key(&k, 10, places).unwrap();
+        let want = abi::FlowKey {
+            slot: 102,
+            vlan: 10,
+            ethertype: 0x0800,
+            src: abi::SRC_HERE,
+            dst: abi::DST_STATION,
+            dst_slot: 104,
+            ..abi::FlowKey::default()
+        };
+        assert_eq!(f, want);
+        for (s, want) in [
+            (Station::Absent, abi::SRC_ABSENT),
+            (Station::Elsewhere, abi::SRC_ELSEWHERE),
+            (Station::Static, abi::SRC_STATIC),
+            (Station::Locked, abi::SRC_LOCKED),
+            (Station::Unlearnable, abi::SRC_UNLEARNABLE),
+        ] {
+            assert_eq!(flow_key(&Key { src: s, ..k }, 10, places).unwrap().src, want);
+        }
+        let extras = Extras {
+            src_mac: Some(A),
+            src_ip: Some(Some(Ipv4Addr::new(10, 0, 0, 1).into())),
+            l3: Some(L3Extras { readable: true, owner: Some(5), proto: 58, icmp6_type: 135, hop255: true }),
+        };
+        let f = flow_key(&Key { extras, dst: Dest::Own, ..k }, 10, places).unwrap();
+        assert_eq!((f.dst, f.dst_slot, f.src_mac, f.claim), (abi::DST_OWN, 0, A.0, abi::CLAIM_V4));
+        assert_eq!(&f.src_ip[..6], &[10, 0, 0, 1, 0, 0]);
+        assert_eq!((f.l3, f.owner, f.proto, f.icmp6_type), (abi::L3X_READABLE | abi::L3X_HOP255, 106, 58, 135));
+        let short = Extras { src_ip: Some(None), ..Extras::default() };
+        let f = flow_key(&Key { extras: short, ..k }, 10, places).unwrap();
+        assert_eq!((f.claim, f.src_ip), (abi::CLAIM_SHORT, [0; 16]));
+        let v6 = Extras { src_ip: Some(Some("fd00::1".parse().unwrap())), ..Extras::default() };
+        assert_eq!(flow_key(&Key { extras: v6, ..k }, 10, places).unwrap().claim, abi::CLAIM_V6);
+        assert_eq!(flow_key(&key(2, Dest::Station(40)), 10, places), None, "a port with no place");
+    }
+
+    #[test]
+    fn a_forward_names_each_outputs_device_tag_and_source() {
+        let mut v = forward(vec![
+            out(1, Some(20)),
+            Output { src_mac: Some(ROUTER), mtu: 9000, ..out(2, None) },
+            Output { mirror: true, ..out(3, None) },
+        ]);
+        v.flood = true;
+        v.learn_refused = true;
+        let e = verdict(&v, 7, |p| {
+            let reach = [Reach::Guest, Reach::Veth, Reach::Uplink][p as usize % 3];
+            Some(Place { slot: p as u16 + 50, device: Some(Device { ifindex: 300 + p, reach }) })
+        });
+        assert_eq!((e.generation, e.action, e.n_out, e.next_hop), (7, abi::ACT_FORWARD, 3, abi::NH_NONE));
+        assert_eq!(e.flags, abi::V_FLOOD | abi::V_LEARN_REFUSED);
+        let o = e.outputs;
+        assert_eq!(
+            (o[0].ifindex, o[0].slot, o[0].kind, o[0].flags, o[0].vid),
+            (301, 51, abi::OUT_EGRESS, abi::OF_TAG | abi::OF_MARK, 20)
+        );
+        assert_eq!((o[1].kind, o[1].flags, o[1].src_mac, o[1].mtu), (abi::OUT_EGRESS, abi::OF_SRC_MAC, ROUTER.0, 9000));
+        assert_eq!((o[2].kind, o[2].flags), (abi::OUT_PEER, abi::OF_MIRROR | abi::OF_MARK));
+        assert_eq!(o[3], abi::Output::default());
+    }
+
+    #[test]
+    fn next_hops_drops_and_upcalls() {
+        let routed = Verdict { next_hop: Some(NextHop::Mac(A)), ..forward(vec![out(1, None)]) };
+        let e = verdict(&routed, 1, places);
+        assert_eq!((e.next_hop, e.next_mac), (abi::NH_MAC, A.0));
+        let lan = Verdict { next_hop: Some(NextHop::Neighbour), ..forward(vec![out(1, None)]) };
+        assert_eq!(verdict(&lan, 1, places).next_hop, abi::NH_NEIGH);
+        let dropped = Verdict {
+            action: Action::Drop(DropCause::Isolated),
+            learn_refused: true,
+            pass_to_host: true,
+            ..Verdict::default()
+        };
+        let e = verdict(&dropped, 1, places);
+        assert_eq!(
+            (e.action, e.cause, e.flags),
+            (abi::ACT_DROP, abi::d::ISOLATED as u8, abi::V_LEARN_REFUSED | abi::V_HOST)
+        );
+        let neigh = Verdict { action: Action::Up(Upcall::Neigh), learn_refused: true, ..Verdict::default() };
+        let e = verdict(&neigh, 1, places);
+        assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, 0, 0));
+    }
+
+    #[test]
+    fn what_the_kernel_cannot_send_goes_up() {
+        let many = forward((0..17).map(|p| out(p % 8, None)).collect());
+        assert_eq!(verdict(&many, 1, places).action, abi::ACT_UP, "more than 16 outputs");
+        let sixteen = forward((0..16).map(|p| out(p % 8, None)).collect());
+        assert_eq!(verdict(&sixteen, 1, places).n_out, 16);
+        let user = Verdict { pass_to_host: true, flood: true, ..forward(vec![out(1, None), out(9, None)]) };
+        let e = verdict(&user, 1, places);
+        assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, abi::V_HOST, 0), "a port in user space");
+        assert_eq!(verdict(&forward(vec![out(40, None)]), 1, places).action, abi::ACT_UP, "no place");
+    }
+
+    #[test]
+    fn stations_locks_and_settings() {
+        let m = FastMac { port: 3, is_static: true };
+        assert_eq!(station(&m, places), Some(abi::FibVal { slot: 103, flags: abi::FIB_STATIC, seen_ns: 0 }));
+        assert_eq!(station(&FastMac { port: 40, is_static: false }, places), None);
+        assert_eq!(lock(&FastPort { mac: Some(A), ..port() }, 5), Some((abi::LockKey { mac: A.0, pad: [0; 2] }, 5)));
+        assert_eq!(lock(&port(), 5), None);
+        assert_eq!(
+            config(5, 9, crate::exec::UpcallBudget { rate: 7, burst: 8 }),
+            abi::ExecConfig { generation: 5, upcall_ifindex: 9, upcall_rate: 7, upcall_burst: 8, pad: 0 }
+        );
+    }
+
+    #[test]
+    fn drop_causes_keep_their_index() {
+        for (i, c) in DropCause::ALL.iter().enumerate() {
+            assert_eq!(usize::from(cause(*c)), i);
+        }
+    }
+}
