@@ -644,7 +644,13 @@ fn a_client_that_says_hello_and_idles_gives_the_server_up() {
         assert!(err.contains("busy"), "{err}");
         assert!(t0.elapsed() < Duration::from_secs(60), "a client idle after hello still holds the server: {err}");
     }
-    assert!(srv.log().contains("sent no run request within 10 s"), "the log says why: {}", srv.log());
+    // Either way the idle client gives the server up: at its deadline, or as the oldest
+    // connection holding no run when the silent ones fill the server's places first.
+    let log = srv.log();
+    assert!(
+        log.contains("sent no run request within 10 s") || log.contains("closed the oldest that held no run"),
+        "the log says why: {log}"
+    );
     let told = idle.recv();
     assert!(told.as_ref().is_none_or(|m| m["msg"] == "error"), "{told:?}");
     drop(silent);
