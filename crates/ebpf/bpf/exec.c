@@ -952,8 +952,9 @@ int sluice_exec(struct __sk_buff *skb)
  * mode leaves on what it receives — the VNI `cb[0]`, the sender `cb[1..4]` (the address's
  * bytes in memory order, IPv4 in `cb[1]`), the family of its input's underlay — and then
  * runs sluice_exec's body on it. */
-SEC("classifier")
-int sluice_exec_tunneled(struct __sk_buff *skb)
+/* Gives the frame the tunnel key the test put in its cb (a call of its own, so that its
+ * stack is not held while the executor runs). */
+static __noinline int set_test_key(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
 	struct sluice_input *in = bpf_map_lookup_elem(&sluice_inputs, &ifindex);
@@ -971,7 +972,13 @@ int sluice_exec_tunneled(struct __sk_buff *skb)
 	} else {
 		k.local_ipv4 = bpf_ntohl(skb->cb[1]);
 	}
-	if (bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags))
+	return bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags) ? -1 : 0;
+}
+
+SEC("classifier")
+int sluice_exec_tunneled(struct __sk_buff *skb)
+{
+	if (set_test_key(skb))
 		return TC_ACT_SHOT;
 	return exec_frame(skb);
 }
