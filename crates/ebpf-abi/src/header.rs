@@ -275,21 +275,22 @@ mod tests {
     #[test]
     fn constants_are_written_as_they_were_declared() {
         let h = header();
-        assert!(h.contains("#define PF_TUNNEL (1u << 14)"), "{h}");
+        assert!(h.contains("#define OF_REMOTE_DST (1 << 4)"), "{h}");
+        assert!(h.contains("#define IN_GUEST (1u << 4)"), "{h}");
         assert!(h.contains("#define SLUICE_MARK 0x51ce0001u"), "{h}");
         assert!(h.contains("#define SLUICE_MAX_PORTS 1024u"), "{h}");
         assert!(h.contains(&format!("#define C_COUNT {} /* Counters per port. */\n", crate::c::COUNT)), "{h}");
-        assert!(h.contains("#define MODE_L3 1 /* `sluice_config.mode`: a Layer 3 switch. */\n"), "{h}");
+        assert!(h.contains("#define HEARD_V6 6 /* `sluice_heard_event.family`: IPv6. */\n"), "{h}");
     }
 
     #[test]
     fn structs_are_written_field_by_field_with_their_arrays() {
         let h = header();
-        let port = &h[h.find("struct sluice_port {").expect("declared")..];
-        let port = &port[..port.find("};").expect("closed")];
-        assert!(port.contains("\n\t__u32 ifindex; /* 0: slot unused */\n"), "{port}");
-        assert!(port.contains("\n\t__u32 ip4[8];"), "{port}");
-        assert!(port.contains("\n\t__u8 ip6[8][16];"), "{port}");
+        let verdict = &h[h.find("struct sluice_verdict {").expect("declared")..];
+        let verdict = &verdict[..verdict.find("};").expect("closed")];
+        assert!(verdict.contains("\n\t__u8 n_out;"), "{verdict}");
+        assert!(verdict.contains("\n\t__u8 next_mac[6];"), "{verdict}");
+        assert!(verdict.contains("\n\tstruct sluice_out outputs[16];"), "{verdict}");
         assert!(h.contains(&format!("\t__u64 v[{}];", crate::c::COUNT)), "{h}");
     }
 
@@ -311,8 +312,8 @@ mod tests {
     #[test]
     fn doc_comments_become_c_comments_that_cannot_be_closed_early() {
         let mut h = String::new();
-        comment(&mut h, "\t", &[" one [`Port`]", "", " two */ [`c::COUNT`](crate::c::COUNT) `x` three"]);
-        assert_eq!(h, "\t/* one `struct sluice_port`\n\t *\n\t * two * / `C_COUNT` `x` three */\n");
+        comment(&mut h, "\t", &[" one [`Input`]", "", " two */ [`c::COUNT`](crate::c::COUNT) `x` three"]);
+        assert_eq!(h, "\t/* one `struct sluice_input`\n\t *\n\t * two * / `C_COUNT` `x` three */\n");
     }
 
     #[test]

@@ -93,6 +93,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_stats SEC(".maps");
 
+/* The switch's own counters (S_*): what is nobody's port's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_switch_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_switch_stats SEC(".maps");
+
 /* Each input slot's upcall bucket, as the time (bpf_ktime_get_ns) its next upcall is
  * due at the budget's rate: the program's own state, shared by every CPU. */
 struct {
@@ -981,6 +990,43 @@ int sluice_exec_tunneled(struct __sk_buff *skb)
 	if (set_test_key(skb))
 		return TC_ACT_SHOT;
 	return exec_frame(skb);
+}
+
+/* At the egress of the switch side of a guest's veth, and of the upcall TAP: what goes on
+ * into the guest, or into the TAP's queue for the daemon. Only the switch's own frames
+ * carry SLUICE_MARK — the executor's clones and redirects to a device's egress and its
+ * upcalls, the daemon's packet socket (SO_MARK) — and they pass with the mark cleared;
+ * bpf_redirect_peer never comes this way. Anything else is a frame someone in the switch's
+ * namespace sent through the interface (a socket bound to it, the kernel's own): dropped,
+ * counted at a guest's port as a received frame refused (`egress_refused`), at the upcall
+ * TAP in the switch's own counters (so that a flood of them can neither fill the queue the
+ * upcalls wait in nor reach the daemon). It decides nothing either: a guard on the
+ * switch's own devices. */
+SEC("classifier")
+int sluice_egress(struct __sk_buff *skb)
+{
+	if (skb->mark == SLUICE_MARK) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	__u32 ifindex = skb->ifindex;
+	struct sluice_input *in = bpf_map_lookup_elem(&sluice_inputs, &ifindex);
+	if (in) {
+		__u32 slot = in->slot;
+		struct sluice_counters *c = bpf_map_lookup_elem(&sluice_stats, &slot);
+		if (c) {
+			c->v[C_RX_FRAMES]++;
+			c->v[C_RX_BYTES] += skb->len;
+			c->v[C_RX_DROP + D_EGRESS_REFUSED]++;
+		}
+		return TC_ACT_SHOT;
+	}
+	__u32 zero = 0;
+	struct sluice_exec_config *cfg = config();
+	struct sluice_switch_counters *s = bpf_map_lookup_elem(&sluice_switch_stats, &zero);
+	if (cfg && s && cfg->upcall_ifindex == ifindex)
+		s->v[S_UPCALL_EGRESS_REFUSED]++;
+	return TC_ACT_SHOT;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -7,7 +7,7 @@
 #include <bpf/bpf_helpers.h>
 
 SEC("classifier")
-int sluice_ingress(struct __sk_buff *skb)
+int sluice_exec(struct __sk_buff *skb)
 {
 	unsigned char *data = (void *)(long)skb->data;
 	return data[20] ? TC_ACT_OK : TC_ACT_SHOT;

@@ -55,6 +55,45 @@ pub enum Reach {
     Veth,
     /// Out of the device, unmarked: an uplink.
     Uplink,
+    /// Into a tunnel's VXLAN device, with a tunnel key: to the endpoint the remote table
+    /// has the destination behind (a frame to a station not there goes up, and the core's
+    /// tunnel port sends it). A flood or a mirror's copy into a tunnel goes up: the port
+    /// sends it to every endpoint.
+    Tunnel,
+}
+
+/// How a frame leaves by a tunnel output: the VNI it is sent in and whether it keeps the
+/// 802.1Q tag the core gives it (a tunnel with one VNI carries its trunk's tags inside;
+/// one with a VNI per VLAN carries every frame untagged, its VLAN in the VNI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelOut {
+    /// The VNI.
+    pub vni: u32,
+    /// The frame keeps its tag.
+    pub tagged: bool,
+}
+
+/// A tunnel port's settings in `sluice_tunnels`: what its outputs are sent with.
+pub fn tunnel(local: IpAddr, ttl: u8) -> abi::Tunnel {
+    let mut t = abi::Tunnel { ttl, ..abi::Tunnel::default() };
+    match local {
+        IpAddr::V4(a) => t.local[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => {
+            t.local = a.octets();
+            t.flags |= abi::TUN_V6;
+        }
+    }
+    t
+}
+
+/// The input entry `e` of a tunnel's VXLAN device, whose underlay is IPv6 if `v6`: its
+/// frames' stage-1 keys carry their origin.
+pub fn tunnel_input(mut e: abi::Input, v6: bool) -> abi::Input {
+    e.flags |= abi::IN_TUNNEL;
+    if v6 {
+        e.flags |= abi::IN_TUNNEL_V6;
+    }
+    e
 }
 
 /// Port `p`'s entry in `sluice_inputs` (by its device's ifindex), in slot `slot` of a
@@ -111,13 +150,18 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
 }
 
 /// Stage 1's key of a frame the core read as `key` from the input in slot `slot`: the tag
-/// it came with and its destination's class.
+/// it came with, its destination's class and, from a tunnel, its origin.
 pub fn admit_key(key: &Key, slot: u16) -> abi::AdmitKey {
     let (tag, vid) = match key.tag {
         Some(vid) => (abi::TAG_8021Q, vid & 0x0fff),
         None => (abi::TAG_NONE, 0),
     };
-    abi::AdmitKey { slot, vid, tag, dst: stage1_dst(key.dst), ..abi::AdmitKey::default() }
+    let mut k = abi::AdmitKey { slot, vid, tag, dst: stage1_dst(key.dst), ..abi::AdmitKey::default() };
+    if let Some(t) = key.tunnel {
+        k.vni = t.vni;
+        k.endpoint = u8::from(t.endpoint);
+    }
+    k
 }
 
 fn stage1_dst(d: Dest) -> u8 {
@@ -135,25 +179,26 @@ fn host_alone(v: &Verdict) -> bool {
 }
 
 /// Stage 1's verdict for the frames with `key`'s stage-1 key from port `p` (on a switch in
-/// `mode`), made in `generation`, given the core's verdict `v` on `key`: the host's alone;
-/// dropped by the input's VLAN rule (the core's own, [`sluice_switch::VlanMode::ingress`]), the host's
-/// too if `v` says so; up, for a port whose frames all go through the core; else admitted
-/// to the frame's VLAN, stage 2 reading what the input's [`mask`] asks.
-pub fn admit(key: &Key, v: &Verdict, p: &FastPort, mode: Mode, generation: u64) -> abi::Admit {
+/// `mode`), made in `generation`, given the core's stage 1 on `key` (`stage1`, the core's
+/// own: [`sluice_switch::Switch::stage1`]) and its verdict `v`: the host's alone; dropped
+/// by the input's rule, the host's too if `v` says so; up, for a port whose frames all go
+/// through the core; else admitted to the frame's VLAN, stage 2 reading what the input's
+/// [`mask`] asks.
+pub fn admit(v: &Verdict, stage1: Result<u16, DropCause>, p: &FastPort, mode: Mode, generation: u64) -> abi::Admit {
     let mut a = abi::Admit { generation, ..abi::Admit::default() };
     if host_alone(v) {
         a.action = abi::ACT_HOST;
         return a;
     }
-    match p.vlan.ingress(key.tag) {
-        None => {
+    match stage1 {
+        Err(c) => {
             a.action = abi::ACT_DROP;
-            a.cause = cause(DropCause::VlanFilter);
+            a.cause = cause(c);
         }
-        Some(_) if p.slow => a.action = abi::ACT_UP,
-        Some(i) => {
+        Ok(_) if p.slow => a.action = abi::ACT_UP,
+        Ok(vid) => {
             a.action = abi::ACT_FORWARD;
-            a.vlan = i.vid;
+            a.vlan = vid;
             a.mask = mask(p, mode);
             // (Stage 2's verdict says whether the host takes an admitted frame.)
             return a;
@@ -227,7 +272,12 @@ pub fn cause(c: DropCause) -> u8 {
 /// Stage 2's verdict: the core's verdict `v`, made in `generation`, with each output's
 /// port placed by `places`. A verdict the program cannot execute as the core would — more
 /// than [`abi::MAX_OUTPUTS`] outputs, or an output the kernel does not reach — goes up.
-pub fn verdict(v: &Verdict, generation: u64, places: impl Fn(PortId) -> Option<Place>) -> abi::Verdict {
+pub fn verdict(
+    v: &Verdict,
+    generation: u64,
+    places: impl Fn(PortId) -> Option<Place>,
+    tunnels: impl Fn(PortId, Option<u16>) -> Option<TunnelOut>,
+) -> abi::Verdict {
     let mut e = abi::Verdict { generation, ..abi::Verdict::default() };
     if v.pass_to_host {
         e.flags |= abi::V_HOST;
@@ -258,9 +308,19 @@ pub fn verdict(v: &Verdict, generation: u64, places: impl Fn(PortId) -> Option<P
             Reach::Guest => (abi::OUT_PEER, true),
             Reach::Veth => (abi::OUT_EGRESS, true),
             Reach::Uplink => (abi::OUT_EGRESS, false),
+            Reach::Tunnel => (abi::OUT_TUNNEL, false),
         };
         *out = abi::Output { ifindex: dev.ifindex, slot: place.slot, mtu: o.mtu, kind, ..abi::Output::default() };
-        if let Some(vid) = o.tag {
+        let mut tag = o.tag;
+        if dev.reach == Reach::Tunnel {
+            let Some(t) = tunnels(o.port, o.tag).filter(|_| !v.flood && !o.mirror && v.next_hop.is_none()) else {
+                return up(e);
+            };
+            out.vni = t.vni;
+            out.flags |= abi::OF_REMOTE_DST;
+            tag = tag.filter(|_| t.tagged);
+        }
+        if let Some(vid) = tag {
             out.flags |= abi::OF_TAG;
             out.vid = vid;
         }
@@ -365,6 +425,10 @@ mod tests {
         (p < 20).then_some(Place { slot: 100 + p as u16, device })
     }
 
+    fn no_tunnels(_: PortId, _: Option<u16>) -> Option<TunnelOut> {
+        None
+    }
+
     fn key(port: PortId, dst: Dest) -> Key {
         Key { port, tag: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default(), tunnel: None }
     }
@@ -424,20 +488,23 @@ mod tests {
     fn stage_1_admits_drops_or_leaves_the_frame_to_the_host() {
         let p = FastPort { vlan: VlanMode::Trunk { allowed: [20].into_iter().collect(), native: Some(10) }, ..port() };
         let fwd = forward(vec![out(1, None)]);
-        let a = admit(&key(0, Dest::Unknown), &fwd, &p, Mode::L2, 9);
+        let a = admit(&fwd, Ok(10), &p, Mode::L2, 9);
         assert_eq!((a.generation, a.action, a.vlan, a.mask), (9, abi::ACT_FORWARD, 10, mask(&p, Mode::L2)));
-        let a = admit(&Key { tag: Some(20), ..key(0, Dest::Unknown) }, &fwd, &p, Mode::L2, 9);
+        let a = admit(&fwd, Ok(20), &p, Mode::L2, 9);
         assert_eq!((a.action, a.vlan), (abi::ACT_FORWARD, 20));
         let dropped = Verdict { action: Action::Drop(DropCause::VlanFilter), ..Verdict::default() };
-        let a = admit(&Key { tag: Some(30), ..key(0, Dest::Unknown) }, &dropped, &p, Mode::L2, 9);
+        let a = admit(&dropped, Err(DropCause::VlanFilter), &p, Mode::L2, 9);
         assert_eq!((a.action, a.cause, a.flags), (abi::ACT_DROP, abi::d::VLAN_FILTER as u8, 0));
+        let stranger = Verdict { action: Action::Drop(DropCause::UnknownEndpoint), ..Verdict::default() };
+        let a = admit(&stranger, Err(DropCause::UnknownEndpoint), &p, Mode::L2, 9);
+        assert_eq!((a.action, a.cause), (abi::ACT_DROP, abi::d::UNKNOWN_ENDPOINT as u8));
         let hosts = Verdict { pass_to_host: true, ..dropped };
-        let a = admit(&Key { tag: Some(30), ..key(0, Dest::Group) }, &hosts, &p, Mode::L2, 9);
+        let a = admit(&hosts, Err(DropCause::VlanFilter), &p, Mode::L2, 9);
         assert_eq!((a.action, a.flags), (abi::ACT_DROP, abi::V_HOST));
         let mine = Verdict { pass_to_host: true, ..forward(vec![]) };
-        assert_eq!(admit(&key(0, Dest::Own), &mine, &uplink(), Mode::L2, 9).action, abi::ACT_HOST);
+        assert_eq!(admit(&mine, Ok(10), &uplink(), Mode::L2, 9).action, abi::ACT_HOST);
         let slow = FastPort { slow: true, ..port() };
-        assert_eq!(admit(&key(0, Dest::Unknown), &fwd, &slow, Mode::L2, 9).action, abi::ACT_UP);
+        assert_eq!(admit(&fwd, Ok(10), &slow, Mode::L2, 9).action, abi::ACT_UP);
     }
 
     #[test]
@@ -489,10 +556,15 @@ mod tests {
         ]);
         v.flood = true;
         v.learn_refused = true;
-        let e = verdict(&v, 7, |p| {
-            let reach = [Reach::Guest, Reach::Veth, Reach::Uplink][p as usize % 3];
-            Some(Place { slot: p as u16 + 50, device: Some(Device { ifindex: 300 + p, reach }) })
-        });
+        let e = verdict(
+            &v,
+            7,
+            |p| {
+                let reach = [Reach::Guest, Reach::Veth, Reach::Uplink][p as usize % 3];
+                Some(Place { slot: p as u16 + 50, device: Some(Device { ifindex: 300 + p, reach }) })
+            },
+            no_tunnels,
+        );
         assert_eq!((e.generation, e.action, e.n_out, e.next_hop), (7, abi::ACT_FORWARD, 3, abi::NH_NONE));
         assert_eq!(e.flags, abi::V_FLOOD | abi::V_LEARN_REFUSED);
         let o = e.outputs;
@@ -508,36 +580,70 @@ mod tests {
     #[test]
     fn next_hops_drops_and_upcalls() {
         let routed = Verdict { next_hop: Some(NextHop::Mac(A)), ..forward(vec![out(1, None)]) };
-        let e = verdict(&routed, 1, places);
+        let e = verdict(&routed, 1, places, no_tunnels);
         assert_eq!((e.next_hop, e.next_mac), (abi::NH_MAC, A.0));
         let lan = Verdict { next_hop: Some(NextHop::Neighbour), ..forward(vec![out(1, None)]) };
-        assert_eq!(verdict(&lan, 1, places).next_hop, abi::NH_NEIGH);
+        assert_eq!(verdict(&lan, 1, places, no_tunnels).next_hop, abi::NH_NEIGH);
         let dropped = Verdict {
             action: Action::Drop(DropCause::Isolated),
             learn_refused: true,
             pass_to_host: true,
             ..Verdict::default()
         };
-        let e = verdict(&dropped, 1, places);
+        let e = verdict(&dropped, 1, places, no_tunnels);
         assert_eq!(
             (e.action, e.cause, e.flags),
             (abi::ACT_DROP, abi::d::ISOLATED as u8, abi::V_LEARN_REFUSED | abi::V_HOST)
         );
         let neigh = Verdict { action: Action::Up(Upcall::Neigh), learn_refused: true, ..Verdict::default() };
-        let e = verdict(&neigh, 1, places);
+        let e = verdict(&neigh, 1, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, 0, 0));
     }
 
     #[test]
     fn what_the_kernel_cannot_send_goes_up() {
         let many = forward((0..17).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&many, 1, places).action, abi::ACT_UP, "more than 16 outputs");
+        assert_eq!(verdict(&many, 1, places, no_tunnels).action, abi::ACT_UP, "more than 16 outputs");
         let sixteen = forward((0..16).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&sixteen, 1, places).n_out, 16);
+        assert_eq!(verdict(&sixteen, 1, places, no_tunnels).n_out, 16);
         let user = Verdict { pass_to_host: true, flood: true, ..forward(vec![out(1, None), out(9, None)]) };
-        let e = verdict(&user, 1, places);
+        let e = verdict(&user, 1, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, abi::V_HOST, 0), "a port in user space");
-        assert_eq!(verdict(&forward(vec![out(40, None)]), 1, places).action, abi::ACT_UP, "no place");
+        assert_eq!(verdict(&forward(vec![out(40, None)]), 1, places, no_tunnels).action, abi::ACT_UP, "no place");
+    }
+
+    #[test]
+    fn a_tunnel_output_goes_to_where_its_destination_was_heard() {
+        let places5 = |p: PortId| {
+            let reach = if p == 5 { Reach::Tunnel } else { Reach::Guest };
+            Some(Place { slot: p as u16 + 50, device: Some(Device { ifindex: 300 + p, reach }) })
+        };
+        let per_vlan = |p: PortId, tag: Option<u16>| {
+            (p == 5).then_some(())?;
+            Some(TunnelOut { vni: 1000 + u32::from(tag?), tagged: false })
+        };
+        let e = verdict(&forward(vec![out(5, Some(20))]), 3, places5, per_vlan);
+        let o = e.outputs[0];
+        assert_eq!(
+            (o.kind, o.flags, o.vni, o.ifindex),
+            (abi::OUT_TUNNEL, abi::OF_REMOTE_DST, 1020, 305),
+            "untagged, the VLAN in the VNI"
+        );
+        let single = |_: PortId, _: Option<u16>| Some(TunnelOut { vni: 7, tagged: true });
+        let o = verdict(&forward(vec![out(5, Some(20))]), 3, places5, single).outputs[0];
+        assert_eq!((o.flags, o.vid, o.vni), (abi::OF_REMOTE_DST | abi::OF_TAG, 20, 7), "a trunk's tag inside one VNI");
+        let flood = Verdict { flood: true, ..forward(vec![out(1, None), out(5, Some(20))]) };
+        assert_eq!(verdict(&flood, 3, places5, single).action, abi::ACT_UP, "the port sends a flood to every endpoint");
+        let mirror = forward(vec![out(1, None), Output { mirror: true, ..out(5, None) }]);
+        assert_eq!(verdict(&mirror, 3, places5, single).action, abi::ACT_UP);
+        assert_eq!(verdict(&forward(vec![out(5, Some(30))]), 3, places5, |_, _| None).action, abi::ACT_UP, "no VNI");
+        let k = Key { tunnel: Some(sluice_switch::Tunneled { vni: 1020, endpoint: true }), ..key(5, Dest::Group) };
+        let a = admit_key(&k, 55);
+        assert_eq!((a.vni, a.endpoint, a.dst), (1020, 1, abi::DST_GROUP));
+        let i = tunnel_input(input(&port(), 55, Mode::L2, ROUTER), true);
+        assert_eq!(i.flags, abi::IN_TUNNEL | abi::IN_TUNNEL_V6);
+        let t = tunnel("fd00::1".parse().unwrap(), 64);
+        assert_eq!((t.flags, t.ttl, t.local[15]), (abi::TUN_V6, 64, 1));
     }
 
     #[test]

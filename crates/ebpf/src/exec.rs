@@ -17,10 +17,12 @@
 //! to it yet.
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::SchedClassifier;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
+use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use sluice_wire::MacAddr;
 
 use crate::{Counters, Error, abi, map_err, tables};
@@ -34,6 +36,8 @@ pub(crate) static OBJECT: &[u8] = &[];
 const PROGRAM: &str = "sluice_exec";
 /// The tests' program: gives a frame a tunnel key, then runs the executor on it.
 const TUNNELED: &str = "sluice_exec_tunneled";
+/// The guard at the egress of a guest's veth and of the upcall TAP.
+const EGRESS: &str = "sluice_egress";
 
 /// What an upcall's tags say beyond its frame: the input slot and, for a frame from a
 /// tunnel, where it came from, as the core's key has it ([`abi::UP_TUNNEL`]).
@@ -124,6 +128,45 @@ pub struct Executor {
     remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
     endpoints: HashMap<MapData, abi::EndpointKey, u32>,
     heard: RingBuf<MapData>,
+    switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
+    /// Where the maps and links are pinned.
+    dir: PathBuf,
+}
+
+/// Where a program is attached on an interface.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// `sluice_exec`, at the interface's ingress: the frames of a port.
+    Ingress,
+    /// `sluice_egress`, at a guest's veth's egress and the upcall TAP's: only the switch's
+    /// frames into the guest, or into the TAP's queue.
+    Egress,
+}
+
+impl Hook {
+    const ALL: [Hook; 2] = [Hook::Ingress, Hook::Egress];
+
+    fn program(self) -> &'static str {
+        match self {
+            Hook::Ingress => PROGRAM,
+            Hook::Egress => EGRESS,
+        }
+    }
+
+    /// The prefix of its links' pins (`link-IFNAME`, `egress-IFNAME`).
+    fn pin_prefix(self) -> &'static str {
+        match self {
+            Hook::Ingress => "link-",
+            Hook::Egress => "egress-",
+        }
+    }
+
+    fn attach_type(self) -> TcAttachType {
+        match self {
+            Hook::Ingress => TcAttachType::Ingress,
+            Hook::Egress => TcAttachType::Egress,
+        }
+    }
 }
 
 /// What [`Executor::run`] hands the program besides the frame: the fields of its
@@ -163,6 +206,13 @@ impl Executor {
         if OBJECT.is_empty() {
             return Err(Error::NotBuilt);
         }
+        Self::open_object(OBJECT, dir, sizes)
+    }
+
+    /// As [`Executor::open`], with the programs of `object` (a test loads one the verifier
+    /// refuses).
+    #[doc(hidden)]
+    pub fn open_object(object: &[u8], dir: &Path, sizes: Sizes) -> Result<Self, Error> {
         let stations = sizes.stations.max(1);
         let mut ebpf = aya::EbpfLoader::new()
             .map_pin_path(dir)
@@ -170,14 +220,16 @@ impl Executor {
             .set_max_entries("sluice_owners", stations)
             .set_max_entries("sluice_neigh", stations)
             .set_max_entries("sluice_verdicts", sizes.verdicts.max(1))
-            .load(OBJECT)
+            .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| Error::Load(format!("the object has no program {PROGRAM}")))?
-            .try_into()
-            .map_err(|e| Error::Load(format!("{e}")))?;
-        prog.load().map_err(|e| Error::Load(crate::verifier_log(&e)))?;
+        for name in [PROGRAM, EGRESS] {
+            let prog: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?
+                .try_into()
+                .map_err(|e| Error::Load(format!("{e}")))?;
+            prog.load().map_err(|e| Error::Load(crate::verifier_log(&e)))?;
+        }
         let mut take = |name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| Error::Load(format!("the object has no map {name}")))
         };
@@ -194,8 +246,14 @@ impl Executor {
         let remotes = HashMap::try_from(take("sluice_remotes")?).map_err(map_err("remotes"))?;
         let endpoints = HashMap::try_from(take("sluice_endpoints")?).map_err(map_err("endpoints"))?;
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
+        let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
+        // (Taking over an earlier run's pins: its settings stand until changed.)
         let b = UpcallBudget::DEFAULT;
-        let cfg = abi::ExecConfig { upcall_rate: b.rate, upcall_burst: b.burst, ..Default::default() };
+        let cfg = config.get(&0, 0).ok().filter(|c: &abi::ExecConfig| c.generation != 0).unwrap_or(abi::ExecConfig {
+            upcall_rate: b.rate,
+            upcall_burst: b.burst,
+            ..Default::default()
+        });
         Ok(Executor {
             ebpf,
             cfg,
@@ -212,6 +270,8 @@ impl Executor {
             remotes,
             endpoints,
             heard,
+            switch_stats,
+            dir: dir.to_path_buf(),
         })
     }
 
@@ -379,6 +439,182 @@ impl Executor {
     /// Port slot `slot`'s counters, summed over CPUs.
     pub fn counters(&self, slot: u32) -> Counters {
         crate::sum_counters(&self.stats, slot)
+    }
+
+    /// The settings as the maps hold them (after a takeover: the earlier run's, until
+    /// changed).
+    pub fn config(&self) -> abi::ExecConfig {
+        self.cfg
+    }
+
+    fn link_pin(&self, ifname: &str, hook: Hook) -> PathBuf {
+        self.dir.join(format!("{}{ifname}", hook.pin_prefix()))
+    }
+
+    /// Attaches the executor at the ingress of interface `ifname` (in this thread's
+    /// network namespace) with a pinned tcx link, or — when an earlier run left a link
+    /// pinned for it — puts this program into that link in one step, so forwarding never
+    /// pauses. Its frames are the switch's once it is an input ([`Executor::set_input`]).
+    pub fn attach(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_hook(ifname, Hook::Ingress)
+    }
+
+    /// Attaches the egress guard to the switch's end `ifname` of a guest's veth pair, or
+    /// to the upcall interface, as [`Executor::attach`] does the executor: from then on
+    /// only the switch's own frames ([`abi::SLUICE_MARK`]) go into the guest that way, or
+    /// into the upcall interface's queue; the rest is counted, at the guest's port or in
+    /// [`Executor::switch_counters`].
+    pub fn attach_egress(&mut self, ifname: &str) -> Result<(), Error> {
+        self.attach_hook(ifname, Hook::Egress)
+    }
+
+    fn attach_hook(&mut self, ifname: &str, hook: Hook) -> Result<(), Error> {
+        let pin = self.link_pin(ifname, hook);
+        let err = |why: String| Error::Attach { ifname: ifname.to_string(), why };
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut(hook.program())
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| err("the program is not loaded".into()))?;
+        // Taking the earlier link over; should that fail (a link left for an interface of
+        // the same name that has since been replaced), the pin goes and a fresh link is made.
+        let taken = if pin.exists() {
+            let over = PinnedLink::from_pin(&pin)
+                .map_err(|e| e.to_string())
+                .and_then(|old| old.unpin().map_err(|e| e.to_string()))
+                .and_then(|fd| SchedClassifierLink::try_from(fd).map_err(|e| e.to_string()))
+                .and_then(|link| prog.attach_to_link(link).map_err(|e| e.to_string()));
+            if over.is_err() {
+                let _ = std::fs::remove_file(&pin);
+            }
+            over.ok()
+        } else {
+            None
+        };
+        let id = match taken {
+            Some(id) => id,
+            None => prog
+                .attach_with_options(ifname, hook.attach_type(), TcAttachOptions::TcxOrder(LinkOrder::default()))
+                .map_err(|e| err(format!("{e}")))?,
+        };
+        let link = prog.take_link(id).map_err(|e| err(format!("{e}")))?;
+        let fd = FdLink::try_from(link).map_err(|e| err(format!("{e}")))?;
+        fd.pin(&pin).map_err(|e| err(format!("pinning {}: {e}", pin.display())))?;
+        Ok(())
+    }
+
+    /// Detaches the programs from `ifname` (their pinned links go; nothing else holds them).
+    pub fn detach(&mut self, ifname: &str) {
+        for hook in Hook::ALL {
+            let _ = std::fs::remove_file(self.link_pin(ifname, hook));
+        }
+    }
+
+    /// The interfaces with a pinned link (after a takeover, those of the earlier run too).
+    pub fn linked(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut names: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_str()?.to_string();
+                Hook::ALL.iter().find_map(|h| n.strip_prefix(h.pin_prefix()).map(str::to_string))
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Every input, as (ifindex, entry): after a takeover, the earlier run's.
+    pub fn inputs(&self) -> Vec<(u32, abi::Input)> {
+        self.inputs.iter().flatten().collect()
+    }
+
+    /// Every station: (VLAN, MAC, its entry). An entry's `seen_ns` is when the program
+    /// last forwarded a frame from it (`CLOCK_MONOTONIC` ns; 0: never).
+    pub fn stations(&self) -> Vec<(u16, MacAddr, abi::FibVal)> {
+        self.fib.iter().flatten().map(|(k, v)| (k.vlan, MacAddr(k.mac), v)).collect()
+    }
+
+    /// Layer 3: every address owned, as (address, slot).
+    pub fn owners(&self) -> Vec<(std::net::IpAddr, u32)> {
+        self.owners.iter().flatten().filter_map(|(k, s)| Some((tables::key_ip(k.family, &k.addr)?, s))).collect()
+    }
+
+    /// Layer 3: every LAN neighbour, as (VLAN, address, MAC).
+    pub fn neighbours(&self) -> Vec<(u16, std::net::IpAddr, MacAddr)> {
+        self.neigh
+            .iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.vlan, tables::key_ip(k.family, &k.addr)?, MacAddr(v.mac))))
+            .collect()
+    }
+
+    /// The stations the remote table has behind tunnel device `ifindex`: (VNI, station,
+    /// endpoint, when the program last heard it there, `CLOCK_MONOTONIC` ns).
+    pub fn remotes(&self, ifindex: u32, v6: bool) -> Vec<crate::HeardStation> {
+        self.remotes
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.ifindex == ifindex)
+            .map(|(k, v)| {
+                let addr = if v6 {
+                    std::net::IpAddr::from(v.addr)
+                } else {
+                    std::net::IpAddr::from([v.addr[0], v.addr[1], v.addr[2], v.addr[3]])
+                };
+                (k.vni, MacAddr(k.mac), addr, v.seen_ns)
+            })
+            .collect()
+    }
+
+    /// Forgets station `mac` of VNI `vni` behind tunnel device `ifindex`: frames to it go
+    /// up until the core learns it again.
+    pub fn forget_remote(&mut self, ifindex: u32, vni: u32, mac: MacAddr) {
+        let _ = self.remotes.remove(&abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] });
+    }
+
+    /// Forgets the tunnel on device `ifindex`: its settings, endpoints and remote stations.
+    pub fn clear_tunnel(&mut self, ifindex: u32) {
+        let _ = self.tunnels.remove(&ifindex);
+        let heard: Vec<abi::RemoteKey> = self.remotes.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in heard {
+            let _ = self.remotes.remove(&k);
+        }
+        let known: Vec<abi::EndpointKey> = self.endpoints.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in known {
+            let _ = self.endpoints.remove(&k);
+        }
+    }
+
+    /// Zeroes port slot `slot`'s counters.
+    pub fn reset_counters(&mut self, slot: u32) -> Result<(), Error> {
+        let n = aya::util::nr_cpus().map_err(|(_, e)| Error::Map { map: "stats", why: e.to_string() })?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![Counters::default(); n])
+            .map_err(|e| Error::Map { map: "stats", why: e.to_string() })?;
+        self.stats.set(slot, zeros, 0).map_err(map_err("stats"))
+    }
+
+    /// The switch's own counters (indexes in [`abi::s`]), summed over CPUs.
+    pub fn switch_counters(&self) -> abi::SwitchCounters {
+        let mut sum = abi::SwitchCounters::default();
+        if let Ok(per_cpu) = self.switch_stats.get(&0, 0) {
+            for c in per_cpu.iter() {
+                for (s, v) in sum.v.iter_mut().zip(c.v) {
+                    *s = s.wrapping_add(v);
+                }
+            }
+        }
+        sum
+    }
+
+    /// Zeroes the switch's own counters.
+    pub fn reset_switch_counters(&mut self) -> Result<(), Error> {
+        let why = |e: String| Error::Map { map: "switch_stats", why: e };
+        let n = aya::util::nr_cpus().map_err(|(_, e)| why(e.to_string()))?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![abi::SwitchCounters::default(); n])
+            .map_err(|e| why(e.to_string()))?;
+        self.switch_stats.set(0, zeros, 0).map_err(map_err("switch_stats"))
     }
 
     /// Loads the tests' program that [`Executor::run`] runs a frame from a tunnel with

@@ -1434,10 +1434,10 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
     let router = sw.config().router_mac;
     let input = convert::input(&p, place.slot, inst.mode, router);
     let ak = convert::admit_key(key, place.slot);
-    let admit = convert::admit(key, v, &p, inst.mode, inst.generation);
+    let admit = convert::admit(v, sw.stage1(key), &p, inst.mode, inst.generation);
     let flow = (admit.action == abi::ACT_FORWARD).then(|| {
         let fk = convert::flow_key(key, admit.vlan, |q| inst.place(q)).expect("every port is placed");
-        (fk, convert::verdict(v, inst.generation, |q| inst.place(q)))
+        (fk, convert::verdict(v, inst.generation, |q| inst.place(q), |_, _| None))
     });
     Converted { input, ak, admit, flow }
 }

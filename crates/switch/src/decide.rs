@@ -389,9 +389,8 @@ struct Admitted<'a> {
 /// (the VNI is the tunnel's tag); the port's single VNI leaves the frame's own tag to the
 /// port's VLAN admission, and a VLAN's VNI gives that VLAN to a frame that crossed
 /// untagged (or with a priority tag) — a tag inside a VLAN's VNI is `vlan_filter`.
-/// A tunnel's frame without an origin is one a datapath admitted itself (the kernel
-/// program `sluice_ingress`, whose `tun_in` applies these rules and tags the frame with
-/// its VLAN): its tag says its VLAN.
+/// Every datapath says where a tunnel's frame came from (a frame it cannot place is
+/// refused before it gets here); without an origin its tag would say its VLAN.
 #[inline]
 pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>) -> Result<Ingress, DropCause> {
     let by_tag = |tci| me.vlan.ingress(tci).ok_or(DropCause::VlanFilter);

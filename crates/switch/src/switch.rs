@@ -679,6 +679,14 @@ impl Switch {
         v
     }
 
+    /// Stage 1 of the decision on a frame with key `key` now: the VLAN it joins, or why
+    /// its input refuses it (its VLAN rule; a tunnel's endpoints and VNIs). What a datapath
+    /// that caches stage 1 apart from the rest installs.
+    pub fn stage1(&self, key: &Key) -> Result<u16, DropCause> {
+        let me = self.slot(key.port).map(|s| &s.rules).ok_or(DropCause::UnknownPort)?;
+        decide::stage1(me, key.tag.map(|v| v & 0x0fff), key.tunnel).map(|i| i.vid)
+    }
+
     /// Moves on every change that can alter a verdict on the same key: a port attached,
     /// removed or failed, its device's address, its rules or mirrors, a source address it
     /// learned and locked, a guest's MAC address (Layer 3), a port's learned stations
@@ -757,6 +765,8 @@ impl Switch {
             slot.counters.rx_bytes += len as u64;
             slot.counters.rx_drops.add(DropCause::UpcallLost);
             self.pool.release(fid);
+            // (Not decided: no verdict to install for it.)
+            self.last_key = None;
             return true;
         }
         self.ingress(id, fid, len, Arrival { tunnel, sender: None }, now_ms);

@@ -32,6 +32,8 @@ pub type Job = Box<dyn FnOnce(&mut Datapath) + Send>;
 
 const WAKE_TOKEN: u64 = u64::MAX;
 const UPCALL_TOKEN: u64 = u64::MAX - 1;
+/// The kernel datapath's reports of stations heard behind tunnels.
+const HEARD_TOKEN: u64 = u64::MAX - 2;
 /// Added to a port's id for its room doorbell (see `Attachment::room_fd`).
 const ROOM_TOKEN: u64 = 1 << 32;
 
@@ -101,6 +103,9 @@ impl Datapath {
     /// core reports what the kernel must follow, and the frames it hands up are read here.
     pub fn enable_kernel(&mut self, k: KernelSide) -> Result<()> {
         self.epoll.add(k.upcall_fd(), UPCALL_TOKEN, true, false).context("watching the upcall TAP")?;
+        self.epoll
+            .add(k.heard_fd(), HEARD_TOKEN, true, false)
+            .context("watching the kernel datapath's reports of stations heard behind tunnels")?;
         self.sw.follow_fastpath();
         self.kernel = Some(k);
         Ok(())
@@ -346,6 +351,12 @@ impl Datapath {
                     let limit = self.sw.config().batch * 4;
                     if let Some(k) = self.kernel.as_mut() {
                         k.read_upcalls(&mut self.sw, now, limit);
+                    }
+                    continue;
+                }
+                if ev.token == HEARD_TOKEN {
+                    if let Some(k) = self.kernel.as_mut() {
+                        k.read_heard(&mut self.sw);
                     }
                     continue;
                 }

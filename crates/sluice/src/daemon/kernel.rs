@@ -1,11 +1,15 @@
-//! The daemon's half of the kernel datapath (docs/architecture.md, "The kernel datapath"):
-//! it keeps the kernel's maps equal to the core's state, reads the frames the kernel hands
-//! up and gives them to the core, refreshes the core's MAC ages from the kernel's stamps,
-//! and merges the kernel's counters into the switch's.
+//! The daemon's half of the kernel datapath (docs/architecture.md, "The kernel datapath",
+//! "One brain"): it keeps the executor's tables equal to the core's state (inputs,
+//! stations, locks, owners, neighbours, the generation), reads the frames the kernel hands
+//! up, gives them to the core and installs the core's verdict on each, hands the stations
+//! the kernel heard behind tunnels to the core, refreshes the core's MAC ages from the
+//! kernel's stamps, and merges the kernel's counters into the switch's. It decides
+//! nothing: every verdict is the core's, converted by `sluice_ebpf::convert`.
 //!
-//! Every core port gets a slot in the kernel's port array (a port in user space too: the
-//! kernel needs to know that frames to it go up). Slots, not the core's port ids, are what
-//! the kernel's MAC entries hold; a port keeps its slot while attached.
+//! Every core port gets a slot (a port in user space too: a key names the port a station
+//! is behind by it, and a verdict with an output to a port the kernel cannot reach goes
+//! up). Slots, not the core's port ids, are what the kernel's tables hold; a port keeps its
+//! slot while attached.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,8 +18,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sluice_ebpf::{KernelDatapath, abi, tables};
-use sluice_switch::{FastChange, PortCounters, PortId, Switch};
+use sluice_ebpf::abi;
+use sluice_ebpf::convert::{self, Device, Place, Reach, TunnelOut};
+use sluice_ebpf::exec::{Executor, Sizes, UpcallBudget, UpcallTags};
+use sluice_switch::tunnel::VniMap;
+use sluice_switch::{FastChange, Mode, PortCounters, PortId, Switch};
+use sluice_wire::MacAddr;
 use tracing::{info, warn};
 
 use crate::port::vxlan::{Heard, KernelTunnel};
@@ -28,6 +36,13 @@ const TUNNEL_TTL: u8 = 64;
 
 /// A slot held for a port of an earlier run not attached again yet.
 const RESERVED: PortId = PortId::MAX;
+
+/// Verdicts the kernel caches (an LRU table: the least used go when it is full, and miss
+/// again). About 750 bytes of kernel memory each.
+const VERDICTS: u32 = 65_536;
+
+/// Reports of stations heard behind tunnels handed to the core at once, at most.
+const HEARD_BATCH: usize = 256;
 
 /// How long a port slot rests after its port left before another port gets it.
 const SLOT_QUARANTINE: Duration = Duration::from_secs(60);
@@ -123,9 +138,21 @@ fn fnv1a(s: &str) -> u32 {
     h
 }
 
+/// A tunnel port as the kernel side knows it.
+struct TunnelSide {
+    /// Its VXLAN device.
+    ifindex: u32,
+    /// Its underlay is IPv6.
+    v6: bool,
+    /// Which VNI carries which frames.
+    vnis: VniMap,
+    /// Where the stations the kernel keeps hearing go, once a second.
+    heard: std::sync::mpsc::Sender<Heard>,
+}
+
 /// The kernel side of one switch.
 pub struct KernelSide {
-    dp: KernelDatapath,
+    ex: Executor,
     switch: String,
     upcall: OwnedFd,
     upcall_name: String,
@@ -135,12 +162,19 @@ pub struct KernelSide {
     port_at: Vec<Option<PortId>>,
     /// Interfaces the program is attached to, by port.
     attached: HashMap<PortId, Vec<String>>,
+    /// How the kernel sends to each attached port's device.
+    reach: HashMap<PortId, Reach>,
     /// The veth ports among them.
     veths: std::collections::HashSet<PortId>,
-    /// Taking over an earlier run: its kernel ports' slots by interface index, until
-    /// those ports are attached again.
+    /// The device each port is an input by (its `FastPort::target` when written).
+    input_of: HashMap<PortId, u32>,
+    /// The address each port locks (its `mac`), as written.
+    lock_of: HashMap<PortId, MacAddr>,
+    /// Taking over an earlier run: its inputs' slots by interface index, until those ports
+    /// are attached again.
     reserved: HashMap<u32, u32>,
-    /// This run took over an earlier one's pinned state.
+    /// This run took over an earlier one's pinned state: the earlier run's verdicts stand
+    /// (its generation stays current) until the configured ports are attached again.
     takeover: bool,
     /// Ports whose interface disappeared (reported once).
     gone: std::collections::HashSet<PortId>,
@@ -149,30 +183,27 @@ pub struct KernelSide {
     started: Instant,
     /// Frames read from the upcall TAP that could not be given to the core.
     pub upcalls_refused: u64,
-    /// Changes of the core the kernel's maps refused.
+    /// Changes of the core the kernel's tables refused.
     map_updates_failed: u64,
-    /// The switch's mode, as the maps spell it.
-    mode: u8,
-    router_mac: sluice_wire::MacAddr,
+    /// Verdicts installed after upcalls.
+    installed: u64,
+    mode: Mode,
+    router_mac: MacAddr,
     upcall_ifindex: u32,
-    /// Layer 3: the uplink port off-switch traffic leaves by (the core's: the first live
-    /// uplink), as the kernel's config holds it.
-    l3_uplink: Option<u32>,
-    /// Every slot in use is below this, as the kernel's config holds it (a flood looks at
-    /// the slots below it).
-    n_slots: u32,
-    /// Interfaces (by index) that are veths with their peer in this namespace.
-    egress: HashMap<u32, bool>,
+    /// The kernel's generation is this plus the core's: above every generation an earlier
+    /// run's verdicts were made in.
+    gen_base: u64,
+    /// The generation last written.
+    generation: u64,
     /// When each free slot's last port left (`None`: never used, or a takeover's). A slot
     /// is not given out again until [`SLOT_QUARANTINE`] has passed, so that a frame still
     /// on its way for the old port (in the upcall TAP's queue, tagged with the slot) cannot
-    /// be taken for the new one's; within that, the lowest slot goes first, which keeps
-    /// the slots a flood looks at (`n_slots`) close to the ports in use.
+    /// be taken for the new one's; within that, the lowest slot goes first.
     freed_at: Vec<Option<Instant>>,
     /// Left for the next run ([`KernelSide::leave`]): nothing is removed on drop.
     keep: bool,
-    /// Tunnel ports: their device's index, and where what the kernel heard behind them goes.
-    tunnels: HashMap<PortId, (u32, std::sync::mpsc::Sender<Heard>)>,
+    /// Tunnel ports.
+    tunnels: HashMap<PortId, TunnelSide>,
 }
 
 /// A slot for a new port at `now`: the lowest free one that has rested
@@ -185,11 +216,6 @@ fn pick_slot(port_at: &[Option<PortId>], freed_at: &[Option<Instant>], now: Inst
     (0..n).filter(free).find(rested).or_else(|| (0..n).filter(free).min_by_key(|&i| freed_at[i]))
 }
 
-/// One past the highest slot in use (0: none).
-fn slots_in_use(port_at: &[Option<PortId>]) -> u32 {
-    port_at.iter().rposition(Option::is_some).map_or(0, |i| i as u32 + 1)
-}
-
 fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes a timespec we own.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -199,21 +225,19 @@ fn monotonic_ns() -> u64 {
 }
 
 impl KernelSide {
-    /// Loads the kernel datapath for switch `name` with a MAC table of `fib_max` entries,
-    /// and opens its upcall TAP. `started` is the daemon's clock origin.
+    /// Loads the kernel datapath for switch `name` with tables for the switch's MAC table
+    /// size, and opens its upcall TAP. `started` is the daemon's clock origin.
     pub fn start(name: &str, cfg: &sluice_switch::SwitchConfig, started: Instant) -> Result<Self> {
-        let fib_max = cfg.fib_max;
-        let mode = if cfg.mode == sluice_switch::Mode::L3 { abi::MODE_L3 } else { abi::MODE_L2 };
         if !sluice_ebpf::available() {
             bail!(sluice_ebpf::Error::NotBuilt);
         }
+        let sizes = Sizes { stations: cfg.fib_max.min(u32::MAX as usize) as u32, verdicts: VERDICTS };
         let dir = pin_dir(name);
         let lock = BpfLock::take()?;
         sluice_ebpf::ensure_bpffs(&crate::paths::run_dir().join("bpf"))?;
         // What an earlier run of this switch left pinned (a crash, `sluice switch restart`)
         // is taken over, so forwarding never stops; unless its layout is another build's.
-        let fib_max = fib_max.min(u32::MAX as usize) as u32;
-        let takeover = match sluice_ebpf::pins_compatible(&dir, fib_max) {
+        let takeover = match sluice_ebpf::pins_compatible(&dir, sizes) {
             Some(true) => true,
             Some(false) => {
                 warn!(dir = %dir.display(), "the kernel datapath an earlier sluice left has another layout (or MAC table size); removing it and starting afresh");
@@ -227,19 +251,27 @@ impl KernelSide {
             }
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut dp = KernelDatapath::open(&dir, fib_max)?;
+        let mut ex = Executor::open(&dir, sizes)?;
         drop(lock);
-        // The slots the earlier run gave its kernel ports, by interface: the same interface
-        // gets the same slot again, so the MAC entries pointing at it stay right.
+        // The slots the earlier run gave its inputs, by interface: the same interface gets
+        // the same slot again, so the stations and verdicts naming it stay right. Slots the
+        // earlier run's stations name are held too (ports in user space).
         let mut reserved = HashMap::new();
         let mut port_at = vec![None; abi::MAX_PORTS as usize];
+        let mut gen_base = 1;
         if takeover {
-            for (slot, p) in dp.ports() {
-                if p.flags & abi::PF_KERNEL != 0 {
-                    reserved.insert(p.ifindex, slot);
+            for (ifindex, input) in ex.inputs() {
+                reserved.insert(ifindex, input.slot);
+                if let Some(p) = port_at.get_mut(input.slot as usize) {
+                    *p = Some(RESERVED);
                 }
-                port_at[slot as usize] = Some(RESERVED);
             }
+            for (_, _, st) in ex.stations() {
+                if let Some(p) = port_at.get_mut(st.slot as usize) {
+                    *p = Some(RESERVED);
+                }
+            }
+            gen_base = ex.config().generation + 1;
             info!(switch = %name, ports = reserved.len(), "taking over the kernel datapath an earlier run left forwarding");
         }
         let upcall_name = upcall_name(name);
@@ -253,40 +285,41 @@ impl KernelSide {
             None => tun::open_upcall_tap(&upcall_name)?,
         };
         let ifindex = link::ifindex(&upcall_name)?;
-        // Layer 3: until the ports are attached again, traffic off the switch keeps leaving
-        // by the uplink the earlier run chose (its slot is reserved for it).
-        let l3_uplink = if takeover { dp.config().and_then(|c| c.l3_uplink.checked_sub(1)) } else { None };
-        let n_slots = slots_in_use(&port_at);
-        dp.set_config(ifindex, mode, cfg.router_mac, l3_uplink, n_slots)?;
+        ex.set_upcall_budget(UpcallBudget::DEFAULT)?;
+        let generation = if takeover { ex.config().generation } else { gen_base };
+        ex.configure(generation, ifindex)?;
         // Only the program's upcalls into the TAP's queue: anyone in this namespace can bind
         // a socket to the TAP and send through it (SO_BINDTODEVICE needs no privilege), and
         // such frames would fill the queue the upcalls wait in. (Taken over in place, as the
         // ports' links are, after a restart.)
-        dp.attach_egress(&upcall_name)
+        ex.attach_egress(&upcall_name)
             .with_context(|| format!("guarding the upcall TAP {upcall_name} against frames not the switch's"))?;
         info!(switch = %name, upcall = %upcall_name, pins = %dir.display(), "kernel datapath loaded");
         Ok(KernelSide {
-            dp,
+            ex,
             switch: name.to_string(),
             upcall: tap.fd,
             upcall_stats: tap.stats,
             upcall_name,
             slot_of: HashMap::new(),
             port_at,
+            attached: HashMap::new(),
+            reach: HashMap::new(),
+            veths: Default::default(),
+            input_of: HashMap::new(),
+            lock_of: HashMap::new(),
             reserved,
             takeover,
             gone: Default::default(),
-            veths: Default::default(),
-            attached: HashMap::new(),
             started,
             upcalls_refused: 0,
             map_updates_failed: 0,
-            mode,
+            installed: 0,
+            mode: cfg.mode,
             router_mac: cfg.router_mac,
             upcall_ifindex: ifindex,
-            l3_uplink,
-            n_slots,
-            egress: HashMap::new(),
+            gen_base,
+            generation,
             freed_at: vec![None; abi::MAX_PORTS as usize],
             keep: false,
             tunnels: HashMap::new(),
@@ -298,20 +331,37 @@ impl KernelSide {
         self.upcall.as_raw_fd()
     }
 
-    /// Attaches the program to port `id`'s interfaces `ifnames` (a veth's one; an uplink's
-    /// devices, its backups with it). A veth — the switch's end of a guest's pair — also
-    /// gets the egress program, which lets only the switch's own frames into the guest;
-    /// only a veth is watched for disappearing.
+    /// The descriptor that is readable when the kernel reported stations heard behind
+    /// tunnels ([`KernelSide::read_heard`]), for the event loop.
+    pub fn heard_fd(&self) -> RawFd {
+        self.ex.heard_fd()
+    }
+
+    /// Attaches the executor to port `id`'s interfaces `ifnames` (a veth's one; an uplink's
+    /// devices, its backups with it; a tunnel's VXLAN device). A veth — the switch's end of
+    /// a guest's pair — also gets the egress guard, which lets only the switch's own frames
+    /// into the guest; only a veth is watched for disappearing.
     pub fn attach(&mut self, id: PortId, ifnames: &[String], veth: bool) -> Result<()> {
         for (i, ifname) in ifnames.iter().enumerate() {
-            let r = self.dp.attach(ifname).and_then(|()| if veth { self.dp.attach_egress(ifname) } else { Ok(()) });
+            let r = self.ex.attach(ifname).and_then(|()| if veth { self.ex.attach_egress(ifname) } else { Ok(()) });
             if let Err(e) = r {
                 for done in &ifnames[..=i] {
-                    self.dp.detach(done);
+                    self.ex.detach(done);
                 }
                 return Err(e.into());
             }
         }
+        let reach = if self.tunnels.contains_key(&id) {
+            Reach::Tunnel
+        } else if !veth {
+            Reach::Uplink
+        } else {
+            // A veth whose peer is in the switch's own namespace cannot be reached with
+            // `bpf_redirect_peer`.
+            let here = ifnames.first().and_then(|n| link::ifindex(n).ok()).is_some_and(link::veth_peer_here);
+            if here { Reach::Veth } else { Reach::Guest }
+        };
+        self.reach.insert(id, reach);
         self.attached.insert(id, ifnames.to_vec());
         if veth {
             self.veths.insert(id);
@@ -320,35 +370,29 @@ impl KernelSide {
     }
 
     /// Makes port `id` (not attached yet) a tunnel through kernel device `t`: its settings
-    /// in the kernel's maps, so that its port entry is written with `PF_TUNNEL`.
+    /// and endpoints in the kernel's tables (the remote table starts empty).
     pub fn add_tunnel(&mut self, id: PortId, t: &KernelTunnel) -> Result<()> {
-        use sluice_switch::tunnel::VniMap;
-        let (vni, pairs) = match &t.vnis {
-            VniMap::Single(v) => (*v, Vec::new()),
-            VniMap::PerVlan(p) => (0, p.clone()),
-        };
-        let spec = sluice_ebpf::TunnelSpec {
-            local: t.local,
-            ttl: TUNNEL_TTL,
-            vni,
-            per_vlan: &pairs,
-            remotes: &t.remotes,
-            remotes_only: t.remotes_only,
-        };
-        self.dp.set_tunnel(t.ifindex, &spec)?;
-        self.tunnels.insert(id, (t.ifindex, t.heard.clone()));
+        self.ex.clear_tunnel(t.ifindex);
+        self.ex.set_tunnel(t.ifindex, &convert::tunnel(t.local, TUNNEL_TTL))?;
+        for &r in &t.remotes {
+            self.ex.set_endpoint(t.ifindex, r)?;
+        }
+        let side =
+            TunnelSide { ifindex: t.ifindex, v6: t.local.is_ipv6(), vnis: t.vnis.clone(), heard: t.heard.clone() };
+        self.tunnels.insert(id, side);
         Ok(())
     }
 
-    /// Detaches the program from port `id`'s interfaces, if it was attached.
+    /// Detaches the programs from port `id`'s interfaces, if they were attached.
     pub fn detach(&mut self, id: PortId) {
-        if let Some((ifindex, _)) = self.tunnels.remove(&id) {
-            self.dp.clear_tunnel(ifindex);
+        if let Some(t) = self.tunnels.remove(&id) {
+            self.ex.clear_tunnel(t.ifindex);
         }
         self.gone.remove(&id);
         self.veths.remove(&id);
+        self.reach.remove(&id);
         for ifname in self.attached.remove(&id).unwrap_or_default() {
-            self.dp.detach(&ifname);
+            self.ex.detach(&ifname);
         }
     }
 
@@ -366,12 +410,35 @@ impl KernelSide {
         Some(slot)
     }
 
+    /// How the kernel reaches port `id` of `sw`: its slot, and its device unless frames to
+    /// it must go through the core (a port in user space, failed, or whose frames all pass
+    /// the core).
+    fn place(&self, sw: &Switch, id: PortId) -> Option<Place> {
+        let slot = u16::try_from(*self.slot_of.get(&id)?).ok()?;
+        let device = sw
+            .fast_port(id)
+            .filter(|p| !p.slow && !p.failed)
+            .and_then(|p| p.target)
+            .and_then(|ifindex| Some(Device { ifindex, reach: *self.reach.get(&id)? }));
+        Some(Place { slot, device })
+    }
+
+    /// How a frame leaves by tunnel port `id` with the tag the core gives it.
+    fn tunnel_out(&self, id: PortId, tag: Option<u16>) -> Option<TunnelOut> {
+        let t = self.tunnels.get(&id)?;
+        match &t.vnis {
+            VniMap::Single(vni) => Some(TunnelOut { vni: *vni, tagged: true }),
+            m @ VniMap::PerVlan(_) => Some(TunnelOut { vni: m.vni_of(tag.map(|v| v & 0x0fff))?, tagged: false }),
+        }
+    }
+
     /// Ends a takeover once the configured ports are attached again: the core learns the
-    /// MAC entries, address owners and neighbours the kernel kept (those of ports still
+    /// stations, address owners and neighbours the kernel kept (those of ports still
     /// here), then every kernel entry is rewritten from the core's answer — what belonged
     /// to ports that are gone, or to a configuration that changed (a static entry), goes.
     /// Links of interfaces no port took again are removed. Counters start from zero, as
-    /// the core's do.
+    /// the core's do; the core's generation becomes current, so every earlier verdict
+    /// misses once and the core installs its own.
     pub fn finish_takeover(&mut self, sw: &mut Switch, now_ms: u64) {
         if !self.takeover {
             return;
@@ -381,65 +448,72 @@ impl KernelSide {
         let live = |port_at: &[Option<PortId>], slot: u32| {
             port_at.get(slot as usize).copied().flatten().filter(|&id| id != RESERVED)
         };
-        let macs = self.dp.macs();
-        for &(vlan, mac, slot, is_static, _) in &macs {
-            if let Some(id) = live(&self.port_at, slot)
-                && !is_static
+        let stations = self.ex.stations();
+        for (vlan, mac, st) in &stations {
+            if let Some(id) = live(&self.port_at, st.slot)
+                && st.flags & abi::FIB_STATIC == 0
             {
-                sw.adopt_mac(vlan, mac, id, now_ms);
+                sw.adopt_mac(*vlan, *mac, id, now_ms);
                 learned += 1;
             }
         }
-        for (vlan, mac, ..) in macs {
-            let to = sw.fast_mac(vlan, mac).and_then(|e| Some((self.slot_of.get(&e.port).copied()?, e.is_static)));
+        for (vlan, mac, _) in stations {
+            let to = sw.fast_mac(vlan, mac).and_then(|e| Some((*self.slot_of.get(&e.port)?, e.is_static)));
             match to {
                 Some((slot, is_static)) => {
-                    let _ = self.dp.set_mac(vlan, mac, slot, is_static);
+                    let _ = self.ex.set_station(vlan, mac, slot, is_static);
                 }
-                None => self.dp.del_mac(vlan, mac),
+                None => self.ex.remove_station(vlan, mac),
             }
         }
-        let owners = self.dp.owners();
-        for (k, slot) in &owners {
-            if let (Some(ip), Some(id)) = (tables::key_ip(k.family, &k.addr), live(&self.port_at, *slot)) {
+        let owners = self.ex.owners();
+        for &(ip, slot) in &owners {
+            if let Some(id) = live(&self.port_at, slot) {
                 sw.adopt_owner(ip, id);
             }
         }
-        for (k, _) in owners {
-            let Some(ip) = tables::key_ip(k.family, &k.addr) else { continue };
-            let slot = sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied());
-            let _ = self.dp.set_owner(ip, slot);
+        for (ip, _) in owners {
+            match sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied()) {
+                Some(slot) => {
+                    let _ = self.ex.set_owner(ip, slot);
+                }
+                None => self.ex.remove_owner(ip),
+            }
         }
-        let neighbours = self.dp.neighbours();
+        let neighbours = self.ex.neighbours();
         for &(vlan, ip, mac) in &neighbours {
             sw.adopt_neighbour(vlan, ip, mac, now_ms);
         }
         for (vlan, ip, _) in neighbours {
-            let _ = self.dp.set_neighbour(vlan, ip, sw.fast_neighbour(vlan, ip));
+            match sw.fast_neighbour(vlan, ip) {
+                Some(mac) => {
+                    let _ = self.ex.set_neighbour(vlan, ip, mac);
+                }
+                None => self.ex.remove_neighbour(vlan, ip),
+            }
         }
+        for (&ifindex, _) in self.reserved.iter() {
+            self.ex.clear_input(ifindex);
+        }
+        self.reserved.clear();
         for slot in 0..abi::MAX_PORTS {
             if self.port_at[slot as usize] == Some(RESERVED) {
                 self.port_at[slot as usize] = None;
                 self.freed_at[slot as usize] = Some(Instant::now());
-                let _ = self.dp.clear_port(slot);
             }
         }
-        self.follow_slots();
-        self.reserved.clear();
         let attached: std::collections::HashSet<&String> = self.attached.values().flatten().collect();
-        for ifname in self.dp.linked() {
+        for ifname in self.ex.linked() {
             if !attached.contains(&ifname) && ifname != self.upcall_name {
                 info!(switch = %self.switch, interface = %ifname, "no port took interface {ifname} again; the kernel datapath leaves it");
-                self.dp.detach(&ifname);
+                self.ex.detach(&ifname);
             }
         }
         for slot in 0..abi::MAX_PORTS {
-            let _ = self.dp.reset_counters(slot);
+            let _ = self.ex.reset_counters(slot);
         }
-        let _ = self.dp.reset_switch_counters();
-        // The way off the switch is the core's choice from here on.
-        self.l3_uplink = None;
-        self.choose_l3_uplink(sw, true);
+        let _ = self.ex.reset_switch_counters();
+        self.follow_generation(sw);
         info!(switch = %self.switch, stations = learned, "took over the kernel datapath");
     }
 
@@ -468,131 +542,163 @@ impl KernelSide {
         KernelSummary {
             upcall_device: self.upcall_name.clone(),
             upcall_queue_drops: queue_drops,
-            upcall_egress_refused: self.dp.switch_counters().v[abi::s::UPCALL_EGRESS_REFUSED],
+            upcall_egress_refused: self.ex.switch_counters().v[abi::s::UPCALL_EGRESS_REFUSED],
             upcalls_refused: self.upcalls_refused,
             map_updates_failed: self.map_updates_failed,
         }
     }
 
-    /// Layer 3: points the kernel's way off the switch at the core's — the first uplink
-    /// that has not failed (`force`: write it even if unchanged).
-    fn choose_l3_uplink(&mut self, sw: &Switch, force: bool) {
-        if self.mode != abi::MODE_L3 {
+    /// Writes the core's generation, if it moved (not while an earlier run's verdicts
+    /// stand, during a takeover).
+    fn follow_generation(&mut self, sw: &Switch) {
+        if self.takeover {
             return;
         }
-        let up = sw
-            .port_ids()
-            .find(|&id| sw.fast_port(id).is_some_and(|p| p.uplink && !p.failed))
-            .and_then(|id| self.slot_of.get(&id).copied());
-        if up != self.l3_uplink || force {
-            self.l3_uplink = up;
-            self.write_config();
+        let g = self.gen_base + sw.generation();
+        if g != self.generation {
+            match self.ex.configure(g, self.upcall_ifindex) {
+                Ok(()) => self.generation = g,
+                Err(e) => {
+                    self.map_updates_failed += 1;
+                    warn!(switch = %self.switch, "kernel datapath: {e:#}; its verdicts stay those of the rules before");
+                }
+            }
         }
     }
 
-    /// Follows the slots in use: a flood must look at every one (a port given a slot
-    /// past the others is written before this, so no flood misses it).
-    fn follow_slots(&mut self) {
-        let n = slots_in_use(&self.port_at);
-        if n != self.n_slots {
-            self.n_slots = n;
-            self.write_config();
-        }
-    }
-
-    fn write_config(&mut self) {
-        let (ifindex, mode, mac, up, n) =
-            (self.upcall_ifindex, self.mode, self.router_mac, self.l3_uplink, self.n_slots);
-        if let Err(e) = self.dp.set_config(ifindex, mode, mac, up, n) {
-            warn!(switch = %self.switch, "kernel datapath: {e:#}");
-        }
-    }
-
-    /// Whether interface `ifindex` is a veth whose peer is in the switch's namespace.
-    fn sends_egress(&mut self, ifindex: u32) -> bool {
-        *self.egress.entry(ifindex).or_insert_with(|| link::veth_peer_here(ifindex))
-    }
-
-    /// Writes into the kernel's maps every change the core reports.
+    /// Writes into the kernel's tables every change the core reports, then its generation.
     pub fn sync(&mut self, sw: &mut Switch) {
         let mut changes = Vec::new();
         sw.take_fastpath_changes(|c| changes.push(c));
-        let ports_changed = changes.iter().any(|c| matches!(c, FastChange::Port(_)));
         for c in changes {
             let r = match c {
-                FastChange::Owner(ip) => {
-                    let slot = sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied());
-                    self.dp.set_owner(ip, slot).map_err(anyhow::Error::from)
-                }
-                FastChange::Neighbour(vlan, ip) => {
-                    self.dp.set_neighbour(vlan, ip, sw.fast_neighbour(vlan, ip)).map_err(anyhow::Error::from)
-                }
-                FastChange::Port(id) => match sw.fast_port(id) {
-                    Some(p) => match self.slot(id, p.target) {
-                        Some(slot) => {
-                            let mirror = p.mirror.and_then(|m| {
-                                let target = sw.fast_port(m).and_then(|mp| mp.target);
-                                self.slot(m, target)
-                            });
-                            let mut e = tables::port_entry(&p, self.mode, mirror);
-                            if self.tunnels.contains_key(&id) {
-                                e.flags |= abi::PF_TUNNEL;
-                            } else if let Some(t) = p.target
-                                && !p.uplink
-                                && self.sends_egress(t)
-                            {
-                                e.flags |= abi::PF_EGRESS;
-                            }
-                            let r = self.dp.set_port(slot, &e).map_err(anyhow::Error::from);
-                            self.follow_slots();
-                            r
-                        }
-                        None => {
-                            Err(anyhow::anyhow!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS))
-                        }
-                    },
+                FastChange::Owner(ip) => match sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied()) {
+                    Some(slot) => self.ex.set_owner(ip, slot).map_err(anyhow::Error::from),
                     None => {
-                        if let Some(slot) = self.slot_of.remove(&id) {
-                            self.port_at[slot as usize] = None;
-                            self.freed_at[slot as usize] = Some(Instant::now());
-                            let _ = self.dp.reset_counters(slot);
-                            let r = self.dp.clear_port(slot).map_err(anyhow::Error::from);
-                            self.follow_slots();
-                            r
-                        } else {
-                            Ok(())
-                        }
-                    }
-                },
-                FastChange::Mac(vlan, mac) => match sw.fast_mac(vlan, mac) {
-                    Some(e) => match self.slot_of.get(&e.port) {
-                        Some(&slot) => self.dp.set_mac(vlan, mac, slot, e.is_static).map_err(anyhow::Error::from),
-                        None => {
-                            // (A port with no slot: frames to it must go up, not to the
-                            // entry's old port.)
-                            self.dp.del_mac(vlan, mac);
-                            Ok(())
-                        }
-                    },
-                    None => {
-                        self.dp.del_mac(vlan, mac);
+                        self.ex.remove_owner(ip);
                         Ok(())
                     }
                 },
+                FastChange::Neighbour(vlan, ip) => match sw.fast_neighbour(vlan, ip) {
+                    Some(mac) => self.ex.set_neighbour(vlan, ip, mac).map_err(anyhow::Error::from),
+                    None => {
+                        self.ex.remove_neighbour(vlan, ip);
+                        Ok(())
+                    }
+                },
+                FastChange::Port(id) => self.sync_port(sw, id),
+                FastChange::Mac(vlan, mac) => {
+                    let entry = sw.fast_mac(vlan, mac).and_then(|m| {
+                        let e = convert::station(&m, |p| self.place(sw, p))?;
+                        Some((e.slot, m.is_static))
+                    });
+                    match entry {
+                        Some((slot, is_static)) => {
+                            self.ex.set_station(vlan, mac, slot, is_static).map_err(anyhow::Error::from)
+                        }
+                        None => {
+                            // (A port with no slot: frames to it must go up, not to the
+                            // entry's old port.)
+                            self.ex.remove_station(vlan, mac);
+                            Ok(())
+                        }
+                    }
+                }
             };
             if let Err(e) = r {
                 self.map_updates_failed += 1;
                 warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
             }
         }
-        // (During a takeover the earlier run's choice stands until the ports are back.)
-        if ports_changed && !self.takeover {
-            self.choose_l3_uplink(sw, false);
+        self.follow_generation(sw);
+    }
+
+    /// Writes port `id`'s input entry and lock as the core has them now, or frees its slot
+    /// when it is gone.
+    fn sync_port(&mut self, sw: &Switch, id: PortId) -> Result<()> {
+        let Some(p) = sw.fast_port(id) else {
+            if let Some(slot) = self.slot_of.remove(&id) {
+                self.port_at[slot as usize] = None;
+                self.freed_at[slot as usize] = Some(Instant::now());
+                let _ = self.ex.reset_counters(slot);
+            }
+            if let Some(ifindex) = self.input_of.remove(&id) {
+                self.ex.clear_input(ifindex);
+            }
+            if let Some(mac) = self.lock_of.remove(&id) {
+                self.ex.set_lock(mac, None)?;
+            }
+            return Ok(());
+        };
+        let Some(slot) = self.slot(id, p.target) else {
+            bail!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS)
+        };
+        let slot = slot as u16;
+        if let Some(old) = self.input_of.get(&id).copied()
+            && Some(old) != p.target
+        {
+            self.ex.clear_input(old);
+            self.input_of.remove(&id);
+        }
+        if let Some(ifindex) = p.target {
+            let mut e = convert::input(&p, slot, self.mode, self.router_mac);
+            if let Some(t) = self.tunnels.get(&id) {
+                e = convert::tunnel_input(e, t.v6);
+            }
+            self.ex.set_input(ifindex, &e)?;
+            self.input_of.insert(id, ifindex);
+        }
+        let lock = convert::lock(&p, slot);
+        let want = lock.map(|(k, _)| MacAddr(k.mac));
+        if let Some(old) = self.lock_of.get(&id).copied()
+            && Some(old) != want
+        {
+            self.ex.set_lock(old, None)?;
+            self.lock_of.remove(&id);
+        }
+        if let Some((k, s)) = lock {
+            self.ex.set_lock(MacAddr(k.mac), Some(s))?;
+            self.lock_of.insert(id, MacAddr(k.mac));
+        }
+        Ok(())
+    }
+
+    /// Installs the core's verdict on the frame it just decided (its last decision), for
+    /// the kernel to execute on every frame with the same key: stage 1's and, for a frame
+    /// admitted, stage 2's, made in the generation now written.
+    fn install_last(&mut self, sw: &Switch) {
+        if self.takeover {
+            return;
+        }
+        let Some((key, v)) = sw.last_decision() else { return };
+        let (Some(p), Some(&slot)) = (sw.fast_port(key.port), self.slot_of.get(&key.port)) else { return };
+        if p.target.is_none() {
+            return;
+        }
+        let slot = slot as u16;
+        let g = self.generation;
+        let ak = convert::admit_key(key, slot);
+        let a = convert::admit(v, sw.stage1(key), &p, self.mode, g);
+        let mut r = self.ex.install_admit(&ak, &a);
+        if r.is_ok()
+            && a.action == abi::ACT_FORWARD
+            && let Some(fk) = convert::flow_key(key, a.vlan, |q| self.place(sw, q))
+        {
+            let e = convert::verdict(v, g, |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
+            r = self.ex.install(&fk, &e);
+        }
+        match r {
+            Ok(()) => self.installed += 1,
+            Err(e) => {
+                self.map_updates_failed += 1;
+                warn!(switch = %self.switch, "kernel datapath: {e:#}; frames with this key keep going through user space");
+            }
         }
     }
 
-    /// Gives the core every frame waiting in the upcall TAP, at most `limit`; returns how
-    /// many were read (frames that could not be given are counted in `upcalls_refused`).
+    /// Gives the core every frame waiting in the upcall TAP, at most `limit`, and installs
+    /// its verdict on each; returns how many were read (frames that could not be given
+    /// are counted in `upcalls_refused`).
     pub fn read_upcalls(&mut self, sw: &mut Switch, now_ms: u64, limit: usize) -> usize {
         let fd = self.upcall.as_raw_fd();
         let mut n = 0;
@@ -600,20 +706,12 @@ impl KernelSide {
             let mut read = false;
             let mut bad = false;
             let port_at = &self.port_at;
-            let took = sw.ingest(now_ms, |buf| match tun::read_upcall(fd, buf) {
+            let took = sw.ingest_from(now_ms, |buf| match tun::read_upcall(fd, buf) {
                 Ok(Some((len, tpid, tci))) => {
                     read = true;
-                    let slot = usize::from(tci & 0x0fff);
-                    let id = (tpid == 0x88a8)
-                        .then(|| port_at.get(slot).copied().flatten())
-                        .flatten()
-                        .filter(|&id| id != RESERVED);
-                    if id.is_none() {
-                        bad = true;
-                        return None;
-                    }
-                    fix_vnet_after_untag(buf);
-                    Some((id?, len))
+                    let frame = upcalled(buf, len, tpid, tci, port_at);
+                    bad = frame.is_none();
+                    frame
                 }
                 Ok(None) => None,
                 Err(_) => {
@@ -628,9 +726,20 @@ impl KernelSide {
             n += 1;
             if bad || !took {
                 self.upcalls_refused += 1;
+                continue;
             }
+            self.sync(sw);
+            self.install_last(sw);
         }
         n
+    }
+
+    /// Hands the core the stations the kernel reported heard behind tunnels; what it
+    /// learns goes into the kernel's remote table.
+    pub fn read_heard(&mut self, sw: &mut Switch) {
+        let port_at = &self.port_at;
+        let port_of = |slot: u32| port_at.get(slot as usize).copied().flatten().filter(|&id| id != RESERVED);
+        sluice_ebpf::heard::hand_to_core(&mut self.ex, sw, port_of, HEARD_BATCH);
     }
 
     /// Checks that every interface the program is attached to is still there (a veth can be
@@ -657,36 +766,36 @@ impl KernelSide {
         }
     }
 
-    /// Tells the core which MAC entries the kernel forwarded from lately, so they do not
-    /// age out while their traffic never reaches user space.
+    /// Tells the core which stations the kernel forwarded from lately, so they do not age
+    /// out while their traffic never reaches user space; and each tunnel port where the
+    /// kernel keeps hearing its stations (those silent past the aging time are forgotten:
+    /// frames to them go up, and to every endpoint, until heard again).
     pub fn refresh_ages(&mut self, sw: &mut Switch) {
         let now_ms = self.started.elapsed().as_millis() as u64;
         let now_ns = monotonic_ns();
-        for (vlan, mac, slot, _, seen_ns) in self.dp.macs() {
-            if seen_ns == 0 {
+        for (vlan, mac, st) in self.ex.stations() {
+            if st.seen_ns == 0 {
                 continue;
             }
-            let Some(Some(id)) = self.port_at.get(slot as usize) else { continue };
+            let Some(Some(id)) = self.port_at.get(st.slot as usize) else { continue };
             if *id == RESERVED {
                 continue;
             }
-            let ago_ms = now_ns.saturating_sub(seen_ns) / 1_000_000;
+            let ago_ms = now_ns.saturating_sub(st.seen_ns) / 1_000_000;
             sw.touch_mac(vlan, mac, *id, now_ms.saturating_sub(ago_ms));
         }
-        // What the tunnels heard goes to their ports; stations silent past the aging time
-        // are forgotten (their frames go up and to every endpoint until heard again).
         let aging_ns = crate::port::vxlan::AGING_MS * 1_000_000;
-        for (id, (ifindex, tx)) in &self.tunnels {
-            let mut stations = self.dp.heard(*ifindex);
+        for (id, t) in &self.tunnels {
+            let mut stations = self.ex.remotes(t.ifindex, t.v6);
             stations.retain(|&(vni, mac, _, seen_ns)| {
                 let fresh = now_ns.saturating_sub(seen_ns) < aging_ns;
                 if !fresh {
-                    self.dp.forget_heard(*ifindex, vni, mac);
+                    self.ex.forget_remote(t.ifindex, vni, mac);
                 }
                 fresh
             });
-            let refused = self.slot_of.get(id).map_or(0, |&s| self.dp.counters(s).v[abi::c::TUN_BAD]);
-            let _ = tx.send(Heard { stations, now_ns, refused });
+            let refused = self.slot_of.get(id).map_or(0, |&s| self.ex.counters(s).v[abi::c::TUN_BAD]);
+            let _ = t.heard.send(Heard { stations, now_ns, refused });
         }
     }
 
@@ -699,7 +808,7 @@ impl KernelSide {
             return (core, 0, None);
         }
         let Some(&slot) = self.slot_of.get(&id) else { return (core, 0, None) };
-        let k = self.dp.counters(slot);
+        let k = self.ex.counters(slot);
         let (m, upcall) = merge(core, &k);
         let own = KernelPortStats {
             forwarded: k.v[abi::c::FORWARDED],
@@ -719,7 +828,7 @@ impl KernelSide {
         if !self.attached.contains_key(&id) {
             return None;
         }
-        let k = self.dp.counters(slot);
+        let k = self.ex.counters(slot);
         let mut p = PortCounters {
             // The core counted the frames it was handed as received too.
             rx_frames: k.v[c::RX_FRAMES].saturating_sub(core.rx_frames),
@@ -745,13 +854,13 @@ impl KernelSide {
     /// Zeroes the kernel's counters.
     pub fn reset_counters(&mut self) {
         for &slot in self.slot_of.values() {
-            let _ = self.dp.reset_counters(slot);
+            let _ = self.ex.reset_counters(slot);
         }
     }
 
     /// Detaches everything, removes the pins and the upcall TAP: nothing is left.
     pub fn stop(self) {
-        info!(switch = %self.switch, upcall = %self.upcall_name, "kernel datapath removed");
+        info!(switch = %self.switch, upcall = %self.upcall_name, installed = self.installed, "kernel datapath removed");
         // (Dropping does it.)
     }
 }
@@ -771,15 +880,41 @@ impl Drop for KernelSide {
     }
 }
 
-/// The TAP computed the virtio header of an upcalled frame with the outer tag in it; the
-/// checksum start and header length move back by the tag's 4 bytes.
-fn fix_vnet_after_untag(buf: &mut [u8]) {
+/// The frame of an upcall as `read_upcall` left it in `buf` (`len` bytes after the virtio
+/// header, the outer tag `tpid`/`tci` taken out), made what the core reads: the port its
+/// slot is (`None`: not an upcall of a port here), the origin's tags of a tunnel's frame
+/// taken out, the virtio header moved back by what was taken. Returns the port, the
+/// frame's length and the tunnel origin.
+fn upcalled(
+    buf: &mut [u8],
+    len: usize,
+    tpid: u16,
+    tci: u16,
+    port_at: &[Option<PortId>],
+) -> Option<(PortId, usize, Option<sluice_switch::Tunneled>)> {
+    const MACS: usize = sluice_wire::VNET_HDR_LEN + 12;
+    if tpid != 0x88a8 {
+        return None;
+    }
+    let end = (sluice_wire::VNET_HDR_LEN + len).min(buf.len());
+    let tags = UpcallTags::read(tci, buf.get(MACS..end)?)?;
+    let id = port_at.get(tags.slot as usize).copied().flatten().filter(|&id| id != RESERVED)?;
+    if tags.origin_len > 0 {
+        buf.copy_within(MACS + tags.origin_len..end, MACS);
+    }
+    fix_vnet_after_untag(buf, 4 + tags.origin_len as u16);
+    Some((id, len - tags.origin_len, tags.tunnel))
+}
+
+/// The TAP computed the virtio header of an upcalled frame with the outer tags in it
+/// (`taken` bytes of them); the checksum start and header length move back by as much.
+fn fix_vnet_after_untag(buf: &mut [u8], taken: u16) {
     let Ok(mut h) = sluice_wire::VnetHdr::parse(&buf[..sluice_wire::VNET_HDR_LEN]) else { return };
     if h.needs_csum() {
-        h.csum_start = h.csum_start.saturating_sub(4);
+        h.csum_start = h.csum_start.saturating_sub(taken);
     }
     if h.hdr_len != 0 {
-        h.hdr_len = h.hdr_len.saturating_sub(4);
+        h.hdr_len = h.hdr_len.saturating_sub(taken);
     }
     if let Some(head) = buf.first_chunk_mut::<{ sluice_wire::VNET_HDR_LEN }>() {
         h.emit(head);
@@ -818,7 +953,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_go_lowest_first_after_a_rest_and_bound_what_a_flood_looks_at() {
+    fn slots_go_lowest_first_after_a_rest() {
         let t0 = Instant::now();
         let mut port_at: Vec<Option<PortId>> = vec![None; 8];
         let mut freed_at: Vec<Option<Instant>> = vec![None; 8];
@@ -846,9 +981,6 @@ mod tests {
         port_at[6] = None;
         freed_at[6] = Some(t0 + Duration::from_secs(1));
         assert_eq!(pick_slot(&port_at, &freed_at, t0 + Duration::from_secs(3)), Some(6));
-        assert_eq!(slots_in_use(&port_at), 8);
-        port_at.iter_mut().skip(3).for_each(|p| *p = None);
-        assert_eq!(slots_in_use(&port_at), 3);
         port_at.iter_mut().for_each(|p| *p = Some(1));
         assert_eq!(pick_slot(&port_at, &freed_at, later), None, "all in use");
     }

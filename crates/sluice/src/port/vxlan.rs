@@ -78,8 +78,6 @@ pub struct KernelTunnel {
     pub vnis: VniMap,
     /// The configured remote endpoints.
     pub remotes: Vec<IpAddr>,
-    /// Datagrams are accepted from `remotes` alone.
-    pub remotes_only: bool,
     /// Where the kernel side sends what it heard.
     pub heard: mpsc::Sender<Heard>,
 }
@@ -245,7 +243,6 @@ impl VxlanPort {
             local: v.local,
             vnis: v.vnis.clone(),
             remotes: v.remotes.clone(),
-            remotes_only: v.remotes_only,
             heard: tx,
         })
     }
