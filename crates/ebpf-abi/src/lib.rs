@@ -139,26 +139,27 @@ abi! {
         pub const TX_BYTES: usize = 8 => C_TX_BYTES;
         /// GSO frames sent.
         pub const TX_GSO: usize = 9 => C_TX_GSO;
-        /// Receive drops start here, one per `DropCause::ALL` entry.
+        /// Receive drops start here, one per `DropCause::ALL` entry (32 places: room for
+        /// the causes rules to come will add, without another layout).
         pub const RX_DROP: usize = 10 => C_RX_DROP;
-        /// Transmit drops start here, one per `DropCause::ALL` entry.
-        pub const TX_DROP: usize = 29 => C_TX_DROP;
+        /// Transmit drops start here, one per `DropCause::ALL` entry (32 places).
+        pub const TX_DROP: usize = 42 => C_TX_DROP;
         /// Frames the kernel flooded.
-        pub const FLOODED: usize = 48 => C_FLOODED;
+        pub const FLOODED: usize = 74 => C_FLOODED;
         /// Frames the kernel sent on from a source the port may not learn.
-        pub const LEARN_REFUSED: usize = 49 => C_LEARN_REFUSED;
+        pub const LEARN_REFUSED: usize = 75 => C_LEARN_REFUSED;
         /// Datagrams from a tunnel the program could not read: no tunnel key (the device's
         /// own fault; a VNI the port does not carry is a received frame dropped
         /// `vlan_filter`, an unknown sender one dropped `unknown_endpoint`).
-        pub const TUN_BAD: usize = 50 => C_TUN_BAD;
+        pub const TUN_BAD: usize = 76 => C_TUN_BAD;
         /// Frames the executor found no current verdict for (none, or one of an older
         /// generation), in either stage: each also went up (or was lost going up).
-        pub const MISSES: usize = 51 => C_MISSES;
+        pub const MISSES: usize = 77 => C_MISSES;
         /// Stations heard behind a tunnel the executor could not report, its ring
         /// (`sluice_heard`) being full: each is reported again by its next frame.
-        pub const HEARD_LOST: usize = 52 => C_HEARD_LOST;
+        pub const HEARD_LOST: usize = 78 => C_HEARD_LOST;
         /// Counters per port.
-        pub const COUNT: usize = 53 => C_COUNT;
+        pub const COUNT: usize = 79 => C_COUNT;
     }
 
     /// The drop causes the program counts: their positions in `DropCause::ALL`, added to

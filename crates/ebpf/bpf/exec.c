@@ -5,8 +5,8 @@
  * writes — looks up the verdict the core installed for each, and executes it: a drop, an
  * upcall, or a list of outputs (MTU, tag, MAC rewrite, clone to every output but the last,
  * redirect the last). A key without a verdict of the current generation goes up through
- * the upcall TAP, tagged with its input slot (and, from a tunnel, its origin), as with
- * `sluice_ingress`; the core handles the frame and installs the verdict. What it hears that the core must decide on — a
+ * the upcall TAP, tagged with its input slot (and, from a tunnel, its origin); the core
+ * decides the frame and installs the verdict. What it hears that the core must decide on — a
  * station behind a tunnel where the remote table does not have it — it reports on a ring
  * buffer, writing no forwarding state itself. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
@@ -59,7 +59,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_verdicts SEC(".maps");
 
-/* Stations, as sluice_ingress has them (core-written; the program only stamps seen_ns). */
+/* Stations (core-written; the program only stamps seen_ns). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192); /* set to the switch's MAC table size when loaded */
@@ -269,7 +269,7 @@ static __always_inline int up_tag(struct __sk_buff *skb, __u32 slot)
 /* Hands the frame to the core: the input slot as an outer 802.1ad tag (the frame's own
  * tag, if any, goes inside; from a tunnel, its origin too: UP_TUNNEL), out of the upcall
  * TAP, marked as the switch's (the TAP's egress program lets nothing else into its
- * queue). `sluice_ingress`'s up(). A frame that cannot be handed up is dropped, counted
+ * queue). A frame that cannot be handed up is dropped, counted
  * as `upcall_lost`; one over its input's budget, as `upcall_limit`. */
 static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
@@ -290,7 +290,7 @@ static __always_inline int up(struct __sk_buff *skb, __u32 slot, struct sluice_c
 }
 
 /* A copy up as up() hands it, and the frame itself on to the host's stack, unmarked and
- * as it arrived. `sluice_ingress`'s up_copy(). (Only an input that may be the host's
+ * as it arrived. (Only an input that may be the host's
  * interface makes one, and no tunnel is: its copy has no origin to carry.) */
 static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct sluice_counters *c)
 {
@@ -614,7 +614,7 @@ static long plan_out(__u32 i, void *ctx)
 
 /* Output `i`: offered, measured against its MTU, tagged, rewritten, then cloned to it —
  * or, the last (unless the host takes the frame), given the frame itself. Counted at the
- * output as `sluice_ingress` counts (offered, over_mtu, tx_error, sent). */
+ * output (offered, over_mtu, tx_error, sent). */
 static long send_out(__u32 i, void *ctx)
 {
 	struct run *r = ctx;

@@ -7,14 +7,14 @@
 //! VLAN, EtherType, the station table's answers for source and destination, and the extras
 //! the input's mask asks for — looks up the verdict the core installed for each, and
 //! executes it. A key without a verdict of the current generation goes up the upcall
-//! interface as [`crate::KernelDatapath`]'s program hands frames up.
+//! interface, tagged with its input's slot.
 //!
 //! [`Executor`] loads it, writes the tables the program reads (only the core's answers
 //! go in: the program writes nothing but counters and the stations' last-seen stamps),
 //! reads what it reports (stations heard behind tunnels, [`crate::heard`]), and runs it on
 //! a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`; as if from a tunnel,
-//! [`RunCtx::tunnel`]), which is how its tests see what it does. Nothing switches a daemon
-//! to it yet.
+//! [`RunCtx::tunnel`]), which is how its tests see what it does. It also attaches the
+//! programs to devices and pins them with the maps, so that forwarding outlives the daemon.
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};

@@ -79,11 +79,13 @@ pub enum DropCause {
     /// takes them, such as a guest sending from ever new source addresses past its MAC
     /// lock, is bounded, not queued without end).
     UpcallLimit,
+    /// A frame of an EtherType its input port drops (`drop_ethertypes`).
+    Filtered,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 19] = [
+    pub const ALL: [DropCause; 20] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -103,6 +105,7 @@ impl DropCause {
         DropCause::UnknownEndpoint,
         DropCause::EgressRefused,
         DropCause::UpcallLimit,
+        DropCause::Filtered,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -127,6 +130,7 @@ impl DropCause {
             DropCause::UnknownEndpoint => "unknown_endpoint",
             DropCause::EgressRefused => "egress_refused",
             DropCause::UpcallLimit => "upcall_limit",
+            DropCause::Filtered => "filtered",
         }
     }
 }
@@ -184,6 +188,9 @@ pub struct DropCounts {
     /// See [`DropCause::UpcallLimit`].
     #[serde(default)]
     pub upcall_limit: u64,
+    /// See [`DropCause::Filtered`].
+    #[serde(default)]
+    pub filtered: u64,
 }
 
 impl DropCounts {
@@ -219,6 +226,7 @@ impl DropCounts {
             DropCause::UnknownEndpoint => self.unknown_endpoint,
             DropCause::EgressRefused => self.egress_refused,
             DropCause::UpcallLimit => self.upcall_limit,
+            DropCause::Filtered => self.filtered,
         }
     }
 
@@ -243,6 +251,7 @@ impl DropCounts {
             DropCause::UnknownEndpoint => &mut self.unknown_endpoint,
             DropCause::EgressRefused => &mut self.egress_refused,
             DropCause::UpcallLimit => &mut self.upcall_limit,
+            DropCause::Filtered => &mut self.filtered,
         }
     }
 
