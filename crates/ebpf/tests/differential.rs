@@ -1,8 +1,8 @@
 //! Core and kernel never disagree (docs/architecture.md, "One brain: the kernel executes
 //! the core's verdicts", *As built: the differential test*).
 //!
-//! Seeded switches — Layer 2 and 3; access, trunk and native VLANs; isolated ports, `mac`
-//! locks, IP rules (given and learned), learning limits, a small MAC table, static
+//! Seeded switches — Layer 2 and 3; access, trunk and native VLANs; isolated ports, ports
+//! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a small MAC table, static
 //! stations, mirrors, uplinks with and without a device address — and seeded frames —
 //! unicast to known and unknown stations, group, to the input's own address; untagged,
 //! tagged and priority-tagged; IPv4, IPv6, ARP, neighbour discovery, other EtherTypes; GSO
@@ -131,6 +131,7 @@ struct PortSpec {
     ips: Vec<IpAddr>,
     learn_ips: bool,
     mirror_of: Option<usize>,
+    drop_ethertypes: Vec<u16>,
     reach: Reach,
     slot: u16,
 }
@@ -225,6 +226,9 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
             ips,
             learn_ips: r.chance(20),
             mirror_of: r.chance(10).then(|| r.below(n)),
+            drop_ethertypes: (0..r.pick(&[0, 0, 0, 0, 1, 2]))
+                .map(|_| r.pick(&[0x88b5u16, 0x88cc, 0x0800, 0x86dd, 0x0806]))
+                .collect(),
             reach: if uplink {
                 Reach::Uplink
             } else if r.chance(30) {
@@ -281,6 +285,7 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
             ips: p.ips.clone(),
             learn_ips: p.learn_ips,
             mirror_of,
+            drop_ethertypes: p.drop_ethertypes.clone(),
         };
         let cfg = PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu: Some(p.mtu), policy };
         sw.add_port(cfg, Box::new(port)).expect("a valid port");
@@ -1862,6 +1867,7 @@ fn port(slot: u16) -> PortSpec {
         ips: Vec::new(),
         learn_ips: false,
         mirror_of: None,
+        drop_ethertypes: Vec::new(),
         reach: Reach::Guest,
         slot,
     }

@@ -47,6 +47,10 @@ pub struct PortAddArgs {
     /// also the addresses the port is reached at (a guest port without any learns them).
     #[arg(long = "ip", value_name = "ADDR,…", value_delimiter = ',')]
     pub ips: Vec<String>,
+    /// Drop (and count as `filtered`) the port's frames of these EtherTypes, e.g.
+    /// 0x88cc (LLDP) or 0x8863,0x8864 (PPPoE); the EtherType after any 802.1Q tag.
+    #[arg(long = "drop-ethertype", value_name = "TYPE,…", value_delimiter = ',', value_parser = ethertype_arg)]
+    pub drop_ethertypes: Vec<u16>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
@@ -273,6 +277,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         isolated: a.isolated,
         mac: a.mac,
         ips: a.ips,
+        drop_ethertypes: a.drop_ethertypes,
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,
@@ -619,4 +624,17 @@ fn render_port(p: &PortStats) -> String {
         row("kernel drops from guest", d.from_guest.to_string());
     }
     format!("{t}\n")
+}
+
+/// An EtherType: hexadecimal with `0x` (as Wireshark and `ip link` print them) or decimal.
+fn ethertype_arg(s: &str) -> Result<u16, String> {
+    let n = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u16::from_str_radix(hex, 16),
+        None => s.parse::<u16>(),
+    }
+    .map_err(|_| format!("{s:?} is not an EtherType: write it as 0x88cc"))?;
+    if n < 0x0600 {
+        return Err(format!("{s} is a frame length, not an EtherType (EtherTypes start at 0x0600)"));
+    }
+    Ok(n)
 }

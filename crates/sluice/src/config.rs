@@ -128,6 +128,9 @@ pub struct PortSpec {
     /// also the addresses the port is reached at (a guest port without any learns them).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub ips: Vec<String>,
+    /// Frames of these EtherTypes from the port are dropped and counted (`filtered`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop_ethertypes: Vec<u16>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
@@ -220,6 +223,7 @@ impl PortSpec {
             isolated: false,
             mac: None,
             ips: Vec::new(),
+            drop_ethertypes: Vec::new(),
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
@@ -383,6 +387,12 @@ impl PortSpec {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(t) = self.drop_ethertypes.iter().find(|&&t| t < 0x0600) {
+            return Err(format!(
+                "port {:?}: drop_ethertypes: {t:#06x} is a frame length, not an EtherType (EtherTypes start at 0x0600)",
+                self.name
+            ));
+        }
         Ok(sluice_switch::PortPolicy {
             uplink: self.kind == PortKind::Uplink,
             isolated: self.isolated,
@@ -390,6 +400,7 @@ impl PortSpec {
             ips,
             learn_ips,
             mirror_of: self.mirror.clone(),
+            drop_ethertypes: self.drop_ethertypes.clone(),
         })
     }
 
@@ -1154,6 +1165,14 @@ mod tests {
         let e = parse_str("name = \"sw\"\nrouter_mac = \"01:00:00:00:00:01\"\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
         assert!(e.message.contains("router_mac"), "{e}");
+    }
+
+    #[test]
+    fn a_port_drops_the_ethertypes_its_file_names() {
+        let s = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [0x88cc, 0x8863]\n").unwrap();
+        assert_eq!(s.ports[0].policy().unwrap().drop_ethertypes, [0x88cc, 0x8863]);
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [1500]\n").unwrap_err();
+        assert!(e.line.is_some() && e.message.contains("a frame length, not an EtherType"), "{e}");
     }
 
     #[test]

@@ -245,3 +245,33 @@ fn a_stopped_receiver_does_not_stall_the_others_and_the_watchdog_sees_it() {
     assert!(list.lines().any(|l| l.contains(&lab.tap(2)) && l.contains("stream") && l.contains("yes")), "{list}");
     assert_conserved(&lab.stats());
 }
+
+both_datapaths! {
+    fn a_port_drops_the_ethertypes_it_is_told_to_and_counts_them(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let mut lab = Lab::on(dp, "ethty", &["--guests", "1"]);
+        let (ns, tap) = lab.add_guest("f", &["--drop-ethertype", "0x88b5,0x88cc"], None);
+        let (src, dst) = (mac_of(&ns, &tap), mac_of(&lab.ns(1), &lab.tap(1)));
+        let other = frame(dst, src, None, 0x88b6, b"another EtherType passes, on either datapath");
+        let dropped = frame(dst, src, None, 0x88b5, b"this EtherType is the port's to drop.........");
+        let tagged = frame([0xff; 6], src, Some(0), 0x88cc, b"LLDP behind a priority tag is dropped too....");
+        let l = listen_raw(&lab.ns(1), &lab.tap(1), 0, 3.0);
+        // Several of each: the kernel decides the first of a kind in the core, the rest
+        // itself.
+        let mut frames = Vec::new();
+        for _ in 0..5 {
+            frames.extend([dropped.clone(), tagged.clone(), other.clone()]);
+        }
+        send_raw(&ns, &tap, &frames);
+        let got = received(l);
+        let from_f: Vec<_> = got.iter().filter(|(_, f)| f[6..12] == src).collect();
+        assert_eq!(from_f.iter().filter(|(_, f)| f[12..14] == [0x88, 0xb6]).count(), 5, "{from_f:?}");
+        let kind = |f: &[u8]| [f[12], f[13]];
+        assert!(!from_f.iter().any(|(_, f)| [[0x88, 0xb5], [0x88, 0xcc]].contains(&kind(f))), "{from_f:?}");
+        let p = lab.port(&tap);
+        assert!(wait_for(5, || lab.port(&tap)["counters"]["rx_drops"]["filtered"] == 10), "{p}");
+        assert_conserved(&lab.stats());
+    }
+}

@@ -409,13 +409,16 @@ pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>)
     }
 }
 
-/// The checks that come before learning, in order: the input, its VLAN admission, its MAC
-/// lock, (Layer 3: IP frames only, readable), its source addresses, and other ports'
+/// The checks that come before learning, in order: the input, its VLAN admission, the
+/// EtherTypes it drops, its MAC lock, (Layer 3: IP frames only, readable), its source addresses, and other ports'
 /// locks. A frame that fails one is dropped and teaches nothing.
 #[inline]
 fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted<'a>, DropCause> {
     let me = t.ports.rules(key.port).ok_or(DropCause::UnknownPort)?;
     let vid = stage1(me, key.tag.map(|v| v & 0x0fff), key.tunnel)?.vid;
+    if me.policy.drop_ethertypes.contains(&key.ethertype) {
+        return Err(DropCause::Filtered);
+    }
     if me.policy.mac.is_some() && me.policy.mac != key.extras.src_mac {
         // Before learning: a forged address must not move the real owner's entry.
         return Err(DropCause::SpoofedMac);

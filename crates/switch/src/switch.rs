@@ -169,6 +169,9 @@ pub struct PortPolicy {
     /// mirror never holds traffic back. A port has at most one mirror. Names of ports
     /// attached later count from when they attach.
     pub mirror_of: Vec<String>,
+    /// Frames of these EtherTypes (after any 802.1Q tag) from the port are dropped and
+    /// counted (`filtered`), before anything is learned from them.
+    pub drop_ethertypes: Vec<u16>,
 }
 
 /// The source address an untagged frame claims: an IPv4 or IPv6 source, or an ARP sender
