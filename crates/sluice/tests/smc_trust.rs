@@ -387,6 +387,66 @@ fn a_member_of_the_group_cannot_make_a_server_wait_for_anothers_connection() {
     assert_eq!(st["fallback_server"]["timeout"], 0, "{st}");
 }
 
+/// Sends signal `sig` to process `pid`, one this test started.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child of this test that it has not reaped.
+    let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(r, 0, "signal {sig} to {pid}");
+}
+
+/// A client may send everything and close before its server accepts (a busy server is late
+/// to `accept`). Its connection is still in the server's namespace — not one from another
+/// namespace, whose proof the server would need — and, its socket held by no process any
+/// more, it is nobody's to announce: root's and a member's announcements of it are
+/// declined as unproven, not left undecided, and its bytes arrive over TCP. (The door
+/// looked up established client ends only: a closed one read as "in another namespace",
+/// no announcement was decided, and the liar of the test above saw "undecided" in 13 runs
+/// of 30 with two busy loops beside it.)
+#[test]
+fn a_connection_whose_client_closed_before_the_server_accepted_is_nobodys_to_announce() {
+    if !root() {
+        return;
+    }
+    let p = Peers::new("closed");
+    let (_g, gid) = Group::new(&p, "c");
+    let port = port(47);
+    let server = Server::start(&p, true, &["serve", &port, "sink"]);
+    // The server is stopped until the client has closed and gone: it accepts last.
+    let pid = server.child.0.id();
+    signal(pid, libc::SIGSTOP);
+    let gate = p.dir.join("go");
+    let peer = reachable(PEER);
+    let mut client = spawn(as_nobody(
+        &[],
+        &["python3", &peer, "connect", "127.0.0.1", &port, &format!("pregate:{}+source:1000", gate.display())],
+    ));
+    let mut client_out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let (cport, cookie) = port_and_cookie(&mut client_out);
+    std::fs::write(&gate, b"").unwrap();
+    let (ok, _, err) = finish(client, 60);
+    assert!(ok, "{err}");
+    // Root and a member of the group announce that connection as their own.
+    let how = format!("cookie:{cookie}");
+    let claim = ["propose", &port, "127.0.0.1", &cport, "127.0.0.1", &how];
+    let (root_liar, mut root_out) = hostile_sent(hostile(&p, None, &claim));
+    let (dir, script) = (p.dir.to_string_lossy().into_owned(), reachable(HOSTILE));
+    let mut as_member = vec!["python3", &script, "propose", &dir];
+    as_member.extend(&claim[1..]);
+    let (member, mut member_out) = hostile_sent(as_nobody(&[gid], &as_member));
+    signal(pid, libc::SIGCONT);
+    assert_eq!(line(&mut root_out), "declined unproven", "root got nothing");
+    assert_eq!(line(&mut member_out), "declined unproven", "the member got nothing");
+    for liar in [root_liar, member] {
+        let (ok, _, err) = finish(liar, 30);
+        assert!(ok, "{err}");
+    }
+    assert_eq!(server.output(), rest(client_out), "the server got exactly the client's bytes");
+    let st = p.stats();
+    assert_eq!(st["fallback_server"]["unproven"], 1, "{st}");
+    assert_eq!(st["fallback_server"]["no_proposal"], 0, "{st}");
+    assert_eq!(st["smc_server"], 0, "{st}");
+}
+
 #[test]
 fn a_runtime_directory_left_by_an_older_sluice_is_repaired_by_roots_launcher() {
     if !root() {

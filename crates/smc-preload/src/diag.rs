@@ -6,7 +6,8 @@
 //! whether the connection ends in its namespace and which listener took it.
 //!
 //! The kernel's exact lookup answers with the most specific listening socket when no
-//! connection matches, so answers are told apart by their state and peer port.
+//! connection matches, and whatever the request's state mask says, so answers are told
+//! apart by their state and peer port.
 
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -25,16 +26,17 @@ const LISTEN: u8 = 10;
 /// A socket as `sock_diag` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Found {
-    /// TCP state (1 ESTABLISHED, 3 SYN_RECV, 10 LISTEN, 12 NEW_SYN_RECV).
+    /// TCP state (1 ESTABLISHED, 3 SYN_RECV, 4 FIN_WAIT1, 5 FIN_WAIT2, 10 LISTEN,
+    /// 12 NEW_SYN_RECV).
     pub state: u8,
     /// The peer's port (0 for a listener).
     pub dport: u16,
     /// The socket's cookie, as `SO_COOKIE` reports it.
     pub cookie: u64,
     /// The user who owns it (a connection not yet accepted reports its listener's owner,
-    /// or 0 while it is half-open).
+    /// or 0 while it is half-open; a time-wait remnant reports 0).
     pub uid: u32,
-    /// Its inode (0 until a process holds it as a descriptor).
+    /// Its inode (0 until a process holds it as a descriptor, and again once none does).
     pub inode: u32,
 }
 
@@ -71,6 +73,16 @@ impl Diag {
     /// namespace (established, or half-open).
     pub fn connection(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
         ask(self.0, local, peer).filter(|f| matches!(f.state, 1 | 3 | 12) && f.dport == peer.port())
+    }
+
+    /// The client end of the connection from `local` to `peer` that a server is accepting,
+    /// if it is in this namespace: established, or already closed by its program — a
+    /// client may send all it has and close before the server's `accept` runs (FIN_WAIT1
+    /// while its bytes or its FIN wait for the server's acknowledgement, FIN_WAIT2 after,
+    /// then a time-wait remnant). A socket no process holds any more reports inode 0, and
+    /// a time-wait remnant uid 0: its owner is no longer known.
+    pub fn client_end(&self, local: SocketAddr, peer: SocketAddr) -> Option<Found> {
+        ask(self.0, local, peer).filter(|f| matches!(f.state, 1 | 4 | 5) && f.dport == peer.port())
     }
 
     /// The listening socket that takes connections to `local` in this namespace (the most
@@ -297,5 +309,43 @@ mod tests {
         assert_eq!(holds(std::process::id(), li.inode), Some(true));
         assert!(d.connection(server, client).is_some(), "the server end, not yet accepted");
         assert_eq!(d.connection(client, "127.0.0.1:1".parse().unwrap()), None);
+    }
+
+    /// A client may send all it has and close before its server accepts. Its end is still
+    /// the connection's, held by no process: while its bytes wait for the server (its FIN
+    /// behind them), and once the server's kernel acknowledged everything. (The door
+    /// looked up established client ends only, took such a connection for one from another
+    /// namespace, and left the announcements of it undecided.)
+    #[test]
+    fn the_client_end_of_a_connection_its_program_closed_is_found_held_by_no_process() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let d = Diag::open().unwrap();
+        // Bytes until the buffers are full (the server never reads), then a few only.
+        for fill in [true, false] {
+            let mut c = std::net::TcpStream::connect(server).unwrap();
+            let (client, cookie) = (c.local_addr().unwrap(), sys::cookie(c.as_raw_fd()));
+            c.set_nonblocking(true).unwrap();
+            if fill {
+                let chunk = [7u8; 1 << 16];
+                for _ in 0..4096 {
+                    if c.write(&chunk).is_err() {
+                        break;
+                    }
+                }
+            } else {
+                c.write_all(b"a few bytes").unwrap();
+            }
+            assert_ne!(d.client_end(client, server).expect("established").inode, 0, "held");
+            drop(c);
+            let end = d.client_end(client, server).expect("the closed client end is still here");
+            assert_eq!(Some(end.cookie), cookie);
+            assert_eq!(end.inode, 0, "held by no process: {end:?}");
+            if fill {
+                assert_eq!(end.state, 4, "its FIN waits behind its bytes (FIN_WAIT1)");
+            }
+        }
     }
 }

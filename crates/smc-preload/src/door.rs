@@ -8,10 +8,13 @@
 //! What a client sent is a hint until proven. When the connection's client end is in
 //! this namespace the kernel shows it (`sock_diag`): its cookie names the announcement,
 //! and its owner must be the announcing association's user — nobody can announce another
-//! user's connection. When it is not, the proposal is taken only with the client socket
-//! in hand (PROOF, sent right after the SYN; waited for, briefly), matched by its
-//! addresses, and the proposer must be root or this user. Everything a client sent that is
-//! not kept is let go through [`crate::foreign::release`].
+//! user's connection. It shows it too once its program has closed it (a client may send
+//! everything and close before `accept` runs), held by no process then: nobody's to
+//! announce (an honest client holds its socket until the server decides). When it is
+//! not, the proposal is taken only with the client socket in hand (PROOF, sent right
+//! after the SYN; waited for, briefly), matched by its addresses, and the proposer must be
+//! root or this user. Everything a client sent that is not kept is let go through
+//! [`crate::foreign::release`].
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -527,19 +530,22 @@ impl Door {
     }
 
     /// The proposal for the connection accepted with local address `local`, from `peer`,
-    /// whose client end, when it is in this namespace, has cookie and owner `end`.
-    fn find(&mut self, end: Option<(u64, u32)>, local: SocketAddr, peer: SocketAddr) -> Found {
-        if let Some((cookie, uid)) = end {
+    /// whose client end, when it is in this namespace, has cookie and owner `end` (no
+    /// owner once no process holds it).
+    fn find(&mut self, end: Option<ClientEnd>, local: SocketAddr, peer: SocketAddr) -> Found {
+        if let Some((cookie, owner)) = end {
             // The client end is here: the kernel says whose socket it is, and the
             // announcement must come from that user (the socket was made before the SYN,
-            // so its announcement is queued already: nothing to wait for).
+            // so its announcement is queued already: nothing to wait for). One whose
+            // program closed it is nobody's: every announcement of it is let go.
             let mut found = Found::Nothing;
             let mut liars = Vec::new();
             for (&fd, p) in self.peers.iter() {
+                let owns = owner == Some(p.cred.uid);
                 for (ai, a) in p.announces.iter().enumerate().filter(|(_, a)| a.cookie == cookie) {
-                    if p.cred.uid == uid && matches!(found, Found::Nothing) {
+                    if owns && matches!(found, Found::Nothing) {
                         found = Found::Both { peer: fd, ai, qi: None, exact: true };
-                    } else if p.cred.uid != uid {
+                    } else if !owns {
                         liars.push((fd, a.at));
                     }
                 }
@@ -625,6 +631,10 @@ impl Announce {
     }
 }
 
+/// The client end of an accepted connection as `sock_diag` shows it in this namespace:
+/// its cookie, and its owner's uid while a process holds it.
+type ClientEnd = (u64, Option<u32>);
+
 enum Found {
     /// The announcement, and the proof when the client end is not in this namespace.
     Both {
@@ -681,8 +691,8 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
     let me = sys::pid();
     let Some(door) = g.as_mut().filter(|d| d.pid == me) else { return Err(Reason::NoProposal) };
     door.pump();
-    // The client end, if it is in this namespace.
-    let end = diag::with(|d| d.connection(peer, local)).map(|f| (f.cookie, f.uid));
+    // The client end, if it is in this namespace (its owner while a process holds it).
+    let end = diag::with(|d| d.client_end(peer, local)).map(|f| (f.cookie, (f.inode != 0).then_some(f.uid)));
     let r = door.take(end, local, peer);
     if let (None, Err(why)) = (end, &r)
         && matches!(why, Reason::NoProposal | Reason::Timeout | Reason::Penalized)
@@ -694,7 +704,7 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
 
 impl Door {
     /// [`take`], the door pumped and the client end looked up.
-    fn take(&mut self, end: Option<(u64, u32)>, local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
+    fn take(&mut self, end: Option<ClientEnd>, local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
         // Across namespaces: which announcements to wait for, if the proof is not here.
         // Those made since this connection's SYN cannot be its own, so they are fixed now.
         let candidates = if end.is_none() { self.candidates() } else { Vec::new() };
