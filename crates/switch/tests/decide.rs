@@ -59,6 +59,8 @@ struct PortSpec {
     /// A tunnel: with a VNI per VLAN (VLANs 1 and 2 in VNIs 5001 and 5002; else all in
     /// VNI 5000), taking its endpoint's datagrams only.
     tunnel: Option<(bool, bool)>,
+    /// An EtherType the port drops.
+    drops: Option<u16>,
 }
 
 fn port_spec() -> impl Strategy<Value = PortSpec> {
@@ -72,8 +74,9 @@ fn port_spec() -> impl Strategy<Value = PortSpec> {
         prop::option::weighted(0.15, 0..PORTS),
         prop::bool::weighted(0.1),
         prop::option::weighted(0.25, (any::<bool>(), prop::bool::weighted(0.7))),
+        prop::option::weighted(0.15, prop::sample::select(vec![0x0800u16, 0x86dd, 0x0806, 0x88b5])),
     )
-        .prop_map(|(vlan, isolated, uplink, mac, ips, learn_ips, mirror_of, small_mtu, tunnel)| PortSpec {
+        .prop_map(|(vlan, isolated, uplink, mac, ips, learn_ips, mirror_of, small_mtu, tunnel, drops)| PortSpec {
             vlan,
             isolated,
             uplink,
@@ -83,6 +86,7 @@ fn port_spec() -> impl Strategy<Value = PortSpec> {
             mirror_of,
             small_mtu,
             tunnel,
+            drops,
         })
 }
 
@@ -221,6 +225,7 @@ fn switch_with(mode: Mode, specs: &[PortSpec], port_mac_limit: usize) -> (Switch
             ips,
             learn_ips: p.learn_ips,
             mirror_of,
+            drop_ethertypes: p.drops.into_iter().collect(),
         };
         let mtu = p.small_mtu.then_some(100);
         if let Some((per_vlan, remotes_only)) = p.tunnel {
