@@ -17,7 +17,7 @@
 
 use std::net::IpAddr;
 
-use sluice_switch::{Action, Dest, DropCause, FastMac, FastPort, IpRule, Key, Mode, NextHop, PortId, Station, Verdict};
+use sluice_switch::{Action, Dest, DropCause, FastMac, FastPort, Key, Mode, NextHop, PortId, Station, Verdict};
 use sluice_wire::MacAddr;
 
 use crate::abi;
@@ -139,7 +139,7 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
         // asked of the others.)
         m |= abi::X_LOCKS;
     }
-    if checked && p.ips != IpRule::Any {
+    if checked && p.checks_ips {
         m |= abi::X_SRC_IP;
     }
     m |= match mode {
@@ -387,7 +387,7 @@ pub fn config(generation: u64, upcall_ifindex: u32, budget: crate::exec::UpcallB
 mod tests {
     use std::net::Ipv4Addr;
 
-    use sluice_switch::{Extras, L3Extras, Output, Upcall, VlanMode};
+    use sluice_switch::{Extras, L3Extras, Output, Upcall};
 
     use super::*;
 
@@ -398,19 +398,13 @@ mod tests {
     fn port() -> FastPort {
         FastPort {
             target: Some(7),
-            vlan: VlanMode::Access(10),
-            mtu: 1500,
-            isolated: false,
             uplink: false,
             mac: None,
-            ips: IpRule::Any,
+            checks_ips: false,
             slow: false,
             failed: false,
             dev_mac: None,
             guest_mac: None,
-            link_local_ok: false,
-            mirror: None,
-            learn_full: false,
         }
     }
 
@@ -462,11 +456,11 @@ mod tests {
     #[test]
     fn the_mask_asks_what_the_cores_key_reader_reads() {
         let mac = FastPort { mac: Some(A), ..port() };
-        let ips = FastPort { ips: IpRule::Only { v4: Some(vec![]), v6: None }, ..port() };
+        let ips = FastPort { checks_ips: true, ..port() };
         assert_eq!(mask(&port(), Mode::L2), abi::X_LOCKS | abi::X_DST_STATION);
         assert_eq!(mask(&mac, Mode::L2), abi::X_SRC_MAC | abi::X_DST_STATION);
         assert_eq!(mask(&ips, Mode::L3), abi::X_LOCKS | abi::X_SRC_IP | abi::X_L3 | abi::X_GUEST);
-        let lan = FastPort { ips: ips.ips.clone(), ..uplink() };
+        let lan = FastPort { checks_ips: true, ..uplink() };
         assert_eq!(mask(&lan, Mode::L3), abi::X_L3 | abi::X_GUEST, "the LAN's sources are not checked");
         assert_eq!(mask(&lan, Mode::L2), abi::X_LOCKS | abi::X_SRC_IP | abi::X_DST_STATION);
     }
@@ -486,7 +480,7 @@ mod tests {
 
     #[test]
     fn stage_1_admits_drops_or_leaves_the_frame_to_the_host() {
-        let p = FastPort { vlan: VlanMode::Trunk { allowed: [20].into_iter().collect(), native: Some(10) }, ..port() };
+        let p = port();
         let fwd = forward(vec![out(1, None)]);
         let a = admit(&fwd, Ok(10), &p, Mode::L2, 9);
         assert_eq!((a.generation, a.action, a.vlan, a.mask), (9, abi::ACT_FORWARD, 10, mask(&p, Mode::L2)));

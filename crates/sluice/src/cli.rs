@@ -564,8 +564,8 @@ fn render_port(p: &PortStats) -> String {
         row(
             "  in the kernel",
             format!(
-                "{} forwarded, {} flooded, {} dropped, {} sent up to the core ({} on the way)",
-                k.forwarded, k.flooded, k.drops, k.upcalls, p.upcall
+                "{} forwarded, {} flooded, {} dropped, {} sent up to the core ({} of a new kind, {} on the way)",
+                k.forwarded, k.flooded, k.drops, k.upcalls, k.misses, p.upcall
             ),
         );
     }

@@ -200,6 +200,11 @@ pub struct KernelPortStats {
     /// Frames from the port the kernel sent up to the core (to learn, flood, answer, or
     /// for a port in user space).
     pub upcalls: u64,
+    /// Of those, frames of a kind the kernel had no current verdict for (the first of a
+    /// kind, or the first after the switch's rules changed): the core decided them and
+    /// gave the kernel its verdict for the rest of their kind.
+    #[serde(default)]
+    pub misses: u64,
     /// Frames the kernel dropped itself (included in the port's drops).
     pub drops: u64,
 }

@@ -475,6 +475,13 @@ both_datapaths! {
                 }),
                 "the port went back to the kernel"
             );
+            // A capture started while the kernel forwards the port's frames sees them: its
+            // start makes every cached verdict go back to the core.
+            let f4 = sw.dir.join("t1-again.pcap");
+            let c4 = start_capture(&sw, "t1 again", &[&t1, "-c", "2", "-w", f4.to_str().unwrap(), "icmp"]);
+            ns_ok(&sw.namespaces[0], "ping -c 1 -W 5 10.79.0.2");
+            let said = finish(c4);
+            assert!(said.contains("2 frame(s) captured"), "{said}");
         }
         // Errors name the fault: a port that is not there, a filter libpcap refuses.
         let o = sluice(&["capture", "--switch", &sw.name, "nope", "-w", "/dev/null"]);

@@ -410,8 +410,9 @@ pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>)
 }
 
 /// The checks that come before learning, in order: the input, its VLAN admission, the
-/// EtherTypes it drops, its MAC lock, (Layer 3: IP frames only, readable), its source addresses, and other ports'
-/// locks. A frame that fails one is dropped and teaches nothing.
+/// EtherTypes it drops, its MAC lock, (Layer 3: IP frames only, readable), its source
+/// addresses, and other ports' locks. A frame that fails one is dropped and teaches
+/// nothing.
 #[inline]
 fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted<'a>, DropCause> {
     let me = t.ports.rules(key.port).ok_or(DropCause::UnknownPort)?;

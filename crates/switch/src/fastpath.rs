@@ -19,64 +19,33 @@ use std::net::IpAddr;
 use sluice_wire::MacAddr;
 
 use crate::switch::PortId;
-use crate::vlan::VlanMode;
 
-/// How a port's source IP addresses are checked on the fast path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum IpRule {
-    /// Any address (no IP anti-spoofing on this port).
-    Any,
-    /// Only these (and the unspecified address); per family, `None` means frames of that
-    /// family go up: the port learns its first address of that family.
-    Only {
-        /// IPv4 addresses (ARP sender addresses too), or `None`: IPv4 and ARP go up.
-        v4: Option<Vec<IpAddr>>,
-        /// IPv6 addresses, or `None`: IPv6 goes up.
-        v6: Option<Vec<IpAddr>>,
-    },
-}
-
-/// One port as the kernel datapath sees it.
+/// One port as a kernel datapath needs to know it to read its frames' keys as the core
+/// does (`sluice_ebpf::convert`): its device, and what the key reader asks of its frames.
+/// No rule: those are the core's, in its verdicts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FastPort {
     /// The handle by which the kernel reaches the port ([`crate::Port::fast_path`]); `None`
     /// for a port in user space (frames to it go up).
     pub target: Option<u32>,
-    /// VLAN membership.
-    pub vlan: VlanMode,
-    /// MTU (IP packet bytes).
-    pub mtu: u16,
-    /// Exchanges frames with uplinks only.
-    pub isolated: bool,
     /// Leads to the LAN.
     pub uplink: bool,
-    /// The only source MAC address allowed, if any.
+    /// The only source MAC address allowed, if any (the key holds a frame's source).
     pub mac: Option<MacAddr>,
-    /// Source IP addresses allowed.
-    pub ips: IpRule,
+    /// The port's source IP addresses are checked (the key holds what a frame claims).
+    pub checks_ips: bool,
     /// An uplink's device address. In Layer 2 mode frames arriving there for it belong to
     /// the host's own stack (the device may be the host's interface too), not to the
     /// switch; in Layer 3 mode it is the switch's own address on the LAN.
     pub dev_mac: Option<MacAddr>,
     /// Layer 3: the MAC address of the guest behind the port, once the core knows it.
     pub guest_mac: Option<MacAddr>,
-    /// IPv6 link-local sources pass the IP check (Layer 3: neighbour discovery, MLD and
-    /// router solicitations use them).
-    pub link_local_ok: bool,
-    /// The port that gets a copy of every frame this one receives and is sent (in the
-    /// VLANs the mirror is a member of), if any; a mirror in user space makes this port
-    /// `slow` instead.
-    pub mirror: Option<PortId>,
-    /// Every frame from or to this port goes up (it failed, it takes no offloads so GSO
-    /// frames must be cut in software, or its mirror is in user space).
+    /// Every frame from or to this port goes through the core (it failed, it takes no
+    /// offloads so GSO frames must be cut in software, its mirror is in user space, or it
+    /// is captured).
     pub slow: bool,
-    /// The port failed (its device is gone or refused a frame): Layer 3 picks the first
-    /// uplink that has not as the way off the switch.
+    /// The port failed (its device is gone or refused a frame).
     pub failed: bool,
-    /// Layer 2: the port has as many learned stations behind it as it may. The core
-    /// learns no other source there, so a frame from one is forwarded (or flooded) as it
-    /// is, counted as `learn_refused`; the kernel can do that itself.
-    pub learn_full: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.

@@ -37,7 +37,7 @@ pub mod vlan;
 pub use class::{ClassConfig, ClassError, ClassMatch};
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
-pub use fastpath::{FastChange, FastMac, FastPort, IpRule};
+pub use fastpath::{FastChange, FastMac, FastPort};
 pub use fib::{Fib, FibEntry};
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};

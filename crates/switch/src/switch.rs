@@ -35,7 +35,7 @@ use crate::decide::{
     self, Action, Dest, Key, L3Extras, NextHop, PortRules, Ports, SourceCheck, Station, Tables, Tunneled, Upcall,
     Verdict,
 };
-use crate::fastpath::{FastChange, FastMac, FastPort, IpRule};
+use crate::fastpath::{FastChange, FastMac, FastPort};
 use crate::fib::{Fib, Learn};
 use crate::hold::{HeldList, SEVERAL};
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
@@ -630,35 +630,19 @@ impl Switch {
     pub fn fast_port(&self, id: PortId) -> Option<FastPort> {
         let s = self.slot(id)?;
         let r = &s.rules;
-        let ips = if !r.checks_ips() {
-            IpRule::Any
-        } else {
-            let family = |v4: bool| {
-                let l: Vec<IpAddr> = r.policy.ips.iter().copied().filter(|a| a.is_ipv4() == v4).collect();
-                // Not learned yet: that family's frames go up, so the core learns it.
-                (!(l.is_empty() && r.policy.learn_ips)).then_some(l)
-            };
-            IpRule::Only { v4: family(true), v6: family(false) }
-        };
         // Frames to a port without offloads are cut in software, which only the core does;
         // a port whose mirror the kernel cannot serve goes through the core, copies and all.
         let mirror_in_user_space = r.mirrored_to.is_some_and(|m| self.slot(m).is_none_or(|m| !m.kernel_ready()));
         let slow = r.failed.is_some() || !s.port.fast_path_offload() || mirror_in_user_space || s.captured > 0;
         Some(FastPort {
             target: s.port.fast_path(),
-            vlan: r.vlan.clone(),
-            mtu: r.mtu,
-            isolated: r.policy.isolated,
             uplink: r.policy.uplink,
             mac: r.policy.mac,
-            ips,
+            checks_ips: r.checks_ips(),
             slow,
             failed: r.failed.is_some(),
             dev_mac: if r.policy.uplink { r.dev_mac } else { None },
             guest_mac: if self.cfg.mode == Mode::L3 { r.guest_mac } else { None },
-            link_local_ok: self.cfg.mode == Mode::L3,
-            mirror: r.mirrored_to,
-            learn_full: self.learn_full(id),
         })
     }
 
@@ -693,7 +677,8 @@ impl Switch {
     /// Moves on every change that can alter a verdict on the same key: a port attached,
     /// removed or failed, its device's address, its rules or mirrors, a source address it
     /// learned and locked, a guest's MAC address (Layer 3), a port's learned stations
-    /// reaching its limit or falling below it, the MAC table becoming full or not. A
+    /// reaching its limit or falling below it, the MAC table becoming full or not, a
+    /// capture of a port started or ended (its frames must pass the core). A
     /// station learned, moved or aged does not move it: stations are answers in a key.
     pub fn generation(&self) -> u64 {
         self.generation + self.fib.epoch()
@@ -792,6 +777,8 @@ impl Switch {
         let slot = self.slot_mut(id).expect("port_id returned a live port");
         slot.captured = slot.captured.saturating_add(1);
         self.note_fast(id);
+        // (A kernel datapath's cached verdicts sent the port's frames past the core.)
+        self.generation += 1;
         let c = Capture::new(id, dir, snaplen, budget);
         match self.captures.iter().position(Option::is_none) {
             Some(i) => {
@@ -822,6 +809,7 @@ impl Switch {
         {
             s.captured = s.captured.saturating_sub(1);
             self.note_fast(c.port);
+            self.generation += 1;
         }
     }
 

@@ -814,6 +814,7 @@ impl KernelSide {
             forwarded: k.v[abi::c::FORWARDED],
             flooded: k.v[abi::c::FLOODED],
             upcalls: k.v[abi::c::UPCALLS],
+            misses: k.v[abi::c::MISSES],
             drops: k.v[abi::c::RX_DROP..abi::c::RX_DROP + sluice_switch::DropCause::ALL.len()].iter().sum(),
         };
         (m, upcall, Some(own))

@@ -403,10 +403,15 @@ impl Snapshot {
         }
         // The kernel datapath's own part (kernel ports only).
         type Kernel = fn(&crate::proto::KernelPortStats) -> u64;
-        let kernel: [(&str, &str, Kernel); 3] = [
+        let kernel: [(&str, &str, Kernel); 4] = [
             ("sluice_kernel_forwarded", "Frames from the port the kernel datapath forwarded itself.", |k| k.forwarded),
             ("sluice_kernel_flooded", "Frames from the port the kernel datapath flooded itself.", |k| k.flooded),
             ("sluice_kernel_upcalls", "Frames from the port the kernel datapath sent up to the core.", |k| k.upcalls),
+            (
+                "sluice_kernel_misses",
+                "Frames from the port of a kind the kernel datapath had no current verdict for (sent up).",
+                |k| k.misses,
+            ),
         ];
         if self.r.ports.iter().any(|p| p.kernel.is_some()) {
             for (name, help, f) in kernel {
