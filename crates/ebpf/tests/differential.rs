@@ -57,6 +57,7 @@ use sluice_ebpf::abi::{self, c};
 use sluice_ebpf::convert::{self, Device, Place, Reach};
 use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
 use sluice_switch::mem::{MemHandle, mem_port};
+use sluice_switch::tunnel::{self, TunnelRules, VniMap};
 use sluice_switch::{
     Action, DEFAULT_ROUTER_MAC, DropCause, FastChange, FastPort, Key, Mode, PortCaps, PortConfig, PortCounters, PortId,
     PortPolicy, Switch, SwitchConfig, Upcall, Verdict, VlanMode,
@@ -134,6 +135,46 @@ struct PortSpec {
     drop_ethertypes: Vec<u16>,
     reach: Reach,
     slot: u16,
+    /// A VXLAN tunnel's port (reached as `Reach::Tunnel`).
+    tunnel: Option<TunnelSpec>,
+}
+
+/// A tunnel port's rules and its underlay address.
+#[derive(Clone, Debug)]
+struct TunnelSpec {
+    rules: TunnelRules,
+    local: IpAddr,
+}
+
+/// The VNI a per-VLAN tunnel carries VLAN `vid` in, and the one VNI of a tunnel with one.
+fn vni_for(vid: u16) -> u32 {
+    5000 + u32::from(vid)
+}
+
+/// A tunnel's configured endpoint `n` (1 or 2), a stranger (any other `n`), IPv4 or IPv6.
+fn endpoint(n: u8, v6: bool) -> IpAddr {
+    if v6 { Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, n.into()).into() } else { Ipv4Addr::new(192, 0, 2, n).into() }
+}
+
+/// A tunnel: one VNI (an access port) or a VNI per VLAN (a trunk of those VLANs, as the
+/// daemon makes it), open to any sender or to its endpoints alone, with one or two
+/// endpoints, over IPv4 (one in five over IPv6).
+fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
+    let v6 = r.chance(20);
+    let (vlan, vnis) = if r.chance(50) {
+        let vid = r.range(1, 3) as u16;
+        (VlanMode::Access(vid), VniMap::Single(vni_for(vid)))
+    } else {
+        let mut vids: Vec<u16> = (1..=4u16).filter(|_| r.chance(50)).collect();
+        if vids.is_empty() {
+            vids.push(1);
+        }
+        let pairs = vids.iter().map(|&v| (v, vni_for(v))).collect();
+        (VlanMode::Trunk { allowed: vids.into_iter().collect(), native: None }, VniMap::PerVlan(pairs))
+    };
+    let remotes = (1..=r.range(1, 2) as u8).map(|n| endpoint(n, v6)).collect();
+    let rules = TunnelRules { vnis, remotes_only: r.chance(50), remotes };
+    (vlan, TunnelSpec { rules, local: endpoint(100, v6) })
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +184,8 @@ struct SwitchSpec {
     port_mac_limit: usize,
     fib_max: usize,
     statics: Vec<(u16, MacAddr, usize)>,
+    /// The kernel's reports of stations heard behind a tunnel are left unread.
+    forget_heard: bool,
 }
 
 /// Station `k`'s address (port `i`'s own station is `i + 1`).
@@ -237,7 +280,16 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
                 Reach::Guest
             },
             slot,
+            tunnel: None,
         });
+    }
+    // One switch in four (not a big one) has a tunnel port: one of its ports that is no
+    // uplink becomes one.
+    let inside: Vec<usize> = (0..n).filter(|&i| !ports[i].uplink).collect();
+    if n <= 8 && !inside.is_empty() && r.chance(25) {
+        let (vlan, t) = gen_tunnel(r);
+        let p = &mut ports[r.pick(&inside)];
+        (p.vlan, p.reach, p.tunnel) = (vlan, Reach::Tunnel, Some(t));
     }
     let mut statics = Vec::new();
     if mode == Mode::L2 && r.chance(20) {
@@ -251,6 +303,7 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
         port_mac_limit: if r.chance(25) { r.below(4) } else { 1024 },
         fib_max: if r.chance(15) { r.range(2, 10) } else { 8192 },
         statics,
+        forget_heard: r.chance(30),
     }
 }
 
@@ -271,6 +324,9 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
         let (port, h) = mem_port(OFFLOAD);
         h.set_mac(p.dev_mac);
         h.set_fast_path(Some(1));
+        if let Some(t) = &p.tunnel {
+            h.set_tunnel(t.rules.clone());
+        }
         let mirror_of = match p.mirror_of {
             Some(w) if w != i && !mirrored.contains(&w) => {
                 mirrored.push(w);
@@ -309,6 +365,9 @@ struct Case {
     vnet: VnetHdr,
     bytes: Vec<u8>,
     what: String,
+    /// From a tunnel: the datagram's VNI and sender, and whether the sender is one of the
+    /// port's endpoints.
+    origin: Option<(tunnel::Origin, bool)>,
 }
 
 fn eth(dst: MacAddr, src: MacAddr, ethertype: u16) -> Vec<u8> {
@@ -638,7 +697,22 @@ impl World<'_> {
             (vnet.csum_start, vnet.csum_offset) = (0, 0);
             what.push_str(", no checksum offload");
         }
-        Case { from, vnet, bytes: f, what }
+        let mut origin = None;
+        if let Some(t) = &self.spec.ports[from].tunnel {
+            // (A tunnel's frame comes with no offloads.)
+            vnet = VnetHdr::default();
+            let v6 = t.local.is_ipv6();
+            let carried: Vec<u32> = match &t.rules.vnis {
+                VniMap::Single(v) => vec![*v],
+                VniMap::PerVlan(m) => m.iter().map(|p| p.1).collect(),
+            };
+            let vni = if r.chance(85) { r.pick(&carried) } else { vni_for(r.range(1, 9) as u16) + 100 };
+            let sender = endpoint(if r.chance(75) { r.range(1, 2) as u8 } else { 66 }, v6);
+            let known = t.rules.knows(sender);
+            let _ = write!(what, ", from a tunnel: VNI {vni} from {sender}");
+            origin = Some((tunnel::Origin { vni, sender }, known));
+        }
+        Case { from, vnet, bytes: f, what, origin }
     }
 
     /// A GSO frame: TCP or UDP over IPv4 or IPv6, its segments sized around an output's
@@ -854,7 +928,8 @@ struct Kernel {
 impl Kernel {
     fn new() -> Kernel {
         let pins = Bpffs::new("sluice-diff-test");
-        let ex = Executor::open(&pins.0, Sizes { stations: 8192, verdicts: 16384 }).expect("the executor loads");
+        let mut ex = Executor::open(&pins.0, Sizes { stations: 8192, verdicts: 16384 }).expect("the executor loads");
+        ex.load_tunneled().expect("the tests' program for frames from a tunnel loads");
         let devs = (0..MAX_SWITCH_PORTS).map(|i| veth(&format!("d{i}"))).collect();
         let upcall = veth("upc");
         Kernel { ex, devs, upcall, sniffer: Sniffer::new(), _pins: pins }
@@ -874,6 +949,8 @@ struct Observed {
     sent: Vec<(Option<usize>, Vec<u8>)>,
     /// Every port's counters, as they moved.
     counters: Vec<[u64; c::COUNT]>,
+    /// The stations it reported heard behind a tunnel.
+    heard: Vec<sluice_ebpf::heard::Heard>,
 }
 
 /// What the kernel's maps hold for one switch (what the test wrote, so that it knows
@@ -881,6 +958,11 @@ struct Observed {
 struct Installed {
     mode: Mode,
     places: Vec<Place>,
+    /// Each port's tunnel, if it is one.
+    tunnels: Vec<Option<TunnelSpec>>,
+    /// The kernel's reports of stations heard behind a tunnel are never handed to the
+    /// core (as if the daemon had not read them yet): its remote table stays empty.
+    forget_heard: bool,
     gen_base: u64,
     generation: u64,
     admits: HashMap<abi::AdmitKey, abi::Admit>,
@@ -909,7 +991,10 @@ impl Installed {
                     let place = self.places[i];
                     let ifindex = place.device.expect("every port has a device").ifindex;
                     let p = sw.fast_port(id).expect("no port is removed");
-                    let e = convert::input(&p, place.slot, self.mode, sw.config().router_mac);
+                    let mut e = convert::input(&p, place.slot, self.mode, sw.config().router_mac);
+                    if let Some(t) = &self.tunnels[i] {
+                        e = convert::tunnel_input(e, t.local.is_ipv6());
+                    }
                     k.ex.set_input(ifindex, &e).expect("inputs");
                     self.inputs.insert(ifindex);
                     if let Some(old) = self.locks.remove(&i) {
@@ -995,6 +1080,31 @@ impl Installed {
         for &ifindex in &self.inputs {
             k.ex.clear_input(ifindex);
         }
+        for (p, t) in self.places.iter().zip(&self.tunnels) {
+            if let (Some(d), Some(_)) = (p.device, t) {
+                k.ex.clear_tunnel(d.ifindex);
+            }
+        }
+    }
+
+    /// How a frame leaves by tunnel port `p` with the tag the core gives it, as the daemon
+    /// has it.
+    fn tunnel_out(&self, p: PortId, tag: Option<u16>) -> Option<convert::TunnelOut> {
+        let t = self.tunnels.get(p as usize)?.as_ref()?;
+        match &t.rules.vnis {
+            VniMap::Single(vni) => Some(convert::TunnelOut { vni: *vni, tagged: true }),
+            m @ VniMap::PerVlan(_) => {
+                Some(convert::TunnelOut { vni: m.vni_of(tag.map(|v| v & 0x0fff))?, tagged: false })
+            }
+        }
+    }
+
+    /// Whether the remote table has station `mac` of `vni` behind tunnel port `p`, heard
+    /// from `sender` if given.
+    fn remote(&self, k: &Kernel, p: usize, vni: u32, mac: MacAddr, sender: Option<IpAddr>) -> bool {
+        let Some(d) = self.places[p].device else { return false };
+        let Some(r) = k.ex.remote(d.ifindex, vni, mac) else { return false };
+        sender.is_none_or(|s| r.addr == ip16(s))
     }
 }
 
@@ -1047,9 +1157,22 @@ fn core_counters(sw: &Switch) -> Vec<[u64; c::COUNT]> {
     sw.ports().iter().map(|p| as_kernel(&p.counters)).collect()
 }
 
+/// An address as the kernel's tables hold it (IPv4 in the first 4 bytes).
+fn ip16(a: IpAddr) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    match a {
+        IpAddr::V4(a) => b[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => b = a.octets(),
+    }
+    b
+}
+
 fn core_receives(sw: &mut Switch, handles: &[MemHandle], case: &Case, now_ms: u64) -> CoreSide {
     let before = core_counters(sw);
-    handles[case.from].inject(case.vnet, &case.bytes);
+    match case.origin {
+        Some((o, _)) => handles[case.from].inject_from(o, &case.bytes),
+        None => handles[case.from].inject(case.vnet, &case.bytes),
+    }
     while sw.on_readable(case.from as PortId, now_ms) {}
     let after = core_counters(sw);
     let counters: Vec<_> = after.iter().zip(&before).map(|(a, b)| delta(a, b)).collect();
@@ -1090,6 +1213,21 @@ fn up_copy(frame: &[u8], slot: u16) -> Vec<u8> {
     w
 }
 
+/// The frame as the program hands it up (its slot's outer tag aside, which it puts beside
+/// the frame): from a tunnel, with its origin in two 802.1Q tags first.
+fn up_frame(case: &Case) -> Vec<u8> {
+    let Some((o, known)) = case.origin else { return case.bytes.clone() };
+    let high = ((o.vni >> 8) & 0xffff) as u16;
+    let low = (((o.vni & 0xff) as u16) << 8) | if known { abi::UP_ENDPOINT } else { 0 };
+    let mut f = case.bytes[..12].to_vec();
+    for t in [high, low] {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&t.to_be_bytes());
+    }
+    f.extend_from_slice(&case.bytes[12..]);
+    f
+}
+
 /// The kernel goes up with the frame: a hit whose verdict is up, or a miss.
 fn expect_up(
     case: &Case,
@@ -1125,7 +1263,7 @@ fn expect_up(
     } else {
         Expected {
             code: REDIRECT,
-            frame: Some(case.bytes.clone()),
+            frame: Some(up_frame(case)),
             mark: Some(abi::SLUICE_MARK),
             sent: Vec::new(),
             counters,
@@ -1135,8 +1273,18 @@ fn expect_up(
 }
 
 /// What the kernel must do with a frame whose installed verdicts are the core's `v` on
-/// `key`.
-fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Verdict, input: &abi::Input) -> Expected {
+/// `key`; `served`: whether the kernel's tables serve every output the verdict has (an
+/// output into a tunnel needs the destination in the remote table; one the conversion
+/// cannot give the kernel goes up).
+fn expect_hit(
+    case: &Case,
+    inst: &Installed,
+    core: &CoreSide,
+    key: &Key,
+    v: &Verdict,
+    input: &abi::Input,
+    served: bool,
+) -> Expected {
     let n = inst.places.len();
     if v.pass_to_host && v.action == Action::Forward && v.outputs.is_empty() {
         // The host's alone: on to its stack, untouched and uncounted (the core counts its
@@ -1156,7 +1304,7 @@ fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Ver
         Action::Drop(_) => false,
         // More outputs than a verdict holds, or a next hop the kernel does not know (the
         // core parked the frame): the core's.
-        Action::Forward => v.outputs.len() > abi::MAX_OUTPUTS || !core.placed,
+        Action::Forward => v.outputs.len() > abi::MAX_OUTPUTS || !core.placed || !served,
     };
     if up {
         return expect_up(case, inst, core, input, dst, false, v.pass_to_host);
@@ -1175,7 +1323,12 @@ fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Ver
     }
     // Forwarded: each output the core sent a copy to gets the same; the last one gets
     // the frame itself (unless the host takes it on).
-    let copy = |o: &sluice_switch::Output| core.sent[o.port as usize].first().cloned();
+    // (A tunnel with a VNI per VLAN sends its frames untagged, the VLAN in the VNI.)
+    let copy = |o: &sluice_switch::Output| {
+        let w = core.sent[o.port as usize].first()?;
+        let untag = inst.tunnel_out(o.port, o.tag).is_some_and(|t| !t.tagged);
+        Some(if untag { strip_outer(w) } else { w.clone() })
+    };
     let mut sent = Vec::new();
     let last_i = v.outputs.len() - 1;
     let mut last = None;
@@ -1185,6 +1338,11 @@ fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Ver
     let mut counters = counters;
     for (i, o) in v.outputs.iter().enumerate() {
         let Some(w) = copy(o) else { continue };
+        // Where the two differ, by design for now: the core counts the frame it gives a
+        // tunnel port (with its VLAN's tag, which a port with a VNI per VLAN takes off
+        // before sending it); the kernel counts what the tunnel's device is given.
+        let untagged = core.sent[o.port as usize].first().map_or(0, |c| c.len() - w.len());
+        counters[o.port as usize][c::TX_BYTES] -= untagged as u64;
         if case.vnet.is_gso() && (i != last_i || host) {
             // A test run cannot give its frame a GSO type (only a size): a device's egress
             // refuses the clone of a GSO frame, which the program counts as a transmit
@@ -1200,7 +1358,7 @@ fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Ver
             code = REDIRECT;
             frame = Some(w.clone());
             let reach = inst.places[o.port as usize].device.expect("placed").reach;
-            mark = Some(if reach == Reach::Uplink { 0 } else { abi::SLUICE_MARK });
+            mark = Some(if matches!(reach, Reach::Uplink | Reach::Tunnel) { 0 } else { abi::SLUICE_MARK });
             last = Some((o.port as usize, w));
         } else {
             sent.push((Some(o.port as usize), w));
@@ -1215,7 +1373,7 @@ fn expect_hit(case: &Case, inst: &Installed, core: &CoreSide, key: &Key, v: &Ver
 }
 
 /// Runs the program on the case's frame and reads what it did.
-fn run(k: &Kernel, inst: &Installed, case: &Case) -> Observed {
+fn run(k: &mut Kernel, inst: &Installed, case: &Case) -> Observed {
     let before: Vec<_> = inst.places.iter().map(|p| k.counters(p.slot)).collect();
     let dev = inst.places[case.from].device.expect("placed");
     let segs = if case.vnet.is_gso() {
@@ -1225,8 +1383,11 @@ fn run(k: &Kernel, inst: &Installed, case: &Case) -> Observed {
         0
     };
     let gso_size = if case.vnet.is_gso() { u32::from(case.vnet.gso_size) } else { 0 };
-    let ctx = RunCtx { ifindex: dev.ifindex, gso_size, gso_segs: segs, ..RunCtx::default() };
+    let tunnel = case.origin.map(|(o, _)| (o.vni, o.sender));
+    let ctx = RunCtx { ifindex: dev.ifindex, gso_size, gso_segs: segs, tunnel, ..RunCtx::default() };
     let ran = k.ex.run(&case.bytes, &ctx).expect("a test run");
+    // (Drained after every run, so that the ring never fills.)
+    let heard = k.ex.take_heard(64);
     let sent = k
         .sniffer
         .drain()
@@ -1238,7 +1399,7 @@ fn run(k: &Kernel, inst: &Installed, case: &Case) -> Observed {
         })
         .collect();
     let counters = inst.places.iter().zip(&before).map(|(p, b)| delta(&k.counters(p.slot), b)).collect();
-    Observed { ran, sent, counters }
+    Observed { ran, sent, counters, heard }
 }
 
 /// Where `obs` differs from `want`, in words; empty when it does not.
@@ -1442,9 +1603,63 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
     let admit = convert::admit(v, sw.stage1(key), &p, inst.mode, inst.generation);
     let flow = (admit.action == abi::ACT_FORWARD).then(|| {
         let fk = convert::flow_key(key, admit.vlan, |q| inst.place(q)).expect("every port is placed");
-        (fk, convert::verdict(v, inst.generation, |q| inst.place(q), |_, _| None))
+        (fk, convert::verdict(v, inst.generation, |q| inst.place(q), |q, tag| inst.tunnel_out(q, tag)))
     });
     Converted { input, ak, admit, flow }
+}
+
+/// Whether the kernel's tables serve every output of the core's verdict `v` as converted:
+/// not a verdict the conversion sends up (a flood, a mirror's copy or a routed frame into
+/// a tunnel), nor one into a tunnel to a destination the remote table does not have.
+fn served(k: &Kernel, inst: &Installed, case: &Case, v: &Verdict, cv: &Converted) -> bool {
+    let Some((_, fv)) = &cv.flow else { return true };
+    if v.action == Action::Forward && fv.action == abi::ACT_UP {
+        return false;
+    }
+    let dst = MacAddr(case.bytes[..6].try_into().expect("a whole header"));
+    v.outputs.iter().zip(&fv.outputs).all(|(o, fo)| {
+        fo.kind != abi::OUT_TUNNEL
+            || fo.flags & abi::OF_REMOTE_DST == 0
+            || inst.remote(k, o.port as usize, fo.vni, dst, None)
+    })
+}
+
+/// Hands the core the stations the kernel reported heard behind a tunnel, as the daemon
+/// does (`heard::hand_to_core`): each the core learns goes into the remote table. `due`:
+/// the one the frame taught the core.
+fn hand_heard(
+    k: &mut Kernel,
+    inst: &Installed,
+    sw: &mut Switch,
+    heard: &[sluice_ebpf::heard::Heard],
+    due: Option<(u32, MacAddr, IpAddr)>,
+    v: &Verdict,
+    t: &mut Totals,
+) {
+    if inst.forget_heard {
+        return;
+    }
+    let mut seen = HashSet::new();
+    for h in heard {
+        if !seen.insert((h.vni, h.vlan, h.mac, h.sender)) {
+            continue;
+        }
+        let id = inst.places.iter().position(|p| u32::from(p.slot) == h.slot).expect("a report names a port's slot");
+        let learned = sw.tunnel_heard(id as PortId, h.vni, h.vlan, h.mac, h.sender);
+        if learned {
+            k.ex.set_remote(h.ifindex, h.vni, h.mac, h.sender).expect("remotes");
+        }
+        let taught = due == Some((h.vni, h.mac, h.sender));
+        let frame = match v.action {
+            _ if taught => "a frame that taught it the core".to_string(),
+            Action::Drop(c) => format!("a frame the core dropped ({})", c.name()),
+            _ => "a frame that taught the core nothing".into(),
+        };
+        t.saw(format!(
+            "tunnel: a station heard reported, from {frame}, the core {} it",
+            if learned { "learns" } else { "refuses" }
+        ));
+    }
 }
 
 fn describe(cv: &Converted) -> String {
@@ -1484,6 +1699,42 @@ struct Totals {
 impl Totals {
     fn saw(&mut self, what: impl Into<String>) {
         *self.seen.entry(what.into()).or_default() += 1;
+    }
+
+    /// Counts what a frame from a tunnel or with an output into one asked of the kernel.
+    fn tunnelled(&mut self, inst: &Installed, case: &Case, v: &Verdict, core: &CoreSide, served: bool) {
+        if let Some((o, known)) = case.origin {
+            let carried = inst.tunnels[case.from].as_ref().is_some_and(|t| t.rules.vnis.vlan_of(o.vni).is_some());
+            self.saw(format!(
+                "tunnel in: from {}, {}",
+                if known { "an endpoint" } else { "a stranger" },
+                if carried { "a VNI it carries" } else { "a VNI it does not carry" }
+            ));
+            self.saw(format!(
+                "tunnel in: {}",
+                match v.action {
+                    Action::Forward if !core.placed => "not placed".to_string(),
+                    Action::Forward => "forwarded or flooded".into(),
+                    Action::Drop(c) => format!("dropped: {}", c.name()),
+                    Action::Up(_) => "up".into(),
+                }
+            ));
+        }
+        if v.action != Action::Forward || v.outputs.len() > abi::MAX_OUTPUTS || !core.placed {
+            return;
+        }
+        for o in &v.outputs {
+            if inst.tunnels[o.port as usize].is_none() {
+                continue;
+            }
+            self.saw(if v.flood || o.mirror || v.next_hop.is_some() {
+                "tunnel out: a flood, a mirror's copy or a routed frame, up"
+            } else if served {
+                "tunnel out: sent to the station's endpoint by the kernel"
+            } else {
+                "tunnel out: its endpoint not in the remote table, up"
+            });
+        }
     }
 
     /// Counts what the core did with a frame it decided.
@@ -1567,6 +1818,8 @@ fn check_switch(
     let mut inst = Installed {
         mode: spec.mode,
         places,
+        tunnels: spec.ports.iter().map(|p| p.tunnel.clone()).collect(),
+        forget_heard: spec.forget_heard,
         gen_base: (index + 1) * GENERATIONS_PER_SWITCH,
         generation: 0,
         admits: HashMap::new(),
@@ -1577,6 +1830,15 @@ fn check_switch(
         neigh: HashSet::new(),
         inputs: HashSet::new(),
     };
+    // A tunnel's settings and endpoints, as the daemon's `add_tunnel` writes them.
+    for (p, t) in inst.places.iter().zip(&inst.tunnels) {
+        if let (Some(d), Some(t)) = (p.device, t) {
+            k.ex.set_tunnel(d.ifindex, &convert::tunnel(t.local, 64)).expect("tunnels");
+            for &r in &t.rules.remotes {
+                k.ex.set_endpoint(d.ifindex, r).expect("endpoints");
+            }
+        }
+    }
     inst.sync(k, &mut sw);
     let mut mtus: Vec<u16> = spec.ports.iter().map(|p| p.mtu).collect();
     mtus.sort_unstable();
@@ -1594,9 +1856,15 @@ fn check_switch(
             sw.expire(now_ms);
         }
         now_ms += 1;
+        // (What the core told its tunnels of earlier reports is no concern of this frame.)
+        for h in &handles {
+            let _ = h.take_remotes();
+        }
         let core = core_receives(&mut sw, &handles, &case, now_ms);
         inst.sync(k, &mut sw);
         t.cases += 1;
+        // What the core's tunnel port was told the frame teaches (where its source is).
+        let taught = handles[case.from].take_remotes();
         if test_run_refuses(&case.bytes) {
             t.refused += 1;
             continue;
@@ -1619,7 +1887,16 @@ fn check_switch(
         keyed.push(case.clone());
         let cv = convert_decision(&sw, &inst, case.from, &key, &v);
         let hit = inst.hits(&cv.ak, cv.flow.as_ref().map(|f| &f.0));
+        let served = served(k, &inst, &case, &v, &cv);
+        // A station the frame teaches the core is behind its sender, where the kernel's
+        // remote table does not have it there: the kernel must report it.
+        let due = case.origin.and_then(|(o, _)| {
+            let src = MacAddr(case.bytes[6..12].try_into().expect("a whole header"));
+            let learns = inst.mode == Mode::L2 && !src.is_zero() && taught.contains(&(o.vni, src, o.sender));
+            (learns && !inst.remote(k, case.from, o.vni, src, Some(o.sender))).then_some((o.vni, src, o.sender))
+        });
         let obs = run(k, &inst, &case);
+        let mut heard = obs.heard.clone();
         if hit {
             t.hits += 1;
         } else {
@@ -1631,13 +1908,30 @@ fn check_switch(
             }
             inst.install(k, cv.ak, cv.admit, cv.flow);
         }
-        let want = expect_hit(&case, &inst, &core, &key, &v, &cv.input);
+        let want = expect_hit(&case, &inst, &core, &key, &v, &cv.input, served);
         let obs = if hit { obs } else { run(k, &inst, &case) };
+        if !hit {
+            heard.extend(obs.heard.iter().cloned());
+        }
         let why = differences(&want, &obs);
         if !why.is_empty() {
             report("the kernel executed the installed verdict otherwise", &obs, Some(&want), why, describe(&cv));
         }
         t.decided(&case, &v, &core);
+        t.tunnelled(&inst, &case, &v, &core, served);
+        if let Some((vni, mac, sender)) = due
+            && !heard.iter().any(|h| (h.vni, h.mac, h.sender) == (vni, mac, sender))
+        {
+            let why = vec![format!("no report of {mac} in VNI {vni} heard from {sender} (reported: {heard:?})")];
+            report(
+                "the core learned a station behind a tunnel the kernel did not report",
+                &obs,
+                None,
+                why,
+                describe(&cv),
+            );
+        }
+        hand_heard(k, &inst, &mut sw, &heard, due, &v, t);
         // The last output, seen as a clone: the same verdict with every output cloned (not
         // for a GSO frame, whose clones a test run cannot send).
         if let (Some((port, w)), Some((fk, fv)), false) = (&want.last, &cv.flow, case.vnet.is_gso()) {
@@ -1724,7 +2018,7 @@ fn stage1_dst_of(f: &[u8], input: &abi::Input) -> u8 {
 /// on its uplink — leave it to the host, and must send it nowhere else. What it did and
 /// why that is none of those, if it is not.
 fn keyless(
-    k: &Kernel,
+    k: &mut Kernel,
     inst: &Installed,
     sw: &Switch,
     case: &Case,
@@ -1870,6 +2164,7 @@ fn port(slot: u16) -> PortSpec {
         drop_ethertypes: Vec::new(),
         reach: Reach::Guest,
         slot,
+        tunnel: None,
     }
 }
 
@@ -1878,11 +2173,11 @@ fn uplink(slot: u16, dev: Option<MacAddr>) -> PortSpec {
 }
 
 fn switch(mode: Mode, ports: Vec<PortSpec>) -> SwitchSpec {
-    SwitchSpec { mode, ports, port_mac_limit: 1024, fib_max: 8192, statics: Vec::new() }
+    SwitchSpec { mode, ports, port_mac_limit: 1024, fib_max: 8192, statics: Vec::new(), forget_heard: false }
 }
 
 fn case(from: usize, bytes: Vec<u8>, what: &str) -> Case {
-    Case { from, vnet: VnetHdr::default(), bytes, what: what.into() }
+    Case { from, vnet: VnetHdr::default(), bytes, what: what.into(), origin: None }
 }
 
 /// A UDP/IPv4 frame of `payload` bytes from `src` to `dst`, 10.0.0.1 to 10.0.0.9.
