@@ -2,12 +2,16 @@
 //! the core's verdicts", *As built: the differential test*).
 //!
 //! Seeded switches — Layer 2 and 3; access, trunk and native VLANs; isolated ports, ports
-//! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a small MAC table, static
-//! stations, mirrors, uplinks with and without a device address — and seeded frames —
-//! unicast to known and unknown stations, group, to the input's own address; untagged,
-//! tagged and priority-tagged; IPv4, IPv6, ARP, neighbour discovery, other EtherTypes; GSO
-//! frames whose segments are sized around each output's MTU; frames cut short, with
-//! trailing bytes, with IP options and extension headers. For each frame:
+//! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a
+//! small MAC table, static stations, mirrors, uplinks with and without a device address,
+//! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
+//! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group, to
+//! the input's own address; untagged, tagged and priority-tagged; IPv4, IPv6, ARP,
+//! neighbour discovery, other EtherTypes; GSO frames whose segments are sized around each
+//! output's MTU; frames cut short, with trailing bytes, with IP options and extension
+//! headers; into a tunnel port, from a datagram of a VNI it carries or not, sent by one of
+//! its endpoints or a stranger (the kernel's run given the tunnel key a VXLAN device
+//! leaves). For each frame:
 //!
 //! 1. the core (a `Switch` with in-memory ports) receives it and records its key, its
 //!    verdict, the copy each port was sent and every port's counters;
@@ -23,6 +27,13 @@
 //!    counter of every port. A test run carries out no redirect, so the last output's copy
 //!    is seen in one more run of the same verdict with `V_HOST`, where every output gets a
 //!    clone.
+//!
+//! Out of a tunnel, known unicast is sent by the kernel to the endpoint its remote table
+//! has the destination behind, or goes up when it has none there; a flood, a mirror's copy
+//! or a routed frame into a tunnel goes up. The kernel's reports of stations heard behind a
+//! tunnel are handed to the core after each frame, as the daemon does (on one switch in
+//! three they are left unread); a station the frame taught the core must have been
+//! reported.
 //!
 //! At the end of each switch the generation moves on in the kernel alone: every frame
 //! with a key is then a miss. A frame the core drops before it has a key (not valid, a GSO
