@@ -315,6 +315,10 @@ abi! {
     /// counting the drop, with `ACT_UP` after a copy went up, with `ACT_FORWARD` after
     /// every output got a copy.
     pub const V_HOST: u8 = 1 << 2 => V_HOST;
+    /// [`Verdict::flags`]: the core lets frames with this key through the checks that come
+    /// before learning, so it learns from them: a tunnel's station heard in one is
+    /// reported (`sluice_heard`); one from a frame it drops before learning is not.
+    pub const V_TEACHES: u8 = 1 << 3 => V_TEACHES;
 
     /// [`Admit::mask`]: read the exact source MAC address ([`FlowKey::src_mac`]).
     pub const X_SRC_MAC: u16 = 1 << 0 => X_SRC_MAC;

@@ -918,8 +918,6 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 				__u64 now = bpf_ktime_get_ns();
 				if (now - s->seen_ns > SEEN_EVERY_NS)
 					s->seen_ns = now;
-				if (in_flags & IN_TUNNEL)
-					heard(ifindex, slot, in_flags, vlan, &o, f.src, c);
 			} else if (s) {
 				k.src = (s->flags & FIB_STATIC) ? SRC_STATIC : SRC_ELSEWHERE;
 			}
@@ -943,6 +941,10 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	struct sluice_verdict *v = bpf_map_lookup_elem(&sluice_verdicts, &k);
 	if (!v || v->generation != gen)
 		return miss(skb, slot, c, host);
+	/* Where a tunnel's station is heard from is reported only for a frame the core learns
+	 * from (V_TEACHES: it passed the checks that come before learning). */
+	if ((in_flags & IN_TUNNEL) && k.src == SRC_HERE && (v->flags & V_TEACHES))
+		heard(ifindex, slot, in_flags, vlan, &o, f.src, c);
 	if (v->flags & V_LEARN_REFUSED)
 		c->v[C_LEARN_REFUSED]++;
 	if (v->action != ACT_FORWARD)

@@ -270,17 +270,22 @@ pub fn cause(c: DropCause) -> u8 {
 }
 
 /// Stage 2's verdict: the core's verdict `v`, made in `generation`, with each output's
-/// port placed by `places`. A verdict the program cannot execute as the core would — more
+/// port placed by `places` (a tunnel's VNI by `tunnels`); `teaches`: the core learns from
+/// frames with this key ([`sluice_switch::Switch::admits`]). A verdict the program cannot execute as the core would — more
 /// than [`abi::MAX_OUTPUTS`] outputs, or an output the kernel does not reach — goes up.
 pub fn verdict(
     v: &Verdict,
     generation: u64,
+    teaches: bool,
     places: impl Fn(PortId) -> Option<Place>,
     tunnels: impl Fn(PortId, Option<u16>) -> Option<TunnelOut>,
 ) -> abi::Verdict {
     let mut e = abi::Verdict { generation, ..abi::Verdict::default() };
     if v.pass_to_host {
         e.flags |= abi::V_HOST;
+    }
+    if teaches {
+        e.flags |= abi::V_TEACHES;
     }
     match v.action {
         Action::Up(_) => {
@@ -356,7 +361,7 @@ fn up(e: abi::Verdict) -> abi::Verdict {
     abi::Verdict {
         generation: e.generation,
         action: abi::ACT_UP,
-        flags: e.flags & abi::V_HOST,
+        flags: e.flags & (abi::V_HOST | abi::V_TEACHES),
         ..abi::Verdict::default()
     }
 }
@@ -553,6 +558,7 @@ mod tests {
         let e = verdict(
             &v,
             7,
+            true,
             |p| {
                 let reach = [Reach::Guest, Reach::Veth, Reach::Uplink][p as usize % 3];
                 Some(Place { slot: p as u16 + 50, device: Some(Device { ifindex: 300 + p, reach }) })
@@ -560,7 +566,7 @@ mod tests {
             no_tunnels,
         );
         assert_eq!((e.generation, e.action, e.n_out, e.next_hop), (7, abi::ACT_FORWARD, 3, abi::NH_NONE));
-        assert_eq!(e.flags, abi::V_FLOOD | abi::V_LEARN_REFUSED);
+        assert_eq!(e.flags, abi::V_FLOOD | abi::V_LEARN_REFUSED | abi::V_TEACHES);
         let o = e.outputs;
         assert_eq!(
             (o[0].ifindex, o[0].slot, o[0].kind, o[0].flags, o[0].vid),
@@ -574,36 +580,40 @@ mod tests {
     #[test]
     fn next_hops_drops_and_upcalls() {
         let routed = Verdict { next_hop: Some(NextHop::Mac(A)), ..forward(vec![out(1, None)]) };
-        let e = verdict(&routed, 1, places, no_tunnels);
+        let e = verdict(&routed, 1, false, places, no_tunnels);
         assert_eq!((e.next_hop, e.next_mac), (abi::NH_MAC, A.0));
         let lan = Verdict { next_hop: Some(NextHop::Neighbour), ..forward(vec![out(1, None)]) };
-        assert_eq!(verdict(&lan, 1, places, no_tunnels).next_hop, abi::NH_NEIGH);
+        assert_eq!(verdict(&lan, 1, false, places, no_tunnels).next_hop, abi::NH_NEIGH);
         let dropped = Verdict {
             action: Action::Drop(DropCause::Isolated),
             learn_refused: true,
             pass_to_host: true,
             ..Verdict::default()
         };
-        let e = verdict(&dropped, 1, places, no_tunnels);
+        let e = verdict(&dropped, 1, false, places, no_tunnels);
         assert_eq!(
             (e.action, e.cause, e.flags),
             (abi::ACT_DROP, abi::d::ISOLATED as u8, abi::V_LEARN_REFUSED | abi::V_HOST)
         );
         let neigh = Verdict { action: Action::Up(Upcall::Neigh), learn_refused: true, ..Verdict::default() };
-        let e = verdict(&neigh, 1, places, no_tunnels);
+        let e = verdict(&neigh, 1, false, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, 0, 0));
     }
 
     #[test]
     fn what_the_kernel_cannot_send_goes_up() {
         let many = forward((0..17).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&many, 1, places, no_tunnels).action, abi::ACT_UP, "more than 16 outputs");
+        assert_eq!(verdict(&many, 1, false, places, no_tunnels).action, abi::ACT_UP, "more than 16 outputs");
         let sixteen = forward((0..16).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&sixteen, 1, places, no_tunnels).n_out, 16);
+        assert_eq!(verdict(&sixteen, 1, false, places, no_tunnels).n_out, 16);
         let user = Verdict { pass_to_host: true, flood: true, ..forward(vec![out(1, None), out(9, None)]) };
-        let e = verdict(&user, 1, places, no_tunnels);
+        let e = verdict(&user, 1, false, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, abi::V_HOST, 0), "a port in user space");
-        assert_eq!(verdict(&forward(vec![out(40, None)]), 1, places, no_tunnels).action, abi::ACT_UP, "no place");
+        assert_eq!(
+            verdict(&forward(vec![out(40, None)]), 1, false, places, no_tunnels).action,
+            abi::ACT_UP,
+            "no place"
+        );
     }
 
     #[test]
@@ -616,7 +626,7 @@ mod tests {
             (p == 5).then_some(())?;
             Some(TunnelOut { vni: 1000 + u32::from(tag?), tagged: false })
         };
-        let e = verdict(&forward(vec![out(5, Some(20))]), 3, places5, per_vlan);
+        let e = verdict(&forward(vec![out(5, Some(20))]), 3, false, places5, per_vlan);
         let o = e.outputs[0];
         assert_eq!(
             (o.kind, o.flags, o.vni, o.ifindex),
@@ -624,13 +634,21 @@ mod tests {
             "untagged, the VLAN in the VNI"
         );
         let single = |_: PortId, _: Option<u16>| Some(TunnelOut { vni: 7, tagged: true });
-        let o = verdict(&forward(vec![out(5, Some(20))]), 3, places5, single).outputs[0];
+        let o = verdict(&forward(vec![out(5, Some(20))]), 3, false, places5, single).outputs[0];
         assert_eq!((o.flags, o.vid, o.vni), (abi::OF_REMOTE_DST | abi::OF_TAG, 20, 7), "a trunk's tag inside one VNI");
         let flood = Verdict { flood: true, ..forward(vec![out(1, None), out(5, Some(20))]) };
-        assert_eq!(verdict(&flood, 3, places5, single).action, abi::ACT_UP, "the port sends a flood to every endpoint");
+        assert_eq!(
+            verdict(&flood, 3, false, places5, single).action,
+            abi::ACT_UP,
+            "the port sends a flood to every endpoint"
+        );
         let mirror = forward(vec![out(1, None), Output { mirror: true, ..out(5, None) }]);
-        assert_eq!(verdict(&mirror, 3, places5, single).action, abi::ACT_UP);
-        assert_eq!(verdict(&forward(vec![out(5, Some(30))]), 3, places5, |_, _| None).action, abi::ACT_UP, "no VNI");
+        assert_eq!(verdict(&mirror, 3, false, places5, single).action, abi::ACT_UP);
+        assert_eq!(
+            verdict(&forward(vec![out(5, Some(30))]), 3, false, places5, |_, _| None).action,
+            abi::ACT_UP,
+            "no VNI"
+        );
         let k = Key { tunnel: Some(sluice_switch::Tunneled { vni: 1020, endpoint: true }), ..key(5, Dest::Group) };
         let a = admit_key(&k, 55);
         assert_eq!((a.vni, a.endpoint, a.dst), (1020, 1, abi::DST_GROUP));

@@ -1614,7 +1614,7 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
     let admit = convert::admit(v, sw.stage1(key), &p, inst.mode, inst.generation);
     let flow = (admit.action == abi::ACT_FORWARD).then(|| {
         let fk = convert::flow_key(key, admit.vlan, |q| inst.place(q)).expect("every port is placed");
-        (fk, convert::verdict(v, inst.generation, |q| inst.place(q), |q, tag| inst.tunnel_out(q, tag)))
+        (fk, convert::verdict(v, inst.generation, sw.admits(key), |q| inst.place(q), |q, tag| inst.tunnel_out(q, tag)))
     });
     Converted { input, ak, admit, flow }
 }
@@ -1941,6 +1941,21 @@ fn check_switch(
                 why,
                 describe(&cv),
             );
+        }
+        // A frame the core drops before learning teaches it nothing: the kernel must not
+        // report where its source was heard (the core would learn it from the report).
+        if let (false, Some((o, _))) = (sw.admits(&key), case.origin) {
+            let src = MacAddr(case.bytes[6..12].try_into().expect("a whole header"));
+            if heard.iter().any(|h| h.mac == src && h.vni == o.vni && h.sender == o.sender) {
+                let why = vec![format!("a report of {src} heard from {} (reported: {heard:?})", o.sender)];
+                report(
+                    "the kernel reported a station heard from a frame the core drops before learning",
+                    &obs,
+                    None,
+                    why,
+                    describe(&cv),
+                );
+            }
         }
         hand_heard(k, &inst, &mut sw, &heard, due, &v, t);
         // The last output, seen as a clone: the same verdict with every output cloned (not

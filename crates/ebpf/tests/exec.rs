@@ -812,12 +812,30 @@ fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says
         });
         assert_eq!(sw.fib().get(1, A).map(|e| e.port), Some(tid), "the core learned the station");
         ex.set_station(1, A, 2, false).unwrap();
+        // Its kind's verdict as the core installs it. A verdict of a kind the core drops
+        // before learning (without `V_TEACHES`) reports nothing: the core learns nothing
+        // from such a frame.
+        let kind = abi::FlowKey {
+            slot: 2,
+            vlan: 1,
+            ethertype: 0x0800,
+            src: abi::SRC_HERE,
+            dst: abi::DST_GROUP,
+            ..Default::default()
+        };
+        let spoofed =
+            abi::Verdict { generation: GEN, action: abi::ACT_DROP, cause: d::SPOOFED_IP as u8, ..Default::default() };
+        ex.install(&kind, &spoofed).unwrap();
+        assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, SHOT);
+        assert_eq!(ex.take_heard(64), [], "nothing heard from a frame the core drops before learning");
+        let up = abi::Verdict { generation: GEN, action: abi::ACT_UP, flags: abi::V_TEACHES, ..Default::default() };
+        ex.install(&kind, &up).unwrap();
         // Its next frames: the station is the tunnel's, its endpoint unknown in the kernel:
         // each is reported (until the core decides), and goes on as its verdict says.
         for _ in 0..2 {
             assert_eq!(run(&ex, &from(A), &via(5000, r1)).code, REDIRECT);
         }
-        assert_eq!(ex.counters(2).v[c::MISSES], 3);
+        assert_eq!(ex.counters(2).v[c::MISSES], 1);
         assert_eq!(heard::hand_to_core(&mut ex, &mut sw, port_of, 64), (2, 2));
         assert_eq!(th.take_remotes(), [(5000, A, r1), (5000, A, r1)], "the core's tunnel learned it");
         let r = ex.remote(vx, 5000, A).expect("the kernel's remote table has it");

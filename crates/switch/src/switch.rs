@@ -666,6 +666,14 @@ impl Switch {
         v
     }
 
+    /// Whether a frame with key `key` passes, now, the checks that come before learning
+    /// (its input, VLAN, EtherType, locks and source addresses): whether the switch learns
+    /// from it. A datapath that reports what it hears behind a tunnel reports it for such
+    /// frames only.
+    pub fn admits(&self, key: &Key) -> bool {
+        decide::learning(key, &self.tables()).is_some()
+    }
+
     /// Stage 1 of the decision on a frame with key `key` now: the VLAN it joins, or why
     /// its input refuses it (its VLAN rule; a tunnel's endpoints and VNIs). What a datapath
     /// that caches stage 1 apart from the rest installs.

@@ -684,7 +684,7 @@ impl KernelSide {
             && a.action == abi::ACT_FORWARD
             && let Some(fk) = convert::flow_key(key, a.vlan, |q| self.place(sw, q))
         {
-            let e = convert::verdict(v, g, |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
+            let e = convert::verdict(v, g, sw.admits(key), |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
             r = self.ex.install(&fk, &e);
         }
         match r {
