@@ -730,6 +730,8 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 
 	/* Decided and executable: counted, then done. */
 	c->v[(flags & V_FLOOD) ? C_FLOODED : C_FORWARDED]++;
+	if (flags & V_LEARN_REFUSED)
+		c->v[C_LEARN_REFUSED]++;
 	c->v[C_COPIES] += n;
 	if (nh != NH_NONE && bpf_skb_store_bytes(skb, 0, r.dmac, 6, 0))
 		return drop(c, D_TX_ERROR);
@@ -945,10 +947,13 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	 * from (V_TEACHES: it passed the checks that come before learning). */
 	if ((in_flags & IN_TUNNEL) && k.src == SRC_HERE && (v->flags & V_TEACHES))
 		heard(ifindex, slot, in_flags, vlan, &o, f.src, c);
-	if (v->flags & V_LEARN_REFUSED)
-		c->v[C_LEARN_REFUSED]++;
-	if (v->action != ACT_FORWARD)
+	/* (`learn_refused` is counted where the frame is settled here, not when it goes up:
+	 * the core counts it then.) */
+	if (v->action != ACT_FORWARD) {
+		if ((v->flags & V_LEARN_REFUSED) && v->action != ACT_UP)
+			c->v[C_LEARN_REFUSED]++;
 		return settle(skb, slot, c, v->action, v->cause, v->flags);
+	}
 	return execute(skb, slot, c, &f, vlan, v, l3);
 }
 
