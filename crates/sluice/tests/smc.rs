@@ -621,7 +621,15 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     .unwrap();
     let run = |args: &[&str]| launched(&p, args);
     let conf_s = conf.display().to_string();
-    let _nginx = Killed(run(&["nginx", "-c", &conf_s]).stdout(std::process::Stdio::null()).spawn().unwrap());
+    // (A process group of its own: the workers go with the master when the test ends.)
+    let _nginx = Killed(
+        std::os::unix::process::CommandExt::process_group(
+            run(&["nginx", "-c", &conf_s]).stdout(std::process::Stdio::null()),
+            0,
+        )
+        .spawn()
+        .unwrap(),
+    );
     assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port} "))), "nginx did not listen");
     let url = |f: &str| format!("http://127.0.0.1:{port}/{f}");
 

@@ -124,7 +124,23 @@ impl Killed {
 }
 
 impl Drop for Killed {
+    /// Kills the process and, when it leads a process group of its own (spawned with
+    /// `process_group(0)`), everything in that group: a server's workers (nginx's run as
+    /// `nobody`, and would otherwise outlive the test holding its listening socket).
     fn drop(&mut self) {
+        let Ok(pid) = i32::try_from(self.0.id()) else { return };
+        // A process group of its own: asked to stop first (nginx's master then stops and
+        // reaps its workers), at most 5 s, then killed whole.
+        // SAFETY: a signal to the process group our child leads, if it leads one (else no
+        // such group exists and the call fails harmlessly).
+        if unsafe { libc::kill(-pid, libc::SIGTERM) } == 0 {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < end && matches!(self.0.try_wait(), Ok(None)) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // SAFETY: as above.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
