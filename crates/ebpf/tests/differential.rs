@@ -55,11 +55,12 @@
 //! again, the switch, the frame (hex) and both sides.
 
 mod common;
+mod packet;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::time::Instant;
 
@@ -839,18 +840,9 @@ struct Sent {
 /// there when the run returns.
 struct Sniffer(OwnedFd);
 
-const PACKET_AUXDATA: libc::c_int = 8;
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
-const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
-
 impl Sniffer {
     fn new() -> Sniffer {
-        let all = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: a plain socket(2) call.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, all.into()) };
-        assert!(fd >= 0, "socket(AF_PACKET): {}", std::io::Error::last_os_error());
-        // SAFETY: `fd` is the socket just made, owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = packet::packet_socket();
         // ld [pkttype]; jeq PACKET_OUTGOING ? accept : drop.
         let mut prog = [
             libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0xffff_f004 },
@@ -865,8 +857,6 @@ impl Sniffer {
             assert_eq!(r, 0, "setsockopt({level}, {name}): {}", std::io::Error::last_os_error());
         };
         setopt(libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&raw const fprog).cast(), std::mem::size_of_val(&fprog));
-        let on: libc::c_int = 1;
-        setopt(libc::SOL_PACKET, PACKET_AUXDATA, (&raw const on).cast(), 4);
         let size: libc::c_int = 4 << 20;
         setopt(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&raw const size).cast(), 4);
         let s = Sniffer(fd);
@@ -877,51 +867,23 @@ impl Sniffer {
     /// Everything sent since the last call, in order.
     fn drain(&self) -> Vec<Sent> {
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 65536];
         loop {
-            let mut cbuf = [0u64; 16];
-            // SAFETY: zeroed sockaddr_ll and msghdr are valid values.
-            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-            // SAFETY: as above.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_name = (&raw mut from).cast();
-            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&cbuf);
-            // SAFETY: every pointer in `msg` points into a buffer of the size given, all
-            // alive for the call.
-            let n = unsafe { libc::recvmsg(self.0.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "recvmsg: {e}");
-                return out;
-            }
-            let mut wire = buf[..n as usize].to_vec();
-            // SAFETY: the CMSG macros walk the control buffer the kernel filled, within
-            // `msg_controllen`; a PACKET_AUXDATA message holds a tpacket_auxdata (status at
-            // byte 0, TCI at 16, TPID at 18), read unaligned.
-            unsafe {
-                let mut cm = libc::CMSG_FIRSTHDR(&msg);
-                while !cm.is_null() {
-                    if (*cm).cmsg_level == libc::SOL_PACKET && (*cm).cmsg_type == PACKET_AUXDATA {
-                        let d = libc::CMSG_DATA(cm);
-                        let status = std::ptr::read_unaligned(d.cast::<u32>());
-                        let tci = std::ptr::read_unaligned(d.add(16).cast::<u16>());
-                        let tpid = std::ptr::read_unaligned(d.add(18).cast::<u16>());
-                        if status & TP_STATUS_VLAN_VALID != 0 && wire.len() >= 12 {
-                            let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 { tpid } else { 0x8100 };
-                            let mut t = tpid.to_be_bytes().to_vec();
-                            t.extend_from_slice(&tci.to_be_bytes());
-                            wire.splice(12..12, t);
-                        }
-                    }
-                    cm = libc::CMSG_NXTHDR(&msg, cm);
+            let p = match packet::recv_packet(&self.0) {
+                Ok(p) => p,
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "recvmsg: {e}");
+                    return out;
                 }
+            };
+            let mut wire = p.frame;
+            if let Some((tpid, tci)) = p.tag
+                && wire.len() >= 12
+            {
+                let mut t = tpid.to_be_bytes().to_vec();
+                t.extend_from_slice(&tci.to_be_bytes());
+                wire.splice(12..12, t);
             }
-            out.push(Sent { ifindex: from.sll_ifindex as u32, wire });
+            out.push(Sent { ifindex: p.ifindex, wire });
         }
     }
 }

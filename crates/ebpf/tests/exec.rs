@@ -9,8 +9,9 @@
 //! have it is reported on the ring buffer, and the core decides whether to learn it.
 
 mod common;
+mod packet;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -77,35 +78,21 @@ fn veth(name: &str) -> (u32, u32) {
 /// the kernel keeps beside the frame).
 struct Sniffer(OwnedFd);
 
-/// `SOL_PACKET` options and flags of linux/if_packet.h.
-const PACKET_AUXDATA: libc::c_int = 8;
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
-
 /// A frame a [`Sniffer`] read: its bytes, and its outer tag (TPID, TCI) if it had one.
 type Sniffed = (Vec<u8>, Option<(u16, u16)>);
 
 impl Sniffer {
     fn on(ifindex: u32) -> Sniffer {
-        let all = (libc::ETH_P_ALL as u16).to_be();
-        // SAFETY: a plain socket(2) call.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, all.into()) };
-        assert!(fd >= 0, "socket(AF_PACKET): {}", std::io::Error::last_os_error());
-        // SAFETY: `fd` is the socket just made, owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = packet::packet_socket();
         // SAFETY: a zeroed sockaddr_ll is a valid value; the fields set are plain integers.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = all;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
         sll.sll_ifindex = ifindex as i32;
         let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
         // SAFETY: `sll` is a sockaddr_ll of `len` bytes, alive for the call.
         let r = unsafe { libc::bind(fd.as_raw_fd(), (&raw const sll).cast(), len) };
         assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
-        let on: libc::c_int = 1;
-        // SAFETY: `on` is an int, alive for the call, of the size passed.
-        let r =
-            unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_AUXDATA, (&raw const on).cast(), 4) };
-        assert_eq!(r, 0, "PACKET_AUXDATA: {}", std::io::Error::last_os_error());
         Sniffer(fd)
     }
 
@@ -132,46 +119,8 @@ impl Sniffer {
 
     /// One frame, and whether it arrived (not sent).
     fn read(&self) -> Option<(Sniffed, bool)> {
-        let mut buf = vec![0u8; 65536];
-        let mut cbuf = [0u64; 16];
-        // SAFETY: zeroed sockaddr_ll and msghdr are valid values.
-        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        // SAFETY: as above.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_name = (&raw mut from).cast();
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        // SAFETY: every pointer in `msg` points into a buffer of the size given, all alive
-        // for the call.
-        let n = unsafe { libc::recvmsg(self.0.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-        if n < 0 {
-            return None;
-        }
-        buf.truncate(n as usize);
-        let mut tag = None;
-        // SAFETY: the CMSG macros walk the control buffer the kernel filled, within
-        // `msg_controllen`; a PACKET_AUXDATA message holds a tpacket_auxdata (status at
-        // byte 0, TCI at 16, TPID at 18), read unaligned.
-        unsafe {
-            let mut cm = libc::CMSG_FIRSTHDR(&msg);
-            while !cm.is_null() {
-                if (*cm).cmsg_level == libc::SOL_PACKET && (*cm).cmsg_type == PACKET_AUXDATA {
-                    let d = libc::CMSG_DATA(cm);
-                    let status = std::ptr::read_unaligned(d.cast::<u32>());
-                    let tci = std::ptr::read_unaligned(d.add(16).cast::<u16>());
-                    let tpid = std::ptr::read_unaligned(d.add(18).cast::<u16>());
-                    if status & TP_STATUS_VLAN_VALID != 0 {
-                        tag = Some((tpid, tci));
-                    }
-                }
-                cm = libc::CMSG_NXTHDR(&msg, cm);
-            }
-        }
-        Some(((buf, tag), from.sll_pkttype != libc::PACKET_OUTGOING))
+        let p = packet::recv_packet(&self.0).ok()?;
+        Some(((p.frame, p.tag), p.pkttype != libc::PACKET_OUTGOING))
     }
 }
 
