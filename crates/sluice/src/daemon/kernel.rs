@@ -216,14 +216,6 @@ fn pick_slot(port_at: &[Option<PortId>], freed_at: &[Option<Instant>], now: Inst
     (0..n).filter(free).find(rested).or_else(|| (0..n).filter(free).min_by_key(|&i| freed_at[i]))
 }
 
-fn monotonic_ns() -> u64 {
-    // SAFETY: clock_gettime writes a timespec we own.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; CLOCK_MONOTONIC is always available.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 impl KernelSide {
     /// Loads the kernel datapath for switch `name` with tables for the switch's MAC table
     /// size, and opens its upcall TAP. `started` is the daemon's clock origin.
@@ -772,7 +764,7 @@ impl KernelSide {
     /// frames to them go up, and to every endpoint, until heard again).
     pub fn refresh_ages(&mut self, sw: &mut Switch) {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        let now_ns = monotonic_ns();
+        let now_ns = sluice_ebpf::exec::monotonic_ns();
         for (vlan, mac, st) in self.ex.stations() {
             if st.seen_ns == 0 {
                 continue;
