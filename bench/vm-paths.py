@@ -28,7 +28,7 @@ def sh(cmd, check=True, capture=True):
 
 
 class Console:
-    """The lab VMs' console protocol (crates/sluice/src/lab_vm.rs): `ID CMD\\n`, answered
+    """The lab VMs' console protocol (crates/lab/src/vm.rs): `ID CMD\\n`, answered
     with BEGIN/END markers and the exit code."""
 
     def __init__(self, path, wait=120):

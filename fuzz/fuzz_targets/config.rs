@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use sluice::config::{check_switch_name, parse};
+use sluice_api::config::{check_switch_name, parse};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

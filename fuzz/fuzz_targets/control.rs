@@ -10,8 +10,8 @@
 use std::io::{BufReader, Cursor};
 
 use libfuzzer_sys::fuzz_target;
-use sluice::config::{DatapathKind, check_datapath};
-use sluice::proto::{Incoming, Request, Response, read_request};
+use sluice_api::config::{DatapathKind, check_datapath};
+use sluice_api::proto::{Incoming, Request, Response, read_request};
 use sluice_wire::MacAddr;
 
 fuzz_target!(|data: &[u8]| {

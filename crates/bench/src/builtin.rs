@@ -3,6 +3,8 @@
 //! server (replaced by `--to`), `$d` the duration of the timed transaction (default 20 s,
 //! replaced by `--duration`), `$n` the connections (replaced by `--conns`).
 
+use crate::profile::{Profile, ProfileError, parse};
+
 /// (name, what it is, profile.xml)
 pub const BUILTINS: &[(&str, &str, &str)] = &[
     (
@@ -156,3 +158,16 @@ const STR_WRITE128K: &str = r#"<?xml version="1.0"?>
   </group>
 </profile>
 "#;
+
+/// Parses a built-in profile's text with its variables filled: the server `host`, a 20 s
+/// duration and one connection (the callers replace the last two as they need).
+pub fn profile(name: &str, text: &str, host: &str) -> Result<Profile, ProfileError> {
+    let host = host.to_string();
+    let lookup = move |v: &str| match v {
+        "h" => Some(host.clone()),
+        "d" => Some("20s".into()),
+        "n" => Some("1".into()),
+        _ => std::env::var(v).ok(),
+    };
+    parse(text, name, &lookup)
+}

@@ -24,3 +24,8 @@ pub mod report;
 pub mod result;
 pub mod script;
 pub mod server;
+
+/// `host:port`, with an IPv6 host in brackets.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}

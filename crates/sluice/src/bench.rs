@@ -11,10 +11,10 @@ use sluice_bench::client::{RunOptions, run};
 use sluice_bench::control::DEFAULT_PORT;
 use sluice_bench::profile::{Profile, parse, parse_duration};
 use sluice_bench::report::{self, Per};
-use sluice_bench::{builtin, server};
+use sluice_bench::{builtin, host_port, server};
 
-use crate::client::{Client, Target};
-use crate::proto::{Request, SwitchSummary};
+use sluice_api::client::{Client, Target};
+use sluice_api::proto::{Request, SwitchSummary};
 
 /// `sluice bench …`
 #[derive(Debug, clap::Subcommand)]
@@ -109,7 +109,7 @@ pub struct RunArgs {
 fn exit_cleanly_on_signals() {
     // (Before the server starts its threads: they inherit the blocked mask, so only the
     // waiter receives the signals; threads of a preload library block them on their own.)
-    let _ = crate::sys::on_stop_signal(|sig| {
+    let _ = sluice_sys::on_stop_signal(|sig| {
         eprintln!("sluice bench server: stopped by signal {sig}");
         std::process::exit(128 + sig);
     });
@@ -167,20 +167,7 @@ pub fn load_profile(m: &str, to_host: Option<&str>) -> Result<Profile> {
     let Some(text) = builtin::get(m) else {
         bail!("no profile file {m:?} and no built-in profile of that name; built-ins: {}", builtin::names());
     };
-    builtin_profile(m, text, to_host.unwrap_or("127.0.0.1"))
-}
-
-/// Parses a built-in profile's text with its variables filled: the server `host`, a 20 s
-/// duration and one connection (the callers replace the last two as they need).
-pub fn builtin_profile(name: &str, text: &str, host: &str) -> Result<Profile> {
-    let host = host.to_string();
-    let lookup = move |v: &str| match v {
-        "h" => Some(host.clone()),
-        "d" => Some("20s".into()),
-        "n" => Some("1".into()),
-        _ => std::env::var(v).ok(),
-    };
-    Ok(parse(text, name, &lookup)?)
+    Ok(builtin::profile(m, text, to_host.unwrap_or("127.0.0.1"))?)
 }
 
 fn split_host_port(to: &str) -> (String, u16) {
@@ -197,11 +184,6 @@ fn split_host_port(to: &str) -> (String, u16) {
         return (h.to_string(), p);
     }
     (to.trim_matches(['[', ']']).to_string(), DEFAULT_PORT)
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-pub fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 /// Reads `--duration`.
@@ -255,7 +237,7 @@ fn bench_pa(a: &RunArgs) -> Result<()> {
     };
     let r = sluice_bench::pa::run_pa(&o)?;
     let results = [r];
-    crate::sys::default_sigpipe();
+    sluice_sys::default_sigpipe();
     if a.json {
         println!("{}", report::render_json(&results));
     } else if a.csv {
@@ -321,7 +303,7 @@ fn bench_run(a: RunArgs) -> Result<()> {
         }
         results.push(r);
     }
-    crate::sys::default_sigpipe();
+    sluice_sys::default_sigpipe();
     if a.json {
         println!("{}", report::render_json(&results));
     } else if a.csv {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow, bail};
 
-use crate::client::{Client, Target};
-use crate::proto::{CAPTURE_RECORD_HEADER, Request};
+use sluice_api::client::{Client, Target};
+use sluice_api::proto::{CAPTURE_RECORD_HEADER, Request};
 
 /// Arguments of `sluice capture`.
 #[derive(clap::Args, Debug)]
@@ -94,7 +94,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     } else {
         let p = a.write.clone().unwrap_or_default();
         // Never through a link, nor into someone else's file (a name planted under /tmp).
-        Box::new(crate::sys::fs::output_checked(&p, 0o644).map_err(|e| anyhow!("cannot write the capture: {e}"))?)
+        Box::new(sluice_sys::fs::output_checked(&p, 0o644).map_err(|e| anyhow!("cannot write the capture: {e}"))?)
     };
     let direction = match a.direction {
         DirArg::In => "in",
@@ -107,7 +107,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     // Ctrl-C ends the capture as its count does, the file complete and the summary
     // printed: this side closes, and the switch sends what it copied until then and ends.
     let s = stream.try_clone()?;
-    crate::sys::on_stop_signal(move |_| {
+    sluice_sys::on_stop_signal(move |_| {
         let _ = s.shutdown(std::net::Shutdown::Write);
     })?;
     sink.write_all(&pcap_header(a.snaplen))?;

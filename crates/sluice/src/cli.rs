@@ -3,9 +3,9 @@
 use anyhow::{Result, bail};
 use comfy_table::{CellAlignment, Table};
 
-use crate::client::{self, Client, Target};
-use crate::config::{PortKind, PortSpec};
-use crate::proto::*;
+use sluice_api::client::{self, Client, Target};
+use sluice_api::config::{PortKind, PortSpec};
+use sluice_api::proto::*;
 
 /// Arguments of `sluice port add`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +29,7 @@ pub struct PortAddArgs {
     #[arg(long, value_name = "VID", requires = "trunk")]
     pub native: Option<u16>,
     /// MTU, 68 to 9000 (default: the switch's).
-    #[arg(long, value_parser = crate::mtu_arg)]
+    #[arg(long, value_parser = sluice_api::config::mtu_arg)]
     pub mtu: Option<u16>,
     /// Turn checksum/TSO offloads off: the switch cuts GSO frames for this port in
     /// software and completes checksums.

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::client::Client;
-use crate::lab::{self, UpArgs};
-use crate::proto::{Request, StatsReport};
-use crate::sys::netns;
+use sluice_api::client::Client;
+use sluice_api::proto::{Request, StatsReport};
+use sluice_lab::guests::{self as lab, UpArgs};
+use sluice_sys::netns;
 
 /// Arguments of `sluice demo`.
 #[derive(Debug, clap::Args)]
@@ -25,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1000)]
     pub megabytes: u64,
     /// MTU of the lab, 68 to 9000.
-    #[arg(long, default_value_t = 1500, value_parser = crate::mtu_arg)]
+    #[arg(long, default_value_t = 1500, value_parser = sluice_api::config::mtu_arg)]
     pub mtu: u16,
     /// Leave the lab running afterwards (remove it with `sluice lab down --name demo`).
     #[arg(long)]
@@ -37,7 +37,7 @@ pub struct DemoArgs {
 
 /// Runs the demo.
 pub fn run(a: DemoArgs) -> Result<()> {
-    if !crate::sys::is_root() {
+    if !sluice_sys::is_root() {
         bail!("`sluice demo` needs root: it builds a lab of network namespaces and interfaces; run it with sudo");
     }
     let name = a.name.as_str();
@@ -151,7 +151,7 @@ fn bench_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabS
     let mut profile = crate::bench::load_profile("rr1c-200x1000", Some(&server_ip.to_string()))?;
     profile.set_duration(Duration::from_secs(2));
     let switch_pid = Client::connect(&s.socket)
-        .and_then(|mut c| c.call::<crate::proto::SwitchSummary>(&Request::Hello))
+        .and_then(|mut c| c.call::<sluice_api::proto::SwitchSummary>(&Request::Hello))
         .ok()
         .map(|h| h.pid);
     let mut results = Vec::new();
@@ -176,7 +176,7 @@ fn bench_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabS
 /// `sluice smc run`: a `sluice bench serve` process in g2, the client in g1.
 fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabState) -> Result<()> {
     const PORT: u16 = 20001;
-    let mut server = crate::smc::sluice_in(server_ns, None, true)?
+    let mut server = sluice_smc_launch::sluice_in(server_ns, None, true)?
         .args(["bench", "serve", "--port", &PORT.to_string()])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -196,8 +196,8 @@ fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabSta
             std::thread::sleep(Duration::from_millis(50));
         }
         let counted = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
-        let before = crate::smc::read_stats()?;
-        let out = crate::smc::sluice_in(client_ns, None, true)?
+        let before = sluice_smc_launch::read_stats()?;
+        let out = sluice_smc_launch::sluice_in(client_ns, None, true)?
             .args(["bench", "run", "--to", &at.to_string(), "-m", "rr1c-200x1000", "--duration", "2"])
             .args(["--conns", "1,10", "--switch", &s.switch])
             .stdin(std::process::Stdio::null())
@@ -207,7 +207,7 @@ fn smc_step(server_ip: IpAddr, client_ns: &str, server_ns: &str, s: &lab::LabSta
             bail!("the bench client under sluice smc run failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         }
         print!("{}", String::from_utf8_lossy(&out.stdout));
-        let after = crate::smc::read_stats()?;
+        let after = sluice_smc_launch::read_stats()?;
         let (conns, smc) = (
             counted(&after, "connections_client") - counted(&before, "connections_client"),
             counted(&after, "smc_client") - counted(&before, "smc_client"),

@@ -3,29 +3,26 @@
 mod bench;
 mod capture;
 mod cli;
-mod client;
-mod daemon;
 mod demo;
-mod lab;
-mod lab_hosts;
-mod lab_vm;
-mod port;
 mod report;
-mod smc;
-mod study;
-mod sys;
 mod top;
 
 // The parts that read what the outside writes, in the library (fuzzed from fuzz/).
-use sluice::{config, paths, proto};
+use sluice_api::config::{self, DatapathArg};
+use sluice_daemon as daemon;
+use sluice_lab::guests as lab;
+use sluice_ports as port;
+use sluice_smc_launch as smc;
+use sluice_study as study;
+use sluice_sys as sys;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::client::Target;
-use crate::proto::Request;
+use sluice_api::client::Target;
+use sluice_api::proto::Request;
 
 /// A user-space virtual switch for Linux hosts and their guests.
 ///
@@ -162,26 +159,6 @@ enum GrantCmd {
     },
 }
 
-/// `--datapath` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum DatapathArg {
-    /// One user-space thread moves every frame.
-    #[default]
-    User,
-    /// TC programs forward between veth ports in the kernel.
-    Kernel,
-}
-
-impl DatapathArg {
-    /// The configuration's value.
-    pub fn kind(self) -> config::DatapathKind {
-        match self {
-            DatapathArg::User => config::DatapathKind::User,
-            DatapathArg::Kernel => config::DatapathKind::Kernel,
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum SwitchCmd {
     /// Run a switch in the foreground, as described by a TOML file.
@@ -288,7 +265,7 @@ enum PortCmd {
         #[arg(long, value_name = "PATH")]
         listen: std::path::PathBuf,
         /// The TAP's MTU.
-        #[arg(long, default_value_t = 1500, value_parser = crate::mtu_arg)]
+        #[arg(long, default_value_t = 1500, value_parser = sluice_api::config::mtu_arg)]
         mtu: u16,
     },
 }
@@ -328,16 +305,6 @@ enum FibCmd {
         #[command(flatten)]
         target: Target,
     },
-}
-
-/// Parses an `--mtu` value: 68 to 9000 (what the switch accepts), said with the range.
-fn mtu_arg(s: &str) -> Result<u16, String> {
-    let range = sluice_switch::switch_mtu_range();
-    match s.parse::<u32>() {
-        Ok(m) if (*range.start() as u32..=*range.end() as u32).contains(&m) => Ok(m as u16),
-        Ok(m) => Err(format!("MTU {m} is out of range: use {} to {}", range.start(), range.end())),
-        Err(_) => Err(format!("{s:?} is not an MTU: use a number from {} to {}", range.start(), range.end())),
-    }
 }
 
 fn main() -> ExitCode {

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::prelude::*;
 
-use crate::client::{Client, Target};
-use crate::proto::{MonitorStatus, Request, StatsReport};
+use sluice_api::client::{Client, Target};
+use sluice_api::proto::{MonitorStatus, Request, StatsReport};
 
 /// `sluice monitor …`.
 #[derive(clap::Subcommand, Debug)]
@@ -25,7 +25,7 @@ pub enum MonitorCmd {
         #[arg(long, short = 'i', default_value = "1s", value_name = "INTERVAL")]
         interval: String,
         /// Rotate the file before it passes this many MiB.
-        #[arg(long, default_value_t = sluice::config::DEFAULT_MONITOR_MAX_MB, value_name = "MB")]
+        #[arg(long, default_value_t = sluice_api::config::DEFAULT_MONITOR_MAX_MB, value_name = "MB")]
         max_mb: u64,
         #[command(flatten)]
         target: Target,
@@ -72,7 +72,7 @@ pub fn monitor(c: MonitorCmd) -> Result<()> {
     };
     match c {
         MonitorCmd::Start { file, interval, max_mb, target } => {
-            let every = sluice::config::parse_interval(&interval).map_err(|e| anyhow!("--interval: {e}"))?;
+            let every = sluice_api::config::parse_interval(&interval).map_err(|e| anyhow!("--interval: {e}"))?;
             if !(1..=1 << 20).contains(&max_mb) {
                 bail!("--max-mb must be 1 to 1048576");
             }
@@ -284,7 +284,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
         a.file.display(),
         records.len(),
         last.t - first.t,
-        crate::study::run::rfc3339(first.t as u64),
+        sluice_study::run::rfc3339(first.t as u64),
     );
     if bad > 0 {
         let _ = writeln!(
@@ -375,7 +375,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
 
 /// A line chart of `series` over time (PNG, 1000×420).
 fn line_chart(file: &Path, title: &str, y: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<()> {
-    crate::study::chart::font();
+    sluice_study::chart::font();
     let e = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", file.display());
     let root = BitMapBackend::new(file, (1000, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
@@ -396,7 +396,7 @@ fn line_chart(file: &Path, title: &str, y: &str, series: &[(String, Vec<(f64, f6
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(|x| e(&x))?;
-    let colors = crate::study::chart::COLORS;
+    let colors = sluice_study::chart::COLORS;
     for (k, (name, pts)) in series.iter().enumerate() {
         let color = colors[k % colors.len()];
         chart

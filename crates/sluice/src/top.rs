@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use comfy_table::{CellAlignment, Table};
 
-use crate::client::{Client, Target};
-use crate::proto::{Request, StatsReport};
+use sluice_api::client::{Client, Target};
+use sluice_api::proto::{Request, StatsReport};
 
 /// Arguments of `sluice top`.
 #[derive(clap::Args, Debug)]

@@ -1,6 +1,6 @@
 //! Guests without a VM that abuse their rings, and the well-behaved ones beside them,
 //! played by a [`Driver`]: the study's `rings` and `vm-feed` conditions
-//! (crates/sluice/src/study/conditions/rings.rs) and the bench of what each abuse costs the
+//! (crates/study/src/conditions/rings.rs) and the bench of what each abuse costs the
 //! switch (`cargo bench -p sluice-vhost --bench hostile`) play the same guests.
 //!
 //! - [`play`]: one [`Abuse`], until its phase ends, then both rings reset (as QEMU does when

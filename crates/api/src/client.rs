@@ -1,0 +1,182 @@
+//! Finding a running switch and talking to it over its control socket.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::de::DeserializeOwned;
+
+use crate::proto::{PROTOCOL, Request, Response, SwitchSummary};
+use sluice_sys::paths;
+
+/// How the user chose a switch on the command line.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Target {
+    /// The switch to talk to, by name (its socket is /run/sluice/NAME.sock). Default: the
+    /// only running switch.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub switch: Option<String>,
+    /// The switch's control socket, when it is not in the default place.
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "switch")]
+    pub socket: Option<PathBuf>,
+}
+
+/// How `sluice port add` chooses a switch: by name only, since its `--socket` is a
+/// vhost-user VM's socket, not the switch's.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct TargetByName {
+    /// The switch to add the port to, by name (its socket is /run/sluice/NAME.sock).
+    /// Default: the only running switch.
+    #[arg(long, value_name = "NAME")]
+    pub switch: Option<String>,
+}
+
+impl From<TargetByName> for Target {
+    fn from(t: TargetByName) -> Target {
+        Target { switch: t.switch, socket: None }
+    }
+}
+
+/// A connection to a switch daemon.
+pub struct Client {
+    stream: BufReader<UnixStream>,
+    path: PathBuf,
+}
+
+impl Client {
+    /// Connects to the socket at `path`.
+    pub fn connect(path: &Path) -> Result<Client> {
+        let s = UnixStream::connect(path).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "no switch is listening there; start one with `sluice switch run --config FILE` or `sluice lab up`"
+                }
+                std::io::ErrorKind::ConnectionRefused => {
+                    "the switch that made this socket is gone (killed or crashed, not stopped); start it again \
+                     with `sluice switch run --config FILE` (which removes the stale socket), or remove its lab \
+                     with `sluice lab down`"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "the control socket is owner-only: run as the user who started the switch (root)"
+                }
+                _ => "",
+            };
+            anyhow!("cannot reach the switch at {}: {e}. {hint}", path.display())
+        })?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Client { stream: BufReader::new(s), path: path.into() })
+    }
+
+    /// Connects to the switch the user chose.
+    pub fn for_target(t: &Target) -> Result<Client> {
+        let path = resolve(t)?;
+        let mut c = Client::connect(&path)?;
+        let hello: SwitchSummary = c.call(&Request::Hello)?;
+        if hello.protocol != PROTOCOL {
+            bail!(
+                "the switch at {} speaks control protocol {} and this sluice speaks {PROTOCOL}: use the sluice binary that started it ({})",
+                path.display(),
+                hello.protocol,
+                hello.version
+            );
+        }
+        Ok(c)
+    }
+
+    /// Sends a request and decodes the answer's data.
+    pub fn call<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
+        let v = self.call_value(req)?;
+        serde_json::from_value(v).context("the switch sent an answer this sluice does not understand")
+    }
+
+    /// Sends a request that ends the daemon (stop, restart): its answer may race the
+    /// process's exit, so a connection closed without an answer counts as accepted (the
+    /// caller then checks that the daemon went).
+    pub fn call_final(&mut self, req: &Request) -> Result<()> {
+        match self.call_value(req) {
+            Ok(_) => Ok(()),
+            Err(e) if e.downcast_ref::<ClosedWithoutAnswer>().is_some() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends a capture request; once the switch accepts it, the connection carries capture
+    /// records (`proto::CAPTURE_RECORD_HEADER`), read without a time limit: a quiet port
+    /// sends nothing, and a switch that goes away closes the connection.
+    pub fn into_capture(mut self, req: &Request) -> Result<BufReader<UnixStream>> {
+        self.call_value(req)?;
+        self.stream.get_ref().set_read_timeout(None)?;
+        Ok(self.stream)
+    }
+
+    /// Sends a request and returns the answer's raw data (null when there is none).
+    pub fn call_value(&mut self, req: &Request) -> Result<serde_json::Value> {
+        let mut line = serde_json::to_string(req)?;
+        line.push('\n');
+        self.stream
+            .get_mut()
+            .write_all(line.as_bytes())
+            .with_context(|| format!("sending to {}", self.path.display()))?;
+        let mut answer = String::new();
+        self.stream.read_line(&mut answer).with_context(|| format!("reading from {}", self.path.display()))?;
+        if answer.is_empty() {
+            return Err(ClosedWithoutAnswer(self.path.clone()).into());
+        }
+        let r: Response = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
+        if !r.ok {
+            bail!("{}", r.error.unwrap_or_else(|| "the switch refused the request".into()));
+        }
+        Ok(r.data.unwrap_or(serde_json::Value::Null))
+    }
+}
+
+/// The daemon closed the connection without answering.
+#[derive(Debug)]
+struct ClosedWithoutAnswer(PathBuf);
+
+impl std::fmt::Display for ClosedWithoutAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the switch at {} closed the connection without answering", self.0.display())
+    }
+}
+
+impl std::error::Error for ClosedWithoutAnswer {}
+
+/// Running switches: (name, socket) for every socket in the runtime directory that answers.
+pub fn running() -> Vec<(String, PathBuf)> {
+    let Ok(dir) = std::fs::read_dir(paths::run_dir()) else { return vec![] };
+    let mut v: Vec<(String, PathBuf)> = dir
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| UnixStream::connect(p).is_ok())
+        .filter_map(|p| Some((p.file_stem()?.to_string_lossy().into_owned(), p)))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The socket the user means.
+pub fn resolve(t: &Target) -> Result<PathBuf> {
+    if let Some(s) = &t.socket {
+        return Ok(s.clone());
+    }
+    if let Some(n) = &t.switch {
+        return Ok(paths::socket_for(n));
+    }
+    let r = running();
+    match r.len() {
+        0 => bail!(
+            "no switch is running (no live socket in {}); start one with `sluice switch run --config FILE` or `sluice lab up`",
+            paths::run_dir().display()
+        ),
+        1 => Ok(r[0].1.clone()),
+        _ => bail!(
+            "{} switches are running ({}); choose one with --switch NAME",
+            r.len(),
+            r.iter().map(|x| x.0.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}

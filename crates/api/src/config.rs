@@ -1,0 +1,1344 @@
+//! The switch configuration file (TOML) and the port description shared with the CLI.
+//!
+//! Every refusal names the file, the line and column, and what to change. Unknown keys are
+//! refused too, so a misspelt setting never silently falls back to its default.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sluice_switch::{SwitchConfig, VlanMode};
+use sluice_wire::MacAddr;
+use toml::Spanned;
+
+pub use sluice_sys::names::{check_ifname, check_netns_name};
+use sluice_sys::paths;
+
+/// A configuration error located in its file.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The file read.
+    pub file: PathBuf,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub col: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+            if let Some(c) = self.col {
+                write!(f, ":{c}")?;
+            }
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The kinds of port sluice can attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortKind {
+    /// A TAP device for a container, namespace or VM.
+    #[default]
+    Tap,
+    /// A host interface (named by the port's name) connecting the switch to the LAN.
+    Uplink,
+    /// The switch's end of an existing veth pair whose other end is in a guest's namespace;
+    /// forwarded by the kernel datapath (`datapath = "kernel"`).
+    Veth,
+    /// A unix stream socket a program listens on (`path`), carrying frames as QEMU's
+    /// `-netdev stream` does; the switch can hold its peer back (user-space datapath).
+    Stream,
+    /// A VXLAN tunnel (RFC 7348) to other switches over a UDP socket bound to `local`
+    /// (user-space datapath).
+    Vxlan,
+    /// A QEMU guest's virtio-net device over vhost-user (`socket`): the switch reads and
+    /// fills the VM's queues in its shared memory; the switch can hold the VM back.
+    #[serde(rename = "vhost-user")]
+    VhostUser,
+}
+
+/// Which datapath executes the switch's forwarding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatapathKind {
+    /// One user-space thread moves every frame (TAP, uplink ports).
+    #[default]
+    User,
+    /// TC programs forward between veth ports (and to the uplink) in the kernel; the core
+    /// in user space decides what they execute and handles the rest.
+    Kernel,
+}
+
+impl DatapathKind {
+    /// As the config file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatapathKind::User => "user",
+            DatapathKind::Kernel => "kernel",
+        }
+    }
+}
+
+/// One port, as a `[[port]]` table or `sluice port add` describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Port name; for a TAP, the interface name (1–15 bytes).
+    pub name: String,
+    /// Kind of port.
+    #[serde(rename = "type", default)]
+    pub kind: PortKind,
+    /// Network namespace (an `ip netns` name) to create the TAP in, or that the uplink's
+    /// interface is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// MTU; the switch's by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+    /// Checksum and TSO offloads (GSO frames cross whole). When false the switch cuts GSO
+    /// frames and completes checksums for this port in software.
+    #[serde(default = "yes")]
+    pub offload: bool,
+    /// Access port of this VLAN (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// Trunk port carrying these VLANs tagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk: Option<Vec<u16>>,
+    /// Native VLAN of a trunk: its frames cross untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<u16>,
+    /// Isolated: the port exchanges frames with uplinks only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolated: bool,
+    /// Anti-spoofing: the only source MAC address the port may send from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Anti-spoofing: the only source IP addresses the port's IP packets and ARP may carry;
+    /// `"learn"` locks the first address of each family the port uses. In Layer 3 mode,
+    /// also the addresses the port is reached at (a guest port without any learns them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
+    pub ips: Vec<String>,
+    /// Frames of these EtherTypes from the port are dropped and counted (`filtered`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop_ethertypes: Vec<u16>,
+    /// Make this port a mirror of these ports: it gets a copy of all their traffic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror: Vec<String>,
+    /// Uplink only: up to two backup interfaces (same namespace) that take over, in order,
+    /// when the active one is down or loses carrier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<String>,
+    /// Stream only: the unix socket its peer listens on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// VXLAN only: the local underlay address the tunnel's UDP socket is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
+    /// VXLAN only: remote endpoints (underlay addresses) every flooded frame goes to, and
+    /// (with `remotes_only`, the default) the only ones datagrams are accepted from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<String>,
+    /// VXLAN only: accept and learn from `remotes` alone (default true); false accepts
+    /// any sender on the underlay, learns it as an endpoint and floods to it besides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remotes_only: Option<bool>,
+    /// VXLAN only: the VNI carrying the port's frames (the port is an access port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    /// VXLAN only: a VNI per VLAN (`{ "10" = 5010 }`): the port is a trunk of these VLANs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni_map: Option<std::collections::BTreeMap<String, u32>>,
+    /// VXLAN only: the UDP port, local and remote (default 4789).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dstport: Option<u16>,
+    /// vhost-user only: the unix socket QEMU's `-chardev socket` uses; the switch listens
+    /// on it (mode 0600), or connects to it with `client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+    /// vhost-user only: QEMU listens on `socket` (`server=on`) and the switch connects,
+    /// retrying until it can.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client: bool,
+}
+
+/// A VXLAN port's tunnel settings, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VxlanSettings {
+    /// Local underlay address.
+    pub local: std::net::IpAddr,
+    /// Configured remote endpoints (same family as `local`).
+    pub remotes: Vec<std::net::IpAddr>,
+    /// Datagrams are accepted from `remotes` alone.
+    pub remotes_only: bool,
+    /// Which VNI carries which frames.
+    pub vnis: sluice_switch::tunnel::VniMap,
+    /// UDP port.
+    pub dstport: u16,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A string or a list of strings (`ips = "learn"` or `ips = ["10.0.0.5", "fd00::5"]`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+fn check_vid(v: u16) -> Result<u16, String> {
+    if (1..=4094).contains(&v) { Ok(v) } else { Err(format!("VLAN {v} is out of range: use 1 to 4094")) }
+}
+
+impl PortSpec {
+    /// A TAP port with default settings.
+    pub fn tap(name: &str) -> Self {
+        PortSpec {
+            name: name.into(),
+            kind: PortKind::Tap,
+            netns: None,
+            mtu: None,
+            offload: true,
+            vlan: None,
+            trunk: None,
+            native: None,
+            isolated: false,
+            mac: None,
+            ips: Vec::new(),
+            drop_ethertypes: Vec::new(),
+            mirror: Vec::new(),
+            backups: Vec::new(),
+            path: None,
+            local: None,
+            remotes: Vec::new(),
+            remotes_only: None,
+            vni: None,
+            vni_map: None,
+            dstport: None,
+            socket: None,
+            client: false,
+        }
+    }
+
+    /// A VXLAN port's settings, checked (`None` for other kinds, which must not carry them).
+    pub fn vxlan(&self) -> Result<Option<VxlanSettings>, String> {
+        let n = &self.name;
+        let any = self.local.is_some()
+            || !self.remotes.is_empty()
+            || self.remotes_only.is_some()
+            || self.vni.is_some()
+            || self.vni_map.is_some()
+            || self.dstport.is_some();
+        if self.kind != PortKind::Vxlan {
+            if any {
+                return Err(format!(
+                    "port {n:?}: `local`, `remotes`, `remotes_only`, `vni`, `vni_map` and `dstport` apply to vxlan ports only"
+                ));
+            }
+            return Ok(None);
+        }
+        let Some(local) = &self.local else {
+            return Err(format!(
+                "port {n:?}: a vxlan port needs `local`, the underlay address of this host its UDP socket binds to (e.g. local = \"192.168.77.1\")"
+            ));
+        };
+        let local: std::net::IpAddr = local
+            .parse()
+            .map_err(|_| format!("port {n:?}: local {local:?} is not an IPv4 or IPv6 address (no prefix length)"))?;
+        if local.is_unspecified() || local.is_multicast() {
+            return Err(format!("port {n:?}: local {local} must be one of this host's unicast addresses"));
+        }
+        let mut remotes = Vec::new();
+        for r in &self.remotes {
+            let a: std::net::IpAddr =
+                r.parse().map_err(|_| format!("port {n:?}: remote {r:?} is not an IPv4 or IPv6 address"))?;
+            if a.is_ipv4() != local.is_ipv4() {
+                return Err(format!(
+                    "port {n:?}: remote {a} is not of local {local}'s family; a tunnel's underlay is IPv4 or IPv6, not both"
+                ));
+            }
+            if a.is_unspecified() || a.is_multicast() || a == local {
+                return Err(format!("port {n:?}: remote {a} is not another host's unicast address"));
+            }
+            if remotes.contains(&a) {
+                return Err(format!("port {n:?}: remote {a} is listed twice"));
+            }
+            remotes.push(a);
+        }
+        let remotes_only = self.remotes_only.unwrap_or(true);
+        if remotes_only && remotes.is_empty() {
+            return Err(format!(
+                "port {n:?}: a vxlan port accepts datagrams from its `remotes` only, and lists none; list the other hosts' underlay addresses (remotes = [\"192.168.77.2\"]), or set remotes_only = false to accept and learn any sender on the underlay"
+            ));
+        }
+        let vni_ok = |v: u32| {
+            if v <= sluice_wire::vxlan::VNI_MAX {
+                Ok(v)
+            } else {
+                Err(format!("port {n:?}: VNI {v} is out of range: use 0 to {}", sluice_wire::vxlan::VNI_MAX))
+            }
+        };
+        let vnis = match (self.vni, &self.vni_map) {
+            (Some(v), None) => {
+                if self.trunk.is_some() {
+                    return Err(format!(
+                        "port {n:?}: with one `vni` the tunnel is an access port; for a trunk give `vni_map` (a VNI per VLAN)"
+                    ));
+                }
+                sluice_switch::tunnel::VniMap::Single(vni_ok(v)?)
+            }
+            (None, Some(m)) => {
+                let mut pairs = Vec::new();
+                for (vlan, &vni) in m {
+                    let vid = vlan
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|v| (1..=4094).contains(v))
+                        .ok_or_else(|| format!("port {n:?}: vni_map key {vlan:?} is not a VLAN (1 to 4094)"))?;
+                    let vni = vni_ok(vni)?;
+                    if pairs.iter().any(|p: &(u16, u32)| p.1 == vni) {
+                        return Err(format!("port {n:?}: VNI {vni} is mapped to two VLANs"));
+                    }
+                    pairs.push((vid, vni));
+                }
+                if pairs.is_empty() {
+                    return Err(format!("port {n:?}: vni_map is empty; map at least one VLAN"));
+                }
+                if self.vlan.is_some() || self.native.is_some() {
+                    return Err(format!(
+                        "port {n:?}: a vni_map port is a trunk of its VLANs; leave out `vlan` and `native`"
+                    ));
+                }
+                if let Some(t) = &self.trunk {
+                    let mut a: Vec<u16> = t.clone();
+                    let mut b: Vec<u16> = pairs.iter().map(|p| p.0).collect();
+                    a.sort_unstable();
+                    b.sort_unstable();
+                    if a != b {
+                        return Err(format!(
+                            "port {n:?}: `trunk` must list the VLANs of `vni_map` (or be left out): {b:?}"
+                        ));
+                    }
+                }
+                sluice_switch::tunnel::VniMap::PerVlan(pairs)
+            }
+            (None, None) => {
+                return Err(format!(
+                    "port {n:?}: a vxlan port needs `vni` (one VNI for the port's frames) or `vni_map` (a VNI per VLAN)"
+                ));
+            }
+            (Some(_), Some(_)) => return Err(format!("port {n:?}: give `vni` or `vni_map`, not both")),
+        };
+        let dstport = self.dstport.unwrap_or(sluice_wire::vxlan::VXLAN_PORT);
+        if dstport == 0 {
+            return Err(format!("port {n:?}: dstport 0 is not a port; leave it out for 4789"));
+        }
+        Ok(Some(VxlanSettings { local, remotes, remotes_only, vnis, dstport }))
+    }
+
+    /// The port's security settings, checked.
+    pub fn policy(&self) -> Result<sluice_switch::PortPolicy, String> {
+        let mac = match &self.mac {
+            None => None,
+            Some(m) => Some(m.parse::<MacAddr>().map_err(|_| {
+                format!("port {:?}: mac {m:?} is not a MAC address; write it as 02:00:00:00:00:01", self.name)
+            })?),
+        };
+        if let Some(m) = mac
+            && (m.is_multicast() || m.0 == [0; 6])
+        {
+            return Err(format!("port {:?}: mac {m} is not a station address (group or all-zero)", self.name));
+        }
+        if self.isolated && self.kind == PortKind::Uplink {
+            return Err(format!(
+                "port {:?}: an uplink cannot be isolated (isolated ports talk only to uplinks)",
+                self.name
+            ));
+        }
+        let learn_ips = self.ips.iter().any(|a| a == "learn");
+        let ips = self
+            .ips
+            .iter()
+            .filter(|a| *a != "learn")
+            .map(|a| {
+                a.parse::<std::net::IpAddr>().map_err(|_| {
+                    format!(
+                        "port {:?}: ips: {a:?} is not an IPv4 or IPv6 address (no prefix length) or \"learn\"",
+                        self.name
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(t) = self.drop_ethertypes.iter().find(|&&t| t < 0x0600) {
+            return Err(format!(
+                "port {:?}: drop_ethertypes: {t:#06x} is a frame length, not an EtherType (EtherTypes start at 0x0600)",
+                self.name
+            ));
+        }
+        Ok(sluice_switch::PortPolicy {
+            uplink: self.kind == PortKind::Uplink,
+            isolated: self.isolated,
+            mac,
+            ips,
+            learn_ips,
+            mirror_of: self.mirror.clone(),
+            drop_ethertypes: self.drop_ethertypes.clone(),
+        })
+    }
+
+    /// Checks the description and returns its VLAN membership.
+    pub fn validate(&self) -> Result<VlanMode, String> {
+        check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        if let Some(ns) = &self.netns {
+            check_netns_name(ns).map_err(|e| format!("port {:?}: {e}", self.name))?;
+        }
+        self.policy()?;
+        if self.kind == PortKind::Veth && self.netns.is_some() {
+            return Err(format!(
+                "port {:?}: a veth port is the switch's end of the pair, in the switch's own namespace; leave out `netns` (the other end may be in any namespace)",
+                self.name
+            ));
+        }
+        self.vxlan()?;
+        match (self.kind, &self.path) {
+            (PortKind::Stream, None) => {
+                return Err(format!(
+                    "port {:?}: a stream port needs `path`, the unix socket its peer (QEMU's `-netdev stream,server=on`, or `sluice port relay`) listens on",
+                    self.name
+                ));
+            }
+            (PortKind::Stream, Some(_)) if self.netns.is_some() => {
+                return Err(format!(
+                    "port {:?}: a stream port is a unix socket, reached by its path; leave out `netns`",
+                    self.name
+                ));
+            }
+            (PortKind::Stream, Some(_)) => {}
+            (_, Some(_)) => return Err(format!("port {:?}: `path` applies to stream ports only", self.name)),
+            (_, None) => {}
+        }
+        match (self.kind, &self.socket) {
+            (PortKind::VhostUser, None) => {
+                return Err(format!(
+                    "port {:?}: a vhost-user port needs `socket`, the unix socket QEMU's `-chardev socket,path=…` names (e.g. socket = \"/run/sluice/{}.sock\")",
+                    self.name, self.name
+                ));
+            }
+            (PortKind::VhostUser, Some(_)) if self.netns.is_some() => {
+                return Err(format!(
+                    "port {:?}: a vhost-user port is a unix socket, reached by its path; leave out `netns`",
+                    self.name
+                ));
+            }
+            (PortKind::VhostUser, Some(p)) if p.as_os_str().len() >= 108 => {
+                return Err(format!(
+                    "port {:?}: socket {:?} is longer than a unix socket path may be (107 bytes)",
+                    self.name,
+                    p.display()
+                ));
+            }
+            (PortKind::VhostUser, Some(_)) => {}
+            (_, Some(_)) => {
+                return Err(format!("port {:?}: `socket` applies to vhost-user ports only", self.name));
+            }
+            (_, None) if self.client => {
+                return Err(format!("port {:?}: `client` applies to vhost-user ports only", self.name));
+            }
+            (_, None) => {}
+        }
+        if !self.backups.is_empty() {
+            if self.kind != PortKind::Uplink {
+                return Err(format!("port {:?}: `backups` applies to uplink ports only", self.name));
+            }
+            if self.backups.len() > 2 {
+                return Err(format!("port {:?}: at most two backups (three devices in all)", self.name));
+            }
+            for b in &self.backups {
+                check_ifname(b).map_err(|e| format!("port {:?}: backup {e}", self.name))?;
+                if *b == self.name || self.backups.iter().filter(|x| *x == b).count() > 1 {
+                    return Err(format!("port {:?}: backup {b:?} is listed twice", self.name));
+                }
+            }
+        }
+        if let Some(m) = self.mtu
+            && !sluice_switch::switch_mtu_range().contains(&m)
+        {
+            return Err(format!("port {:?}: MTU {m} is out of range: use 68 to 9000", self.name));
+        }
+        let at = |e: String| format!("port {:?}: {e}", self.name);
+        // A VNI per VLAN makes the tunnel a trunk of those VLANs.
+        if let Some(VxlanSettings { vnis: sluice_switch::tunnel::VniMap::PerVlan(pairs), .. }) = self.vxlan()?
+            && self.trunk.is_none()
+        {
+            return Ok(VlanMode::Trunk { allowed: pairs.iter().map(|p| p.0).collect(), native: None });
+        }
+        match (&self.vlan, &self.trunk) {
+            (Some(_), Some(_)) => Err(at("set either `vlan` (access port) or `trunk` (trunk port), not both".into())),
+            (_, None) if self.native.is_some() => {
+                Err(at("`native` applies to trunk ports only; add `trunk = [...]`".into()))
+            }
+            (v, None) => Ok(VlanMode::Access(check_vid(v.unwrap_or(1)).map_err(at)?)),
+            (None, Some(list)) => {
+                for &v in list {
+                    check_vid(v).map_err(at)?;
+                }
+                let native = self.native.map(check_vid).transpose().map_err(at)?;
+                Ok(VlanMode::Trunk { allowed: list.iter().copied().collect(), native })
+            }
+        }
+    }
+}
+
+/// What each port may do, when grants are on (the reference switch's GRANT): which VLANs
+/// it may join, and whether it may be promiscuous (a mirror of other ports' traffic).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grants {
+    /// Port name → the VLANs it may join.
+    pub vlans: std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>,
+    /// Ports that may be promiscuous.
+    pub promiscuous: std::collections::BTreeSet<String>,
+}
+
+/// A `[[class]]` table: a traffic class (docs/config.md, "Traffic classes").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassSpec {
+    name: String,
+    /// "any", "pcp=N", "dscp=N" or "port=NAME".
+    #[serde(rename = "match")]
+    matches: String,
+    #[serde(default)]
+    lossless: Option<bool>,
+    queue_len: Option<usize>,
+}
+
+impl ClassSpec {
+    /// The core's class, or what is wrong with this one.
+    fn core(&self, switch_lossless: bool) -> Result<sluice_switch::ClassConfig, String> {
+        use sluice_switch::ClassMatch;
+        let m = self.matches.trim();
+        let (key, value) = m.split_once('=').map(|(k, v)| (k.trim(), v.trim())).unwrap_or((m, ""));
+        let number =
+            |max: u8| -> Result<u8, String> {
+                value.parse::<u8>().ok().filter(|v| *v <= max).ok_or_else(|| {
+                    format!("class {:?}: {key} takes a number from 0 to {max}, not {value:?}", self.name)
+                })
+            };
+        let matches = match key {
+            "any" if value.is_empty() => ClassMatch::Any,
+            "pcp" => ClassMatch::Pcp(number(7)?),
+            "dscp" => ClassMatch::Dscp(number(63)?),
+            "port" if !value.is_empty() => ClassMatch::Port(value.trim_matches('"').to_string()),
+            _ => {
+                return Err(format!(
+                    "class {:?}: match {:?} is not one of \"any\", \"pcp=0..7\", \"dscp=0..63\", \"port=NAME\"",
+                    self.name, self.matches
+                ));
+            }
+        };
+        if let Some(q) = self.queue_len
+            && !(1..=65536).contains(&q)
+        {
+            return Err(format!("class {:?}: queue_len {q} is out of range: use 1 to 65536", self.name));
+        }
+        Ok(sluice_switch::ClassConfig {
+            name: self.name.clone(),
+            matches,
+            lossless: self.lossless.unwrap_or(switch_lossless),
+            queue_len: self.queue_len,
+        })
+    }
+}
+
+/// A `[[grant]]` table: `port` may join `vlans`, and be promiscuous if so granted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// The port's name.
+    pub port: String,
+    /// VLANs it may join.
+    #[serde(default)]
+    pub vlans: Vec<u16>,
+    /// It may be a mirror (see other ports' traffic).
+    #[serde(default)]
+    pub promiscuous: bool,
+}
+
+impl PortSpec {
+    /// Checks that every VLAN the port joins (access VLAN; trunk list and native) is
+    /// granted to it, and promiscuous mode if it is a mirror.
+    pub fn check_grants(&self, grants: &Grants) -> Result<(), String> {
+        if !self.mirror.is_empty() && !grants.promiscuous.contains(&self.name) {
+            return Err(format!(
+                "port {:?} is not granted promiscuous mode, which a mirror needs (it sees other ports' traffic); grant it first with `sluice grant add {} --promiscuous` (or `promiscuous = true` in its [[grant]] table)",
+                self.name, self.name
+            ));
+        }
+        let grants = &grants.vlans;
+        let vlans: Vec<u16> = match self.validate()? {
+            VlanMode::Access(v) => vec![v],
+            VlanMode::Trunk { allowed, native } => allowed.iter().chain(native).collect(),
+        };
+        let granted = grants.get(&self.name);
+        let missing: Vec<String> =
+            vlans.iter().filter(|v| !granted.is_some_and(|g| g.contains(v))).map(|v| v.to_string()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "port {:?} is not granted VLAN {}; grant it first with `sluice grant add {} --vlan {}` (or a [[grant]] table in the switch's config)",
+            self.name,
+            missing.join(", "),
+            self.name,
+            missing.join(",")
+        ))
+    }
+}
+
+/// A static MAC table entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticMac {
+    /// The station's address.
+    pub mac: String,
+    /// Its VLAN (default 1).
+    #[serde(default = "one")]
+    pub vlan: u16,
+    /// The port it is behind.
+    pub port: String,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// Transport mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Ports known by MAC address; any EtherType.
+    L2,
+    /// Ports known by IP address; the switch answers ARP and neighbour discovery and
+    /// forwards IPv4 and IPv6 by destination address.
+    L3,
+}
+
+impl Mode {
+    /// The mode as the config file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::L2 => "l2",
+            Mode::L3 => "l3",
+        }
+    }
+
+    /// The forwarding core's mode.
+    pub fn core(self) -> sluice_switch::Mode {
+        match self {
+            Mode::L2 => sluice_switch::Mode::L2,
+            Mode::L3 => sluice_switch::Mode::L3,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchFile {
+    name: Spanned<String>,
+    mode: Option<Spanned<String>>,
+    router_mac: Option<Spanned<String>>,
+    mtu: Option<Spanned<u16>>,
+    mac_aging: Option<Spanned<u64>>,
+    lossless: Option<bool>,
+    queue_len: Option<Spanned<usize>>,
+    hold_len: Option<Spanned<usize>>,
+    watchdog_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    class: Vec<Spanned<ClassSpec>>,
+    batch: Option<Spanned<usize>>,
+    mac_table_size: Option<Spanned<usize>>,
+    mac_limit_per_port: Option<Spanned<usize>>,
+    poll: Option<bool>,
+    datapath: Option<Spanned<String>>,
+    datapath_nice: Option<Spanned<i32>>,
+    socket: Option<PathBuf>,
+    metrics_listen: Option<Spanned<String>>,
+    monitor_interval: Option<Spanned<String>>,
+    monitor_file: Option<Spanned<PathBuf>>,
+    monitor_max_mb: Option<Spanned<u64>>,
+    #[serde(default)]
+    port: Vec<Spanned<PortSpec>>,
+    #[serde(default)]
+    mac: Vec<Spanned<StaticMac>>,
+    grants: Option<bool>,
+    #[serde(default)]
+    grant: Vec<Spanned<Grant>>,
+}
+
+/// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
+/// datapath) forward in softirq context, ahead of every task; a user-space switch sharing
+/// cores with busy guests needs more than a fair share to keep up with them.
+pub const DEFAULT_DATAPATH_NICE: i32 = -10;
+
+/// A validated switch configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Switch name.
+    pub name: String,
+    /// Transport mode.
+    pub mode: Mode,
+    /// Core settings.
+    pub core: SwitchConfig,
+    /// Busy-poll instead of sleeping in epoll (costs a core).
+    pub poll: bool,
+    /// Which datapath forwards.
+    pub datapath: DatapathKind,
+    /// Scheduling niceness of the datapath thread.
+    pub datapath_nice: i32,
+    /// Control socket path.
+    pub socket: PathBuf,
+    /// Where the Prometheus / OpenMetrics endpoint listens (`None`: it does not).
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Monitor records from the start (`None`: only after `sluice monitor start`).
+    pub monitor: Option<MonitorSettings>,
+    /// Ports to attach at start.
+    pub ports: Vec<PortSpec>,
+    /// Static MAC entries.
+    pub macs: Vec<(u16, MacAddr, String)>,
+    /// VLAN grants, when enforced (`grants = true`); `None`: any port may join any VLAN.
+    pub grants: Option<Grants>,
+}
+
+/// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
+pub fn check_switch_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok { Ok(()) } else { Err(format!("switch name {name:?} must be 1 to 32 letters, digits, '-', '_' or '.'")) }
+}
+
+/// Reads and validates a configuration file.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.into(),
+        line: None,
+        col: None,
+        message: format!("cannot read the configuration: {e}"),
+    })?;
+    parse(&text, path)
+}
+
+/// Validates configuration text read from `path`.
+pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+    let err = |span: Option<Range<usize>>, message: String| {
+        let (line, col) = match span {
+            Some(s) => {
+                let (l, c) = line_col(text, s.start);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
+        ConfigError { file: path.into(), line, col, message }
+    };
+    let f: SwitchFile = toml::from_str(text).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+
+    check_switch_name(f.name.get_ref()).map_err(|m| err(Some(f.name.span()), m))?;
+    let mode = match &f.mode {
+        None => Mode::L2,
+        Some(m) if m.get_ref() == "l2" => Mode::L2,
+        Some(m) if m.get_ref() == "l3" => Mode::L3,
+        Some(m) => return Err(err(Some(m.span()), format!("unknown mode {:?}; use \"l2\" or \"l3\"", m.get_ref()))),
+    };
+    let mut core = SwitchConfig { mode: mode.core(), ..SwitchConfig::default() };
+    if let Some(r) = &f.router_mac {
+        match r.get_ref().parse::<MacAddr>() {
+            Ok(m) if !m.is_multicast() && !m.is_zero() => core.router_mac = m,
+            _ => {
+                return Err(err(
+                    Some(r.span()),
+                    format!("router_mac {:?} is not a station MAC address; write it as 02:00:00:00:00:01", r.get_ref()),
+                ));
+            }
+        }
+    }
+    if let Some(m) = &f.mtu {
+        if !sluice_switch::switch_mtu_range().contains(m.get_ref()) {
+            return Err(err(Some(m.span()), format!("MTU {} is out of range: use 68 to 9000", m.get_ref())));
+        }
+        core.mtu = *m.get_ref();
+    }
+    if let Some(a) = &f.mac_aging {
+        if *a.get_ref() == 0 || *a.get_ref() > 1_000_000 {
+            return Err(err(Some(a.span()), "mac_aging is in seconds: use 1 to 1000000".into()));
+        }
+        core.aging_ms = a.get_ref() * 1000;
+    }
+    core.lossless = f.lossless.unwrap_or(false);
+    for (field, target, max) in [
+        (&f.queue_len, &mut core.queue_len, 65536usize),
+        (&f.hold_len, &mut core.hold_len, 65535),
+        (&f.batch, &mut core.batch, 1024),
+        (&f.mac_table_size, &mut core.fib_max, 1 << 20),
+        (&f.mac_limit_per_port, &mut core.port_mac_limit, 1 << 20),
+    ] {
+        if let Some(v) = field {
+            if *v.get_ref() == 0 || *v.get_ref() > max {
+                return Err(err(Some(v.span()), format!("value {} is out of range: use 1 to {max}", v.get_ref())));
+            }
+            *target = *v.get_ref();
+        }
+    }
+    if let Some(w) = &f.watchdog_ms {
+        if *w.get_ref() > 3_600_000 {
+            return Err(err(Some(w.span()), "watchdog_ms is out of range: use 0 (off) to 3600000".into()));
+        }
+        core.watchdog_ms = *w.get_ref();
+    }
+    for c in &f.class {
+        let class = c.get_ref().core(core.lossless).map_err(|m| err(Some(c.span()), m))?;
+        core.classes.push(class);
+    }
+    if let Err(e) = sluice_switch::class::check(&core.classes) {
+        return Err(err(f.class.last().map(|c| c.span()), e.to_string()));
+    }
+    let metrics_listen = match &f.metrics_listen {
+        None => None,
+        Some(a) => Some(parse_listen(a.get_ref()).map_err(|m| err(Some(a.span()), m))?),
+    };
+    let monitor = match (&f.monitor_file, &f.monitor_interval) {
+        (None, None) => {
+            if let Some(m) = &f.monitor_max_mb {
+                return Err(err(Some(m.span()), "monitor_max_mb needs monitor_file".into()));
+            }
+            None
+        }
+        (None, Some(i)) => {
+            return Err(err(
+                Some(i.span()),
+                "monitor_interval needs monitor_file, the file the records go to (e.g. monitor_file = \"/var/log/sluice/sw0.monitor\")".into(),
+            ));
+        }
+        (Some(file), interval) => {
+            let interval = match interval {
+                Some(i) => {
+                    parse_interval(i.get_ref()).map_err(|m| err(Some(i.span()), format!("monitor_interval: {m}")))?
+                }
+                None => std::time::Duration::from_secs(1),
+            };
+            let max_mb = match &f.monitor_max_mb {
+                Some(m) if (1..=1 << 20).contains(m.get_ref()) => *m.get_ref(),
+                Some(m) => {
+                    return Err(err(
+                        Some(m.span()),
+                        format!("monitor_max_mb {} is out of range: use 1 to 1048576", m.get_ref()),
+                    ));
+                }
+                None => DEFAULT_MONITOR_MAX_MB,
+            };
+            Some(MonitorSettings { file: file.get_ref().clone(), interval, max_bytes: max_mb << 20 })
+        }
+    };
+    let datapath_nice = match &f.datapath_nice {
+        None => DEFAULT_DATAPATH_NICE,
+        Some(n) if (-20..=19).contains(n.get_ref()) => *n.get_ref(),
+        Some(n) => {
+            return Err(err(Some(n.span()), format!("datapath_nice {} is out of range: use -20 to 19", n.get_ref())));
+        }
+    };
+    let grants = match f.grants {
+        Some(true) => {
+            let mut g = Grants::default();
+            for t in &f.grant {
+                for &v in &t.get_ref().vlans {
+                    check_vid(v).map_err(|m| err(Some(t.span()), format!("grant for {:?}: {m}", t.get_ref().port)))?;
+                }
+                if t.get_ref().vlans.is_empty() && !t.get_ref().promiscuous {
+                    return Err(err(
+                        Some(t.span()),
+                        format!(
+                            "grant for {:?} grants nothing: give `vlans` or `promiscuous = true`",
+                            t.get_ref().port
+                        ),
+                    ));
+                }
+                g.vlans.entry(t.get_ref().port.clone()).or_default().extend(t.get_ref().vlans.iter().copied());
+                if t.get_ref().promiscuous {
+                    g.promiscuous.insert(t.get_ref().port.clone());
+                }
+            }
+            Some(g)
+        }
+        _ => {
+            if let Some(t) = f.grant.first() {
+                return Err(err(
+                    Some(t.span()),
+                    "[[grant]] tables take effect only with `grants = true` at the top of the file".into(),
+                ));
+            }
+            None
+        }
+    };
+    let datapath = match &f.datapath {
+        None => DatapathKind::User,
+        Some(d) if d.get_ref() == "user" => DatapathKind::User,
+        Some(d) if d.get_ref() == "kernel" => DatapathKind::Kernel,
+        Some(d) => {
+            return Err(err(Some(d.span()), format!("unknown datapath {:?}; use \"user\" or \"kernel\"", d.get_ref())));
+        }
+    };
+    if let Err(m) = check_lossless(datapath, core.lossless || core.classes.iter().any(|c| c.lossless)) {
+        let at = f.datapath.as_ref().map(|d| d.span());
+        return Err(err(at, m));
+    }
+    let name = f.name.into_inner();
+    let mut ports: Vec<PortSpec> = Vec::new();
+    for p in &f.port {
+        p.get_ref().validate().map_err(|m| err(Some(p.span()), m))?;
+        check_datapath(p.get_ref(), datapath).map_err(|m| err(Some(p.span()), m))?;
+        if ports.iter().any(|q| q.name == p.get_ref().name) {
+            return Err(err(Some(p.span()), format!("port {:?} is listed twice", p.get_ref().name)));
+        }
+        if let Some(g) = &grants {
+            p.get_ref().check_grants(g).map_err(|m| err(Some(p.span()), m))?;
+        }
+        if mode == Mode::L3 {
+            let mine = p.get_ref().policy().map_err(|m| err(Some(p.span()), m))?.ips;
+            for q in &ports {
+                if let Some(ip) = q.policy().map_err(|m| err(Some(p.span()), m))?.ips.iter().find(|a| mine.contains(a))
+                {
+                    return Err(err(
+                        Some(p.span()),
+                        format!(
+                            "port {:?}: {ip} already belongs to port {:?}; in Layer 3 mode an address belongs to one port",
+                            p.get_ref().name,
+                            q.name
+                        ),
+                    ));
+                }
+            }
+        }
+        ports.push(p.get_ref().clone());
+    }
+    let mut macs = Vec::new();
+    for m in &f.mac {
+        let e = m.get_ref();
+        let mac: MacAddr = e
+            .mac
+            .parse()
+            .map_err(|_| err(Some(m.span()), format!("{:?} is not a MAC address (aa:bb:cc:dd:ee:ff)", e.mac)))?;
+        check_vid(e.vlan).map_err(|x| err(Some(m.span()), x))?;
+        if mac.is_multicast() || mac.is_zero() {
+            return Err(err(
+                Some(m.span()),
+                format!("{mac} is not one station's address: a static entry needs a unicast MAC (the first byte even)"),
+            ));
+        }
+        if !ports.iter().any(|p| p.name == e.port) {
+            return Err(err(Some(m.span()), format!("MAC entry names port {:?}, which is not configured", e.port)));
+        }
+        macs.push((e.vlan, mac, e.port.clone()));
+    }
+    Ok(Settings {
+        socket: f.socket.unwrap_or_else(|| paths::socket_for(&name)),
+        name,
+        mode,
+        core,
+        poll: f.poll.unwrap_or(false),
+        datapath,
+        datapath_nice,
+        metrics_listen,
+        monitor,
+        ports,
+        macs,
+        grants,
+    })
+}
+
+/// Monitor records: where, how often, how much at most.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MonitorSettings {
+    /// The record file (`FILE.1` holds the one before it).
+    pub file: PathBuf,
+    /// Between records.
+    pub interval: std::time::Duration,
+    /// The file is rotated before it passes this size.
+    pub max_bytes: u64,
+}
+
+/// The size a monitor file is rotated at, in MiB, unless `monitor_max_mb` says otherwise.
+pub const DEFAULT_MONITOR_MAX_MB: u64 = 64;
+
+/// Parses an interval: `500ms`, `1s`, `2m`, or a number of seconds; 100 ms to 1 hour.
+pub fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+    let n: f64 = num.parse().map_err(|_| format!("interval {s:?}: write e.g. \"1s\", \"500ms\" or \"2m\""))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" | "min" => n * 60.0,
+        u => return Err(format!("interval {s:?}: unknown unit {u:?} (ms, s or m)")),
+    };
+    if !(0.1..=3600.0).contains(&secs) {
+        return Err(format!("interval {s:?} is out of range: use 100ms to 1 hour"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Parses a listening address for the metrics endpoint: `ADDR:PORT` (`[ADDR]:PORT` for
+/// IPv6).
+pub fn parse_listen(a: &str) -> Result<std::net::SocketAddr, String> {
+    a.parse().map_err(|_| {
+        format!(
+            "metrics_listen {a:?} is not an address and port: write e.g. \"127.0.0.1:9750\" (or \"[::1]:9750\"; \"0.0.0.0:9750\" listens on every interface)"
+        )
+    })
+}
+
+/// Whether a switch can be lossless on this datapath: only in user space. The kernel
+/// datapath delivers with no queue to pause, and what it hands up to the core cannot
+/// hold back its sender either.
+pub fn check_lossless(datapath: DatapathKind, lossless: bool) -> Result<(), String> {
+    if lossless && datapath == DatapathKind::Kernel {
+        return Err("a lossless switch needs the user-space datapath: the kernel datapath forwards with no queue to pause and cannot hold a sender back; set `datapath = \"user\"` (or `--datapath user`), or leave out `lossless`".into());
+    }
+    Ok(())
+}
+
+/// Whether port `p` can be attached to a switch with this datapath (a switch on the
+/// kernel datapath is never lossless: [`check_lossless`]).
+pub fn check_datapath(p: &PortSpec, datapath: DatapathKind) -> Result<(), String> {
+    if p.kind == PortKind::Uplink && datapath == DatapathKind::Kernel && p.netns.is_some() {
+        return Err(format!(
+            "port {:?}: on the kernel datapath an uplink's interface must be in the switch's own namespace (the kernel sends to it by interface index); leave out `netns`, or run the switch with datapath = \"user\"",
+            p.name
+        ));
+    }
+    if p.kind != PortKind::Veth {
+        return Ok(());
+    }
+    if datapath != DatapathKind::Kernel {
+        return Err(format!(
+            "port {:?}: veth ports are forwarded by the kernel datapath; set `datapath = \"kernel\"` for the switch (or `--datapath kernel`), or attach the guest with a TAP port",
+            p.name
+        ));
+    }
+    Ok(())
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(before.len(), |i| before.len() - i - 1) + 1;
+    (line, col)
+}
+
+/// `--datapath` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum DatapathArg {
+    /// One user-space thread moves every frame.
+    #[default]
+    User,
+    /// TC programs forward between veth ports in the kernel.
+    Kernel,
+}
+
+impl DatapathArg {
+    /// The configuration's value.
+    pub fn kind(self) -> DatapathKind {
+        match self {
+            DatapathArg::User => DatapathKind::User,
+            DatapathArg::Kernel => DatapathKind::Kernel,
+        }
+    }
+}
+
+/// Parses an `--mtu` value: 68 to 9000 (what the switch accepts), said with the range.
+pub fn mtu_arg(s: &str) -> Result<u16, String> {
+    let range = sluice_switch::switch_mtu_range();
+    match s.parse::<u32>() {
+        Ok(m) if (*range.start() as u32..=*range.end() as u32).contains(&m) => Ok(m as u16),
+        Ok(m) => Err(format!("MTU {m} is out of range: use {} to {}", range.start(), range.end())),
+        Err(_) => Err(format!("{s:?} is not an MTU: use a number from {} to {}", range.start(), range.end())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vxlan_ports_check_their_tunnel_settings_and_name_the_fault() {
+        let base = "name = \"sw0\"\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nlocal = \"192.168.77.1\"\nremotes = [\"192.168.77.2\"]\n";
+        let s = parse_str(&format!("{base}vni = 5000\n")).unwrap();
+        let v = s.ports[0].vxlan().unwrap().unwrap();
+        assert_eq!((v.vnis.clone(), v.dstport), (sluice_switch::tunnel::VniMap::Single(5000), 4789));
+        let s = parse_str(&format!("{base}vni_map = {{ \"10\" = 5010, \"20\" = 5020 }}\n")).unwrap();
+        assert_eq!(s.ports[0].validate().unwrap().to_string(), "trunk 10,20", "a VNI per VLAN makes a trunk");
+        for (extra, want) in [
+            ("", "needs `vni`"),
+            ("vni = 16777216\n", "VNI 16777216 is out of range"),
+            ("vni = 1\nvni_map = { \"10\" = 2 }\n", "not both"),
+            ("vni_map = { \"10\" = 2, \"20\" = 2 }\n", "mapped to two VLANs"),
+            ("vni_map = { \"5000\" = 2 }\n", "not a VLAN"),
+            ("vni = 1\ntrunk = [10]\n", "access port"),
+        ] {
+            let e = parse_str(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.message.contains(want), "{extra:?}: {e}");
+        }
+        let e = parse_str(&base.replace("192.168.77.2", "fd78::2").replace("remotes", "vni = 1\nremotes")).unwrap_err();
+        assert!(e.message.contains("family"), "{e}");
+        let e = parse_str(&base.replace("local = \"192.168.77.1\"\n", "vni = 1\n")).unwrap_err();
+        assert!(e.message.contains("needs `local`"), "{e}");
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nvni = 3\n").unwrap_err();
+        assert!(e.message.contains("vxlan ports only"), "{e}");
+        let v = parse_str(&format!("{base}vni = 5000\n")).unwrap();
+        assert_eq!(check_datapath(&v.ports[0], DatapathKind::Kernel), Ok(()), "both datapaths take a tunnel");
+        // Only the remotes are heard unless the port says otherwise; then it needs some.
+        assert!(v.ports[0].vxlan().unwrap().unwrap().remotes_only);
+        let open = base.replace("remotes = [\"192.168.77.2\"]\n", "remotes_only = false\nvni = 1\n");
+        let v = parse_str(&open).unwrap();
+        assert!(v.ports[0].vxlan().unwrap().unwrap().remotes.is_empty());
+        assert!(!v.ports[0].vxlan().unwrap().unwrap().remotes_only);
+        let e = parse_str(&base.replace("remotes = [\"192.168.77.2\"]\n", "vni = 1\n")).unwrap_err();
+        assert!(e.message.contains("remotes_only = false"), "{e}");
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nremotes_only = false\n").unwrap_err();
+        assert!(e.message.contains("vxlan ports only"), "{e}");
+    }
+
+    #[test]
+    fn monitor_settings_parse_with_their_units_and_name_the_line() {
+        use std::time::Duration;
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_interval("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_interval("10ms").unwrap_err().contains("out of range"));
+        assert!(parse_interval("1h").unwrap_err().contains("unknown unit"));
+        assert!(parse_interval("soon").is_err());
+        let s = parse_str("name = \"sw0\"\nmonitor_file = \"/tmp/m\"\n").unwrap();
+        assert_eq!(s.monitor.unwrap().interval, Duration::from_secs(1));
+        let e = parse_str("name = \"sw0\"\nmonitor_interval = \"1s\"\n").unwrap_err();
+        assert!(e.message.contains("needs monitor_file") && e.to_string().contains(":2"), "{e}");
+        let e = parse_str("name = \"sw0\"\nmonitor_file = \"/tmp/m\"\nmonitor_interval = \"1d\"\n").unwrap_err();
+        assert!(e.to_string().contains(":3") && e.message.contains("unknown unit"), "{e}");
+    }
+
+    fn parse_str(s: &str) -> Result<Settings, ConfigError> {
+        parse(s, Path::new("sw.toml"))
+    }
+
+    #[test]
+    fn layer_3_mode_takes_addresses_or_learns_them_and_refuses_one_address_twice() {
+        let s = parse_str(
+            "name = \"sw\"\nmode = \"l3\"\nrouter_mac = \"02:00:00:00:99:01\"\n[[port]]\nname = \"a\"\nips = [\"10.0.0.1\", \"fd00::1\"]\n[[port]]\nname = \"b\"\nips = \"learn\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.mode, Mode::L3);
+        assert_eq!(s.core.mode, sluice_switch::Mode::L3);
+        assert_eq!(s.core.router_mac.to_string(), "02:00:00:00:99:01");
+        let b = s.ports[1].policy().unwrap();
+        assert!(b.learn_ips && b.ips.is_empty());
+        let e = parse_str("name = \"sw\"\nmode = \"l3\"\n[[port]]\nname = \"a\"\nips = [\"10.0.0.1\"]\n[[port]]\nname = \"b\"\nips = [\"10.0.0.2\", \"10.0.0.1\"]\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("10.0.0.1 already belongs to port \"a\""), "{e}");
+        let e = parse_str("name = \"sw\"\nrouter_mac = \"01:00:00:00:00:01\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("router_mac"), "{e}");
+    }
+
+    #[test]
+    fn a_port_drops_the_ethertypes_its_file_names() {
+        let s = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [0x88cc, 0x8863]\n").unwrap();
+        assert_eq!(s.ports[0].policy().unwrap().drop_ethertypes, [0x88cc, 0x8863]);
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [1500]\n").unwrap_err();
+        assert!(e.line.is_some() && e.message.contains("a frame length, not an EtherType"), "{e}");
+    }
+
+    #[test]
+    fn a_netns_is_a_name_not_a_path() {
+        for bad in ["../../tmp/fifo", "/proc/1/ns/net", "..", ""] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = {bad:?}\n")).unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.message.contains("not a name `ip netns` accepts"), "{bad:?}: {e}");
+        }
+        assert!(parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = \"blue.2\"\n").is_ok());
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let s = parse_str(
+            r#"
+name = "sw0"
+mode = "l2"
+mtu = 8992
+mac_aging = 60
+lossless = true
+
+[[port]]
+name = "tap0"
+netns = "blue"
+vlan = 10
+
+[[port]]
+name = "tap1"
+trunk = [10, 20]
+native = 1
+offload = false
+
+[[mac]]
+mac = "02:00:00:00:00:01"
+vlan = 10
+port = "tap0"
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.name, "sw0");
+        assert_eq!(s.core.mtu, 8992);
+        assert_eq!(s.core.aging_ms, 60_000);
+        assert!(s.core.lossless);
+        assert_eq!(s.ports.len(), 2);
+        assert!(!s.ports[1].offload);
+        assert_eq!(s.ports[1].validate().unwrap().to_string(), "trunk 10,20 native 1");
+        assert_eq!(s.socket, PathBuf::from("/run/sluice/sw0.sock"));
+    }
+
+    #[test]
+    fn veth_ports_need_the_kernel_datapath_which_is_never_lossless() {
+        let s = parse_str("name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n").unwrap();
+        assert_eq!(s.datapath, DatapathKind::Kernel);
+        assert_eq!(s.ports[0].kind, PortKind::Veth);
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n").unwrap_err();
+        assert!(e.message.contains("datapath = \"kernel\""), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\nlossless = true\n[[port]]\nname = \"v1\"\ntype = \"veth\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\nnetns = \"x\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("leave out `netns`"), "{e}");
+        let e = parse_str("name = \"sw\"\ndatapath = \"kernal\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn classes_hold_len_and_the_watchdog_are_read_and_bad_ones_name_their_line() {
+        let s = parse_str(
+            "name = \"sw\"\nlossless = true\nhold_len = 32\nwatchdog_ms = 500\n\
+             [[class]]\nname = \"voice\"\nmatch = \"dscp=46\"\nqueue_len = 64\n\
+             [[class]]\nname = \"bulk\"\nmatch = \"port=g9\"\nlossless = false\n\
+             [[class]]\nname = \"rest\"\nmatch = \"any\"\n",
+        )
+        .unwrap();
+        assert_eq!((s.core.hold_len, s.core.watchdog_ms), (32, 500));
+        let c = &s.core.classes;
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            (c[0].matches.clone(), c[0].lossless, c[0].queue_len),
+            (sluice_switch::ClassMatch::Dscp(46), true, Some(64))
+        );
+        assert_eq!((c[1].matches.clone(), c[1].lossless), (sluice_switch::ClassMatch::Port("g9".into()), false));
+        assert!(c[2].lossless, "a class is lossless as the switch unless it says");
+        let e = parse_str("name = \"sw\"\n\n[[class]]\nname = \"x\"\nmatch = \"pcp=9\"\n").unwrap_err();
+        assert!(e.line.is_some_and(|l| (3..=5).contains(&l)), "{e}");
+        assert!(e.message.contains("class \"x\": pcp takes a number from 0 to 7, not \"9\""), "{e}");
+        let e = parse_str("name = \"sw\"\n[[class]]\nname = \"x\"\nmatch = \"vlan=3\"\n").unwrap_err();
+        assert!(e.message.contains("is not one of"), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("two classes are named \"a\""), "{e}");
+        let e = parse_str("name = \"sw\"\nhold_len = 0\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\n[[class]]\nname = \"a\"\nmatch = \"any\"\nlossless = true\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
+    }
+
+    #[test]
+    fn a_stream_port_needs_its_path_and_only_it_takes_one() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"q1\"\ntype = \"stream\"\npath = \"/run/q1.sock\"\n").unwrap();
+        assert_eq!((s.ports[0].kind, s.ports[0].path.as_deref()), (PortKind::Stream, Some(Path::new("/run/q1.sock"))));
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"q1\"\ntype = \"stream\"\n").unwrap_err();
+        assert!(e.message.contains("needs `path`"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\npath = \"/x\"\n").unwrap_err();
+        assert!(e.message.contains("`path` applies to stream ports only"), "{e}");
+    }
+
+    #[test]
+    fn a_vhost_user_port_needs_its_socket_and_only_it_takes_one() {
+        let s = parse_str(
+            "name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\nsocket = \"/run/vm1.sock\"\nclient = true\n",
+        )
+        .unwrap();
+        let p = &s.ports[0];
+        assert_eq!(
+            (p.kind, p.socket.as_deref(), p.client),
+            (PortKind::VhostUser, Some(Path::new("/run/vm1.sock")), true)
+        );
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhost-user\"\n").unwrap_err();
+        assert!(e.message.contains("needs `socket`"), "{e}");
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\nsocket = \"/x\"\n").unwrap_err();
+        assert!(e.message.contains("`socket` applies to vhost-user ports only"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t1\"\nclient = true\n").unwrap_err();
+        assert!(e.message.contains("`client` applies to vhost-user ports only"), "{e}");
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"vm1\"\ntype = \"vhostuser\"\n").unwrap_err();
+        assert!(e.message.contains("vhost-user"), "the error lists the kinds: {e}");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse_str("name = \"sw0\"\nmtu = 70000\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        let e = parse_str("name = \"sw0\"\nmtu = 9100\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.to_string().starts_with("sw.toml:2:"), "{e}");
+        let e = parse_str("name = \"sw0\"\nlosless = true\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("losless"), "{e}");
+        let e = parse_str("name = \"sw0\"\n\n[[port]]\nname = \"t0\"\nvlan = 5000\n").unwrap_err();
+        assert!(e.line.is_some_and(|l| (3..=5).contains(&l)), "{e}");
+        assert!(e.message.contains("5000"), "{e}");
+        let e = parse_str("name = \"sw0\"\nmode = \"l7\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        let e = parse_str("name = \"sw0\"\n[[port]]\nname = \"t0\"\nvlan = 2\ntrunk = [3]\n").unwrap_err();
+        assert!(e.message.contains("not both"), "{e}");
+        let e = parse_str("name = \"sw/0\"\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+        let e = parse_str(
+            "name = \"sw0\"\n[[port]]\nname = \"t0\"\n\n[[mac]]\nmac = \"33:33:00:00:00:01\"\nport = \"t0\"\n",
+        )
+        .unwrap_err();
+        assert!(e.line.is_some_and(|l| (5..=7).contains(&l)) && e.message.contains("unicast"), "{e}");
+    }
+}

@@ -1,0 +1,749 @@
+//! The control server: reads JSON requests from the unix socket, runs them on the datapath
+//! thread as jobs, and writes the answers. Every refused request is logged with its reason.
+//!
+//! Bounds (docs/architecture.md, "Servers and files"): a connection may wait
+//! [`IDLE`] between requests, but a request must arrive whole within [`REQUEST_WITHIN`] of
+//! its first byte, and its answer be taken within [`ANSWER_WITHIN`]; a job waits for the
+//! datapath at most [`JOB_WAIT`], and the client is then told the datapath is busy.
+
+use std::io::{BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use sluice_wire::MacAddr;
+use tracing::{debug, warn};
+
+use super::datapath::{Datapath, Job};
+use super::deadline::{Deadline, Paced, write_all_by};
+use sluice_api::config::{PortKind, PortSpec, Settings};
+use sluice_api::proto::*;
+use sluice_ports::Attachment;
+use sluice_ports::stream::StreamPort;
+use sluice_ports::tap::TapPort;
+use sluice_ports::uplink::UplinkPort;
+use sluice_ports::veth::VethPort;
+use sluice_ports::vxlan::VxlanPort;
+use sluice_sys::epoll::EventFd;
+use sluice_sys::netns;
+
+/// How long a job waits for the datapath to run it.
+pub const JOB_WAIT: Duration = Duration::from_secs(10);
+
+/// A handle for running jobs on the datapath thread.
+#[derive(Clone)]
+pub struct Jobs {
+    tx: Sender<Job>,
+    wake: Arc<EventFd>,
+    wait: Duration,
+}
+
+impl Jobs {
+    /// Wraps the job channel and the datapath's wake-up.
+    pub fn new(tx: Sender<Job>, wake: Arc<EventFd>) -> Self {
+        Jobs { tx, wake, wait: JOB_WAIT }
+    }
+
+    /// Runs `f` on the datapath and waits for its result, at most [`JOB_WAIT`]: then the
+    /// answer is that the datapath is busy (the job still runs when the datapath gets to
+    /// it).
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce(&mut Datapath) -> T + Send + 'static) -> Result<T> {
+        let (rtx, rrx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Box::new(move |dp: &mut Datapath| {
+                let _ = rtx.send(f(dp));
+            }))
+            .map_err(|_| anyhow!("the datapath has stopped"))?;
+        self.wake.notify();
+        rrx.recv_timeout(self.wait).map_err(|e| match e {
+            mpsc::RecvTimeoutError::Timeout => anyhow!(
+                "the datapath is busy: it did not take the request within {} s (it still runs it when it gets to it); \
+                 try again, and if this lasts see the switch's log",
+                self.wait.as_secs()
+            ),
+            mpsc::RecvTimeoutError::Disconnected => anyhow!("the datapath stopped before answering"),
+        })
+    }
+
+    /// Asks the datapath to stop.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_stop()));
+        self.wake.notify();
+    }
+
+    /// Asks the datapath to stop for a restart in place (the kernel datapath stays).
+    pub fn restart(&self) {
+        let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_restart()));
+        self.wake.notify();
+    }
+}
+
+/// Creates the device behind a port (in its namespace, if it names one).
+/// Opens the device of port `spec`; a TAP is adopted when an earlier run left it with index
+/// `known_tap` (see `tun::open_tap`).
+pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Result<Attachment> {
+    let (default_mtu, kernel) = (s.core.mtu, s.datapath == sluice_api::config::DatapathKind::Kernel);
+    spec.validate().map_err(anyhow::Error::msg)?;
+    if let Some(ns) = &spec.netns
+        && !netns::exists(ns)
+    {
+        anyhow::bail!("network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)");
+    }
+    let name = spec.name.clone();
+    let offload = spec.offload;
+    match spec.kind {
+        PortKind::Tap => {
+            let mtu = spec.mtu.unwrap_or(default_mtu);
+            let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
+                .with_context(|| format!("creating TAP {:?}", spec.name))?;
+            let (fd, ifindex) = (tap.raw_fd(), tap.ifindex());
+            Ok(Attachment { tap_ifindex: Some(ifindex), ..Attachment::new(Box::new(tap), fd) })
+        }
+        PortKind::Veth => {
+            let mtu = spec.mtu.unwrap_or(default_mtu);
+            let v =
+                VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
+            let fd = v.raw_fd();
+            Ok(Attachment::new(Box::new(v), fd))
+        }
+        PortKind::Stream => {
+            let path = spec.path.clone().unwrap_or_default();
+            let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
+            let fd = s.raw_fd();
+            Ok(Attachment::new(Box::new(s), fd))
+        }
+        PortKind::VhostUser => {
+            let path = spec.socket.clone().unwrap_or_default();
+            let role = if spec.client { sluice_vhost::Role::Client } else { sluice_vhost::Role::Server };
+            let p = sluice_vhost::open(&spec.name, &path, role, offload)
+                .with_context(|| format!("opening vhost-user port {:?}", spec.name))?;
+            let (fd, room) = (p.frames_fd(), p.room_fd());
+            Ok(Attachment { room_fd: Some(room), ..Attachment::new(Box::new(p), fd) })
+        }
+        PortKind::Vxlan => {
+            let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
+            let mtu = match spec.mtu {
+                Some(m) => m,
+                None => sluice_ports::vxlan::inner_mtu(spec.netns.as_deref(), v.local)
+                    .with_context(|| format!("port {:?}: finding the underlay's MTU", spec.name))?,
+            };
+            let settings = v.clone();
+            let mut p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&settings, kernel))
+                .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
+            // On the kernel datapath a vxlan device receives, and the program sends into it.
+            let tunnel = if kernel {
+                let device = super::kernel::tunnel_device_name(&s.name, &spec.name);
+                Some(
+                    p.add_device(&v, &device, spec.netns.as_deref(), mtu)
+                        .with_context(|| format!("making the kernel device {device} of vxlan port {:?}", spec.name))?,
+                )
+            } else {
+                None
+            };
+            let fd = p.raw_fd();
+            Ok(Attachment { mtu: Some(mtu), tunnel, ..Attachment::new(Box::new(p), fd) })
+        }
+        PortKind::Uplink => {
+            let backups = spec.backups.clone();
+            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
+                .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
+            let fd = up.raw_fd();
+            Ok(Attachment::new(Box::new(up), fd))
+        }
+    }
+}
+
+/// The control socket server.
+pub struct Server {
+    /// The switch's settings at start.
+    pub settings: Settings,
+    /// Jobs for the datapath.
+    pub jobs: Jobs,
+    /// VLAN grants as they are now (`None`: not enforced).
+    pub grants: std::sync::Mutex<Option<sluice_api::config::Grants>>,
+    /// Orders changes to the runtime state file.
+    pub state_lock: std::sync::Mutex<()>,
+    /// Monitor records, while they are written.
+    pub monitor: std::sync::Mutex<Option<super::monitor::Monitor>>,
+}
+
+/// Writes a refusal on a connection about to be closed (taken by the client by `due`).
+fn refuse(s: &UnixStream, error: String, due: Deadline) {
+    let r = Response { ok: false, error: Some(error), data: None };
+    if let Ok(mut text) = serde_json::to_string(&r) {
+        text.push('\n');
+        let _ = write_all_by(s, text.as_bytes(), due);
+    }
+}
+
+/// Bytes of copies a capture may keep waiting for its client (beyond them copies are lost,
+/// counted).
+const CAPTURE_BUDGET: usize = 8 << 20;
+
+/// Control connections served at once; more are told to try again.
+const MAX_CONNS: usize = 32;
+/// How long a control connection may sit idle between requests.
+const IDLE: Duration = Duration::from_secs(300);
+/// A request must arrive whole within this time of its first byte.
+pub const REQUEST_WITHIN: Duration = Duration::from_secs(10);
+/// An answer must be taken whole within this time.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+impl Server {
+    /// Serves connections until the process ends; each connection on its own thread, at
+    /// most [`MAX_CONNS`] at once.
+    pub fn serve(self, listener: UnixListener) {
+        let me = Arc::new(self);
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut backoff = std::time::Duration::ZERO;
+        for conn in listener.incoming() {
+            match conn {
+                Ok(stream) => {
+                    backoff = std::time::Duration::ZERO;
+                    if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        // (Never blocks this thread: a fresh socket takes a short answer at once.)
+                        let _ = stream.set_nonblocking(true);
+                        refuse(
+                            &stream,
+                            format!(
+                                "the switch already serves {MAX_CONNS} control connections; try again when one ends"
+                            ),
+                            Deadline::after(ANSWER_WITHIN),
+                        );
+                        continue;
+                    }
+                    let (me, mine) = (me.clone(), open.clone());
+                    let spawned = std::thread::Builder::new().name("control-conn".into()).spawn(move || {
+                        me.handle(stream);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                Err(e) => {
+                    // (Out of descriptors, say: wait before trying again, up to a second, so a
+                    // lasting fault neither spins nor floods the log.)
+                    backoff =
+                        (backoff * 2).clamp(std::time::Duration::from_millis(10), std::time::Duration::from_secs(1));
+                    warn!("control socket accept failed: {e}; trying again in {} ms", backoff.as_millis());
+                    std::thread::sleep(backoff);
+                }
+            }
+        }
+    }
+
+    fn handle(&self, stream: UnixStream) {
+        let out = match stream.try_clone() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        // An idle connection is closed after a while; a request is at most MAX_REQUEST bytes
+        // and arrives whole within REQUEST_WITHIN of its first byte.
+        let mut reader = BufReader::new(Paced::new(stream, IDLE, REQUEST_WITHIN));
+        loop {
+            let resp = match read_request(&mut reader, MAX_REQUEST) {
+                Incoming::End => {
+                    if reader.get_ref().was_late() {
+                        debug!("closing a control connection whose request came too slowly");
+                        refuse(
+                            &out,
+                            format!(
+                                "the request did not arrive whole within {} s of its first byte; closing the connection",
+                                REQUEST_WITHIN.as_secs()
+                            ),
+                            Deadline::after(ANSWER_WITHIN),
+                        );
+                    }
+                    return;
+                }
+                Incoming::TooLong => {
+                    refuse(
+                        &out,
+                        format!("request longer than {} KiB; closing the connection", MAX_REQUEST >> 10),
+                        Deadline::after(ANSWER_WITHIN),
+                    );
+                    return;
+                }
+                Incoming::Malformed(why) => Response { ok: false, error: Some(why), data: None },
+                Incoming::Request(Request::Capture { port, direction, snaplen }) => {
+                    // The connection is the capture's from here on.
+                    let stream = reader.into_inner().into_inner();
+                    if let Err(e) = self.capture(stream, out, &port, &direction, snaplen) {
+                        debug!(port = %port, "capture ended: {e:#}");
+                    }
+                    return;
+                }
+                Incoming::Request(req) => {
+                    debug!(?req, "control request");
+                    let what = format!("{req:?}");
+                    match self.execute(req) {
+                        Ok(data) => Response { ok: true, error: None, data },
+                        Err(e) => {
+                            let msg = format!("{e:#}");
+                            warn!(request = %what, "refused: {msg}");
+                            Response { ok: false, error: Some(msg), data: None }
+                        }
+                    }
+                }
+            };
+            let mut text = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
+            text.push('\n');
+            if write_all_by(&out, text.as_bytes(), Deadline::after(ANSWER_WITHIN)).is_err() {
+                return;
+            }
+            let pending = !reader.buffer().is_empty();
+            reader.get_mut().next_request(pending);
+        }
+    }
+
+    /// Serves a capture of `port` on a control connection: the answer, then records every
+    /// 20 ms until the client closes the connection (or stops reading for 10 s), or the
+    /// port goes away.
+    fn capture(&self, stream: UnixStream, mut out: UnixStream, port: &str, dir: &str, snaplen: u32) -> Result<()> {
+        use sluice_switch::capture::Direction;
+        let d = match dir {
+            "in" => Direction::In,
+            "out" => Direction::Out,
+            "both" => Direction::Both,
+            other => {
+                refuse(
+                    &out,
+                    format!("capture direction {other:?}: use in, out or both"),
+                    Deadline::after(ANSWER_WITHIN),
+                );
+                return Ok(());
+            }
+        };
+        let snaplen = (snaplen as usize).clamp(64, 262_144);
+        let name = port.to_string();
+        let started = self.jobs.run(move |dp| {
+            let r = dp.switch_mut().capture_start(&name, d, snaplen, CAPTURE_BUDGET);
+            // (On the kernel datapath the port now goes through the core.)
+            dp.sync_kernel();
+            r
+        })?;
+        let id = match started {
+            Ok(id) => id,
+            Err(e) => {
+                refuse(&out, format!("{e}; `sluice port list` shows the ports"), Deadline::after(ANSWER_WITHIN));
+                return Ok(());
+            }
+        };
+        tracing::info!(port = %port, direction = dir, "capture started");
+        let result = (|| -> Result<()> {
+            let ok =
+                Response { ok: true, error: None, data: Some(serde_json::json!({"port": port, "snaplen": snaplen})) };
+            let mut line = serde_json::to_string(&ok)?;
+            line.push('\n');
+            write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
+            // (From here a stream of records: each write may wait 10 s for the client.)
+            out.set_write_timeout(Some(std::time::Duration::from_secs(10)))?;
+            stream.set_read_timeout(Some(std::time::Duration::from_millis(20)))?;
+            let mut probe = [0u8; 64];
+            let mut lost_said = 0;
+            loop {
+                // The client says nothing after its request: a read that returns is its end
+                // (Ctrl-C: it closes its side and reads what was copied until then).
+                let closing = match std::io::Read::read(&mut &stream, &mut probe) {
+                    Ok(_) => true,
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        false
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let (frames, state) = self.jobs.run(move |dp| {
+                    let mut v = Vec::new();
+                    let r = dp.switch_mut().capture_take(id, |c| v.push(c));
+                    (v, r)
+                })?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                let mut buf = Vec::new();
+                let mut record = |kind: u8, len: u32, data: &[u8]| {
+                    buf.push(kind);
+                    buf.extend_from_slice(&now.to_be_bytes());
+                    buf.extend_from_slice(&len.to_be_bytes());
+                    buf.extend_from_slice(&(data.len() as u32).to_be_bytes());
+                    buf.extend_from_slice(data);
+                };
+                for c in &frames {
+                    record(u8::from(c.out), c.len, &c.data);
+                }
+                let (lost, ended) = state.unwrap_or((0, true));
+                if lost != lost_said {
+                    record(2, 0, &lost.to_be_bytes());
+                    lost_said = lost;
+                }
+                if ended {
+                    record(3, 0, &[]);
+                }
+                if !buf.is_empty() {
+                    out.write_all(&buf)?;
+                }
+                if ended || closing {
+                    return Ok(());
+                }
+            }
+        })();
+        let _ = self.jobs.run(move |dp| {
+            dp.switch_mut().capture_stop(id);
+            dp.sync_kernel();
+        });
+        tracing::info!(port = %port, "capture ended");
+        result
+    }
+
+    fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
+        let s = &self.settings;
+        let v = match req {
+            Request::Hello => {
+                let st = self.settings.clone();
+                let summary = self.jobs.run(move |dp| summary(dp, &st))?;
+                serde_json::to_value(summary)?
+            }
+            Request::PortAdd { port } => {
+                let port = *port;
+                let (exists, missing) = {
+                    let n = port.name.clone();
+                    let watched = port.mirror.clone();
+                    self.jobs.run(move |dp| {
+                        let sw = dp.switch();
+                        (sw.port_id(&n).is_some(), watched.into_iter().find(|w| sw.port_id(w).is_none()))
+                    })?
+                };
+                if exists {
+                    anyhow::bail!(
+                        "a port named {:?} is already attached; choose another name or delete it first",
+                        port.name
+                    );
+                }
+                if let Some(w) = missing {
+                    anyhow::bail!(
+                        "port {:?} cannot mirror {w:?}: the switch has no port {w:?} (`sluice port list` shows its ports); add that port first",
+                        port.name
+                    );
+                }
+                if let Some(g) = self.grants.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    port.check_grants(g).map_err(anyhow::Error::msg)?;
+                }
+                sluice_api::config::check_datapath(&port, s.datapath).map_err(anyhow::Error::msg)?;
+                let dev = create_port(&port, s, None)?;
+                let (spec, ifindex) = (port.clone(), dev.tap_ifindex);
+                self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
+                self.remember(|r| {
+                    r.record_tap(&spec, ifindex);
+                    r.ports.retain(|p| p.name != spec.name);
+                    r.ports.push(spec);
+                });
+                return Ok(None);
+            }
+            Request::PortDel { name } => {
+                let n = name.clone();
+                self.jobs.run(move |dp| dp.detach(&name))??;
+                self.remember(|r| {
+                    r.ports.retain(|p| p.name != n);
+                    r.taps.retain(|t| t.name != n);
+                    r.macs.retain(|m| m.2 != n);
+                });
+                return Ok(None);
+            }
+            Request::PortList | Request::Stats { port: None } => {
+                let report = self.stats(None)?;
+                serde_json::to_value(report)?
+            }
+            Request::Stats { port: Some(p) } => serde_json::to_value(self.stats(Some(p))?)?,
+            Request::MonitorStart { file, interval_ms, max_mb } => {
+                let spec = super::monitor::MonitorSpec {
+                    file,
+                    interval: std::time::Duration::from_millis(interval_ms.clamp(100, 3_600_000)),
+                    max_bytes: max_mb.clamp(1, 1 << 20) << 20,
+                };
+                // Opened (and refused, if it must be) before anything else is touched.
+                let opened = super::monitor::Opened::open(spec)?;
+                let mut m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(old) = m.take() {
+                    old.stop();
+                }
+                let started = super::monitor::Monitor::start(opened, self.monitor_source())?;
+                let st = started.status();
+                *m = Some(started);
+                serde_json::to_value(st)?
+            }
+            Request::MonitorStop => {
+                let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let st = m.as_ref().map(|m| m.status()).unwrap_or_default();
+                if let Some(m) = m {
+                    m.stop();
+                }
+                serde_json::to_value(MonitorStatus { running: false, ..st })?
+            }
+            Request::MonitorStatus => {
+                let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
+                serde_json::to_value(m.as_ref().map(|m| m.status()).unwrap_or_default())?
+            }
+            Request::Capture { .. } => anyhow::bail!("a capture takes a connection of its own"),
+            Request::StatsReset => {
+                self.jobs.run(|dp| dp.reset_counters())?;
+                return Ok(None);
+            }
+            Request::FibShow => serde_json::to_value(self.jobs.run(fib_report)?)?,
+            Request::FibAdd { mac, vlan, port } => {
+                let m: MacAddr =
+                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                let p = port.clone();
+                self.jobs.run(move |dp| dp.switch_mut().add_static_mac(vlan, m, &p))??;
+                self.remember(|r| {
+                    r.macs.retain(|e| !(e.0 == vlan && e.1.parse::<MacAddr>().ok() == Some(m)));
+                    r.macs.push((vlan, m.to_string(), port));
+                });
+                return Ok(None);
+            }
+            Request::FibDel { mac, vlan } => {
+                let m: MacAddr =
+                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                if !self.jobs.run(move |dp| dp.switch_mut().fib_mut().remove(vlan, m))? {
+                    anyhow::bail!("no MAC entry {mac} in VLAN {vlan}");
+                }
+                self.remember(|r| r.macs.retain(|e| !(e.0 == vlan && e.1.parse::<MacAddr>().ok() == Some(m))));
+                return Ok(None);
+            }
+            Request::Shutdown => {
+                self.jobs.shutdown();
+                super::exit_unless_stopped(self.settings.socket.clone());
+                return Ok(None);
+            }
+            Request::Restart => {
+                self.jobs.restart();
+                return Ok(None);
+            }
+            Request::GrantAdd { port, vlans, promiscuous } => {
+                for &v in &vlans {
+                    if !(1..=4094).contains(&v) {
+                        anyhow::bail!("VLAN {v} is out of range: use 1 to 4094");
+                    }
+                }
+                let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(g) = g.as_mut() else {
+                    anyhow::bail!(
+                        "switch {} does not enforce grants (any port may join any VLAN); set `grants = true` in its config to use them",
+                        s.name
+                    );
+                };
+                if !vlans.is_empty() {
+                    g.vlans.entry(port.clone()).or_default().extend(vlans.iter().copied());
+                }
+                if promiscuous {
+                    g.promiscuous.insert(port.clone());
+                }
+                let now = g.clone();
+                self.remember(|r| r.grants = Some(now));
+                tracing::info!(port = %port, vlans = ?vlans, promiscuous, "granted");
+                return Ok(None);
+            }
+            Request::GrantDel { port, vlans, promiscuous } => {
+                let in_use = {
+                    let n = port.clone();
+                    self.jobs.run(move |dp| {
+                        let id = dp.switch().port_id(&n)?;
+                        dp.spec(id).cloned()
+                    })?
+                };
+                let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(g) = g.as_mut() else {
+                    anyhow::bail!("switch {} does not enforce grants; there is nothing to revoke", s.name);
+                };
+                let mut trial = g.clone();
+                let all = vlans.is_empty() && !promiscuous;
+                if let Some(after) = trial.vlans.get_mut(&port) {
+                    if all {
+                        after.clear();
+                    }
+                    for v in &vlans {
+                        after.remove(v);
+                    }
+                    if after.is_empty() {
+                        trial.vlans.remove(&port);
+                    }
+                }
+                if all || promiscuous {
+                    trial.promiscuous.remove(&port);
+                }
+                if let Some(spec) = in_use
+                    && spec.check_grants(&trial).is_err()
+                {
+                    anyhow::bail!(
+                        "port {port:?} is attached and uses what is being revoked; delete it or move it to a granted VLAN first"
+                    );
+                }
+                *g = trial.clone();
+                self.remember(|r| r.grants = Some(trial));
+                tracing::info!(port = %port, vlans = ?vlans, promiscuous, "grant revoked");
+                return Ok(None);
+            }
+            Request::GrantList => {
+                let g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+                let enforced = g.is_some();
+                let g = g.clone().unwrap_or_default();
+                serde_json::json!({ "enforced": enforced, "grants": g.vlans, "promiscuous": g.promiscuous })
+            }
+        };
+        Ok(Some(v))
+    }
+
+    /// Updates the switch's runtime state file (see `state.rs`), one change at a time.
+    fn remember(&self, f: impl FnOnce(&mut super::Runtime)) {
+        let _g = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = super::Runtime::load(&self.settings.name);
+        f(&mut r);
+        r.save(&self.settings.name);
+    }
+
+    fn stats(&self, port: Option<String>) -> Result<StatsReport> {
+        stats_report(&self.jobs, &self.settings, port)
+    }
+
+    /// What a monitor record holds: the switch's counters now.
+    pub fn monitor_source(&self) -> Arc<super::monitor::Source> {
+        let (jobs, st) = (self.jobs.clone(), self.settings.clone());
+        Arc::new(move || stats_report(&jobs, &st, None))
+    }
+}
+
+/// The switch's counters now (of port `port` only, if given), as `sluice stats --json`
+/// prints them: asked of the datapath thread.
+pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> Result<StatsReport> {
+    let st = settings.clone();
+    jobs.run(move |dp| {
+        let ports: Vec<PortStats> = dp
+            .switch()
+            .ports()
+            .into_iter()
+            .filter(|p| port.as_deref().is_none_or(|n| n == p.name))
+            .map(|p| {
+                let (counters, upcall, kernel) = match dp.kernel() {
+                    Some(k) => k.merged(p.id, p.counters),
+                    None => (p.counters, 0, None),
+                };
+                PortStats {
+                    netns: dp.spec(p.id).and_then(|s| s.netns.clone()),
+                    name: p.name,
+                    kind: p.kind.into(),
+                    vlan: p.vlan.to_string(),
+                    mtu: p.mtu,
+                    offload: p.caps.offload,
+                    lossless_input: p.caps.lossless_input,
+                    queued: p.queued,
+                    held: p.held,
+                    paused: p.paused,
+                    classes: p
+                        .classes
+                        .iter()
+                        .map(|k| ClassStats {
+                            name: k.name.clone(),
+                            lossless: k.lossless,
+                            queued: k.queued,
+                            stuck: k.stuck,
+                            counters: k.counters,
+                        })
+                        .collect(),
+                    resolving: p.resolving,
+                    upcall,
+                    kernel,
+                    failed: p.failed,
+                    link: p.link,
+                    counters,
+                    device_drops: p.device_drops,
+                }
+            })
+            .collect();
+        if let Some(n) = &port
+            && ports.is_empty()
+        {
+            return Err(anyhow!("no port named {n:?} is attached (see `sluice port list`)"));
+        }
+        Ok(StatsReport {
+            switch: summary(dp, &st),
+            uptime_s: dp.uptime().as_secs_f64(),
+            counters_age_s: dp.counters_age().as_secs_f64(),
+            ports,
+            departed: *dp.switch().departed(),
+            fib: fib_summary(dp),
+            kernel: dp.kernel().map(|k| k.summary()),
+            // (Jobs run on the datapath thread.)
+            cpu: sluice_api::proto::CpuReport {
+                datapath_s: sluice_sys::cpu_seconds(true),
+                process_s: sluice_sys::cpu_seconds(false),
+            },
+        })
+    })?
+}
+
+fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
+    SwitchSummary {
+        protocol: PROTOCOL,
+        version: env!("CARGO_PKG_VERSION").into(),
+        name: s.name.clone(),
+        mode: s.mode.as_str().into(),
+        pid: std::process::id(),
+        started_ns: dp.started_unix_ns(),
+        lossless: s.core.lossless,
+        datapath: s.datapath.as_str().into(),
+        poll: dp.polling(),
+        mtu: s.core.mtu,
+        ports: dp.switch().port_ids().count(),
+        metrics: s.metrics_listen.map(|a| a.to_string()),
+    }
+}
+
+fn fib_summary(dp: &Datapath) -> FibSummary {
+    let f = dp.switch().fib();
+    FibSummary {
+        entries: f.len(),
+        max_entries: dp.switch().config().fib_max,
+        aging_s: f.aging_ms() / 1000,
+        moves: f.moves,
+        full_refusals: f.full_refusals,
+    }
+}
+
+fn fib_report(dp: &mut Datapath) -> FibReport {
+    let now = dp.uptime().as_millis() as u64;
+    let entries = dp
+        .switch()
+        .fib()
+        .entries()
+        .into_iter()
+        .map(|(vlan, mac, e)| FibEntryReport {
+            vlan,
+            mac: mac.to_string(),
+            port: dp.switch().port_name(e.port).unwrap_or("?").to_string(),
+            is_static: e.is_static,
+            age_s: (!e.is_static).then(|| now.saturating_sub(e.last_seen_ms) as f64 / 1000.0),
+            endpoint: dp.switch().port_endpoint(e.port, vlan, mac),
+        })
+        .collect();
+    FibReport { summary: fib_summary(dp), entries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_the_datapath_does_not_take_is_answered_busy_in_bounded_time() {
+        let (tx, rx) = mpsc::channel();
+        let jobs = Jobs { wait: Duration::from_millis(200), ..Jobs::new(tx, Arc::new(EventFd::new().unwrap())) };
+        let started = std::time::Instant::now();
+        let e = jobs.run(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("the datapath is busy"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop(rx);
+        assert!(jobs.run(|_| ()).unwrap_err().to_string().contains("stopped"));
+    }
+}

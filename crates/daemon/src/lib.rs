@@ -1,0 +1,273 @@
+//! `sluice switch run`: the switch daemon.
+//!
+//! Three threads: the datapath (one epoll loop that owns the [`sluice_switch::Switch`] and
+//! every port's descriptor), the control server (accepts CLI connections on the unix socket
+//! and turns requests into jobs for the datapath), and the main thread, which waits for
+//! SIGINT/SIGTERM or a shutdown request and then removes the socket. The datapath never
+//! blocks on anything but epoll; device creation (which may enter another network
+//! namespace) happens on the control side.
+//!
+//! A stop (a signal, `sluice switch stop`) asks the datapath to end; if it has not within
+//! [`STOP_WITHIN`], the process exits anyway, as after a crash: what the kernel datapath
+//! holds is adopted by the next run.
+
+mod control;
+mod datapath;
+mod deadline;
+pub mod kernel;
+pub mod metrics;
+mod monitor;
+mod state;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::mpsc;
+
+use anyhow::{Context, Result, bail};
+use sluice_switch::Switch;
+use tracing::info;
+
+pub use datapath::Datapath;
+use sluice_api::config::Settings;
+pub(crate) use state::Runtime;
+
+/// Runs the switch described by `s` in the foreground until stopped.
+pub fn run(s: Settings) -> Result<()> {
+    // The socket's directory (the run directory, unless the config says otherwise) is
+    // walked and checked: made where missing, never one someone else can swap things in.
+    if let Some(dir) = s.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        sluice_sys::fs::Dir::open(dir, Some(0o755))
+            .map_err(|e| anyhow::anyhow!("the control socket's directory: {e}"))?;
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(&s.socket) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if !t.is_socket() {
+            let what = if t.is_symlink() {
+                "a symbolic link"
+            } else if t.is_dir() {
+                "a directory"
+            } else if t.is_file() {
+                "a regular file"
+            } else {
+                "not a socket"
+            };
+            bail!(
+                "{} is {what}, not a control socket; sluice removes only a socket a switch left behind: \
+                 set `socket =` in the config to another path, or move that file away",
+                s.socket.display()
+            );
+        }
+        if UnixStream::connect(&s.socket).is_ok() {
+            bail!(
+                "switch {:?} is already running (its socket {} answers); stop it first or choose another name",
+                s.name,
+                s.socket.display()
+            );
+        }
+        info!(socket = %s.socket.display(), "removing the socket a switch that did not stop cleanly left behind");
+        std::fs::remove_file(&s.socket).with_context(|| format!("removing stale socket {}", s.socket.display()))?;
+    }
+
+    // The program a restart in place runs: this path read now, so that an upgraded binary
+    // installed over it since is the one that starts (/proc/self/exe would be the old).
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+    let signals = block_signals();
+    let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
+    let (tx, rx) = mpsc::channel();
+    let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
+    if s.datapath == sluice_api::config::DatapathKind::Kernel {
+        let k = kernel::KernelSide::start(&s.name, &s.core, dp.started())
+            .context("starting the kernel datapath (or run the switch with `datapath = \"user\"`)")?;
+        dp.enable_kernel(k)?;
+    }
+    // What an earlier run (restarted in place, or crashed) left: its TAPs, still there for
+    // their guests, are adopted; the ports it had attached beyond the file are attached
+    // again, checked as `sluice port add` checks them.
+    let mut runtime = state::Runtime::load(&s.name);
+    let mut kept = state::Runtime::default();
+    for p in &s.ports {
+        let port = control::create_port(p, &s, runtime.known_tap(p))?;
+        kept.record_tap(p, port.tap_ifindex);
+        dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
+    }
+    for (vlan, mac, port) in &s.macs {
+        dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
+    }
+    runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
+    let mut s = s;
+    if s.grants.is_some()
+        && let Some(g) = runtime.grants.take()
+    {
+        info!(switch = %s.name, "the grants as the earlier run changed them stand");
+        s.grants = Some(g.clone());
+        kept.grants = Some(g);
+    }
+    for p in std::mem::take(&mut runtime.ports) {
+        let checked = p
+            .validate()
+            .and_then(|_| s.grants.as_ref().map_or(Ok(()), |g| p.check_grants(g)))
+            .and_then(|_| sluice_api::config::check_datapath(&p, s.datapath))
+            .map_err(anyhow::Error::msg);
+        let known = runtime.known_tap(&p);
+        let attached = checked.and_then(|_| control::create_port(&p, &s, known)).and_then(|a| {
+            let ifindex = a.tap_ifindex;
+            dp.attach(p.clone(), a).map(|_| ifindex)
+        });
+        match attached {
+            Ok(ifindex) => {
+                kept.record_tap(&p, ifindex);
+                kept.ports.push(p)
+            }
+            Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),
+        }
+    }
+    for (vlan, mac, port) in runtime.macs {
+        let ok = mac.parse().ok().is_some_and(|m| dp.switch_mut().add_static_mac(vlan, m, &port).is_ok());
+        if ok {
+            kept.macs.push((vlan, mac, port));
+        }
+    }
+    // TAPs the earlier run made that no port took again (a port gone from the file): gone.
+    for t in runtime.taps.iter().filter(|t| !kept.taps.iter().any(|k| k.name == t.name)) {
+        if t.netns.as_deref().is_some_and(|n| !sluice_sys::netns::exists(n)) {
+            continue;
+        }
+        let (name, ix) = (t.name.clone(), t.ifindex);
+        match sluice_sys::netns::run_in(t.netns.as_deref(), move || sluice_sys::tun::remove_left_tap(&name, ix)) {
+            Ok(true) => info!(tap = %t.name, "removed a TAP the earlier run left and no port uses"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(tap = %t.name, "cannot remove a TAP the earlier run left: {e:#}"),
+        }
+    }
+    kept.save(&s.name);
+    dp.finish_takeover();
+    let waker = dp.waker();
+
+    let metrics_listener = s.metrics_listen.map(metrics::bind).transpose()?;
+    // (Port 0 in the file: the one the kernel gave is what `sluice stats` reports.)
+    if let Some(l) = &metrics_listener {
+        s.metrics_listen = Some(l.local_addr()?);
+    }
+    // The monitor file is checked (and refused, if it must be) before the socket exists.
+    let monitor = s.monitor.clone().map(monitor::Opened::open).transpose()?;
+    let listener = bind_owner_only(&s)?;
+    info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
+
+    let jobs = control::Jobs::new(tx, waker);
+    let ctl = control::Server {
+        settings: s.clone(),
+        jobs: jobs.clone(),
+        grants: std::sync::Mutex::new(s.grants.clone()),
+        state_lock: std::sync::Mutex::new(()),
+        monitor: std::sync::Mutex::new(None),
+    };
+    if let Some(opened) = monitor {
+        let started = monitor::Monitor::start(opened, ctl.monitor_source());
+        let m = started.inspect_err(|_| {
+            let _ = std::fs::remove_file(&s.socket);
+        })?;
+        *ctl.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
+    }
+    std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
+    if let Some(l) = metrics_listener {
+        let (jobs, st) = (jobs.clone(), s.clone());
+        let source: std::sync::Arc<metrics::Source> = std::sync::Arc::new(move || {
+            let r = control::stats_report(&jobs, &st, None)?;
+            Ok((r, sluice_smc_launch::stats::read_stats().ok()))
+        });
+        metrics::serve(l, source)?;
+    }
+    let (sig_jobs, sig_socket) = (jobs.clone(), s.socket.clone());
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let sig = wait_signal(&signals);
+        info!(signal = sig, "stopping");
+        sig_jobs.shutdown();
+        exit_unless_stopped(sig_socket);
+    })?;
+
+    let exit = std::thread::Builder::new()
+        .name("datapath".into())
+        .spawn(move || dp.run())?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))??;
+    let _ = std::fs::remove_file(&s.socket);
+    if exit == datapath::Exit::Stop {
+        state::Runtime::remove(&s.name);
+    }
+    if let datapath::Exit::Restart(upcall) = exit {
+        info!(switch = %s.name, exe = %exe.display(), "restarting in place");
+        use std::os::unix::process::CommandExt;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        // (Gone since, say removed by hand: the running image starts again.)
+        let exe = if exe.exists() { exe } else { "/proc/self/exe".into() };
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&args);
+        match upcall {
+            Some(fd) => cmd.env(kernel::UPCALL_FD_ENV, fd.to_string()),
+            None => cmd.env_remove(kernel::UPCALL_FD_ENV),
+        };
+        let err = cmd.exec();
+        bail!(
+            "restarting switch {:?} in place ({}) failed: {err}; start it again with `sluice switch run`",
+            s.name,
+            exe.display()
+        );
+    }
+    info!(switch = %s.name, "switch stopped");
+    Ok(())
+}
+
+/// How long a stop may take before the process exits without the datapath.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Once a stop was asked for: exits the process (removing its control socket at `socket`)
+/// if it is still running [`STOP_WITHIN`] from now — the datapath did not answer.
+pub(crate) fn exit_unless_stopped(socket: std::path::PathBuf) {
+    let watchdog = std::thread::Builder::new().name("stop-watchdog".into()).spawn(move || {
+        std::thread::sleep(STOP_WITHIN);
+        tracing::error!(
+            "the datapath did not stop within {} s; exiting without it (the next run adopts what the kernel datapath holds)",
+            STOP_WITHIN.as_secs()
+        );
+        let _ = std::fs::remove_file(&socket);
+        std::process::exit(1);
+    });
+    if watchdog.is_err() {
+        tracing::warn!("cannot watch the stop: it waits for the datapath however long that takes");
+    }
+}
+
+fn bind_owner_only(s: &Settings) -> Result<UnixListener> {
+    // Bind with a restrictive umask so the socket is never reachable by others, even
+    // briefly; then make the mode explicit.
+    // SAFETY: umask only changes this process's file-creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(&s.socket);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let l = l.with_context(|| format!("binding the control socket {}", s.socket.display()))?;
+    std::fs::set_permissions(&s.socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset operations on a local, initialized set; pthread_sigmask affects this
+    // thread and is inherited by the threads spawned after it, so only sigwait sees them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}
