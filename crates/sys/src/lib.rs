@@ -3,6 +3,7 @@
 //! block of the daemon lives here, each with its SAFETY note.
 
 pub mod epoll;
+pub mod error;
 pub mod fs;
 pub mod link;
 pub mod names;

@@ -86,7 +86,8 @@ pub fn underlay_datagram(rng: &mut Rng, i: u64, vni: u32, tag: [u8; 2], known: O
         buf.extend(rng.bytes(n));
         return;
     }
-    let vni = if kind == Datagram::ForeignVni { (vni + 1 + (rng.next_u64() % 1000) as u32) & vxlan::VNI_MAX } else { vni };
+    let vni =
+        if kind == Datagram::ForeignVni { (vni + 1 + (rng.next_u64() % 1000) as u32) & vxlan::VNI_MAX } else { vni };
     buf.extend_from_slice(&vxlan::header(vni));
     let s = rng.next_u64() % UNDERLAY_SOURCES;
     let src = [0x02, 0x5A, tag[0], tag[1], (s >> 8) as u8, s as u8];
