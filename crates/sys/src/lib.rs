@@ -10,7 +10,9 @@ pub mod names;
 pub mod netns;
 pub mod packet;
 pub mod paths;
+pub mod proc;
 pub mod tun;
+pub mod user;
 
 use std::io;
 
