@@ -25,8 +25,9 @@ use sluice_wire::MacAddr;
 
 use crate::counters::DropCause;
 use crate::fib::Fib;
+use crate::ids::PortId;
 use crate::l3::{L3Tables, Mode};
-use crate::switch::{PortId, PortPolicy, SwitchConfig};
+use crate::switch::{PortPolicy, SwitchConfig};
 use crate::tunnel::TunnelRules;
 use crate::vlan::{Ingress, VlanMode};
 

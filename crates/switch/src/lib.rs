@@ -25,6 +25,7 @@ pub mod decide;
 pub mod fastpath;
 pub mod fib;
 pub mod hold;
+mod ids;
 pub mod l3;
 pub mod mem;
 pub mod pool;
@@ -39,12 +40,12 @@ pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use fastpath::{FastChange, FastMac, FastPort};
 pub use fib::{Fib, FibEntry};
+pub use ids::PortId;
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::{
     ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, FLOOD_DATAGRAMS_PER_FRAME, Interest,
-    MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError,
-    WatchdogEvent,
+    MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError, WatchdogEvent,
 };
 pub use vlan::VlanMode;
 

@@ -38,15 +38,13 @@ use crate::decide::{
 use crate::fastpath::{FastChange, FastMac, FastPort};
 use crate::fib::{Fib, Learn};
 use crate::hold::{HeldList, SEVERAL};
+use crate::ids::PortId;
 use crate::l3::{L3Tables, MAX_PENDING, Mode, Pending, RESOLVE_MS};
 use crate::pool::{FRAME_BUF_LEN, FramePool};
 use crate::port::{DeviceDrops, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use crate::queue::{ClassQueues, QueuedCopy};
 use crate::tunnel::Origin;
 use crate::vlan::VlanMode;
-
-/// Index of a port in its switch. Never reused while the switch lives.
-pub type PortId = u32;
 
 /// Smallest and largest MTU a port or switch may have (IP packet bytes).
 pub const MTU_RANGE: std::ops::RangeInclusive<u16> = 68..=9000;
