@@ -20,6 +20,7 @@
 
 pub mod capture;
 pub mod class;
+mod config;
 pub mod counters;
 pub mod decide;
 pub mod fastpath;
@@ -36,6 +37,9 @@ pub mod tunnel;
 pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};
+pub use config::{
+    DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, PortConfig, PortPolicy, SwitchConfig, SwitchError,
+};
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use fastpath::{FastChange, FastMac, FastPort};
@@ -44,12 +48,11 @@ pub use ids::PortId;
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::{
-    ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, FLOOD_DATAGRAMS_PER_FRAME, Interest,
-    MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError, WatchdogEvent,
+    ClassInfo, FLOOD_DATAGRAMS_PER_FRAME, Interest, MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortInfo, Switch, WatchdogEvent,
 };
 pub use vlan::VlanMode;
 
 /// The MTUs a switch or port may have.
 pub fn switch_mtu_range() -> std::ops::RangeInclusive<u16> {
-    switch::MTU_RANGE
+    config::MTU_RANGE
 }
