@@ -48,8 +48,9 @@ pub use ids::PortId;
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 pub use switch::ingress::{MAX_GSO_SEGMENTS, MIN_GSO_SIZE};
+pub use switch::ports::{ClassInfo, PortInfo};
 pub use switch::transmit::FLOOD_DATAGRAMS_PER_FRAME;
-pub use switch::{ClassInfo, Interest, PortInfo, Switch, WatchdogEvent};
+pub use switch::{Interest, Switch, WatchdogEvent};
 pub use vlan::VlanMode;
 
 /// The MTUs a switch or port may have.
