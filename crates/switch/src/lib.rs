@@ -10,8 +10,8 @@
 //! read its [`Key`] → learn the source → [`decide`] it once (VLAN admission, anti-spoofing,
 //! the destination or the flood, each output's tag and MTU, mirrors, Layer 3 routing) →
 //! execute the [`Verdict`]: enqueue into the outputs' bounded queues → transmit in
-//! batches. Frames live in a preallocated [`pool::FramePool`]; nothing is allocated per
-//! frame once the switch is warm.
+//! batches. Each stage is a file of `src/switch/`. Frames live in a preallocated
+//! [`pool::FramePool`]; nothing is allocated per frame once the switch is warm.
 //!
 //! Invariant kept by every path: each received frame is counted exactly once by its fate
 //! (forwarded, or dropped with a cause), and each copy offered to an output is counted

@@ -18,7 +18,7 @@ use crate::ids::PortId;
 use crate::queue::QueuedCopy;
 
 impl Switch {
-    /// What [`decide`](crate::decide) reads besides a frame's key.
+    /// What [`decide`] reads besides a frame's key.
     pub(super) fn tables(&self) -> Tables<'_, [Option<PortSlot>]> {
         Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3 }
     }

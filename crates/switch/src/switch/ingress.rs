@@ -119,12 +119,12 @@ impl Switch {
 
     /// Receives one frame a kernel datapath handed up (see [`crate::fastpath`]) and
     /// forwards it as if port `id` had delivered it: `fill` writes it into the switch's
-    /// buffer (the 12-byte virtio header first, as [`Port::recv`] does) and returns the
-    /// port it came from and the frame's length without the header, or `None` when it
-    /// has nothing. Returns false when nothing was received (no frame, no free buffer, or
-    /// a port that is gone). A frame from a port that failed or is paused is received and
-    /// dropped as [`DropCause::UpcallLost`]: the kernel counted it in, so the core counts
-    /// its fate.
+    /// buffer (the 12-byte virtio header first, as [`Port::recv`](crate::Port::recv)
+    /// does) and returns the port it came from and the frame's length without the header,
+    /// or `None` when it has nothing. Returns false when nothing was received (no frame, no
+    /// free buffer, or a port that is gone). A frame from a port that failed or is paused
+    /// is received and dropped as [`DropCause::UpcallLost`]: the kernel counted it in, so
+    /// the core counts its fate.
     pub fn ingest(&mut self, now_ms: u64, fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize)>) -> bool {
         self.ingest_from(now_ms, |buf| fill(buf).map(|(id, len)| (id, len, None)))
     }
@@ -424,7 +424,7 @@ fn claimed_source(frame: &[u8]) -> Option<Option<IpAddr>> {
 }
 
 /// Validates a received frame (virtio header at `buf[..12]`, `len` frame bytes after it)
-/// and, if the port's VLAN rule admits it (the rule [`decide`](crate::decide) applies),
+/// and, if the port's VLAN rule admits it (the rule [`decide`] applies),
 /// removes its tag in place and measures it; counts the drop and returns `None` when the
 /// frame is not valid.
 fn classify(

@@ -81,7 +81,7 @@ impl Switch {
     }
 
     /// Layer 2: port `id` has as many learned stations behind it as it may (see
-    /// [`Tables::learn_full`]).
+    /// [`Tables::learn_full`](crate::decide::Tables::learn_full)).
     fn learn_full(&self, id: PortId) -> bool {
         self.slot(id).is_some_and(|s| self.tables().learn_full(id, &s.rules))
     }
@@ -133,8 +133,8 @@ impl Switch {
     /// itself). Decided as for a frame: the tunnel's stage 1 must give that origin that
     /// VLAN, and the station must be the tunnel's (learned from an earlier frame, after
     /// every check, and not moved since). Then the port learns where the station is
-    /// ([`Port::learn_remote`]). Returns whether it did: the kernel's table is to say so
-    /// too.
+    /// ([`Port::learn_remote`](crate::Port::learn_remote)). Returns whether it did: the
+    /// kernel's table is to say so too.
     pub fn tunnel_heard(&mut self, id: PortId, vni: u32, vlan: u16, mac: MacAddr, sender: IpAddr) -> bool {
         let Some(s) = self.slot(id).filter(|s| s.rules.failed.is_none()) else { return false };
         let Some(t) = &s.rules.tunnel else { return false };

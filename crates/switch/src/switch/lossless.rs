@@ -1,9 +1,9 @@
-//! The lossless rule around the queues (zOVN's Algorithm 1): a frame of a lossless class
-//! that finds an output full waits at its input, which stops being read once it holds
-//! `hold_len` frames, and is placed in arrival order when room appears; the pause watchdog
-//! declares an output that sends nothing stuck, so that one dead receiver cannot hold back
-//! every input. Whether a frame must wait is decided as it is placed in its outputs'
-//! queues.
+//! The lossless rule around the queues, after zOVN's Algorithm 1 (seed 004): a frame of a
+//! lossless class that finds an output full waits at its input, which stops being read
+//! once it holds `hold_len` frames, and is placed in arrival order when room appears; the
+//! pause watchdog declares an output that sends nothing stuck, so that one dead receiver
+//! cannot hold back every input. Whether a frame must wait is decided as it is placed in
+//! its outputs' queues; a lossy class drops the copy for a full output instead.
 
 use super::{Switch, WatchdogEvent};
 use crate::counters::DropCause;

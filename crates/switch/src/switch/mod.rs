@@ -1,20 +1,31 @@
-//! The switch: ports, output queues and the lossless rule, around the forwarding decision.
+//! The switch: its ports and their queues around the forwarding decision, and the
+//! invariant every path keeps.
 //!
-//! The driver calls [`Switch::on_readable`] when a port has frames, [`Switch::on_writable`]
-//! when a port that reported [`TxOutcome::Full`] can take more, and applies the read/write
-//! interest the switch reports through [`Switch::take_interest_changes`].
+//! A driver calls [`Switch::on_readable`] when a port has frames, [`Switch::on_writable`]
+//! when a port that reported [`TxOutcome::Full`](crate::TxOutcome::Full) can take more, and
+//! [`Switch::expire`] on its timer (at [`Switch::next_deadline_ms`] at the latest), and
+//! applies the read/write interest the switch reports through
+//! [`Switch::take_interest_changes`].
 //!
-//! Each frame received is validated, its [`Key`] read, its source learned (the core's
-//! alone, and only from a frame its input's checks admit), then decided once by
-//! [`crate::decide`] — a pure function of the key and the tables — and the [`Verdict`]
-//! executed here: queues, holds, lossless, the next hop's address, segmentation, MAC
-//! rewrite and tags at transmit, counters.
+//! A frame passes these stages, each in a file of its own:
 //!
-//! Lossless mode follows zOVN's Algorithm 1 (seed 004): a frame is moved only into outputs
-//! with room. When one of its outputs is full the frame stays at its input (the port's
-//! single "held" slot) and the input is not read again — its read interest is withdrawn —
-//! until every output it needs has room. A transmit that makes room retries held frames.
-//! Lossy mode drops the copy for the full output and counts it.
+//! 1. [`ingress`]: received (from a port, or handed up by a kernel datapath) and
+//!    validated; its [`Key`] read and its source learned (the core's alone, and only from
+//!    a frame its input's checks admit); then decided once by [`crate::decide`], a pure
+//!    function of the key and the tables.
+//! 2. [`forward`]: the [`Verdict`] executed: a drop counted, an address-resolution message
+//!    handed to Layer 3, or a copy placed in each output's queue.
+//! 3. [`lossless`]: a frame of a lossless class whose output is full waits at its input
+//!    until there is room; the pause watchdog keeps a stuck output from holding it forever.
+//! 4. [`transmit`]: each queue drained into its port; tags, source addresses and the
+//!    offloads the port cannot do are applied as a copy leaves.
+//!
+//! Beside the frames' path: [`resolve`] (Layer 3 mode's address resolution), [`ports`]
+//! (ports attached, removed, failed and shown), [`kernel`] (what a kernel datapath
+//! executes and reports back) and [`capture`] (a port's packet captures). This file holds
+//! the switch's state, its construction, the driver's timer and interest, and the check
+//! of its accounting: each frame received is counted once by its fate, and each copy
+//! offered to a port once as sent, dropped or queued ([`Switch::check_accounting`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -63,6 +74,58 @@ pub struct WatchdogEvent {
     pub stuck: bool,
 }
 
+/// A Layer 2 (or, configured so, Layer 3) switch.
+pub struct Switch {
+    cfg: SwitchConfig,
+    ports: Vec<Option<PortSlot>>,
+    pool: FramePool,
+    fib: Fib,
+    scratch: Box<[u8]>,
+    /// The verdict on the last frame received (its memory reused for the next; boxed so
+    /// that taking it out to execute it moves a pointer).
+    verdict: Option<Box<Verdict>>,
+    /// The key it was decided by.
+    last_key: Option<Key>,
+    /// The verdict on a frame decided again (held, or waiting for its next hop).
+    again: Verdict,
+    /// Moves on every change of what a verdict depends on besides its key (see
+    /// [`Switch::generation`]); the MAC table counts its own part.
+    generation: u64,
+    dirty: Vec<PortId>,
+    interest_changed: Vec<PortId>,
+    held_count: usize,
+    /// The classes in force (at least one).
+    classes: Vec<ClassConfig>,
+    /// The class of frames the switch writes itself.
+    gen_class: u8,
+    /// Per output, during a retry of one input's held frames: an earlier frame still waits
+    /// for it.
+    pass_blocked: Vec<bool>,
+    watchdog_events: Vec<WatchdogEvent>,
+    /// The driver's clock at the last call that told it (ms).
+    now_ms: u64,
+    /// Counters of ports removed since the last reset.
+    departed: PortCounters,
+    /// Layer 3 mode's tables (empty in Layer 2 mode).
+    l3: L3Tables,
+    /// Source MAC addresses locked to ports by their `mac` setting, with how many ports
+    /// lock each: no other port's frames may claim them.
+    locked: HashMap<MacAddr, u32>,
+    /// Ports whose fast-path rules changed since the last
+    /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
+    fast_changed: Option<Vec<PortId>>,
+    /// Packet captures, by id (`None`: ended and taken).
+    captures: Vec<Option<Capture>>,
+}
+
+impl fmt::Debug for Switch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Switch").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+/// One attached port: its device, its rules as the decision reads them, its queues, the
+/// frames it holds and its counters.
 struct PortSlot {
     name: String,
     port: Box<dyn Port>,
@@ -131,56 +194,6 @@ struct Watch {
     since_ms: u64,
     /// Declared stuck: frames of the class toward it are dropped.
     stuck: bool,
-}
-
-/// A Layer 2 (or, configured so, Layer 3) switch.
-pub struct Switch {
-    cfg: SwitchConfig,
-    ports: Vec<Option<PortSlot>>,
-    pool: FramePool,
-    fib: Fib,
-    scratch: Box<[u8]>,
-    /// The verdict on the last frame received (its memory reused for the next; boxed so
-    /// that taking it out to execute it moves a pointer).
-    verdict: Option<Box<Verdict>>,
-    /// The key it was decided by.
-    last_key: Option<Key>,
-    /// The verdict on a frame decided again (held, or waiting for its next hop).
-    again: Verdict,
-    /// Moves on every change of what a verdict depends on besides its key (see
-    /// [`Switch::generation`]); the MAC table counts its own part.
-    generation: u64,
-    dirty: Vec<PortId>,
-    interest_changed: Vec<PortId>,
-    held_count: usize,
-    /// The classes in force (at least one).
-    classes: Vec<ClassConfig>,
-    /// The class of frames the switch writes itself.
-    gen_class: u8,
-    /// Per output, during a retry of one input's held frames: an earlier frame still waits
-    /// for it.
-    pass_blocked: Vec<bool>,
-    watchdog_events: Vec<WatchdogEvent>,
-    /// The driver's clock at the last call that told it (ms).
-    now_ms: u64,
-    /// Counters of ports removed since the last reset.
-    departed: PortCounters,
-    /// Layer 3 mode's tables (empty in Layer 2 mode).
-    l3: L3Tables,
-    /// Source MAC addresses locked to ports by their `mac` setting, with how many ports
-    /// lock each: no other port's frames may claim them.
-    locked: HashMap<MacAddr, u32>,
-    /// Ports whose fast-path rules changed since the last
-    /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
-    fast_changed: Option<Vec<PortId>>,
-    /// Packet captures, by id (`None`: ended and taken).
-    captures: Vec<Option<Capture>>,
-}
-
-impl fmt::Debug for Switch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Switch").field("cfg", &self.cfg).finish_non_exhaustive()
-    }
 }
 
 impl Switch {

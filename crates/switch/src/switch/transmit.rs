@@ -16,11 +16,12 @@ use crate::port::{OutFrame, PortError, TxOutcome};
 use crate::queue::QueuedCopy;
 
 /// The most datagrams one GSO frame may become at a port that sends each frame to several
-/// places itself (a tunnel flooding to its endpoints, [`Port::fanout`](crate::Port::fanout)): its segments
-/// times those places. More is [`DropCause::GsoLimit`] at that output, so that one send
-/// in a guest (a UDP-GSO broadcast of tiny segments) cannot leave as thousands of
-/// datagrams. A port that sends the frame to one place is bound by
-/// [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) alone, as any other.
+/// places itself (a tunnel flooding to its endpoints,
+/// [`Port::fanout`](crate::Port::fanout)): its segments times those places. More is
+/// [`DropCause::GsoLimit`] at that output, so that one send in a guest (a UDP-GSO
+/// broadcast of tiny segments) cannot leave as thousands of datagrams. A port that sends
+/// the frame to one place is bound by [`MAX_GSO_SEGMENTS`](crate::MAX_GSO_SEGMENTS) alone,
+/// as any other.
 pub const FLOOD_DATAGRAMS_PER_FRAME: usize = 64;
 
 /// What became of a copy offered to a port.
