@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::switch::PortId;
+use crate::ids::PortId;
 
 /// Which frames of a port a capture copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,10 +23,11 @@ use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
+use crate::config::{PortPolicy, SwitchConfig};
 use crate::counters::DropCause;
 use crate::fib::Fib;
+use crate::ids::PortId;
 use crate::l3::{L3Tables, Mode};
-use crate::switch::{PortId, PortPolicy, SwitchConfig};
 use crate::tunnel::TunnelRules;
 use crate::vlan::{Ingress, VlanMode};
 

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
-use crate::switch::PortId;
+use crate::ids::PortId;
 
 /// One port as a kernel datapath needs to know it to read its frames' keys as the core
 /// does (`sluice_ebpf::convert`): its device, and what the key reader asks of its frames.

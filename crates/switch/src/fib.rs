@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use sluice_wire::MacAddr;
 
-use crate::switch::PortId;
+use crate::ids::PortId;
 
 /// One table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! input already waits for waits behind it (order per input and output); frames for other
 //! outputs pass. The input stops being read only when the list is full.
 
-use crate::switch::PortId;
+use crate::ids::PortId;
 
 /// The output of a held frame that goes to several (a flood): it waits behind everything
 /// held before it, and everything after it waits behind it.

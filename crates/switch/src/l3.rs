@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
-use crate::switch::PortId;
+use crate::ids::PortId;
 
 /// Frames that may wait for address resolution at once, switch-wide. A frame that finds
 /// the list full is dropped (`unresolved`), as is one still waiting after

@@ -10,8 +10,8 @@
 //! read its [`Key`] → learn the source → [`decide`] it once (VLAN admission, anti-spoofing,
 //! the destination or the flood, each output's tag and MTU, mirrors, Layer 3 routing) →
 //! execute the [`Verdict`]: enqueue into the outputs' bounded queues → transmit in
-//! batches. Frames live in a preallocated [`pool::FramePool`]; nothing is allocated per
-//! frame once the switch is warm.
+//! batches. Each stage is a file of `src/switch/`. Frames live in a preallocated
+//! [`pool::FramePool`]; nothing is allocated per frame once the switch is warm.
 //!
 //! Invariant kept by every path: each received frame is counted exactly once by its fate
 //! (forwarded, or dropped with a cause), and each copy offered to an output is counted
@@ -20,11 +20,13 @@
 
 pub mod capture;
 pub mod class;
+mod config;
 pub mod counters;
 pub mod decide;
 pub mod fastpath;
 pub mod fib;
 pub mod hold;
+mod ids;
 pub mod l3;
 pub mod mem;
 pub mod pool;
@@ -35,20 +37,23 @@ pub mod tunnel;
 pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};
+pub use config::{
+    DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, PortConfig, PortPolicy, SwitchConfig, SwitchError,
+};
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use fastpath::{FastChange, FastMac, FastPort};
 pub use fib::{Fib, FibEntry};
+pub use ids::PortId;
 pub use l3::Mode;
 pub use port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
-pub use switch::{
-    ClassInfo, DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, FLOOD_DATAGRAMS_PER_FRAME, Interest,
-    MAX_GSO_SEGMENTS, MIN_GSO_SIZE, PortConfig, PortId, PortInfo, PortPolicy, Switch, SwitchConfig, SwitchError,
-    WatchdogEvent,
-};
+pub use switch::ingress::{MAX_GSO_SEGMENTS, MIN_GSO_SIZE};
+pub use switch::ports::{ClassInfo, PortInfo};
+pub use switch::transmit::FLOOD_DATAGRAMS_PER_FRAME;
+pub use switch::{Interest, Switch, WatchdogEvent};
 pub use vlan::VlanMode;
 
 /// The MTUs a switch or port may have.
 pub fn switch_mtu_range() -> std::ops::RangeInclusive<u16> {
-    switch::MTU_RANGE
+    config::MTU_RANGE
 }
