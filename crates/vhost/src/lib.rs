@@ -6,8 +6,9 @@
 //! - `memory`: the guest memory the peer shares, checked before it is mapped and guarded
 //!   against pages going away under the switch (SIGBUS);
 //! - `eventfd`: the rings' kick and call descriptors, read and written without waiting;
-//! - [`serve`]: the port's socket, the peer check, a fresh device per connection,
-//!   reconnection;
+//! - [`serve`]: the peer check, a fresh device per connection, reconnection;
+//! - `socket`: a server-mode port's socket file, bound mode 0600 and removed when the port
+//!   goes;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
 //! - `ring`: the split virtqueue walked with every index checked, the bounds on chains;
@@ -26,6 +27,7 @@ pub mod port;
 mod ring;
 pub mod serve;
 mod shim;
+mod socket;
 
 pub use backend::{MAX_QUEUE_PAIRS, MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES, RX_QUEUE, TX_QUEUE};
 pub use port::{PortCounts, VhostUserPort};
