@@ -11,7 +11,7 @@
 //!
 //! [`Executor`] loads it, writes the tables the program reads (only the core's answers
 //! go in: the program writes nothing but counters and the stations' last-seen stamps),
-//! reads what it reports (stations heard behind tunnels, [`crate::heard`]), and runs it on
+//! reads what it reports (stations heard behind tunnels, [`Heard`]), and runs it on
 //! a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`; as if from a tunnel,
 //! [`RunCtx::tunnel`]), which is how its tests see what it does. It also attaches the
 //! programs to devices and pins them with the maps, so that forwarding outlives the daemon.
@@ -70,6 +70,44 @@ impl UpcallTags {
         let vni = (u32::from(high) << 8) | u32::from(low >> 8);
         let tunnel = sluice_switch::Tunneled { vni, endpoint: low & abi::UP_ENDPOINT != 0 };
         Some(UpcallTags { slot, tunnel: Some(tunnel), origin_len: 8 })
+    }
+}
+
+/// One station heard behind a tunnel: an event the program wrote on its ring buffer
+/// `sluice_heard` ([`abi::HeardEvent`]), read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard {
+    /// The tunnel's device.
+    pub ifindex: u32,
+    /// Its input slot.
+    pub slot: u32,
+    /// The datagram's VNI.
+    pub vni: u32,
+    /// The VLAN the frame was admitted to.
+    pub vlan: u16,
+    /// The station.
+    pub mac: MacAddr,
+    /// The datagram's sender.
+    pub sender: std::net::IpAddr,
+}
+
+impl Heard {
+    /// Reads an event as the program wrote it: `None` for bytes of another size or an
+    /// address family it does not write.
+    pub fn parse(bytes: &[u8]) -> Option<Heard> {
+        if bytes.len() != std::mem::size_of::<abi::HeardEvent>() {
+            return None;
+        }
+        // SAFETY: `bytes` holds exactly one `HeardEvent`, a `repr(C)` struct of integers
+        // and byte arrays, for which every bit pattern is a value; read unaligned, as a
+        // ring buffer's record is 8-byte aligned only.
+        let e: abi::HeardEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let sender = match e.family {
+            abi::HEARD_V4 => std::net::IpAddr::V4(std::net::Ipv4Addr::new(e.addr[0], e.addr[1], e.addr[2], e.addr[3])),
+            abi::HEARD_V6 => std::net::IpAddr::V6(std::net::Ipv6Addr::from(e.addr)),
+            _ => return None,
+        };
+        Some(Heard { ifindex: e.ifindex, slot: e.slot, vni: e.vni, vlan: e.vlan, mac: MacAddr(e.mac), sender })
     }
 }
 
@@ -419,11 +457,11 @@ impl Executor {
 
     /// The stations the program reported heard behind tunnels since the last call, at
     /// most `limit` (the rest stay in the ring). Records that do not read are skipped.
-    pub fn take_heard(&mut self, limit: usize) -> Vec<crate::heard::Heard> {
+    pub fn take_heard(&mut self, limit: usize) -> Vec<Heard> {
         let mut out = Vec::new();
         for _ in 0..limit {
             let Some(item) = self.heard.next() else { break };
-            if let Some(h) = crate::heard::Heard::parse(&item) {
+            if let Some(h) = Heard::parse(&item) {
                 out.push(h);
             }
         }
@@ -790,6 +828,7 @@ fn test_run(prog: i32, data: &[u8], out: &mut [u8], skb: &mut SkBuff) -> std::io
 mod tests {
     use super::*;
     use sluice_switch::Tunneled;
+    use std::net::{IpAddr, Ipv6Addr};
 
     #[test]
     fn an_upcalls_tags_say_its_slot_and_a_tunnels_origin() {
@@ -807,5 +846,42 @@ mod tests {
         );
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &rest[..7]), None, "cut short");
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &[0x88, 0xa8, 0, 0, 0x81, 0x00, 0, 0]), None, "not 802.1Q");
+    }
+
+    fn event(family: u8, addr: &[u8]) -> Vec<u8> {
+        let mut e = abi::HeardEvent {
+            ifindex: 7,
+            slot: 3,
+            vni: 5010,
+            vlan: 10,
+            family,
+            mac: [2, 0, 0, 0, 0, 9],
+            ..Default::default()
+        };
+        e.addr[..addr.len()].copy_from_slice(addr);
+        let size = std::mem::size_of::<abi::HeardEvent>();
+        // SAFETY: `e` is a `repr(C)` struct with no padding (the ABI macro refuses any):
+        // its `size` bytes are all initialized.
+        unsafe { std::slice::from_raw_parts((&raw const e).cast::<u8>(), size) }.to_vec()
+    }
+
+    #[test]
+    fn an_event_reads_as_the_program_writes_it() {
+        let h = Heard::parse(&event(abi::HEARD_V4, &[192, 0, 2, 1])).unwrap();
+        assert_eq!(
+            h,
+            Heard {
+                ifindex: 7,
+                slot: 3,
+                vni: 5010,
+                vlan: 10,
+                mac: MacAddr([2, 0, 0, 0, 0, 9]),
+                sender: "192.0.2.1".parse().unwrap()
+            }
+        );
+        let v6: Ipv6Addr = "fd78::2".parse().unwrap();
+        assert_eq!(Heard::parse(&event(abi::HEARD_V6, &v6.octets())).unwrap().sender, IpAddr::V6(v6));
+        assert_eq!(Heard::parse(&event(5, &[])), None, "no such family");
+        assert_eq!(Heard::parse(&event(abi::HEARD_V4, &[])[..39]), None, "cut short");
     }
 }
