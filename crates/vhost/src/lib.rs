@@ -11,6 +11,7 @@
 //!   goes;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
+//! - `sys`: the system calls std and `vmm-sys-util` have not, each a safe function;
 //! - `ring`: the split virtqueue walked with every index checked, the bounds on chains;
 //! - [`driver`]: a guest's side without a VM, for the tests and the per-frame benchmark;
 //! - [`abuse`]: hostile and well-behaved guests played by a driver, for the study's
@@ -28,6 +29,7 @@ mod ring;
 pub mod serve;
 mod shim;
 mod socket;
+mod sys;
 
 pub use backend::{MAX_QUEUE_PAIRS, MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES, RX_QUEUE, TX_QUEUE};
 pub use port::{PortCounts, VhostUserPort};

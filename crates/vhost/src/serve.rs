@@ -60,9 +60,7 @@ pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<Vh
 
 /// Waits up to `ms` for `fd` to be readable.
 fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    crate::sys::poll(fd, libc::POLLIN, ms).is_ok_and(|r| r != 0)
 }
 
 /// What the port logs about connections, by cause.
@@ -183,7 +181,7 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) {
 /// thread until it ends; the datapath has its rings meanwhile. False if the peer was
 /// refused before it was served.
 fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>, quiet: &mut Quiet) -> bool {
-    let me = crate::peer::euid();
+    let me = crate::sys::euid();
     let peer = match crate::peer::peer_cred(&stream) {
         Ok(c) if c.uid == 0 || c.uid == me => c,
         Ok(c) => {

@@ -56,11 +56,9 @@ fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
     // The mask is the process's: binds here take turns, so one never restores another's.
     static TURN: Mutex<()> = Mutex::new(());
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    // SAFETY: umask only changes this process's file-creation mask.
-    let old = unsafe { libc::umask(0o177) };
+    let old = crate::sys::umask(0o177);
     let l = UnixListener::bind(path);
-    // SAFETY: as above, restoring the previous mask.
-    unsafe { libc::umask(old) };
+    crate::sys::umask(old);
     l
 }
 
