@@ -25,7 +25,10 @@ use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
 use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use sluice_wire::MacAddr;
 
+use crate::sys::{SkBuff, prog_test_run};
 use crate::{Counters, Error, abi, map_err, tables};
+
+pub use crate::sys::monotonic_ns;
 
 #[cfg(sluice_bpf)]
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exec.o"));
@@ -698,130 +701,11 @@ impl Executor {
             }
         }
         let mut out = vec![0u8; frame.len() + 256];
-        let (code, n) = test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
+        let (code, n) = prog_test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
             .map_err(|e| Error::Load(format!("running {PROGRAM} on a frame (BPF_PROG_TEST_RUN): {e}")))?;
         out.truncate(n);
         Ok(Ran { code, frame: out, mark: skb.mark })
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the program's clock (`bpf_ktime_get_ns`), which
-/// its last-seen stamps are read against.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec the call writes; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `struct __sk_buff` of linux/bpf.h (UAPI, so it only grows at the end): the context a
-/// test run takes and gives back. Only `mark`, `priority`, `ingress_ifindex`, `ifindex`,
-/// `cb`, `tstamp`, `wire_len`, `gso_segs`, `gso_size` and `hwtstamp` may be nonzero.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct SkBuff {
-    len: u32,
-    pkt_type: u32,
-    mark: u32,
-    queue_mapping: u32,
-    protocol: u32,
-    vlan_present: u32,
-    vlan_tci: u32,
-    vlan_proto: u32,
-    priority: u32,
-    ingress_ifindex: u32,
-    ifindex: u32,
-    tc_index: u32,
-    cb: [u32; 5],
-    hash: u32,
-    tc_classid: u32,
-    data: u32,
-    data_end: u32,
-    napi_id: u32,
-    family: u32,
-    remote_ip4: u32,
-    local_ip4: u32,
-    remote_ip6: [u32; 4],
-    local_ip6: [u32; 4],
-    remote_port: u32,
-    local_port: u32,
-    data_meta: u32,
-    flow_keys: u64,
-    tstamp: u64,
-    wire_len: u32,
-    gso_segs: u32,
-    sk: u64,
-    gso_size: u32,
-    tstamp_type: u32,
-    hwtstamp: u64,
-}
-
-const _: () = {
-    assert!(std::mem::size_of::<SkBuff>() == 192);
-    assert!(std::mem::offset_of!(SkBuff, ifindex) == 40);
-    assert!(std::mem::offset_of!(SkBuff, gso_segs) == 164);
-    assert!(std::mem::offset_of!(SkBuff, gso_size) == 176);
-};
-
-/// The `test` member of `union bpf_attr` (`BPF_PROG_TEST_RUN`), with its tail padding.
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    pad: u32,
-}
-
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-
-/// Runs program `prog` once on `data` with context `skb` (`BPF_PROG_TEST_RUN`; aya 0.13
-/// has no call for it). Returns the program's return code and how many bytes of the frame
-/// it left were written to `out`; `skb` gets the context it left.
-fn test_run(prog: i32, data: &[u8], out: &mut [u8], skb: &mut SkBuff) -> std::io::Result<(u32, usize)> {
-    let skb_ptr: *mut SkBuff = skb;
-    let mut attr = TestRunAttr {
-        prog_fd: prog as u32,
-        data_size_in: data.len() as u32,
-        data_size_out: out.len() as u32,
-        data_in: data.as_ptr() as u64,
-        data_out: out.as_mut_ptr() as u64,
-        repeat: 1,
-        ctx_size_in: std::mem::size_of::<SkBuff>() as u32,
-        ctx_size_out: std::mem::size_of::<SkBuff>() as u32,
-        ctx_in: skb_ptr as u64,
-        ctx_out: skb_ptr as u64,
-        ..TestRunAttr::default()
-    };
-    // SAFETY: `attr` is the `test` member of `union bpf_attr` with every field the kernel
-    // reads set and the rest zero; the kernel reads `data_size_in` bytes at `data_in` and
-    // 192 at `ctx_in`, and writes at most `data_size_out` bytes at `data_out` and 192 at
-    // `ctx_out` (the same `skb`, read before it is written): all point into live buffers
-    // of those sizes, borrowed for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &mut attr as *mut TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((attr.retval, (attr.data_size_out as usize).min(out.len())))
 }
 
 #[cfg(test)]
