@@ -18,7 +18,8 @@ use crate::control::{Channel, ClientMsg, PROTOCOL, ServerMsg, boot_id};
 use crate::profile::{FlowOp, FlowOpKind, Group, Profile, Repeat, Transaction};
 use crate::result::{FlowOpStat, RunResult, SideCounts};
 use crate::script::{ConnScript, Rng, derive_all, is_io, opens};
-use crate::server::{read_n, wait_readable, write_n};
+use crate::server::{read_n, write_n};
+use crate::sys::{size_backlog, wait_readable};
 
 /// Why a run could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +340,7 @@ fn back_listener(g: &Group, local: SocketAddr) -> Result<TcpListener, BenchError
         cause: source,
     })?;
     // Every thread of the group may have one connection pending at once.
-    crate::server::size_backlog(&l, g.count).map_err(io_err("sizing the accept backlog"))?;
+    size_backlog(&l, g.count).map_err(io_err("sizing the accept backlog"))?;
     l.set_nonblocking(true).map_err(io_err("opening the listener for accept"))?;
     Ok(l)
 }

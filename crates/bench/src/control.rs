@@ -125,7 +125,7 @@ impl Channel {
 
     /// True when a message has begun to arrive (or the stream has ended) within `limit`.
     pub fn ready_within(&self, limit: Duration) -> std::io::Result<bool> {
-        Ok(!self.reader.buffer().is_empty() || crate::server::wait_readable(self.writer.as_raw_fd(), limit)?)
+        Ok(!self.reader.buffer().is_empty() || crate::sys::wait_readable(self.writer.as_raw_fd(), limit)?)
     }
 
     fn recv_line<T: for<'de> Deserialize<'de>>(&mut self, deadline: Option<Instant>) -> std::io::Result<Option<T>> {

@@ -10,7 +10,8 @@
 //! - [`cpu`]: CPU accounting from /proc.
 //! - [`report`]: tables, JSON and CSV.
 //! - [`script`]: what each data connection does, and the rules for exact counts.
-//! - [`control`], [`client`], [`server`]: the engine.
+//! - [`control`], [`client`], [`server`]: the engine; `sys`: the socket calls it makes
+//!   that std has not.
 //! - [`builtin`]: the studies' workloads as profiles; [`pa`]: partition-aggregate.
 
 pub mod buf;
@@ -24,6 +25,7 @@ pub mod report;
 pub mod result;
 pub mod script;
 pub mod server;
+mod sys;
 
 /// `host:port`, with an IPv6 host in brackets.
 pub fn host_port(host: &str, port: u16) -> String {

@@ -11,7 +11,7 @@
 //!
 //! [`Executor`] loads it, writes the tables the program reads (only the core's answers
 //! go in: the program writes nothing but counters and the stations' last-seen stamps),
-//! reads what it reports (stations heard behind tunnels, [`crate::heard`]), and runs it on
+//! reads what it reports (stations heard behind tunnels, [`Heard`]), and runs it on
 //! a frame without a device ([`Executor::run`], `BPF_PROG_TEST_RUN`; as if from a tunnel,
 //! [`RunCtx::tunnel`]), which is how its tests see what it does. It also attaches the
 //! programs to devices and pins them with the maps, so that forwarding outlives the daemon.
@@ -25,7 +25,10 @@ use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
 use aya::programs::{LinkOrder, SchedClassifier, TcAttachType};
 use sluice_wire::MacAddr;
 
+use crate::sys::{SkBuff, prog_test_run};
 use crate::{Counters, Error, abi, map_err, tables};
+
+pub use crate::sys::monotonic_ns;
 
 #[cfg(sluice_bpf)]
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/exec.o"));
@@ -70,6 +73,44 @@ impl UpcallTags {
         let vni = (u32::from(high) << 8) | u32::from(low >> 8);
         let tunnel = sluice_switch::Tunneled { vni, endpoint: low & abi::UP_ENDPOINT != 0 };
         Some(UpcallTags { slot, tunnel: Some(tunnel), origin_len: 8 })
+    }
+}
+
+/// One station heard behind a tunnel: an event the program wrote on its ring buffer
+/// `sluice_heard` ([`abi::HeardEvent`]), read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard {
+    /// The tunnel's device.
+    pub ifindex: u32,
+    /// Its input slot.
+    pub slot: u32,
+    /// The datagram's VNI.
+    pub vni: u32,
+    /// The VLAN the frame was admitted to.
+    pub vlan: u16,
+    /// The station.
+    pub mac: MacAddr,
+    /// The datagram's sender.
+    pub sender: std::net::IpAddr,
+}
+
+impl Heard {
+    /// Reads an event as the program wrote it: `None` for bytes of another size or an
+    /// address family it does not write.
+    pub fn parse(bytes: &[u8]) -> Option<Heard> {
+        if bytes.len() != std::mem::size_of::<abi::HeardEvent>() {
+            return None;
+        }
+        // SAFETY: `bytes` holds exactly one `HeardEvent`, a `repr(C)` struct of integers
+        // and byte arrays, for which every bit pattern is a value; read unaligned, as a
+        // ring buffer's record is 8-byte aligned only.
+        let e: abi::HeardEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let sender = match e.family {
+            abi::HEARD_V4 => std::net::IpAddr::V4(std::net::Ipv4Addr::new(e.addr[0], e.addr[1], e.addr[2], e.addr[3])),
+            abi::HEARD_V6 => std::net::IpAddr::V6(std::net::Ipv6Addr::from(e.addr)),
+            _ => return None,
+        };
+        Some(Heard { ifindex: e.ifindex, slot: e.slot, vni: e.vni, vlan: e.vlan, mac: MacAddr(e.mac), sender })
     }
 }
 
@@ -419,11 +460,11 @@ impl Executor {
 
     /// The stations the program reported heard behind tunnels since the last call, at
     /// most `limit` (the rest stay in the ring). Records that do not read are skipped.
-    pub fn take_heard(&mut self, limit: usize) -> Vec<crate::heard::Heard> {
+    pub fn take_heard(&mut self, limit: usize) -> Vec<Heard> {
         let mut out = Vec::new();
         for _ in 0..limit {
             let Some(item) = self.heard.next() else { break };
-            if let Some(h) = crate::heard::Heard::parse(&item) {
+            if let Some(h) = Heard::parse(&item) {
                 out.push(h);
             }
         }
@@ -660,136 +701,18 @@ impl Executor {
             }
         }
         let mut out = vec![0u8; frame.len() + 256];
-        let (code, n) = test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
+        let (code, n) = prog_test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
             .map_err(|e| Error::Load(format!("running {PROGRAM} on a frame (BPF_PROG_TEST_RUN): {e}")))?;
         out.truncate(n);
         Ok(Ran { code, frame: out, mark: skb.mark })
     }
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the program's clock (`bpf_ktime_get_ns`), which
-/// its last-seen stamps are read against.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec the call writes; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `struct __sk_buff` of linux/bpf.h (UAPI, so it only grows at the end): the context a
-/// test run takes and gives back. Only `mark`, `priority`, `ingress_ifindex`, `ifindex`,
-/// `cb`, `tstamp`, `wire_len`, `gso_segs`, `gso_size` and `hwtstamp` may be nonzero.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct SkBuff {
-    len: u32,
-    pkt_type: u32,
-    mark: u32,
-    queue_mapping: u32,
-    protocol: u32,
-    vlan_present: u32,
-    vlan_tci: u32,
-    vlan_proto: u32,
-    priority: u32,
-    ingress_ifindex: u32,
-    ifindex: u32,
-    tc_index: u32,
-    cb: [u32; 5],
-    hash: u32,
-    tc_classid: u32,
-    data: u32,
-    data_end: u32,
-    napi_id: u32,
-    family: u32,
-    remote_ip4: u32,
-    local_ip4: u32,
-    remote_ip6: [u32; 4],
-    local_ip6: [u32; 4],
-    remote_port: u32,
-    local_port: u32,
-    data_meta: u32,
-    flow_keys: u64,
-    tstamp: u64,
-    wire_len: u32,
-    gso_segs: u32,
-    sk: u64,
-    gso_size: u32,
-    tstamp_type: u32,
-    hwtstamp: u64,
-}
-
-const _: () = {
-    assert!(std::mem::size_of::<SkBuff>() == 192);
-    assert!(std::mem::offset_of!(SkBuff, ifindex) == 40);
-    assert!(std::mem::offset_of!(SkBuff, gso_segs) == 164);
-    assert!(std::mem::offset_of!(SkBuff, gso_size) == 176);
-};
-
-/// The `test` member of `union bpf_attr` (`BPF_PROG_TEST_RUN`), with its tail padding.
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    pad: u32,
-}
-
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-
-/// Runs program `prog` once on `data` with context `skb` (`BPF_PROG_TEST_RUN`; aya 0.13
-/// has no call for it). Returns the program's return code and how many bytes of the frame
-/// it left were written to `out`; `skb` gets the context it left.
-fn test_run(prog: i32, data: &[u8], out: &mut [u8], skb: &mut SkBuff) -> std::io::Result<(u32, usize)> {
-    let skb_ptr: *mut SkBuff = skb;
-    let mut attr = TestRunAttr {
-        prog_fd: prog as u32,
-        data_size_in: data.len() as u32,
-        data_size_out: out.len() as u32,
-        data_in: data.as_ptr() as u64,
-        data_out: out.as_mut_ptr() as u64,
-        repeat: 1,
-        ctx_size_in: std::mem::size_of::<SkBuff>() as u32,
-        ctx_size_out: std::mem::size_of::<SkBuff>() as u32,
-        ctx_in: skb_ptr as u64,
-        ctx_out: skb_ptr as u64,
-        ..TestRunAttr::default()
-    };
-    // SAFETY: `attr` is the `test` member of `union bpf_attr` with every field the kernel
-    // reads set and the rest zero; the kernel reads `data_size_in` bytes at `data_in` and
-    // 192 at `ctx_in`, and writes at most `data_size_out` bytes at `data_out` and 192 at
-    // `ctx_out` (the same `skb`, read before it is written): all point into live buffers
-    // of those sizes, borrowed for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_TEST_RUN,
-            &mut attr as *mut TestRunAttr,
-            std::mem::size_of::<TestRunAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((attr.retval, (attr.data_size_out as usize).min(out.len())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use sluice_switch::Tunneled;
+    use std::net::{IpAddr, Ipv6Addr};
 
     #[test]
     fn an_upcalls_tags_say_its_slot_and_a_tunnels_origin() {
@@ -807,5 +730,42 @@ mod tests {
         );
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &rest[..7]), None, "cut short");
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &[0x88, 0xa8, 0, 0, 0x81, 0x00, 0, 0]), None, "not 802.1Q");
+    }
+
+    fn event(family: u8, addr: &[u8]) -> Vec<u8> {
+        let mut e = abi::HeardEvent {
+            ifindex: 7,
+            slot: 3,
+            vni: 5010,
+            vlan: 10,
+            family,
+            mac: [2, 0, 0, 0, 0, 9],
+            ..Default::default()
+        };
+        e.addr[..addr.len()].copy_from_slice(addr);
+        let size = std::mem::size_of::<abi::HeardEvent>();
+        // SAFETY: `e` is a `repr(C)` struct with no padding (the ABI macro refuses any):
+        // its `size` bytes are all initialized.
+        unsafe { std::slice::from_raw_parts((&raw const e).cast::<u8>(), size) }.to_vec()
+    }
+
+    #[test]
+    fn an_event_reads_as_the_program_writes_it() {
+        let h = Heard::parse(&event(abi::HEARD_V4, &[192, 0, 2, 1])).unwrap();
+        assert_eq!(
+            h,
+            Heard {
+                ifindex: 7,
+                slot: 3,
+                vni: 5010,
+                vlan: 10,
+                mac: MacAddr([2, 0, 0, 0, 0, 9]),
+                sender: "192.0.2.1".parse().unwrap()
+            }
+        );
+        let v6: Ipv6Addr = "fd78::2".parse().unwrap();
+        assert_eq!(Heard::parse(&event(abi::HEARD_V6, &v6.octets())).unwrap().sender, IpAddr::V6(v6));
+        assert_eq!(Heard::parse(&event(5, &[])), None, "no such family");
+        assert_eq!(Heard::parse(&event(abi::HEARD_V4, &[])[..39]), None, "cut short");
     }
 }

@@ -21,11 +21,14 @@
 //! Apart from the datapath, [`tunnel_filter`] is the socket filter a user-space tunnel
 //! puts on its UDP socket: datagrams from hosts that are not its endpoints are dropped in
 //! the kernel.
+//!
+//! The few system calls the crate makes beyond aya's are safe functions in `sys`.
 
 pub mod abi;
 pub mod convert;
 pub mod exec;
 pub mod heard;
+mod sys;
 pub mod tables;
 pub mod tunnel_filter;
 
@@ -79,8 +82,6 @@ pub fn available() -> bool {
     !exec::OBJECT.is_empty()
 }
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-
 /// Makes `dir` a bpffs of its own (mode 0700) unless it already is one; `/sys/fs/bpf` is
 /// not used because `ip netns exec` remounts `/sys`.
 pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
@@ -88,21 +89,10 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(pins)?;
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| pins(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
-    // SAFETY: `st` is a zeroed statfs the call fills; `c` is NUL-terminated.
-    let is_bpffs = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
-    };
-    if is_bpffs {
+    if sys::fs_type(&c).is_ok_and(|t| t == sys::BPF_FS_MAGIC) {
         return Ok(());
     }
-    // SAFETY: mounting a bpffs on a directory we just made sure exists; all strings are
-    // NUL-terminated literals or `c`.
-    let r = unsafe { libc::mount(c"bpf".as_ptr(), c.as_ptr(), c"bpf".as_ptr(), 0, c"mode=0700".as_ptr().cast()) };
-    if r != 0 {
-        return Err(pins(std::io::Error::last_os_error()));
-    }
-    Ok(())
+    sys::mount_bpffs(&c, c"mode=0700").map_err(pins)
 }
 
 /// Whether the maps an earlier run pinned in `dir` have this build's layouts (key and value

@@ -923,7 +923,7 @@ struct Observed {
     /// Every port's counters, as they moved.
     counters: Vec<[u64; c::COUNT]>,
     /// The stations it reported heard behind a tunnel.
-    heard: Vec<sluice_ebpf::heard::Heard>,
+    heard: Vec<sluice_ebpf::exec::Heard>,
 }
 
 /// What the kernel's maps hold for one switch (what the test wrote, so that it knows
@@ -1604,7 +1604,7 @@ fn hand_heard(
     k: &mut Kernel,
     inst: &Installed,
     sw: &mut Switch,
-    heard: &[sluice_ebpf::heard::Heard],
+    heard: &[sluice_ebpf::exec::Heard],
     due: Option<(u32, MacAddr, IpAddr)>,
     v: &Verdict,
     t: &mut Totals,

@@ -679,7 +679,8 @@ fn a_port_that_misses_faster_than_its_budget_loses_the_excess_counted_and_a_tric
 
 #[test]
 fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says_so() {
-    use sluice_ebpf::heard::{self, Heard};
+    use sluice_ebpf::exec::Heard;
+    use sluice_ebpf::heard;
     use sluice_switch::mem::mem_port;
     use sluice_switch::tunnel::{TunnelRules, VniMap};
     use sluice_switch::{PortCaps, PortConfig, PortPolicy, Switch, SwitchConfig, Tunneled, VlanMode};

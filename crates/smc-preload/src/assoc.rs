@@ -15,7 +15,7 @@ use sluice_smc::slot::{self, Geometry};
 
 use crate::arena::Arena;
 use crate::registry::Entry;
-use crate::sys;
+use crate::{cabi, sys};
 
 /// The most arenas one association makes (so the most connections it has at once to
 /// one server process: this times the slots of an arena). Past it, new connections stay
@@ -210,7 +210,7 @@ fn open_door(entry: &Entry) -> Result<(c_int, Cred), Reason> {
     }
     // SAFETY: `sa` is a complete sockaddr_un.
     if unsafe { crate::real::connect(door, sa.as_ptr().cast(), sa.len() as u32) } < 0 {
-        let e = sys::errno();
+        let e = cabi::errno();
         sys::close(door);
         // A door we may not open: its owner does not let our user in. A full backlog
         // (EAGAIN): a door that does not accept — not waited for.

@@ -29,6 +29,7 @@ use sluice_smc::slot::{self, Control, State};
 use sluice_smc::stats::Counter;
 
 use crate::arena::Arena;
+use crate::cabi;
 use crate::sys::{self, Shm};
 
 /// Not an errno: a pending connection's server did not take it onto shared memory; the
@@ -527,8 +528,8 @@ impl Conn {
     fn taken_elsewhere(&self, fd: c_int) -> bool {
         const POLLRDHUP: i16 = 0x2000;
         let mut p = [
-            sys::PollFd { fd: self.tcp_fd, events: sys::POLLIN | POLLRDHUP, revents: 0 },
-            sys::PollFd { fd, events: 0, revents: 0 },
+            cabi::PollFd { fd: self.tcp_fd, events: sys::POLLIN | POLLRDHUP, revents: 0 },
+            cabi::PollFd { fd, events: 0, revents: 0 },
         ];
         // SAFETY: two valid pollfds (a negative descriptor is skipped), no waiting.
         let r = unsafe { crate::real::poll(p.as_mut_ptr(), 2, 0) };
@@ -561,7 +562,7 @@ impl Conn {
         let n =
             unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
         // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
-        n == 1 || sys::errno() == sys::EAGAIN
+        n == 1 || cabi::errno() == sys::EAGAIN
     }
 
     /// Takes up to `n` bytes off descriptor `fd`; returns how many it took. (With room for
@@ -576,7 +577,7 @@ impl Conn {
             if want == 0 {
                 break;
             }
-            match sys::recv_releasing(fd, &mut buf[..want]) {
+            match crate::foreign::recv_releasing(fd, &mut buf[..want]) {
                 Some(got) if got > 0 => taken += got as u32,
                 _ => break,
             }
@@ -642,7 +643,7 @@ impl Conn {
     /// for writing, which our descriptor reports as `POLLRDHUP`) is not gone.
     fn peer_gone(&self, fd: c_int) -> bool {
         const POLLRDHUP: i16 = 0x2000;
-        let mut p = sys::PollFd { fd, events: POLLRDHUP, revents: 0 };
+        let mut p = cabi::PollFd { fd, events: POLLRDHUP, revents: 0 };
         // SAFETY: one valid pollfd, no waiting.
         let r = unsafe { crate::real::poll(&mut p, 1, 0) };
         if r <= 0 {

@@ -12,7 +12,7 @@
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::sys;
+use crate::{cabi, sys};
 
 const AF_NETLINK: c_int = 16;
 const NETLINK_SOCK_DIAG: c_int = 4;
@@ -150,7 +150,7 @@ fn answer(fd: c_int, seq: u32) -> Option<Vec<u8>> {
     for _ in 0..16 {
         // SAFETY: `buf` has room for the answer.
         let mut n = unsafe { crate::real::recv(fd, buf.as_mut_ptr().cast(), buf.len(), sys::MSG_DONTWAIT) };
-        if n < 0 && sys::errno() == sys::EAGAIN {
+        if n < 0 && cabi::errno() == sys::EAGAIN {
             if !sys::wait(fd, sys::POLLIN, 1000).unwrap_or(false) {
                 return None;
             }

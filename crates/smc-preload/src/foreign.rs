@@ -83,6 +83,16 @@ pub fn release_all(fds: &[c_int]) {
     fds.iter().for_each(|&f| release(f));
 }
 
+/// Takes up to `buf.len()` bytes off unix stream socket `fd` without waiting: any
+/// descriptors that come with them are let go off this thread ([`release_all`]), so a peer
+/// cannot make this read release something of its choosing. `None` when nothing could be
+/// read.
+pub fn recv_releasing(fd: c_int, buf: &mut [u8]) -> Option<usize> {
+    let (n, fds) = sys::recv_nowait_with_rights(fd, buf);
+    release_all(&fds);
+    n
+}
+
 /// True while the reaper is behind: no new descriptors should be taken from peers.
 pub fn congested() -> bool {
     WAITING.load(Ordering::SeqCst) >= CONGESTED

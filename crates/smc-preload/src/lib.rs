@@ -19,6 +19,7 @@ use sluice_smc::stats::Counter;
 
 mod arena;
 mod assoc;
+mod cabi;
 mod claim;
 mod conn;
 mod diag;
@@ -33,8 +34,8 @@ mod spin;
 mod stats;
 mod sys;
 
+use cabi::IoVec;
 use conn::Conn;
-use sys::IoVec;
 
 /// Set by the constructor when `SLUICE_SMC` asks for the fast path.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -272,7 +273,7 @@ fn ret(r: conn::Io, nosignal: bool) -> isize {
                 // SAFETY: as a TCP socket would, raise SIGPIPE for a write to a closed peer.
                 unsafe { raise(13) };
             }
-            sys::set_errno(e);
+            cabi::set_errno(e);
             -1
         }
     }
@@ -389,7 +390,7 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
             real::fcntl(fd, sys::F_SETFL, (fl | sys::O_NONBLOCK) as usize);
         }
         let r = real::connect(fd, addr, len);
-        (fl, r, sys::errno())
+        (fl, r, cabi::errno())
     };
     let started = r == 0 || e == sys::EINPROGRESS;
     let proven = started && handshake::prove(&p, fd).is_ok();
@@ -401,7 +402,7 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
     if !started {
         // No connection: its announcement is let go of by the server in time.
         p.abandon();
-        sys::set_errno(e);
+        cabi::set_errno(e);
         return -1;
     }
     if !proven {
@@ -410,9 +411,9 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
         return if blocking { finish_connect(fd) } else { in_progress(r) };
     }
     if blocking && finish_connect(fd) < 0 {
-        let e = sys::errno();
+        let e = cabi::errno();
         p.abandon();
-        sys::set_errno(e);
+        cabi::set_errno(e);
         return -1;
     }
     match handshake::client_conn(p) {
@@ -430,7 +431,7 @@ fn in_progress(r: c_int) -> c_int {
     if r == 0 {
         return 0;
     }
-    sys::set_errno(sys::EINPROGRESS);
+    cabi::set_errno(sys::EINPROGRESS);
     -1
 }
 
@@ -442,17 +443,17 @@ fn finish_connect(fd: c_int) -> c_int {
         Ok(true) => match sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_ERROR) {
             Some(0) => 0,
             Some(e) => {
-                sys::set_errno(e);
+                cabi::set_errno(e);
                 -1
             }
             None => -1,
         },
         Ok(false) => {
-            sys::set_errno(sys::EINPROGRESS);
+            cabi::set_errno(sys::EINPROGRESS);
             -1
         }
         Err(e) => {
-            sys::set_errno(e.raw_os_error().unwrap_or(sys::EINVAL));
+            cabi::set_errno(e.raw_os_error().unwrap_or(sys::EINVAL));
             -1
         }
     }
@@ -927,13 +928,13 @@ const MSG_ERRQUEUE: c_int = 0x2000;
 fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> isize {
     c.tally.rx_call();
     if flags & MSG_OOB != 0 {
-        sys::set_errno(sys::EOPNOTSUPP);
+        cabi::set_errno(sys::EOPNOTSUPP);
         return -1;
     }
     if flags & MSG_ERRQUEUE != 0 {
         // Never the stream's bytes. (Completions are read with recvmsg, which has room
         // for them: crate::zerocopy.)
-        sys::set_errno(sys::EAGAIN);
+        cabi::set_errno(sys::EAGAIN);
         return -1;
     }
     if n == 0 {
@@ -951,7 +952,7 @@ fn smc_read(c: &Conn, fd: c_int, buf: *mut c_void, n: usize, flags: c_int) -> is
 fn smc_write(c: &Conn, fd: c_int, buf: *const c_void, n: usize, flags: c_int) -> isize {
     c.tally.tx_call();
     if flags & MSG_OOB != 0 {
-        sys::set_errno(sys::EOPNOTSUPP);
+        cabi::set_errno(sys::EOPNOTSUPP);
         return -1;
     }
     if n == 0 {
@@ -974,15 +975,15 @@ macro_rules! data_hook {
                 let r = guard(
                     || $smc,
                     || {
-                        sys::set_errno(sys::EINVAL);
+                        cabi::set_errno(sys::EINVAL);
                         -1
                     },
                 );
-                if r != -1 || sys::errno() != conn::FELL_BACK {
+                if r != -1 || cabi::errno() != conn::FELL_BACK {
                     return r;
                 }
                 if let Err(e) = guard(|| pending::fall_back($fd, &$c), || Err(sys::EINVAL)) {
-                    sys::set_errno(e);
+                    cabi::set_errno(e);
                     return -1;
                 }
             }
@@ -1130,7 +1131,7 @@ unsafe fn iovecs<'a>(iov: *const IoVec, n: c_int) -> &'a [IoVec] {
 fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
     c.tally.tx_call();
     if flags & MSG_OOB != 0 {
-        sys::set_errno(sys::EOPNOTSUPP);
+        cabi::set_errno(sys::EOPNOTSUPP);
         return -1;
     }
     let bufs: Vec<&[u8]> = iov
@@ -1141,7 +1142,7 @@ fn smc_writev(c: &Conn, fd: c_int, iov: &[IoVec], flags: c_int) -> isize {
         .collect();
     let total = bufs.iter().try_fold(0usize, |t, b| t.checked_add(b.len()).filter(|&t| t <= isize::MAX as usize));
     let Some(total) = total else {
-        sys::set_errno(sys::EINVAL);
+        cabi::set_errno(sys::EINVAL);
         return -1;
     };
     if total == 0 {
@@ -1204,7 +1205,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const IoVec, n: c_int) -> isize
 }
 
 /// `recvmsg` on a moved socket: data only (no address, no ancillary data).
-fn smc_recvmsg(c: &Conn, fd: c_int, m: &mut sys::MsgHdr, flags: c_int) -> isize {
+fn smc_recvmsg(c: &Conn, fd: c_int, m: &mut cabi::MsgHdr, flags: c_int) -> isize {
     if flags & MSG_ERRQUEUE != 0 {
         return zerocopy::completion(c, m);
     }
@@ -1216,9 +1217,9 @@ fn smc_recvmsg(c: &Conn, fd: c_int, m: &mut sys::MsgHdr, flags: c_int) -> isize 
 }
 
 /// `sendmsg` on a moved socket: data only; ancillary data is refused (`EOPNOTSUPP`).
-fn smc_sendmsg(c: &Conn, fd: c_int, m: &sys::MsgHdr, flags: c_int) -> isize {
+fn smc_sendmsg(c: &Conn, fd: c_int, m: &cabi::MsgHdr, flags: c_int) -> isize {
     if m.controllen > 0 {
-        sys::set_errno(sys::EOPNOTSUPP);
+        cabi::set_errno(sys::EOPNOTSUPP);
         return -1;
     }
     // SAFETY: the caller's msghdr names its iovecs.
@@ -1230,7 +1231,7 @@ fn smc_sendmsg(c: &Conn, fd: c_int, m: &sys::MsgHdr, flags: c_int) -> isize {
 /// # Safety
 /// As for `recvmsg(2)`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int) -> isize {
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut cabi::MsgHdr, flags: c_int) -> isize {
     data_hook!(
         c,
         fd,
@@ -1246,7 +1247,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int)
 /// # Safety
 /// As for `sendmsg(2)`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut sys::MsgHdr, flags: c_int) -> isize {
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *mut cabi::MsgHdr, flags: c_int) -> isize {
     data_hook!(
         c,
         fd,

@@ -19,7 +19,7 @@ use sluice_smc::msg::Reason;
 use sluice_smc::slot::State;
 
 use crate::conn::{Conn, FELL_BACK};
-use crate::{real, sys};
+use crate::{cabi, real, sys};
 
 /// Pending connections, by descriptor; how many there are (the poll-family hooks look at
 /// them only while there are some).
@@ -83,7 +83,7 @@ fn move_back(fd: c_int, c: &Conn, wait: bool) -> (Result<(), c_int>, bool) {
             real::fcntl(c.tcp_fd, sys::F_SETFL, ((fl & !sys::O_NONBLOCK) | nb) as usize);
         }
         if real::dup3(c.tcp_fd, fd, cloexec) < 0 {
-            return (Err(sys::errno()), false);
+            return (Err(cabi::errno()), false);
         }
     }
     let regs = c.take_regs();
@@ -153,7 +153,7 @@ fn replay_locked(c: &Conn) -> Result<(), c_int> {
                 off += k as usize;
                 continue;
             }
-            let e = sys::errno();
+            let e = cabi::errno();
             let left = deadline.saturating_duration_since(std::time::Instant::now()).as_millis() as i32;
             if e != sys::EAGAIN || left == 0 || !sys::wait(c.tcp_fd, sys::POLLOUT, left).unwrap_or(false) {
                 return Err(if e == sys::EAGAIN { sys::ETIMEDOUT } else { e });

@@ -5,7 +5,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::sys::{IoVec, MsgHdr, PollFd};
+use crate::cabi::{IoVec, MMsgHdr, MsgHdr, PollFd};
 
 unsafe extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
@@ -38,7 +38,7 @@ macro_rules! real {
             pub unsafe fn $name($($arg: $ty),*) -> $ret {
                 let f = lookup(&slot::$name, name_of(concat!(stringify!($name), "\0")));
                 if f.is_null() {
-                    crate::sys::set_errno(38); // ENOSYS
+                    crate::cabi::set_errno(38); // ENOSYS
                     return -1 as $ret;
                 }
                 // SAFETY: `f` is libc's function of this name, whose C signature this is.
@@ -98,8 +98,8 @@ real! {
     splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, n: usize, flags: u32) -> isize;
     pread64(fd: c_int, buf: *mut c_void, n: usize, offset: i64) -> isize;
     lseek64(fd: c_int, offset: i64, whence: c_int) -> i64;
-    sendmmsg(fd: c_int, msgs: *mut crate::transfer::MMsgHdr, n: u32, flags: c_int) -> c_int;
-    recvmmsg(fd: c_int, msgs: *mut crate::transfer::MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int;
+    sendmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int) -> c_int;
+    recvmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int;
 }
 
 /// The real `ioctl` (variadic: one integer or pointer argument).
@@ -110,7 +110,7 @@ pub unsafe fn ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize) -> c_int {
     static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
     let f = lookup(&SLOT, c"ioctl");
     if f.is_null() {
-        crate::sys::set_errno(38);
+        crate::cabi::set_errno(38);
         return -1;
     }
     // SAFETY: libc's ioctl, called with its one variadic argument.
@@ -127,7 +127,7 @@ pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
     let f = lookup(&SLOT, c"fcntl");
     if f.is_null() {
-        crate::sys::set_errno(38);
+        crate::cabi::set_errno(38);
         return -1;
     }
     // SAFETY: libc's fcntl, called with its one variadic argument.

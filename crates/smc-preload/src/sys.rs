@@ -6,6 +6,8 @@ use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::cabi::{IoVec, MsgHdr, PollFd, errno};
+
 pub const AF_UNIX: c_int = 1;
 pub const AF_INET: c_int = 2;
 pub const AF_INET6: c_int = 10;
@@ -44,32 +46,7 @@ pub const SHUT_RD: c_int = 0;
 pub const SHUT_WR: c_int = 1;
 pub const SHUT_RDWR: c_int = 2;
 
-#[repr(C)]
-pub struct PollFd {
-    pub fd: c_int,
-    pub events: i16,
-    pub revents: i16,
-}
-
-#[repr(C)]
-pub struct IoVec {
-    pub base: *mut c_void,
-    pub len: usize,
-}
-
-#[repr(C)]
-pub struct MsgHdr {
-    pub name: *mut c_void,
-    pub namelen: u32,
-    pub iov: *mut IoVec,
-    pub iovlen: usize,
-    pub control: *mut c_void,
-    pub controllen: usize,
-    pub flags: c_int,
-}
-
 unsafe extern "C" {
-    fn __errno_location() -> *mut c_int;
     fn memfd_create(name: *const std::ffi::c_char, flags: u32) -> c_int;
     fn ftruncate(fd: c_int, len: i64) -> c_int;
     fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
@@ -140,18 +117,6 @@ pub fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout_ms
 pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
     // SAFETY: a valid, aligned u32; FUTEX_WAKE only reads its address.
     unsafe { syscall(SYS_FUTEX, word.as_ptr(), FUTEX_WAKE, c_int::MAX, 0usize, 0usize, 0u32) };
-}
-
-/// The calling thread's errno.
-pub fn errno() -> c_int {
-    // SAFETY: glibc's per-thread errno location is always valid.
-    unsafe { *__errno_location() }
-}
-
-/// Sets the calling thread's errno.
-pub fn set_errno(e: c_int) {
-    // SAFETY: as above.
-    unsafe { *__errno_location() = e }
 }
 
 fn cvt(r: c_int) -> io::Result<c_int> {
@@ -674,10 +639,10 @@ pub fn recv_with_fds_nowait(sock: c_int, buf: &mut [u8]) -> io::Result<Option<(u
 }
 
 /// Takes up to `buf.len()` bytes off unix stream socket `fd` without waiting, with room
-/// for every descriptor a message can carry: any that come are let go off this thread
-/// ([`crate::foreign::release`]), so a peer cannot make this read release something of
-/// its choosing. `None` when nothing could be read.
-pub fn recv_releasing(fd: c_int, buf: &mut [u8]) -> Option<usize> {
+/// for every descriptor a message can carry. Returns how many bytes (`None` when nothing
+/// could be read) and every descriptor that came, the caller's to let go
+/// ([`crate::foreign::recv_releasing`]).
+pub fn recv_nowait_with_rights(fd: c_int, buf: &mut [u8]) -> (Option<usize>, Vec<c_int>) {
     let mut iov = IoVec { base: buf.as_mut_ptr().cast(), len: buf.len() };
     let mut ctl = [0u64; CONTROL_LEN / 8];
     let mut m = MsgHdr {
@@ -691,13 +656,14 @@ pub fn recv_releasing(fd: c_int, buf: &mut [u8]) -> Option<usize> {
     };
     // SAFETY: `m` points at live buffers for the duration of the call.
     let n = unsafe { crate::real::recvmsg(fd, &mut m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) };
+    let mut fds = Vec::new();
     if m.controllen > 0 {
         let ctl_bytes: &[u8] =
             // SAFETY: `ctl` is CONTROL_LEN initialized bytes.
             unsafe { std::slice::from_raw_parts(ctl.as_ptr().cast::<u8>(), m.controllen.min(CONTROL_LEN)) };
-        crate::foreign::release_all(&rights(ctl_bytes));
+        fds = rights(ctl_bytes);
     }
-    (n >= 0).then_some(n as usize)
+    ((n >= 0).then_some(n as usize), fds)
 }
 
 const EPOLL_CTL_ADD: c_int = 1;

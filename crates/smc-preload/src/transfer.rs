@@ -7,8 +7,8 @@
 
 use std::ffi::{c_int, c_void};
 
+use crate::cabi::{self, MMsgHdr, MsgHdr};
 use crate::conn::{Conn, Io, ReadSource};
-use crate::sys::MsgHdr;
 use crate::{active, conn_of, guard, marked, real, ret, smc_recvmsg, smc_sendmsg, sys};
 
 /// The most one call moves, as the kernel caps `sendfile` and `splice`.
@@ -31,12 +31,12 @@ fn moved(fd: c_int) -> Option<std::sync::Arc<Conn>> {
 }
 
 fn fail(e: c_int) -> isize {
-    sys::set_errno(e);
+    cabi::set_errno(e);
     -1
 }
 
 fn cvt(n: isize) -> Io {
-    if n < 0 { Err(sys::errno()) } else { Ok(n as usize) }
+    if n < 0 { Err(cabi::errno()) } else { Ok(n as usize) }
 }
 
 /// `sendfile` to moved socket `fd` from `input` at `*offset` (or the file's position,
@@ -53,8 +53,8 @@ fn smc_sendfile(c: &Conn, fd: c_int, input: c_int, offset: *mut i64, count: usiz
         match unsafe { real::lseek64(input, 0, SEEK_CUR) } {
             // Not seekable (a pipe): read in order; never more than the ring takes, so
             // nothing read is left over.
-            -1 if sys::errno() == ESPIPE => -1,
-            -1 => return fail(sys::errno()),
+            -1 if cabi::errno() == ESPIPE => -1,
+            -1 => return fail(cabi::errno()),
             p => p,
         }
     } else {
@@ -242,13 +242,6 @@ pub(crate) unsafe fn answer_ioctl(fd: c_int, req: std::ffi::c_ulong, arg: usize)
     // SAFETY: for these requests the argument is the caller's int.
     unsafe { *(arg as *mut c_int) = n };
     Some(0)
-}
-
-/// `struct mmsghdr`.
-#[repr(C)]
-pub struct MMsgHdr {
-    hdr: MsgHdr,
-    len: u32,
 }
 
 /// MSG_WAITFORONE: only the first message may wait.

@@ -9,8 +9,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::cabi::PollFd;
 use crate::spin::{self, Adaptive};
-use crate::sys::PollFd;
 use crate::{active, pending, real, sys};
 
 /// This process's event-loop waits.

@@ -10,7 +10,7 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
 use crate::conn::Conn;
-use crate::sys;
+use crate::{cabi, sys};
 
 pub const MSG_ZEROCOPY: c_int = 0x400_0000;
 const SO_ZEROCOPY: c_int = 60;
@@ -34,13 +34,13 @@ pub fn sent(c: &Conn, flags: c_int, n: isize) {
 
 /// `recvmsg(MSG_ERRQUEUE)` on `c`: one notification for every zero-copy send not yet
 /// reported (`ee_info` the first, `ee_data` the last), or `EAGAIN` when there is none.
-pub fn completion(c: &Conn, m: &mut sys::MsgHdr) -> isize {
+pub fn completion(c: &Conn, m: &mut cabi::MsgHdr) -> isize {
     let (lo, hi) = (c.zc_reported.load(Ordering::Relaxed), c.zc_sent.load(Ordering::Relaxed));
     m.namelen = 0;
     m.flags = 0;
     if lo == hi {
         m.controllen = 0;
-        sys::set_errno(sys::EAGAIN);
+        cabi::set_errno(sys::EAGAIN);
         return -1;
     }
     // struct cmsghdr (len, level, type) and struct sock_extended_err.

@@ -30,6 +30,8 @@ use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::sys;
+
 /// Guest-physical base of the driver's memory.
 pub const MEM_BASE: u64 = 0x10_0000;
 /// Guest memory per queue pair (pair k's from `MEM_BASE + k * PAIR_AREA`).
@@ -55,16 +57,6 @@ pub const SPARE: u64 = MEM_BASE + 0x60_0000;
 
 fn err(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
-}
-
-fn clear_nonblocking(fd: std::os::fd::RawFd) -> io::Result<()> {
-    // SAFETY: fcntl F_GETFL/F_SETFL on a descriptor the driver owns; they take an int.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 struct Ring {
@@ -136,42 +128,24 @@ pub enum Memory {
     File(File),
 }
 
-fn memfd() -> io::Result<File> {
-    // SAFETY: a NUL-terminated name; the descriptor is owned by the File.
-    let fd = unsafe { libc::memfd_create(c"sluice-driver-guest".as_ptr(), libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nothing else.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
-fn seal(file: &File, seals: libc::c_int) -> io::Result<()> {
-    // SAFETY: F_ADD_SEALS takes an int; the descriptor is valid.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn guest_memory(size: usize, memory: Memory) -> io::Result<GuestMemoryMmap> {
     let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
     let file = match memory {
         Memory::Sealed => {
-            let f = memfd()?;
+            let f = sys::memfd(c"sluice-driver-guest")?;
             f.set_len(size as u64)?;
-            seal(&f, sealed)?;
+            sys::add_seals(f.as_raw_fd(), sealed)?;
             f
         }
         Memory::Unsealed => {
-            let f = memfd()?;
+            let f = sys::memfd(c"sluice-driver-guest")?;
             f.set_len(size as u64)?;
             f
         }
         Memory::Short(len) => {
-            let f = memfd()?;
+            let f = sys::memfd(c"sluice-driver-guest")?;
             f.set_len(len)?;
-            seal(&f, sealed)?;
+            sys::add_seals(f.as_raw_fd(), sealed)?;
             f
         }
         Memory::File(f) => {
@@ -535,9 +509,11 @@ impl Driver {
             if let Some(r) = self.recv()? {
                 return Ok(Some(r));
             }
-            let mut p = libc::pollfd { fd: self.pairs[self.cur].rx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 100) as i32) };
+            let _ = sys::poll(
+                self.pairs[self.cur].rx.call.as_raw_fd(),
+                libc::POLLIN,
+                left.as_millis().clamp(1, 100) as i32,
+            );
         }
     }
 
@@ -548,9 +524,7 @@ impl Driver {
             if Instant::now() > until {
                 return Ok(false);
             }
-            let mut p = libc::pollfd { fd: self.pairs[self.cur].tx.call.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd for the duration of the call.
-            unsafe { libc::poll(&mut p, 1, 10) };
+            let _ = sys::poll(self.pairs[self.cur].tx.call.as_raw_fd(), libc::POLLIN, 10);
             let _ = self.pairs[self.cur].tx.call.read();
         }
         Ok(true)
@@ -574,7 +548,7 @@ impl Driver {
     /// Clears `O_NONBLOCK` on the kick eventfd of the transmit (`transmit`) or receive queue
     /// (the device shares its open file description).
     pub fn make_kick_blocking(&mut self, transmit: bool) -> io::Result<()> {
-        clear_nonblocking(self.ring_mut(transmit).kick.as_raw_fd())
+        sys::set_nonblocking(self.ring_mut(transmit).kick.as_raw_fd(), false)
     }
 
     /// Clears `O_NONBLOCK` on the call eventfd of the transmit (`transmit`) or receive queue
@@ -583,6 +557,6 @@ impl Driver {
         let r = self.ring_mut(transmit);
         let _ = r.call.read();
         r.call.write(u64::MAX - 1).map_err(|e| err("call", e))?;
-        clear_nonblocking(r.call.as_raw_fd())
+        sys::set_nonblocking(r.call.as_raw_fd(), false)
     }
 }

@@ -43,24 +43,16 @@ pub(crate) fn is_eventfd(fd: RawFd) -> bool {
 
 /// Empties a kick eventfd without waiting; true if it had been signalled.
 pub(crate) fn drain(fd: RawFd) -> bool {
-    let mut v = 0u64;
-    let iov = libc::iovec { iov_base: (&mut v as *mut u64).cast(), iov_len: 8 };
-    // SAFETY: one iovec over `v`, valid for 8 bytes of writes for the call; offset -1 reads
-    // at the file's position, as read(2) does (an eventfd has none).
-    let n = unsafe { libc::preadv2(fd, &iov, 1, -1, libc::RWF_NOWAIT) };
-    if n == 8 {
-        return true;
-    }
-    if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
-        // A kernel older than 5.12 (no RWF_NOWAIT on eventfds): read only what poll says is
-        // there, under the watchdog.
-        if !ready(fd, libc::POLLIN) {
-            return false;
+    let mut v = [0u8; 8];
+    match crate::sys::read_nowait(fd, &mut v) {
+        Ok(8) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            // A kernel older than 5.12 (no RWF_NOWAIT on eventfds): read only what poll says
+            // is there, under the watchdog.
+            ready(fd, libc::POLLIN) && matches!(watched(|| crate::sys::read(fd, &mut v)).0, Ok(8))
         }
-        // SAFETY: `v` is valid for 8 bytes of writes for the call.
-        return watched(|| unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) }).0 == 8;
+        _ => false,
     }
-    false
 }
 
 /// What became of a call.
@@ -84,23 +76,22 @@ pub(crate) fn notify(fd: RawFd) -> Notified {
         return Notified::Full;
     }
     let one = 1u64.to_ne_bytes();
-    // SAFETY: `one` is valid for 8 bytes of reads for the call.
-    let (n, err, waited) = watched(|| unsafe { libc::write(fd, one.as_ptr().cast(), 8) });
-    match (n, err.as_ref().and_then(io::Error::raw_os_error)) {
-        (8, _) => Notified::Sent,
-        (_, Some(libc::EAGAIN)) => Notified::Full,
-        (_, Some(libc::EINTR)) if waited >= STALL => Notified::Stalled,
-        (_, Some(libc::EINTR)) => Notified::Full,
-        _ => Notified::Failed(err.unwrap_or_else(|| io::Error::other(format!("a write of {n} bytes")))),
+    let (r, waited) = watched(|| crate::sys::write(fd, &one));
+    match r {
+        Ok(8) => Notified::Sent,
+        Ok(n) => Notified::Failed(io::Error::other(format!("a write of {n} bytes"))),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EAGAIN) => Notified::Full,
+            Some(libc::EINTR) if waited >= STALL => Notified::Stalled,
+            Some(libc::EINTR) => Notified::Full,
+            _ => Notified::Failed(e),
+        },
     }
 }
 
 /// Whether `fd` is ready for `events` now (never waits).
 fn ready(fd: RawFd, events: libc::c_short) -> bool {
-    let mut p = libc::pollfd { fd, events, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call; a zero timeout.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & events != 0 && p.revents & (libc::POLLERR | libc::POLLNVAL) == 0
+    crate::sys::poll(fd, events, 0).is_ok_and(|r| r & events != 0 && r & (libc::POLLERR | libc::POLLNVAL) == 0)
 }
 
 /// One thread's write under way, as the watchdog sees it.
@@ -155,9 +146,9 @@ fn now_ms() -> u64 {
 }
 
 /// Runs the system call `f` (a read or write of a peer's eventfd) with this thread's entry
-/// telling the watchdog when it began; returns its result, the error it left and how long
-/// it took. An interrupted call is tried again until it has waited [`STALL`].
-fn watched(mut f: impl FnMut() -> isize) -> (isize, Option<io::Error>, Duration) {
+/// telling the watchdog when it began; returns its result and how long it took. An
+/// interrupted call is tried again until it has waited [`STALL`].
+fn watched(mut f: impl FnMut() -> io::Result<usize>) -> (io::Result<usize>, Duration) {
     start_watchdog();
     let start = Instant::now();
     let slot = MINE.try_with(|c| c.0).ok().flatten();
@@ -165,11 +156,10 @@ fn watched(mut f: impl FnMut() -> isize) -> (isize, Option<io::Error>, Duration)
         WRITERS_TABLE[i].since.store(now_ms(), Ordering::Release);
     }
     let out = loop {
-        let n = f();
-        let err = (n < 0).then(io::Error::last_os_error);
-        let interrupted = err.as_ref().and_then(io::Error::raw_os_error) == Some(libc::EINTR);
+        let r = f();
+        let interrupted = r.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EINTR));
         if !interrupted || start.elapsed() >= STALL {
-            break (n, err, start.elapsed());
+            break (r, start.elapsed());
         }
     };
     if let Some(i) = slot {
@@ -262,13 +252,11 @@ mod tests {
         let fd = e.as_raw_fd();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            // SAFETY: `one` is valid for 8 bytes of reads for the call.
-            let r = watched(|| unsafe { libc::write(fd, one.as_ptr().cast(), 8) });
-            let _ = tx.send((r.0, r.1.and_then(|e| e.raw_os_error()), r.2));
+            let (r, waited) = watched(|| crate::sys::write(fd, &one));
+            let _ = tx.send((r.map_err(|e| e.raw_os_error()), waited));
         });
-        let (n, errno, waited) =
-            rx.recv_timeout(Duration::from_secs(20)).expect("the write was never interrupted: a hang");
-        assert_eq!((n, errno), (-1, Some(libc::EINTR)));
+        let (r, waited) = rx.recv_timeout(Duration::from_secs(20)).expect("the write was never interrupted: a hang");
+        assert_eq!(r, Err(Some(libc::EINTR)));
         assert!(waited >= STALL, "{waited:?}");
         drop(e);
     }

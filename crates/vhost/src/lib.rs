@@ -6,10 +6,12 @@
 //! - `memory`: the guest memory the peer shares, checked before it is mapped and guarded
 //!   against pages going away under the switch (SIGBUS);
 //! - `eventfd`: the rings' kick and call descriptors, read and written without waiting;
-//! - [`serve`]: the port's socket, the peer check, a fresh device per connection,
-//!   reconnection;
+//! - [`serve`]: the peer check, a fresh device per connection, reconnection;
+//! - `socket`: a server-mode port's socket file, bound mode 0600 and removed when the port
+//!   goes;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
+//! - `sys`: the system calls std and `vmm-sys-util` have not, each a safe function;
 //! - `ring`: the split virtqueue walked with every index checked, the bounds on chains;
 //! - [`driver`]: a guest's side without a VM, for the tests and the per-frame benchmark;
 //! - [`abuse`]: hostile and well-behaved guests played by a driver, for the study's
@@ -26,6 +28,8 @@ pub mod port;
 mod ring;
 pub mod serve;
 mod shim;
+mod socket;
+mod sys;
 
 pub use backend::{MAX_QUEUE_PAIRS, MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES, RX_QUEUE, TX_QUEUE};
 pub use port::{PortCounts, VhostUserPort};

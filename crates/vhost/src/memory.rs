@@ -92,7 +92,7 @@ pub enum Refused {
 /// huge page size on hugetlbfs), which the guard covers one at a time.
 pub(crate) fn check(index: usize, r: &VhostUserMemoryRegion, file: &impl AsRawFd) -> Result<usize, Refused> {
     let fd = file.as_raw_fd();
-    let st = fstat(fd).map_err(|source| Refused::Stat { index, source })?;
+    let st = crate::sys::fstat(fd).map_err(|source| Refused::Stat { index, source })?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         let what = crate::peer::fd_target(fd).map_or_else(|_| "unknown".to_string(), |t| t.display().to_string());
         return Err(Refused::NotAFile { index, what });
@@ -104,23 +104,12 @@ pub(crate) fn check(index: usize, r: &VhostUserMemoryRegion, file: &impl AsRawFd
         needed => return Err(Refused::Short { index, needed: needed.unwrap_or(u64::MAX), offset, size, len }),
     }
     if is_memfd(fd) {
-        // SAFETY: F_GET_SEALS takes no argument and only reads the file's state.
-        let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+        let seals = crate::sys::seals(fd).unwrap_or(-1);
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
             return Err(Refused::Unsealed { index, seals });
         }
     }
     page_size(fd).map_err(|source| Refused::Stat { index, source })
-}
-
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: stat is plain data; all zeroes is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is valid for writes of its size.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
 }
 
 /// Whether `fd` is a memfd: the kernel names every memfd `/memfd:NAME (deleted)`, a path no
@@ -131,16 +120,9 @@ fn is_memfd(fd: RawFd) -> bool {
 
 /// The size of the pages that back `fd`'s file when mapped.
 fn page_size(fd: RawFd) -> io::Result<usize> {
-    // SAFETY: statfs is plain data; all zeroes is a valid value.
-    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `sf` is valid for writes of its size.
-    if unsafe { libc::fstatfs(fd, &mut sf) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: sysconf has no preconditions.
-    let base = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let sf = crate::sys::fstatfs(fd)?;
     let huge = sf.f_type == libc::HUGETLBFS_MAGIC && sf.f_bsize > 0 && (sf.f_bsize as u64).is_power_of_two();
-    Ok(if huge { sf.f_bsize as usize } else { base })
+    Ok(if huge { sf.f_bsize as usize } else { crate::sys::page_size() })
 }
 
 /// One guarded region: where it is mapped, its page size, and the flag of the connection it
@@ -338,19 +320,13 @@ fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
 mod tests {
     use super::*;
     use std::fs::File;
-    use std::os::fd::FromRawFd;
     use vm_memory::{Bytes, FileOffset, GuestAddress};
 
     fn memfd(size: u64, seals: i32) -> File {
-        // SAFETY: a NUL-terminated name; the descriptor is owned by the File.
-        let fd = unsafe { libc::memfd_create(c"sluice-test".as_ptr(), libc::MFD_ALLOW_SEALING) };
-        assert!(fd >= 0);
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let f = unsafe { File::from_raw_fd(fd) };
+        let f = crate::sys::memfd(c"sluice-test").unwrap();
         f.set_len(size).unwrap();
         if seals != 0 {
-            // SAFETY: F_ADD_SEALS takes an int.
-            assert_eq!(unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) }, 0);
+            crate::sys::add_seals(f.as_raw_fd(), seals).unwrap();
         }
         f
     }
@@ -388,18 +364,9 @@ mod tests {
     /// killing the process.
     #[test]
     fn a_file_shrunk_under_the_switch_reads_zeros_and_flags_the_connection() {
-        let dir = {
-            use std::os::unix::ffi::OsStringExt;
-            let mut t = std::env::temp_dir().join("sluice-memory.XXXXXX").into_os_string().into_vec();
-            t.push(0);
-            // SAFETY: `t` is a NUL-terminated template that mkdtemp rewrites in place.
-            assert!(!unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) }.is_null());
-            t.pop();
-            std::path::PathBuf::from(std::ffi::OsString::from_vec(t))
-        };
-        let path = dir.join("guest");
-        let file = File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        let path = std::env::temp_dir().join(format!("sluice-memory.{}", std::process::id()));
+        let file = File::options().read(true).write(true).create_new(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
         file.set_len(4 << 20).unwrap();
         let page = check(0, &region(4 << 20, 0), &file).unwrap();
         let keep = file.try_clone().unwrap();

@@ -6,7 +6,6 @@
 //! eventfd or a memfd.
 
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::os::fd::RawFd;
 
 /// A peer's credentials, as the kernel recorded them when it connected.
@@ -18,27 +17,11 @@ pub struct Cred {
     pub uid: u32,
 }
 
-/// This process's effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-fn peer_cred_fd(fd: RawFd) -> Option<Cred> {
-    // SAFETY: ucred is plain data; all zeroes is a valid value.
-    let mut c: libc::ucred = unsafe { zeroed() };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `c` and `len` are valid for writes of the size given.
-    let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut c as *mut libc::ucred).cast(), &mut len)
-    };
-    (r == 0).then_some(Cred { pid: c.pid, uid: c.uid })
-}
-
 /// The credentials the kernel recorded for the peer of `s` when it connected.
 pub fn peer_cred(s: &std::os::unix::net::UnixStream) -> io::Result<Cred> {
     use std::os::fd::AsRawFd;
-    peer_cred_fd(s.as_raw_fd()).ok_or_else(io::Error::last_os_error)
+    let (pid, uid) = crate::sys::peer_cred(s.as_raw_fd())?;
+    Ok(Cred { pid, uid })
 }
 
 /// What descriptor `fd` of this process refers to, as the kernel names it
@@ -51,13 +34,7 @@ pub fn fd_target(fd: RawFd) -> io::Result<std::path::PathBuf> {
 /// guarantee (the peer can clear the flag again): the switch reads and writes those
 /// without relying on it (`crate::eventfd`).
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor the caller owns; F_GETFL/F_SETFL take an int.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::set_nonblocking(fd, true)
 }
 
 #[cfg(test)]
@@ -68,6 +45,6 @@ mod tests {
     #[test]
     fn the_peer_of_a_connection_is_this_process() {
         let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(peer_cred(&a).unwrap(), Cred { pid: std::process::id() as i32, uid: euid() });
+        assert_eq!(peer_cred(&a).unwrap(), Cred { pid: std::process::id() as i32, uid: crate::sys::euid() });
     }
 }

@@ -1186,7 +1186,7 @@ impl Drop for VhostUserPort {
             let _ = t.join();
         }
         if let Some(p) = &self.socket {
-            crate::serve::remove_socket(p);
+            crate::socket::remove(p);
         }
         // The guest's memory is unmapped once nothing holds it: the port let go last.
         self.link = None;

@@ -13,7 +13,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -45,7 +44,7 @@ pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<Vh
     let s = shared.clone();
     let (thread, socket) = match role {
         Role::Server => {
-            let l = bind(path)?;
+            let l = crate::socket::bind(path)?;
             shared.set_state(format!("waiting for QEMU to connect to {}", path.display()));
             let t = std::thread::Builder::new().name(format!("vhost-{name}")).spawn(move || serve(l, &name, &p, &s))?;
             (t, Some(path.to_path_buf()))
@@ -59,75 +58,9 @@ pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<Vh
     Ok(VhostUserPort::new(&label, shared, offload, Some(thread), socket))
 }
 
-/// Binds the socket: a stale socket nobody answers on is replaced, anything else is
-/// refused with what to do.
-fn bind(path: &Path) -> io::Result<UnixListener> {
-    let what = |e: io::Error, hint: &str| io::Error::new(e.kind(), format!("{}: {e}{hint}", path.display()));
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!(
-                        "{} is in use: another program (or port) answers on it; choose another --socket",
-                        path.display()
-                    ),
-                ));
-            }
-            // Removed only if it is still the socket looked at: whatever took its place
-            // meanwhile stays, and the bind below fails on it.
-            if std::fs::symlink_metadata(path).is_ok_and(|n| (n.dev(), n.ino()) == (m.dev(), m.ino())) {
-                std::fs::remove_file(path).map_err(|e| what(e, ""))?;
-            }
-        }
-        Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket; choose another --socket or remove it", path.display()),
-            ));
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(what(e, "")),
-    }
-    bind_owner_only(path).map_err(|e| {
-        let hint = match e.kind() {
-            io::ErrorKind::NotFound => " (does its directory exist?)",
-            io::ErrorKind::AddrInUse => " (something took its place while the stale socket was removed)",
-            _ => "",
-        };
-        what(e, hint)
-    })
-}
-
-/// Binds `path` with the file-creation mask 0177, so the socket is mode 0600 from the
-/// moment it exists: only root and the switch's own user may connect (the kernel checks
-/// write permission on connect; the peer's credentials are checked again after). Nothing
-/// is changed by path afterwards (a chmod by path would follow whatever link replaced the
-/// socket).
-fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
-    // The mask is the process's: binds here take turns, so one never restores another's.
-    static TURN: Mutex<()> = Mutex::new(());
-    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    // SAFETY: umask only changes this process's file-creation mask.
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(path);
-    // SAFETY: as above, restoring the previous mask.
-    unsafe { libc::umask(old) };
-    l
-}
-
-/// Removes the port's socket when the port goes, if it is still a socket.
-pub(crate) fn remove_socket(path: &Path) {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
 /// Waits up to `ms` for `fd` to be readable.
 fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+    crate::sys::poll(fd, libc::POLLIN, ms).is_ok_and(|r| r != 0)
 }
 
 /// What the port logs about connections, by cause.
@@ -248,7 +181,7 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) {
 /// thread until it ends; the datapath has its rings meanwhile. False if the peer was
 /// refused before it was served.
 fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>, quiet: &mut Quiet) -> bool {
-    let me = crate::peer::euid();
+    let me = crate::sys::euid();
     let peer = match crate::peer::peer_cred(&stream) {
         Ok(c) if c.uid == 0 || c.uid == me => c,
         Ok(c) => {
