@@ -98,6 +98,10 @@ pub struct Topology {
     ovs: Option<crate::ovs::Ovs>,
     /// Client and server run under `sluice smc run` (the shared-memory fast path).
     pub smc: bool,
+    /// The sluice executable the path's bench programs run under `sluice smc run` with,
+    /// when not this one (an `smc`/`smc-loopback` path of another build: its launcher
+    /// and preload library are the build's).
+    smc_exe: Option<std::path::PathBuf>,
     /// The MTU of the guests' interfaces.
     pub mtu: u16,
     /// Where an extra guest joins (conditions `mac-flood`, `gso-bomb`, `rings`).
@@ -182,6 +186,7 @@ impl Topology {
             lab: None,
             ovs: None,
             smc: false,
+            smc_exe: None,
             mtu: 1500,
             attach: None,
             spare_v4: None,
@@ -207,11 +212,27 @@ impl Topology {
         Ok(())
     }
 
+    /// `ip netns exec NS [taskset -c CPU] [sluice smc run --] sluice`, ready for its
+    /// arguments: the path's build under the launcher when it has one, else this sluice.
+    pub fn sluice_in(&self, ns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<Command> {
+        let Some(exe) = self.smc_exe.as_ref().filter(|_| under_launcher) else {
+            return sluice_smc_launch::sluice_in(ns, cpu, under_launcher);
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]);
+        if let Some(cpu) = cpu {
+            cmd.args(["taskset", "-c", &cpu.to_string()]);
+        }
+        cmd.arg(exe).args(["smc", "run", "--"]).arg(exe);
+        Ok(cmd)
+    }
+
     /// Starts `sluice bench serve` in the server namespace and every worker's (on CPU 1
     /// if `pin`) and waits until each listens.
     fn start_servers(&mut self, pin: bool) -> Result<()> {
         for (ns, _) in self.servers(Family::Ipv4) {
-            let child = sluice_smc_launch::sluice_in(&ns, pin.then_some(1), self.smc)?
+            let child = self
+                .sluice_in(&ns, pin.then_some(1), self.smc)?
                 .args(["bench", "serve"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -333,6 +354,7 @@ pub fn build(
             let mut t = Topology::new(path, ns("c"), ns("c"), "127.0.0.1", "::1");
             t.netns(&ns("c"))?;
             t.smc = path == "smc-loopback";
+            t.smc_exe = exe.clone().filter(|_| t.smc);
             t
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
@@ -398,6 +420,7 @@ pub fn build(
             t.lab = Some(name);
             t.switch_pid = s.switch_pid;
             t.smc = path == "smc";
+            t.smc_exe = exe.clone().filter(|_| t.smc);
             t
         }
         "overlay-kernel" => {
