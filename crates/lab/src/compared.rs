@@ -319,7 +319,10 @@ pub fn build(
             crate::compared::PA_PATHS.join(", ")
         );
     }
-    let ns = |role: &str| format!("{id}-{path}-{role}");
+    // A path of another build (`smc-loopback@before`) gets namespaces of its own beside
+    // the same path of this build.
+    let kind = if full == path { path.to_string() } else { format!("{path}-{index}") };
+    let ns = |role: &str| format!("{id}-{kind}-{role}");
     let mut t = match path {
         "direct" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
