@@ -684,6 +684,8 @@ pub const BUILD_PATHS: &[&str] = &[
     "sluice-l2-poll",
     "sluice-l2-stream",
     "sluice-l2-lossless-stream",
+    "sluice-l2-lossless-stream-hold1",
+    "sluice-l2-lossless-stream-zovn",
     "sluice-l3",
     "sluice-l2-lan",
     "sluice-l3-lan",

@@ -95,7 +95,12 @@ pub const CAPTURE_PATHS: &[&str] = &[
 ];
 /// Paths whose guests are behind relays on stream ports (`stopped-receiver`): a relay
 /// can be stopped, a TAP cannot.
-pub const STREAM_PATHS: &[&str] = &["sluice-l2-stream", "sluice-l2-lossless-stream"];
+pub const STREAM_PATHS: &[&str] = &[
+    "sluice-l2-stream",
+    "sluice-l2-lossless-stream",
+    "sluice-l2-lossless-stream-hold1",
+    "sluice-l2-lossless-stream-zovn",
+];
 /// Paths with an underlay (`underlay-flood`).
 pub const UNDERLAY_PATHS: &[&str] =
     &["overlay-kernel", "overlay-sluice", "overlay-sluice-kernel", "overlay-sluice-lossless", "overlay-mixed"];
