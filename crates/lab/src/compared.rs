@@ -96,8 +96,15 @@ pub struct Topology {
     pub lab: Option<String>,
     /// The Open vSwitch daemons this topology started, stopped on drop.
     ovs: Option<crate::ovs::Ovs>,
+    /// The sluice switch this topology started itself (a configuration `lab up` has no
+    /// flag for), stopped on drop after its lab is down.
+    own_switch: Option<OwnSwitch>,
     /// Client and server run under `sluice smc run` (the shared-memory fast path).
     pub smc: bool,
+    /// The sluice executable the path's bench programs run under `sluice smc run` with,
+    /// when not this one (an `smc`/`smc-loopback` path of another build: its launcher
+    /// and preload library are the build's).
+    smc_exe: Option<std::path::PathBuf>,
     /// The MTU of the guests' interfaces.
     pub mtu: u16,
     /// Where an extra guest joins (conditions `mac-flood`, `gso-bomb`, `rings`).
@@ -181,7 +188,9 @@ impl Topology {
             created: Vec::new(),
             lab: None,
             ovs: None,
+            own_switch: None,
             smc: false,
+            smc_exe: None,
             mtu: 1500,
             attach: None,
             spare_v4: None,
@@ -207,11 +216,27 @@ impl Topology {
         Ok(())
     }
 
+    /// `ip netns exec NS [taskset -c CPU] [sluice smc run --] sluice`, ready for its
+    /// arguments: the path's build under the launcher when it has one, else this sluice.
+    pub fn sluice_in(&self, ns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<Command> {
+        let Some(exe) = self.smc_exe.as_ref().filter(|_| under_launcher) else {
+            return sluice_smc_launch::sluice_in(ns, cpu, under_launcher);
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]);
+        if let Some(cpu) = cpu {
+            cmd.args(["taskset", "-c", &cpu.to_string()]);
+        }
+        cmd.arg(exe).args(["smc", "run", "--"]).arg(exe);
+        Ok(cmd)
+    }
+
     /// Starts `sluice bench serve` in the server namespace and every worker's (on CPU 1
     /// if `pin`) and waits until each listens.
     fn start_servers(&mut self, pin: bool) -> Result<()> {
         for (ns, _) in self.servers(Family::Ipv4) {
-            let child = sluice_smc_launch::sluice_in(&ns, pin.then_some(1), self.smc)?
+            let child = self
+                .sluice_in(&ns, pin.then_some(1), self.smc)?
                 .args(["bench", "serve"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -257,6 +282,7 @@ impl Drop for Topology {
         {
             eprintln!("warning: removing lab {l}: {e:#}");
         }
+        drop(self.own_switch.take());
         for ns in self.created.drain(..).rev() {
             // Stop anything still running in it (only our namespaces, only their processes).
             if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
@@ -298,7 +324,10 @@ pub fn build(
             crate::compared::PA_PATHS.join(", ")
         );
     }
-    let ns = |role: &str| format!("{id}-{path}-{role}");
+    // A path of another build (`smc-loopback@before`) gets namespaces of its own beside
+    // the same path of this build.
+    let kind = if full == path { path.to_string() } else { format!("{path}-{index}") };
+    let ns = |role: &str| format!("{id}-{kind}-{role}");
     let mut t = match path {
         "direct" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
@@ -333,6 +362,7 @@ pub fn build(
             let mut t = Topology::new(path, ns("c"), ns("c"), "127.0.0.1", "::1");
             t.netns(&ns("c"))?;
             t.smc = path == "smc-loopback";
+            t.smc_exe = exe.clone().filter(|_| t.smc);
             t
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
@@ -342,6 +372,8 @@ pub fn build(
         | "sluice-l2-poll"
         | "sluice-l2-stream"
         | "sluice-l2-lossless-stream"
+        | "sluice-l2-lossless-stream-hold1"
+        | "sluice-l2-lossless-stream-zovn"
         | "sluice-l3"
         | "sluice-l2-lan"
         | "sluice-l3-lan"
@@ -364,9 +396,19 @@ pub fn build(
             } else {
                 Topology::new(path, format!("sluice-{name}-g1"), format!("sluice-{name}-g2"), "10.77.0.2", "fd77::2")
             };
+            // hold_len 1 with the pause watchdog, or without it (zOVN's Algorithm 1): a
+            // switch of the study's own, configured as `lab up` cannot.
+            let own = match path {
+                "sluice-l2-lossless-stream-hold1" => {
+                    Some(OwnSwitch::start(&format!("{name}w"), exe.as_deref(), 1, 200)?)
+                }
+                "sluice-l2-lossless-stream-zovn" => Some(OwnSwitch::start(&format!("{name}w"), exe.as_deref(), 1, 0)?),
+                _ => None,
+            };
             let s = guests::up(&guests::UpArgs {
                 lossless: path.starts_with("sluice-l2-lossless"),
-                attach: if path.ends_with("-stream") { guests::AttachArg::Stream } else { guests::AttachArg::Tap },
+                switch: own.as_ref().map(|o| o.name.clone()),
+                attach: if path.contains("-stream") { guests::AttachArg::Stream } else { guests::AttachArg::Tap },
                 poll: path == "sluice-l2-poll",
                 mode: if path.starts_with("sluice-l3") || path.ends_with("-l3") {
                     guests::ModeArg::L3
@@ -396,8 +438,10 @@ pub fn build(
                 Some(Attach::Switch { socket: s.socket.clone(), lab: name.clone(), kernel: s.datapath == "kernel" });
             t.spare_v4 = Some("10.77.0.250/24".into());
             t.lab = Some(name);
-            t.switch_pid = s.switch_pid;
+            t.switch_pid = s.switch_pid.or(own.as_ref().map(|o| o.child.id()));
+            t.own_switch = own;
             t.smc = path == "smc";
+            t.smc_exe = exe.clone().filter(|_| t.smc);
             t
         }
         "overlay-kernel" => {
@@ -455,6 +499,61 @@ pub fn build(
     tune_client(&t.client_ns)?;
     t.start_servers(pin)?;
     Ok(t)
+}
+
+/// A lossless user-space sluice switch run by the study with a given `hold_len` and pause
+/// watchdog, its configuration in a new private directory; killed when dropped.
+struct OwnSwitch {
+    name: String,
+    child: Child,
+    _dir: sluice_sys::fs::TempDir,
+}
+
+impl OwnSwitch {
+    /// Starts switch `name` (`exe`, else this sluice) and waits until its control socket
+    /// answers.
+    fn start(name: &str, exe: Option<&std::path::Path>, hold_len: u32, watchdog_ms: u32) -> Result<OwnSwitch> {
+        let dir = sluice_sys::fs::TempDir::new("sluice-study-switch").context("making a directory for a switch")?;
+        let config = dir.path().join("switch.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "name = \"{name}\"\ndatapath = \"user\"\nlossless = true\nhold_len = {hold_len}\nwatchdog_ms = {watchdog_ms}\n"
+            ),
+        )?;
+        let exe = match exe {
+            Some(e) => e.to_path_buf(),
+            None => std::env::current_exe().context("finding the sluice executable")?,
+        };
+        let child = Command::new(exe)
+            .args(["switch", "run", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting a switch")?;
+        let mut own = OwnSwitch { name: name.into(), child, _dir: dir };
+        let socket = sluice_sys::paths::socket_for(name);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if let Ok(Some(st)) = own.child.try_wait() {
+                bail!("switch {name} exited at start ({st})");
+            }
+            if Instant::now() >= deadline {
+                bail!("switch {name} did not answer on {} within 10 s", socket.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(own)
+    }
+}
+
+impl Drop for OwnSwitch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Adds `v4` and `v6` (with prefixes) to `dev` in `ns` and brings it up at `mtu`.
@@ -643,6 +742,14 @@ pub const PATHS: &[(&str, &str)] = &[
     (
         "sluice-l2-lossless-stream",
         "the same stream-attached switch in lossless mode: it holds senders back, end to end",
+    ),
+    (
+        "sluice-l2-lossless-stream-hold1",
+        "the same with one held frame per input (hold_len 1) and the pause watchdog (200 ms)",
+    ),
+    (
+        "sluice-l2-lossless-stream-zovn",
+        "the same with hold_len 1 and no pause watchdog: zOVN's Algorithm 1 as published",
     ),
     ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),

@@ -611,7 +611,7 @@ fn run_cell_smc(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options, host
         _made = dir;
         file.display().to_string()
     };
-    let mut cmd = sluice_smc_launch::sluice_in(&topo.client_ns, o.pin.then_some(0), true)?;
+    let mut cmd = topo.sluice_in(&topo.client_ns, o.pin.then_some(0), true)?;
     cmd.args(["bench", "run", "--to", host, "-m", &profile]);
     cmd.args(["--duration", &o.duration_s.to_string(), "--conns", &cell.conns.to_string(), "--json"]);
     if let Some(lab) = &topo.lab {

@@ -33,6 +33,10 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("calibrate", include_str!("builtin/calibrate.toml")),
     ("hostile", include_str!("builtin/hostile.toml")),
     ("hostile-underlay", include_str!("builtin/hostile-underlay.toml")),
+    ("capture-impact", include_str!("builtin/capture-impact.toml")),
+    ("stopped-receiver", include_str!("builtin/stopped-receiver.toml")),
+    ("kernel-upcalls", include_str!("builtin/kernel-upcalls.toml")),
+    ("smc-cost", include_str!("builtin/smc-cost.toml")),
 ];
 
 /// A reference tool a workload runs instead of `sluice bench`: what users measure paths
@@ -680,10 +684,13 @@ pub const BUILD_PATHS: &[&str] = &[
     "sluice-l2-poll",
     "sluice-l2-stream",
     "sluice-l2-lossless-stream",
+    "sluice-l2-lossless-stream-hold1",
+    "sluice-l2-lossless-stream-zovn",
     "sluice-l3",
     "sluice-l2-lan",
     "sluice-l3-lan",
     "smc",
+    "smc-loopback",
     "sluice-kernel",
     "sluice-kernel-l3",
     "overlay-sluice",
@@ -971,6 +978,40 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
             assert_eq!(&s.name, name);
             assert!(!s.about.is_empty());
         }
+    }
+
+    #[test]
+    fn the_builtins_that_replaced_the_bench_scripts_read_as_meant() {
+        let get = |n: &str| parse(builtin(n).unwrap(), n, Path::new(".")).unwrap();
+        let c = get("capture-impact");
+        assert_eq!(c.conditions, [Condition::Quiet, Condition::Capture]);
+        assert!(c.paths.iter().all(|p| Condition::Capture.applies(p)));
+        let s = get("stopped-receiver");
+        assert_eq!(s.conditions, [Condition::Quiet, Condition::DrainingReceiver, Condition::StoppedReceiver]);
+        assert!(s.goals.iter().all(|g| g.against == Condition::DrainingReceiver));
+        assert_eq!(s.goals[0].judged(&s.conditions), [Condition::StoppedReceiver]);
+        assert_eq!((s.baseline.as_str(), s.duration_s), ("sluice-l2-stream", 15));
+        assert!(s.paths.iter().all(|p| Condition::StoppedReceiver.applies(p)));
+        let u = get("kernel-upcalls");
+        assert_eq!(u.conditions, [Condition::Quiet, Condition::FibFlush, Condition::MacFlood]);
+        assert!(u.paths.contains(&"sluice-kernel".to_string()));
+        let m = get("smc-cost");
+        assert_eq!((m.baseline.as_str(), m.conns.as_slice()), ("loopback", &[1][..]));
+        let k = get("kernel-vs-bridge");
+        assert!(k.workloads.iter().any(|w| w.tool == Some(Tool::Iperf3)) && k.conns == [1, 10]);
+        // smc-cost before and after a change: the launcher's path runs with another build.
+        let two =
+            builtin("smc-cost").unwrap().replace("\"smc-loopback\"]", "\"smc-loopback\", \"smc-loopback@before\"]")
+                + "builds = { before = \"/usr/local/bin/sluice-before\" }\n";
+        assert_eq!(parse(&two, "c.toml", Path::new(".")).unwrap().paths[2], "smc-loopback@before");
+        // The new conditions are refused on paths that cannot take them.
+        let e =
+            p(&OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"stopped-receiver\"]")).unwrap_err();
+        assert!(e.message.contains("sluice-l2-stream, sluice-l2-lossless-stream"), "{e}");
+        let e = p(&OK.replace("duration = 3", "duration = 3\nconditions = [\"capture\"]")).unwrap_err();
+        assert!(e.message.contains("none of this study's paths"), "{e}");
+        let f = p(&OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"fib-flush\"]")).unwrap();
+        assert_eq!(f.conditions[1], Condition::FibFlush);
     }
 
     #[test]

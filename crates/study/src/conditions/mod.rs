@@ -9,7 +9,15 @@
 //! - `mac-flood`, `gso-bomb` ([`flood`]): an extra guest on the path's switch or bridge,
 //!   flooding new source MACs, or sending UDP-GSO frames of 48-byte segments;
 //! - `underlay-flood` ([`flood`]): a host on an overlay's underlay that is no tunnel
-//!   endpoint, sending VXLAN datagrams as fast as one thread can.
+//!   endpoint, sending VXLAN datagrams as fast as one thread can;
+//! - `capture` ([`capture`]): a capture of another guest's port to a file, that guest
+//!   pinging the server meanwhile;
+//! - `stopped-receiver` ([`stopped`]): a third guest behind a relay, streamed to by the
+//!   cell's client, its relay stopped for the middle third of the cell;
+//! - `draining-receiver` ([`stopped`]): `stopped-receiver`'s control, the same third
+//!   guest and stream, its relay never stopped;
+//! - `fib-flush` ([`fib`]): the path's switch forgets every station it learned, ten times
+//!   a second, so first packets keep coming.
 //!
 //! Invariants: every attacker is a thread of the study process whose every loop ends at
 //! the cell's stop flag or the condition's deadline (the cell's duration and a minute);
@@ -18,9 +26,12 @@
 //! when the [`Disturbance`] stops or is dropped, also on a failed start. The attackers'
 //! own CPU is measured per thread and kept apart from the path's ([`AttackRecord::cpu_s`]).
 
+pub mod capture;
+pub mod fib;
 pub mod flood;
 pub mod frames;
 pub mod rings;
+pub mod stopped;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -56,6 +67,15 @@ pub enum Condition {
     MacFlood,
     /// A guest sending 2,000 UDP-GSO datagrams a second cut into 48-byte segments.
     GsoBomb,
+    /// A capture of another guest's port to a file, that guest pinging the server.
+    Capture,
+    /// A third guest behind a relay, streamed to by the client; its relay stopped for the
+    /// middle third of the cell.
+    StoppedReceiver,
+    /// `stopped-receiver`'s control: the same third guest and stream, never stopped.
+    DrainingReceiver,
+    /// The path's switch forgets every station it learned, every 100 ms.
+    FibFlush,
 }
 
 /// Paths a `rings` attacker attaches to: single-host labs whose switch takes a vhost-user
@@ -64,19 +84,40 @@ pub enum Condition {
 pub const RING_PATHS: &[&str] = &["sluice-l2", "sluice-l2-poll", "sluice-l2-stream", "sluice-kernel"];
 /// Paths an extra hostile guest attaches to (`mac-flood`, `gso-bomb`).
 pub const GUEST_PATHS: &[&str] = &["sluice-l2", "sluice-l2-poll", "sluice-l2-stream", "sluice-kernel", "linux-bridge"];
+/// Paths whose switch can capture a port (`capture`): single-host sluice labs.
+pub const CAPTURE_PATHS: &[&str] = &[
+    "sluice-l2",
+    "sluice-l2-lossless",
+    "sluice-l2-poll",
+    "sluice-l2-stream",
+    "sluice-l2-lossless-stream",
+    "sluice-kernel",
+];
+/// Paths whose guests are behind relays on stream ports (`stopped-receiver`): a relay
+/// can be stopped, a TAP cannot.
+pub const STREAM_PATHS: &[&str] = &[
+    "sluice-l2-stream",
+    "sluice-l2-lossless-stream",
+    "sluice-l2-lossless-stream-hold1",
+    "sluice-l2-lossless-stream-zovn",
+];
 /// Paths with an underlay (`underlay-flood`).
 pub const UNDERLAY_PATHS: &[&str] =
     &["overlay-kernel", "overlay-sluice", "overlay-sluice-kernel", "overlay-sluice-lossless", "overlay-mixed"];
 
 impl Condition {
     /// Every condition.
-    pub const ALL: [Condition; 6] = [
+    pub const ALL: [Condition; 10] = [
         Condition::Quiet,
         Condition::Rings,
         Condition::VmFeed,
         Condition::UnderlayFlood,
         Condition::MacFlood,
         Condition::GsoBomb,
+        Condition::Capture,
+        Condition::StoppedReceiver,
+        Condition::DrainingReceiver,
+        Condition::FibFlush,
     ];
 
     /// Its name in a study file.
@@ -88,6 +129,10 @@ impl Condition {
             Condition::UnderlayFlood => "underlay-flood",
             Condition::MacFlood => "mac-flood",
             Condition::GsoBomb => "gso-bomb",
+            Condition::Capture => "capture",
+            Condition::StoppedReceiver => "stopped-receiver",
+            Condition::DrainingReceiver => "draining-receiver",
+            Condition::FibFlush => "fib-flush",
         }
     }
 
@@ -115,6 +160,18 @@ impl Condition {
             Condition::GsoBomb => {
                 "an extra guest on the path's switch sending the server 2,000 UDP datagrams a second of 6,000 bytes cut into 48-byte segments (UDP_SEGMENT)"
             }
+            Condition::Capture => {
+                "a capture of an extra guest's port (both directions, whole frames) to a pcap file, as `sluice capture -w FILE` makes it, while that guest pings the server every 10 ms"
+            }
+            Condition::StoppedReceiver => {
+                "a third guest behind a relay on a stream port, receiving a TCP stream from the client beside the cell's workload; its relay stopped (SIGSTOP) for the middle third of the cell, then continued"
+            }
+            Condition::DrainingReceiver => {
+                "stopped-receiver's control: the same third guest behind a relay and the same TCP stream from the client to it, its relay never stopped"
+            }
+            Condition::FibFlush => {
+                "the path's switch or bridge forgets every station it learned every 100 ms (sluice: its learned MAC entries removed through the control socket; the Linux bridge: `bridge fdb flush dynamic`), so frames keep being the first between stations it does not know"
+            }
         }
     }
 
@@ -123,16 +180,20 @@ impl Condition {
         match self {
             Condition::Quiet => None,
             Condition::Rings | Condition::VmFeed => Some(RING_PATHS),
-            Condition::MacFlood | Condition::GsoBomb => Some(GUEST_PATHS),
+            Condition::MacFlood | Condition::GsoBomb | Condition::FibFlush => Some(GUEST_PATHS),
             Condition::UnderlayFlood => Some(UNDERLAY_PATHS),
+            Condition::Capture => Some(CAPTURE_PATHS),
+            Condition::StoppedReceiver | Condition::DrainingReceiver => Some(STREAM_PATHS),
         }
     }
 
     /// The condition it is judged against besides `quiet`, when the study has it: the same
-    /// load without the attack (`rings` against `vm-feed`).
+    /// load without the attack (`rings` against `vm-feed`, `stopped-receiver` against
+    /// `draining-receiver`).
     pub fn control(self) -> Option<Condition> {
         match self {
             Condition::Rings => Some(Condition::VmFeed),
+            Condition::StoppedReceiver => Some(Condition::DrainingReceiver),
             _ => None,
         }
     }
@@ -236,8 +297,10 @@ struct Made {
     host_links: Vec<String>,
     /// Namespaces.
     netns: Vec<String>,
-    /// Directories of sockets.
+    /// Directories of sockets and files.
     dirs: Vec<sluice_sys::fs::TempDir>,
+    /// Processes started (relays), killed.
+    children: Vec<std::process::Child>,
 }
 
 impl Made {
@@ -271,6 +334,10 @@ impl Made {
 
 impl Drop for Made {
     fn drop(&mut self) {
+        // A stopped relay is continued first: its port's removal must not wait on it.
+        for c in &self.children {
+            let _ = sluice_sys::kill(c.id(), libc::SIGCONT);
+        }
         for (sock, name) in self.ports.drain(..).rev() {
             let r = Client::connect(&sock).and_then(|mut c| c.call_value(&Request::PortDel { name: name.clone() }));
             if let Err(e) = r
@@ -278,6 +345,10 @@ impl Drop for Made {
             {
                 eprintln!("warning: removing the attacker's port {name}: {e:#}");
             }
+        }
+        for mut c in self.children.drain(..).rev() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
         for l in self.host_links.drain(..).rev() {
             if sluice_lab::compared::link_exists_here(&l) {
@@ -451,6 +522,10 @@ fn port_counters(sock: &std::path::Path, port: &str) -> Result<(BTreeMap<String,
             }
         }
     }
+    let trips: u64 = p.classes.iter().map(|c| c.counters.watchdog_trips).sum();
+    if trips > 0 {
+        m.insert("watchdog_trips".to_string(), trips);
+    }
     if let Some(k) = &p.kernel {
         for (name, v) in [
             ("kernel_forwarded", k.forwarded),
@@ -534,8 +609,120 @@ pub fn start(c: Condition, topo: &Topology, id: &str, duration_s: u32) -> Result
             }
             d.spawn("the underlay flooder", Some(ns), move |sh, clock| flood::underlay_flood(&target, seed, sh, clock));
         }
+        Condition::FibFlush => match topo.attach.clone() {
+            Some(Attach::Switch { socket, .. }) => {
+                d.spawn("the FIB flusher", None, move |sh, clock| fib::flush_switch(&socket, sh, clock));
+            }
+            Some(Attach::Bridge { ns }) => {
+                d.spawn("the FIB flusher", None, move |sh, clock| fib::flush_bridge(&ns, sh, clock));
+            }
+            None => bail!("the path has no switch or bridge whose table can be flushed"),
+        },
+        Condition::Capture => start_capture(&mut d, topo, &format!("{id}-x{k}"), k)?,
+        Condition::StoppedReceiver | Condition::DrainingReceiver => {
+            let stop = (c == Condition::StoppedReceiver).then_some(duration_s);
+            start_stopped(&mut d, topo, &format!("{id}-x{k}"), k, stop)?
+        }
     }
     Ok(Some(d))
+}
+
+/// The path's switch: its control socket and its lab's name.
+fn lab_switch(topo: &Topology) -> Result<(PathBuf, String)> {
+    match topo.attach.as_ref() {
+        Some(Attach::Switch { socket, lab, .. }) => Ok((socket.clone(), lab.clone())),
+        _ => bail!("the path has no sluice switch"),
+    }
+}
+
+/// The path's spare IPv4 address (with its prefix), and the address alone.
+fn spare(topo: &Topology) -> Result<(String, Ipv4Addr)> {
+    let spare = topo.spare_v4.clone().context("the path has no spare address for an extra guest")?;
+    let a = spare.split('/').next().unwrap_or_default().parse()?;
+    Ok((spare, a))
+}
+
+/// The server's IPv4 address.
+fn server_v4(topo: &Topology) -> Result<Ipv4Addr> {
+    match topo.server_addr(super::spec::Family::Ipv4) {
+        std::net::IpAddr::V4(a) => Ok(a),
+        std::net::IpAddr::V6(_) => bail!("the path's server has no IPv4 address"),
+    }
+}
+
+/// `capture`: an extra guest on the path's switch at the spare address, pinging the
+/// server, and a capture of its port into a file of a new directory of the study's.
+fn start_capture(d: &mut Disturbance, topo: &Topology, ns: &str, k: u32) -> Result<()> {
+    let (socket, lab) = lab_switch(topo)?;
+    d.made.netns(ns)?;
+    // Root's ICMP datagram socket (ping without a raw socket).
+    netns::run_in(Some(ns), || std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 0"))
+        .with_context(|| format!("letting root ping in {ns}"))?;
+    let dev = attach_guest(d, topo, ns, k)?;
+    let (with_prefix, _) = spare(topo)?;
+    sh(&["ip", "-n", ns, "addr", "add", &with_prefix, "dev", &dev])?;
+    let to = server_v4(topo)?;
+    let dir = sluice_sys::fs::TempDir::new("sluice-study-capture").context("making a directory for the capture")?;
+    let file = dir.path().join("capture.pcap");
+    d.made.dirs.push(dir);
+    let port = format!("{lab}-x{}", k % 100);
+    d.spawn("the captured guest's pinger", Some(ns.to_string()), move |sh, clock| capture::pinger(to, sh, clock));
+    d.spawn("the capture", None, move |sh, clock| capture::capture(&socket, &port, &file, sh, clock));
+    Ok(())
+}
+
+/// `stopped-receiver` and its control: a third guest behind a relay of its own on a
+/// stream port, at the spare address; the client streams to it; with `stop` (the cell's
+/// seconds), its relay stopped for the middle third of them.
+fn start_stopped(d: &mut Disturbance, topo: &Topology, ns: &str, k: u32, stop: Option<u32>) -> Result<()> {
+    let (socket, lab) = lab_switch(topo)?;
+    d.made.netns(ns)?;
+    let name = format!("{lab}-x{}", k % 100);
+    let dir = sluice_sys::fs::TempDir::new("sluice-study-relay").context("making a directory for the relay")?;
+    let sock = dir.path().join("relay.sock");
+    d.made.dirs.push(dir);
+    let exe = std::env::current_exe().context("finding the sluice executable")?;
+    let m = topo.mtu.to_string();
+    let relay = std::process::Command::new(exe)
+        .args(["port", "relay", &name, "--netns", ns, "--mtu", &m, "--listen"])
+        .arg(&sock)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting the third guest's relay")?;
+    let pid = relay.id();
+    d.made.children.push(relay);
+    let until = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        if d.made.children.last_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some()) {
+            bail!("the third guest's relay exited at start");
+        }
+        if Instant::now() >= until {
+            bail!("the third guest's relay did not listen within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut spec = PortSpec::tap(&name);
+    spec.kind = PortKind::Stream;
+    spec.path = Some(sock);
+    spec.mtu = Some(topo.mtu);
+    d.made.port(&socket, spec)?;
+    d.watch(&socket, &name);
+    sh(&["ip", "-n", ns, "link", "set", &name, "up"])?;
+    let (with_prefix, at) = spare(topo)?;
+    sh(&["ip", "-n", ns, "addr", "add", &with_prefix, "dev", &name])?;
+    // The client may still know the spare address by an earlier cell's guest's MAC.
+    sh(&["ip", "-n", &topo.client_ns, "neigh", "flush", "to", &at.to_string()])?;
+    d.spawn("the third guest's receiver", Some(ns.to_string()), move |sh, clock| stopped::receiver(at, sh, clock));
+    d.spawn("the client's stream to the third guest", Some(topo.client_ns.clone()), move |sh, clock| {
+        stopped::sender(at, sh, clock)
+    });
+    if let Some(s) = stop {
+        let cell = Duration::from_secs(u64::from(s));
+        d.spawn("the relay's stopper", None, move |sh, clock| stopped::stopper(pid, cell, sh, clock));
+    }
+    Ok(())
 }
 
 /// Attaches an extra guest in namespace `ns` to the path's switch or bridge; returns its
@@ -640,7 +827,13 @@ mod tests {
         assert!(Condition::VmFeed.is_control() && !Condition::Rings.is_control() && !Condition::Quiet.is_control());
         assert!(Condition::MacFlood.applies("linux-bridge") && !Condition::MacFlood.applies("overlay-kernel"));
         assert!(Condition::UnderlayFlood.applies("overlay-kernel") && !Condition::UnderlayFlood.applies("sluice-l2"));
-        for paths in [RING_PATHS, GUEST_PATHS, UNDERLAY_PATHS] {
+        assert!(Condition::Capture.applies("sluice-kernel") && !Condition::Capture.applies("linux-bridge"));
+        assert!(Condition::StoppedReceiver.applies("sluice-l2-lossless-stream@before"));
+        assert!(!Condition::StoppedReceiver.applies("sluice-l2") && !Condition::Capture.is_control());
+        assert_eq!(Condition::StoppedReceiver.control(), Some(Condition::DrainingReceiver));
+        assert!(Condition::DrainingReceiver.is_control() && Condition::DrainingReceiver.applies("sluice-l2-stream"));
+        assert!(Condition::FibFlush.applies("linux-bridge") && !Condition::FibFlush.applies("direct"));
+        for paths in [RING_PATHS, GUEST_PATHS, UNDERLAY_PATHS, CAPTURE_PATHS, STREAM_PATHS] {
             for p in paths {
                 assert!(crate::spec::PATHS.iter().any(|k| k.0 == *p), "{p} is a known path");
             }
