@@ -14,7 +14,10 @@
 
 use anyhow::{Context, Result, bail};
 
-use crate::guests::{self, Guest, LabState, UpArgs, sh};
+use crate::args::UpArgs;
+use crate::host;
+use crate::shell::{add_bridge, sh};
+use crate::state::{Guest, LabState};
 use sluice_api::client::Client;
 use sluice_api::config::{PortKind, PortSpec};
 use sluice_api::proto::Request;
@@ -74,7 +77,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     match build(&mut s, a) {
         Ok(()) => Ok(s),
         Err(e) => {
-            let _ = guests::down(&s.name);
+            let _ = host::down(&s.name);
             Err(e)
         }
     }
@@ -105,7 +108,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
     let ul = format!("sluice-{}-ul", s.name);
     let under = (a.mtu + OVERHEAD).to_string();
     netns_new(s, &ul)?;
-    guests::add_bridge(&ul, a.mtu + OVERHEAD)?;
+    add_bridge(&ul, a.mtu + OVERHEAD)?;
     sh(&["ip", "-n", &ul, "link", "set", "br0", "up"])?;
     let hosts: Vec<u32> = (1..=a.hosts).collect();
     for &k in &hosts {
@@ -137,9 +140,8 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             _ => Some(sluice_api::config::DatapathArg::User),
         };
         sluice_hosts_up += 1;
-        let hs =
-            guests::up(&UpArgs { name: sub.clone(), hosts: 1, peer_kernel: false, host: k, datapath, ..a.clone() })
-                .with_context(|| format!("host h{k}"))?;
+        let hs = host::up(&UpArgs { name: sub.clone(), hosts: 1, peer_kernel: false, host: k, datapath, ..a.clone() })
+            .with_context(|| format!("host h{k}"))?;
         // (As its hosts' switches run: the kernel datapath unless told or unable.)
         s.datapath = hs.datapath.clone();
         let spec = PortSpec {
@@ -174,7 +176,7 @@ pub fn kernel_tunnel(h: &str, k: u32, mtu: u16, remotes: &[String]) -> Result<()
     sh(&[
         "ip", "-n", h, "link", "add", "vx0", "mtu", &m, "type", "vxlan", "id", &vni, "local", &local, "dstport", "4789",
     ])?;
-    guests::add_bridge(h, mtu)?;
+    add_bridge(h, mtu)?;
     sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
     sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
     for r in remotes {
