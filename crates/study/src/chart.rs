@@ -10,7 +10,7 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use super::report::{Table, Values, ratio};
+use super::table::{Table, Values, ratio};
 
 static FONT: Once = Once::new();
 

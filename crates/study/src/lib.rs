@@ -19,9 +19,11 @@ pub mod conditions;
 pub mod judge;
 pub mod noise;
 pub mod pa;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod spec;
+pub mod table;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
@@ -30,7 +32,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use run::{Options, Outcome, RunInfo, StudyFile};
+use record::{Options, RunInfo, StudyFile};
+use run::Outcome;
 use spec::Study;
 
 /// `sluice study …`
@@ -132,12 +135,12 @@ pub fn run_cmd(cmd: StudyCmd) -> Result<ExitCode> {
         }
         StudyCmd::Run(a) => run_new(a),
         StudyCmd::Resume { dir } => {
-            let sf = run::load_study_file(&dir)?;
+            let sf = record::load_study_file(&dir)?;
             measure(&dir, sf)
         }
         StudyCmd::Report { dir } => {
-            let sf = run::load_study_file(&dir)?;
-            let cells = run::load_cells(&dir)?;
+            let sf = record::load_study_file(&dir)?;
+            let cells = record::load_cells(&dir)?;
             let report = report::write_all(&dir, &sf, &cells)?;
             println!("{}", report.display());
             Ok(ExitCode::SUCCESS)
@@ -225,7 +228,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         );
     }
     sf.runs.push(RunInfo { run: run_no, started: run::now_rfc3339(), host, skipped });
-    run::save_study_file(dir, &sf)?;
+    record::save_study_file(dir, &sf)?;
     sluice_sys::catch_interrupts();
     let t0 = Instant::now();
     let done = run::execute(dir, &sf, run_no, &here, &staged.exes)?;
@@ -233,9 +236,9 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         && let Some(r) = sf.runs.last_mut()
     {
         r.skipped.extend(done.unbuilt.iter().map(|(p, why)| (p.clone(), format!("could not be built at {why}"))));
-        run::save_study_file(dir, &sf)?;
+        record::save_study_file(dir, &sf)?;
     }
-    let cells = run::load_cells(dir)?;
+    let cells = record::load_cells(dir)?;
     let report = report::write_all(dir, &sf, &cells)?;
     match done.outcome {
         Outcome::Complete if !done.unbuilt.is_empty() => {

@@ -4,7 +4,6 @@
 //! switch's by cause, the kernel's on the path's interfaces, TCP's retransmissions in the
 //! guests — so a completion time is read beside where its losses happened.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -12,62 +11,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::prelude::*;
-use serde::{Deserialize, Serialize};
 use sluice_bench::pa::{PaOptions, run_pa};
 use sluice_bench::result::RunResult;
 
-use super::report::num;
-use super::run::{CellKey, CellRecord, Options, StudyFile};
+use super::record::{CellKey, CellRecord, Options, PathDrops, StudyFile};
 use super::spec::{Family, PaPoint, Study};
+use super::table::num;
 use sluice_api::client::Client;
 use sluice_api::proto::{Request, StatsReport};
 use sluice_lab::compared::Topology;
 use sluice_sys::netns;
-
-/// What was lost on a path during one point (the counters' differences around it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PathDrops {
-    /// The sluice switch's drops by cause (sluice paths; causes with a count only).
-    pub switch: BTreeMap<String, u64>,
-    /// Times a sluice switch paused an input (lossless classes).
-    pub pauses: u64,
-    /// Pause watchdog trips.
-    pub watchdog_trips: u64,
-    /// Frames the kernel dropped on the path's interfaces, both directions: the guests'
-    /// TAPs or veths, the bridge's ports, the kernel datapath's veth ends.
-    pub interfaces: u64,
-    /// TCP segments the guests retransmitted (`TcpRetransSegs`, the counter `nstat` shows).
-    pub tcp_retrans: u64,
-    /// Of those, segments the receiver reported it already had (`TcpExtTCPDSACKRecvSegs`):
-    /// retransmissions that repaired no loss — reordering on the path taken for loss.
-    #[serde(default)]
-    pub tcp_spurious: u64,
-}
-
-impl PathDrops {
-    /// Every switch drop, whatever its cause.
-    pub fn switch_total(&self) -> u64 {
-        self.switch.values().sum()
-    }
-
-    fn since(&self, before: &PathDrops) -> PathDrops {
-        let mut switch = BTreeMap::new();
-        for (k, &v) in &self.switch {
-            let d = v.saturating_sub(before.switch.get(k).copied().unwrap_or(0));
-            if d > 0 {
-                switch.insert(k.clone(), d);
-            }
-        }
-        PathDrops {
-            switch,
-            pauses: self.pauses.saturating_sub(before.pauses),
-            watchdog_trips: self.watchdog_trips.saturating_sub(before.watchdog_trips),
-            interfaces: self.interfaces.saturating_sub(before.interfaces),
-            tcp_retrans: self.tcp_retrans.saturating_sub(before.tcp_retrans),
-            tcp_spurious: self.tcp_spurious.saturating_sub(before.tcp_spurious),
-        }
-    }
-}
 
 /// Reads the path's counters now (absolute values; [`run_point`] takes differences).
 fn read_counters(topo: &Topology) -> Result<PathDrops> {
