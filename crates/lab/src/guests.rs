@@ -6,11 +6,13 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 pub use crate::args::{AttachArg, ModeArg, UpArgs};
 pub use crate::host::{down, reboot_vm, vm_exec};
-pub use crate::shell::{add_bridge, sh};
+pub use crate::shell::add_bridge;
 use crate::state::list_names;
 pub use crate::state::{Guest, LabState};
 
@@ -89,16 +91,14 @@ pub fn run(cmd: LabCmd) -> Result<()> {
     if let Some(verb) = verb
         && !sluice_sys::is_root()
     {
-        bail!(
-            "`sluice lab {verb}` needs root: it creates and removes network namespaces and interfaces, and enters them; run it with sudo"
-        );
+        return Err(Error::NotRoot { verb });
     }
     match cmd {
         LabCmd::Up(a) => {
             let json = a.json;
             let s = up(&a)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                println!("{}", serde_json::to_string_pretty(&s).context("printing the lab as JSON")?);
             } else {
                 print!("{}", render(&s));
             }
@@ -127,7 +127,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::List { json } => {
             let labs: Vec<LabState> = list_names().iter().filter_map(|n| LabState::load(n).ok()).collect();
             if json {
-                println!("{}", serde_json::to_string_pretty(&labs)?);
+                println!("{}", serde_json::to_string_pretty(&labs).context("printing the labs as JSON")?);
             } else if labs.is_empty() {
                 println!("no lab is up");
             } else {
@@ -185,4 +185,10 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         return crate::hosts::up(a);
     }
     crate::host::up(a)
+}
+
+/// [`crate::shell::sh`] for the callers whose errors are not typed yet (the compared paths,
+/// the study's conditions).
+pub fn sh(args: &[&str]) -> anyhow::Result<()> {
+    Ok(crate::shell::sh(args)?)
 }

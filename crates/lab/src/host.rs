@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use crate::args::{AttachArg, ModeArg, UpArgs};
 use crate::shell::{add_bridge, sh};
@@ -40,14 +42,12 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     };
     let first = UpArgs { datapath: Some(auto), ..a.clone() };
     match up_on(&first) {
-        Err(e)
-            if auto == sluice_api::config::DatapathArg::Kernel
-                && a.switch.is_none()
-                && format!("{e:#}").contains("kernel datapath") =>
+        Err(Error::KernelDatapathRefused { log })
+            if auto == sluice_api::config::DatapathArg::Kernel && a.switch.is_none() =>
         {
             eprintln!(
                 "sluice: the kernel datapath is not available here ({}); the lab uses the user-space datapath",
-                format!("{e:#}").lines().last().unwrap_or_default().trim()
+                log.lines().last().unwrap_or_default().trim()
             );
             up_on(&UpArgs { datapath: Some(sluice_api::config::DatapathArg::User), ..a.clone() })
         }
@@ -65,7 +65,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
     }
     if a.switch.is_none() {
         sluice_api::config::check_lossless(datapath.kind(), a.lossless)
-            .map_err(|e| anyhow::anyhow!("--lossless: {e}"))?;
+            .map_err(|e| sluice_sys::failure!("--lossless: {e}"))?;
     }
     if !(1..=99).contains(&a.guests) {
         bail!("--guests must be 1 to 99");
@@ -79,11 +79,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
     if let Ok(old) = LabState::load(&a.name) {
         let alive = old.switch_alive() || old.guests.iter().any(|g| g.created_netns && netns::exists(&g.netns));
         if alive {
-            bail!(
-                "lab {} is already up; remove it with `sluice lab down --name {}` or pick another --name",
-                a.name,
-                a.name
-            );
+            return Err(Error::LabExists { name: a.name.clone() });
         }
         let _ = fs::remove_file(state_path(&a.name));
     }
@@ -447,8 +443,11 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
             return Ok(());
         }
         if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
-            let text = fs::read_to_string(&log).unwrap_or_default();
-            bail!("the switch daemon exited at start:\n{}", text.trim());
+            let log = fs::read_to_string(&log).unwrap_or_default().trim().to_string();
+            if a.datapath == Some(sluice_api::config::DatapathArg::Kernel) && log.contains("kernel datapath") {
+                return Err(Error::KernelDatapathRefused { log });
+            }
+            bail!("the switch daemon exited at start:\n{log}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -12,7 +12,9 @@
 //! finds them), the underlay, the hosts and the kernel host's guests, and takes the host
 //! labs down with it.
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use crate::args::UpArgs;
 use crate::host;
@@ -47,16 +49,14 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         bail!("--mtu with --hosts is at most {}: the underlay carries {OVERHEAD} bytes more", 9000 - OVERHEAD);
     }
     if a.peer_kernel && !on_path("ethtool") {
-        bail!(
-            "--peer-kernel needs ethtool (apt-get install ethtool): the kernel host's underlay fills checksums in software"
-        );
+        return Err(Error::ToolMissing {
+            tool: "ethtool",
+            package: "ethtool",
+            needed_for: "with --peer-kernel, the kernel host's underlay fills checksums in software",
+        });
     }
     if let Ok(old) = LabState::load(&a.name) {
-        bail!(
-            "lab {} is already up (or left its state); remove it with `sluice lab down --name {}`",
-            old.name,
-            old.name
-        );
+        return Err(Error::LabExists { name: old.name });
     }
     let mut s = LabState {
         name: a.name.clone(),
@@ -154,6 +154,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         };
         Client::connect(&hs.socket)?
             .call_value(&Request::PortAdd { port: Box::new(spec) })
+            .map_err(Error::from)
             .with_context(|| format!("host h{k}: adding its tunnel port"))?;
         // The host lab owns its guests; this lab lists them for `lab exec`.
         s.guests.extend(hs.guests.iter().map(|g| Guest {

@@ -10,6 +10,7 @@
 
 pub mod args;
 pub mod compared;
+pub mod error;
 pub mod guests;
 pub mod host;
 pub mod hosts;

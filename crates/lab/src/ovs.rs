@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 /// The OVS tools the path needs, and the database schema.
 const TOOLS: [&str; 5] = ["ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl"];
@@ -141,7 +143,7 @@ impl Ovs {
 
 /// A new directory for the daemons of study `id`.
 fn work_dir(id: &str) -> Result<sluice_sys::fs::TempDir> {
-    sluice_sys::fs::TempDir::new(&format!("sluice-{id}-ovs")).context("making Open vSwitch's directory")
+    Ok(sluice_sys::fs::TempDir::new(&format!("sluice-{id}-ovs")).context("making Open vSwitch's directory")?)
 }
 
 impl Drop for Ovs {

@@ -2,7 +2,9 @@
 
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 /// Creates bridge `br0` in namespace `ns` at `mtu`, without spanning tree or forwarding
 /// delay (it forwards at once), not yet up.

@@ -7,8 +7,10 @@ use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use sluice_sys::paths;
 
@@ -122,7 +124,7 @@ impl LabState {
         let dir = paths::labs_dir();
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let tmp = dir.join(format!(".{}.json.tmp", self.name));
-        fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        fs::write(&tmp, serde_json::to_vec_pretty(self).context("writing the lab's state")?)?;
         fs::rename(&tmp, state_path(&self.name))?;
         Ok(())
     }
@@ -133,25 +135,20 @@ impl LabState {
     pub fn load(name: &str) -> Result<LabState> {
         check_name(name)?;
         let p = state_path(name);
-        let text = fs::read(&p).map_err(|_| {
-            let labs = list_names();
-            anyhow!(
-                "no lab named {name:?}{}",
-                if labs.is_empty() { " (no lab is up)".to_string() } else { format!(" (labs: {})", labs.join(", ")) }
-            )
-        })?;
-        serde_json::from_slice(&text).with_context(|| format!("reading lab state {}", p.display()))
+        let text = fs::read(&p).map_err(|_| Error::NoSuchLab { name: name.into(), up: list_names() })?;
+        Ok(serde_json::from_slice(&text).with_context(|| format!("reading lab state {}", p.display()))?)
     }
 
     /// The guest called `g` (g1, its namespace or its TAP).
     pub fn guest(&self, g: &str) -> Result<&Guest> {
-        self.guests.iter().find(|x| x.guest == g || x.netns == g || x.tap == g).ok_or_else(|| {
-            anyhow!(
+        let found = self.guests.iter().find(|x| x.guest == g || x.netns == g || x.tap == g);
+        Ok(found.ok_or_else(|| {
+            sluice_sys::failure!(
                 "lab {} has no guest {g:?} (guests: {})",
                 self.name,
                 self.guests.iter().map(|g| g.guest.as_str()).collect::<Vec<_>>().join(", ")
             )
-        })
+        })?)
     }
 
     /// True if the lab's switch answers on its socket.
@@ -202,7 +199,8 @@ mod tests {
             let e = LabState::load(name).unwrap_err().to_string();
             assert!(e.contains("must be 1 to 10 lowercase letters"), "{name}: {e}");
         }
-        let e = LabState::load("nolabhere").unwrap_err().to_string();
-        assert!(e.contains("no lab named"), "{e}");
+        let e = LabState::load("nolabhere").unwrap_err();
+        assert!(matches!(&e, Error::NoSuchLab { name, .. } if name == "nolabhere"), "{e}");
+        assert!(e.to_string().starts_with("no lab named \"nolabhere\""), "{e}");
     }
 }
