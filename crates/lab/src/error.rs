@@ -62,5 +62,20 @@ impl From<anyhow::Error> for Error {
     }
 }
 
+impl Error {
+    /// The error and what caused it, outermost first, joined by ": " (a line for a warning
+    /// or a list of problems).
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
 /// A `Result` of sluice-lab.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

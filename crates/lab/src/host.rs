@@ -523,7 +523,7 @@ pub fn down(name: &str) -> Result<()> {
         if state_path(sub).exists()
             && let Err(e) = down(sub)
         {
-            problems.push(format!("host lab {sub}: {e:#}"));
+            problems.push(format!("host lab {sub}: {}", e.chain()));
         }
     }
     let mut client = if s.switch_alive() { Client::connect(&s.socket).ok() } else { None };

@@ -148,7 +148,7 @@ pub fn image(dir: &Path) -> Result<Image> {
         Ok(elf) => fs::write(tmp.join("vmlinux"), elf)?,
         Err(e) => {
             // QEMU boots the compressed kernel too, a few seconds slower under TCG.
-            eprintln!("sluice: booting {} as it is ({e:#})", vmlinuz.display());
+            eprintln!("sluice: booting {} as it is ({})", vmlinuz.display(), e.chain());
             fs::copy(&vmlinuz, tmp.join("vmlinux"))?;
         }
     }

@@ -16,6 +16,7 @@
 pub mod builds;
 pub mod chart;
 pub mod conditions;
+pub mod error;
 pub mod judge;
 pub mod noise;
 pub mod pa;
@@ -30,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use record::{Options, RunInfo, StudyFile};
 use run::Outcome;
@@ -197,7 +200,7 @@ fn run_new(a: RunArgs) -> Result<ExitCode> {
 /// Runs what is missing in `dir` as a new run, then writes the report.
 fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     if !sluice_sys::is_root() {
-        bail!("sluice study builds network namespaces: run it as root");
+        return Err(Error::NotRoot);
     }
     let run_no = sf.runs.iter().map(|r| r.run).max().unwrap_or(0) + 1;
     let mut skipped = Vec::new();
@@ -212,7 +215,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         }
     }
     if here.is_empty() {
-        bail!("none of the study's paths can run here");
+        return Err(Error::NoPathRuns { skipped });
     }
     if pin_impossible(sf.options.pin) {
         bail!("--pin needs at least 2 CPUs");

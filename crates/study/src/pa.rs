@@ -9,10 +9,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::Result;
 use plotters::prelude::*;
 use sluice_bench::pa::{PaOptions, run_pa};
 use sluice_bench::result::RunResult;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use super::record::{CellKey, CellRecord, Options, PathDrops, StudyFile};
 use super::spec::{Family, PaPoint, Study};
@@ -103,7 +105,7 @@ fn tcp_retrans(ns: &str) -> Result<(u64, u64)> {
     })
     .with_context(|| format!("reading the TCP counters of {ns}"))?;
     let rtx = snmp_value(&snmp, "Tcp", "RetransSegs")
-        .ok_or_else(|| anyhow!("no Tcp RetransSegs in {ns}'s /proc/net/snmp"))?;
+        .ok_or_else(|| sluice_sys::failure!("no Tcp RetransSegs in {ns}'s /proc/net/snmp"))?;
     // Older kernels lack the counter; none counted then.
     Ok((rtx, snmp_value(&netstat, "TcpExt", "TCPDSACKRecvSegs").unwrap_or(0)))
 }
@@ -364,14 +366,14 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
     let (x0, x1) = (x0 - 0.5, x1 + 0.5);
     let (y0, y1) = (y0.floor(), y1.ceil().max(y0.floor() + 1.0));
     let root = BitMapBackend::new(file, (900, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| sluice_sys::failure!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     chart
         .configure_mesh()
         .light_line_style(RGBColor(236, 236, 236))
@@ -393,16 +395,18 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
         .y_desc("mean query completion time (ms, log scale)")
         .label_style(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     for (i, (path, v)) in series.iter().enumerate() {
         let color = super::chart::COLORS[i % super::chart::COLORS.len()];
         let line: Vec<(f64, f64)> = v.iter().map(|&(n, ms)| (f64::from(n).log2(), ms.max(1e-3).log10())).collect();
         chart
             .draw_series(std::iter::once(PathElement::new(line.clone(), color.stroke_width(2))))
-            .map_err(|e| anyhow!("{e}"))?
+            .map_err(|e| sluice_sys::failure!("{e}"))?
             .label(path.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("{e}"))?;
+        chart
+            .draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| sluice_sys::failure!("{e}"))?;
     }
     chart
         .configure_series_labels()
@@ -411,8 +415,8 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
+    root.present().map_err(|e| sluice_sys::failure!("{e}"))?;
     Ok(())
 }
 

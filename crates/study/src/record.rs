@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use sluice_bench::result::RunResult;
+use sluice_sys::bail;
+use sluice_sys::error::{Context, Failure};
 
 use super::conditions::{AttackRecord, Condition};
 use super::noise::Noise;
@@ -177,7 +179,7 @@ pub fn load_cells(dir: &Path) -> Result<Vec<CellRecord>> {
     let text = match fs::read_to_string(&p) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
+        Err(e) => return Err(Failure::new(format!("reading {}", p.display()), e).into()),
     };
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let mut out = Vec::new();
@@ -195,13 +197,13 @@ pub fn load_cells(dir: &Path) -> Result<Vec<CellRecord>> {
 pub fn load_study_file(dir: &Path) -> Result<StudyFile> {
     let p = dir.join("study.json");
     let text = fs::read(&p).with_context(|| format!("{} is not a study directory (no study.json)", dir.display()))?;
-    serde_json::from_slice(&text).with_context(|| format!("reading {}", p.display()))
+    Ok(serde_json::from_slice(&text).with_context(|| format!("reading {}", p.display()))?)
 }
 
 /// Checks the output directory `dir`: reached by the walk of `sys::fs` (nothing on the way
 /// someone else could swap), this user's or root's, and writable by its owner alone.
 pub fn check_out_dir(dir: &Path) -> Result<sluice_sys::fs::Dir> {
-    let d = sluice_sys::fs::Dir::open(dir, None).map_err(|e| anyhow::anyhow!("the study's directory: {e}"))?;
+    let d = sluice_sys::fs::Dir::open(dir, None).map_err(|e| sluice_sys::failure!("the study's directory: {e}"))?;
     let (uid, mode) = d.owner_mode();
     if !d.private() {
         bail!(
@@ -216,7 +218,7 @@ pub fn check_out_dir(dir: &Path) -> Result<sluice_sys::fs::Dir> {
 pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
     check_out_dir(dir)?;
     let tmp = dir.join(".study.json.tmp");
-    fs::write(&tmp, serde_json::to_vec_pretty(f)?)?;
+    fs::write(&tmp, serde_json::to_vec_pretty(f).context("writing study.json")?)?;
     fs::rename(&tmp, dir.join("study.json"))?;
     Ok(())
 }

@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::Result;
+use sluice_sys::error::Context;
 
 use super::conditions::Condition;
 use super::noise::{self, Noise};
@@ -371,7 +372,7 @@ pub fn write_all(dir: &Path, sf: &StudyFile, cells: &[CellRecord]) -> Result<std
     std::fs::write(dir.join("results.csv"), csv(cells))?;
     std::fs::write(
         dir.join("results.json"),
-        serde_json::to_vec_pretty(&serde_json::json!({ "schema": 2, "tables": ts }))?,
+        serde_json::to_vec_pretty(&serde_json::json!({ "schema": 2, "tables": ts })).context("writing results.json")?,
     )?;
     let report = dir.join("report.md");
     let pa = super::pa::section(Some(dir), sf, cells)?;

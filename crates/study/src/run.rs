@@ -22,10 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
 use sluice_bench::client::{RunOptions, run};
 use sluice_bench::report::Per;
 use sluice_bench::result::RunResult;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use super::conditions::{self, AttackRecord, Condition};
 use super::noise::{self, Noise};
@@ -205,7 +207,7 @@ pub fn execute(
     );
     let mut log = check_out_dir(dir)?
         .append(std::ffi::OsStr::new("cells.jsonl"), 0o644)
-        .map_err(|e| anyhow::anyhow!("cannot record the cells: {e}"))?;
+        .map_err(|e| sluice_sys::failure!("cannot record the cells: {e}"))?;
 
     // A watcher stops the bench servers when a signal arrives, so a cell in flight ends
     // at once (its connections fail) instead of running out its duration.
@@ -309,7 +311,7 @@ pub fn execute(
                         noise: Some(noise),
                         attack,
                     };
-                    let mut line = serde_json::to_string(&rec)?;
+                    let mut line = serde_json::to_string(&rec).context("writing a cell record")?;
                     line.push('\n');
                     log.write_all(line.as_bytes()).context("writing cells.jsonl")?;
                     log.sync_data().context("writing cells.jsonl")?;
@@ -321,7 +323,7 @@ pub fn execute(
                 }
                 Err(e) => {
                     failures += 1;
-                    eprintln!("FAILED: {e:#}");
+                    eprintln!("FAILED: {}", e.chain());
                 }
             }
         }
@@ -359,6 +361,7 @@ fn run_one(
     id: &str,
 ) -> Result<(RunResult, Option<PathDrops>, Option<AttackRecord>)> {
     let attackers = conditions::start(cell.condition, topo, id, o.duration_s)
+        .map_err(Error::from)
         .with_context(|| format!("starting condition {}", cell.condition))?;
     let cpu0 = attackers.as_ref().map(|a| a.cpu_s());
     let r = match w.pa {
