@@ -3,7 +3,7 @@
 //! or of several joined by VXLAN ([`hosts`]), QEMU guests on vhost-user ports ([`vm`]), the
 //! network paths a study compares ([`compared`]) and the Open vSwitch daemons one of them
 //! runs ([`ovs`]). Underneath them: what `lab up` asks for ([`args`]), what a lab made
-//! ([`state`]) and the commands they all run ([`shell`]).
+//! ([`state`]), the commands they all run ([`shell`]) and what can go wrong ([`error`]).
 //!
 //! Tests, studies and the demo build their topologies with this code, so that what is
 //! measured is what users run.

@@ -9,9 +9,12 @@
 //! - [`tools`]: cells run by iperf3 or sockperf.
 //! - the compared paths themselves are built by `sluice_lab::compared`.
 //! - [`pa`]: partition-aggregate points (six guests, completion times, drops per path).
+//! - [`record`]: what a run keeps (`study.json`, `cells.jsonl`) and reading it back.
 //! - [`run`]: the matrix, interleaving, recording, resume.
-//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts,
-//!   the goals, the attackers' account.
+//! - [`table`]: the results as tables, their ratios and numbers.
+//! - [`report`], [`chart`]: CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts, the
+//!   goals, the attackers' account.
+//! - [`error`]: what can go wrong, as the caller sees it.
 
 pub mod builds;
 pub mod chart;

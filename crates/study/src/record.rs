@@ -1,6 +1,12 @@
 //! What a study run keeps in its output directory: `study.json` ([`StudyFile`]: the
 //! resolved study, the options and one entry per run) and `cells.jsonl` (one
-//! [`CellRecord`] per finished cell), their records, and reading and writing them.
+//! [`CellRecord`] per finished cell), their records, and reading and writing them. Cells
+//! written before conditions and noise were recorded still load: their condition is
+//! `quiet`, their noise "not recorded".
+//!
+//! The study runs as root and writes there: the directory must be this user's (or root's)
+//! and writable by nobody else, every directory above it passing the walk of `sys::fs`, so
+//! no one can plant a link or a file for root to write through.
 
 use std::collections::BTreeMap;
 use std::fs;

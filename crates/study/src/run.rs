@@ -3,16 +3,10 @@
 //! (`noise.rs`) and what its condition's attackers did (`conditions`), and resuming where
 //! a run stopped.
 //!
-//! The output directory holds `study.json` ([`StudyFile`]: the resolved study, the options
-//! and one entry per run) and `cells.jsonl` (one [`CellRecord`] per finished cell, appended
-//! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again. Cells
-//! written before conditions and noise were recorded still load: their condition is
-//! `quiet`, their noise "not recorded".
-//!
-//! The study runs as root and writes there: the directory must be this user's (or root's)
-//! and writable by nobody else, every directory above it passing the walk of `sys::fs`, so
-//! no one can plant a link or a file for root to write through. A profile a cell hands its
-//! client goes into a new `mkdtemp` directory, never to a name derived from the process id.
+//! Each finished cell's [`CellRecord`] is appended to `cells.jsonl` and flushed as the cell
+//! ends (the files are `record.rs`'s); a cell already there is never run again. A profile a
+//! cell hands its client goes into a new `mkdtemp` directory, never to a name derived from
+//! the process id.
 
 use std::collections::HashSet;
 use std::fs;
