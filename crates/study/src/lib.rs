@@ -283,3 +283,22 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
 fn pin_impossible(pin: bool) -> bool {
     pin && sluice_bench::cpu::ncpus() < 2
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wrong_study_file_is_the_spec_case_with_its_line() {
+        let dir = sluice_sys::fs::TempDir::new("sluice-unit").unwrap();
+        let file = dir.path().join("s.toml");
+        std::fs::write(&file, "name = \"s\"\nbaseline = \"direct\"\npaths = [\"direct\", \"no-such-path\"]\nworkloads = [\"rr-200x1000\"]\n").unwrap();
+        match load_study(file.to_str().unwrap()) {
+            Err(Error::Spec(e)) => assert_eq!(e.line, 3, "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let e = load_study("no-such-study").unwrap_err();
+        assert!(matches!(e, Error::Failed(_)), "{e:?}");
+        assert!(e.chain().contains("no study file \"no-such-study\""), "{}", e.chain());
+    }
+}
