@@ -12,9 +12,14 @@
 //! finds them), the underlay, the hosts and the kernel host's guests, and takes the host
 //! labs down with it.
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
-use crate::guests::{self, Guest, LabState, UpArgs, sh};
+use crate::args::UpArgs;
+use crate::host;
+use crate::shell::{add_bridge, sh};
+use crate::state::{Guest, LabState};
 use sluice_api::client::Client;
 use sluice_api::config::{PortKind, PortSpec};
 use sluice_api::proto::Request;
@@ -44,16 +49,14 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         bail!("--mtu with --hosts is at most {}: the underlay carries {OVERHEAD} bytes more", 9000 - OVERHEAD);
     }
     if a.peer_kernel && !on_path("ethtool") {
-        bail!(
-            "--peer-kernel needs ethtool (apt-get install ethtool): the kernel host's underlay fills checksums in software"
-        );
+        return Err(Error::ToolMissing {
+            tool: "ethtool",
+            package: "ethtool",
+            needed_for: "with --peer-kernel, the kernel host's underlay fills checksums in software",
+        });
     }
     if let Ok(old) = LabState::load(&a.name) {
-        bail!(
-            "lab {} is already up (or left its state); remove it with `sluice lab down --name {}`",
-            old.name,
-            old.name
-        );
+        return Err(Error::LabExists { name: old.name });
     }
     let mut s = LabState {
         name: a.name.clone(),
@@ -74,7 +77,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     match build(&mut s, a) {
         Ok(()) => Ok(s),
         Err(e) => {
-            let _ = guests::down(&s.name);
+            let _ = host::down(&s.name);
             Err(e)
         }
     }
@@ -105,7 +108,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
     let ul = format!("sluice-{}-ul", s.name);
     let under = (a.mtu + OVERHEAD).to_string();
     netns_new(s, &ul)?;
-    guests::add_bridge(&ul, a.mtu + OVERHEAD)?;
+    add_bridge(&ul, a.mtu + OVERHEAD)?;
     sh(&["ip", "-n", &ul, "link", "set", "br0", "up"])?;
     let hosts: Vec<u32> = (1..=a.hosts).collect();
     for &k in &hosts {
@@ -137,9 +140,8 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             _ => Some(sluice_api::config::DatapathArg::User),
         };
         sluice_hosts_up += 1;
-        let hs =
-            guests::up(&UpArgs { name: sub.clone(), hosts: 1, peer_kernel: false, host: k, datapath, ..a.clone() })
-                .with_context(|| format!("host h{k}"))?;
+        let hs = host::up(&UpArgs { name: sub.clone(), hosts: 1, peer_kernel: false, host: k, datapath, ..a.clone() })
+            .with_context(|| format!("host h{k}"))?;
         // (As its hosts' switches run: the kernel datapath unless told or unable.)
         s.datapath = hs.datapath.clone();
         let spec = PortSpec {
@@ -152,6 +154,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         };
         Client::connect(&hs.socket)?
             .call_value(&Request::PortAdd { port: Box::new(spec) })
+            .map_err(Error::from)
             .with_context(|| format!("host h{k}: adding its tunnel port"))?;
         // The host lab owns its guests; this lab lists them for `lab exec`.
         s.guests.extend(hs.guests.iter().map(|g| Guest {
@@ -174,7 +177,7 @@ pub fn kernel_tunnel(h: &str, k: u32, mtu: u16, remotes: &[String]) -> Result<()
     sh(&[
         "ip", "-n", h, "link", "add", "vx0", "mtu", &m, "type", "vxlan", "id", &vni, "local", &local, "dstport", "4789",
     ])?;
-    guests::add_bridge(h, mtu)?;
+    add_bridge(h, mtu)?;
     sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
     sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
     for r in remotes {

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 /// The OVS tools the path needs, and the database schema.
 const TOOLS: [&str; 5] = ["ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl"];
@@ -20,7 +22,7 @@ const SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 
 /// Why the path cannot run here, if it cannot.
 pub fn unavailable() -> Option<String> {
-    let missing: Vec<&str> = TOOLS.iter().copied().filter(|t| !crate::compared::which(t)).collect();
+    let missing: Vec<&str> = TOOLS.iter().copied().filter(|t| sluice_sys::which(t).is_none()).collect();
     if !missing.is_empty() {
         return Some(format!(
             "Open vSwitch is not installed (missing {}; apt-get install openvswitch-switch); the path is skipped",
@@ -129,7 +131,7 @@ impl Ovs {
         o.vsctl(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         // The TAPs appear in the daemon's namespace once the bridge has them.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !taps.iter().all(|t| crate::compared::link_exists(ns, t)) {
+        while !taps.iter().all(|t| crate::shell::link_exists(ns, t)) {
             if Instant::now() > deadline {
                 bail!("Open vSwitch did not create its TAP ports within 10 s{}", o.log_tail());
             }
@@ -141,7 +143,7 @@ impl Ovs {
 
 /// A new directory for the daemons of study `id`.
 fn work_dir(id: &str) -> Result<sluice_sys::fs::TempDir> {
-    sluice_sys::fs::TempDir::new(&format!("sluice-{id}-ovs")).context("making Open vSwitch's directory")
+    Ok(sluice_sys::fs::TempDir::new(&format!("sluice-{id}-ovs")).context("making Open vSwitch's directory")?)
 }
 
 impl Drop for Ovs {

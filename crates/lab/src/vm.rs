@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::{Context, Failure};
 
 use sluice_sys::which;
 
@@ -101,6 +103,9 @@ pub struct Image {
     pub initrd: PathBuf,
 }
 
+/// What the VMs need installed, said when a part is missing.
+const VM_PACKAGES: &str = "VMs need qemu-system-x86, linux-image-amd64 and busybox-static";
+
 /// The newest kernel of the distribution's packages (`/boot/vmlinuz-VERSION` with its
 /// `/lib/modules/VERSION`).
 fn kernel_version() -> Result<String> {
@@ -111,9 +116,9 @@ fn kernel_version() -> Result<String> {
         .filter(|v| Path::new(&format!("/boot/vmlinuz-{v}")).exists())
         .collect();
     v.sort_by_key(|a| version_key(a));
-    v.pop().context(
+    Ok(v.pop().context(
         "no kernel for VMs: /boot/vmlinuz-VERSION with /lib/modules/VERSION is needed (apt-get install linux-image-amd64)",
-    )
+    )?)
 }
 
 fn version_key(v: &str) -> Vec<u64> {
@@ -129,11 +134,9 @@ pub fn image(dir: &Path) -> Result<Image> {
     if img.kernel.exists() && img.initrd.exists() {
         return Ok(img);
     }
-    for tool in ["qemu-system-x86_64", "busybox"] {
+    for (tool, package) in [("qemu-system-x86_64", "qemu-system-x86"), ("busybox", "busybox-static")] {
         if which(tool).is_none() {
-            bail!(
-                "`{tool}` is not installed; VMs need: apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
-            );
+            return Err(Error::ToolMissing { tool, package, needed_for: VM_PACKAGES });
         }
     }
     // Built beside, then renamed into place: labs built in parallel never see half an image.
@@ -145,7 +148,7 @@ pub fn image(dir: &Path) -> Result<Image> {
         Ok(elf) => fs::write(tmp.join("vmlinux"), elf)?,
         Err(e) => {
             // QEMU boots the compressed kernel too, a few seconds slower under TCG.
-            eprintln!("sluice: booting {} as it is ({e:#})", vmlinuz.display());
+            eprintln!("sluice: booting {} as it is ({})", vmlinuz.display(), e.chain());
             fs::copy(&vmlinuz, tmp.join("vmlinux"))?;
         }
     }
@@ -156,7 +159,7 @@ pub fn image(dir: &Path) -> Result<Image> {
         Err(_) if at.join("initramfs.cpio").exists() => {
             let _ = fs::remove_dir_all(&tmp); // another lab built it meanwhile
         }
-        Err(e) => return Err(e).with_context(|| format!("moving the VM image to {}", at.display())),
+        Err(e) => return Err(Failure::new(format!("moving the VM image to {}", at.display()), e).into()),
     }
     Ok(img)
 }
@@ -345,7 +348,11 @@ fn initramfs(kver: &str) -> Result<Vec<u8>> {
         c.dir(d);
     }
     c.file("init", 0o755, INIT.as_bytes());
-    let bb = which("busybox").context("busybox is not installed (apt-get install busybox-static)")?;
+    let bb = which("busybox").ok_or(Error::ToolMissing {
+        tool: "busybox",
+        package: "busybox-static",
+        needed_for: VM_PACKAGES,
+    })?;
     let bytes = fs::read(&bb)?;
     c.file("bin/busybox", 0o755, &bytes);
     let mut order = String::new();
@@ -593,7 +600,7 @@ impl Console {
             match UnixStream::connect(path) {
                 Ok(s) => return Ok(Console { s, buf: Vec::new(), seq: 0 }),
                 Err(e) if Instant::now() > until => {
-                    return Err(e).with_context(|| format!("connecting to the VM's console {}", path.display()));
+                    return Err(Failure::new(format!("connecting to the VM's console {}", path.display()), e).into());
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }

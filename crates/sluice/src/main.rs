@@ -371,7 +371,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Lab(c) => lab::run(c)?,
         Cmd::Demo(a) => demo::run(a)?,
         Cmd::Bench(c) => bench::run_cmd(c)?,
-        Cmd::Study(c) => return study::run_cmd(c),
+        Cmd::Study(c) => return Ok(study::run_cmd(c)?),
         Cmd::Smc(c) => smc::run_cmd(c)?,
         Cmd::Grant(GrantCmd::Add { port, vlans, promiscuous, target }) => {
             cli::grant(&target, Request::GrantAdd { port, vlans, promiscuous })?

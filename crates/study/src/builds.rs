@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use sluice_sys::fs::TempDir;
 
@@ -130,8 +132,8 @@ mod tests {
         std::fs::write(&other, "#!/bin/sh\necho hello\n").unwrap();
         std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let e = stage(&BTreeMap::from([("x".to_string(), other)])).err().unwrap();
-        assert!(format!("{e:#}").contains("did not say it is sluice"), "{e:#}");
+        assert!(e.chain().contains("did not say it is sluice"), "{}", e.chain());
         let e = stage(&BTreeMap::from([("x".to_string(), tmp.path().to_path_buf())])).err().unwrap();
-        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
+        assert!(e.chain().contains("not a regular file"), "{}", e.chain());
     }
 }

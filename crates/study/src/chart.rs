@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::sync::Once;
 
-use anyhow::{Result, anyhow};
+use crate::error::Result;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use super::report::{Table, Values, ratio};
+use super::table::{Table, Values, ratio};
 
 static FONT: Once = Once::new();
 
@@ -40,13 +40,13 @@ pub const COLORS: [RGBColor; 12] = [
 pub fn draw(t: &Table, file: &Path) -> Result<()> {
     font();
     let root = BitMapBackend::new(file, (1200, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| sluice_sys::failure!("{e}"))?;
     let title = format!("{} — MTU {}, {} — normalized to {}", t.workload, t.mtu, t.family, t.baseline);
-    let root = root.titled(&title, ("sans-serif", 22)).map_err(|e| anyhow!("{e}"))?;
+    let root = root.titled(&title, ("sans-serif", 22)).map_err(|e| sluice_sys::failure!("{e}"))?;
     let (left, right) = root.split_horizontally(600);
     panel(&left, t, &format!("{} (higher is better)", t.rate_label()), &|v: &Values| v.rate.median)?;
     panel(&right, t, &format!("{} total (lower is better)", t.cpu_label()), &|v: &Values| v.cpu[3].median)?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| sluice_sys::failure!("{e}"))?;
     Ok(())
 }
 
@@ -86,7 +86,7 @@ where
         .x_label_area_size(36)
         .y_label_area_size(48)
         .build_cartesian_2d(0f64..groups as f64, 0f64..top)
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     let conns = t.conns.clone();
     chart
         .configure_mesh()
@@ -105,7 +105,7 @@ where
         .y_desc("ratio to baseline")
         .label_style(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     let width = 0.8 / npaths as f64;
     for (p, row) in t.rows.iter().enumerate() {
         let label = row.label(t.conditions);
@@ -117,7 +117,7 @@ where
             .collect();
         chart
             .draw_series(bars.iter().map(|&(x, r)| Rectangle::new([(x, 0.0), (x + width * 0.92, r)], color.filled())))
-            .map_err(|e| anyhow!("{e}"))?
+            .map_err(|e| sluice_sys::failure!("{e}"))?
             .label(label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
         chart
@@ -128,11 +128,11 @@ where
                     ("sans-serif", 12).into_font().color(&BLACK),
                 )
             }))
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(|e| sluice_sys::failure!("{e}"))?;
     }
     chart
         .draw_series(std::iter::once(PathElement::new(vec![(0.0, 1.0), (groups as f64, 1.0)], BLACK.stroke_width(1))))
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -140,6 +140,6 @@ where
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     Ok(())
 }

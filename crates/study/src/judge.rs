@@ -12,9 +12,9 @@ use std::fmt::Write as _;
 
 use super::conditions::Condition;
 use super::noise::{self, OTHERS_LIMIT, STEAL_LIMIT, Trust, Verdict};
-use super::report::{Figure, Ratio, Table, num};
-use super::run::{CellRecord, StudyFile};
+use super::record::{CellRecord, StudyFile};
 use super::spec::{Bound, Goal};
+use super::table::{Figure, Ratio, Stat, Table, num};
 
 /// The verdict of every run of the study, in run order.
 pub fn verdicts(sf: &StudyFile, cells: &[CellRecord]) -> Vec<(u32, Verdict)> {
@@ -225,8 +225,7 @@ pub fn conditions_section(sf: &StudyFile, cells: &[CellRecord]) -> String {
                     per_s.entry(k.as_str()).or_default().push(*v as f64 / a.seconds.max(1e-3));
                 }
             }
-            let sent: Vec<String> =
-                per_s.iter().map(|(k, v)| format!("{k} {}", num(super::report::Stat::of(v).median))).collect();
+            let sent: Vec<String> = per_s.iter().map(|(k, v)| format!("{k} {}", num(Stat::of(v).median))).collect();
             let cpu: Vec<f64> = mine.iter().filter_map(|x| x.attack.as_ref()).map(|a| a.cpu_s).collect();
             let last = mine.last().and_then(|x| x.attack.as_ref());
             let mut switch: Vec<String> = last
@@ -241,7 +240,7 @@ pub fn conditions_section(sf: &StudyFile, cells: &[CellRecord]) -> String {
                 "| {p} | {c} | {} | {} | {} | {} |",
                 mine.len(),
                 sent.join(", "),
-                num(super::report::Stat::of(&cpu).median),
+                num(Stat::of(&cpu).median),
                 if switch.is_empty() { "–".into() } else { switch.join(", ") }
             );
         }

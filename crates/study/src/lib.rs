@@ -9,28 +9,37 @@
 //! - [`tools`]: cells run by iperf3 or sockperf.
 //! - the compared paths themselves are built by `sluice_lab::compared`.
 //! - [`pa`]: partition-aggregate points (six guests, completion times, drops per path).
+//! - [`record`]: what a run keeps (`study.json`, `cells.jsonl`) and reading it back.
 //! - [`run`]: the matrix, interleaving, recording, resume.
-//! - [`report`], [`chart`]: tables, CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts,
-//!   the goals, the attackers' account.
+//! - [`table`]: the results as tables, their ratios and numbers.
+//! - [`report`], [`chart`]: CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts, the
+//!   goals, the attackers' account.
+//! - [`error`]: what can go wrong, as the caller sees it.
 
 pub mod builds;
 pub mod chart;
 pub mod conditions;
+pub mod error;
 pub mod judge;
 pub mod noise;
 pub mod pa;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod spec;
+pub mod table;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Error, Result};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
-use run::{Options, Outcome, RunInfo, StudyFile};
+use record::{Options, RunInfo, StudyFile};
+use run::Outcome;
 use spec::Study;
 
 /// `sluice study …`
@@ -132,12 +141,12 @@ pub fn run_cmd(cmd: StudyCmd) -> Result<ExitCode> {
         }
         StudyCmd::Run(a) => run_new(a),
         StudyCmd::Resume { dir } => {
-            let sf = run::load_study_file(&dir)?;
+            let sf = record::load_study_file(&dir)?;
             measure(&dir, sf)
         }
         StudyCmd::Report { dir } => {
-            let sf = run::load_study_file(&dir)?;
-            let cells = run::load_cells(&dir)?;
+            let sf = record::load_study_file(&dir)?;
+            let cells = record::load_cells(&dir)?;
             let report = report::write_all(&dir, &sf, &cells)?;
             println!("{}", report.display());
             Ok(ExitCode::SUCCESS)
@@ -194,7 +203,7 @@ fn run_new(a: RunArgs) -> Result<ExitCode> {
 /// Runs what is missing in `dir` as a new run, then writes the report.
 fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     if !sluice_sys::is_root() {
-        bail!("sluice study builds network namespaces: run it as root");
+        return Err(Error::NotRoot);
     }
     let run_no = sf.runs.iter().map(|r| r.run).max().unwrap_or(0) + 1;
     let mut skipped = Vec::new();
@@ -209,7 +218,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         }
     }
     if here.is_empty() {
-        bail!("none of the study's paths can run here");
+        return Err(Error::NoPathRuns { skipped });
     }
     if pin_impossible(sf.options.pin) {
         bail!("--pin needs at least 2 CPUs");
@@ -225,7 +234,7 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         );
     }
     sf.runs.push(RunInfo { run: run_no, started: run::now_rfc3339(), host, skipped });
-    run::save_study_file(dir, &sf)?;
+    record::save_study_file(dir, &sf)?;
     sluice_sys::catch_interrupts();
     let t0 = Instant::now();
     let done = run::execute(dir, &sf, run_no, &here, &staged.exes)?;
@@ -233,9 +242,9 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
         && let Some(r) = sf.runs.last_mut()
     {
         r.skipped.extend(done.unbuilt.iter().map(|(p, why)| (p.clone(), format!("could not be built at {why}"))));
-        run::save_study_file(dir, &sf)?;
+        record::save_study_file(dir, &sf)?;
     }
-    let cells = run::load_cells(dir)?;
+    let cells = record::load_cells(dir)?;
     let report = report::write_all(dir, &sf, &cells)?;
     match done.outcome {
         Outcome::Complete if !done.unbuilt.is_empty() => {
@@ -273,4 +282,23 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
 
 fn pin_impossible(pin: bool) -> bool {
     pin && sluice_bench::cpu::ncpus() < 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wrong_study_file_is_the_spec_case_with_its_line() {
+        let dir = sluice_sys::fs::TempDir::new("sluice-unit").unwrap();
+        let file = dir.path().join("s.toml");
+        std::fs::write(&file, "name = \"s\"\nbaseline = \"direct\"\npaths = [\"direct\", \"no-such-path\"]\nworkloads = [\"rr-200x1000\"]\n").unwrap();
+        match load_study(file.to_str().unwrap()) {
+            Err(Error::Spec(e)) => assert_eq!(e.line, 3, "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let e = load_study("no-such-study").unwrap_err();
+        assert!(matches!(e, Error::Failed(_)), "{e:?}");
+        assert!(e.chain().contains("no study file \"no-such-study\""), "{}", e.chain());
+    }
 }

@@ -4,70 +4,25 @@
 //! switch's by cause, the kernel's on the path's interfaces, TCP's retransmissions in the
 //! guests — so a completion time is read beside where its losses happened.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::Result;
 use plotters::prelude::*;
-use serde::{Deserialize, Serialize};
 use sluice_bench::pa::{PaOptions, run_pa};
 use sluice_bench::result::RunResult;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
-use super::report::num;
-use super::run::{CellKey, CellRecord, Options, StudyFile};
+use super::record::{CellKey, CellRecord, Options, PathDrops, StudyFile};
 use super::spec::{Family, PaPoint, Study};
+use super::table::num;
 use sluice_api::client::Client;
 use sluice_api::proto::{Request, StatsReport};
 use sluice_lab::compared::Topology;
 use sluice_sys::netns;
-
-/// What was lost on a path during one point (the counters' differences around it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PathDrops {
-    /// The sluice switch's drops by cause (sluice paths; causes with a count only).
-    pub switch: BTreeMap<String, u64>,
-    /// Times a sluice switch paused an input (lossless classes).
-    pub pauses: u64,
-    /// Pause watchdog trips.
-    pub watchdog_trips: u64,
-    /// Frames the kernel dropped on the path's interfaces, both directions: the guests'
-    /// TAPs or veths, the bridge's ports, the kernel datapath's veth ends.
-    pub interfaces: u64,
-    /// TCP segments the guests retransmitted (`TcpRetransSegs`, the counter `nstat` shows).
-    pub tcp_retrans: u64,
-    /// Of those, segments the receiver reported it already had (`TcpExtTCPDSACKRecvSegs`):
-    /// retransmissions that repaired no loss — reordering on the path taken for loss.
-    #[serde(default)]
-    pub tcp_spurious: u64,
-}
-
-impl PathDrops {
-    /// Every switch drop, whatever its cause.
-    pub fn switch_total(&self) -> u64 {
-        self.switch.values().sum()
-    }
-
-    fn since(&self, before: &PathDrops) -> PathDrops {
-        let mut switch = BTreeMap::new();
-        for (k, &v) in &self.switch {
-            let d = v.saturating_sub(before.switch.get(k).copied().unwrap_or(0));
-            if d > 0 {
-                switch.insert(k.clone(), d);
-            }
-        }
-        PathDrops {
-            switch,
-            pauses: self.pauses.saturating_sub(before.pauses),
-            watchdog_trips: self.watchdog_trips.saturating_sub(before.watchdog_trips),
-            interfaces: self.interfaces.saturating_sub(before.interfaces),
-            tcp_retrans: self.tcp_retrans.saturating_sub(before.tcp_retrans),
-            tcp_spurious: self.tcp_spurious.saturating_sub(before.tcp_spurious),
-        }
-    }
-}
 
 /// Reads the path's counters now (absolute values; [`run_point`] takes differences).
 fn read_counters(topo: &Topology) -> Result<PathDrops> {
@@ -150,7 +105,7 @@ fn tcp_retrans(ns: &str) -> Result<(u64, u64)> {
     })
     .with_context(|| format!("reading the TCP counters of {ns}"))?;
     let rtx = snmp_value(&snmp, "Tcp", "RetransSegs")
-        .ok_or_else(|| anyhow!("no Tcp RetransSegs in {ns}'s /proc/net/snmp"))?;
+        .ok_or_else(|| sluice_sys::failure!("no Tcp RetransSegs in {ns}'s /proc/net/snmp"))?;
     // Older kernels lack the counter; none counted then.
     Ok((rtx, snmp_value(&netstat, "TcpExt", "TCPDSACKRecvSegs").unwrap_or(0)))
 }
@@ -411,14 +366,14 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
     let (x0, x1) = (x0 - 0.5, x1 + 0.5);
     let (y0, y1) = (y0.floor(), y1.ceil().max(y0.floor() + 1.0));
     let root = BitMapBackend::new(file, (900, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    root.fill(&WHITE).map_err(|e| sluice_sys::failure!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     chart
         .configure_mesh()
         .light_line_style(RGBColor(236, 236, 236))
@@ -440,16 +395,18 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
         .y_desc("mean query completion time (ms, log scale)")
         .label_style(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
     for (i, (path, v)) in series.iter().enumerate() {
         let color = super::chart::COLORS[i % super::chart::COLORS.len()];
         let line: Vec<(f64, f64)> = v.iter().map(|&(n, ms)| (f64::from(n).log2(), ms.max(1e-3).log10())).collect();
         chart
             .draw_series(std::iter::once(PathElement::new(line.clone(), color.stroke_width(2))))
-            .map_err(|e| anyhow!("{e}"))?
+            .map_err(|e| sluice_sys::failure!("{e}"))?
             .label(path.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("{e}"))?;
+        chart
+            .draw_series(line.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| sluice_sys::failure!("{e}"))?;
     }
     chart
         .configure_series_labels()
@@ -458,8 +415,8 @@ fn draw(file: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Resul
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 14))
         .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| sluice_sys::failure!("{e}"))?;
+    root.present().map_err(|e| sluice_sys::failure!("{e}"))?;
     Ok(())
 }
 

@@ -3,16 +3,10 @@
 //! (`noise.rs`) and what its condition's attackers did (`conditions`), and resuming where
 //! a run stopped.
 //!
-//! The output directory holds `study.json` ([`StudyFile`]: the resolved study, the options
-//! and one entry per run) and `cells.jsonl` (one [`CellRecord`] per finished cell, appended
-//! and flushed as each cell ends). A cell already in `cells.jsonl` is never run again. Cells
-//! written before conditions and noise were recorded still load: their condition is
-//! `quiet`, their noise "not recorded".
-//!
-//! The study runs as root and writes there: the directory must be this user's (or root's)
-//! and writable by nobody else, every directory above it passing the walk of `sys::fs`, so
-//! no one can plant a link or a file for root to write through. A profile a cell hands its
-//! client goes into a new `mkdtemp` directory, never to a name derived from the process id.
+//! Each finished cell's [`CellRecord`] is appended to `cells.jsonl` and flushed as the cell
+//! ends (the files are `record.rs`'s); a cell already there is never run again. A profile a
+//! cell hands its client goes into a new `mkdtemp` directory, never to a name derived from
+//! the process id.
 
 use std::collections::HashSet;
 use std::fs;
@@ -22,129 +16,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
+use crate::error::{Error, Result};
 use sluice_bench::client::{RunOptions, run};
 use sluice_bench::report::Per;
 use sluice_bench::result::RunResult;
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use super::conditions::{self, AttackRecord, Condition};
 use super::noise::{self, Noise};
-use super::spec::{Family, Study, Workload};
+use super::record::{CellKey, CellRecord, HostInfo, Options, PathDrops, StudyFile, check_out_dir, load_cells};
+use super::spec::{Study, Workload};
 use sluice_lab::compared::Topology;
 use sluice_sys::{INTERRUPTED, netns};
-
-/// How a study is run (from the command line; kept for a resume).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Options {
-    /// Seconds per cell.
-    pub duration_s: u32,
-    /// Repetitions per cell.
-    pub reps: u32,
-    /// The comparison's baseline path.
-    pub baseline: String,
-    /// Pin clients to CPU 0 and servers to CPU 1.
-    pub pin: bool,
-    /// A `--quick` look.
-    pub quick: bool,
-    /// The study file, when the study came from one (not a built-in's name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-}
-
-/// One run (the first, or a resume) of a study.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunInfo {
-    /// 1 for the first run, then one more per resume.
-    pub run: u32,
-    /// When it started (RFC 3339, UTC).
-    pub started: String,
-    /// The host it ran on.
-    pub host: HostInfo,
-    /// Paths skipped in this run, with the reason.
-    pub skipped: Vec<(String, String)>,
-}
-
-/// Where the numbers came from.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct HostInfo {
-    /// Host name.
-    pub hostname: String,
-    /// Online CPUs.
-    pub cpus: usize,
-    /// CPU model.
-    pub cpu_model: String,
-    /// Kernel release.
-    pub kernel: String,
-    /// sluice version.
-    pub sluice: String,
-    /// Fraction of all CPUs busy over a second before the run.
-    pub load_before: f64,
-    /// Open vSwitch's version, when the study has the ovs path and OVS is installed.
-    #[serde(default)]
-    pub ovs: String,
-    /// The study's other builds of sluice, a line each (`builds`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub builds: Vec<String>,
-}
-
-/// `study.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct StudyFile {
-    /// The study as resolved at the first run (profile texts included).
-    pub study: Study,
-    /// The options of the first run.
-    pub options: Options,
-    /// Every run so far.
-    pub runs: Vec<RunInfo>,
-}
-
-/// What identifies a cell.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct CellKey {
-    /// Path.
-    pub path: String,
-    /// Workload name.
-    pub workload: String,
-    /// Connections.
-    pub conns: u32,
-    /// MTU.
-    pub mtu: u16,
-    /// Address family.
-    pub family: Family,
-    /// Repetition, from 1.
-    pub rep: u32,
-    /// What the host did meanwhile (cells of older studies: `quiet`).
-    #[serde(default = "quiet")]
-    pub condition: Condition,
-}
-
-fn quiet() -> Condition {
-    Condition::Quiet
-}
-
-/// One line of `cells.jsonl`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CellRecord {
-    /// The cell.
-    #[serde(flatten)]
-    pub key: CellKey,
-    /// The run that measured it.
-    pub run: u32,
-    /// When it finished (RFC 3339, UTC).
-    pub at: String,
-    /// What the modeler measured.
-    pub result: RunResult,
-    /// What the path lost during the cell (partition-aggregate points).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drops: Option<super::pa::PathDrops>,
-    /// What the host did besides the cell (cells of older studies: none recorded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise: Option<Noise>,
-    /// What the condition's attackers did (cells under a condition other than `quiet`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attack: Option<AttackRecord>,
-}
 
 /// How a run ended.
 pub enum Outcome {
@@ -212,56 +96,6 @@ pub fn plan(study: &Study, paths: &[String], reps: u32) -> Vec<CellKey> {
         }
     }
     cells
-}
-
-/// Reads `cells.jsonl` (a torn last line, from a crash mid-write, is ignored).
-pub fn load_cells(dir: &Path) -> Result<Vec<CellRecord>> {
-    let p = dir.join("cells.jsonl");
-    let text = match fs::read_to_string(&p) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", p.display())),
-    };
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        match serde_json::from_str(l) {
-            Ok(r) => out.push(r),
-            Err(_) if i + 1 == lines.len() => {}
-            Err(e) => bail!("{}:{}: not a cell record: {e}", p.display(), i + 1),
-        }
-    }
-    Ok(out)
-}
-
-/// Reads `study.json`.
-pub fn load_study_file(dir: &Path) -> Result<StudyFile> {
-    let p = dir.join("study.json");
-    let text = fs::read(&p).with_context(|| format!("{} is not a study directory (no study.json)", dir.display()))?;
-    serde_json::from_slice(&text).with_context(|| format!("reading {}", p.display()))
-}
-
-/// Checks the output directory `dir`: reached by the walk of `sys::fs` (nothing on the way
-/// someone else could swap), this user's or root's, and writable by its owner alone.
-pub fn check_out_dir(dir: &Path) -> Result<sluice_sys::fs::Dir> {
-    let d = sluice_sys::fs::Dir::open(dir, None).map_err(|e| anyhow::anyhow!("the study's directory: {e}"))?;
-    let (uid, mode) = d.owner_mode();
-    if !d.private() {
-        bail!(
-            "the study's directory {} can be written by others (mode {mode:04o}, owner uid {uid}); give --out a directory only you can write",
-            dir.display()
-        );
-    }
-    Ok(d)
-}
-
-/// Writes `study.json` atomically (in a directory [`check_out_dir`] accepts).
-pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
-    check_out_dir(dir)?;
-    let tmp = dir.join(".study.json.tmp");
-    fs::write(&tmp, serde_json::to_vec_pretty(f)?)?;
-    fs::rename(&tmp, dir.join("study.json"))?;
-    Ok(())
 }
 
 /// Now, as RFC 3339 UTC.
@@ -367,7 +201,7 @@ pub fn execute(
     );
     let mut log = check_out_dir(dir)?
         .append(std::ffi::OsStr::new("cells.jsonl"), 0o644)
-        .map_err(|e| anyhow::anyhow!("cannot record the cells: {e}"))?;
+        .map_err(|e| sluice_sys::failure!("cannot record the cells: {e}"))?;
 
     // A watcher stops the bench servers when a signal arrives, so a cell in flight ends
     // at once (its connections fail) instead of running out its duration.
@@ -471,7 +305,7 @@ pub fn execute(
                         noise: Some(noise),
                         attack,
                     };
-                    let mut line = serde_json::to_string(&rec)?;
+                    let mut line = serde_json::to_string(&rec).context("writing a cell record")?;
                     line.push('\n');
                     log.write_all(line.as_bytes()).context("writing cells.jsonl")?;
                     log.sync_data().context("writing cells.jsonl")?;
@@ -483,7 +317,7 @@ pub fn execute(
                 }
                 Err(e) => {
                     failures += 1;
-                    eprintln!("FAILED: {e:#}");
+                    eprintln!("FAILED: {}", e.chain());
                 }
             }
         }
@@ -519,8 +353,9 @@ fn run_one(
     o: &Options,
     study: &Study,
     id: &str,
-) -> Result<(RunResult, Option<super::pa::PathDrops>, Option<AttackRecord>)> {
+) -> Result<(RunResult, Option<PathDrops>, Option<AttackRecord>)> {
     let attackers = conditions::start(cell.condition, topo, id, o.duration_s)
+        .map_err(Error::from)
         .with_context(|| format!("starting condition {}", cell.condition))?;
     let cpu0 = attackers.as_ref().map(|a| a.cpu_s());
     let r = match w.pa {
@@ -544,7 +379,7 @@ fn run_one(
 }
 
 /// One line of what a cell measured.
-fn summary(r: &RunResult, drops: Option<&super::pa::PathDrops>) -> String {
+fn summary(r: &RunResult, drops: Option<&PathDrops>) -> String {
     if let (Some(c), Some(d)) = (r.completion, drops) {
         return format!(
             "{:>9.2} ms mean QCT, p99 {:.2} ms, {} queries; drops: switch {}, interfaces {}, TCP rtx {}",
@@ -648,6 +483,8 @@ pub fn default_out(study: &Study) -> PathBuf {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::record::load_study_file;
+    use crate::spec::Family;
 
     fn study() -> Study {
         crate::spec::parse(

@@ -9,8 +9,10 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use crate::error::Result;
 use sluice_bench::result::{CpuSplit, Latency, RunResult, SideCounts};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
 
 use super::spec::Tool;
 use sluice_lab::compared::Topology;

@@ -1,0 +1,81 @@
+//! What can go wrong making, using and removing labs: the cases a caller or user acts on
+//! differently, and a [`Failure`] for the rest.
+
+use sluice_sys::error::Failure;
+
+/// An error of sluice-lab.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A lab command that changes namespaces and interfaces was run without root.
+    #[error(
+        "`sluice lab {verb}` needs root: it creates and removes network namespaces and interfaces, and enters them; run it with sudo"
+    )]
+    NotRoot {
+        /// The lab command: up, down, exec or reboot.
+        verb: &'static str,
+    },
+    /// A program the lab runs is not installed.
+    #[error("`{tool}` is not installed (apt-get install {package}): {needed_for}")]
+    ToolMissing {
+        /// The program.
+        tool: &'static str,
+        /// The Debian package that has it.
+        package: &'static str,
+        /// What needs it.
+        needed_for: &'static str,
+    },
+    /// A lab of that name is already up (or left its state behind).
+    #[error("lab {name} is already up; remove it with `sluice lab down --name {name}` or pick another --name")]
+    LabExists {
+        /// The lab.
+        name: String,
+    },
+    /// No lab of that name is up.
+    #[error("no lab named {name:?}{}", if up.is_empty() { " (no lab is up)".to_string() } else { format!(" (labs: {})", up.join(", ")) })]
+    NoSuchLab {
+        /// The name asked for.
+        name: String,
+        /// The labs that are up.
+        up: Vec<String>,
+    },
+    /// The switch the lab started exited at once because the kernel datapath could not
+    /// start here (the lab then tries the user-space datapath).
+    #[error("the switch daemon exited at start:\n{log}")]
+    KernelDatapathRefused {
+        /// The daemon's log.
+        log: String,
+    },
+    /// Something else failed.
+    #[error(transparent)]
+    Failed(#[from] Failure),
+    /// A file or process operation failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// An error of a crate whose errors are not typed yet (the control client, the daemon).
+    #[error(transparent)]
+    Untyped(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Error {
+        Error::Untyped(e.into())
+    }
+}
+
+impl Error {
+    /// The error and what caused it, outermost first, joined by ": " (a line for a warning
+    /// or a list of problems).
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
+/// A `Result` of sluice-lab.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,63 @@
+//! What can go wrong running and reporting studies: the cases a caller or user acts on
+//! differently, and a [`Failure`] for the rest.
+
+use sluice_sys::error::Failure;
+
+use crate::spec::SpecError;
+
+/// An error of sluice-study.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A study was run without root (it builds network namespaces).
+    #[error("sluice study builds network namespaces: run it as root")]
+    NotRoot,
+    /// None of the study's paths can run on this host (each skipped, with the reason).
+    #[error("none of the study's paths can run here")]
+    NoPathRuns {
+        /// Each path, and why it cannot run here.
+        skipped: Vec<(String, String)>,
+    },
+    /// A study file is wrong (its file and line say where).
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A workload's profile is wrong (its file and line say where).
+    #[error(transparent)]
+    Profile(#[from] sluice_bench::profile::ProfileError),
+    /// Something else failed.
+    #[error(transparent)]
+    Failed(#[from] Failure),
+    /// A file or process operation failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// An error of sluice-lab.
+    #[error(transparent)]
+    Lab(#[from] sluice_lab::error::Error),
+    /// An error of a crate whose errors are not typed yet (the compared paths, the
+    /// conditions, the control client, the modeler).
+    #[error(transparent)]
+    Untyped(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<anyhow::Error> for Error {
+    fn from(e: anyhow::Error) -> Error {
+        Error::Untyped(e.into())
+    }
+}
+
+impl Error {
+    /// The error and what caused it, outermost first, joined by ": " (a line for a warning
+    /// or a list of problems).
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
+/// A `Result` of sluice-study.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
