@@ -17,9 +17,11 @@ pub enum Error {
     },
     /// A tunnel's kernel device name is taken by an interface that is not sluice's.
     #[error(
-        "an interface named {name} (index {index}) exists already in the switch's namespace and is not a tunnel device of sluice's; give the port another name"
+        "making the kernel device {name} of vxlan port {port:?}: an interface named {name} (index {index}) exists already in the switch's namespace and is not a tunnel device of sluice's; give the port another name"
     )]
     TunnelNameTaken {
+        /// The port.
+        port: String,
         /// The device name.
         name: String,
         /// The interface's index.

@@ -59,10 +59,12 @@ pub fn attach(spec: &PortSpec, kernel_device: Option<&str>) -> Result<Attachment
     let mut p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&settings, send_only))
         .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
     let kernel = match kernel_device {
-        Some(device) => Some(p.add_device(&v, device, spec.netns.as_deref(), mtu).map_err(|e| match e {
-            e @ Error::TunnelNameTaken { .. } => e,
-            e => Failure::new(format!("making the kernel device {device} of vxlan port {:?}", spec.name), e).into(),
-        })?),
+        Some(device) => {
+            Some(p.add_device(&spec.name, &v, device, spec.netns.as_deref(), mtu).map_err(|e| match e {
+                e @ Error::TunnelNameTaken { .. } => e,
+                e => Failure::new(format!("making the kernel device {device} of vxlan port {:?}", spec.name), e).into(),
+            })?)
+        }
         None => None,
     };
     let fd = p.raw_fd();
@@ -210,15 +212,23 @@ impl VxlanPort {
         })
     }
 
-    /// Makes the tunnel's kernel device `name` (kernel datapath): a `vxlan` device in
-    /// external mode in the calling process's namespace whose socket (on `v.dstport`) lives
-    /// in the underlay's namespace `netns` (the process's own if `None`), with MTU `mtu`, up.
+    /// Makes the kernel device `name` of tunnel port `port` (kernel datapath): a `vxlan`
+    /// device in external mode in the calling process's namespace whose socket (on
+    /// `v.dstport`) lives in the underlay's namespace `netns` (the process's own if `None`),
+    /// with MTU `mtu`, up.
     /// A device of that name an earlier run of sluice left is replaced; any other is
     /// refused. Returns what the kernel datapath needs to know of it.
-    pub fn add_device(&mut self, v: &VxlanSettings, name: &str, netns: Option<&str>, mtu: u16) -> Result<KernelTunnel> {
+    pub fn add_device(
+        &mut self,
+        port: &str,
+        v: &VxlanSettings,
+        name: &str,
+        netns: Option<&str>,
+        mtu: u16,
+    ) -> Result<KernelTunnel> {
         if let Ok(old) = sluice_sys::link::ifindex(name) {
             if !is_ours(name) {
-                return Err(Error::TunnelNameTaken { name: name.to_string(), index: old });
+                return Err(Error::TunnelNameTaken { port: port.to_string(), name: name.to_string(), index: old });
             }
             ip(None, &["link", "del", name])?;
         }
