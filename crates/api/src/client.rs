@@ -5,10 +5,11 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
 use serde::de::DeserializeOwned;
 
+use crate::error::{Error, Result};
 use crate::proto::{PROTOCOL, Request, Response, SwitchSummary};
+use sluice_sys::error::Context;
 use sluice_sys::paths;
 
 /// How the user chose a switch on the command line.
@@ -48,8 +49,8 @@ pub struct Client {
 impl Client {
     /// Connects to the socket at `path`.
     pub fn connect(path: &Path) -> Result<Client> {
-        let s = UnixStream::connect(path).map_err(|e| {
-            let hint = match e.kind() {
+        let s = UnixStream::connect(path).map_err(|cause| {
+            let hint = match cause.kind() {
                 std::io::ErrorKind::NotFound => {
                     "no switch is listening there; start one with `sluice switch run --config FILE` or `sluice lab up`"
                 }
@@ -63,7 +64,7 @@ impl Client {
                 }
                 _ => "",
             };
-            anyhow!("cannot reach the switch at {}: {e}. {hint}", path.display())
+            Error::Unreachable { path: path.into(), cause, hint }
         })?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
         Ok(Client { stream: BufReader::new(s), path: path.into() })
@@ -75,12 +76,7 @@ impl Client {
         let mut c = Client::connect(&path)?;
         let hello: SwitchSummary = c.call(&Request::Hello)?;
         if hello.protocol != PROTOCOL {
-            bail!(
-                "the switch at {} speaks control protocol {} and this sluice speaks {PROTOCOL}: use the sluice binary that started it ({})",
-                path.display(),
-                hello.protocol,
-                hello.version
-            );
+            return Err(Error::Protocol { path, theirs: hello.protocol, ours: PROTOCOL, version: hello.version });
         }
         Ok(c)
     }
@@ -88,7 +84,7 @@ impl Client {
     /// Sends a request and decodes the answer's data.
     pub fn call<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
         let v = self.call_value(req)?;
-        serde_json::from_value(v).context("the switch sent an answer this sluice does not understand")
+        Ok(serde_json::from_value(v).context("the switch sent an answer this sluice does not understand")?)
     }
 
     /// Sends a request that ends the daemon (stop, restart): its answer may race the
@@ -97,7 +93,7 @@ impl Client {
     pub fn call_final(&mut self, req: &Request) -> Result<()> {
         match self.call_value(req) {
             Ok(_) => Ok(()),
-            Err(e) if e.downcast_ref::<ClosedWithoutAnswer>().is_some() => Ok(()),
+            Err(Error::ClosedWithoutAnswer(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -113,7 +109,7 @@ impl Client {
 
     /// Sends a request and returns the answer's raw data (null when there is none).
     pub fn call_value(&mut self, req: &Request) -> Result<serde_json::Value> {
-        let mut line = serde_json::to_string(req)?;
+        let mut line = serde_json::to_string(req).context("writing the request")?;
         line.push('\n');
         self.stream
             .get_mut()
@@ -122,27 +118,15 @@ impl Client {
         let mut answer = String::new();
         self.stream.read_line(&mut answer).with_context(|| format!("reading from {}", self.path.display()))?;
         if answer.is_empty() {
-            return Err(ClosedWithoutAnswer(self.path.clone()).into());
+            return Err(Error::ClosedWithoutAnswer(self.path.clone()));
         }
         let r: Response = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
         if !r.ok {
-            bail!("{}", r.error.unwrap_or_else(|| "the switch refused the request".into()));
+            return Err(Error::Refused(r.error.unwrap_or_else(|| "the switch refused the request".into())));
         }
         Ok(r.data.unwrap_or(serde_json::Value::Null))
     }
 }
-
-/// The daemon closed the connection without answering.
-#[derive(Debug)]
-struct ClosedWithoutAnswer(PathBuf);
-
-impl std::fmt::Display for ClosedWithoutAnswer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the switch at {} closed the connection without answering", self.0.display())
-    }
-}
-
-impl std::error::Error for ClosedWithoutAnswer {}
 
 /// Running switches: (name, socket) for every socket in the runtime directory that answers.
 pub fn running() -> Vec<(String, PathBuf)> {
@@ -168,15 +152,8 @@ pub fn resolve(t: &Target) -> Result<PathBuf> {
     }
     let r = running();
     match r.len() {
-        0 => bail!(
-            "no switch is running (no live socket in {}); start one with `sluice switch run --config FILE` or `sluice lab up`",
-            paths::run_dir().display()
-        ),
+        0 => Err(Error::NoSwitch { dir: paths::run_dir() }),
         1 => Ok(r[0].1.clone()),
-        _ => bail!(
-            "{} switches are running ({}); choose one with --switch NAME",
-            r.len(),
-            r.iter().map(|x| x.0.as_str()).collect::<Vec<_>>().join(", ")
-        ),
+        _ => Err(Error::SeveralSwitches { names: r.into_iter().map(|x| x.0).collect() }),
     }
 }

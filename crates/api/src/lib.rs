@@ -6,4 +6,7 @@
 
 pub mod client;
 pub mod config;
+pub mod error;
 pub mod proto;
+
+pub use error::{Error, Result};

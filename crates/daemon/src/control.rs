@@ -13,20 +13,16 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use sluice_sys::error::{Context, Report};
 use sluice_wire::MacAddr;
 use tracing::{debug, warn};
 
 use super::datapath::{Datapath, Job};
 use super::deadline::{Deadline, Paced, write_all_by};
+use crate::error::{Error, Result};
 use sluice_api::config::{PortKind, PortSpec, Settings};
 use sluice_api::proto::*;
-use sluice_ports::Attachment;
-use sluice_ports::stream::StreamPort;
-use sluice_ports::tap::TapPort;
-use sluice_ports::uplink::UplinkPort;
-use sluice_ports::veth::VethPort;
-use sluice_ports::vxlan::VxlanPort;
+use sluice_ports::{self as ports, Attachment};
 use sluice_sys::epoll::EventFd;
 use sluice_sys::netns;
 
@@ -56,15 +52,11 @@ impl Jobs {
             .send(Box::new(move |dp: &mut Datapath| {
                 let _ = rtx.send(f(dp));
             }))
-            .map_err(|_| anyhow!("the datapath has stopped"))?;
+            .map_err(|_| Error::Stopped)?;
         self.wake.notify();
         rrx.recv_timeout(self.wait).map_err(|e| match e {
-            mpsc::RecvTimeoutError::Timeout => anyhow!(
-                "the datapath is busy: it did not take the request within {} s (it still runs it when it gets to it); \
-                 try again, and if this lasts see the switch's log",
-                self.wait.as_secs()
-            ),
-            mpsc::RecvTimeoutError::Disconnected => anyhow!("the datapath stopped before answering"),
+            mpsc::RecvTimeoutError::Timeout => Error::Busy { secs: self.wait.as_secs() },
+            mpsc::RecvTimeoutError::Disconnected => Error::StoppedBeforeAnswering,
         })
     }
 
@@ -81,79 +73,31 @@ impl Jobs {
     }
 }
 
-/// Creates the device behind a port (in its namespace, if it names one).
-/// Opens the device of port `spec`; a TAP is adopted when an earlier run left it with index
-/// `known_tap` (see `tun::open_tap`).
+/// Opens the device of port `spec` (in its namespace, if it names one), as its kind does; a
+/// TAP is adopted when an earlier run left it with index `known_tap` (see `tun::open_tap`).
 pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Result<Attachment> {
     let (default_mtu, kernel) = (s.core.mtu, s.datapath == sluice_api::config::DatapathKind::Kernel);
-    spec.validate().map_err(anyhow::Error::msg)?;
+    spec.validate().map_err(sluice_api::Error::Port)?;
     if let Some(ns) = &spec.netns
         && !netns::exists(ns)
     {
-        anyhow::bail!("network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)");
+        return Err(Error::Refused(format!(
+            "network namespace {ns:?} does not exist (create it with `ip netns add {ns}`)"
+        )));
     }
-    let name = spec.name.clone();
-    let offload = spec.offload;
-    match spec.kind {
-        PortKind::Tap => {
-            let mtu = spec.mtu.unwrap_or(default_mtu);
-            let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known_tap))
-                .with_context(|| format!("creating TAP {:?}", spec.name))?;
-            let (fd, ifindex) = (tap.raw_fd(), tap.ifindex());
-            Ok(Attachment { tap_ifindex: Some(ifindex), ..Attachment::new(Box::new(tap), fd) })
-        }
-        PortKind::Veth => {
-            let mtu = spec.mtu.unwrap_or(default_mtu);
-            let v =
-                VethPort::open(&name, offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
-            let fd = v.raw_fd();
-            Ok(Attachment::new(Box::new(v), fd))
-        }
-        PortKind::Stream => {
-            let path = spec.path.clone().unwrap_or_default();
-            let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
-            let fd = s.raw_fd();
-            Ok(Attachment::new(Box::new(s), fd))
-        }
-        PortKind::VhostUser => {
-            let path = spec.socket.clone().unwrap_or_default();
-            let role = if spec.client { sluice_vhost::Role::Client } else { sluice_vhost::Role::Server };
-            let p = sluice_vhost::open(&spec.name, &path, role, offload)
-                .with_context(|| format!("opening vhost-user port {:?}", spec.name))?;
-            let (fd, room) = (p.frames_fd(), p.room_fd());
-            Ok(Attachment { room_fd: Some(room), ..Attachment::new(Box::new(p), fd) })
-        }
+    let mtu = spec.mtu.unwrap_or(default_mtu);
+    Ok(match spec.kind {
+        PortKind::Tap => ports::tap::attach(spec, mtu, known_tap)?,
+        PortKind::Veth => ports::veth::attach(spec, mtu)?,
+        PortKind::Stream => ports::stream::attach(spec)?,
+        PortKind::VhostUser => ports::vhost::attach(spec)?,
         PortKind::Vxlan => {
-            let v = spec.vxlan().map_err(anyhow::Error::msg)?.expect("a vxlan port has vxlan settings");
-            let mtu = match spec.mtu {
-                Some(m) => m,
-                None => sluice_ports::vxlan::inner_mtu(spec.netns.as_deref(), v.local)
-                    .with_context(|| format!("port {:?}: finding the underlay's MTU", spec.name))?,
-            };
-            let settings = v.clone();
-            let mut p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&settings, kernel))
-                .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
             // On the kernel datapath a vxlan device receives, and the program sends into it.
-            let tunnel = if kernel {
-                let device = super::kernel::tunnel_device_name(&s.name, &spec.name);
-                Some(
-                    p.add_device(&v, &device, spec.netns.as_deref(), mtu)
-                        .with_context(|| format!("making the kernel device {device} of vxlan port {:?}", spec.name))?,
-                )
-            } else {
-                None
-            };
-            let fd = p.raw_fd();
-            Ok(Attachment { mtu: Some(mtu), tunnel, ..Attachment::new(Box::new(p), fd) })
+            let device = kernel.then(|| super::kernel::tunnel_device_name(&s.name, &spec.name));
+            ports::vxlan::attach(spec, device.as_deref())?
         }
-        PortKind::Uplink => {
-            let backups = spec.backups.clone();
-            let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
-                .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
-            let fd = up.raw_fd();
-            Ok(Attachment::new(Box::new(up), fd))
-        }
-    }
+        PortKind::Uplink => ports::uplink::attach(spec, kernel)?,
+    })
 }
 
 /// The control socket server.
@@ -274,7 +218,7 @@ impl Server {
                     // The connection is the capture's from here on.
                     let stream = reader.into_inner().into_inner();
                     if let Err(e) = self.capture(stream, out, &port, &direction, snaplen) {
-                        debug!(port = %port, "capture ended: {e:#}");
+                        debug!(port = %port, "capture ended: {}", Report(&e));
                     }
                     return;
                 }
@@ -284,7 +228,7 @@ impl Server {
                     match self.execute(req) {
                         Ok(data) => Response { ok: true, error: None, data },
                         Err(e) => {
-                            let msg = format!("{e:#}");
+                            let msg = Report(&e).to_string();
                             warn!(request = %what, "refused: {msg}");
                             Response { ok: false, error: Some(msg), data: None }
                         }
@@ -338,7 +282,7 @@ impl Server {
         let result = (|| -> Result<()> {
             let ok =
                 Response { ok: true, error: None, data: Some(serde_json::json!({"port": port, "snaplen": snaplen})) };
-            let mut line = serde_json::to_string(&ok)?;
+            let mut line = serde_json::to_string(&ok).context("encoding the answer")?;
             line.push('\n');
             write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
             // (From here a stream of records: each write may wait 10 s for the client.)
@@ -405,7 +349,7 @@ impl Server {
             Request::Hello => {
                 let st = self.settings.clone();
                 let summary = self.jobs.run(move |dp| summary(dp, &st))?;
-                serde_json::to_value(summary)?
+                json(summary)?
             }
             Request::PortAdd { port } => {
                 let port = *port;
@@ -418,23 +362,20 @@ impl Server {
                     })?
                 };
                 if exists {
-                    anyhow::bail!(
-                        "a port named {:?} is already attached; choose another name or delete it first",
-                        port.name
-                    );
+                    return Err(Error::PortExists(port.name));
                 }
                 if let Some(w) = missing {
-                    anyhow::bail!(
+                    return Err(Error::Refused(format!(
                         "port {:?} cannot mirror {w:?}: the switch has no port {w:?} (`sluice port list` shows its ports); add that port first",
                         port.name
-                    );
+                    )));
                 }
                 if let Some(g) = self.grants.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                    port.check_grants(g).map_err(anyhow::Error::msg)?;
+                    port.check_grants(g).map_err(sluice_api::Error::Port)?;
                 }
-                sluice_api::config::check_datapath(&port, s.datapath).map_err(anyhow::Error::msg)?;
+                sluice_api::config::check_datapath(&port, s.datapath).map_err(sluice_api::Error::Port)?;
                 let dev = create_port(&port, s, None)?;
-                let (spec, ifindex) = (port.clone(), dev.tap_ifindex);
+                let (spec, ifindex) = (port.clone(), dev.tap_ifindex());
                 self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
                 self.remember(|r| {
                     r.record_tap(&spec, ifindex);
@@ -453,11 +394,8 @@ impl Server {
                 });
                 return Ok(None);
             }
-            Request::PortList | Request::Stats { port: None } => {
-                let report = self.stats(None)?;
-                serde_json::to_value(report)?
-            }
-            Request::Stats { port: Some(p) } => serde_json::to_value(self.stats(Some(p))?)?,
+            Request::PortList | Request::Stats { port: None } => json(self.stats(None)?)?,
+            Request::Stats { port: Some(p) } => json(self.stats(Some(p))?)?,
             Request::MonitorStart { file, interval_ms, max_mb } => {
                 let spec = super::monitor::MonitorSpec {
                     file,
@@ -473,7 +411,7 @@ impl Server {
                 let started = super::monitor::Monitor::start(opened, self.monitor_source())?;
                 let st = started.status();
                 *m = Some(started);
-                serde_json::to_value(st)?
+                json(st)?
             }
             Request::MonitorStop => {
                 let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -481,21 +419,20 @@ impl Server {
                 if let Some(m) = m {
                     m.stop();
                 }
-                serde_json::to_value(MonitorStatus { running: false, ..st })?
+                json(MonitorStatus { running: false, ..st })?
             }
             Request::MonitorStatus => {
                 let m = self.monitor.lock().unwrap_or_else(|p| p.into_inner());
-                serde_json::to_value(m.as_ref().map(|m| m.status()).unwrap_or_default())?
+                json(m.as_ref().map(|m| m.status()).unwrap_or_default())?
             }
-            Request::Capture { .. } => anyhow::bail!("a capture takes a connection of its own"),
+            Request::Capture { .. } => return Err(Error::Refused("a capture takes a connection of its own".into())),
             Request::StatsReset => {
                 self.jobs.run(|dp| dp.reset_counters())?;
                 return Ok(None);
             }
-            Request::FibShow => serde_json::to_value(self.jobs.run(fib_report)?)?,
+            Request::FibShow => json(self.jobs.run(fib_report)?)?,
             Request::FibAdd { mac, vlan, port } => {
-                let m: MacAddr =
-                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                let m = parse_mac(&mac)?;
                 let p = port.clone();
                 self.jobs.run(move |dp| dp.switch_mut().add_static_mac(vlan, m, &p))??;
                 self.remember(|r| {
@@ -505,10 +442,9 @@ impl Server {
                 return Ok(None);
             }
             Request::FibDel { mac, vlan } => {
-                let m: MacAddr =
-                    mac.parse().map_err(|_| anyhow!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"))?;
+                let m = parse_mac(&mac)?;
                 if !self.jobs.run(move |dp| dp.switch_mut().fib_mut().remove(vlan, m))? {
-                    anyhow::bail!("no MAC entry {mac} in VLAN {vlan}");
+                    return Err(Error::Refused(format!("no MAC entry {mac} in VLAN {vlan}")));
                 }
                 self.remember(|r| r.macs.retain(|e| !(e.0 == vlan && e.1.parse::<MacAddr>().ok() == Some(m))));
                 return Ok(None);
@@ -525,15 +461,15 @@ impl Server {
             Request::GrantAdd { port, vlans, promiscuous } => {
                 for &v in &vlans {
                     if !(1..=4094).contains(&v) {
-                        anyhow::bail!("VLAN {v} is out of range: use 1 to 4094");
+                        return Err(Error::Refused(format!("VLAN {v} is out of range: use 1 to 4094")));
                     }
                 }
                 let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(g) = g.as_mut() else {
-                    anyhow::bail!(
+                    return Err(Error::Refused(format!(
                         "switch {} does not enforce grants (any port may join any VLAN); set `grants = true` in its config to use them",
                         s.name
-                    );
+                    )));
                 };
                 if !vlans.is_empty() {
                     g.vlans.entry(port.clone()).or_default().extend(vlans.iter().copied());
@@ -556,7 +492,10 @@ impl Server {
                 };
                 let mut g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(g) = g.as_mut() else {
-                    anyhow::bail!("switch {} does not enforce grants; there is nothing to revoke", s.name);
+                    return Err(Error::Refused(format!(
+                        "switch {} does not enforce grants; there is nothing to revoke",
+                        s.name
+                    )));
                 };
                 let mut trial = g.clone();
                 let all = vlans.is_empty() && !promiscuous;
@@ -577,9 +516,9 @@ impl Server {
                 if let Some(spec) = in_use
                     && spec.check_grants(&trial).is_err()
                 {
-                    anyhow::bail!(
+                    return Err(Error::Refused(format!(
                         "port {port:?} is attached and uses what is being revoked; delete it or move it to a granted VLAN first"
-                    );
+                    )));
                 }
                 *g = trial.clone();
                 self.remember(|r| r.grants = Some(trial));
@@ -665,7 +604,7 @@ pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> R
         if let Some(n) = &port
             && ports.is_empty()
         {
-            return Err(anyhow!("no port named {n:?} is attached (see `sluice port list`)"));
+            return Err(Error::NoPort(n.clone()));
         }
         Ok(StatsReport {
             switch: summary(dp, &st),
@@ -682,6 +621,16 @@ pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> R
             },
         })
     })?
+}
+
+/// An answer's data as JSON.
+fn json(v: impl serde::Serialize) -> Result<serde_json::Value> {
+    Ok(serde_json::to_value(v).context("encoding the answer")?)
+}
+
+/// A MAC address a client gave.
+fn parse_mac(mac: &str) -> Result<MacAddr> {
+    mac.parse().map_err(|_| Error::Refused(format!("{mac:?} is not a MAC address (aa:bb:cc:dd:ee:ff)")))
 }
 
 fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
@@ -741,9 +690,9 @@ mod tests {
         let jobs = Jobs { wait: Duration::from_millis(200), ..Jobs::new(tx, Arc::new(EventFd::new().unwrap())) };
         let started = std::time::Instant::now();
         let e = jobs.run(|_| ()).unwrap_err();
-        assert!(e.to_string().contains("the datapath is busy"), "{e}");
+        assert!(matches!(e, Error::Busy { .. }) && e.to_string().contains("the datapath is busy"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(10));
         drop(rx);
-        assert!(jobs.run(|_| ()).unwrap_err().to_string().contains("stopped"));
+        assert!(matches!(jobs.run(|_| ()), Err(Error::Stopped)));
     }
 }

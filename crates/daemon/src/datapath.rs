@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use sluice_switch::{PortConfig, PortId, Switch};
+use sluice_sys::error::{Context, Failure};
 use tracing::{info, warn};
 
 use super::kernel::KernelSide;
+use crate::error::Result;
 use sluice_api::config::{PortKind, PortSpec};
 use sluice_ports::Attachment;
 use sluice_sys::epoll::{Epoll, Event, EventFd};
@@ -34,7 +35,7 @@ const WAKE_TOKEN: u64 = u64::MAX;
 const UPCALL_TOKEN: u64 = u64::MAX - 1;
 /// The kernel datapath's reports of stations heard behind tunnels.
 const HEARD_TOKEN: u64 = u64::MAX - 2;
-/// Added to a port's id for its room doorbell (see `Attachment::room_fd`).
+/// Added to a port's id for its room doorbell (see `sluice_ports::Kind::Vhost`).
 const ROOM_TOKEN: u64 = 1 << 32;
 
 /// The datapath: the switch, its ports' descriptors, and the event loop.
@@ -195,13 +196,17 @@ impl Datapath {
 
     /// Attaches a port and starts watching it.
     pub fn attach(&mut self, spec: PortSpec, a: Attachment) -> Result<PortId> {
-        let vlan = spec.validate().map_err(anyhow::Error::msg)?;
-        let fd = a.fd;
-        let policy = spec.policy().map_err(anyhow::Error::msg)?;
+        let vlan = spec.validate().map_err(sluice_api::Error::Port)?;
+        let policy = spec.policy().map_err(sluice_api::Error::Port)?;
+        let (fd, room, mtu) = (a.fd, a.room_fd(), a.mtu());
+        let tunnel = match a.kind {
+            sluice_ports::Kind::Tunnel { kernel, .. } => kernel,
+            _ => None,
+        };
         let id =
-            self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu.or(a.mtu), policy }, a.port)?;
+            self.sw.add_port(PortConfig { name: spec.name.clone(), vlan, mtu: spec.mtu.or(mtu), policy }, a.port)?;
         let interest = self.sw.interest(id);
-        let watched = match a.room_fd {
+        let watched = match room {
             None => self.epoll.add(fd, u64::from(id), interest.read, interest.write),
             Some(room) => self.epoll.add(fd, u64::from(id), interest.read, false).and_then(|()| {
                 self.epoll
@@ -211,16 +216,16 @@ impl Datapath {
         };
         if let Err(e) = watched {
             let _ = self.sw.remove_port(&spec.name);
-            return Err(e).context("watching the port's descriptor");
+            return Err(Failure::new("watching the port's descriptor", e).into());
         }
         self.fds.insert(id, fd);
-        if let Some(room) = a.room_fd {
+        if let Some(room) = room {
             self.rooms.insert(id, room);
         }
         if let Some(k) = self.kernel.as_mut() {
             // The port's rules in the maps first (a tunnel's settings before them), then the
             // program on its interface.
-            if let Some(t) = &a.tunnel
+            if let Some(t) = &tunnel
                 && let Err(e) = k.add_tunnel(id, t)
             {
                 let _ = self.epoll.delete(fd);
@@ -236,7 +241,7 @@ impl Datapath {
             let ifnames: Vec<String> = match spec.kind {
                 PortKind::Veth => vec![spec.name.clone()],
                 PortKind::Uplink => std::iter::once(spec.name.clone()).chain(spec.backups.iter().cloned()).collect(),
-                PortKind::Vxlan => a.tunnel.iter().map(|t| t.device.clone()).collect(),
+                PortKind::Vxlan => tunnel.iter().map(|t| t.device.clone()).collect(),
                 PortKind::Tap | PortKind::Stream | PortKind::VhostUser => vec![],
             };
             if !ifnames.is_empty()

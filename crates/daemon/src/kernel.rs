@@ -17,7 +17,6 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use sluice_ebpf::abi;
 use sluice_ebpf::convert::{self, Device, Place, Reach, TunnelOut};
 use sluice_ebpf::exec::{Executor, Sizes, UpcallBudget, UpcallTags};
@@ -28,7 +27,10 @@ use tracing::{info, warn};
 
 use sluice_api::proto::{KernelPortStats, KernelSummary};
 use sluice_ports::vxlan::{Heard, KernelTunnel};
+use sluice_sys::error::{Context, Failure, Report};
 use sluice_sys::{link, tun};
+
+use crate::error::{Error, Result};
 
 /// The TTL (hop limit) of the datagrams the kernel's tunnels send, as Linux's vxlan
 /// default route hop limit gives them.
@@ -76,7 +78,8 @@ impl BpfLock {
             .with_context(|| format!("opening {}", path.display()))?;
         // SAFETY: flock on a descriptor we own; released when the file closes.
         if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
-            bail!("locking {}: {}", path.display(), std::io::Error::last_os_error());
+            let e = std::io::Error::last_os_error();
+            return Err(Failure::new(format!("locking {}", path.display()), e).into());
         }
         Ok(BpfLock { _file: f })
     }
@@ -221,7 +224,7 @@ impl KernelSide {
     /// size, and opens its upcall TAP. `started` is the daemon's clock origin.
     pub fn start(name: &str, cfg: &sluice_switch::SwitchConfig, started: Instant) -> Result<Self> {
         if !sluice_ebpf::available() {
-            bail!(sluice_ebpf::Error::NotBuilt);
+            return Err(sluice_ebpf::Error::NotBuilt.into());
         }
         let sizes = Sizes { stations: cfg.fib_max.min(u32::MAX as usize) as u32, verdicts: VERDICTS };
         let dir = pin_dir(name);
@@ -565,14 +568,14 @@ impl KernelSide {
         for c in changes {
             let r = match c {
                 FastChange::Owner(ip) => match sw.fast_owner(ip).and_then(|id| self.slot_of.get(&id).copied()) {
-                    Some(slot) => self.ex.set_owner(ip, slot).map_err(anyhow::Error::from),
+                    Some(slot) => self.ex.set_owner(ip, slot).map_err(Error::from),
                     None => {
                         self.ex.remove_owner(ip);
                         Ok(())
                     }
                 },
                 FastChange::Neighbour(vlan, ip) => match sw.fast_neighbour(vlan, ip) {
-                    Some(mac) => self.ex.set_neighbour(vlan, ip, mac).map_err(anyhow::Error::from),
+                    Some(mac) => self.ex.set_neighbour(vlan, ip, mac).map_err(Error::from),
                     None => {
                         self.ex.remove_neighbour(vlan, ip);
                         Ok(())
@@ -585,9 +588,7 @@ impl KernelSide {
                         Some((e.slot, m.is_static))
                     });
                     match entry {
-                        Some((slot, is_static)) => {
-                            self.ex.set_station(vlan, mac, slot, is_static).map_err(anyhow::Error::from)
-                        }
+                        Some((slot, is_static)) => self.ex.set_station(vlan, mac, slot, is_static).map_err(Error::from),
                         None => {
                             // (A port with no slot: frames to it must go up, not to the
                             // entry's old port.)
@@ -599,7 +600,7 @@ impl KernelSide {
             };
             if let Err(e) = r {
                 self.map_updates_failed += 1;
-                warn!(switch = %self.switch, "kernel datapath: {e:#}; the frames it concerns go through user space");
+                warn!(switch = %self.switch, "kernel datapath: {}; the frames it concerns go through user space", Report(&e));
             }
         }
         self.follow_generation(sw);
@@ -623,7 +624,7 @@ impl KernelSide {
             return Ok(());
         };
         let Some(slot) = self.slot(id, p.target) else {
-            bail!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS)
+            sluice_sys::bail!("no free port slot (the kernel datapath holds {})", abi::MAX_PORTS)
         };
         let slot = slot as u16;
         if let Some(old) = self.input_of.get(&id).copied()

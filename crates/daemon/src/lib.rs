@@ -14,6 +14,7 @@
 mod control;
 mod datapath;
 mod deadline;
+pub mod error;
 pub mod kernel;
 pub mod metrics;
 mod monitor;
@@ -23,11 +24,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::mpsc;
 
-use anyhow::{Context, Result, bail};
 use sluice_switch::Switch;
+use sluice_sys::error::{Context, Failure, Report};
 use tracing::info;
 
 pub use datapath::Datapath;
+pub use error::{Error, Result};
 use sluice_api::config::Settings;
 pub(crate) use state::Runtime;
 
@@ -36,8 +38,7 @@ pub fn run(s: Settings) -> Result<()> {
     // The socket's directory (the run directory, unless the config says otherwise) is
     // walked and checked: made where missing, never one someone else can swap things in.
     if let Some(dir) = s.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-        sluice_sys::fs::Dir::open(dir, Some(0o755))
-            .map_err(|e| anyhow::anyhow!("the control socket's directory: {e}"))?;
+        sluice_sys::fs::Dir::open(dir, Some(0o755)).map_err(|e| Failure::new("the control socket's directory", e))?;
     }
     if let Ok(meta) = std::fs::symlink_metadata(&s.socket) {
         use std::os::unix::fs::FileTypeExt;
@@ -52,18 +53,10 @@ pub fn run(s: Settings) -> Result<()> {
             } else {
                 "not a socket"
             };
-            bail!(
-                "{} is {what}, not a control socket; sluice removes only a socket a switch left behind: \
-                 set `socket =` in the config to another path, or move that file away",
-                s.socket.display()
-            );
+            return Err(Error::NotASocket { path: s.socket.clone(), what });
         }
         if UnixStream::connect(&s.socket).is_ok() {
-            bail!(
-                "switch {:?} is already running (its socket {} answers); stop it first or choose another name",
-                s.name,
-                s.socket.display()
-            );
+            return Err(Error::AlreadyRunning { name: s.name.clone(), socket: s.socket.clone() });
         }
         info!(socket = %s.socket.display(), "removing the socket a switch that did not stop cleanly left behind");
         std::fs::remove_file(&s.socket).with_context(|| format!("removing stale socket {}", s.socket.display()))?;
@@ -77,8 +70,8 @@ pub fn run(s: Settings) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
     if s.datapath == sluice_api::config::DatapathKind::Kernel {
-        let k = kernel::KernelSide::start(&s.name, &s.core, dp.started())
-            .context("starting the kernel datapath (or run the switch with `datapath = \"user\"`)")?;
+        let k =
+            kernel::KernelSide::start(&s.name, &s.core, dp.started()).map_err(|e| Error::KernelStart(Box::new(e)))?;
         dp.enable_kernel(k)?;
     }
     // What an earlier run (restarted in place, or crashed) left: its TAPs, still there for
@@ -88,7 +81,7 @@ pub fn run(s: Settings) -> Result<()> {
     let mut kept = state::Runtime::default();
     for p in &s.ports {
         let port = control::create_port(p, &s, runtime.known_tap(p))?;
-        kept.record_tap(p, port.tap_ifindex);
+        kept.record_tap(p, port.tap_ifindex());
         dp.attach(p.clone(), port).with_context(|| format!("attaching port {:?}", p.name))?;
     }
     for (vlan, mac, port) in &s.macs {
@@ -108,10 +101,10 @@ pub fn run(s: Settings) -> Result<()> {
             .validate()
             .and_then(|_| s.grants.as_ref().map_or(Ok(()), |g| p.check_grants(g)))
             .and_then(|_| sluice_api::config::check_datapath(&p, s.datapath))
-            .map_err(anyhow::Error::msg);
+            .map_err(|m| Error::from(sluice_api::Error::Port(m)));
         let known = runtime.known_tap(&p);
         let attached = checked.and_then(|_| control::create_port(&p, &s, known)).and_then(|a| {
-            let ifindex = a.tap_ifindex;
+            let ifindex = a.tap_ifindex();
             dp.attach(p.clone(), a).map(|_| ifindex)
         });
         match attached {
@@ -119,7 +112,7 @@ pub fn run(s: Settings) -> Result<()> {
                 kept.record_tap(&p, ifindex);
                 kept.ports.push(p)
             }
-            Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {e:#}"),
+            Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {}", Report(&e)),
         }
     }
     for (vlan, mac, port) in runtime.macs {
@@ -137,7 +130,7 @@ pub fn run(s: Settings) -> Result<()> {
         match sluice_sys::netns::run_in(t.netns.as_deref(), move || sluice_sys::tun::remove_left_tap(&name, ix)) {
             Ok(true) => info!(tap = %t.name, "removed a TAP the earlier run left and no port uses"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(tap = %t.name, "cannot remove a TAP the earlier run left: {e:#}"),
+            Err(e) => tracing::warn!(tap = %t.name, "cannot remove a TAP the earlier run left: {e}"),
         }
     }
     kept.save(&s.name);
@@ -190,7 +183,7 @@ pub fn run(s: Settings) -> Result<()> {
         .name("datapath".into())
         .spawn(move || dp.run())?
         .join()
-        .map_err(|_| anyhow::anyhow!("the datapath thread panicked"))??;
+        .map_err(|_| sluice_sys::failure!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
     if exit == datapath::Exit::Stop {
         state::Runtime::remove(&s.name);
@@ -208,7 +201,7 @@ pub fn run(s: Settings) -> Result<()> {
             None => cmd.env_remove(kernel::UPCALL_FD_ENV),
         };
         let err = cmd.exec();
-        bail!(
+        sluice_sys::bail!(
             "restarting switch {:?} in place ({}) failed: {err}; start it again with `sluice switch run`",
             s.name,
             exe.display()

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -29,8 +28,10 @@ use prometheus_client::registry::Registry;
 use tracing::{info, warn};
 
 use super::deadline::{Deadline, write_all_by};
+use crate::error::{Error, Result};
 use sluice_api::proto::StatsReport;
 use sluice_sys::epoll::{Epoll, Event};
+use sluice_sys::error::{Context, Report};
 
 /// Connections answered at once (a thread each); a request beyond them is answered 503.
 const MAX_ANSWERING: usize = 16;
@@ -59,11 +60,11 @@ pub type Source = dyn Fn() -> Result<(StatsReport, Option<serde_json::Value>)> +
 /// Binds the endpoint's address (before the switch starts, so a taken port fails the start
 /// with the reason).
 pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).with_context(|| {
+    Ok(TcpListener::bind(addr).with_context(|| {
         format!(
             "metrics endpoint: listening on {addr} (is the port taken? choose another with `metrics_listen` or --metrics)"
         )
-    })
+    })?)
 }
 
 /// A connection waiting for its request head.
@@ -223,9 +224,9 @@ pub fn serve(listener: TcpListener, source: Arc<Source>) -> Result<()> {
                     HeadRead::Whole => {
                         let (source, count) = (source.clone(), answering.clone());
                         let spawned = std::thread::Builder::new().name("metrics-conn".into()).spawn(move || {
-                            let r = w.conn.set_nonblocking(false).map_err(anyhow::Error::from);
+                            let r = w.conn.set_nonblocking(false).map_err(Error::from);
                             if let Err(e) = r.and_then(|_| answer(&w.conn, &w.head, &*source)) {
-                                tracing::debug!("metrics endpoint: {e:#}");
+                                tracing::debug!("metrics endpoint: {}", Report(&e));
                             }
                             count.fetch_sub(1, Ordering::AcqRel);
                         });
@@ -271,7 +272,7 @@ fn answer(stream: &TcpStream, head: &[u8], source: &Source) -> Result<()> {
     let body = match source().and_then(|(r, smc)| render(&r, smc.as_ref())) {
         Ok(b) => b,
         Err(e) => {
-            let msg = format!("cannot read the switch's counters: {e:#}\n");
+            let msg = format!("cannot read the switch's counters: {}\n", Report(&e));
             return respond(stream, "500 Internal Server Error", "text/plain", msg.as_bytes());
         }
     };
@@ -280,7 +281,7 @@ fn answer(stream: &TcpStream, head: &[u8], source: &Source) -> Result<()> {
             "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        return write_all_by(stream, h.as_bytes(), Deadline::after(ANSWER_WITHIN)).context("answering");
+        return Ok(write_all_by(stream, h.as_bytes(), Deadline::after(ANSWER_WITHIN)).context("answering")?);
     }
     respond(stream, "200 OK", CONTENT_TYPE, body.as_bytes())
 }
@@ -293,7 +294,7 @@ fn respond(stream: &TcpStream, status: &str, ctype: &str, body: &[u8]) -> Result
     )
     .into_bytes();
     a.extend_from_slice(body);
-    write_all_by(stream, &a, Deadline::after(ANSWER_WITHIN)).context("answering")
+    Ok(write_all_by(stream, &a, Deadline::after(ANSWER_WITHIN)).context("answering")?)
 }
 
 /// The OpenMetrics text of snapshot `r` (and the host's SMC counters `smc`).
@@ -301,7 +302,7 @@ pub fn render(r: &StatsReport, smc: Option<&serde_json::Value>) -> Result<String
     let mut reg = Registry::default();
     reg.register_collector(Box::new(Snapshot { r: r.clone(), smc: smc.cloned() }));
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &reg).map_err(|e| anyhow::anyhow!("encoding: {e}"))?;
+    prometheus_client::encoding::text::encode(&mut out, &reg).context("encoding")?;
     Ok(out)
 }
 

@@ -16,11 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, anyhow};
 use tracing::{info, warn};
 
 use sluice_api::proto::{MonitorStatus, StatsReport};
+use sluice_sys::error::{Context, Failure, Report};
 use sluice_sys::fs::Dir;
+
+use crate::error::Result;
 
 /// What to record, where, how often, and how much at most.
 pub use sluice_api::config::MonitorSettings as MonitorSpec;
@@ -49,7 +51,7 @@ impl Opened {
     /// blocking (a FIFO or a device there is refused, not waited on).
     pub fn open(spec: MonitorSpec) -> Result<Opened> {
         let (dir, file) = sluice_sys::fs::append_checked(&spec.file, 0o600)
-            .map_err(|e| anyhow!("cannot record to the monitor file: {e}"))?;
+            .map_err(|e| Failure::new("cannot record to the monitor file", e))?;
         Ok(Opened { spec, dir, file })
     }
 }
@@ -85,7 +87,8 @@ impl Monitor {
                     next = now + s.interval;
                 }
                 let line = source().and_then(|r| {
-                    let mut l = serde_json::to_string(&serde_json::json!({"t": unix_now(), "stats": r}))?;
+                    let mut l = serde_json::to_string(&serde_json::json!({"t": unix_now(), "stats": r}))
+                        .context("encoding a record")?;
                     l.push('\n');
                     Ok(l)
                 });
@@ -95,7 +98,7 @@ impl Monitor {
                         dir.rename(&name, &rotated).context("rotating the monitor file")?;
                         file = dir.append(&name, 0o600).context("opening the monitor file again")?;
                     }
-                    file.write_all(l.as_bytes()).context("writing a record")
+                    Ok(file.write_all(l.as_bytes()).context("writing a record")?)
                 });
                 match wrote {
                     Ok(()) => {
@@ -103,7 +106,7 @@ impl Monitor {
                         failing = false;
                     }
                     Err(e) if !failing => {
-                        warn!(file = %s.file.display(), "monitor record lost: {e:#} (said once until it works again)");
+                        warn!(file = %s.file.display(), "monitor record lost: {} (said once until it works again)", Report(&e));
                         failing = true;
                     }
                     Err(_) => {}

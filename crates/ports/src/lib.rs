@@ -1,16 +1,22 @@
 //! Port kinds backed by operating-system devices. Each is a thin adapter: the forwarding
-//! decisions are in `sluice_switch`.
+//! decisions are in `sluice_switch`. Each kind's module opens its device from a port
+//! description (its `attach`) and says, in an [`Attachment`], what the event loop needs to
+//! know of it beyond its one descriptor.
 
+pub mod error;
 pub mod relay;
 pub mod stream;
 pub mod tap;
 pub mod uplink;
 pub mod veth;
+pub mod vhost;
 pub mod vxlan;
 
 use std::os::fd::RawFd;
 
 use sluice_switch::Port;
+
+pub use error::{Error, Result};
 
 /// A port ready to attach, with the descriptor the event loop watches for it.
 pub struct Attachment {
@@ -18,23 +24,71 @@ pub struct Attachment {
     pub port: Box<dyn Port>,
     /// Its readiness descriptor (owned by the port).
     pub fd: RawFd,
-    /// A TAP's index in its namespace (recorded so that a later run can adopt it).
-    pub tap_ifindex: Option<u32>,
-    /// The port's MTU when the port decides it (a tunnel: its underlay's less the
-    /// overhead) and the spec does not.
-    pub mtu: Option<u16>,
-    /// A tunnel's kernel device (kernel datapath).
-    pub tunnel: Option<vxlan::KernelTunnel>,
-    /// For a port whose room to send is announced rather than polled (vhost-user: the
-    /// guest kicks when it posts receive buffers), the doorbell that is readable then; the
-    /// event loop watches it for the port's write interest, and `fd` for its read interest
-    /// only.
-    pub room_fd: Option<RawFd>,
+    /// What its kind adds.
+    pub kind: Kind,
+}
+
+/// What a port kind adds to the descriptor every port has.
+pub enum Kind {
+    /// Nothing (veth, stream, uplink).
+    Plain,
+    /// A TAP, with its index in its namespace (recorded so that a later run can adopt it).
+    Tap {
+        /// The index.
+        ifindex: u32,
+    },
+    /// A tunnel, whose MTU it decides when the spec does not (its underlay's less the
+    /// overhead), with its kernel device on the kernel datapath.
+    Tunnel {
+        /// The MTU.
+        mtu: u16,
+        /// The kernel device (kernel datapath only).
+        kernel: Option<vxlan::KernelTunnel>,
+    },
+    /// A port whose room to send is announced rather than polled (vhost-user: the guest
+    /// kicks when it posts receive buffers): the event loop watches `fd` for the port's read
+    /// interest only, and this doorbell, readable then, for its write interest.
+    Vhost {
+        /// The doorbell.
+        room_fd: RawFd,
+    },
 }
 
 impl Attachment {
     /// A port watched on `fd` and nothing else said about it.
     pub fn new(port: Box<dyn Port>, fd: RawFd) -> Attachment {
-        Attachment { port, fd, tap_ifindex: None, mtu: None, tunnel: None, room_fd: None }
+        Attachment { port, fd, kind: Kind::Plain }
+    }
+
+    /// A TAP's index in its namespace.
+    pub fn tap_ifindex(&self) -> Option<u32> {
+        match self.kind {
+            Kind::Tap { ifindex } => Some(ifindex),
+            _ => None,
+        }
+    }
+
+    /// The MTU the port decides, if it does.
+    pub fn mtu(&self) -> Option<u16> {
+        match self.kind {
+            Kind::Tunnel { mtu, .. } => Some(mtu),
+            _ => None,
+        }
+    }
+
+    /// The doorbell of a port whose room to send is announced.
+    pub fn room_fd(&self) -> Option<RawFd> {
+        match self.kind {
+            Kind::Vhost { room_fd } => Some(room_fd),
+            _ => None,
+        }
+    }
+
+    /// A tunnel's kernel device.
+    pub fn kernel_tunnel(&self) -> Option<&vxlan::KernelTunnel> {
+        match &self.kind {
+            Kind::Tunnel { kernel, .. } => kernel.as_ref(),
+            _ => None,
+        }
     }
 }

@@ -18,12 +18,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use sluice_switch::{Port, PortError, TxOutcome};
+use sluice_sys::error::{Context, Failure};
 use sluice_wire::VNET_HDR_LEN;
 
 use super::stream::{MAX_FRAME, StreamPort, out_frame};
 use super::tap::TapPort;
+use crate::{Error, Result};
 use sluice_sys::netns;
 
 /// How long the relay waits for the switch to connect.
@@ -45,14 +46,10 @@ fn listen(path: &Path) -> Result<Listening> {
     sluice_sys::fs::Dir::open(dir, None).with_context(|| format!("the directory of {}", path.display()))?;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            bail!(
-                "{} is {}, not a socket a relay left; sluice removes only such a socket: choose another --listen path, or move that file away",
-                path.display(),
-                sluice_sys::fs::kind_of(meta.mode())
-            );
+            return Err(Error::NotASocket { path: path.into(), what: sluice_sys::fs::kind_of(meta.mode()) });
         }
         if UnixStream::connect(path).is_ok() {
-            bail!("something answers on {} (another relay?); stop it, or choose another --listen path", path.display());
+            return Err(Error::Answering { path: path.into() });
         }
         std::fs::remove_file(path)
             .with_context(|| format!("removing the socket an earlier relay left at {}", path.display()))?;
@@ -93,12 +90,7 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     unlink_own(path, file);
-                    bail!(
-                        "no switch connected to {} within {} s (attach it with `sluice port add NAME --type stream --path {}`)",
-                        path.display(),
-                        ACCEPT_WAIT.as_secs(),
-                        path.display()
-                    );
+                    return Err(Error::NoSwitch { path: path.into(), secs: ACCEPT_WAIT.as_secs() });
                 }
                 let mut p = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
                 // SAFETY: one valid pollfd.
@@ -106,7 +98,7 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
             }
             Err(e) => {
                 unlink_own(path, file);
-                return Err(e).context("accepting the switch's connection");
+                return Err(Failure::new("accepting the switch's connection", e).into());
             }
         }
     };
@@ -127,7 +119,7 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
         // The TAP is read only when nothing waits for the socket, so a stopped switch side
         // stops this side's reading.
         if waiting.is_none() && flushed {
-            waiting = t.recv(&mut up).map_err(|e| anyhow::anyhow!("reading TAP {tap:?}: {e}"))?;
+            waiting = t.recv(&mut up).map_err(|e| sluice_sys::failure!("reading TAP {tap:?}: {e}"))?;
         }
         if let Some(n) = waiting {
             match link.send(&out_frame(&up[VNET_HDR_LEN..VNET_HDR_LEN + n])) {
@@ -182,7 +174,7 @@ fn end(e: PortError) -> Result<()> {
         {
             Ok(())
         }
-        e => Err(anyhow::anyhow!("the connection to the switch: {e}")),
+        e => Err(sluice_sys::failure!("the connection to the switch: {e}").into()),
     }
 }
 
@@ -208,8 +200,8 @@ mod tests {
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
         assert_eq!((m.dev(), m.ino()), l.file);
         // A live one is not touched.
-        let e = listen(&at).err().expect("a socket someone answers on").to_string();
-        assert!(e.contains("something answers on"), "{e}");
+        let e = listen(&at).err().expect("a socket someone answers on");
+        assert!(matches!(e, Error::Answering { .. }) && e.to_string().contains("something answers on"), "{e}");
         assert_eq!(std::fs::symlink_metadata(&at).unwrap().ino(), l.file.1);
         // Once the switch connected, the relay's own socket goes — and only that one.
         unlink_own(&at, l.file);
@@ -224,8 +216,11 @@ mod tests {
         let d = dir();
         let file = d.path().join("notes");
         std::fs::write(&file, b"keep me").unwrap();
-        let e = listen(&file).err().expect("a regular file").to_string();
-        assert!(e.contains("is a regular file, not a socket"), "{e}");
+        let e = listen(&file).err().expect("a regular file");
+        assert!(
+            matches!(e, Error::NotASocket { .. }) && e.to_string().contains("is a regular file, not a socket"),
+            "{e}"
+        );
         assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
         // A link, to a file or to a stale socket, is neither removed nor followed.
         let sock = d.path().join("stale.sock");

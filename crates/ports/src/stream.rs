@@ -19,6 +19,19 @@ use std::path::Path;
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::VNET_HDR_LEN;
 
+use sluice_api::config::PortSpec;
+use sluice_sys::error::Context;
+
+use crate::{Attachment, Result};
+
+/// Connects to the socket of stream port `spec`.
+pub fn attach(spec: &PortSpec) -> Result<Attachment> {
+    let path = spec.path.clone().unwrap_or_default();
+    let s = StreamPort::connect(&path).with_context(|| format!("attaching stream port {:?}", spec.name))?;
+    let fd = s.raw_fd();
+    Ok(Attachment::new(Box::new(s), fd))
+}
+
 /// Largest frame either side may send (QEMU's limit for this netdev is 69,632).
 pub const MAX_FRAME: usize = 65_535 + 18;
 

@@ -10,7 +10,11 @@ use std::os::unix::fs::FileExt;
 use sluice_switch::port::DeviceDrops;
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 
-use sluice_sys::tun;
+use sluice_api::config::PortSpec;
+use sluice_sys::error::Failure;
+use sluice_sys::{netns, tun};
+
+use crate::{Attachment, Error, Kind, Result};
 
 /// Set when the daemon leaves to start again in place (`sluice switch restart`): its TAPs
 /// stay, for the new image to adopt. Otherwise a TAP the switch lets go of (port deleted,
@@ -32,6 +36,21 @@ impl Drop for TapPort {
             let _ = tun::set_persist(self.fd.as_raw_fd(), false);
         }
     }
+}
+
+/// Opens the TAP of port `spec` with MTU `mtu` in the port's namespace (the current one if it
+/// names none): adopts the one an earlier run left with index `known`, or creates it.
+pub fn attach(spec: &PortSpec, mtu: u16, known: Option<u32>) -> Result<Attachment> {
+    let (name, offload) = (spec.name.clone(), spec.offload);
+    let tap = netns::run_in(spec.netns.as_deref(), move || TapPort::open(&name, offload, mtu, known)).map_err(|e| {
+        if matches!(e.kind(), io::ErrorKind::AlreadyExists | io::ErrorKind::ResourceBusy) {
+            Error::TapNameTaken { name: spec.name.clone() }
+        } else {
+            Failure::new(format!("creating TAP {:?}", spec.name), e).into()
+        }
+    })?;
+    let (fd, ifindex) = (tap.raw_fd(), tap.ifindex());
+    Ok(Attachment { port: Box::new(tap), fd, kind: Kind::Tap { ifindex } })
 }
 
 impl TapPort {

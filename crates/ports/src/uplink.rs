@@ -13,7 +13,22 @@ use std::os::fd::{AsRawFd, RawFd};
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::{VNET_HDR_LEN, VnetHdr};
 
+use sluice_api::config::PortSpec;
+use sluice_sys::error::Context;
+use sluice_sys::netns;
 use sluice_sys::packet::{self, PacketSocket};
+
+use crate::{Attachment, Result};
+
+/// Opens the interface of uplink port `spec` (and its backups) in the port's namespace;
+/// with `kernel`, the port is the kernel datapath's (see [`UplinkPort`]).
+pub fn attach(spec: &PortSpec, kernel: bool) -> Result<Attachment> {
+    let (name, backups, offload) = (spec.name.clone(), spec.backups.clone(), spec.offload);
+    let up = netns::run_in(spec.netns.as_deref(), move || UplinkPort::open(&name, &backups, offload, kernel))
+        .with_context(|| format!("opening uplink interface {:?}", spec.name))?;
+    let fd = up.raw_fd();
+    Ok(Attachment::new(Box::new(up), fd))
+}
 
 /// A host interface attached as the switch's uplink, with up to two backups.
 ///

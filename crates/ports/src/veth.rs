@@ -13,7 +13,19 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use sluice_switch::{OutFrame, Port, PortCaps, PortError, TxOutcome};
 
+use sluice_api::config::PortSpec;
+use sluice_sys::error::Context;
 use sluice_sys::{link, packet};
+
+use crate::{Attachment, Result};
+
+/// Opens the switch's end of the veth pair of port `spec`, with MTU `mtu`.
+pub fn attach(spec: &PortSpec, mtu: u16) -> Result<Attachment> {
+    let v =
+        VethPort::open(&spec.name, spec.offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
+    let fd = v.raw_fd();
+    Ok(Attachment::new(Box::new(v), fd))
+}
 
 /// The switch's end of a veth pair.
 pub struct VethPort {

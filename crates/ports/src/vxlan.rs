@@ -39,7 +39,37 @@ use sluice_switch::{DropCause, OutFrame, Port, PortCaps, PortError, TxOutcome};
 use sluice_wire::vxlan::{self, VXLAN_HDR_LEN};
 use sluice_wire::{MacAddr, VNET_HDR_LEN};
 
-use sluice_api::config::VxlanSettings;
+use sluice_api::config::{PortSpec, VxlanSettings};
+use sluice_sys::error::{Context, Failure};
+use sluice_sys::netns;
+
+use crate::{Attachment, Error, Kind, Result};
+
+/// Opens the tunnel of vxlan port `spec` in the port's namespace; on the kernel datapath
+/// (`kernel_device`: the name its kernel device gets) the kernel device receives and the
+/// port only sends. The MTU is the spec's, else the underlay's less the tunnel's overhead.
+pub fn attach(spec: &PortSpec, kernel_device: Option<&str>) -> Result<Attachment> {
+    let v = spec.vxlan().map_err(Failure::msg)?.expect("a vxlan port has vxlan settings");
+    let mtu = match spec.mtu {
+        Some(m) => m,
+        None => inner_mtu(spec.netns.as_deref(), v.local)
+            .with_context(|| format!("port {:?}: finding the underlay's MTU", spec.name))?,
+    };
+    let (settings, send_only) = (v.clone(), kernel_device.is_some());
+    let mut p = netns::run_in(spec.netns.as_deref(), move || VxlanPort::open(&settings, send_only))
+        .with_context(|| format!("opening vxlan port {:?}", spec.name))?;
+    let kernel = match kernel_device {
+        Some(device) => {
+            Some(p.add_device(&spec.name, &v, device, spec.netns.as_deref(), mtu).map_err(|e| match e {
+                e @ Error::TunnelNameTaken { .. } => e,
+                e => Failure::new(format!("making the kernel device {device} of vxlan port {:?}", spec.name), e).into(),
+            })?)
+        }
+        None => None,
+    };
+    let fd = p.raw_fd();
+    Ok(Attachment { port: Box::new(p), fd, kind: Kind::Tunnel { mtu, kernel } })
+}
 
 /// Stations learned behind one tunnel port at most.
 const MAX_STATIONS: usize = 8192;
@@ -182,26 +212,23 @@ impl VxlanPort {
         })
     }
 
-    /// Makes the tunnel's kernel device `name` (kernel datapath): a `vxlan` device in
-    /// external mode in the calling process's namespace whose socket (on `v.dstport`) lives
-    /// in the underlay's namespace `netns` (the process's own if `None`), with MTU `mtu`, up.
+    /// Makes the kernel device `name` of tunnel port `port` (kernel datapath): a `vxlan`
+    /// device in external mode in the calling process's namespace whose socket (on
+    /// `v.dstport`) lives in the underlay's namespace `netns` (the process's own if `None`),
+    /// with MTU `mtu`, up.
     /// A device of that name an earlier run of sluice left is replaced; any other is
     /// refused. Returns what the kernel datapath needs to know of it.
     pub fn add_device(
         &mut self,
+        port: &str,
         v: &VxlanSettings,
         name: &str,
         netns: Option<&str>,
         mtu: u16,
-    ) -> io::Result<KernelTunnel> {
+    ) -> Result<KernelTunnel> {
         if let Ok(old) = sluice_sys::link::ifindex(name) {
             if !is_ours(name) {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!(
-                        "an interface named {name} (index {old}) exists already in the switch's namespace and is not a tunnel device of sluice's; give the port another name"
-                    ),
-                ));
+                return Err(Error::TunnelNameTaken { port: port.to_string(), name: name.to_string(), index: old });
             }
             ip(None, &["link", "del", name])?;
         }
@@ -232,7 +259,7 @@ impl VxlanPort {
             Ok(i) => i,
             Err(e) => {
                 let _ = ip(None, &["link", "del", name]);
-                return Err(e);
+                return Err(e.into());
             }
         };
         let (tx, rx) = mpsc::channel();

@@ -12,10 +12,11 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
 use sluice_smc::access::{self, Cred, Policy, Unsafe};
 
-use sluice_sys::paths;
+use crate::error::{Error, Result};
+use sluice_sys::error::{Context, Failure, Report};
+use sluice_sys::{bail, paths};
 
 /// The preload library, built by `build.rs`.
 static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsluice_smc.so"));
@@ -150,10 +151,7 @@ pub fn setup(group: Option<u32>) -> Result<Policy> {
     if me != 0 {
         let owner = std::fs::metadata(&run).map(|m| m.uid()).ok();
         if owner != Some(me) {
-            bail!(
-                "setting up the fast path in {} needs root (it decides which users may share memory); run `sudo sluice smc setup`",
-                run.display()
-            );
+            return Err(Error::NeedsRoot { run });
         }
     }
     let mk = |dir: &Path, mode: u32, gid: u32| -> Result<()> {
@@ -170,7 +168,8 @@ pub fn setup(group: Option<u32>) -> Result<Policy> {
         std::os::unix::fs::chown(dir, Some(me), Some(gid))
             .with_context(|| format!("giving {} to uid {me}, gid {gid}", dir.display()))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("setting the mode of {}", dir.display()))
+            .with_context(|| format!("setting the mode of {}", dir.display()))?;
+        Ok(())
     };
     let base_gid = if me == 0 { 0 } else { my_gid };
     mk(&smc_dir(), access::ROOT_DIR_MODE, base_gid)?;
@@ -247,7 +246,7 @@ pub fn verdict(program: &str) -> Result<Verdict> {
         // No library file to be had (a full /run, say): the program still runs.
         State::Ready(_) => match install_library(me.uid) {
             Ok(lib) => Ok(Verdict::Load(lib)),
-            Err(e) => plain(format!("cannot install the preload library ({e:#})")),
+            Err(e) => plain(format!("cannot install the preload library ({})", Report(&e))),
         },
     }
 }
@@ -298,10 +297,10 @@ pub fn install_library(uid: u32) -> Result<PathBuf> {
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
+        return Err(Failure::new(format!("writing {}", path.display()), e).into());
     }
     if !trusted(&path, uid) {
-        bail!("{} is not safe to preload (another user can write it or its directory)", path.display());
+        return Err(Error::NotSafe(path));
     }
     Ok(path)
 }
@@ -310,11 +309,12 @@ pub fn install_library(uid: u32) -> Result<PathBuf> {
 fn private_dir(dir: &Path, uid: u32) -> Result<()> {
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() && m.uid() == uid => {}
-        Ok(_) => bail!("{} exists and is not a directory of yours: remove it, or set XDG_RUNTIME_DIR", dir.display()),
+        Ok(_) => return Err(Error::NotYours(dir.into())),
         Err(_) => std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?,
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("setting the mode of {}", dir.display()))
+        .with_context(|| format!("setting the mode of {}", dir.display()))?;
+    Ok(())
 }
 
 /// 64-bit FNV-1a: a content name that stays the same across Rust versions.

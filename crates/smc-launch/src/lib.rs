@@ -7,6 +7,7 @@
 //! ([`layout`]); otherwise it says so once and runs the program on plain TCP.
 
 mod elf;
+pub mod error;
 mod layout;
 pub mod stats;
 
@@ -14,10 +15,10 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-
+use sluice_sys::error::Context;
 use sluice_sys::paths;
 
+pub use error::{Error, Result};
 pub use stats::read_stats;
 
 /// `sluice smc …`
@@ -154,21 +155,21 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
             }
             let v = stats::to_json(&t);
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&v).context("encoding the statistics")?);
             } else {
                 print!("{}", stats::render(&v));
             }
             Ok(())
         }
         SmcCmd::Setup { group, root_only } => {
-            let gid =
-                match (group, root_only) {
-                    (_, true) => None,
-                    (Some(g), _) => Some(g.parse().ok().or_else(|| layout::group_id(&g)).with_context(|| {
-                        format!("no group {g} on this host: create it with `groupadd --system {g}`")
-                    })?),
-                    (None, _) => layout::group_id(sluice_smc::access::DEFAULT_GROUP),
-                };
+            let gid = match (group, root_only) {
+                (_, true) => None,
+                (Some(g), _) => match g.parse().ok().or_else(|| layout::group_id(&g)) {
+                    Some(id) => Some(id),
+                    None => return Err(Error::NoGroup(g)),
+                },
+                (None, _) => layout::group_id(sluice_smc::access::DEFAULT_GROUP),
+            };
             let p = layout::setup(gid)?;
             println!(
                 "{}: the shared-memory fast path is open to {}",
@@ -209,7 +210,7 @@ fn info(json: bool) -> Result<()> {
     }
     rows.sort_by_key(|v| (v["pid"].as_u64(), v["since"].as_u64()));
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(&rows).context("encoding the connections")?);
         return Ok(());
     }
     if rows.is_empty() {
@@ -260,8 +261,8 @@ fn run(a: RunArgs) -> Result<()> {
         layout::Verdict::Load(lib) => lib,
         layout::Verdict::Plain(why) => {
             eprintln!("{why}");
-            let err = Command::new(program).args(&a.cmd[1..]).exec();
-            bail!("cannot run {program}: {err}")
+            let cause = Command::new(program).args(&a.cmd[1..]).exec();
+            return Err(Error::CannotRun { program: program.clone(), cause });
         }
     };
     sweep_stale();
@@ -294,8 +295,8 @@ fn run(a: RunArgs) -> Result<()> {
         }
         _ => lib.clone().into_os_string(),
     };
-    let err = Command::new(program).args(&a.cmd[1..]).env("LD_PRELOAD", preload).env("SLUICE_SMC", settings).exec();
-    bail!("cannot run {program}: {err}")
+    let cause = Command::new(program).args(&a.cmd[1..]).env("LD_PRELOAD", preload).env("SLUICE_SMC", settings).exec();
+    Err(Error::CannotRun { program: program.clone(), cause })
 }
 
 /// Removes the side doors (`door/PID.sock`), listener entries (`listen/ADDR_PORT.NETNS.PID`)

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use crate::error::Result;
 use sluice_smc::msg::Reason;
 use sluice_smc::stats::{self, Counter};
 

@@ -5,10 +5,49 @@
 //! the rest; the command line prints the whole chain, outermost first.
 //!
 //! [`Context`] adds the sentence to a `Result` or an `Option`; [`bail!`](crate::bail) and
-//! [`failure!`](crate::failure) make one from a format string.
+//! [`failure!`](crate::failure) make one from a format string. [`Error`] is this crate's
+//! own.
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::io;
+
+use crate::fs::FileError;
+
+/// What the system-call wrappers refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An interface name the kernel would refuse.
+    #[error("interface name {name:?} {rule}")]
+    Ifname {
+        /// The name.
+        name: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// A network namespace name `ip netns` would refuse.
+    #[error(
+        "network namespace {name:?} is not a name `ip netns` accepts: give the name `ip netns list` shows (1 to {max} bytes, no '/', not '.' or '..'), not a path"
+    )]
+    NetnsName {
+        /// The name.
+        name: String,
+        /// The longest name accepted.
+        max: usize,
+    },
+    /// A path someone else could swap or change.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// Anything else, said in a sentence.
+    #[error(transparent)]
+    Failed(#[from] Failure),
+    /// A system call failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// A result whose error is this crate's [`Error`] unless said otherwise.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The error underneath a [`Failure`].
 pub type Source = Box<dyn StdError + Send + Sync + 'static>;
@@ -41,6 +80,22 @@ impl fmt::Display for Failure {
 impl StdError for Failure {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         self.source.as_deref().map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+/// Shows an error with the errors underneath it, outermost first and `: `-separated, as the
+/// command line prints a chain: `format!("{}", Report(&e))`.
+pub struct Report<'a>(pub &'a (dyn StdError + 'static));
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
     }
 }
 
@@ -102,6 +157,7 @@ mod tests {
         assert!(e.source().unwrap().to_string().contains("No such file"));
         let none: Option<u8> = None;
         assert_eq!(none.with_context(|| format!("no port {:?}", "g1")).unwrap_err().to_string(), "no port \"g1\"");
+        assert!(Report(&e).to_string().starts_with("opening /run/sluice/s.sock: No such file"), "{}", Report(&e));
     }
 
     #[test]

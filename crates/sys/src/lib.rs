@@ -4,6 +4,8 @@
 
 pub mod epoll;
 pub mod error;
+
+pub use error::Error;
 pub mod fs;
 pub mod link;
 pub mod names;

@@ -1,13 +1,16 @@
 //! The names the kernel gives things sluice creates or enters — interfaces and network
 //! namespaces — checked the way the kernel and `ip` will, before any system call sees them.
 
+use crate::error::{Error, Result};
+
 /// Checks an interface name the way the kernel will (IFNAMSIZ is 16 with the NUL).
-pub fn check_ifname(name: &str) -> Result<(), String> {
+pub fn check_ifname(name: &str) -> Result<()> {
+    let refuse = |rule| Err(Error::Ifname { name: name.to_string(), rule });
     if name.is_empty() || name.len() >= 16 {
-        return Err(format!("interface name {name:?} must be 1 to 15 bytes long"));
+        return refuse("must be 1 to 15 bytes long");
     }
     if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(format!("interface name {name:?} may not contain '/', ':' or spaces"));
+        return refuse("may not contain '/', ':' or spaces");
     }
     Ok(())
 }
@@ -19,14 +22,8 @@ const NETNS_NAME_MAX: usize = 255;
 /// no `/` (nor a NUL byte), not `.` or `..` — a name in /run/netns, never a path out of it.
 /// (A namespace named by its path, as container runtimes hand them out, would be a setting
 /// of its own with checks of its own.)
-pub fn check_netns_name(name: &str) -> Result<(), String> {
+pub fn check_netns_name(name: &str) -> Result<()> {
     let ok =
         !name.is_empty() && name.len() <= NETNS_NAME_MAX && name != "." && name != ".." && !name.contains(['/', '\0']);
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "network namespace {name:?} is not a name `ip netns` accepts: give the name `ip netns list` shows (1 to {NETNS_NAME_MAX} bytes, no '/', not '.' or '..'), not a path"
-        ))
-    }
+    if ok { Ok(()) } else { Err(Error::NetnsName { name: name.to_string(), max: NETNS_NAME_MAX }) }
 }

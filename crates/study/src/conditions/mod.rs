@@ -462,7 +462,8 @@ impl Disturbance {
             rec.problems.push(format!("interface {l} is still there"));
         }
         for (sock, port) in &ports {
-            let listed: Result<StatsReport> = Client::connect(sock).and_then(|mut c| c.call(&Request::PortList));
+            let listed: sluice_api::Result<StatsReport> =
+                Client::connect(sock).and_then(|mut c| c.call(&Request::PortList));
             if listed.is_ok_and(|r| r.ports.iter().any(|p| &p.name == port)) {
                 rec.problems.push(format!("port {port} is still on the switch"));
             }
