@@ -220,7 +220,7 @@ impl Topology {
     /// arguments: the path's build under the launcher when it has one, else this sluice.
     pub fn sluice_in(&self, ns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<Command> {
         let Some(exe) = self.smc_exe.as_ref().filter(|_| under_launcher) else {
-            return sluice_smc_launch::sluice_in(ns, cpu, under_launcher);
+            return Ok(sluice_smc_launch::sluice_in(ns, cpu, under_launcher)?);
         };
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]);

@@ -48,6 +48,12 @@ pub enum Error {
     /// Something else failed.
     #[error(transparent)]
     Failed(#[from] Failure),
+    /// An error of the switch's control client or configuration.
+    #[error(transparent)]
+    Api(#[from] sluice_api::Error),
+    /// An error of the switch daemon's code the lab runs (the kernel datapath's leftovers).
+    #[error(transparent)]
+    Daemon(#[from] sluice_daemon::Error),
     /// A file or process operation failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -66,15 +72,9 @@ impl Error {
     /// The error and what caused it, outermost first, joined by ": " (a line for a warning
     /// or a list of problems).
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut next = std::error::Error::source(self);
-        while let Some(e) = next {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            next = e.source();
-        }
-        out
+        sluice_sys::error::Report(self).to_string()
     }
+
 }
 
 /// A `Result` of sluice-lab.
