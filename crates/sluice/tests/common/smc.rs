@@ -11,7 +11,10 @@ pub struct Peers {
 }
 
 impl Peers {
+    /// Peers in a new runtime directory `tag`; fails saying what to do without python3
+    /// (the peers are tests/smc_peer.py).
     pub fn new(tag: &str) -> Peers {
+        have("python3");
         let dir = run_dir().join(format!("smc-{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
