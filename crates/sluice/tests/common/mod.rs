@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod children;
 pub mod smc;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
@@ -25,6 +26,7 @@ pub fn root() -> bool {
         ok,
         "needs root (network namespaces and TAP devices): run scripts/test.sh as root, or leave out --include-ignored"
     );
+    children::end_at_exit();
     ok
 }
 
@@ -58,16 +60,16 @@ pub fn init() {
         // SAFETY: set once, before any test thread reads the environment concurrently
         // through a child process spawn of ours (Once serializes the first callers).
         unsafe { std::env::set_var("SLUICE_RUN_DIR", &dir) };
-        // SAFETY: registers a plain function without captures; it runs once at exit.
-        unsafe { libc::atexit(remove_run_dir) };
+        children::end_at_exit();
     });
 }
 
-/// At the test process's exit: removes its runtime directory (switch sockets, lab state,
-/// the SMC tests' copies of the binary), so a suite run leaves nothing in the temporary
-/// directory. The kernel datapath's bpffs there is unmounted first when no switch has pins
-/// in it; when one still has (a switch a failed test left running), everything stays.
-extern "C" fn remove_run_dir() {
+/// At the test process's exit ([`children::end_at_exit`]): removes its runtime directory
+/// (switch sockets, lab state, the SMC tests' copies of the binary), so a suite run leaves
+/// nothing in the temporary directory. The kernel datapath's bpffs there is unmounted
+/// first when no switch has pins in it; when one still has (a switch a failed test left
+/// running), everything stays.
+fn remove_run_dir() {
     // Only the directory `init` made for this process.
     let Some(dir) = RUN_DIR.get() else { return };
     let bpf = dir.join("bpf");
