@@ -158,7 +158,7 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
 }
 
 #[test]
-#[ignore = "system tier: needs python3 (the peers are tests/smc_peer.py); scripts/test.sh runs it"]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
     let p = Peers::new("broken");
     let port = port(41);

@@ -20,12 +20,14 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// that cannot do what it is for never passes: these tests are `#[ignore]`d, and run only
 /// when asked for (`--include-ignored`, as scripts/test.sh does).
 pub fn root() -> bool {
+    root_for("network namespaces and TAP devices")
+}
+
+/// [`root`], for `what` (said in the failure).
+pub fn root_for(what: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let ok = unsafe { libc::geteuid() } == 0;
-    assert!(
-        ok,
-        "needs root (network namespaces and TAP devices): run scripts/test.sh as root, or leave out --include-ignored"
-    );
+    assert!(ok, "needs root ({what}): run scripts/test.sh as root, or leave out --include-ignored");
     children::end_at_exit();
     ok
 }

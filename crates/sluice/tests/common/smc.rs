@@ -12,9 +12,11 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// Peers in a new runtime directory `tag`; fails saying what to do without python3
-    /// (the peers are tests/smc_peer.py).
+    /// Peers in a new runtime directory `tag`; fails saying what to do without root (only
+    /// root's launcher sets the fast path up there) or python3 (the peers are
+    /// tests/smc_peer.py).
     pub fn new(tag: &str) -> Peers {
+        root_for("`sluice smc run` sets the fast path up only as root");
         have("python3");
         let dir = run_dir().join(format!("smc-{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
