@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# The whole sluice test suite, as the README's second command and CI run it.
+# The whole sluice test suite, as the README's second command and CI run it
+# (docs/testing.md says what is in it and how to run a part of it).
 #
-# Needs root (the integration tests build network namespaces and TAP devices) and a
-# Debian-like host. Installs the tools the tests drive if any is missing — and always
-# under CI=true — then checks formatting and lints and runs every test with an optimized
-# build (the integration tests move hundreds of megabytes through the switch).
+# Needs root (the system tier's tests build network namespaces, TAP devices and BPF
+# programs) and a Debian-like host. Installs the tools the tests drive if any is missing —
+# and always under CI=true — then checks formatting and lints and runs every test of both
+# tiers (`-- --include-ignored`) with an optimized build (the integration tests move
+# hundreds of megabytes through the switch). The tests run in a cgroup of their own: a
+# process of theirs still running when they end is named, killed and fails the run. A run
+# that changed a file git tracks fails too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test.sh runs the system tier, which needs root: run it as root, or run \`cargo test\` for the pure tier (docs/testing.md)" >&2
+    exit 1
+fi
 
 # openvswitch-switch: `sluice study`'s ovs path is tested against the real thing (the
 # study starts private OVS daemons; the package's own service is not needed).
@@ -40,17 +49,110 @@ if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PACKAGES[@]}"
 fi
-if [ "$(id -u)" != 0 ]; then
-    echo "warning: not root: the integration tests will skip themselves" >&2
+
+# What git tracks and the run must not change: the tracked files that differ from HEAD,
+# each with its content's hash. A checkout that had changes before the run is held to
+# them; a clean one (CI's) to none. (safe.directory: root runs the tests in a checkout
+# that may be another user's.)
+GIT=(git -c safe.directory="$PWD")
+in_git=false
+if [ -e .git ] && "${GIT[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    in_git=true
 fi
+tracked_changes() {
+    "${GIT[@]}" diff HEAD --name-only | while IFS= read -r f; do
+        if [ -e "$f" ]; then echo "$("${GIT[@]}" hash-object -- "$f") $f"; else echo "deleted $f"; fi
+    done
+}
+$in_git && before="$(tracked_changes)"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets --release -- -D warnings
-echo "== cargo test (release)"
-cargo test --locked --workspace --release
+
+# The tests run in a cgroup v2 of their own (a new one, mkdtemp's name), so that every
+# process they start — however it was detached — is found when they end. Without a
+# writable cgroup v2 they run in a session of their own instead, which a process that
+# calls setsid (a daemon) leaves unseen.
+cg_mount="$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)"
+cg=""
+if [ -n "$cg_mount" ] && [ -w "$cg_mount/cgroup.procs" ]; then
+    cg="$(mktemp -d "$cg_mount/sluice-test.XXXXXX" 2>/dev/null)" || cg=""
+fi
+sid_file="$(mktemp)"
+# The processes of the tests still running: "PID ARGS" lines.
+leftovers() {
+    local pids=()
+    if [ -n "$cg" ]; then
+        mapfile -t pids < <(find "$cg" -name cgroup.procs -exec cat {} +)
+    elif [ -s "$sid_file" ]; then
+        mapfile -t pids < <(ps -e -o pid=,sid= | awk -v s="$(cat "$sid_file")" '$2 == s { print $1 }')
+    fi
+    [ ${#pids[@]} -gt 0 ] && ps -o pid=,args= -p "$(IFS=,; echo "${pids[*]}")" || true
+}
+end_leftovers() {
+    local i
+    for i in $(seq 50); do
+        [ -n "$(leftovers)" ] || return 0
+        if [ -n "$cg" ] && [ -e "$cg/cgroup.kill" ]; then
+            echo 1 >"$cg/cgroup.kill"
+        else
+            leftovers | awk '{ print $1 }' | xargs -r kill -KILL 2>/dev/null || true
+        fi
+        sleep 0.2
+    done
+}
+# On any exit, interrupted or failed too: nothing of the tests' is left running, and
+# their cgroup goes.
+cleanup() {
+    local status=$?
+    set +e
+    end_leftovers
+    if [ -n "$cg" ] && ! rmdir "$cg" 2>/dev/null; then
+        echo "warning: cannot remove the tests' cgroup $cg" >&2
+    fi
+    rm -f "$sid_file"
+    exit $status
+}
+trap cleanup EXIT
+
+echo "== cargo test (release, both tiers)"
+if [ -n "$cg" ]; then
+    echo "(in cgroup ${cg#"$cg_mount"})"
+    set +e
+    (echo "$BASHPID" >"$cg/cgroup.procs" && exec cargo test --locked --workspace --release -- --include-ignored)
+    status=$?
+    set -e
+else
+    echo "(no writable cgroup v2 here: the tests run in a session of their own; a daemon that leaves it is not seen)"
+    set +e
+    setsid --wait bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sid_file" \
+        cargo test --locked --workspace --release -- --include-ignored
+    status=$?
+    set -e
+fi
+left="$(leftovers)"
+if [ -n "$left" ]; then
+    end_leftovers
+    echo "error: processes the tests started still ran after them (now killed):" >&2
+    echo "$left" | sed 's/^ */  /' >&2
+    exit 1
+fi
+[ $status = 0 ] || exit $status
+
 # Every parser that faces the outside, 20 s per target (skipped, and said so, without a
 # nightly toolchain); the long runs are in docs/results/*-fuzz.md.
 echo "== fuzz (20 s per target)"
 bash scripts/fuzz.sh --time 20
+
+if $in_git; then
+    echo "== tracked files unchanged"
+    after="$(tracked_changes)"
+    if [ "$after" != "$before" ]; then
+        mapfile -t changed < <(diff <(echo "$before") <(echo "$after") | sed -n 's/^[<>] [^ ]* //p' | sort -u)
+        echo "error: the run changed files git tracks:" >&2
+        "${GIT[@]}" status --porcelain --untracked-files=no -- "${changed[@]}" | sed 's/^/  /' >&2
+        exit 1
+    fi
+fi

@@ -2064,6 +2064,7 @@ fn env(name: &str) -> Option<u64> {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn the_kernel_does_what_the_core_decided() {
     if !root() {
         return;
@@ -2207,6 +2208,7 @@ fn regression(name: &'static str, spec: SwitchSpec, cases: Vec<Case>) {
 const UNKNOWN: MacAddr = MacAddr([2, 0, 0, 0, 0, 0x99]);
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn a_gso_frame_whose_ip_length_runs_past_the_frame_is_malformed_in_both() {
     // The first frame installs the verdict (flooded) that the second, of the same key,
     // finds; the kernel measured GSO frames without the core's checks and sent it on.
@@ -2224,6 +2226,7 @@ fn a_gso_frame_whose_ip_length_runs_past_the_frame_is_malformed_in_both() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn a_tag_popped_that_uncovers_another_is_counted_with_it() {
     // The frame leaves with its inner 802.1ad tag outermost, which popping the 802.1Q tag
     // moved into the skb's metadata: the kernel counted 4 bytes fewer than it sent.
@@ -2239,6 +2242,7 @@ fn a_tag_popped_that_uncovers_another_is_counted_with_it() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn a_tag_followed_by_another_cut_short_is_malformed_in_both() {
     // The core sent the frame on; the kernel could not pop its tag (the helper moves the
     // next tag into the metadata, and there is none whole) and counted a transmit error.
@@ -2253,6 +2257,7 @@ fn a_tag_followed_by_another_cut_short_is_malformed_in_both() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn a_gso_frame_from_a_group_source_is_counted_as_gso() {
     let (vnet, f) = udp4_gso(UNKNOWN, GROUPS[1], 300, 100);
     regression(
@@ -2263,6 +2268,7 @@ fn a_gso_frame_from_a_group_source_is_counted_as_gso() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn the_hosts_frames_the_switch_drops_still_reach_the_host() {
     // On an uplink that may be the host's interface: a frame to its address from a group
     // source, and a broadcast GSO frame of tiny segments. The kernel dropped both; the
@@ -2289,6 +2295,7 @@ fn l3(guests: usize, dev: Option<MacAddr>) -> SwitchSpec {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn a_frame_to_the_address_its_source_teaches_is_keyed_after_learning() {
     // The guest's first IPv4 packet, to its own address: the core read the owner of the
     // destination before learning the source (none), routed it to the LAN, and installed
@@ -2305,6 +2312,7 @@ fn a_frame_to_the_address_its_source_teaches_is_keyed_after_learning() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn in_layer_3_a_source_is_the_inputs_guest_or_no_one() {
     // Two guests sending from one address, and the LAN sending from it: the station
     // table (by VLAN and address) answered for one port only, where the core answers
@@ -2330,6 +2338,7 @@ fn in_layer_3_a_source_is_the_inputs_guest_or_no_one() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn in_layer_3_a_frame_that_does_not_read_claims_its_source_as_in_layer_2() {
     // An ARP message of another operation from a guest whose addresses are checked: the
     // core keyed its claimed address as "too short to say", the kernel as the address.
@@ -2347,6 +2356,7 @@ fn in_layer_3_a_frame_that_does_not_read_claims_its_source_as_in_layer_2() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in network namespaces of its own); scripts/test.sh runs it"]
 fn in_layer_3_an_uplinks_source_is_keyed_alike_whether_or_not_it_is_admitted() {
     // An uplink locked to its `mac`, which is its guest address in Layer 3: the core keyed
     // the source as the input's guest for a frame its checks refused, and as no one's for

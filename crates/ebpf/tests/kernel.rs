@@ -9,6 +9,7 @@ use common::{Bpffs, root};
 use sluice_ebpf::exec::{Executor, Sizes};
 
 #[test]
+#[ignore = "system tier: needs root (BPF: a program loaded for the verifier to refuse); scripts/test.sh runs it"]
 fn a_program_the_verifier_refuses_is_reported_with_its_reason() {
     if !root() {
         return;

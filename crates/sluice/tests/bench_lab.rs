@@ -38,6 +38,7 @@ fn serve_in(ns: &[String]) -> Servers {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices); scripts/test.sh runs it"]
 fn partition_aggregate_with_five_workers_in_five_namespaces() {
     if !root() {
         return;
@@ -92,6 +93,7 @@ fn partition_aggregate_with_five_workers_in_five_namespaces() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices); scripts/test.sh runs it"]
 fn request_response_across_the_switch_agrees_on_both_ends() {
     if !root() {
         return;
@@ -117,6 +119,7 @@ fn request_response_across_the_switch_agrees_on_both_ends() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices); scripts/test.sh runs it"]
 fn the_server_connects_back_across_the_switch_over_ipv6() {
     if !root() {
         return;

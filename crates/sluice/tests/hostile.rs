@@ -53,6 +53,7 @@ both_datapaths! {
     /// One guest sends 1,000,000 hostile frames (runts, lying lengths, QinQ stacks, frames
     /// over the MTU, multicast sources, random EtherTypes, garbled virtio headers, random
     /// bytes) while two others run iperf3 and a checked transfer.
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping, nc, iperf3 and python3; scripts/test.sh runs it"]
     fn a_million_hostile_frames_leave_the_switch_up_and_the_others_transfer_intact(dp: Dp) {
         if !root() || !have("iperf3") {
             return;
@@ -140,6 +141,7 @@ both_datapaths! {
     /// One guest floods 100,000 source MACs and another sends GSO frames asking for 1-byte
     /// segments, while two others run iperf3: the table stays at its bounds, the others stay
     /// learned, and none of their unicast reaches the flooder.
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping, iperf3 and python3; scripts/test.sh runs it"]
     fn a_mac_flood_and_tiny_gso_frames_leave_the_others_learned_and_unheard(dp: Dp) {
         if !root() || !have("iperf3") {
             return;

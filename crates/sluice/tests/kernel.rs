@@ -18,6 +18,7 @@ fn upcall_tap(name: &str) -> String {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), nc and python3; scripts/test.sh runs it"]
 fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop_leaves_nothing() {
     if !root() {
         return;
@@ -47,6 +48,7 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), ping; scripts/test.sh runs it"]
 fn a_veth_deleted_behind_the_switchs_back_stops_its_port_and_nothing_else() {
     if !root() {
         return;
@@ -66,6 +68,7 @@ fn a_veth_deleted_behind_the_switchs_back_stops_its_port_and_nothing_else() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), ping; scripts/test.sh runs it"]
 fn tap_and_veth_guests_on_one_kernel_switch_reach_each_other() {
     if !root() {
         return;
@@ -106,6 +109,7 @@ impl Drop for VethPair {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), python3; scripts/test.sh runs it"]
 fn a_veth_whose_peer_is_in_the_switchs_namespace_is_reached_in_the_kernel() {
     if !root() {
         return;
@@ -151,6 +155,7 @@ fn a_veth_whose_peer_is_in_the_switchs_namespace_is_reached_in_the_kernel() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), ping, python3 and setpriv; scripts/test.sh runs it"]
 fn nothing_but_the_switch_reaches_a_guest_through_its_veth() {
     if !root() || !have("setpriv") {
         return;
@@ -275,6 +280,7 @@ fn flood_sent(mut flood: smc::Killed, mut out: std::io::BufReader<std::process::
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths and the kernel datapath's BPF programs), ping, python3 and setpriv; scripts/test.sh runs it"]
 fn only_the_kernel_datapath_reaches_the_upcall_tap() {
     if !root() || !have("setpriv") {
         return;

@@ -22,6 +22,7 @@ fn neigh_mac(ns: &str, ip: &str) -> Option<String> {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping and nc; scripts/test.sh runs it"]
     fn in_layer_3_guests_and_the_lan_reach_each_other_and_transfers_arrive_intact(dp: Dp) {
         if !root() {
             return;
@@ -59,6 +60,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping and tshark; scripts/test.sh runs it"]
     fn in_layer_3_every_guest_is_seen_on_the_lan_with_the_uplinks_mac(dp: Dp) {
         if !root() || !have("tshark") {
             eprintln!("skipped: needs root and tshark");
@@ -88,6 +90,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), python3; scripts/test.sh runs it"]
     fn in_layer_3_non_ip_frames_are_dropped_and_counted(dp: Dp) {
         if !root() {
             return;
@@ -104,6 +107,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping; scripts/test.sh runs it"]
     fn after_a_failover_the_lan_learns_the_guests_behind_the_backups_mac(dp: Dp) {
         if !root() {
             return;
@@ -131,6 +135,7 @@ both_datapaths! {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices); scripts/test.sh runs it"]
 fn a_lab_refuses_a_running_switch_of_the_other_mode() {
     if !root() {
         return;

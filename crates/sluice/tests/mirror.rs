@@ -20,6 +20,7 @@ fn icmp_between(frames: &[(Option<u16>, Vec<u8>)], a: [u8; 4], b: [u8; 4]) -> us
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping and python3; scripts/test.sh runs it"]
     fn a_mirror_port_sees_a_ping_between_two_other_guests(dp: Dp) {
         if !root() {
             return;

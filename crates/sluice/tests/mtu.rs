@@ -7,6 +7,7 @@ mod common;
 use common::*;
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping and iperf3; scripts/test.sh runs it"]
     fn frames_and_gso_segments_over_the_output_mtu_are_dropped(dp: Dp) {
         if !root() || !have("iperf3") {
             eprintln!("skipped: needs root and iperf3");

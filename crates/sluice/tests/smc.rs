@@ -8,6 +8,7 @@ use common::smc::*;
 use common::*;
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root); scripts/test.sh runs it"]
 fn the_launcher_loads_the_library_into_the_program_and_its_children() {
     let maps = sluice_ok(&["smc", "run", "--", "sh", "-c", "cat /proc/self/maps; echo SLUICE_SMC=$SLUICE_SMC"]);
     assert!(maps.contains("/smc/lib/libsluice_smc-"), "the library is mapped in the child: {maps}");
@@ -19,6 +20,7 @@ fn the_launcher_loads_the_library_into_the_program_and_its_children() {
 }
 
 #[test]
+#[ignore = "system tier: needs nc (netcat-openbsd) and ss (iproute2); scripts/test.sh runs it"]
 fn tcp_through_the_library_arrives_intact() {
     let dir = std::env::temp_dir().join(format!("sluice-smc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -60,6 +62,7 @@ fn sizes_out_of_range_and_missing_programs_are_refused() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_gigabyte_crosses_shared_memory_intact_each_way() {
     let p = Peers::new("gb");
     let (s, out) = p.serve(true, &["serve", &port(1), "sink"]);
@@ -76,6 +79,7 @@ fn a_gigabyte_crosses_shared_memory_intact_each_way() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn the_tcp_socket_itself_carries_no_payload_and_info_lists_the_connection() {
     let p = Peers::new("ss");
     let (s, out) = p.serve(true, &["serve", &port(3), "sink+hold:3"]);
@@ -109,6 +113,7 @@ fn the_tcp_socket_itself_carries_no_payload_and_info_lists_the_connection() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn without_a_peer_under_the_launcher_the_connection_stays_on_tcp() {
     let p = Peers::new("fb");
     // Client under the launcher, plain server: no listener registered.
@@ -128,6 +133,7 @@ fn without_a_peer_under_the_launcher_the_connection_stays_on_tcp() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn many_small_writes_arrive_complete_and_in_order() {
     let p = Peers::new("small");
     let (s, out) = p.serve(true, &["serve", &port(6), "sink"]);
@@ -138,6 +144,7 @@ fn many_small_writes_arrive_complete_and_in_order() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_blocking_reader_that_slept_leaves_its_socket_pollable() {
     // The reader's blocking reads sleep on the ring's futex between bursts (the writer
     // wakes it without a doorbell when the bytes fit its buffer); whenever bytes are left
@@ -151,6 +158,7 @@ fn a_blocking_reader_that_slept_leaves_its_socket_pollable() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_killed_peer_ends_the_transfer_without_a_hang() {
     let p = Peers::new("kill");
     // The reader dies: the writer's next writes fail.
@@ -190,6 +198,7 @@ fn wait_or_kill(mut c: std::process::Child, secs: u64) -> String {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn an_epoll_server_serves_250_connections_on_shared_memory() {
     let p = Peers::new("epoll");
     let (s, out) = p.serve(true, &["echo-epoll", &port(9), "250"]);
@@ -202,6 +211,7 @@ fn an_epoll_server_serves_250_connections_on_shared_memory() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_connection_survives_fork_after_connect() {
     let p = Peers::new("fork");
     let (s, out) = p.serve(true, &["serve", &port(0), "sink"]);
@@ -213,6 +223,7 @@ fn a_connection_survives_fork_after_connect() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_forked_child_and_its_parent_writing_at_once_take_turns() {
     // Both processes push into the same ring at the same time: the shared writers' lock
     // keeps every 64-byte write whole, and nothing is lost.
@@ -228,6 +239,7 @@ fn a_forked_child_and_its_parent_writing_at_once_take_turns() {
 /// in its `accept` after the client has written (its bytes sit in the ring and go onto TCP
 /// instead) — the connection carries exactly the application's bytes over TCP.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_handshake_broken_at_any_step_leaves_the_connection_on_tcp_intact() {
     let p = Peers::new("fault");
     for (i, (side, step, client_reason)) in
@@ -271,6 +283,7 @@ fn launched_with(p: &Peers, opts: &[&str], args: &[&str]) -> std::process::Comma
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), iperf3, sockperf and python3; scripts/test.sh runs it"]
 fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
     if !have("iperf3") || !have("sockperf") {
         eprintln!("skipped: needs iperf3 and sockperf");
@@ -315,6 +328,7 @@ fn iperf3_and_sockperf_run_on_shared_memory_under_the_launcher() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices), python3; scripts/test.sh runs it"]
 fn programs_in_two_namespaces_meet_on_shared_memory_through_a_switch() {
     if !root() {
         return;
@@ -334,6 +348,7 @@ fn programs_in_two_namespaces_meet_on_shared_memory_through_a_switch() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices), python3; scripts/test.sh runs it"]
 fn a_plain_listener_with_the_same_address_elsewhere_never_sees_a_handshake_byte() {
     if !root() {
         return;
@@ -369,6 +384,7 @@ fn a_plain_listener_with_the_same_address_elsewhere_never_sees_a_handshake_byte(
 /// blocking `accept`, and with several workers polling a non-blocking listener at once,
 /// as nginx's do. Every connection moves, every byte arrives, nobody waits.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_pre_forking_servers_children_take_their_connections_onto_shared_memory() {
     let p = Peers::new("prefork");
     let (s, out) = p.serve(true, &["serve-forked", &port(32), "127.0.0.1", "2"]);
@@ -404,6 +420,7 @@ fn a_pre_forking_servers_children_take_their_connections_onto_shared_memory() {
 /// gets a door of its own (threads do not survive fork; before, it had none, and its
 /// clients found no door to propose to).
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_forked_child_listening_on_its_own_port_has_a_side_door_of_its_own() {
     let p = Peers::new("childlisten");
     let (s, out) = p.serve(true, &["serve-in-child", &port(48), "sink"]);
@@ -417,6 +434,7 @@ fn a_forked_child_listening_on_its_own_port_has_a_side_door_of_its_own() {
 /// A program's side door and listener entries: gone when it exits normally; left when a
 /// signal kills it, and then swept by the next `sluice smc run` (issue 15).
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_next_launch() {
     let p = Peers::new("sweep");
     let smc = p.dir.join("smc");
@@ -477,6 +495,7 @@ fn doors_and_listener_entries_go_at_exit_and_a_killed_programs_are_swept_at_the_
 /// on moved sockets: every byte through the rings (before, sendfile and splice wrote into the doorbell socket pair: the peer
 /// read nothing, or another request's bytes).
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
     let p = Peers::new("sf");
     // sendfile from a file, at offsets and at the file's position.
@@ -523,6 +542,7 @@ fn sendfile_splice_fionread_and_mmsg_move_the_bytes_through_the_rings() {
 /// connections and a value written and read back with redis-cli; socat moving 200 MB
 /// (sha256 compared). Every connection on shared memory, none on TCP.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3, redis and socat; scripts/test.sh runs it"]
 fn redis_and_socat_run_on_shared_memory_under_the_launcher() {
     if !have("redis-server") || !have("redis-benchmark") || !have("socat") {
         eprintln!("skipped: needs redis-server, redis-tools and socat");
@@ -583,6 +603,7 @@ fn redis_and_socat_run_on_shared_memory_under_the_launcher() {
 /// intact, 1 KB files to ab (which counts any body of the wrong length as failed), and a
 /// pipelined client whose every body is checked; every connection on shared memory.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3, nginx, curl and ab; scripts/test.sh runs it"]
 fn nginx_with_its_default_layout_serves_on_shared_memory() {
     if !have("nginx") || !have("curl") || !have("ab") {
         eprintln!("skipped: needs nginx, curl and ab (apache2-utils)");
@@ -671,6 +692,7 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
 /// doorbell end), not five as it once did: the rings live in the association's arena
 /// (made once per server process), and the program's own numbering is what TCP gives it.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_moved_connection_holds_three_descriptors_two_of_them_out_of_the_programs_way() {
     let p = Peers::new("fds");
     let count = |launcher: bool| {
@@ -693,6 +715,7 @@ fn a_moved_connection_holds_three_descriptors_two_of_them_out_of_the_programs_wa
 /// Buffers grow like TCP's: a stream that keeps filling its peer's buffer doubles it;
 /// a connection of small writes keeps its first size; `-r`/`-t` fix the sizes.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_streams_buffer_grows_a_trickles_does_not_and_fixed_sizes_stay_fixed() {
     let p = Peers::new("grow");
     let grown = |st: &serde_json::Value| st["buffers_grown"].as_u64().unwrap();
@@ -737,6 +760,7 @@ fn a_streams_buffer_grows_a_trickles_does_not_and_fixed_sizes_stay_fixed() {
 /// and publishing them, where wrk met it once in a few runs: the study test's wrk cells
 /// (tests/study.rs), which fail on any wrk error, are the sharper check.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_reader_told_readable_always_finds_bytes() {
     let p = Peers::new("strict");
     for (i, mode) in ["small:20000", "bursts:300", "source:20000000"].iter().enumerate() {
@@ -756,6 +780,7 @@ fn a_reader_told_readable_always_finds_bytes() {
 /// program's non-blocking read after the wait finds the server's bytes (on TCP), not
 /// EAGAIN (wrk counted one read error in a study run).
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_decline_while_the_client_waits_is_not_reported_as_readable() {
     let p = Peers::new("declwait");
     for (i, waiter) in ["select", "poll", "epoll"].iter().enumerate() {
@@ -782,6 +807,7 @@ fn a_decline_while_the_client_waits_is_not_reported_as_readable() {
 /// the ring, or a change to blocking mode, lost the bytes or left a blocking program's
 /// socket non-blocking.)
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn declined_connections_fall_back_once_with_their_bytes_however_many_at_once() {
     let p = Peers::new("declmany");
     let port = port(18);
@@ -823,6 +849,7 @@ fn declined_connections_fall_back_once_with_their_bytes_however_many_at_once() {
 /// times. (A reader that looked at the ring, then at the flags the writer set after
 /// publishing, took the end for the reply in one run of eight.)
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_reply_written_just_before_close_is_read_whole() {
     let p = Peers::new("crr");
     let port = port(28);
@@ -852,6 +879,7 @@ fn a_reply_written_just_before_close_is_read_whole() {
 /// raises its completions; a moved socket that sets it later gets every send reported
 /// as copied (`SO_EE_CODE_ZEROCOPY_COPIED`) on its error queue. Bytes intact each way.
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn zero_copy_sends_stay_on_tcp_when_asked_first_and_complete_as_copies_when_moved() {
     let p = Peers::new("zerocopy");
     let split = |o: String| -> (String, String) {

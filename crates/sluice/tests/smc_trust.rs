@@ -103,6 +103,7 @@ fn hostile_sent(c: std::process::Command) -> (std::process::Child, Out) {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3 and setpriv; scripts/test.sh runs it"]
 fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
     if !root() {
         return;
@@ -157,6 +158,7 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
     let p = Peers::new("broken");
     let port = port(41);
@@ -190,6 +192,7 @@ fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3 and setpriv; scripts/test.sh runs it"]
 fn resetting_the_statistics_while_programs_run_breaks_none_of_them() {
     if !root() {
         return;
@@ -235,6 +238,7 @@ fn resetting_the_statistics_while_programs_run_breaks_none_of_them() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_listener_registered_in_another_namespace_never_gets_the_connection() {
     if !root() {
         return;
@@ -261,6 +265,7 @@ fn a_listener_registered_in_another_namespace_never_gets_the_connection() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3 and setpriv; scripts/test.sh runs it"]
 fn users_the_fast_path_is_not_open_to_get_plain_tcp_and_one_message() {
     if !root() {
         return;
@@ -322,6 +327,7 @@ impl Group {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3, setpriv and groupadd; scripts/test.sh runs it"]
 fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
     if !root() {
         return;
@@ -351,6 +357,7 @@ fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3, setpriv and groupadd; scripts/test.sh runs it"]
 fn a_member_of_the_group_cannot_make_a_server_wait_for_anothers_connection() {
     if !root() {
         return;
@@ -403,6 +410,7 @@ fn signal(pid: u32, sig: i32) {
 /// no announcement was decided, and the liar of the test above saw "undecided" in 13 runs
 /// of 30 with two busy loops beside it.)
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3, setpriv and groupadd; scripts/test.sh runs it"]
 fn a_connection_whose_client_closed_before_the_server_accepted_is_nobodys_to_announce() {
     if !root() {
         return;
@@ -448,6 +456,7 @@ fn a_connection_whose_client_closed_before_the_server_accepted_is_nobodys_to_ann
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_runtime_directory_left_by_an_older_sluice_is_repaired_by_roots_launcher() {
     if !root() {
         return;
@@ -476,6 +485,7 @@ fn a_runtime_directory_left_by_an_older_sluice_is_repaired_by_roots_launcher() {
 /// no decision ever (the client gives up on it after its bound) — the client's bytes
 /// reach it whole over TCP.
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_listener_that_cheats_cannot_hold_a_client_or_its_bytes() {
     if !root() {
         return;
@@ -514,6 +524,7 @@ fn a_listener_that_cheats_cannot_hold_a_client_or_its_bytes() {
 /// follow) and never proves them: the server's `accept` waits for the first (briefly),
 /// not for that user's next ones; every byte arrives over TCP.
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3, setpriv and groupadd; scripts/test.sh runs it"]
 fn a_client_that_announces_and_never_proves_holds_accept_once() {
     if !root() {
         return;
@@ -556,6 +567,7 @@ fn a_client_that_announces_and_never_proves_holds_accept_once() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn files_planted_in_the_shared_directories_never_hang_the_admin_commands() {
     if !root() {
         return;
@@ -595,6 +607,7 @@ fn files_planted_in_the_shared_directories_never_hang_the_admin_commands() {
 /// accepts its next connection. (The door took up to 512 announcements, three
 /// descriptors each, per association: the program ran out and its `accept` failed.)
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_flood_of_announcements_leaves_the_server_its_descriptors() {
     if !root() {
         return;
@@ -651,6 +664,7 @@ fn a_flood_of_announcements_leaves_the_server_its_descriptors() {
 /// its connection on shared memory. (Each `connect` read and checked every entry — a
 /// `kill(2)` each, twice — and tried the door of every one.)
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn planted_listener_entries_cost_a_connect_a_few_looks() {
     if !root() {
         return;
@@ -687,6 +701,7 @@ fn planted_listener_entries_cost_a_connect_a_few_looks() {
 /// (a file of 2^64 − 7 cancelled another user's 7 when the sum wrapped), and every count is
 /// shown by user too.
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_members_statistics_file_can_misstate_only_its_own_counts() {
     if !root() {
         return;
@@ -724,6 +739,7 @@ impl Drop for Mounted {
 }
 
 #[test]
+#[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3; scripts/test.sh runs it"]
 fn a_full_runtime_directory_costs_the_fast_path_or_its_counters_never_a_program() {
     if !root() {
         return;

@@ -88,6 +88,7 @@ fn cells(dir: &Path) -> Vec<Value> {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths); scripts/test.sh runs it"]
 fn a_tiny_study_writes_its_table_csv_and_charts() {
     if !root() {
         return;
@@ -144,6 +145,7 @@ duration = 1
 /// named in `builds` (here a wrapper that notes how it was started, then runs this sluice),
 /// interleaved with `sluice-kernel` run by the study's own executable.
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths); scripts/test.sh runs it"]
 fn a_path_runs_its_switch_with_the_build_the_study_names() {
     if !root() {
         return;
@@ -184,6 +186,7 @@ builds = {{ copy = "{}" }}
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths); scripts/test.sh runs it"]
 fn a_partition_aggregate_study_builds_six_guests_and_reports_completion_times_and_drops() {
     if !root() {
         return;
@@ -271,6 +274,7 @@ fn partition_aggregate_points_need_paths_with_six_guests() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths), ethtool; scripts/test.sh runs it"]
 fn the_overlay_paths_build_two_hosts_joined_by_vxlan() {
     if !root() || !have("ethtool") {
         return;
@@ -335,6 +339,7 @@ fn unknown_paths_and_workloads_are_refused_by_name_and_line() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths); scripts/test.sh runs it"]
 fn an_interrupted_study_resumes_without_repeating_cells() {
     if !root() {
         return;
@@ -394,6 +399,7 @@ fn crate_kill(pid: u32, sig: i32) {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths), Open vSwitch; scripts/test.sh runs it"]
 fn the_ovs_path_runs_when_installed_and_is_skipped_with_the_reason_otherwise() {
     if !root() {
         return;
@@ -434,6 +440,7 @@ duration = 1
 /// one way to measure paths): their servers in the server namespace, their results in the
 /// same table, sockperf only at one connection.
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths), iperf3 and sockperf; scripts/test.sh runs it"]
 fn iperf3_and_sockperf_run_as_study_workloads() {
     if !root() || !have("iperf3") || !have("sockperf") {
         return;
@@ -476,6 +483,7 @@ duration = 1
 /// redis under redis-benchmark, on plain TCP and on the fast path (both ends under
 /// `sluice smc run`), in one run.
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths), nginx, wrk and redis; scripts/test.sh runs it"]
 fn nginx_and_redis_run_as_study_workloads_on_tcp_and_on_shared_memory() {
     if !root() || !have("nginx") || !have("wrk") || !have("redis-server") || !have("redis-benchmark") {
         return;
@@ -521,6 +529,7 @@ fn lab_of(pid: u32) -> String {
 /// run's verdict; and nothing is left: namespaces, interfaces, ports, the sockets'
 /// directory, processes.
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veths, bridges and BPF programs for the study's paths); scripts/test.sh runs it"]
 fn a_quick_hostile_study_measures_quiet_and_rings_and_leaves_nothing_behind() {
     if !root() {
         return;

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping; scripts/test.sh runs it"]
     fn ping_and_ping6_at_1500_and_jumbo_8992(dp: Dp) {
         if !root() {
             return;
@@ -30,6 +31,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping; scripts/test.sh runs it"]
     fn mtu_1492_lab_carries_full_size_frames(dp: Dp) {
         if !root() {
             return;
@@ -41,6 +43,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), nc; scripts/test.sh runs it"]
     fn tcp_transfer_of_200_mb_arrives_intact(dp: Dp) {
         if !root() {
             return;
@@ -63,6 +66,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), iperf3; scripts/test.sh runs it"]
     fn iperf3_through_the_switch_moves_gso_frames_whole(dp: Dp) {
         if !root() {
             return;
@@ -92,6 +96,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), python3; scripts/test.sh runs it"]
     fn broadcast_reaches_every_guest_and_non_ip_frames_pass(dp: Dp) {
         if !root() {
             return;
@@ -124,6 +129,7 @@ fn tempdir(lab: &str) -> std::path::PathBuf {
 /// completes. (The TAPs' own kernel drops are the port kind's, shown by `sluice port
 /// list` as "no: kernel drops"; they are not the switch's.)
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices), iperf3; scripts/test.sh runs it"]
 fn an_incast_of_five_senders_into_one_guest_loses_nothing_in_a_lossless_switch() {
     if !root() {
         return;
@@ -167,6 +173,7 @@ fn an_incast_of_five_senders_into_one_guest_loses_nothing_in_a_lossless_switch()
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices), ping and iperf3; scripts/test.sh runs it"]
 fn a_lossless_switch_carries_tcp_without_dropping_for_full_queues() {
     if !root() {
         return;
@@ -194,6 +201,7 @@ fn a_lossless_switch_carries_tcp_without_dropping_for_full_queues() {
 /// input — the other receiver's stream keeps moving — and the pause watchdog declares the
 /// stopped port stuck. After SIGCONT it recovers by itself and its stream completes.
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices), iperf3; scripts/test.sh runs it"]
 fn a_stopped_receiver_does_not_stall_the_others_and_the_watchdog_sees_it() {
     if !root() {
         return;
@@ -247,6 +255,7 @@ fn a_stopped_receiver_does_not_stall_the_others_and_the_watchdog_sees_it() {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), python3; scripts/test.sh runs it"]
     fn a_port_drops_the_ethertypes_it_is_told_to_and_counts_them(dp: Dp) {
         if !root() {
             return;

@@ -9,6 +9,7 @@ mod common;
 use common::*;
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), ping and nc; scripts/test.sh runs it"]
     fn guests_and_the_lan_reach_each_other_and_transfers_arrive_intact(dp: Dp) {
         if !root() {
             return;
@@ -44,6 +45,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), python3; scripts/test.sh runs it"]
     fn vlan_tags_cross_the_uplink_both_ways(dp: Dp) {
         if !root() {
             return;
@@ -77,6 +79,7 @@ both_datapaths! {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths); scripts/test.sh runs it"]
 fn an_uplink_that_does_not_exist_is_refused_with_what_to_do() {
     if !root() {
         return;
@@ -89,6 +92,7 @@ fn an_uplink_that_does_not_exist_is_refused_with_what_to_do() {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), ping; scripts/test.sh runs it"]
     fn an_isolated_guest_reaches_the_lan_but_no_other_guest(dp: Dp) {
         if !root() {
             return;
@@ -106,6 +110,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), ping; scripts/test.sh runs it"]
     fn a_guest_forging_a_mac_is_dropped_and_counted(dp: Dp) {
         if !root() {
             return;
@@ -130,6 +135,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), ping; scripts/test.sh runs it"]
     fn a_guest_forging_an_ip_address_is_dropped_and_counted(dp: Dp) {
         if !root() {
             return;
@@ -154,6 +160,7 @@ both_datapaths! {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), ping; scripts/test.sh runs it"]
 fn lab_up_with_a_lan_builds_the_external_host_and_down_removes_it() {
     if !root() {
         return;
@@ -175,6 +182,7 @@ fn lab_up_with_a_lan_builds_the_external_host_and_down_removes_it() {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths), iperf3; scripts/test.sh runs it"]
     fn traffic_moves_to_a_backup_uplink_when_the_active_one_goes_down(dp: Dp) {
         if !root() {
             return;

@@ -168,6 +168,7 @@ fn send(d: &mut Driver, frame: &[u8]) {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices beside vhost-user ports), python3; scripts/test.sh runs it"]
 fn a_guest_without_a_vm_pings_a_namespace_guest_and_receives_its_datagrams() {
     if !root() {
         return;
@@ -246,6 +247,7 @@ fn a_guest_without_a_vm_pings_a_namespace_guest_and_receives_its_datagrams() {
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices beside vhost-user ports); scripts/test.sh runs it"]
 fn lossless_incast_of_two_guests_into_a_slow_one_loses_nothing() {
     if !root() {
         return;
@@ -351,6 +353,7 @@ fn pings(sw: &Switch) {
 /// queues, the log says it once, and the switch stops when asked. Setting the ring up
 /// again (the VM resetting its device) brings frames to the guest again.
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices beside vhost-user ports), ping and python3; scripts/test.sh runs it"]
 fn a_guest_that_breaks_its_rings_harms_no_one_else() {
     if !root() {
         return;
@@ -465,6 +468,7 @@ fn echoes(sw: &Switch, d: &mut Driver, seq: u16) {
 /// the third ends only that connection (the switch's guard puts zeros where the page was),
 /// `port list` says why, and a QEMU that behaves is served after.
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices beside vhost-user ports); scripts/test.sh runs it"]
 fn a_peer_whose_memory_is_short_shrinkable_or_shrunk_harms_no_one_else() {
     if !root() {
         return;
@@ -523,6 +527,7 @@ fn a_peer_whose_memory_is_short_shrinkable_or_shrunk_harms_no_one_else() {
 /// doubles (to 2 s), and logs each kind of event at most once a minute — before, it
 /// reconnected at once, thousands of times a second, with log lines for each.
 #[test]
+#[ignore = "system tier: needs root (network namespaces and TAP devices beside vhost-user ports); scripts/test.sh runs it"]
 fn a_client_port_whose_peer_closes_at_once_backs_off_and_logs_little() {
     if !root() {
         return;

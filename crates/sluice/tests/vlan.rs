@@ -6,6 +6,7 @@ mod common;
 use common::*;
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), ping; scripts/test.sh runs it"]
     fn access_ports_isolate_vlans(dp: Dp) {
         if !root() {
             return;
@@ -26,6 +27,7 @@ both_datapaths! {
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), python3; scripts/test.sh runs it"]
     fn trunk_port_with_allowed_list_and_native_vlan(dp: Dp) {
         if !root() {
             return;

@@ -711,16 +711,19 @@ fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_o
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, ethtool and python3; scripts/test.sh runs it"]
 fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it() {
     a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over(false);
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, ethtool and python3; scripts/test.sh runs it"]
 fn a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over_ipv6() {
     a_flood_from_an_unknown_underlay_host_is_dropped_before_the_switch_reads_it_over(true);
 }
 
 #[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping and ethtool; scripts/test.sh runs it"]
 fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_it() {
     if !root() || !have("ethtool") {
         return;
@@ -768,48 +771,56 @@ fn lab_up_with_hosts_makes_one_lan_of_sluice_and_kernel_hosts_and_down_removes_i
 // Each on both datapaths: the user-space one's tunnel is a UDP socket, the kernel one's a
 // vxlan device in external mode fed by the TC programs' tunnel keys.
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, nc, tshark and ethtool; scripts/test.sh runs it"]
     fn a_sluice_host_and_a_kernel_vxlan_host_are_one_lan(dp: Dp) {
         a_sluice_host_and_a_kernel_vxlan_host_are_one_lan_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, nc, ethtool and python3; scripts/test.sh runs it"]
     fn two_sluice_hosts_and_a_kernel_host_flood_once_to_each(dp: Dp) {
         two_sluice_hosts_and_a_kernel_host_flood_once_to_each_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, tshark and ethtool; scripts/test.sh runs it"]
     fn an_ipv6_underlay_carries_a_vni_per_vlan(dp: Dp) {
         an_ipv6_underlay_carries_a_vni_per_vlan_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, nc, ethtool and Open vSwitch; scripts/test.sh runs it"]
     fn an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other(dp: Dp) {
         an_open_vswitch_host_is_a_tunnel_endpoint_like_any_other_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, ethtool and python3; scripts/test.sh runs it"]
     fn an_underlay_host_not_among_the_remotes_is_neither_heard_nor_sent_to(dp: Dp) {
         an_underlay_host_not_among_the_remotes_is_neither_heard_nor_sent_to_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ethtool and python3; scripts/test.sh runs it"]
     fn a_remote_claiming_a_locked_local_station_does_not_move_it(dp: Dp) {
         a_remote_claiming_a_locked_local_station_does_not_move_it_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ethtool and python3; scripts/test.sh runs it"]
     fn a_vni_the_port_does_not_carry_is_its_vlan_filter_drop(dp: Dp) {
         a_vni_the_port_does_not_carry_is_its_vlan_filter_drop_on(dp == Dp::Kernel)
     }
 }
 
 both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, veth underlays and VXLAN devices), ping, ethtool, python3 and setpriv; scripts/test.sh runs it"]
     fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget(dp: Dp) {
         a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(dp == Dp::Kernel)
     }

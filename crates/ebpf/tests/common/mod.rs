@@ -1,19 +1,17 @@
-//! What the crate's kernel tests share: the root check, and a bpffs of their own to pin
+//! What the crate's kernel tests share: the root requirement, and a bpffs of their own to pin
 //! the programs' maps in.
 
 use std::process::Command;
 
 use sluice_ebpf::ensure_bpffs;
 
-/// Whether the test can run: it needs root. Under CI=true a test that cannot run fails
-/// rather than passing unseen.
+/// True when the test runs as root (loading BPF programs needs it); otherwise fails the
+/// test saying what to do. The tests that call it are the system tier's, `#[ignore]`d and
+/// run only when asked for (`--include-ignored`, as scripts/test.sh does).
 pub fn root() -> bool {
     // SAFETY: no preconditions.
     let ok = unsafe { libc::geteuid() } == 0;
-    if !ok {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "under CI=true this test must run as root");
-        eprintln!("skipped: needs root");
-    }
+    assert!(ok, "needs root (BPF programs): run scripts/test.sh as root, or leave out --include-ignored");
     ok
 }
 

@@ -10,22 +10,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod children;
 pub mod smc;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// Root is needed for namespaces and TAPs; without it the test says so and passes — except
-/// under `CI=true`, where a test that cannot run fails.
+/// The system tier's tests call this first: it returns true when the test runs as root
+/// (namespaces and TAPs need it) and otherwise fails the test saying what to do. A test
+/// that cannot do what it is for never passes: these tests are `#[ignore]`d, and run only
+/// when asked for (`--include-ignored`, as scripts/test.sh does).
 pub fn root() -> bool {
+    root_for("network namespaces and TAP devices")
+}
+
+/// [`root`], for `what` (said in the failure).
+pub fn root_for(what: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let ok = unsafe { libc::geteuid() } == 0;
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "under CI=true this test must run as root (network namespaces and TAP devices)"
-        );
-        eprintln!("skipped: needs root (network namespaces and TAP devices)");
-    }
+    assert!(ok, "needs root ({what}): run scripts/test.sh as root, or leave out --include-ignored");
+    children::end_at_exit();
     ok
 }
 
@@ -59,16 +62,16 @@ pub fn init() {
         // SAFETY: set once, before any test thread reads the environment concurrently
         // through a child process spawn of ours (Once serializes the first callers).
         unsafe { std::env::set_var("SLUICE_RUN_DIR", &dir) };
-        // SAFETY: registers a plain function without captures; it runs once at exit.
-        unsafe { libc::atexit(remove_run_dir) };
+        children::end_at_exit();
     });
 }
 
-/// At the test process's exit: removes its runtime directory (switch sockets, lab state,
-/// the SMC tests' copies of the binary), so a suite run leaves nothing in the temporary
-/// directory. The kernel datapath's bpffs there is unmounted first when no switch has pins
-/// in it; when one still has (a switch a failed test left running), everything stays.
-extern "C" fn remove_run_dir() {
+/// At the test process's exit ([`children::end_at_exit`]): removes its runtime directory
+/// (switch sockets, lab state, the SMC tests' copies of the binary), so a suite run leaves
+/// nothing in the temporary directory. The kernel datapath's bpffs there is unmounted
+/// first when no switch has pins in it; when one still has (a switch a failed test left
+/// running), everything stays.
+fn remove_run_dir() {
     // Only the directory `init` made for this process.
     let Some(dir) = RUN_DIR.get() else { return };
     let bpf = dir.join("bpf");
@@ -131,20 +134,22 @@ impl Dp {
 }
 
 /// Defines a test once and runs it against both datapaths: `name::user` and
-/// `name::kernel`, each calling the body with its [`Dp`].
+/// `name::kernel`, each calling the body with its [`Dp`]. The attributes given (its doc,
+/// `#[ignore = "…"]`) go on both tests.
 #[macro_export]
 macro_rules! both_datapaths {
     ($(#[$m:meta])* fn $name:ident($dp:ident: Dp) $body:block) => {
-        $(#[$m])*
         mod $name {
             #[allow(unused_imports)]
             use super::*;
             fn run($dp: Dp) $body
             #[test]
+            $(#[$m])*
             fn user() {
                 run(Dp::User)
             }
             #[test]
+            $(#[$m])*
             fn kernel() {
                 run(Dp::Kernel)
             }
@@ -208,21 +213,18 @@ pub fn sh_ok(cmd: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Whether `tool` is installed; a test that needs it skips without it — except under
-/// `CI=true`, where the test command installs every tool and a missing one fails.
+/// True when `tool` is installed; otherwise fails the test saying what to do (the system
+/// tier's tests call it beside [`root`]).
 pub fn have(tool: &str) -> bool {
     let ok = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "under CI=true {tool} must be installed (scripts/test.sh installs it)"
-        );
-        eprintln!("skipped: needs {tool}");
-    }
+    assert!(
+        ok,
+        "needs {tool}: install it (scripts/test.sh installs every tool the tests drive), or leave out --include-ignored"
+    );
     ok
 }
 

@@ -2,6 +2,7 @@
 //! not, each test in a runtime directory of its own; and running them as an unprivileged
 //! user, for the tests of the fast path's trust boundary.
 
+use super::children::end_tree;
 use super::*;
 
 /// Peers of one test: their own runtime directory (registry and statistics), so tests
@@ -11,7 +12,12 @@ pub struct Peers {
 }
 
 impl Peers {
+    /// Peers in a new runtime directory `tag`; fails saying what to do without root (only
+    /// root's launcher sets the fast path up there) or python3 (the peers are
+    /// tests/smc_peer.py).
     pub fn new(tag: &str) -> Peers {
+        root_for("`sluice smc run` sets the fast path up only as root");
+        have("python3");
         let dir = run_dir().join(format!("smc-{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -124,9 +130,10 @@ impl Killed {
 }
 
 impl Drop for Killed {
-    /// Kills the process and, when it leads a process group of its own (spawned with
-    /// `process_group(0)`), everything in that group: a server's workers (nginx's run as
-    /// `nobody`, and would otherwise outlive the test holding its listening socket).
+    /// Kills the process and everything it started ([`end_tree`]); when it leads a process
+    /// group of its own (spawned with `process_group(0)`), the group is asked to stop
+    /// first: nginx's master then stops its workers (which run as `nobody`, and would
+    /// otherwise outlive the test holding its listening socket).
     fn drop(&mut self) {
         let Ok(pid) = i32::try_from(self.0.id()) else { return };
         // A process group of its own: asked to stop first (nginx's master then stops and
@@ -141,6 +148,7 @@ impl Drop for Killed {
             // SAFETY: as above.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
+        end_tree(pid);
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
