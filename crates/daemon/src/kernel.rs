@@ -76,9 +76,8 @@ impl BpfLock {
             .write(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a descriptor we own; released when the file closes.
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) } != 0 {
-            let e = std::io::Error::last_os_error();
+        // Released when the file closes.
+        if let Err(e) = sluice_sys::proc::lock_exclusive(&f) {
             return Err(Failure::new(format!("locking {}", path.display()), e).into());
         }
         Ok(BpfLock { _file: f })
@@ -519,10 +518,9 @@ impl KernelSide {
     pub fn leave(mut self) -> Option<RawFd> {
         self.keep = true;
         info!(switch = %self.switch, pins = %pin_dir(&self.switch).display(), "kernel datapath left forwarding for the next run to take over");
-        // SAFETY: dup of a descriptor we own; the copy is not close-on-exec and is handed
-        // to the next program image, which owns it from then on.
-        let fd = unsafe { libc::dup(self.upcall.as_raw_fd()) };
-        (fd >= 0).then_some(fd)
+        // The copy is handed to the next program image, which owns it from then on.
+        let fd = sluice_sys::proc::dup_inheritable(&self.upcall).ok()?;
+        Some(std::os::fd::IntoRawFd::into_raw_fd(fd))
     }
 
     /// The kernel datapath's own figures.

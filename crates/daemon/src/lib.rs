@@ -65,7 +65,7 @@ pub fn run(s: Settings) -> Result<()> {
     // The program a restart in place runs: this path read now, so that an upgraded binary
     // installed over it since is the one that starts (/proc/self/exe would be the old).
     let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
-    let signals = block_signals();
+    let signals = sluice_sys::proc::StopSignals::block();
     let sw = Switch::new(s.core.clone()).context("invalid switch settings")?;
     let (tx, rx) = mpsc::channel();
     let mut dp = Datapath::new(sw, rx, s.poll, s.datapath_nice).context("starting the datapath")?;
@@ -173,7 +173,7 @@ pub fn run(s: Settings) -> Result<()> {
     }
     let (sig_jobs, sig_socket) = (jobs.clone(), s.socket.clone());
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let sig = wait_signal(&signals);
+        let sig = signals.wait();
         info!(signal = sig, "stopping");
         sig_jobs.shutdown();
         exit_unless_stopped(sig_socket);
@@ -234,33 +234,8 @@ pub(crate) fn exit_unless_stopped(socket: std::path::PathBuf) {
 fn bind_owner_only(s: &Settings) -> Result<UnixListener> {
     // Bind with a restrictive umask so the socket is never reachable by others, even
     // briefly; then make the mode explicit.
-    // SAFETY: umask only changes this process's file-creation mask.
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(&s.socket);
-    // SAFETY: as above, restoring the previous mask.
-    unsafe { libc::umask(old) };
+    let l = sluice_sys::proc::with_umask(0o177, || UnixListener::bind(&s.socket));
     let l = l.with_context(|| format!("binding the control socket {}", s.socket.display()))?;
     std::fs::set_permissions(&s.socket, std::fs::Permissions::from_mode(0o600))?;
     Ok(l)
-}
-
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset operations on a local, initialized set; pthread_sigmask affects this
-    // thread and is inherited by the threads spawned after it, so only sigwait sees them.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-fn wait_signal(set: &libc::sigset_t) -> i32 {
-    let mut sig = 0;
-    // SAFETY: `set` is an initialized sigset; `sig` is a valid out-pointer.
-    unsafe { libc::sigwait(set, &mut sig) };
-    sig
 }

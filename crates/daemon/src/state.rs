@@ -70,8 +70,7 @@ impl Runtime {
             std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&p).and_then(
                 |f| {
                     let m = f.metadata()?;
-                    // SAFETY: geteuid has no preconditions.
-                    let me = unsafe { libc::geteuid() };
+                    let me = sluice_sys::user::euid();
                     if !m.is_file() || m.uid() != me || m.mode() & 0o022 != 0 {
                         return Err(std::io::Error::other("not a regular file of this user's, writable by it alone"));
                     }

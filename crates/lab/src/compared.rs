@@ -12,7 +12,10 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
+
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::guests::{self, sh};
@@ -724,7 +727,8 @@ fn tune_client(ns: &str) -> Result<()> {
         std::fs::write("/proc/sys/net/ipv4/tcp_tw_reuse", "1")?;
         std::fs::write("/proc/sys/net/ipv4/ip_local_port_range", "10000 65000")
     })
-    .with_context(|| format!("tuning the client namespace {ns}"))
+    .with_context(|| format!("tuning the client namespace {ns}"))?;
+    Ok(())
 }
 
 /// Paths a study can compare: (name, what it is).

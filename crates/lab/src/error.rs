@@ -54,18 +54,15 @@ pub enum Error {
     /// An error of the switch daemon's code the lab runs (the kernel datapath's leftovers).
     #[error(transparent)]
     Daemon(#[from] sluice_daemon::Error),
+    /// An error of the shared-memory fast path's launcher (a path run under `sluice smc run`).
+    #[error(transparent)]
+    Smc(#[from] sluice_smc_launch::Error),
+    /// An address the lab derived from its own plan did not parse (a defect of the lab).
+    #[error("the lab made an address that does not parse: {0}")]
+    Address(#[from] std::net::AddrParseError),
     /// A file or process operation failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// An error of a crate whose errors are not typed yet (the control client, the daemon).
-    #[error(transparent)]
-    Untyped(Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl From<anyhow::Error> for Error {
-    fn from(e: anyhow::Error) -> Error {
-        Error::Untyped(e.into())
-    }
 }
 
 impl Error {
@@ -74,7 +71,6 @@ impl Error {
     pub fn chain(&self) -> String {
         sluice_sys::error::Report(self).to_string()
     }
-
 }
 
 /// A `Result` of sluice-lab.

@@ -12,7 +12,7 @@ use sluice_sys::error::Context;
 
 pub use crate::args::{AttachArg, ModeArg, UpArgs};
 pub use crate::host::{down, reboot_vm, vm_exec};
-pub use crate::shell::add_bridge;
+pub use crate::shell::{add_bridge, sh};
 use crate::state::list_names;
 pub use crate::state::{Guest, LabState};
 
@@ -185,10 +185,4 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         return crate::hosts::up(a);
     }
     crate::host::up(a)
-}
-
-/// [`crate::shell::sh`] for the callers whose errors are not typed yet (the compared paths,
-/// the study's conditions).
-pub fn sh(args: &[&str]) -> anyhow::Result<()> {
-    Ok(crate::shell::sh(args)?)
 }

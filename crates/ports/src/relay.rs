@@ -26,6 +26,7 @@ use super::stream::{MAX_FRAME, StreamPort, out_frame};
 use super::tap::TapPort;
 use crate::{Error, Result};
 use sluice_sys::netns;
+use sluice_sys::proc::{Interest, wait_any};
 
 /// How long the relay waits for the switch to connect.
 const ACCEPT_WAIT: Duration = Duration::from_secs(30);
@@ -54,12 +55,9 @@ fn listen(path: &Path) -> Result<Listening> {
         std::fs::remove_file(path)
             .with_context(|| format!("removing the socket an earlier relay left at {}", path.display()))?;
     }
-    // SAFETY: umask only changes this process's file-creation mask (no other thread of the
-    // relay creates files meanwhile).
-    let old = unsafe { libc::umask(0o177) };
-    let listener = UnixListener::bind(path);
-    // SAFETY: as above, restoring the previous mask.
-    unsafe { libc::umask(old) };
+    // The file-creation mask is the process's: no other thread of the relay creates
+    // files meanwhile.
+    let listener = sluice_sys::proc::with_umask(0o177, || UnixListener::bind(path));
     let listener = listener.with_context(|| format!("listening on {}", path.display()))?;
     let meta = std::fs::symlink_metadata(path).with_context(|| format!("checking {}", path.display()))?;
     Ok(Listening { listener, file: (meta.dev(), meta.ino()) })
@@ -92,9 +90,8 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
                     unlink_own(path, file);
                     return Err(Error::NoSwitch { path: path.into(), secs: ACCEPT_WAIT.as_secs() });
                 }
-                let mut p = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut p, 1, 100) };
+                let want = Interest { fd: listener.as_raw_fd(), read: true, write: false };
+                let _ = wait_any(&[want], 100);
             }
             Err(e) => {
                 unlink_own(path, file);
@@ -145,20 +142,9 @@ pub fn run(tap: &str, ns: Option<&str>, path: &Path, mtu: u16) -> Result<()> {
         if !moved {
             // Sleep until the socket has bytes (or room, when a frame waits) or the TAP has
             // a frame (when none waits).
-            let mut fds = [
-                libc::pollfd {
-                    fd: link.raw_fd(),
-                    events: libc::POLLIN | if waiting.is_some() || !flushed { libc::POLLOUT } else { 0 },
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: t.raw_fd(),
-                    events: if waiting.is_none() && flushed { libc::POLLIN } else { 0 },
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+            let socket = Interest { fd: link.raw_fd(), read: true, write: waiting.is_some() || !flushed };
+            let tap = Interest { fd: t.raw_fd(), read: waiting.is_none() && flushed, write: false };
+            let _ = wait_any(&[socket, tap], 1000);
         }
     }
 }

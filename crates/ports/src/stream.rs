@@ -55,7 +55,7 @@ impl StreamPort {
             .map_err(|e| io::Error::new(e.kind(), format!("connecting to {}: {e}", path.display())))?;
         let (pid, uid) = sluice_sys::peer_cred(&sock)
             .map_err(|e| io::Error::new(e.kind(), format!("reading who listens at {}: {e}", path.display())))?;
-        check_peer(uid, sluice_sys::fs::euid()).map_err(|why| {
+        check_peer(uid, sluice_sys::user::euid()).map_err(|why| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!("the program listening at {} (pid {pid}) {why}", path.display()),

@@ -629,19 +629,7 @@ mod tests {
             assert_eq!(p.take_refused(), Some((DropCause::UnknownEndpoint, 1)));
             assert_eq!(p.take_refused(), None);
             assert_eq!(p.device_drops().unwrap().from_guest, 0, "not a full buffer");
-            let unused: libc::c_int = 0;
-            // SAFETY: detaches the socket's filter; the value (read, not used) is an int
-            // that outlives the call.
-            let r = unsafe {
-                libc::setsockopt(
-                    p.raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_DETACH_FILTER,
-                    (&raw const unused).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0, "{}", io::Error::last_os_error());
+            sluice_sys::proc::set_int_option(&p.raw_fd(), libc::SOL_SOCKET, libc::SO_DETACH_FILTER, 0).unwrap();
             p.filter = None;
         } else {
             assert!(!is_root(), "as root the filter loads");
@@ -654,8 +642,7 @@ mod tests {
     }
 
     fn is_root() -> bool {
-        // SAFETY: no preconditions.
-        unsafe { libc::geteuid() == 0 }
+        sluice_sys::user::euid() == 0
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! or 0755 without one. The library a program preloads is used only from a file nobody
 //! else can write, whose bytes are this binary's own.
 
-use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -16,7 +15,7 @@ use sluice_smc::access::{self, Cred, Policy, Unsafe};
 
 use crate::error::{Error, Result};
 use sluice_sys::error::{Context, Failure, Report};
-use sluice_sys::{bail, paths};
+use sluice_sys::{bail, paths, user};
 
 /// The preload library, built by `build.rs`.
 static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsluice_smc.so"));
@@ -49,62 +48,25 @@ pub fn open_entry(path: &Path, write: bool, owner: Option<u32>) -> std::io::Resu
 
 /// This process's user, primary group and supplementary groups.
 pub fn my_cred() -> Cred {
-    // SAFETY: no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mut groups = vec![0 as libc::gid_t; 1024];
-    // SAFETY: `groups` has room for 1024 ids.
-    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
-    groups.truncate(n.max(0) as usize);
-    Cred { uid, gid, groups }
+    Cred { uid: user::euid(), gid: user::egid(), groups: user::groups() }
 }
 
 /// The id of group `name`, if the host has it.
 pub fn group_id(name: &str) -> Option<u32> {
-    let c = CString::new(name).ok()?;
-    let mut grp: libc::group = unsafe_zeroed_group();
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: getgrnam_r with a NUL-terminated name, a group struct, a buffer of its
-    // length and an out pointer, all live for the call.
-    let r = unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
-    (r == 0 && !out.is_null()).then_some(grp.gr_gid)
+    user::group_id(name)
 }
 
 /// The name of group `gid`, if the host has it.
 pub fn group_name(gid: u32) -> Option<String> {
-    let mut grp: libc::group = unsafe_zeroed_group();
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: as in `group_id`.
-    let r = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if r != 0 || out.is_null() {
-        return None;
-    }
-    // SAFETY: getgrgid_r set gr_name to a NUL-terminated string inside `buf`.
-    Some(unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned())
-}
-
-fn unsafe_zeroed_group() -> libc::group {
-    // SAFETY: `struct group` is plain data (pointers and integers); all-zero is valid.
-    unsafe { std::mem::zeroed() }
+    user::group_name(gid)
 }
 
 /// The user's name, for messages.
 pub fn user_name(uid: u32) -> String {
-    let mut pw: libc::passwd = {
-        // SAFETY: `struct passwd` is plain data; all-zero is valid.
-        unsafe { std::mem::zeroed() }
-    };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r with a passwd struct, a buffer of its length and an out pointer.
-    let r = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if r != 0 || out.is_null() {
-        return format!("uid {uid}");
+    match user::user_name(uid) {
+        Some(name) => format!("{name} (uid {uid})"),
+        None => format!("uid {uid}"),
     }
-    // SAFETY: getpwuid_r set pw_name to a NUL-terminated string inside `buf`.
-    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) }.to_string_lossy().into_owned();
-    format!("{name} (uid {uid})")
 }
 
 /// What the layout says now.
@@ -121,8 +83,7 @@ pub enum State {
 pub fn state() -> State {
     let door = smc_dir().join("door");
     let Ok(m) = std::fs::metadata(&door) else { return State::Missing };
-    // SAFETY: no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = user::euid();
     for d in [smc_dir(), smc_dir().join("lib")] {
         if let Ok(m) = std::fs::symlink_metadata(&d)
             && let Err(e) = Policy::check_private_dir(m.uid(), m.mode(), me)
@@ -145,8 +106,7 @@ pub fn describe(p: &Policy) -> String {
 /// `group`'s members (root only when `None`). Root's job, or a private runtime
 /// directory's owner's.
 pub fn setup(group: Option<u32>) -> Result<Policy> {
-    // SAFETY: no preconditions.
-    let (me, my_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (me, my_gid) = (user::euid(), user::egid());
     let run = paths::run_dir();
     if me != 0 {
         let owner = std::fs::metadata(&run).map(|m| m.uid()).ok();

@@ -134,8 +134,7 @@ pub fn run_cmd(c: SmcCmd) -> Result<()> {
         SmcCmd::Run(a) => run(a),
         SmcCmd::Stats { reset: Some(StatsReset::Reset), .. } => {
             let n = stats::reset()?;
-            // SAFETY: no preconditions.
-            if unsafe { libc::geteuid() } == 0 {
+            if sluice_sys::user::euid() == 0 {
                 println!("SMC counters reset ({n} users' files)");
             } else if n > 0 {
                 println!("your SMC counters reset (root resets every user's)");
@@ -304,8 +303,7 @@ fn run(a: RunArgs) -> Result<()> {
 /// they could not remove their own: this user's, or anyone's when root (the directories
 /// are sticky). Looks at most at 4,096 entries of each directory, never follows a link.
 fn sweep_stale() {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = sluice_sys::user::euid();
     let smc = paths::run_dir().join("smc");
     for sub in ["door", "listen", "conn"] {
         for e in std::fs::read_dir(smc.join(sub)).into_iter().flatten().flatten().take(4096) {

@@ -131,8 +131,7 @@ pub fn read_stats() -> Result<serde_json::Value> {
 /// users' files were reset. An entry that is not a statistics file is skipped with a note;
 /// the others are reset all the same.
 pub fn reset() -> Result<usize> {
-    // SAFETY: no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = sluice_sys::user::euid();
     let zeros = vec![0u8; stats::LEN - 8];
     let mut n = 0;
     let (files, more) = files();

@@ -35,16 +35,6 @@ pub enum Error {
     /// An error of sluice-lab.
     #[error(transparent)]
     Lab(#[from] sluice_lab::error::Error),
-    /// An error of a crate whose errors are not typed yet (the compared paths, the
-    /// conditions, the control client, the modeler).
-    #[error(transparent)]
-    Untyped(Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl From<anyhow::Error> for Error {
-    fn from(e: anyhow::Error) -> Error {
-        Error::Untyped(e.into())
-    }
 }
 
 impl Error {
@@ -53,7 +43,6 @@ impl Error {
     pub fn chain(&self) -> String {
         sluice_sys::error::Report(self).to_string()
     }
-
 }
 
 /// A `Result` of sluice-study.

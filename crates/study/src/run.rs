@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use sluice_bench::client::{RunOptions, run};
 use sluice_bench::report::Per;
 use sluice_bench::result::RunResult;
@@ -355,7 +355,6 @@ fn run_one(
     id: &str,
 ) -> Result<(RunResult, Option<PathDrops>, Option<AttackRecord>)> {
     let attackers = conditions::start(cell.condition, topo, id, o.duration_s)
-        .map_err(Error::from)
         .with_context(|| format!("starting condition {}", cell.condition))?;
     let cpu0 = attackers.as_ref().map(|a| a.cpu_s());
     let r = match w.pa {

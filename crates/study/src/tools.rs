@@ -27,16 +27,6 @@ const REDIS_PORT: u16 = 6379;
 /// redis-benchmark runs a count, not a time: this many requests per second of the cell.
 const REDIS_PER_S: u32 = 10_000;
 
-/// CPU seconds (user + system) of this process's waited-for children so far.
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN takes no other argument.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(r.ru_utime) + tv(r.ru_stime)
-}
-
 fn in_ns(ns: &str, argv: &[String]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns]).args(argv).stdin(Stdio::null());
@@ -227,8 +217,7 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
     impl Drop for Reap<'_> {
         fn drop(&mut self) {
             // SIGTERM first: nginx's master takes its workers with it.
-            // SAFETY: a signal to our own child.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = sluice_sys::kill(self.0.id(), libc::SIGTERM);
             let end = Instant::now() + Duration::from_secs(5);
             while Instant::now() < end && matches!(self.0.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(20));
@@ -240,7 +229,7 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
     let server = Reap(&mut server);
     wait_listening(&topo.server_ns, port, server.0)?;
     let cpu0 = sluice_bench::cpu::sample(&[], topo.switch_pid).context("reading CPU times")?;
-    let children0 = children_cpu_s();
+    let children0 = sluice_sys::proc::children_cpu_seconds();
     // Bounded: the run's own length and a minute more.
     let mut argv = vec!["timeout".to_string(), (duration_s + 60).to_string()];
     argv.extend(launch(client_argv)?);
@@ -248,7 +237,7 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
     drop(server); // (sockperf's, nginx's and redis's servers run until stopped; iperf3's has ended)
     drop(nginx);
     let cpu1 = sluice_bench::cpu::sample(&[], topo.switch_pid).context("reading CPU times")?;
-    let guest_s = (children_cpu_s() - children0).max(0.0);
+    let guest_s = (sluice_sys::proc::children_cpu_seconds() - children0).max(0.0);
     let split = sluice_bench::cpu::split(&cpu0, &cpu1);
     let cpu = CpuSplit { guest_s, switch_s: split.switch_s, other_s: (split.other_s - guest_s).max(0.0) };
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -425,13 +414,13 @@ mod tests {
     use super::*;
 
     #[test]
+    #[ignore = "system tier: needs root (a directory of another user) and nginx; scripts/test.sh runs it"]
     fn nginx_never_runs_from_a_directory_someone_planted_at_the_old_name() {
         use std::os::unix::fs::MetadataExt;
-        if !sluice_sys::is_root() {
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "under CI=true this test runs as root");
-            eprintln!("skipped: needs root (a directory of another user)");
-            return;
-        }
+        assert!(
+            sluice_sys::is_root(),
+            "needs root (a directory of another user): run scripts/test.sh as root, or leave out --include-ignored"
+        );
         // What a local user could make before the study ran: a directory of theirs at the
         // name the study once used, with a configuration in it.
         let old = std::env::temp_dir().join(format!("sluice-study-nginx-{}", std::process::id()));

@@ -111,8 +111,7 @@ pub fn peer_cred(s: &std::os::unix::net::UnixStream) -> io::Result<(i32, u32)> {
 
 /// True when running as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    user::euid() == 0
 }
 
 /// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts after this)
@@ -153,6 +152,18 @@ fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let (utime, stime): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
     Some((utime + stime) as f64 / 100.0)
+}
+
+/// An ICMP datagram socket ("ping socket": the kernel fills in the echo identifier and
+/// checksum), as a `UdpSocket`, which only sends and receives datagrams on it. The calling
+/// thread's namespace's `net.ipv4.ping_group_range` must admit the caller's group.
+pub fn ping_socket() -> io::Result<std::net::UdpSocket> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; the descriptor is checked below.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) })?;
+    // SAFETY: `fd` is a new datagram socket owned by nothing else; UdpSocket only sends
+    // and receives datagrams on it, which an ICMP datagram socket takes.
+    Ok(unsafe { std::net::UdpSocket::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

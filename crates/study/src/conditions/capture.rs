@@ -6,8 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::FromRawFd;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,14 +28,7 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// Pings `to` from the calling thread's namespace every 10 ms (an ICMP datagram socket:
 /// the namespace's `ping_group_range` must admit root), counting requests and replies.
 pub fn pinger(to: Ipv4Addr, sh: &Shared, mut clock: Clock) -> io::Result<Tally> {
-    // SAFETY: socket(2) with constant arguments; the descriptor is checked and owned below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new datagram socket owned by nothing else; UdpSocket only sends
-    // and receives datagrams on it, which an ICMP datagram socket takes.
-    let s = unsafe { UdpSocket::from_raw_fd(fd) };
+    let s = sluice_sys::ping_socket()?;
     s.set_read_timeout(Some(Duration::from_millis(10)))?;
     let dest = SocketAddr::V4(SocketAddrV4::new(to, 0));
     let mut t = Tally::default();

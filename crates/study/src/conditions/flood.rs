@@ -74,18 +74,7 @@ pub fn mac_flood(dev: &str, seed: u64, sh: &Shared, mut clock: Clock) -> io::Res
 
 /// Sets `UDP_SEGMENT` (the size each segment of a send is cut to) on UDP socket `s`.
 fn set_udp_segment(s: &UdpSocket, size: u16) -> io::Result<()> {
-    let v = libc::c_int::from(size);
-    // SAFETY: `v` is a live c_int of the size passed; the descriptor is the socket's.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    sluice_sys::proc::set_int_option(s, libc::SOL_UDP, libc::UDP_SEGMENT, i32::from(size))
 }
 
 /// Sends [`GSO_PER_S`] UDP-GSO datagrams a second of [`GSO_BYTES`] cut into

@@ -41,7 +41,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use sluice_sys::bail;
+use sluice_sys::error::Context;
+
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
 use sluice_api::client::Client;
@@ -579,7 +582,8 @@ pub fn start(c: Condition, topo: &Topology, id: &str, duration_s: u32) -> Result
             } else {
                 let spare = topo.spare_v4.as_deref().context("the path has no spare address for an attacker")?;
                 sh(&["ip", "-n", &ns, "addr", "add", spare, "dev", &dev])?;
-                let from: Ipv4Addr = spare.split('/').next().unwrap_or_default().parse()?;
+                let from: Ipv4Addr =
+                    spare.split('/').next().unwrap_or_default().parse().context("reading the path's spare address")?;
                 let to = match topo.server_addr(super::spec::Family::Ipv4) {
                     std::net::IpAddr::V4(a) => a,
                     std::net::IpAddr::V6(_) => bail!("the path's server has no IPv4 address"),
@@ -639,7 +643,7 @@ fn lab_switch(topo: &Topology) -> Result<(PathBuf, String)> {
 /// The path's spare IPv4 address (with its prefix), and the address alone.
 fn spare(topo: &Topology) -> Result<(String, Ipv4Addr)> {
     let spare = topo.spare_v4.clone().context("the path has no spare address for an extra guest")?;
-    let a = spare.split('/').next().unwrap_or_default().parse()?;
+    let a = spare.split('/').next().unwrap_or_default().parse().context("reading the path's spare address")?;
     Ok((spare, a))
 }
 
