@@ -2,6 +2,13 @@
 //! decisions are in `sluice_switch`. Each kind's module opens its device from a port
 //! description (its `attach`) and says, in an [`Attachment`], what the event loop needs to
 //! know of it beyond its one descriptor.
+//!
+//! Every port kind lives here, under `crates/ports/`: one module a kind in `src/` (TAP,
+//! veth, uplink, VXLAN, stream, relay, vhost-user's attachment), and vhost-user's device —
+//! the guest's memory, its rings, the protocol — in `vhost/`, a crate of its own
+//! (`sluice-vhost`) because it alone needs rust-vmm's crates and has its own tests and
+//! benchmarks. The kernel datapath's side of a veth port (its maps) is the daemon's kernel
+//! sync (`sluice_daemon::kernel`), since it writes the core's verdicts for every port.
 
 pub mod error;
 pub mod relay;
