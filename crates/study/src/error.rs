@@ -3,8 +3,6 @@
 
 use sluice_sys::error::Failure;
 
-use crate::spec::SpecError;
-
 /// An error of sluice-study.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -47,3 +45,15 @@ impl Error {
 
 /// A `Result` of sluice-study.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A study file that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct SpecError {
+    /// The file (or built-in name).
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong and what to do.
+    pub message: String,
+}

@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+pub use crate::error::SpecError;
 pub use sluice_lab::compared::{Family, PA_PATHS, PATHS, split_build};
 
 pub use super::conditions::Condition;
@@ -294,18 +295,6 @@ impl Study {
     pub fn has_pa(&self) -> bool {
         self.workloads.iter().any(|w| w.pa.is_some())
     }
-}
-
-/// A study file that cannot be used, with where and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}:{line}: {message}")]
-pub struct SpecError {
-    /// The file (or built-in name).
-    pub file: String,
-    /// 1-based line.
-    pub line: usize,
-    /// What is wrong and what to do.
-    pub message: String,
 }
 
 #[derive(Deserialize)]

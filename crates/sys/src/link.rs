@@ -22,7 +22,7 @@ struct IfReq {
 }
 
 fn ifreq(name: &str) -> io::Result<IfReq> {
-    super::tun::check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    crate::names::check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut r = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
     r.name[..name.len()].copy_from_slice(name.as_bytes());
     Ok(r)
@@ -94,7 +94,7 @@ pub fn set_up(name: &str) -> io::Result<()> {
 /// Turns IPv6 off on interface `name`, so the host's own stack neither configures an
 /// address there nor sends router solicitations and MLD reports into the guest's link.
 pub fn disable_ipv6(name: &str) -> io::Result<()> {
-    super::tun::check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    crate::names::check_ifname(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     match std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1") {
         // A kernel without IPv6 has nothing to turn off.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

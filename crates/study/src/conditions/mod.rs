@@ -208,7 +208,7 @@ impl Condition {
 
     /// True if its cells are planned on `path`.
     pub fn applies(self, path: &str) -> bool {
-        let path = crate::spec::split_build(path).0;
+        let path = sluice_lab::compared::split_build(path).0;
         self.paths().is_none_or(|p| p.contains(&path))
     }
 }
@@ -584,7 +584,7 @@ pub fn start(c: Condition, topo: &Topology, id: &str, duration_s: u32) -> Result
                 sh(&["ip", "-n", &ns, "addr", "add", spare, "dev", &dev])?;
                 let from: Ipv4Addr =
                     spare.split('/').next().unwrap_or_default().parse().context("reading the path's spare address")?;
-                let to = match topo.server_addr(super::spec::Family::Ipv4) {
+                let to = match topo.server_addr(sluice_lab::compared::Family::Ipv4) {
                     std::net::IpAddr::V4(a) => a,
                     std::net::IpAddr::V6(_) => bail!("the path's server has no IPv4 address"),
                 };
@@ -649,7 +649,7 @@ fn spare(topo: &Topology) -> Result<(String, Ipv4Addr)> {
 
 /// The server's IPv4 address.
 fn server_v4(topo: &Topology) -> Result<Ipv4Addr> {
-    match topo.server_addr(super::spec::Family::Ipv4) {
+    match topo.server_addr(sluice_lab::compared::Family::Ipv4) {
         std::net::IpAddr::V4(a) => Ok(a),
         std::net::IpAddr::V6(_) => bail!("the path's server has no IPv4 address"),
     }
@@ -840,7 +840,7 @@ mod tests {
         assert!(Condition::FibFlush.applies("linux-bridge") && !Condition::FibFlush.applies("direct"));
         for paths in [RING_PATHS, GUEST_PATHS, UNDERLAY_PATHS, CAPTURE_PATHS, STREAM_PATHS] {
             for p in paths {
-                assert!(crate::spec::PATHS.iter().any(|k| k.0 == *p), "{p} is a known path");
+                assert!(sluice_lab::compared::PATHS.iter().any(|k| k.0 == *p), "{p} is a known path");
             }
         }
     }
