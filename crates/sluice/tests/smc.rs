@@ -10,6 +10,7 @@ use common::*;
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root); scripts/test.sh runs it"]
 fn the_launcher_loads_the_library_into_the_program_and_its_children() {
+    root_for("`sluice smc run` sets the fast path up only as root");
     let maps = sluice_ok(&["smc", "run", "--", "sh", "-c", "cat /proc/self/maps; echo SLUICE_SMC=$SLUICE_SMC"]);
     assert!(maps.contains("/smc/lib/libsluice_smc-"), "the library is mapped in the child: {maps}");
     assert!(maps.contains("SLUICE_SMC=r="), "{maps}");
@@ -22,8 +23,7 @@ fn the_launcher_loads_the_library_into_the_program_and_its_children() {
 #[test]
 #[ignore = "system tier: needs nc (netcat-openbsd) and ss (iproute2); scripts/test.sh runs it"]
 fn tcp_through_the_library_arrives_intact() {
-    let dir = std::env::temp_dir().join(format!("sluice-smc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mkdtemp("sluice-smc");
     let src = dir.join("src");
     sh_ok(&format!("head -c 20000000 /dev/urandom > {}", src.display()));
     let want = sh_ok(&format!("sha256sum < {}", src.display()));
