@@ -17,6 +17,7 @@ pub mod builds;
 pub mod chart;
 pub mod conditions;
 pub mod judge;
+pub mod leftovers;
 pub mod noise;
 pub mod pa;
 pub mod report;
@@ -228,7 +229,11 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     run::save_study_file(dir, &sf)?;
     sluice_sys::catch_interrupts();
     let t0 = Instant::now();
+    let before = sf.study.leftovers.then(leftovers::Snapshot::take);
     let done = run::execute(dir, &sf, run_no, &here, &staged.exes)?;
+    if let Some(b) = &before {
+        leftovers::record(dir, run_no, b)?;
+    }
     if !done.unbuilt.is_empty()
         && let Some(r) = sf.runs.last_mut()
     {

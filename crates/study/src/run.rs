@@ -144,6 +144,9 @@ pub struct CellRecord {
     /// What the condition's attackers did (cells under a condition other than `quiet`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attack: Option<AttackRecord>,
+    /// The switch daemon's memory and descriptors after the cell (paths with a daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<super::leftovers::DaemonSample>,
 }
 
 /// How a run ended.
@@ -470,6 +473,7 @@ pub fn execute(
                         drops,
                         noise: Some(noise),
                         attack,
+                        daemon: topo.switch_pid.and_then(super::leftovers::DaemonSample::read),
                     };
                     let mut line = serde_json::to_string(&rec)?;
                     line.push('\n');
@@ -806,6 +810,7 @@ reps = 2
             drops: None,
             noise: None,
             attack: None,
+            daemon: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();

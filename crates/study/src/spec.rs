@@ -37,6 +37,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("stopped-receiver", include_str!("builtin/stopped-receiver.toml")),
     ("kernel-upcalls", include_str!("builtin/kernel-upcalls.toml")),
     ("smc-cost", include_str!("builtin/smc-cost.toml")),
+    ("soak", include_str!("builtin/soak.toml")),
 ];
 
 /// A reference tool a workload runs instead of `sluice bench`: what users measure paths
@@ -198,6 +199,11 @@ pub struct Study {
     /// by build name (the executable running the study is the unnamed build).
     #[serde(default)]
     pub builds: std::collections::BTreeMap<String, std::path::PathBuf>,
+    /// Check what the runs left behind: the switch daemons' memory and descriptors over
+    /// the cells, and the namespaces, interfaces and /dev/shm entries left after each run
+    /// (`leftovers.rs`).
+    #[serde(default)]
+    pub leftovers: bool,
 }
 
 fn default_queries() -> u64 {
@@ -337,6 +343,8 @@ struct Raw {
     goals: Vec<Spanned<RawGoal>>,
     #[serde(default = "no_builds")]
     builds: Spanned<std::collections::BTreeMap<String, Spanned<String>>>,
+    #[serde(default)]
+    leftovers: bool,
 }
 
 #[derive(Deserialize)]
@@ -674,6 +682,7 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         conditions,
         goals,
         builds,
+        leftovers: raw.leftovers,
     })
 }
 
