@@ -24,6 +24,7 @@ pub mod report;
 pub mod run;
 pub mod spec;
 pub mod tools;
+pub mod vmcell;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -456,8 +456,10 @@ pub fn execute(
                 label,
                 w = total.to_string().len()
             );
-            let ours =
-                noise::Ours::new(topos.iter().filter_map(|t| t.switch_pid), topos.iter().flat_map(|t| t.namespaces()));
+            let ours = noise::Ours::new(
+                topos.iter().filter_map(|t| t.switch_pid).chain(topos.iter().flat_map(|t| t.vms.iter().map(|v| v.pid))),
+                topos.iter().flat_map(|t| t.namespaces()),
+            );
             let sampler = noise::Sampler::start(ours);
             let r = run_one(topo, w, cell, o, study, &id);
             let noise = sampler.finish();
@@ -568,6 +570,9 @@ fn summary(r: &RunResult, drops: Option<&super::pa::PathDrops>) -> String {
 
 /// Runs one cell: the workload from the client namespace against the path's server.
 fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Result<RunResult> {
+    if !topo.vms.is_empty() {
+        return super::vmcell::run(topo, w, cell, o);
+    }
     if let Some(tool) = w.tool {
         return super::tools::run(topo, tool, topo.server_addr(cell.family), cell.conns, o.duration_s);
     }

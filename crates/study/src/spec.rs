@@ -38,6 +38,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("kernel-upcalls", include_str!("builtin/kernel-upcalls.toml")),
     ("smc-cost", include_str!("builtin/smc-cost.toml")),
     ("soak", include_str!("builtin/soak.toml")),
+    ("vm-paths", include_str!("builtin/vm-paths.toml")),
 ];
 
 /// A reference tool a workload runs instead of `sluice bench`: what users measure paths
@@ -556,6 +557,14 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
             ),
         ));
     }
+    if let Some(p) = paths.iter().find(|p| sluice_lab::compared::VM_PATHS.contains(&p.as_str()))
+        && let Some(w) = raw.workloads.get_ref().iter().find(|w| w.get_ref() != "iperf3")
+    {
+        return Err(err(
+            w.span(),
+            format!("workload {:?} cannot run on path {p:?}: inside its VMs only iperf3 runs", w.get_ref()),
+        ));
+    }
     let duration_s = *raw.duration.get_ref();
     if !(1..=3600).contains(&duration_s) {
         return Err(err(raw.duration.span(), format!("duration {duration_s} is out of range: use 1 to 3600 seconds")));
@@ -1021,6 +1030,18 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
         assert!(e.message.contains("none of this study's paths"), "{e}");
         let f = p(&OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"fib-flush\"]")).unwrap();
         assert_eq!(f.conditions[1], Condition::FibFlush);
+    }
+
+    #[test]
+    fn vm_paths_take_iperf3_alone_and_soak_checks_what_it_leaves() {
+        let vm = builtin("vm-paths").unwrap();
+        assert_eq!(parse(vm, "v.toml", Path::new(".")).unwrap().paths, ["vm-bridge", "vm-sluice"]);
+        let e =
+            parse(&vm.replace("[\"iperf3\"]", "[\"iperf3\", \"rr-200x1000\"]"), "v.toml", Path::new(".")).unwrap_err();
+        assert!(e.message.contains("only iperf3 runs"), "{e}");
+        let soak = parse(builtin("soak").unwrap(), "s.toml", Path::new(".")).unwrap();
+        assert!(soak.leftovers && soak.conditions.contains(&Condition::PortChurn));
+        assert!(!p(OK).unwrap().leftovers);
     }
 
     #[test]
