@@ -61,12 +61,15 @@ pub enum Tool {
     RedisGet,
     /// As `redis-get`, with SET.
     RedisSet,
+    /// ICMP echo round trips, 50 a second (`ping -i 0.02`), inside VMs only (`vm-sluice`,
+    /// `vm-bridge`): their mean, and one over it as round trips per second.
+    Ping,
 }
 
 impl Tool {
     /// Every tool.
-    pub const ALL: [Tool; 6] =
-        [Tool::Iperf3, Tool::Sockperf, Tool::Nginx1k, Tool::Nginx10m, Tool::RedisGet, Tool::RedisSet];
+    pub const ALL: [Tool; 7] =
+        [Tool::Iperf3, Tool::Sockperf, Tool::Nginx1k, Tool::Nginx10m, Tool::RedisGet, Tool::RedisSet, Tool::Ping];
 
     /// The workload name a study file uses for it.
     pub fn name(self) -> &'static str {
@@ -77,6 +80,7 @@ impl Tool {
             Tool::Nginx10m => "nginx-10m",
             Tool::RedisGet => "redis-get",
             Tool::RedisSet => "redis-set",
+            Tool::Ping => "ping",
         }
     }
 
@@ -87,6 +91,7 @@ impl Tool {
             Tool::Sockperf => &[("sockperf", "sockperf")],
             Tool::Nginx1k | Tool::Nginx10m => &[("nginx", "nginx"), ("wrk", "wrk")],
             Tool::RedisGet | Tool::RedisSet => &[("redis-server", "redis-server"), ("redis-benchmark", "redis-tools")],
+            Tool::Ping => &[],
         }
     }
 }
@@ -558,11 +563,19 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         ));
     }
     if let Some(p) = paths.iter().find(|p| sluice_lab::compared::VM_PATHS.contains(&p.as_str()))
-        && let Some(w) = raw.workloads.get_ref().iter().find(|w| w.get_ref() != "iperf3")
+        && let Some(w) = raw.workloads.get_ref().iter().find(|w| !["iperf3", "ping"].contains(&w.get_ref().as_str()))
     {
         return Err(err(
             w.span(),
-            format!("workload {:?} cannot run on path {p:?}: inside its VMs only iperf3 runs", w.get_ref()),
+            format!("workload {:?} cannot run on path {p:?}: inside its VMs only iperf3 and ping run", w.get_ref()),
+        ));
+    }
+    if raw.workloads.get_ref().iter().any(|w| w.get_ref() == "ping")
+        && let Some(p) = paths.iter().find(|p| !sluice_lab::compared::VM_PATHS.contains(&p.as_str()))
+    {
+        return Err(err(
+            raw.workloads.span(),
+            format!("workload \"ping\" runs inside VMs only (vm-sluice, vm-bridge), not on path {p:?}"),
         ));
     }
     let duration_s = *raw.duration.get_ref();
@@ -1036,9 +1049,10 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
     fn vm_paths_take_iperf3_alone_and_soak_checks_what_it_leaves() {
         let vm = builtin("vm-paths").unwrap();
         assert_eq!(parse(vm, "v.toml", Path::new(".")).unwrap().paths, ["vm-bridge", "vm-sluice"]);
-        let e =
-            parse(&vm.replace("[\"iperf3\"]", "[\"iperf3\", \"rr-200x1000\"]"), "v.toml", Path::new(".")).unwrap_err();
-        assert!(e.message.contains("only iperf3 runs"), "{e}");
+        let e = parse(&vm.replace("\"ping\"]", "\"ping\", \"rr-200x1000\"]"), "v.toml", Path::new(".")).unwrap_err();
+        assert!(e.message.contains("only iperf3 and ping run"), "{e}");
+        let e = p(&OK.replace("[\"rr-200x1000\"", "[\"ping\"")).unwrap_err();
+        assert!(e.message.contains("inside VMs only"), "{e}");
         let soak = parse(builtin("soak").unwrap(), "s.toml", Path::new(".")).unwrap();
         assert!(soak.leftovers && soak.conditions.contains(&Condition::PortChurn));
         assert!(!p(OK).unwrap().leftovers);
