@@ -25,6 +25,10 @@ use sluice_sys::netns;
 pub fn unavailable(path: &str) -> Option<String> {
     match path {
         "ovs" => crate::ovs::unavailable(),
+        p if VM_PATHS.contains(&p) => ["qemu-system-x86_64", "busybox", "iperf3"]
+            .into_iter()
+            .find(|t| !which(t))
+            .map(|t| format!("{t} is not installed (VMs need qemu-system-x86, busybox-static and iperf3)")),
         _ => None,
     }
 }
@@ -116,6 +120,20 @@ pub struct Topology {
     pub spare_v4: Option<String>,
     /// The underlay of an overlay path.
     pub underlay: Option<Underlay>,
+    /// The VMs of a VM path: the client's, then the server's. Their cells run inside them.
+    pub vms: Vec<VmGuest>,
+    /// The files of VMs this topology booted itself (`vm-bridge`), removed on drop after
+    /// their QEMUs are stopped with their namespace.
+    vm_dir: Option<sluice_sys::fs::TempDir>,
+}
+
+/// A VM of a VM path.
+#[derive(Clone, Debug)]
+pub struct VmGuest {
+    /// Its QEMU's pid.
+    pub pid: u32,
+    /// Its console (`vm::Console`).
+    pub serial: std::path::PathBuf,
 }
 
 impl Topology {
@@ -198,6 +216,8 @@ impl Topology {
             attach: None,
             spare_v4: None,
             underlay: None,
+            vms: Vec::new(),
+            vm_dir: None,
         }
     }
 
@@ -495,6 +515,36 @@ pub fn build(
             t.switch_pid = guests::LabState::load(&format!("{name}h1")).ok().and_then(|h| h.switch_pid);
             t
         }
+        "vm-sluice" => {
+            let name = format!("{}{index}", id.trim_start_matches("sst"));
+            let name = format!("st{}", &name[name.len().saturating_sub(8)..]);
+            let s = guests::up(&guests::UpArgs {
+                guests: 1,
+                vms: 2,
+                exe: exe.clone(),
+                ..guests::UpArgs::two_guests(&name, mtu)
+            })?;
+            let g1 = s.guests.iter().find(|g| g.vm.is_none()).context("the lab has no namespace guest")?;
+            let vms: Vec<&guests::Guest> = s.guests.iter().filter(|g| g.vm.is_some()).collect();
+            let [_, server] = vms[..] else { bail!("the lab booted {} VMs, not 2", vms.len()) };
+            let (a4, a6) =
+                (server.ipv4.split('/').next().unwrap_or_default(), server.ipv6.split('/').next().unwrap_or_default());
+            let mut t = Topology::new(path, g1.netns.clone(), g1.netns.clone(), a4, a6);
+            t.vms = vms
+                .iter()
+                .filter_map(|g| g.vm.as_ref())
+                .map(|v| VmGuest { pid: v.pid, serial: v.serial.clone() })
+                .collect();
+            t.switch_sockets = vec![s.socket.clone()];
+            t.switch_pid = s.switch_pid;
+            t.lab = Some(name);
+            t
+        }
+        "vm-bridge" => {
+            let mut t = Topology::new(path, ns("c"), ns("c"), "10.78.0.3", "fd78::3");
+            vm_bridge(&mut t, &ns("sw"), mtu)?;
+            t
+        }
         other => bail!("unknown path {other:?}"),
     };
     t.path = full.to_string();
@@ -502,6 +552,61 @@ pub fn build(
     tune_client(&t.client_ns)?;
     t.start_servers(pin)?;
     Ok(t)
+}
+
+/// `vm-bridge`: a Linux bridge in namespace `sw` with a veth to the namespace guest
+/// (10.78.0.1) and a TAP per VM, two VMs (10.78.0.2, .3) on QEMU's TAP backend booted in
+/// `sw` from the image `sluice lab up --vm` builds, their files in a new private directory.
+fn vm_bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
+    let m = mtu.to_string();
+    t.netns(sw)?;
+    t.netns(&t.client_ns.clone())?;
+    let c = t.client_ns.clone();
+    sh(&["ip", "-n", sw, "link", "add", "br0", "mtu", &m, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+    sh(&["ip", "-n", sw, "link", "set", "br0", "up"])?;
+    sh(&[
+        "ip", "-n", sw, "link", "add", "g1", "mtu", &m, "type", "veth", "peer", "name", "eth0", "mtu", &m, "netns", &c,
+    ])?;
+    sh(&["ip", "-n", sw, "link", "set", "g1", "master", "br0", "up"])?;
+    sh(&["ip", "-n", &c, "link", "set", "eth0", "up"])?;
+    sh(&["ip", "-n", &c, "addr", "add", "10.78.0.1/24", "dev", "eth0"])?;
+    sh(&["ip", "-n", &c, "addr", "add", "fd78::1/64", "dev", "eth0", "nodad"])?;
+    t.switch_ns = vec![sw.to_string()];
+    let labs = sluice_sys::paths::labs_dir();
+    let img = crate::vm::image(&labs).context("building the VMs' image")?;
+    let accel = crate::vm::choose_accel(crate::vm::Accel::Auto, &img, &labs)?;
+    let dir = sluice_sys::fs::TempDir::new("sluice-study-vm").context("making a directory for the VMs")?;
+    for k in 1..=2u32 {
+        let tap = format!("tap{k}");
+        sh(&["ip", "-n", sw, "tuntap", "add", "dev", &tap, "mode", "tap", "vnet_hdr"])?;
+        sh(&["ip", "-n", sw, "link", "set", &tap, "mtu", &m, "master", "br0", "up"])?;
+        let (img, dir_path, sw2) = (img.clone(), dir.path().to_path_buf(), sw.to_string());
+        let files = netns::run_in(Some(&sw2), move || {
+            crate::vm::boot(
+                &img,
+                &crate::vm::VmSpec {
+                    name: &format!("brvm{k}"),
+                    dir: &dir_path,
+                    socket: None,
+                    tap: Some(&tap),
+                    mac: &format!("52:54:00:78:00:{:02x}", k + 1),
+                    ipv4: &format!("10.78.0.{}/24", k + 1),
+                    ipv6: &format!("fd78::{:x}/64", k + 1),
+                    mtu,
+                    accel,
+                },
+            )
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))
+        })?;
+        t.vms.push(VmGuest { pid: files.pid, serial: files.serial });
+    }
+    t.vm_dir = Some(dir);
+    for v in &t.vms {
+        crate::vm::Console::connect(&v.serial, Duration::from_secs(10))?
+            .wait_ready(Duration::from_secs(120))
+            .with_context(|| format!("the VM of QEMU pid {} did not answer on its console", v.pid))?;
+    }
+    Ok(())
 }
 
 /// A lossless user-space sluice switch run by the study with a given `hold_len` and pause
@@ -780,11 +885,16 @@ pub const PATHS: &[(&str, &str)] = &[
     ),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
     ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
+    ("vm-sluice", "two QEMU VMs on vhost-user ports of a sluice switch (`lab up --vm 2`); iperf3 runs inside them"),
+    ("vm-bridge", "two QEMU VMs on QEMU's TAP backend and a Linux bridge; iperf3 runs inside them"),
     (
         "smc-loopback",
         "both ends under `sluice smc run` in one namespace: shared memory against TCP loopback (seed 003)",
     ),
 ];
+
+/// Paths whose cells run inside two VMs (only `iperf3`: the VMs hold busybox and iperf3).
+pub const VM_PATHS: &[&str] = &["vm-sluice", "vm-bridge"];
 
 /// Paths that build the six guests a partition-aggregate point needs.
 pub const PA_PATHS: &[&str] = &[

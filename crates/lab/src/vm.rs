@@ -446,6 +446,7 @@ pub fn choose_accel(want: Accel, img: &Image, dir: &Path) -> Result<Accel> {
         name: &name,
         dir,
         socket: None,
+        tap: None,
         mac: "52:54:00:77:00:ff",
         ipv4: "",
         ipv6: "",
@@ -490,6 +491,8 @@ pub struct VmSpec<'a> {
     pub dir: &'a Path,
     /// The switch's vhost-user socket (none: a VM without a NIC, the KVM probe).
     pub socket: Option<&'a Path>,
+    /// A TAP interface for QEMU's own TAP backend instead (in the namespace QEMU starts in).
+    pub tap: Option<&'a str>,
     /// MAC address.
     pub mac: &'a str,
     /// IPv4 and IPv6 addresses with prefixes.
@@ -511,8 +514,8 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
     let _ = fs::remove_file(&serial);
     let _ = fs::remove_file(&pidfile);
     let mem = format!("{VM_MEM_MB}M");
-    let net = match v.socket {
-        Some(_) => format!("sluice.ip={} sluice.ip6={} sluice.mtu={}", v.ipv4, v.ipv6, v.mtu),
+    let net = match v.socket.map(|_| ()).or(v.tap.map(|_| ())) {
+        Some(()) => format!("sluice.ip={} sluice.ip6={} sluice.mtu={}", v.ipv4, v.ipv6, v.mtu),
         None => "sluice.nonet=1".into(),
     };
     let append = format!(
@@ -540,6 +543,10 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
             // vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user device with MSI-X
             // (in msix_set_vector_notifiers); legacy interrupts work.
             .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={},mrg_rxbuf=on,vectors=0", v.mac)]);
+    }
+    if let Some(tap) = v.tap {
+        cmd.args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
+            .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={},mrg_rxbuf=on", v.mac)]);
     }
     cmd.arg("-pidfile").arg(&pidfile).arg("-daemonize");
     let out = cmd

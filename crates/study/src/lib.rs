@@ -21,6 +21,7 @@ pub mod chart;
 pub mod conditions;
 pub mod error;
 pub mod judge;
+pub mod leftovers;
 pub mod noise;
 pub mod pa;
 pub mod record;
@@ -29,6 +30,7 @@ pub mod run;
 pub mod spec;
 pub mod table;
 pub mod tools;
+pub mod vmcell;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -237,7 +239,11 @@ fn measure(dir: &Path, mut sf: StudyFile) -> Result<ExitCode> {
     record::save_study_file(dir, &sf)?;
     sluice_sys::catch_interrupts();
     let t0 = Instant::now();
+    let before = sf.study.leftovers.then(leftovers::Snapshot::take);
     let done = run::execute(dir, &sf, run_no, &here, &staged.exes)?;
+    if let Some(b) = &before {
+        leftovers::record(dir, run_no, b)?;
+    }
     if !done.unbuilt.is_empty()
         && let Some(r) = sf.runs.last_mut()
     {

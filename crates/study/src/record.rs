@@ -132,6 +132,9 @@ pub struct CellRecord {
     /// What the condition's attackers did (cells under a condition other than `quiet`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attack: Option<AttackRecord>,
+    /// The switch daemon's memory and descriptors after the cell (paths with a daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<crate::leftovers::DaemonSample>,
 }
 
 /// What was lost on a path during one point (the counters' differences around it).

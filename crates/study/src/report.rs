@@ -375,7 +375,7 @@ pub fn write_all(dir: &Path, sf: &StudyFile, cells: &[CellRecord]) -> Result<std
         serde_json::to_vec_pretty(&serde_json::json!({ "schema": 2, "tables": ts })).context("writing results.json")?,
     )?;
     let report = dir.join("report.md");
-    let pa = super::pa::section(Some(dir), sf, cells)?;
+    let pa = super::pa::section(Some(dir), sf, cells)? + &super::leftovers::section(dir, sf, cells)?;
     std::fs::write(&report, markdown(sf, cells, &ts, &charts, &pa))?;
     Ok(report)
 }
@@ -438,6 +438,7 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9 }, { workload = "rr-200x10
             drops: None,
             noise: others.map(|o| Noise { seconds: 10.0, steal: 0.0, others: o }),
             attack: None,
+            daemon: None,
         }
     }
 

@@ -287,8 +287,10 @@ pub fn execute(
                 label,
                 w = total.to_string().len()
             );
-            let ours =
-                noise::Ours::new(topos.iter().filter_map(|t| t.switch_pid), topos.iter().flat_map(|t| t.namespaces()));
+            let ours = noise::Ours::new(
+                topos.iter().filter_map(|t| t.switch_pid).chain(topos.iter().flat_map(|t| t.vms.iter().map(|v| v.pid))),
+                topos.iter().flat_map(|t| t.namespaces()),
+            );
             let sampler = noise::Sampler::start(ours);
             let r = run_one(topo, w, cell, o, study, &id);
             let noise = sampler.finish();
@@ -304,6 +306,7 @@ pub fn execute(
                         drops,
                         noise: Some(noise),
                         attack,
+                        daemon: topo.switch_pid.and_then(super::leftovers::DaemonSample::read),
                     };
                     let mut line = serde_json::to_string(&rec).context("writing a cell record")?;
                     line.push('\n');
@@ -398,6 +401,9 @@ fn summary(r: &RunResult, drops: Option<&PathDrops>) -> String {
 
 /// Runs one cell: the workload from the client namespace against the path's server.
 fn run_cell(topo: &Topology, w: &Workload, cell: &CellKey, o: &Options) -> Result<RunResult> {
+    if !topo.vms.is_empty() {
+        return super::vmcell::run(topo, w, cell, o);
+    }
     if let Some(tool) = w.tool {
         return super::tools::run(topo, tool, topo.server_addr(cell.family), cell.conns, o.duration_s);
     }
@@ -642,6 +648,7 @@ reps = 2
             drops: None,
             noise: None,
             attack: None,
+            daemon: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         fs::write(dir.join("cells.jsonl"), format!("{line}\n{}", &line[..10])).unwrap();

@@ -38,6 +38,8 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("stopped-receiver", include_str!("builtin/stopped-receiver.toml")),
     ("kernel-upcalls", include_str!("builtin/kernel-upcalls.toml")),
     ("smc-cost", include_str!("builtin/smc-cost.toml")),
+    ("soak", include_str!("builtin/soak.toml")),
+    ("vm-paths", include_str!("builtin/vm-paths.toml")),
 ];
 
 /// A reference tool a workload runs instead of `sluice bench`: what users measure paths
@@ -60,12 +62,15 @@ pub enum Tool {
     RedisGet,
     /// As `redis-get`, with SET.
     RedisSet,
+    /// ICMP echo round trips, 50 a second (`ping -i 0.02`), inside VMs only (`vm-sluice`,
+    /// `vm-bridge`): their mean, and one over it as round trips per second.
+    Ping,
 }
 
 impl Tool {
     /// Every tool.
-    pub const ALL: [Tool; 6] =
-        [Tool::Iperf3, Tool::Sockperf, Tool::Nginx1k, Tool::Nginx10m, Tool::RedisGet, Tool::RedisSet];
+    pub const ALL: [Tool; 7] =
+        [Tool::Iperf3, Tool::Sockperf, Tool::Nginx1k, Tool::Nginx10m, Tool::RedisGet, Tool::RedisSet, Tool::Ping];
 
     /// The workload name a study file uses for it.
     pub fn name(self) -> &'static str {
@@ -76,6 +81,7 @@ impl Tool {
             Tool::Nginx10m => "nginx-10m",
             Tool::RedisGet => "redis-get",
             Tool::RedisSet => "redis-set",
+            Tool::Ping => "ping",
         }
     }
 
@@ -86,6 +92,7 @@ impl Tool {
             Tool::Sockperf => &[("sockperf", "sockperf")],
             Tool::Nginx1k | Tool::Nginx10m => &[("nginx", "nginx"), ("wrk", "wrk")],
             Tool::RedisGet | Tool::RedisSet => &[("redis-server", "redis-server"), ("redis-benchmark", "redis-tools")],
+            Tool::Ping => &[],
         }
     }
 }
@@ -199,6 +206,11 @@ pub struct Study {
     /// by build name (the executable running the study is the unnamed build).
     #[serde(default)]
     pub builds: std::collections::BTreeMap<String, std::path::PathBuf>,
+    /// Check what the runs left behind: the switch daemons' memory and descriptors over
+    /// the cells, and the namespaces, interfaces and /dev/shm entries left after each run
+    /// (`leftovers.rs`).
+    #[serde(default)]
+    pub leftovers: bool,
 }
 
 fn default_queries() -> u64 {
@@ -326,6 +338,8 @@ struct Raw {
     goals: Vec<Spanned<RawGoal>>,
     #[serde(default = "no_builds")]
     builds: Spanned<std::collections::BTreeMap<String, Spanned<String>>>,
+    #[serde(default)]
+    leftovers: bool,
 }
 
 #[derive(Deserialize)]
@@ -537,6 +551,22 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
             ),
         ));
     }
+    if let Some(p) = paths.iter().find(|p| sluice_lab::compared::VM_PATHS.contains(&p.as_str()))
+        && let Some(w) = raw.workloads.get_ref().iter().find(|w| !["iperf3", "ping"].contains(&w.get_ref().as_str()))
+    {
+        return Err(err(
+            w.span(),
+            format!("workload {:?} cannot run on path {p:?}: inside its VMs only iperf3 and ping run", w.get_ref()),
+        ));
+    }
+    if raw.workloads.get_ref().iter().any(|w| w.get_ref() == "ping")
+        && let Some(p) = paths.iter().find(|p| !sluice_lab::compared::VM_PATHS.contains(&p.as_str()))
+    {
+        return Err(err(
+            raw.workloads.span(),
+            format!("workload \"ping\" runs inside VMs only (vm-sluice, vm-bridge), not on path {p:?}"),
+        ));
+    }
     let duration_s = *raw.duration.get_ref();
     if !(1..=3600).contains(&duration_s) {
         return Err(err(raw.duration.span(), format!("duration {duration_s} is out of range: use 1 to 3600 seconds")));
@@ -663,6 +693,7 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         conditions,
         goals,
         builds,
+        leftovers: raw.leftovers,
     })
 }
 
@@ -1001,6 +1032,19 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
         assert!(e.message.contains("none of this study's paths"), "{e}");
         let f = p(&OK.replace("duration = 3", "duration = 3\nconditions = [\"quiet\", \"fib-flush\"]")).unwrap();
         assert_eq!(f.conditions[1], Condition::FibFlush);
+    }
+
+    #[test]
+    fn vm_paths_take_iperf3_alone_and_soak_checks_what_it_leaves() {
+        let vm = builtin("vm-paths").unwrap();
+        assert_eq!(parse(vm, "v.toml", Path::new(".")).unwrap().paths, ["vm-bridge", "vm-sluice"]);
+        let e = parse(&vm.replace("\"ping\"]", "\"ping\", \"rr-200x1000\"]"), "v.toml", Path::new(".")).unwrap_err();
+        assert!(e.message.contains("only iperf3 and ping run"), "{e}");
+        let e = p(&OK.replace("[\"rr-200x1000\"", "[\"ping\"")).unwrap_err();
+        assert!(e.message.contains("inside VMs only"), "{e}");
+        let soak = parse(builtin("soak").unwrap(), "s.toml", Path::new(".")).unwrap();
+        assert!(soak.leftovers && soak.conditions.contains(&Condition::PortChurn));
+        assert!(!p(OK).unwrap().leftovers);
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
             bail!("workload {:?} needs {program} installed (apt-get install {package})", tool.name());
         }
     }
+    if tool == Tool::Ping {
+        bail!("ping runs inside VMs only (vmcell.rs)");
+    }
     let need = tool.name();
     let d = duration_s.to_string();
     let h = host.to_string();
@@ -197,6 +200,7 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
                 "--csv",
             ]),
         ),
+        Tool::Ping => unreachable!("refused above"),
     };
     // On the fast path both ends run under the launcher.
     let launch = |argv: Vec<String>| -> Result<Vec<String>> {
@@ -249,6 +253,7 @@ pub fn run(topo: &Topology, tool: Tool, host: IpAddr, conns: u32, duration_s: u3
         Tool::Sockperf => sockperf_result(&text)?,
         Tool::Nginx1k | Tool::Nginx10m => wrk_result(&text)?,
         Tool::RedisGet | Tool::RedisSet => redis_result(&text, REDIS_PER_S * duration_s.max(1))?,
+        Tool::Ping => unreachable!("refused above"),
     };
     r.profile = need.into();
     r.conns = if tool == Tool::Sockperf { 1 } else { conns };

@@ -17,7 +17,9 @@
 //! - `draining-receiver` ([`stopped`]): `stopped-receiver`'s control, the same third
 //!   guest and stream, its relay never stopped;
 //! - `fib-flush` ([`fib`]): the path's switch forgets every station it learned, ten times
-//!   a second, so first packets keep coming.
+//!   a second, so first packets keep coming;
+//! - `port-churn` ([`churn`]): five ports added to the path's switch and removed again,
+//!   every second.
 //!
 //! Invariants: every attacker is a thread of the study process whose every loop ends at
 //! the cell's stop flag or the condition's deadline (the cell's duration and a minute);
@@ -27,6 +29,7 @@
 //! own CPU is measured per thread and kept apart from the path's ([`AttackRecord::cpu_s`]).
 
 pub mod capture;
+pub mod churn;
 pub mod fib;
 pub mod flood;
 pub mod frames;
@@ -79,6 +82,8 @@ pub enum Condition {
     DrainingReceiver,
     /// The path's switch forgets every station it learned, every 100 ms.
     FibFlush,
+    /// Five ports added to the path's switch and removed again, every second.
+    PortChurn,
 }
 
 /// Paths a `rings` attacker attaches to: single-host labs whose switch takes a vhost-user
@@ -87,7 +92,8 @@ pub enum Condition {
 pub const RING_PATHS: &[&str] = &["sluice-l2", "sluice-l2-poll", "sluice-l2-stream", "sluice-kernel"];
 /// Paths an extra hostile guest attaches to (`mac-flood`, `gso-bomb`).
 pub const GUEST_PATHS: &[&str] = &["sluice-l2", "sluice-l2-poll", "sluice-l2-stream", "sluice-kernel", "linux-bridge"];
-/// Paths whose switch can capture a port (`capture`): single-host sluice labs.
+/// Paths whose switch can capture a port (`capture`) or take ports that come and go
+/// (`port-churn`): single-host sluice labs.
 pub const CAPTURE_PATHS: &[&str] = &[
     "sluice-l2",
     "sluice-l2-lossless",
@@ -110,7 +116,7 @@ pub const UNDERLAY_PATHS: &[&str] =
 
 impl Condition {
     /// Every condition.
-    pub const ALL: [Condition; 10] = [
+    pub const ALL: [Condition; 11] = [
         Condition::Quiet,
         Condition::Rings,
         Condition::VmFeed,
@@ -121,6 +127,7 @@ impl Condition {
         Condition::StoppedReceiver,
         Condition::DrainingReceiver,
         Condition::FibFlush,
+        Condition::PortChurn,
     ];
 
     /// Its name in a study file.
@@ -136,6 +143,7 @@ impl Condition {
             Condition::StoppedReceiver => "stopped-receiver",
             Condition::DrainingReceiver => "draining-receiver",
             Condition::FibFlush => "fib-flush",
+            Condition::PortChurn => "port-churn",
         }
     }
 
@@ -175,6 +183,9 @@ impl Condition {
             Condition::FibFlush => {
                 "the path's switch or bridge forgets every station it learned every 100 ms (sluice: its learned MAC entries removed through the control socket; the Linux bridge: `bridge fdb flush dynamic`), so frames keep being the first between stations it does not know"
             }
+            Condition::PortChurn => {
+                "five TAP ports (in a namespace of their own, no traffic) added to the path's switch through its control socket and removed again, every second"
+            }
         }
     }
 
@@ -185,7 +196,7 @@ impl Condition {
             Condition::Rings | Condition::VmFeed => Some(RING_PATHS),
             Condition::MacFlood | Condition::GsoBomb | Condition::FibFlush => Some(GUEST_PATHS),
             Condition::UnderlayFlood => Some(UNDERLAY_PATHS),
-            Condition::Capture => Some(CAPTURE_PATHS),
+            Condition::Capture | Condition::PortChurn => Some(CAPTURE_PATHS),
             Condition::StoppedReceiver | Condition::DrainingReceiver => Some(STREAM_PATHS),
         }
     }
@@ -624,12 +635,25 @@ pub fn start(c: Condition, topo: &Topology, id: &str, duration_s: u32) -> Result
             None => bail!("the path has no switch or bridge whose table can be flushed"),
         },
         Condition::Capture => start_capture(&mut d, topo, &format!("{id}-x{k}"), k)?,
+        Condition::PortChurn => start_churn(&mut d, topo, &format!("{id}-x{k}"), k)?,
         Condition::StoppedReceiver | Condition::DrainingReceiver => {
             let stop = (c == Condition::StoppedReceiver).then_some(duration_s);
             start_stopped(&mut d, topo, &format!("{id}-x{k}"), k, stop)?
         }
     }
     Ok(Some(d))
+}
+
+/// `port-churn`: a namespace for the churned ports' TAPs, and the churner; the ports are
+/// listed as made, so whatever a churner left is removed with the condition.
+fn start_churn(d: &mut Disturbance, topo: &Topology, ns: &str, k: u32) -> Result<()> {
+    let (socket, lab) = lab_switch(topo)?;
+    d.made.netns(ns)?;
+    let names = churn::names(&lab, k);
+    d.made.ports.extend(names.iter().map(|n| (socket.clone(), n.clone())));
+    let (ns, mtu) = (ns.to_string(), topo.mtu);
+    d.spawn("the port churner", None, move |sh, clock| churn::churn(&socket, &names, &ns, mtu, sh, clock));
+    Ok(())
 }
 
 /// The path's switch: its control socket and its lab's name.
@@ -838,6 +862,7 @@ mod tests {
         assert_eq!(Condition::StoppedReceiver.control(), Some(Condition::DrainingReceiver));
         assert!(Condition::DrainingReceiver.is_control() && Condition::DrainingReceiver.applies("sluice-l2-stream"));
         assert!(Condition::FibFlush.applies("linux-bridge") && !Condition::FibFlush.applies("direct"));
+        assert!(Condition::PortChurn.applies("sluice-kernel") && !Condition::PortChurn.applies("linux-bridge"));
         for paths in [RING_PATHS, GUEST_PATHS, UNDERLAY_PATHS, CAPTURE_PATHS, STREAM_PATHS] {
             for p in paths {
                 assert!(sluice_lab::compared::PATHS.iter().any(|k| k.0 == *p), "{p} is a known path");
