@@ -14,35 +14,10 @@ use serde::{Deserialize, Serialize};
 use sluice_sys::error::Context;
 
 use crate::error::Result;
-use crate::record::{CellRecord, StudyFile, check_out_dir};
+use crate::record::{CellRecord, DaemonSample, StudyFile, check_out_dir};
 
 /// How far the daemon's resident memory may move from its warm value to the last cell's.
 pub const RSS_FLAT: f64 = 0.10;
-
-/// The switch daemon after a cell: its resident memory and open descriptors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonSample {
-    /// Its process id (a resume starts new daemons: their series are apart).
-    pub pid: u32,
-    /// `VmRSS` of /proc/PID/status, in kB.
-    pub rss_kb: u64,
-    /// Entries of /proc/PID/fd.
-    pub fds: u32,
-}
-
-impl DaemonSample {
-    /// Reads process `pid`'s sample; `None` when it is gone or unreadable.
-    pub fn read(pid: u32) -> Option<DaemonSample> {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let rss_kb = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())?;
-        let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u32;
-        Some(DaemonSample { pid, rss_kb, fds })
-    }
-}
 
 /// Names on the host before a run: network namespaces, interfaces of the host's
 /// namespace and /dev/shm entries.

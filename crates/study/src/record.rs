@@ -134,7 +134,7 @@ pub struct CellRecord {
     pub attack: Option<AttackRecord>,
     /// The switch daemon's memory and descriptors after the cell (paths with a daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub daemon: Option<crate::leftovers::DaemonSample>,
+    pub daemon: Option<DaemonSample>,
 }
 
 /// What was lost on a path during one point (the counters' differences around it).
@@ -230,4 +230,29 @@ pub fn save_study_file(dir: &Path, f: &StudyFile) -> Result<()> {
     fs::write(&tmp, serde_json::to_vec_pretty(f).context("writing study.json")?)?;
     fs::rename(&tmp, dir.join("study.json"))?;
     Ok(())
+}
+
+/// The switch daemon after a cell: its resident memory and open descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonSample {
+    /// Its process id (a resume starts new daemons: their series are apart).
+    pub pid: u32,
+    /// `VmRSS` of /proc/PID/status, in kB.
+    pub rss_kb: u64,
+    /// Entries of /proc/PID/fd.
+    pub fds: u32,
+}
+
+impl DaemonSample {
+    /// Reads process `pid`'s sample; `None` when it is gone or unreadable.
+    pub fn read(pid: u32) -> Option<DaemonSample> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss_kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())?;
+        let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u32;
+        Some(DaemonSample { pid, rss_kb, fds })
+    }
 }

@@ -306,7 +306,7 @@ pub fn execute(
                         drops,
                         noise: Some(noise),
                         attack,
-                        daemon: topo.switch_pid.and_then(super::leftovers::DaemonSample::read),
+                        daemon: topo.switch_pid.and_then(crate::record::DaemonSample::read),
                     };
                     let mut line = serde_json::to_string(&rec).context("writing a cell record")?;
                     line.push('\n');
