@@ -14,6 +14,9 @@
 //! - [`table`]: the results as tables, their ratios and numbers.
 //! - [`report`], [`chart`]: CSV, JSON, markdown, PNG; [`judge`]: the runs' verdicts, the
 //!   goals, the attackers' account.
+//! - [`leftovers`]: what a run leaves behind (the daemons' memory and descriptors, the
+//!   host's namespaces, interfaces and /dev/shm), checked by studies that ask (`soak`).
+//! - [`vmcell`]: cells on the VM paths, run inside the VMs through their consoles.
 //! - [`error`]: what can go wrong, as the caller sees it.
 
 pub mod builds;
