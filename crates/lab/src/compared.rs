@@ -792,16 +792,6 @@ pub fn link_exists_here(dev: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// True if device `dev` exists in namespace `ns`.
-pub fn link_exists(ns: &str, dev: &str) -> bool {
-    Command::new("ip")
-        .args(["-n", ns, "link", "show", dev])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn router(t: &mut Topology, r: &str, mtu: u16) -> Result<()> {
     let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
     t.netns(r)?;

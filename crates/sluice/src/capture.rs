@@ -49,27 +49,6 @@ pub enum DirArg {
     Both,
 }
 
-/// The pcap file header: nanosecond timestamps, Ethernet.
-fn pcap_header(snaplen: u32) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
-    h[4..6].copy_from_slice(&2u16.to_le_bytes());
-    h[6..8].copy_from_slice(&4u16.to_le_bytes());
-    h[16..20].copy_from_slice(&snaplen.to_le_bytes());
-    h[20..24].copy_from_slice(&1u32.to_le_bytes());
-    h
-}
-
-/// One pcap record's header.
-fn pcap_record(ts_ns: u64, caplen: u32, len: u32) -> [u8; 16] {
-    let mut r = [0u8; 16];
-    r[..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
-    r[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
-    r[8..12].copy_from_slice(&caplen.to_le_bytes());
-    r[12..16].copy_from_slice(&len.to_le_bytes());
-    r
-}
-
 /// Runs `sluice capture`.
 pub fn run(a: CaptureArgs) -> Result<()> {
     if !(64..=262_144).contains(&a.snaplen) {
@@ -110,7 +89,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     sluice_sys::on_stop_signal(move |_| {
         let _ = s.shutdown(std::net::Shutdown::Write);
     })?;
-    sink.write_all(&pcap_header(a.snaplen))?;
+    sink.write_all(&sluice_wire::pcap::file_header(a.snaplen))?;
     sink.flush()?;
     eprintln!(
         "sluice: capturing {} ({direction}){}; Ctrl-C stops",
@@ -141,7 +120,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
                     skipped += 1;
                     continue;
                 }
-                sink.write_all(&pcap_record(ts, dlen as u32, len))?;
+                sink.write_all(&sluice_wire::pcap::record_header(ts, dlen as u32, len))?;
                 sink.write_all(d)?;
                 kept += 1;
                 // (Whole records for a reader on the other end of a pipe.)
@@ -167,21 +146,4 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         if gone { format!("; port {} went away", a.port) } else { String::new() }
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pcap_headers_are_little_endian_with_nanoseconds() {
-        let h = pcap_header(65535);
-        assert_eq!(&h[..4], &[0x4d, 0x3c, 0xb2, 0xa1]);
-        assert_eq!(u32::from_le_bytes(h[20..24].try_into().unwrap()), 1, "Ethernet");
-        let r = pcap_record(1_700_000_000_123_456_789, 60, 1514);
-        assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), 1_700_000_000);
-        assert_eq!(u32::from_le_bytes(r[4..8].try_into().unwrap()), 123_456_789);
-        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), 60);
-        assert_eq!(u32::from_le_bytes(r[12..16].try_into().unwrap()), 1514);
-    }
 }

@@ -20,6 +20,7 @@ mod error;
 pub mod ethernet;
 pub mod gso;
 pub mod neigh;
+pub mod pcap;
 pub mod vnet;
 pub mod vxlan;
 

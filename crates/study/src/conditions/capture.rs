@@ -71,7 +71,7 @@ pub fn capture(socket: &Path, port: &str, file: &PathBuf, sh: &Shared, mut clock
     let mut stream: UnixStream = reader.into_inner();
     stream.set_read_timeout(Some(Duration::from_millis(50)))?;
     let mut out = BufWriter::new(File::create(file)?);
-    out.write_all(&pcap_header(SNAPLEN))?;
+    out.write_all(&sluice_wire::pcap::file_header(SNAPLEN))?;
     let mut t = Tally::default();
     let mut chunk = vec![0u8; 256 * 1024];
     let mut drain_until: Option<Instant> = None;
@@ -118,7 +118,7 @@ fn take_records(pending: &mut Vec<u8>, out: &mut impl Write, t: &mut Tally) -> i
         let d = &pending[at + CAPTURE_RECORD_HEADER..at + CAPTURE_RECORD_HEADER + dlen];
         match kind {
             0 | 1 => {
-                out.write_all(&pcap_record(ts, dlen as u32, len))?;
+                out.write_all(&sluice_wire::pcap::record_header(ts, dlen as u32, len))?;
                 out.write_all(d)?;
                 t.add("frames_kept", 1);
                 t.add("bytes_kept", dlen as u64);
@@ -134,27 +134,6 @@ fn take_records(pending: &mut Vec<u8>, out: &mut impl Write, t: &mut Tally) -> i
     }
     pending.drain(..at);
     Ok(())
-}
-
-/// The pcap file header: nanosecond timestamps, Ethernet (as `sluice capture` writes).
-fn pcap_header(snaplen: u32) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..4].copy_from_slice(&0xa1b2_3c4du32.to_le_bytes());
-    h[4..6].copy_from_slice(&2u16.to_le_bytes());
-    h[6..8].copy_from_slice(&4u16.to_le_bytes());
-    h[16..20].copy_from_slice(&snaplen.to_le_bytes());
-    h[20..24].copy_from_slice(&1u32.to_le_bytes());
-    h
-}
-
-/// One pcap record's header.
-fn pcap_record(ts_ns: u64, caplen: u32, len: u32) -> [u8; 16] {
-    let mut r = [0u8; 16];
-    r[..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
-    r[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
-    r[8..12].copy_from_slice(&caplen.to_le_bytes());
-    r[12..16].copy_from_slice(&len.to_le_bytes());
-    r
 }
 
 #[cfg(test)]
