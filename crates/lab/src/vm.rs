@@ -61,21 +61,29 @@ if [ -z "$NONET" ]; then
   [ -n "$IP" ] && ip addr add "$IP" dev eth0
   [ -n "$IP6" ] && ip -6 addr add "$IP6" dev eth0
 fi
-exec 0<>/dev/ttyS1 1>&0 2>&0
-stty raw -echo
-CR=$(printf '\r')
-printf '\n@@SLUICE READY@@\n'
-while :; do
-  IFS= read -r line || { usleep 100000; continue; }
-  line=${line%"$CR"}
-  id=${line%% *}
-  cmd=
-  [ "$id" != "$line" ] && cmd=${line#* }
-  printf '\n@@SLUICE BEGIN %s@@\n' "$id"
-  sh -c "$cmd" </dev/null 2>&1
-  rc=$?
-  printf '\n@@SLUICE END %s %d@@\n' "$id" "$rc"
-done
+console() {
+  exec 0<>/dev/ttyS1 1>&0 2>&0
+  stty raw -echo
+  CR=$(printf '\r')
+  printf '\n@@SLUICE READY@@\n'
+  while :; do
+    IFS= read -r line || { usleep 100000; continue; }
+    line=${line%"$CR"}
+    id=${line%% *}
+    cmd=
+    [ "$id" != "$line" ] && cmd=${line#* }
+    printf '\n@@SLUICE BEGIN %s@@\n' "$id"
+    sh -c "$cmd" </dev/null 2>&1
+    rc=$?
+    printf '\n@@SLUICE END %s %d@@\n' "$id" "$rc"
+  done
+}
+# The console loop is not PID 1: a command's background processes are orphans when it
+# returns, and their end signals PID 1; a signal that lands while `read` is part-way
+# through a line makes busybox drop the part already read, and the host waits for an
+# answer that never comes. PID 1 only reaps.
+console &
+while :; do wait; sleep 1; done
 "#;
 
 /// The modules virtio-net over PCI needs, in load order (those built into the kernel are
@@ -673,6 +681,12 @@ impl Console {
                 }
             }
             if Instant::now() >= until {
+                if find(&self.buf, begin.as_bytes()).is_none() {
+                    bail!(
+                        "`{cmd}` did not start in the VM within {} s: its console loop never echoed the command's id (is the VM still running? its kernel log is the console file beside the socket)",
+                        wait.as_secs()
+                    );
+                }
                 bail!("`{cmd}` did not finish in the VM within {} s", wait.as_secs());
             }
             self.fill(until)?;

@@ -37,6 +37,24 @@ fn vm_ok(lab: &Lab, vm: &str, cmd: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `vm_ok`, failing after `secs` instead of the console's own 600 s.
+fn vm_ok_within(lab: &Lab, vm: &str, cmd: &str, secs: u64) -> String {
+    let mut c = spawn_vm(lab, vm, cmd);
+    let done = wait_for(secs, || c.try_wait().is_ok_and(|s| s.is_some()));
+    if !done {
+        let _ = c.kill();
+    }
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        done && o.status.success(),
+        "{vm}: `{cmd}` {} : {}{}",
+        if done { "failed" } else { "got no answer" },
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 fn spawn_vm(lab: &Lab, vm: &str, cmd: &str) -> Child {
     Command::new(BIN)
         .args(["lab", "exec", "--name", &lab.name, vm, "--", "sh", "-c", cmd])
@@ -80,6 +98,20 @@ fn vms_ping_a_namespace_guest_and_each_other_carry_100mb_intact_and_survive_rest
     vm_ok(&lab, "vm2", "ping6 -c 2 -w 10 fd77::1");
     vm_ok(&lab, "vm1", "ping6 -c 2 -w 10 fd77::3");
     ns_ok(&lab.ns(1), &format!("ping -c 2 -W 5 {vm1}"));
+
+    // The console keeps every line while a command's background processes end around it:
+    // they are orphans when the command returns, and each end signals the VM's PID 1.
+    vm_ok(
+        &lab,
+        "vm1",
+        "i=0; while [ $i -lt 3000 ]; do (usleep 1000 &); usleep 1000; i=$((i+1)); done >/dev/null 2>&1 & echo $! > /tmp/orphans",
+    );
+    let pad = "x".repeat(300);
+    for k in 0..20 {
+        let out = vm_ok_within(&lab, "vm1", &format!("echo {k}-{pad}"), 60);
+        assert_eq!(out.trim(), format!("{k}-{pad}"), "the console answered line {k} whole");
+    }
+    vm_ok(&lab, "vm1", "kill $(cat /tmp/orphans) 2>/dev/null; true");
 
     // 100 MB from vm1 to the namespace guest: 1 MiB of random bytes handed to the VM, sent
     // 100 times; the namespace hashes what arrives.
