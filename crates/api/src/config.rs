@@ -692,6 +692,8 @@ struct SwitchFile {
     grants: Option<bool>,
     #[serde(default)]
     grant: Vec<Spanned<Grant>>,
+    vhost_allow_users: Option<Vec<Spanned<NameOrId>>>,
+    vhost_allow_groups: Option<Vec<Spanned<NameOrId>>>,
 }
 
 /// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
@@ -726,6 +728,8 @@ pub struct Settings {
     pub macs: Vec<(u16, MacAddr, String)>,
     /// VLAN grants, when enforced (`grants = true`); `None`: any port may join any VLAN.
     pub grants: Option<Grants>,
+    /// Who may drive the switch's vhost-user ports besides root and the switch's own user.
+    pub vhost_allow: VhostAllow,
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -971,7 +975,108 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         ports,
         macs,
         grants,
+        vhost_allow: VhostAllow {
+            users: resolve_ids(&f.vhost_allow_users, "vhost_allow_users", resolve_user, &err)?.unwrap_or_default(),
+            groups: resolve_ids(&f.vhost_allow_groups, "vhost_allow_groups", resolve_group, &err)?
+                .unwrap_or_else(|| libvirt_qemu_group().into_iter().collect()),
+        },
     })
+}
+
+/// A user or group as the configuration names it: a name, or a numeric id.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+enum NameOrId {
+    Id(u32),
+    Name(String),
+}
+
+/// Resolves a list of users or groups (`None`: the setting is absent), naming the line of
+/// one the host does not know.
+fn resolve_ids(
+    list: &Option<Vec<Spanned<NameOrId>>>,
+    setting: &str,
+    resolve: fn(&str) -> Result<u32, String>,
+    err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Option<Vec<u32>>, ConfigError> {
+    let Some(list) = list else { return Ok(None) };
+    let mut ids = Vec::new();
+    for v in list {
+        let id = match v.get_ref() {
+            NameOrId::Id(id) => *id,
+            NameOrId::Name(n) => resolve(n).map_err(|m| err(Some(v.span()), format!("{setting}: {m}")))?,
+        };
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(Some(ids))
+}
+
+/// Who may drive the switch's vhost-user ports (the process on the other side of a
+/// port's socket, QEMU) besides root and the switch's own user, who always may: users and
+/// groups by id. A peer is let in when its user is listed, or the group it runs in or one
+/// of its supplementary groups is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VhostAllow {
+    /// `vhost_allow_users`, resolved (default: none).
+    pub users: Vec<u32>,
+    /// `vhost_allow_groups`, resolved (default: the group libvirt runs QEMU in, when
+    /// libvirt is installed: [`libvirt_qemu_group`]).
+    pub groups: Vec<u32>,
+}
+
+impl VhostAllow {
+    /// The group a server-mode port's socket file is given (mode 0660), so that the
+    /// allowed peers can connect at all: the first allowed group, else the primary group
+    /// of the first allowed user; `None` (mode 0600) when only root and the switch's user
+    /// are allowed.
+    pub fn socket_group(&self) -> Option<u32> {
+        self.groups.first().copied().or_else(|| self.users.first().and_then(|&u| sluice_sys::user::user_gid(u)))
+    }
+}
+
+/// The user Debian's libvirt runs QEMU as (`user` in /etc/libvirt/qemu.conf, by default).
+pub const LIBVIRT_QEMU_USER: &str = "libvirt-qemu";
+
+/// The group libvirt runs QEMU in, when libvirt is installed (the user `libvirt-qemu`
+/// exists): `group` in /etc/libvirt/qemu.conf when it is set, else the group
+/// `libvirt-qemu` (Debian's built-in default), else that user's primary group.
+pub fn libvirt_qemu_group() -> Option<u32> {
+    let (_, primary) = sluice_sys::user::user_ids(LIBVIRT_QEMU_USER)?;
+    let conf = std::fs::read("/etc/libvirt/qemu.conf").ok();
+    let set = conf.as_deref().and_then(|t| qemu_conf_group(&String::from_utf8_lossy(&t[..t.len().min(1 << 20)])));
+    set.and_then(|g| resolve_group(g.strip_prefix('+').unwrap_or(&g)).ok())
+        .or_else(|| sluice_sys::user::group_id(LIBVIRT_QEMU_USER))
+        .or(Some(primary))
+}
+
+/// The value of an active `group = "…"` line of libvirt's qemu.conf.
+fn qemu_conf_group(text: &str) -> Option<String> {
+    text.lines().filter_map(|l| l.split_once('=')).find(|(k, _)| k.trim() == "group").and_then(|(_, v)| {
+        let v = v.trim();
+        let v = v.strip_prefix('"')?.strip_suffix('"')?;
+        (!v.is_empty()).then(|| v.to_string())
+    })
+}
+
+/// A user name or numeric uid, as this host knows it.
+pub fn resolve_user(s: &str) -> Result<u32, String> {
+    if let Ok(id) = s.parse::<u32>() {
+        return Ok(id);
+    }
+    sluice_sys::user::user_ids(s)
+        .map(|(uid, _)| uid)
+        .ok_or_else(|| format!("no user {s:?} on this host: write a user name from /etc/passwd or a numeric uid"))
+}
+
+/// A group name or numeric gid, as this host knows it.
+pub fn resolve_group(s: &str) -> Result<u32, String> {
+    if let Ok(id) = s.parse::<u32>() {
+        return Ok(id);
+    }
+    sluice_sys::user::group_id(s)
+        .ok_or_else(|| format!("no group {s:?} on this host: write a group name from /etc/group or a numeric gid"))
 }
 
 /// Monitor records: where, how often, how much at most.
@@ -1146,6 +1251,38 @@ mod tests {
 
     fn parse_str(s: &str) -> Result<Settings, ConfigError> {
         parse(s, Path::new("sw.toml"))
+    }
+
+    #[test]
+    fn vhost_allow_lists_take_names_and_ids_and_name_the_line_of_an_unknown_name() {
+        let s = parse_str(
+            "name = \"sw0\"\nvhost_allow_users = [\"root\", 1000, \"1000\"]\nvhost_allow_groups = [\"root\", 107]\n",
+        )
+        .unwrap();
+        assert_eq!(s.vhost_allow, VhostAllow { users: vec![0, 1000], groups: vec![0, 107] });
+        assert_eq!(s.vhost_allow.socket_group(), Some(0));
+        let s = parse_str("name = \"sw0\"\nvhost_allow_users = [\"root\"]\nvhost_allow_groups = []\n").unwrap();
+        assert_eq!(s.vhost_allow.socket_group(), Some(0), "the first allowed user's primary group");
+        let s = parse_str("name = \"sw0\"\nvhost_allow_groups = []\n").unwrap();
+        assert_eq!(s.vhost_allow, VhostAllow::default());
+        assert_eq!(s.vhost_allow.socket_group(), None);
+        let s = parse_str("name = \"sw0\"\n").unwrap();
+        assert_eq!(s.vhost_allow.groups, libvirt_qemu_group().into_iter().collect::<Vec<_>>());
+        let e = parse_str("name = \"sw0\"\n\nvhost_allow_users = [\"root\", \"no-such-user-x\"]\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.starts_with("vhost_allow_users: no user \"no-such-user-x\""), "{e}");
+        let e = parse_str("name = \"sw0\"\nvhost_allow_groups = [\"no-such-group-x\"]\n").unwrap_err();
+        assert!(e.line == Some(2) && e.message.contains("no group \"no-such-group-x\""), "{e}");
+        assert!(parse_str("name = \"sw0\"\nvhost_allow_groups = [-1]\n").is_err());
+    }
+
+    #[test]
+    fn libvirts_qemu_group_is_read_from_an_active_line_only() {
+        let conf = "#group = \"libvirt-qemu\"\n  user = \"libvirt-qemu\"\n";
+        assert_eq!(qemu_conf_group(conf), None);
+        assert_eq!(qemu_conf_group(&format!("{conf}group = \"kvm\"\n")).as_deref(), Some("kvm"));
+        assert_eq!(qemu_conf_group("group=\"+107\"").as_deref(), Some("+107"));
+        assert_eq!(qemu_conf_group("group = kvm\n"), None, "libvirt's values are quoted");
     }
 
     #[test]

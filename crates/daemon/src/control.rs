@@ -90,7 +90,7 @@ pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Res
         PortKind::Tap => ports::tap::attach(spec, mtu, known_tap)?,
         PortKind::Veth => ports::veth::attach(spec, mtu)?,
         PortKind::Stream => ports::stream::attach(spec)?,
-        PortKind::VhostUser => ports::vhost::attach(spec)?,
+        PortKind::VhostUser => ports::vhost::attach(spec, &s.vhost_allow)?,
         PortKind::Vxlan => {
             // On the kernel datapath a vxlan device receives, and the program sends into it.
             let device = kernel.then(|| super::kernel::tunnel_device_name(&s.name, &spec.name));

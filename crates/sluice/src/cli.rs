@@ -84,7 +84,7 @@ pub struct PortAddArgs {
     #[arg(long, value_name = "PORT")]
     pub dstport: Option<u16>,
     /// vhost-user: the unix socket QEMU's `-chardev socket,path=PATH` names. The switch
-    /// listens on it (mode 0600: root and the switch's user may connect) unless --client.
+    /// listens on it (mode 0600, or 0660 with the group of `vhost_allow_groups`) unless --client.
     /// (Here --socket is the VM's; name the switch with --switch.)
     #[arg(long, value_name = "PATH")]
     pub socket: Option<std::path::PathBuf>,

@@ -184,6 +184,16 @@ enum SwitchCmd {
         /// 127.0.0.1:9750, overriding the file's `metrics_listen` (off by default).
         #[arg(long, value_name = "ADDR:PORT")]
         metrics: Option<String>,
+        /// Users (names or uids, comma-separated or repeated) whose programs may drive the
+        /// vhost-user ports, replacing the file's `vhost_allow_users`; root and the switch's
+        /// own user always may. E.g. --vhost-allow-user libvirt-qemu
+        #[arg(long, value_name = "USER", value_delimiter = ',')]
+        vhost_allow_user: Option<Vec<String>>,
+        /// Groups (names or gids) whose members' programs may drive the vhost-user ports,
+        /// replacing the file's `vhost_allow_groups` (default: the group libvirt runs QEMU
+        /// in). E.g. --vhost-allow-group libvirt-qemu
+        #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+        vhost_allow_group: Option<Vec<String>>,
     },
     /// List running switches.
     List {
@@ -335,8 +345,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         sys::default_sigpipe();
     }
     match cli.cmd {
-        Cmd::Switch(SwitchCmd::Run { config, poll, datapath, metrics }) => {
+        Cmd::Switch(SwitchCmd::Run { config, poll, datapath, metrics, vhost_allow_user, vhost_allow_group }) => {
             let mut s = config::load(&config)?;
+            if let Some(u) = vhost_allow_user {
+                s.vhost_allow.users = u
+                    .iter()
+                    .map(|n| config::resolve_user(n))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("--vhost-allow-user: {e}"))?;
+            }
+            if let Some(g) = vhost_allow_group {
+                s.vhost_allow.groups = g
+                    .iter()
+                    .map(|n| config::resolve_group(n))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("--vhost-allow-group: {e}"))?;
+            }
             s.poll |= poll;
             if let Some(m) = metrics {
                 s.metrics_listen = Some(config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))?);

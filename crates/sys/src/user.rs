@@ -1,6 +1,6 @@
 //! Who this process is and the names of users and groups: the effective user and group, the
 //! supplementary groups, and the host's user and group databases (`getpwuid_r`,
-//! `getgrnam_r`, `getgrgid_r`).
+//! `getpwnam_r`, `getgrnam_r`, `getgrgid_r`).
 
 use std::ffi::{CStr, CString};
 
@@ -66,6 +66,30 @@ pub fn user_name(uid: u32) -> Option<String> {
     Some(unsafe { CStr::from_ptr(pw.pw_name) }.to_string_lossy().into_owned())
 }
 
+/// The user id and primary group id of user `name`, if the host has it.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: `struct passwd` is plain data (pointers and integers); all-zero is valid.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r with a NUL-terminated name, a passwd struct, a buffer of its
+    // length and an out pointer, all live for the call.
+    let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    (r == 0 && !out.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+}
+
+/// The primary group id of user `uid`, if the host has it.
+pub fn user_gid(uid: u32) -> Option<u32> {
+    // SAFETY: as in `user_name`.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: as in `user_name`.
+    let r = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    (r == 0 && !out.is_null()).then_some(pw.pw_gid)
+}
+
 fn zeroed_group() -> libc::group {
     // SAFETY: `struct group` is plain data (pointers and integers); all-zero is valid.
     unsafe { std::mem::zeroed() }
@@ -81,6 +105,9 @@ mod tests {
         assert_eq!(group_name(0).as_deref(), Some("root"));
         assert_eq!(group_id("root"), Some(0));
         assert_eq!(group_id("no-such-group-\u{1}"), None);
+        assert_eq!(user_ids("root"), Some((0, 0)));
+        assert_eq!(user_ids("no-such-user-\u{1}"), None);
+        assert_eq!(user_gid(0), Some(0));
         assert!(groups().len() <= 1024);
         let _ = (euid(), egid());
     }

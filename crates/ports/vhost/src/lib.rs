@@ -6,9 +6,9 @@
 //! - `memory`: the guest memory the peer shares, checked before it is mapped and guarded
 //!   against pages going away under the switch (SIGBUS);
 //! - `eventfd`: the rings' kick and call descriptors, read and written without waiting;
-//! - [`serve`]: the peer check, a fresh device per connection, reconnection;
-//! - `socket`: a server-mode port's socket file, bound mode 0600 and removed when the port
-//!   goes;
+//! - [`serve`]: the peer check ([`Allow`]), a fresh device per connection, reconnection;
+//! - `socket`: a server-mode port's socket file, bound mode 0600 (0660 with the allowed
+//!   peers' group) and removed when the port goes;
 //! - [`port`]: the switch's [`sluice_switch::Port`]: frames from the guest's transmit
 //!   queues, into its receive queues, on the datapath thread;
 //! - `sys`: the system calls std and `vmm-sys-util` have not, each a safe function;
@@ -32,6 +32,7 @@ mod socket;
 mod sys;
 
 pub use backend::{MAX_QUEUE_PAIRS, MAX_QUEUE_SIZE, NUM_QUEUES, OFFERED_FEATURES, RX_QUEUE, TX_QUEUE};
+pub use peer::{Allow, Cred};
 pub use port::{PortCounts, VhostUserPort};
 pub use ring::{MAX_CHAIN_DESCRIPTORS, MAX_FRAME_CHAINS};
-pub use serve::{Role, open};
+pub use serve::{Role, open, open_allowing};

@@ -93,7 +93,7 @@ pub struct Shared {
     pub(crate) conn: Mutex<Option<std::os::unix::net::UnixStream>>,
     /// Connections taken (a QEMU restart makes one more).
     pub connections: AtomicU64,
-    /// Connections refused: a peer that is neither root nor the socket's owner.
+    /// Connections refused: a peer that is not allowed (`crate::Allow`).
     pub refused: AtomicU64,
     /// Connections ended because the peer sent something the switch refuses (a memory
     /// region it could shrink or that is too short, a descriptor that is no eventfd).
@@ -1148,7 +1148,9 @@ impl Port for VhostUserPort {
         }
         let refused = self.shared.refused.load(Ordering::Relaxed);
         if refused > 0 {
-            s.push_str(&format!("; refused {refused} connections (neither root nor the switch's user)"));
+            s.push_str(&format!(
+                "; refused {refused} connections (peers not allowed: see the switch's log, and vhost_allow_users or vhost_allow_groups)"
+            ));
         }
         let sh = &self.shared;
         let ended = [

@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use vhost::vhost_user::{BackendReqHandler, Error as VuError};
 
 use crate::handler::NetHandler;
+use crate::peer::Allow;
 use crate::port::{Shared, VhostUserPort};
 
 /// Who opens the socket.
@@ -34,24 +35,33 @@ pub enum Role {
     Client,
 }
 
-/// Opens a vhost-user port named `name` on the socket `path`. In server mode the socket
-/// is bound here (mode 0600 from the start), so a path that cannot be used fails the
-/// attachment.
+/// Opens a vhost-user port named `name` on the socket `path` that only root and the
+/// switch's own user may drive. In server mode the socket is bound here (mode 0600 from
+/// the start), so a path that cannot be used fails the attachment.
 pub fn open(name: &str, path: &Path, role: Role, offload: bool) -> io::Result<VhostUserPort> {
+    open_allowing(name, path, role, offload, &Allow::default())
+}
+
+/// [`open`], letting in the peers `allow` names too; in server mode the socket file is
+/// given `allow`'s socket group (mode 0660) from the start.
+pub fn open_allowing(name: &str, path: &Path, role: Role, offload: bool, allow: &Allow) -> io::Result<VhostUserPort> {
     let shared = Shared::new()?;
+    let a = allow.clone();
     let label = name.to_string();
     let (name, p) = (name.to_string(), path.to_path_buf());
     let s = shared.clone();
     let (thread, socket) = match role {
         Role::Server => {
-            let l = crate::socket::bind(path)?;
+            let l = crate::socket::bind(path, allow.socket_group)?;
             shared.set_state(format!("waiting for QEMU to connect to {}", path.display()));
-            let t = std::thread::Builder::new().name(format!("vhost-{name}")).spawn(move || serve(l, &name, &p, &s))?;
+            let t =
+                std::thread::Builder::new().name(format!("vhost-{name}")).spawn(move || serve(l, &name, &p, &s, &a))?;
             (t, Some(path.to_path_buf()))
         }
         Role::Client => {
             shared.set_state(format!("connecting to QEMU at {}", path.display()));
-            let t = std::thread::Builder::new().name(format!("vhost-{name}")).spawn(move || connect(&name, &p, &s))?;
+            let t =
+                std::thread::Builder::new().name(format!("vhost-{name}")).spawn(move || connect(&name, &p, &s, &a))?;
             (t, None)
         }
     };
@@ -66,7 +76,8 @@ fn readable(fd: RawFd, ms: i32) -> bool {
 /// What the port logs about connections, by cause.
 #[derive(Clone, Copy)]
 enum Event {
-    /// A peer neither root nor the switch's user, or whose credentials could not be read.
+    /// A peer not allowed (neither root, the switch's user nor one `vhost_allow_users` or
+    /// `vhost_allow_groups` names), or whose credentials could not be read.
     Refused = 0,
     /// A peer connected.
     Connected = 1,
@@ -105,7 +116,12 @@ impl Quiet {
     }
 }
 
-fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) {
+/// After a refused peer, the wait before the next connection is taken: a peer that is
+/// refused and connects again at once (QEMU's `reconnect`) costs ten accepts a second, not
+/// a core.
+const REFUSED_PAUSE: Duration = Duration::from_millis(100);
+
+fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>, allow: &Allow) {
     let fd = listener.as_raw_fd();
     let mut quiet = Quiet::default();
     while !shared.stop.load(Ordering::Acquire) {
@@ -115,7 +131,9 @@ fn serve(listener: UnixListener, name: &str, path: &Path, shared: &Arc<Shared>) 
         }
         match listener.accept() {
             Ok((stream, _)) => {
-                run_connection(stream, name, path, shared, &mut quiet);
+                if !run_connection(stream, name, path, shared, allow, &mut quiet) {
+                    sleep_unless_stopped(shared, REFUSED_PAUSE);
+                }
             }
             Err(e) => {
                 if let Some(more) = quiet.may(Event::Accept) {
@@ -133,7 +151,7 @@ const RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_
 /// A connection shorter than this (or refused) is followed by a wait before the next.
 const SHORT: Duration = Duration::from_secs(10);
 
-fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
+fn connect(name: &str, path: &Path, shared: &Arc<Shared>, allow: &Allow) {
     let mut backoff = RETRY.0;
     let mut said = false;
     let mut quiet = Quiet::default();
@@ -143,7 +161,7 @@ fn connect(name: &str, path: &Path, shared: &Arc<Shared>) {
             Ok(stream) => {
                 said = false;
                 let began = Instant::now();
-                let served = run_connection(stream, name, path, shared, &mut quiet);
+                let served = run_connection(stream, name, path, shared, allow, &mut quiet);
                 if served && began.elapsed() >= SHORT {
                     backoff = RETRY.0;
                     continue;
@@ -180,20 +198,21 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) {
 /// One connection: its peer checked before any message is read, then served on this
 /// thread until it ends; the datapath has its rings meanwhile. False if the peer was
 /// refused before it was served.
-fn run_connection(stream: UnixStream, name: &str, path: &Path, shared: &Arc<Shared>, quiet: &mut Quiet) -> bool {
+fn run_connection(
+    stream: UnixStream,
+    name: &str,
+    path: &Path,
+    shared: &Arc<Shared>,
+    allow: &Allow,
+    quiet: &mut Quiet,
+) -> bool {
     let me = crate::sys::euid();
-    let peer = match crate::peer::peer_cred(&stream) {
-        Ok(c) if c.uid == 0 || c.uid == me => c,
-        Ok(c) => {
+    let peer = match crate::peer::peer_cred(&stream).map(|c| (allow.check(&c, me), c)) {
+        Ok((Ok(()), c)) => c,
+        Ok((Err(why), _)) => {
             shared.refused.fetch_add(1, Ordering::Relaxed);
             if let Some(more) = quiet.may(Event::Refused) {
-                warn!(
-                    port = %name,
-                    "vhost-user: refused a connection on {}: pid {} runs as uid {}, neither root nor the switch's user (uid {me}){more}",
-                    path.display(),
-                    c.pid,
-                    c.uid
-                );
+                warn!(port = %name, "vhost-user: refused a connection on {}: {why}{more}", path.display());
             }
             return false;
         }

@@ -1,4 +1,5 @@
-//! A server-mode port's socket file: bound mode 0600 from its first moment, a stale socket
+//! A server-mode port's socket file: bound mode 0600 (or 0660 with the group of the
+//! peers allowed, [`crate::Allow::socket_group`]) from its first moment, a stale socket
 //! nobody answers on replaced, and removed when the port goes.
 
 use std::io;
@@ -7,9 +8,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Mutex;
 
+use tracing::warn;
+
 /// Binds the socket: a stale socket nobody answers on is replaced, anything else is
 /// refused with what to do.
-pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
+pub(crate) fn bind(path: &Path, group: Option<u32>) -> io::Result<UnixListener> {
     let what = |e: io::Error, hint: &str| io::Error::new(e.kind(), format!("{}: {e}{hint}", path.display()));
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
@@ -37,7 +40,7 @@ pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(what(e, "")),
     }
-    bind_owner_only(path).map_err(|e| {
+    bind_for(path, group).map_err(|e| {
         let hint = match e.kind() {
             io::ErrorKind::NotFound => " (does its directory exist?)",
             io::ErrorKind::AddrInUse => " (something took its place while the stale socket was removed)",
@@ -47,18 +50,47 @@ pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
     })
 }
 
-/// Binds `path` with the file-creation mask 0177, so the socket is mode 0600 from the
-/// moment it exists: only root and the switch's own user may connect (the kernel checks
-/// write permission on connect; the peer's credentials are checked again after). Nothing
-/// is changed by path afterwards (a chmod by path would follow whatever link replaced the
-/// socket).
-fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
+/// Binds `path` so that the socket has its final owner, group and mode from the moment it
+/// exists: with the file-creation mask 0177 (mode 0600: only root and the switch's own user
+/// may connect; the kernel checks write permission on connect) or, given `group`, 0117
+/// with this thread's file-system group id set to `group` for the bind (mode 0660, group
+/// `group`: its members may connect too). The peer's credentials are checked again after.
+/// Nothing is changed by path afterwards (a chmod or chown by path would follow whatever
+/// replaced the socket).
+fn bind_for(path: &Path, group: Option<u32>) -> io::Result<UnixListener> {
     // The mask is the process's: binds here take turns, so one never restores another's.
     static TURN: Mutex<()> = Mutex::new(());
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-    let old = crate::sys::umask(0o177);
+    // The file-system group id is this thread's alone (setfsgid); only root may take any.
+    let before = crate::sys::fsgid();
+    let group = group.filter(|&g| {
+        crate::sys::set_fsgid(g);
+        if crate::sys::fsgid() == g {
+            return true;
+        }
+        warn!(
+            "{}: the switch may not create files of group {g} (it is not root): the socket is mode 0600, \
+             and only root and the switch's user can connect",
+            path.display()
+        );
+        false
+    });
+    let old = crate::sys::umask(if group.is_some() { 0o117 } else { 0o177 });
     let l = UnixListener::bind(path);
     crate::sys::umask(old);
+    crate::sys::set_fsgid(before);
+    if let Some(g) = group
+        && let Ok(m) = std::fs::symlink_metadata(path)
+        && l.is_ok()
+        && m.gid() != g
+    {
+        warn!(
+            "{}: the socket has group {} rather than {g} (its directory is set-group-ID): \
+             the allowed group's members may not be able to connect",
+            path.display(),
+            m.gid()
+        );
+    }
     l
 }
 

@@ -27,9 +27,16 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The process id and user id the kernel recorded for the peer of unix socket `fd` when
-/// it connected (`SO_PEERCRED`).
-pub fn peer_cred(fd: RawFd) -> io::Result<(i32, u32)> {
+/// This process's effective group id.
+#[cfg(test)]
+pub fn egid() -> u32 {
+    // SAFETY: getegid has no preconditions and cannot fail.
+    unsafe { libc::getegid() }
+}
+
+/// The process id, user id and group id the kernel recorded for the peer of unix socket
+/// `fd` when it connected (`SO_PEERCRED`).
+pub fn peer_cred(fd: RawFd) -> io::Result<(i32, u32, u32)> {
     // SAFETY: ucred is plain data; all zeroes is a valid value.
     let mut c: libc::ucred = unsafe { zeroed() };
     let mut len = size_of::<libc::ucred>() as libc::socklen_t;
@@ -37,7 +44,47 @@ pub fn peer_cred(fd: RawFd) -> io::Result<(i32, u32)> {
     check(unsafe {
         libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut c as *mut libc::ucred).cast(), &mut len)
     })?;
-    Ok((c.pid, c.uid))
+    Ok((c.pid, c.uid, c.gid))
+}
+
+/// The supplementary groups the kernel recorded for the peer of unix socket `fd` when it
+/// connected (`SO_PEERGROUPS`, Linux 4.13), at most 65536 of them.
+pub fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
+    let mut groups = vec![0 as libc::gid_t; 64];
+    for _ in 0..2 {
+        let mut len = (groups.len() * size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is valid for writes of `len` bytes; `len` for a write of its size.
+        let r = unsafe {
+            libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len)
+        };
+        let n = len as usize / size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        // ERANGE: `len` now says how much room the list needs.
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() || n > 65536 {
+            return Err(e);
+        }
+        groups.resize(n, 0);
+    }
+    Err(io::Error::other("the peer's group list kept growing"))
+}
+
+/// Sets the group id this thread creates files with and is checked as on the file system
+/// (`setfsgid`, which acts on the calling thread only); returns the one it replaces. The
+/// kernel refuses silently: see [`fsgid`].
+pub fn set_fsgid(gid: u32) -> u32 {
+    // SAFETY: setfsgid changes only this thread's file-system group id, and cannot fail
+    // (an id it may not take leaves it as it was).
+    unsafe { libc::setfsgid(gid) as u32 }
+}
+
+/// This thread's file-system group id (`setfsgid` with an id it never takes).
+pub fn fsgid() -> u32 {
+    // SAFETY: as in `set_fsgid`; -1 is never taken, so nothing changes.
+    unsafe { libc::setfsgid(u32::MAX) as u32 }
 }
 
 /// Sets (`on`) or clears `O_NONBLOCK` on `fd`.

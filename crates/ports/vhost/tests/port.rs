@@ -929,3 +929,30 @@ fn the_socket_is_created_owner_only_and_never_changed_by_path() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!((created, changed), (1, 0), "the socket's mode was changed by path after it was made");
 }
+
+/// With a group for the allowed peers, the socket is made mode 0660 and that group's at its
+/// creation (the bind runs with the thread's file-system group id set to it), never changed
+/// by path afterwards; a switch that is not root may not take another group and keeps 0600.
+#[test]
+fn the_socket_is_created_with_the_allowed_group_when_the_switch_may_give_it() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tmp().join("group");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vm.sock");
+    let allow = sluice_vhost::Allow { users: vec![], groups: vec![65534], socket_group: Some(65534) };
+    let p = sluice_vhost::open_allowing("vm11", &path, Role::Server, true, &allow).unwrap();
+    let m = std::fs::symlink_metadata(&path).unwrap();
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (root, egid) = unsafe { (libc::geteuid() == 0, libc::getegid()) };
+    if root {
+        assert_eq!((m.mode() & 0o777, m.gid()), (0o660, 65534));
+    } else {
+        assert_eq!((m.mode() & 0o777, m.gid()), (0o600, egid));
+    }
+    // The thread that bound it creates files as before.
+    let f = dir.join("after");
+    std::fs::write(&f, b"").unwrap();
+    assert_eq!(std::fs::metadata(&f).unwrap().gid(), egid);
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
