@@ -37,6 +37,10 @@ PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 pr
     qemu-system-x86 linux-image-amd64 busybox-static xz-utils)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
     ethtool tmux qemu-system-x86_64 busybox xz)
+# libvirt-daemon-system, libvirt-clients: the libvirt test starts libvirtd and virtlogd and
+# defines a domain with virsh on a vhost-user port (the package makes the user libvirt-qemu).
+PACKAGES+=(libvirt-daemon-system libvirt-clients)
+TOOLS+=(libvirtd virtlogd virsh)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done

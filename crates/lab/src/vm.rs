@@ -513,6 +513,20 @@ pub struct VmSpec<'a> {
     pub accel: Accel,
 }
 
+/// The kernel command line the image's init reads: the kernel's console on the first
+/// serial port, hostname `name`, and the first NIC's IPv4 and IPv6 addresses (with
+/// prefixes) and MTU, or no NIC (`None`). The console loop is on the second serial port.
+pub fn cmdline(name: &str, net: Option<(&str, &str, u16)>) -> String {
+    let net = match net {
+        Some((ipv4, ipv6, mtu)) => format!("sluice.ip={ipv4} sluice.ip6={ipv6} sluice.mtu={mtu}"),
+        None => "sluice.nonet=1".into(),
+    };
+    format!(
+        "console=ttyS0 quiet panic=-1 cryptomgr.notests=1 rodata=off mitigations=off tsc=reliable no_timer_check \
+         sluice.hostname={name} {net}"
+    )
+}
+
 /// Boots a VM in the background (QEMU daemonizes); returns its files.
 pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
     let serial = v.dir.join(format!("{}.serial", v.name));
@@ -522,15 +536,8 @@ pub fn boot(img: &Image, v: &VmSpec<'_>) -> Result<VmFiles> {
     let _ = fs::remove_file(&serial);
     let _ = fs::remove_file(&pidfile);
     let mem = format!("{VM_MEM_MB}M");
-    let net = match v.socket.map(|_| ()).or(v.tap.map(|_| ())) {
-        Some(()) => format!("sluice.ip={} sluice.ip6={} sluice.mtu={}", v.ipv4, v.ipv6, v.mtu),
-        None => "sluice.nonet=1".into(),
-    };
-    let append = format!(
-        "console=ttyS0 quiet panic=-1 cryptomgr.notests=1 rodata=off mitigations=off tsc=reliable no_timer_check \
-         sluice.hostname={} {net}",
-        v.name
-    );
+    let net = v.socket.map(|_| ()).or(v.tap.map(|_| ())).map(|()| (v.ipv4, v.ipv6, v.mtu));
+    let append = cmdline(v.name, net);
     let (accel, cpu) = if v.accel == Accel::Kvm { ("kvm", "host") } else { ("tcg", "qemu64") };
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(["-name", v.name, "-accel", accel, "-machine", "q35,memory-backend=mem"])
