@@ -37,6 +37,11 @@ PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 pr
     qemu-system-x86 linux-image-amd64 busybox-static xz-utils)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
     ethtool tmux qemu-system-x86_64 busybox xz)
+# man-db (groff): the manual pages `sluice man` writes are rendered and checked for groff's
+# warnings; dpkg-dev + binutils: scripts/deb.sh builds the Debian package in the tests
+# (dpkg-shlibdeps computes its Depends, strip strips its binaries).
+PACKAGES+=(man-db dpkg-dev binutils)
+TOOLS+=(man groff dpkg-deb dpkg-shlibdeps strip)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
