@@ -61,7 +61,13 @@ if [ ! -x "$bin" ]; then
     exit 1
 fi
 have_cni=false
-[ -f "$cni_manifest" ] && [ -x "$cni" ] && have_cni=true
+if [ -f "$cni_manifest" ]; then
+    if [ -x "$cni" ]; then
+        have_cni=true
+    else
+        echo "scripts/deb.sh: note: no $cni (build it, or leave out --no-build): the package has no CNI plugin" >&2
+    fi
+fi
 
 version="$("$bin" --version | awk '{ print $2 }')"
 if ! [[ "$version" =~ ^[0-9][A-Za-z0-9.+~]*$ ]]; then
