@@ -110,7 +110,10 @@ fn man_pages_render_without_warnings() {
     let o = Command::new("man")
         .args(["-l", dir.join("sluice.1").to_str().unwrap()])
         .env("MANWIDTH", "80")
-        .env("MAN_KEEP_FORMATTING", "")
+        // A locale every machine has: man-db warns on stderr about one that is not there.
+        .env("LANG", "C.UTF-8")
+        .env_remove("LC_ALL")
+        .env_remove("MAN_KEEP_FORMATTING")
         .stdin(Stdio::null())
         .output()
         .unwrap();
