@@ -37,14 +37,14 @@ PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 pr
     qemu-system-x86 linux-image-amd64 busybox-static xz-utils)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
     ethtool tmux qemu-system-x86_64 busybox xz)
+
+missing=()
+for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 # man-db (groff): the manual pages `sluice man` writes are rendered and checked for groff's
 # warnings; dpkg-dev + binutils: scripts/deb.sh builds the Debian package in the tests
 # (dpkg-shlibdeps computes its Depends, strip strips its binaries).
 PACKAGES+=(man-db dpkg-dev binutils)
-TOOLS+=(man groff dpkg-deb dpkg-shlibdeps strip)
-
-missing=()
-for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+for t in man groff dpkg-deb dpkg-shlibdeps strip; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
