@@ -228,6 +228,12 @@ fn top_sections(r: &mut Roff) {
          default, debug, trace) or per-module directives as tracing-subscriber's EnvFilter takes \
          them; RUST_LOG=debug shows every control request.",
     );
+    entry(
+        r,
+        "SLUICE_RUN_DIR",
+        "The run directory instead of /run/sluice (where switches' sockets are looked for too), \
+         for tests and unprivileged experiments; set but empty, it counts as unset.",
+    );
     exit_status(r);
     r.control("SH", ["DOCUMENTATION"]);
     r.text([roman(
