@@ -184,8 +184,8 @@ chmod 0644 "$doc/copyright"
 } | gzip -9n >"$doc/changelog.gz"
 chmod 0644 "$doc/changelog.gz"
 
-# Maintainer scripts: only with units, to make systemd read them at install, upgrade and
-# removal (as dh_installsystemd's snippets do); a purge also removes the switches' state.
+# Maintainer scripts, as dh_installsystemd's snippets: with units, systemd reads them anew
+# at install, upgrade and removal; a purge removes the switches' state.
 if [ ${#units[@]} -gt 0 ]; then
     cat >"$root/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
@@ -194,18 +194,21 @@ if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl --system daemon-reload >/dev/null || true
 fi
 EOF
-    cat >"$root/DEBIAN/postrm" <<'EOF'
-#!/bin/sh
-set -e
-if [ -d /run/systemd/system ]; then
-    systemctl --system daemon-reload >/dev/null || true
+    chmod 0755 "$root/DEBIAN/postinst"
 fi
-if [ "$1" = purge ]; then
-    rm -rf /var/lib/sluice
-fi
-EOF
-    chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
-fi
+{
+    echo '#!/bin/sh'
+    echo 'set -e'
+    if [ ${#units[@]} -gt 0 ]; then
+        echo 'if [ -d /run/systemd/system ]; then'
+        echo '    systemctl --system daemon-reload >/dev/null || true'
+        echo 'fi'
+    fi
+    echo 'if [ "$1" = purge ]; then'
+    echo '    rm -rf /var/lib/sluice'
+    echo 'fi'
+} >"$root/DEBIAN/postrm"
+chmod 0755 "$root/DEBIAN/postrm"
 
 # Depends: the binaries' shared libraries, mapped to packages by the system's shlibs and
 # symbols files (dpkg-shlibdeps reads debian/control, so it runs in a directory of its own).
@@ -239,7 +242,7 @@ Maintainer: $maintainer
 Installed-Size: $installed_size
 Depends: $depends, iproute2
 Recommends: $recommends
-Suggests: tcpdump | tshark, qemu-system-x86, busybox-static, linux-image-amd64, iperf3
+Suggests: tcpdump | tshark, qemu-system-x86, busybox-static, linux-image-$arch, iperf3
 Section: net
 Priority: optional
 Description: virtual switch for Linux hosts and their guests

@@ -243,6 +243,16 @@ fn the_debian_package_holds_the_tool_and_its_pages() {
     let ctl = scratch("deb-control");
     ok("dpkg-deb -x", run("dpkg-deb", &["-x", deb.to_str().unwrap(), root.to_str().unwrap()]));
     ok("dpkg-deb -e", run("dpkg-deb", &["-e", deb.to_str().unwrap(), ctl.to_str().unwrap()]));
+    // The maintainer scripts: executable (0755, as dpkg requires) and shell that sh parses.
+    for script in ["postinst", "postrm"] {
+        let p = ctl.join(script);
+        if script == "postrm" || p.exists() {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o755, "{script}'s mode");
+            ok(&format!("sh -n {script}"), run("sh", &["-n", p.to_str().unwrap()]));
+        }
+    }
     let sums = std::fs::read_to_string(ctl.join("md5sums")).unwrap();
     assert_eq!(sums.lines().count(), files.len() - files.keys().filter(|p| p.ends_with('/')).count());
     let o = Command::new("md5sum")
