@@ -65,6 +65,9 @@ mirror="$(
 [ -n "$mirror" ] || { echo "scripts/check-deb.sh: no apt source of this host names $codename: which archive should the chroot use?" >&2; exit 1; }
 
 chroot_dir="$(mktemp -d /var/tmp/sluice-check-deb.XXXXXX)"
+# The logs: in a directory of root's own (mode 0700), never at a name in a directory others
+# may write (the chroot's /tmp is one).
+logs="$(mktemp -d)"
 cleanup() {
     local status=$?
     if $keep; then
@@ -74,6 +77,7 @@ cleanup() {
     else
         echo "warning: something is mounted under $chroot_dir: left in place" >&2
     fi
+    rm -rf "$logs"
     exit $status
 }
 trap cleanup EXIT
@@ -81,23 +85,23 @@ trap cleanup EXIT
 chmod 0755 "$chroot_dir"
 
 step "debootstrap --variant=minbase $codename (from $mirror)"
-debootstrap --variant=minbase "$codename" "$chroot_dir" "$mirror" >"$chroot_dir.log" 2>&1 || {
-    tail -20 "$chroot_dir.log" >&2
-    rm -f "$chroot_dir.log"
+debootstrap --variant=minbase "$codename" "$chroot_dir" "$mirror" >"$logs/debootstrap.log" 2>&1 || {
+    tail -20 "$logs/debootstrap.log" >&2
     exit 1
 }
-rm -f "$chroot_dir.log"
 in_chroot() { chroot "$chroot_dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
 
 name="$(basename "$deb")"
-install -m 0644 "$deb" "$chroot_dir/tmp/$name"
+# In the chroot, the package waits in a directory only root may write.
+install -d -m 0755 "$chroot_dir/srv/sluice-check"
+install -m 0644 "$deb" "$chroot_dir/srv/sluice-check/$name"
 step "apt-get install ./$name (and man-db, which minbase leaves out)"
 in_chroot apt-get update -qq
-in_chroot apt-get install -y --no-install-recommends man-db "/tmp/$name" >"$chroot_dir/tmp/apt.log" 2>&1 || {
-    cat "$chroot_dir/tmp/apt.log" >&2
+in_chroot apt-get install -y --no-install-recommends man-db "/srv/sluice-check/$name" >"$logs/apt.log" 2>&1 || {
+    cat "$logs/apt.log" >&2
     exit 1
 }
-echo "  installed: $(awk '/^Setting up / { printf "%s ", $3 }' "$chroot_dir/tmp/apt.log")" | fold -s -w 92
+echo "  installed: $(awk '/^Setting up / { printf "%s ", $3 }' "$logs/apt.log")" | fold -s -w 92
 
 failed=0
 check() {
