@@ -44,6 +44,11 @@ TOOLS+=(libvirtd virtlogd virsh)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+# man-db (groff): the manual pages `sluice man` writes are rendered and checked for groff's
+# warnings; dpkg-dev + binutils: scripts/deb.sh builds the Debian package in the tests
+# (dpkg-shlibdeps computes its Depends, strip strips its binaries).
+PACKAGES+=(man-db dpkg-dev binutils)
+for t in man groff dpkg-deb dpkg-shlibdeps strip; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 [ -e /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)

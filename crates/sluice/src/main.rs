@@ -4,6 +4,7 @@ mod bench;
 mod capture;
 mod cli;
 mod demo;
+mod manpages;
 mod report;
 mod top;
 
@@ -114,6 +115,22 @@ enum Cmd {
     /// space): `sluice smc run -- PROGRAM`.
     #[command(subcommand)]
     Smc(smc::SmcCmd),
+    /// Print a completion script for a shell, generated from this command line's own
+    /// definition.
+    ///
+    /// Examples:
+    ///   sluice completion bash > /etc/bash_completion.d/sluice
+    ///   sluice completion zsh > /usr/local/share/zsh/site-functions/_sluice
+    ///   sluice completion fish > /etc/fish/completions/sluice.fish
+    #[command(verbatim_doc_comment)]
+    Completion(manpages::CompletionArgs),
+    /// Write the manual pages: sluice.1 and one per command (sluice-port-add.1, …),
+    /// generated from this command line's own definition.
+    ///
+    /// Example:
+    ///   sluice man --out /usr/local/share/man/man1 && man sluice
+    #[command(verbatim_doc_comment)]
+    Man(manpages::ManArgs),
     /// Which VLANs each port may join, and which may be promiscuous (a mirror), on a switch
     /// with `grants = true` (the reference switch's GRANT): anything else is refused.
     #[command(subcommand)]
@@ -397,6 +414,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(c) => bench::run_cmd(c)?,
         Cmd::Study(c) => return Ok(study::run_cmd(c)?),
         Cmd::Smc(c) => smc::run_cmd(c)?,
+        Cmd::Completion(a) => manpages::completion(<Cli as clap::CommandFactory>::command(), a.shell)?,
+        Cmd::Man(a) => manpages::man(<Cli as clap::CommandFactory>::command(), &a)?,
         Cmd::Grant(GrantCmd::Add { port, vlans, promiscuous, target }) => {
             cli::grant(&target, Request::GrantAdd { port, vlans, promiscuous })?
         }
