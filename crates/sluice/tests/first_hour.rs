@@ -83,10 +83,14 @@ fn every_help_speaks_of_the_product() {
             panic!("`sluice {}` makes an internal reference: {r}", args.join(" "));
         }
     }
-    for page in ["README.md", "docs/config.md"] {
-        let text = std::fs::read_to_string(tree().join(page)).unwrap();
+    // The built-in studies as `sluice study show` prints them (and their reports open with).
+    let builtin = tree().join("crates/study/src/builtin");
+    let studies = std::fs::read_dir(&builtin).unwrap().map(|e| e.unwrap().path());
+    let pages = ["README.md", "docs/config.md"].map(|p| tree().join(p));
+    for page in pages.into_iter().chain(studies) {
+        let text = std::fs::read_to_string(&page).unwrap();
         if let Some(r) = internal_reference(&text) {
-            panic!("{page} makes an internal reference: {r}");
+            panic!("{} makes an internal reference: {r}", page.display());
         }
     }
 }
