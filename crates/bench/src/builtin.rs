@@ -7,23 +7,11 @@ use crate::profile::{Profile, ProfileError, parse};
 
 /// (name, what it is, profile.xml)
 pub const BUILTINS: &[(&str, &str, &str)] = &[
-    (
-        "rr-200x1000",
-        "request-response: 200-byte request, 1000-byte response, on one open connection (seed 000)",
-        RR_200X1000,
-    ),
-    (
-        "crr-64x8k",
-        "connect-request-response: connect, 64-byte request, 8 KiB response, disconnect (seed 000)",
-        CRR_64X8K,
-    ),
-    ("str-20x20m", "streaming: 20-byte request, 20 MiB response (seed 000)", STR_20X20M),
-    (
-        "rr1c-200x1000",
-        "request-response 200/1000 bytes with TCP_NODELAY, as seed 003's uperf profile (§9.2)",
-        RR1C_200X1000,
-    ),
-    ("str-readx30k", "streaming read: the server sends 30 KiB chunks, the client reads (seed 003)", STR_READX30K),
+    ("rr-200x1000", "request-response: 200-byte request, 1000-byte response, on one open connection", RR_200X1000),
+    ("crr-64x8k", "connect-request-response: connect, 64-byte request, 8 KiB response, disconnect", CRR_64X8K),
+    ("str-20x20m", "streaming: 20-byte request, 20 MiB response", STR_20X20M),
+    ("rr1c-200x1000", "request-response 200/1000 bytes with TCP_NODELAY", RR1C_200X1000),
+    ("str-readx30k", "streaming read: the server sends 30 KiB chunks, the client reads", STR_READX30K),
     (
         "rr1c-200x200",
         "request-response 200/200 bytes with TCP_NODELAY: what `sockperf ping-pong -m 200` does (calibration)",

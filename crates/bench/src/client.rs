@@ -32,6 +32,16 @@ pub enum BenchError {
         /// Why it failed (part of the message, not a separate cause, so chains print it once).
         cause: io::Error,
     },
+    /// The server's host name does not resolve to an address.
+    #[error(
+        "the bench server's name {addr} does not resolve ({cause}): check the name, or give the server's address (e.g. --to 10.77.0.2)"
+    )]
+    Resolve {
+        /// The name (HOST:PORT) as given.
+        addr: String,
+        /// The resolver's answer (part of the message, as in `Connect`).
+        cause: io::Error,
+    },
     /// The server refused or failed the request.
     #[error("the bench server refused: {0}")]
     Server(String),
@@ -164,15 +174,17 @@ struct ThreadStats {
     flowops: Vec<(String, u64, u128)>,
 }
 
+/// The first address of `server` (HOST:PORT): a name that does not resolve is said to be
+/// one, not taken for a server that is not running.
+pub fn resolve(server: &str) -> Result<SocketAddr, BenchError> {
+    let resolve = |cause| BenchError::Resolve { addr: server.to_string(), cause };
+    server.to_socket_addrs().map_err(resolve)?.next().ok_or_else(|| resolve(io::Error::other("no address")))
+}
+
 /// Runs `profile` against the server and returns what it measured.
 pub fn run(profile: &Profile, opts: &RunOptions) -> Result<RunResult, BenchError> {
     let scripts: Vec<ConnScript> = derive_all(profile).map_err(|e| BenchError::Profile(e.to_string()))?;
-    let addr = opts
-        .server
-        .to_socket_addrs()
-        .map_err(|source| BenchError::Connect { addr: opts.server.clone(), cause: source })?
-        .next()
-        .ok_or_else(|| BenchError::Connect { addr: opts.server.clone(), cause: io::Error::other("no address") })?;
+    let addr = resolve(&opts.server)?;
     let mut srv = Session::open(addr)?;
     let ports = srv.start(&profile.to_xml(), profile.groups.len())?;
     let (server_pid, same_host) = (srv.pid, srv.same_host);

@@ -7,7 +7,7 @@
 //! connections in lock-step from one thread: write the query to every worker, then read
 //! every answer. Both ends count as in any run, so counts stay exact.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -85,11 +85,7 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
 }
 
 fn open_worker(addr: &str, profile_xml: &str, groups: usize) -> Result<Worker, BenchError> {
-    let sa: SocketAddr = addr
-        .to_socket_addrs()
-        .map_err(|source| BenchError::Connect { addr: addr.into(), cause: source })?
-        .next()
-        .ok_or_else(|| BenchError::Connect { addr: addr.into(), cause: std::io::Error::other("no address") })?;
+    let sa: SocketAddr = crate::client::resolve(addr)?;
     let mut srv = Session::open(sa)?;
     let ports = srv.start(profile_xml, groups)?;
     let data = TcpStream::connect_timeout(&SocketAddr::new(sa.ip(), ports[0]), Duration::from_secs(5))

@@ -266,7 +266,7 @@ impl Server {
         let snaplen = (snaplen as usize).clamp(64, 262_144);
         let name = port.to_string();
         let started = self.jobs.run(move |dp| {
-            let r = dp.switch_mut().capture_start(&name, d, snaplen, CAPTURE_BUDGET);
+            let r = dp.switch_mut().capture_start(&name, d, snaplen, CAPTURE_BUDGET, wall_clock_ns);
             // (On the kernel datapath the port now goes through the core.)
             dp.sync_kernel();
             r
@@ -305,27 +305,25 @@ impl Server {
                     let r = dp.switch_mut().capture_take(id, |c| v.push(c));
                     (v, r)
                 })?;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
+                let now = wall_clock_ns();
                 let mut buf = Vec::new();
-                let mut record = |kind: u8, len: u32, data: &[u8]| {
+                let mut record = |kind: u8, ts: u64, len: u32, data: &[u8]| {
                     buf.push(kind);
-                    buf.extend_from_slice(&now.to_be_bytes());
+                    buf.extend_from_slice(&ts.to_be_bytes());
                     buf.extend_from_slice(&len.to_be_bytes());
                     buf.extend_from_slice(&(data.len() as u32).to_be_bytes());
                     buf.extend_from_slice(data);
                 };
                 for c in &frames {
-                    record(u8::from(c.out), c.len, &c.data);
+                    record(u8::from(c.out), c.ts_ns, c.len, &c.data);
                 }
                 let (lost, ended) = state.unwrap_or((0, true));
                 if lost != lost_said {
-                    record(2, 0, &lost.to_be_bytes());
+                    record(2, now, 0, &lost.to_be_bytes());
                     lost_said = lost;
                 }
                 if ended {
-                    record(3, 0, &[]);
+                    record(3, now, 0, &[]);
                 }
                 if !buf.is_empty() {
                     out.write_all(&buf)?;
@@ -678,6 +676,12 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
         })
         .collect();
     FibReport { summary: fib_summary(dp), entries }
+}
+
+/// The wall clock in nanoseconds since the Unix epoch: the time each capture copy is stamped
+/// with as the core makes it (pcap's timestamps).
+fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

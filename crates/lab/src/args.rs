@@ -49,7 +49,8 @@ pub struct UpArgs {
     /// switch's.
     #[arg(long, value_enum)]
     pub datapath: Option<sluice_api::config::DatapathArg>,
-    /// How guests attach: tap (a TAP port each) or stream (each guest's TAP is behind a
+    /// How guests attach: tap (a port of their own each: a veth pair on the kernel datapath,
+    /// a TAP on the user-space one) or stream (each guest's TAP is behind a
     /// `sluice port relay` process on a stream port: a program that can be stopped, so the
     /// switch can hold frames back for it and its pause watchdog can see it stop; user-space
     /// datapath).
@@ -96,7 +97,7 @@ pub struct UpArgs {
 /// `--attach` values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttachArg {
-    /// A TAP port per guest (or a veth pair on the kernel datapath).
+    /// A port per guest: a veth pair on the kernel datapath, a TAP on the user-space one.
     #[default]
     Tap,
     /// A stream port per guest, through a relay process.

@@ -828,11 +828,11 @@ fn tune_client(ns: &str) -> Result<()> {
 
 /// Paths a study can compare: (name, what it is).
 pub const PATHS: &[(&str, &str)] = &[
-    ("direct", "a veth pair between the two guests: the dedicated adapter (seed 001's OSA)"),
+    ("direct", "a veth pair between the two guests: a dedicated adapter per guest"),
     ("linux-bridge", "the kernel's bridge in a switch namespace, a veth to each guest"),
-    ("router", "a router namespace forwarding between two subnets: the studies' router guest (seed 000)"),
+    ("router", "a router namespace forwarding between two subnets: a router guest"),
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
-    ("sluice-l2-lossless", "the same sluice switch in lossless mode (seed 004)"),
+    ("sluice-l2-lossless", "the same sluice switch in lossless mode"),
     ("sluice-l2-poll", "the same sluice switch busy-polling (a core of its own)"),
     (
         "sluice-l2-stream",
@@ -848,9 +848,9 @@ pub const PATHS: &[(&str, &str)] = &[
     ),
     (
         "sluice-l2-lossless-stream-zovn",
-        "the same with hold_len 1 and no pause watchdog: zOVN's Algorithm 1 as published",
+        "the same with hold_len 1 and no pause watchdog: one full output stops the whole input (lossless without virtual queues)",
     ),
-    ("sluice-l3", "a sluice switch in Layer 3 mode (seed 002)"),
+    ("sluice-l3", "a sluice switch in Layer 3 mode"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
     ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
@@ -874,13 +874,10 @@ pub const PATHS: &[(&str, &str)] = &[
         "a sluice host (user-space datapath) and a kernel vxlan host (`lab up --hosts 2 --peer-kernel --datapath user`)",
     ),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
-    ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory (seed 003)"),
+    ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory"),
     ("vm-sluice", "two QEMU VMs on vhost-user ports of a sluice switch (`lab up --vm 2`); iperf3 runs inside them"),
     ("vm-bridge", "two QEMU VMs on QEMU's TAP backend and a Linux bridge; iperf3 runs inside them"),
-    (
-        "smc-loopback",
-        "both ends under `sluice smc run` in one namespace: shared memory against TCP loopback (seed 003)",
-    ),
+    ("smc-loopback", "both ends under `sluice smc run` in one namespace: shared memory against TCP loopback"),
 ];
 
 /// Paths whose cells run inside two VMs (only `iperf3`: the VMs hold busybox and iperf3).

@@ -21,11 +21,16 @@ pub use crate::state::{Guest, LabState};
 pub enum LabCmd {
     /// Create guests attached to a switch, starting the switch if needed.
     ///
-    /// Each guest is a network namespace `sluice-LAB-gN` holding a TAP `LAB-gN` (with
-    /// --datapath kernel: one end of a veth pair `LAB-gN`, whose other end is the switch's
-    /// port) with 10.77.0.N/24 and fd77::N/64 (usable at once: no DAD wait). The switch is the one
-    /// named by --switch, else a switch named after the lab, started in the background
-    /// if it is not running (its log: /run/sluice/labs/LAB.log).
+    /// Each guest is a network namespace `sluice-LAB-gN` holding one end of a veth pair
+    /// `LAB-gN`, whose other end is the switch's port on the kernel datapath (the default) —
+    /// or, on the user-space datapath (--datapath user, --lossless, --vm, or a kernel that
+    /// cannot run the kernel datapath), a TAP `LAB-gN` — with 10.77.0.N/24 and fd77::N/64
+    /// (usable at once: no DAD wait). The switch is the one named by --switch, else a switch
+    /// named after the lab, started in the background if it is not running (its log:
+    /// /run/sluice/labs/LAB.log).
+    ///
+    /// Example:
+    ///   sluice lab up --guests 3 && sluice lab exec g1 -- ping -c 3 10.77.0.2
     #[command(verbatim_doc_comment)]
     Up(UpArgs),
     /// Remove everything a lab made: its guests, their ports, and the switch if the lab

@@ -34,7 +34,8 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
     },
-    /// Run a workload against a `sluice bench serve` and report what the studies report.
+    /// Run a workload against a `sluice bench serve` and report transactions/s, MB/s, latency
+    /// percentiles and CPU per transaction.
     ///
     /// Examples:
     ///   sluice bench run --to 10.77.0.2 -m rr1c-200x1000 --conns 1,10,50
@@ -93,8 +94,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "64")]
     pub query: String,
     /// `-m pa`: background streaming flows from the workers into the aggregator (this
-    /// program's guest) for the whole run, competing with the answers (seed 004's long
-    /// flows).
+    /// program's guest) for the whole run, competing with the answers (long flows sharing
+    /// the aggregator's link).
     #[arg(long, default_value_t = 0)]
     pub background: u32,
     /// `-m pa`: stop after this many queries (or at --duration, whichever comes first).
@@ -144,7 +145,7 @@ pub fn run_cmd(cmd: BenchCmd) -> Result<()> {
                 println!("{name:16} {what}");
             }
             println!(
-                "{:16} partition-aggregate: a query to each of --workers, each answers --response bytes; query completion times (seed 004)",
+                "{:16} partition-aggregate: a query to each of --workers, each answers --response bytes; query completion times",
                 "pa"
             );
             Ok(())

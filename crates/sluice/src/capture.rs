@@ -68,13 +68,6 @@ pub fn run(a: CaptureArgs) -> Result<()> {
             a.port
         );
     }
-    let mut sink: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::stdout().lock())
-    } else {
-        let p = a.write.clone().unwrap_or_default();
-        // Never through a link, nor into someone else's file (a name planted under /tmp).
-        Box::new(sluice_sys::fs::output_checked(&p, 0o644).map_err(|e| anyhow!("cannot write the capture: {e}"))?)
-    };
     let direction = match a.direction {
         DirArg::In => "in",
         DirArg::Out => "out",
@@ -82,6 +75,16 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     };
     let req = Request::Capture { port: a.port.clone(), direction: direction.into(), snaplen: a.snaplen };
     let mut r = Client::for_target(&a.target)?.into_capture(&req)?;
+    // The output is opened only now that the switch has taken the capture, as tcpdump
+    // opens its file only once the device is: a mistyped switch or port name leaves an
+    // existing FILE as it was. Never through a link, nor into someone else's file (a name
+    // planted under /tmp); emptied only after those checks.
+    let mut sink: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let p = a.write.clone().unwrap_or_default();
+        Box::new(sluice_sys::fs::output_checked(&p, 0o644).map_err(|e| anyhow!("cannot write the capture: {e}"))?)
+    };
     let stream = r.get_ref().try_clone()?;
     // Ctrl-C ends the capture as its count does, the file complete and the summary
     // printed: this side closes, and the switch sends what it copied until then and ends.

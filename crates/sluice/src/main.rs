@@ -102,11 +102,11 @@ enum Cmd {
     /// Show sluice at work: a two-guest lab, ping, a TCP transfer, a workload-modeler run,
     /// the counters.
     Demo(demo::DemoArgs),
-    /// The workload modeler: RR, CRR and streaming workloads from uperf profiles, with the
-    /// studies' metrics (transactions/s, MB/s, latency percentiles, CPU per transaction).
+    /// The workload modeler: RR, CRR and streaming workloads from uperf profiles, measured
+    /// as transactions/s, MB/s, latency percentiles and CPU per transaction.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
-    /// Compare network paths the way the reference studies did: build them from
+    /// Compare network paths side by side on this host: build them from
     /// namespaces (sluice, Linux bridge, router, direct veth), run the workloads through
     /// each, and write tables of rates and CPU per unit with ratios, CSV and charts.
     #[command(subcommand)]
@@ -132,7 +132,8 @@ enum Cmd {
     #[command(verbatim_doc_comment)]
     Man(manpages::ManArgs),
     /// Which VLANs each port may join, and which may be promiscuous (a mirror), on a switch
-    /// with `grants = true` (the reference switch's GRANT): anything else is refused.
+    /// with `grants = true` (as z/VM's virtual switch grants access): anything else is
+    /// refused.
     #[command(subcommand)]
     Grant(GrantCmd),
 }

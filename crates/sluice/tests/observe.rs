@@ -670,3 +670,35 @@ fn a_monitor_file_that_is_a_fifo_or_behind_someone_elses_link_is_refused_at_once
     assert!(!o.status.success() && e.contains("is a FIFO (named pipe), not a regular file"), "{e}");
     assert!(!run_dir().join(format!("{name}.sock")).exists(), "no control socket is left behind");
 }
+
+/// On the kernel datapath (frames copied up to the core, taken by the capture in batches)
+/// each frame keeps its own time: an echo request and its reply are stamped apart, in order.
+#[test]
+#[ignore = "system tier: needs root (network namespaces, veths with BPF programs), ping and tshark; scripts/test.sh runs it"]
+fn kernel_captures_stamp_each_frame_with_its_own_time() {
+    if !root() || !have("tshark") || !have("ping") {
+        return;
+    }
+    let sw = Switch::with("capts", "", &["", ""], Dp::Kernel);
+    let t1 = format!("{}t1", sw.name);
+    let f = sw.dir.join("stamps.pcap");
+    let c = start_capture(&sw, "stamps", &[&t1, "-c", "4", "-w", f.to_str().unwrap(), "icmp"]);
+    ns_ok(&sw.namespaces[0], "ping -c 2 -i 0.3 -W 5 10.79.0.2");
+    let said = finish(c);
+    assert!(said.contains("4 frame(s) captured"), "{said}");
+    let out = sh_ok(&format!("tshark -r {} -T fields -e frame.time_epoch -e icmp.type", f.display()));
+    // (seconds, nanoseconds) of each record, as tshark reads it.
+    let stamps: Vec<((u64, u64), String)> = out
+        .lines()
+        .map(|l| {
+            let (t, kind) = l.split_once('\t').unwrap();
+            let (s, frac) = t.split_once('.').unwrap_or((t, "0"));
+            let ns = format!("{frac:0<9}")[..9].parse().unwrap();
+            ((s.parse().unwrap(), ns), kind.to_string())
+        })
+        .collect();
+    assert_eq!(stamps.iter().map(|s| s.1.as_str()).collect::<Vec<_>>(), ["8", "0", "8", "0"], "{out}");
+    for w in stamps.windows(2) {
+        assert!(w[0].0 < w[1].0, "each frame stamped after the one before it: {out}");
+    }
+}

@@ -65,7 +65,7 @@ pub enum StudyCmd {
     ///   sluice study run ./my-study.toml --reps 5 --duration 30 --pin
     ///   sluice study run switch-paths       the paths as iperf3 and sockperf see them
     ///   sluice study run calibrate          sluice bench against iperf3 and sockperf
-    ///   sluice study run lossless-pa --quick   seed 004's partition-aggregate queries, six guests a path
+    ///   sluice study run lossless-pa --quick   partition-aggregate queries, lossless against lossy, six guests a path
     ///   sluice study run hostile            paths quiet and under attack (rings, MAC flood, GSO bomb)
     ///
     /// Every cell records the host's noise (steal, other processes' CPU); the report opens

@@ -8,7 +8,8 @@ use crate::config::SwitchError;
 impl Switch {
     /// Starts a capture of port `port`: copies of the frames it delivers (`In`), is sent
     /// (`Out`) or both, each cut to `snaplen` bytes, at most `budget` bytes of them
-    /// waiting for [`Switch::capture_take`]. On a kernel datapath the port's frames pass
+    /// waiting for [`Switch::capture_take`], each stamped by `clock` as it is made (the
+    /// driver's wall clock; the core reads none). On a kernel datapath the port's frames pass
     /// through the core while it is captured. Returns the capture's id.
     pub fn capture_start(
         &mut self,
@@ -16,6 +17,7 @@ impl Switch {
         dir: Direction,
         snaplen: usize,
         budget: usize,
+        clock: fn() -> u64,
     ) -> Result<usize, SwitchError> {
         let id = self.port_id(port).ok_or_else(|| SwitchError::NoSuchPort(port.to_string()))?;
         let slot = self.slot_mut(id).expect("port_id returned a live port");
@@ -23,7 +25,7 @@ impl Switch {
         self.note_fast(id);
         // (A kernel datapath's cached verdicts sent the port's frames past the core.)
         self.generation += 1;
-        let c = Capture::new(id, dir, snaplen, budget);
+        let c = Capture::new(id, dir, snaplen, budget, clock);
         match self.captures.iter().position(Option::is_none) {
             Some(i) => {
                 self.captures[i] = Some(c);
