@@ -37,6 +37,10 @@ PACKAGES=(iproute2 iputils-ping netcat-openbsd iperf3 sockperf tshark python3 pr
     qemu-system-x86 linux-image-amd64 busybox-static xz-utils)
 TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server redis-benchmark socat nginx curl ab wrk
     ethtool tmux qemu-system-x86_64 busybox xz)
+# podman, containernetworking-plugins (host-local in /usr/lib/cni), nftables: the CNI plugin
+# is driven as a runtime drives it, then by podman itself; it masquerades with nft.
+PACKAGES+=(podman containernetworking-plugins nftables)
+TOOLS+=(podman nft)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
@@ -44,6 +48,7 @@ for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); d
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || missing+=(linux-image-amd64)
+[ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
     apt-get update
