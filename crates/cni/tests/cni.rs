@@ -488,3 +488,54 @@ impl Drop for Podman {
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
+
+/// What the plugin rests on, from the command line: a veth port the switch makes in a
+/// namespace given by path, its guest end named apart from the port; `--may-exist` and
+/// `--if-exists` make adding and deleting idempotent; the exit status says what happened.
+#[test]
+#[ignore = "system tier: needs root and iproute2; scripts/test.sh runs it"]
+fn port_add_and_del_are_idempotent_on_request_and_exit_with_documented_codes() {
+    needs(&["ip"]);
+    let mut w = World::start("idem");
+    let ns = w.netns("idem");
+    let path = format!("/run/netns/{ns}");
+    let port = format!("ci{}", std::process::id() % 100_000);
+    w.links.push(port.clone());
+    let add = |extra: &[&str]| {
+        let mut a = vec!["port", "add", &port, "--type", "veth", "--netns", &path, "--switch", &w.name];
+        a.extend_from_slice(extra);
+        w.sluice(&a)
+    };
+    let code = |o: &Output| o.status.code();
+    assert_eq!(code(&add(&["--ifname", "eth0"])), Some(0));
+    assert!(sh(&format!("ip -n {ns} link show eth0")).status.success(), "the guest end is eth0 in {ns}");
+    let again = add(&["--ifname", "eth0"]);
+    assert_eq!(code(&again), Some(1), "a second add without --may-exist is refused");
+    assert!(text(&again.stderr).contains("already attached"), "{}", text(&again.stderr));
+    let same = add(&["--ifname", "eth0", "--may-exist"]);
+    assert_eq!(code(&same), Some(0), "{}", text(&same.stderr));
+    assert!(text(&same.stdout).contains("attached already"), "{}", text(&same.stdout));
+    let other = add(&["--ifname", "eth1", "--may-exist"]);
+    assert_eq!(code(&other), Some(1));
+    assert!(text(&other.stderr).contains("ifname"), "the refusal names what differs: {}", text(&other.stderr));
+    let del = |extra: &[&str]| {
+        let mut a = vec!["port", "del", &port, "--switch", &w.name];
+        a.extend_from_slice(extra);
+        w.sluice(&a)
+    };
+    assert_eq!(code(&del(&[])), Some(0));
+    assert!(!host_link_exists(&port), "the pair the switch made goes with its port");
+    assert!(!sh(&format!("ip -n {ns} link show eth0")).status.success());
+    assert_eq!(code(&del(&[])), Some(1), "deleting what is not there is refused");
+    let absent = del(&["--if-exists"]);
+    assert_eq!(code(&absent), Some(0), "{}", text(&absent.stderr));
+    // An interface of the port's name the switch did not make is never taken over.
+    sh_ok(&format!("ip link add {port} type veth peer name {port}p"));
+    let taken = add(&["--ifname", "eth0"]);
+    assert_eq!(code(&taken), Some(1));
+    assert!(text(&taken.stderr).contains("did not make it"), "{}", text(&taken.stderr));
+    // Usage, and no switch answering.
+    assert_eq!(code(&w.sluice(&["port", "add"])), Some(2));
+    let gone = w.sluice(&["port", "del", &port, "--if-exists", "--switch", "sluice-no-such-switch"]);
+    assert_eq!(code(&gone), Some(3), "{}", text(&gone.stderr));
+}
