@@ -277,6 +277,28 @@ fn add_check_del_connect_two_namespaces_and_the_host_and_leave_nothing() {
         for (ns, to) in [(&a, &ib), (&b, &ia), (&a, &"10.88.251.1".to_string()), (&b, &"10.88.251.1".to_string())] {
             sh_ok(&format!("ip netns exec {ns} ping -c 1 -W 5 {to}"));
         }
+        if round == 0 {
+            // A restart in place adopts the pairs it made: the containers keep their
+            // interfaces and addresses, CHECK still passes, traffic still flows.
+            let o = w.sluice(&["switch", "restart", "--switch", &w.name]);
+            assert!(o.status.success(), "switch restart: {}", text(&o.stderr));
+            let sock = w.socket();
+            assert!(
+                wait_for(30, || {
+                    std::os::unix::net::UnixStream::connect(&sock).is_ok()
+                        && w.sluice(&["port", "list", "--switch", &w.name]).status.success()
+                }),
+                "waited 30 s for the switch to answer after its restart"
+            );
+            for (id, ns, r) in [("ctr-a", &pa, &results[0]), ("ctr-b", &pb, &results[1])] {
+                let mut checked = c.clone();
+                checked["prevResult"] = r.clone();
+                let (ok, e) = plugin("CHECK", &checked, &format!("{id}-{net}"), Some(ns), "eth0");
+                assert!(ok, "CHECK {id} after the restart: {e}");
+            }
+            sh_ok(&format!("ip netns exec {a} ping -c 1 -W 5 {ib}"));
+            sh_ok(&format!("ip netns exec {b} ping -c 1 -W 5 10.88.251.1"));
+        }
         // CHECK of an address the container does not have fails.
         let mut wrong = c.clone();
         wrong["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.88.251.250/24"}]});
@@ -534,6 +556,12 @@ fn port_add_and_del_are_idempotent_on_request_and_exit_with_documented_codes() {
     let taken = add(&["--ifname", "eth0"]);
     assert_eq!(code(&taken), Some(1));
     assert!(text(&taken.stderr).contains("did not make it"), "{}", text(&taken.stderr));
+    // A TAP is made in a namespace given by its path too.
+    let tap = format!("ct{}", std::process::id() % 100_000);
+    let made = w.sluice(&["port", "add", &tap, "--netns", &path, "--switch", &w.name]);
+    assert_eq!(code(&made), Some(0), "{}", text(&made.stderr));
+    assert!(sh(&format!("ip -n {ns} link show {tap}")).status.success(), "TAP {tap} in {ns}");
+    assert_eq!(code(&w.sluice(&["port", "del", &tap, "--switch", &w.name])), Some(0));
     // Usage, and no switch answering.
     assert_eq!(code(&w.sluice(&["port", "add"])), Some(2));
     let gone = w.sluice(&["port", "del", &port, "--if-exists", "--switch", "sluice-no-such-switch"]);
