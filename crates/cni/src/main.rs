@@ -123,12 +123,22 @@ fn connect(conf: &NetConf) -> Result<Client> {
     })
 }
 
-/// Adds `spec` (`--may-exist`).
-fn port_add(c: &mut Client, spec: PortSpec) -> Result<()> {
+/// Adds `spec` (`--may-exist`); true if it was not attached before.
+fn port_add(c: &mut Client, spec: PortSpec) -> Result<bool> {
     let name = spec.name.clone();
     c.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: true })
-        .map(drop)
+        .map(|answer| answer["existed"] != true)
         .map_err(|e| CniError::new(PORT_REFUSED, format!("the switch refused port {name}: {e}"), ""))
+}
+
+/// Undoes the addition of port `name`.
+fn undo_port(undo: &mut Undo, conf: &NetConf, name: String) {
+    let target = conf.target();
+    undo.push(move || {
+        if let Ok(mut c) = Client::for_target(&target) {
+            let _ = c.call_value(&Request::PortDel { name, if_exists: true });
+        }
+    });
 }
 
 fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value> {
@@ -143,7 +153,8 @@ fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value
     let mut c = connect(conf)?;
     let port = env.port_name();
     if conf.host_gateway {
-        // The network's gateway port: shared by its containers, made once, kept.
+        // The network's gateway port: shared by its containers, made once (by the first
+        // ADD that succeeds), kept.
         let gw = PortSpec {
             kind: PortKind::Veth,
             netns: Some(HOST_NETNS.into()),
@@ -152,7 +163,9 @@ fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value
             vlan: conf.vlan,
             ..PortSpec::tap(&conf.gateway_port())
         };
-        port_add(&mut c, gw)?;
+        if port_add(&mut c, gw)? {
+            undo_port(undo, conf, conf.gateway_port());
+        }
     }
     let spec = PortSpec {
         kind: PortKind::Veth,
@@ -163,13 +176,7 @@ fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value
         ..PortSpec::tap(&port)
     };
     port_add(&mut c, spec)?;
-    let target = conf.target();
-    let p = port.clone();
-    undo.push(move || {
-        if let Ok(mut c) = Client::for_target(&target) {
-            let _ = c.call_value(&Request::PortDel { name: p, if_exists: true });
-        }
-    });
+    undo_port(undo, conf, port.clone());
     let mut alloc = Allocation::default();
     if let Some(ipam_conf) = &conf.ipam {
         let v = ipam::delegate(env, ipam_conf, "ADD", stdin)?.unwrap_or_default();

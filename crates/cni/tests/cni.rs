@@ -246,6 +246,13 @@ fn add_check_del_connect_two_namespaces_and_the_host_and_leave_nothing() {
     let (pa, pb) = (format!("/run/netns/{a}"), format!("/run/netns/{b}"));
     let (ok, v) = plugin("VERSION", &json!({"cniVersion": "1.0.0"}), "x", None, "eth0");
     assert!(ok && v["supportedVersions"].as_array().unwrap().contains(&json!("1.0.0")), "{v}");
+    // The first ADD fails (an IPAM configuration host-local refuses): nothing stays, not
+    // even the network's gateway port it made.
+    let mut bad = c.clone();
+    bad["ipam"]["subnet"] = json!("10.88.251.0/33");
+    let (ok, e) = plugin("ADD", &bad, &format!("ctr-first-{net}"), Some(&pa), "eth0");
+    assert!(!ok && e["code"] == json!(101), "{e}");
+    assert_eq!(w.ports(), Vec::<String>::new(), "a failed first ADD left ports");
     for round in 0..2 {
         let mut results = vec![];
         for (id, ns) in [("ctr-a", &pa), ("ctr-b", &pb)] {
