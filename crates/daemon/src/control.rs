@@ -396,8 +396,9 @@ impl Server {
                 let (spec, ifindex) = (port.clone(), dev.tap_ifindex());
                 let made = port.kind == PortKind::Veth && port.netns.is_some();
                 let name = port.name.clone();
-                if let Err(e) = self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ())).and_then(|r| r) {
-                    // (A pair made for the port is not left behind.)
+                if let Err(e) = self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))? {
+                    // (A pair made for the port is not left behind by a refused attach; a
+                    // busy datapath still attaches it later, so its pair stays then.)
                     if made {
                         let _ = ports::veth::remove_made(&name);
                     }
