@@ -41,6 +41,10 @@ TOOLS=(ip ping nc iperf3 sockperf tshark python3 ss ovs-vsctl clang redis-server
 # defines a domain with virsh on a vhost-user port (the package makes the user libvirt-qemu).
 PACKAGES+=(libvirt-daemon-system libvirt-clients)
 TOOLS+=(libvirtd virtlogd virsh)
+# podman, containernetworking-plugins (host-local in /usr/lib/cni), nftables: the CNI plugin
+# is driven as a runtime drives it, then by podman itself; it masquerades with nft.
+PACKAGES+=(podman containernetworking-plugins nftables)
+TOOLS+=(podman nft)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
@@ -53,6 +57,7 @@ for t in man groff dpkg-deb dpkg-shlibdeps strip; do command -v "$t" >/dev/null 
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || missing+=(linux-image-amd64)
+[ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"
     apt-get update

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
                 requests += 1;
                 assert!(requests <= lines);
                 match req {
-                    Request::PortAdd { port } => {
+                    Request::PortAdd { port, .. } => {
                         if port.validate().is_ok() {
                             let _ = check_datapath(&port, DatapathKind::User);
                             let _ = check_datapath(&port, DatapathKind::Kernel);

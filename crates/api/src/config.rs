@@ -52,8 +52,9 @@ pub enum PortKind {
     Tap,
     /// A host interface (named by the port's name) connecting the switch to the LAN.
     Uplink,
-    /// The switch's end of an existing veth pair whose other end is in a guest's namespace;
-    /// forwarded by the kernel datapath (`datapath = "kernel"`).
+    /// The switch's end of a veth pair whose other end is in a guest's namespace: an
+    /// existing pair, or with `netns` one the switch makes (the guest's end named
+    /// `ifname`); forwarded by the kernel datapath (`datapath = "kernel"`).
     Veth,
     /// A unix stream socket a program listens on (`path`), carrying frames as QEMU's
     /// `-netdev stream` does; the switch can hold its peer back (user-space datapath).
@@ -170,6 +171,10 @@ pub struct PortSpec {
     /// retrying until it can.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub client: bool,
+    /// veth with `netns` only: the name of the pair's end the switch makes inside the
+    /// guest's namespace (`eth0`, the CNI runtime's `CNI_IFNAME`); default: the port's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
 }
 
 /// A VXLAN port's tunnel settings, checked.
@@ -236,7 +241,29 @@ impl PortSpec {
             dstport: None,
             socket: None,
             client: false,
+            ifname: None,
         }
+    }
+
+    /// The name of the port's interface inside the guest: `ifname`, or the port's name.
+    pub fn guest_ifname(&self) -> &str {
+        self.ifname.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The settings in which this description and `other` differ (`name`, `ifname` as the
+    /// guest sees it, …), as the config file spells them: empty when they describe the
+    /// same port.
+    pub fn differences(&self, other: &PortSpec) -> Vec<String> {
+        let mine = serde_json::to_value(self.normalized()).unwrap_or_default();
+        let theirs = serde_json::to_value(other.normalized()).unwrap_or_default();
+        let keys: std::collections::BTreeSet<&String> =
+            mine.as_object().into_iter().chain(theirs.as_object()).flat_map(|o| o.keys()).collect();
+        keys.into_iter().filter(|k| mine.get(k.as_str()) != theirs.get(k.as_str())).cloned().collect()
+    }
+
+    /// The description with its defaults written out, for comparing.
+    fn normalized(&self) -> PortSpec {
+        PortSpec { ifname: Some(self.guest_ifname().to_string()), ..self.clone() }
     }
 
     /// A VXLAN port's settings, checked (`None` for other kinds, which must not carry them).
@@ -405,19 +432,41 @@ impl PortSpec {
         })
     }
 
-    /// Checks the description and returns its VLAN membership.
-    pub fn validate(&self) -> Result<VlanMode, String> {
-        check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+    /// Checks `netns` and `ifname`: a namespace by name, or by path for the kinds the switch
+    /// makes a device in (TAP, veth); `ifname` for a veth the switch makes in `netns`.
+    fn check_guest_side(&self) -> Result<(), String> {
         if let Some(ns) = &self.netns {
-            check_netns_name(ns).map_err(|e| format!("port {:?}: {e}", self.name))?;
+            if matches!(self.kind, PortKind::Tap | PortKind::Veth) {
+                sluice_sys::netns::check(ns).map_err(|e| format!("port {:?}: {e}", self.name))?;
+            } else if sluice_sys::netns::is_path(ns) {
+                return Err(format!(
+                    "port {:?}: netns {ns:?}: a {} port's namespace is a name under /run/netns (a path is taken by TAP and veth ports)",
+                    self.name,
+                    format!("{:?}", self.kind).to_lowercase()
+                ));
+            } else {
+                check_netns_name(ns).map_err(|e| format!("port {:?}: {e}", self.name))?;
+            }
         }
-        self.policy()?;
-        if self.kind == PortKind::Veth && self.netns.is_some() {
+        let Some(ifname) = &self.ifname else { return Ok(()) };
+        check_ifname(ifname).map_err(|e| format!("port {:?}: ifname: {e}", self.name))?;
+        if ifname == &self.name {
+            return Ok(());
+        }
+        if self.kind != PortKind::Veth || self.netns.is_none() {
             return Err(format!(
-                "port {:?}: a veth port is the switch's end of the pair, in the switch's own namespace; leave out `netns` (the other end may be in any namespace)",
+                "port {:?}: `ifname` {ifname:?} names the end of a veth pair the switch makes in the guest's namespace: it applies to veth ports with `netns` (a TAP's device is named by the port)",
                 self.name
             ));
         }
+        Ok(())
+    }
+
+    /// Checks the description and returns its VLAN membership.
+    pub fn validate(&self) -> Result<VlanMode, String> {
+        check_ifname(&self.name).map_err(|e| format!("port {e}"))?;
+        self.check_guest_side()?;
+        self.policy()?;
         self.vxlan()?;
         match (self.kind, &self.path) {
             (PortKind::Stream, None) => {
@@ -1315,12 +1364,45 @@ mod tests {
 
     #[test]
     fn a_netns_is_a_name_not_a_path() {
-        for bad in ["../../tmp/fifo", "/proc/1/ns/net", "..", ""] {
+        for bad in ["../../tmp/fifo", "..", ""] {
             let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = {bad:?}\n")).unwrap_err();
             assert_eq!(e.line, Some(2), "{e}");
             assert!(e.message.contains("not a name `ip netns` accepts"), "{bad:?}: {e}");
         }
         assert!(parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nnetns = \"blue.2\"\n").is_ok());
+    }
+
+    #[test]
+    fn ifname_names_the_guest_end_of_a_pair_the_switch_makes() {
+        let mut p = PortSpec { kind: PortKind::Veth, netns: Some("/run/netns/cni-1".into()), ..PortSpec::tap("c1") };
+        assert_eq!(p.guest_ifname(), "c1");
+        p.ifname = Some("eth0".into());
+        assert!(p.validate().is_ok());
+        for bad in ["", "a/b", "sixteen-bytes-xx"] {
+            let e = PortSpec { ifname: Some(bad.into()), ..p.clone() }.validate().unwrap_err();
+            assert!(e.contains("ifname"), "{bad:?}: {e}");
+        }
+        // Only a veth the switch makes in a namespace has a guest end to name.
+        for q in [PortSpec { netns: None, ..p.clone() }, PortSpec { kind: PortKind::Tap, ..p.clone() }] {
+            let e = q.validate().unwrap_err();
+            assert!(e.contains("applies to veth ports with `netns`"), "{e}");
+        }
+        assert!(PortSpec { ifname: Some("t0".into()), ..PortSpec::tap("t0") }.validate().is_ok());
+        // A path is taken where the switch makes the device; other kinds take a name.
+        let e = PortSpec { netns: Some("/proc/1/ns/net".into()), ..PortSpec::tap("u0") };
+        assert!(e.validate().is_ok());
+        let e = PortSpec { kind: PortKind::Uplink, ..e }.validate().unwrap_err();
+        assert!(e.contains("a name under /run/netns"), "{e}");
+        let e = PortSpec { netns: Some("/run/netns/../x".into()), ..p.clone() }.validate().unwrap_err();
+        assert!(e.contains("without `..`"), "{e}");
+    }
+
+    #[test]
+    fn differences_name_the_settings_with_defaults_written_out() {
+        let a = PortSpec { kind: PortKind::Veth, netns: Some("/run/netns/x".into()), ..PortSpec::tap("c1") };
+        assert!(a.differences(&PortSpec { ifname: Some("c1".into()), ..a.clone() }).is_empty());
+        let b = PortSpec { ifname: Some("eth0".into()), vlan: Some(10), ..a.clone() };
+        assert_eq!(a.differences(&b), ["ifname", "vlan"]);
     }
 
     #[test]
@@ -1374,11 +1456,12 @@ port = "tap0"
         .unwrap_err();
         assert!(e.message.contains("a lossless switch needs the user-space datapath"), "{e}");
         assert_eq!(e.line, Some(2), "{e}");
-        let e = parse_str(
-            "name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\nnetns = \"x\"\n",
+        // With `netns` the switch makes the pair: its guest end named `ifname`.
+        let s = parse_str(
+            "name = \"sw\"\ndatapath = \"kernel\"\n[[port]]\nname = \"v1\"\ntype = \"veth\"\nnetns = \"/proc/1/ns/net\"\nifname = \"eth0\"\n",
         )
-        .unwrap_err();
-        assert!(e.message.contains("leave out `netns`"), "{e}");
+        .unwrap();
+        assert_eq!(s.ports[0].guest_ifname(), "eth0");
         let e = parse_str("name = \"sw\"\ndatapath = \"kernal\"\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
     }

@@ -22,11 +22,18 @@ pub enum Request {
     PortAdd {
         /// The port.
         port: Box<PortSpec>,
+        /// Success, doing nothing, when a port of that name with an equal description is
+        /// attached (`--may-exist`); a different one is still refused, naming what differs.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        may_exist: bool,
     },
     /// Detach a port.
     PortDel {
         /// Its name.
         name: String,
+        /// Success, doing nothing, when no port of that name is attached (`--if-exists`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        if_exists: bool,
     },
     /// Answered with a [`StatsReport`] without counters.
     PortList,
@@ -395,4 +402,27 @@ pub struct FibReport {
     pub summary: FibSummary,
     /// Entries sorted by VLAN and address.
     pub entries: Vec<FibEntryReport>,
+}
+
+#[cfg(test)]
+mod port_request_tests {
+    use super::*;
+
+    /// A client that knows nothing of `may_exist` / `if_exists` still gets its requests
+    /// understood (as they always were: not idempotent), and the flags are left out of a
+    /// request that does not set them.
+    #[test]
+    fn idempotence_flags_are_optional_on_the_wire() {
+        let add: Request = serde_json::from_str(r#"{"cmd":"port_add","port":{"name":"t0"}}"#).unwrap();
+        assert!(matches!(add, Request::PortAdd { may_exist: false, .. }));
+        let del: Request = serde_json::from_str(r#"{"cmd":"port_del","name":"t0"}"#).unwrap();
+        assert!(matches!(del, Request::PortDel { if_exists: false, .. }));
+        let del = Request::PortDel { name: "t0".into(), if_exists: false };
+        assert_eq!(serde_json::to_string(&del).unwrap(), r#"{"cmd":"port_del","name":"t0"}"#);
+        let add: Request = serde_json::from_str(
+            r#"{"cmd":"port_add","port":{"name":"c1","type":"veth","ifname":"eth0"},"may_exist":true}"#,
+        )
+        .unwrap();
+        assert!(matches!(add, Request::PortAdd { may_exist: true, ref port } if port.guest_ifname() == "eth0"));
+    }
 }

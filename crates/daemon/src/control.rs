@@ -78,7 +78,9 @@ impl Jobs {
 pub fn create_port(spec: &PortSpec, s: &Settings, known_tap: Option<u32>) -> Result<Attachment> {
     let (default_mtu, kernel) = (s.core.mtu, s.datapath == sluice_api::config::DatapathKind::Kernel);
     spec.validate().map_err(sluice_api::Error::Port)?;
+    // (A veth port's namespace is entered only to make its pair: see `ports::veth`.)
     if let Some(ns) = &spec.netns
+        && spec.kind != PortKind::Veth
         && !netns::exists(ns)
     {
         return Err(Error::Refused(format!(
@@ -349,18 +351,34 @@ impl Server {
                 let summary = self.jobs.run(move |dp| summary(dp, &st))?;
                 json(summary)?
             }
-            Request::PortAdd { port } => {
+            Request::PortAdd { port, may_exist } => {
+                // One port added at a time: `--may-exist` callers racing for one port (CNI
+                // ADDs of one network) see it attached or attach it, never both fail.
+                static ADDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+                let _one = ADDING.lock().unwrap_or_else(|p| p.into_inner());
                 let port = *port;
-                let (exists, missing) = {
+                let (existing, missing) = {
                     let n = port.name.clone();
                     let watched = port.mirror.clone();
                     self.jobs.run(move |dp| {
                         let sw = dp.switch();
-                        (sw.port_id(&n).is_some(), watched.into_iter().find(|w| sw.port_id(w).is_none()))
+                        let existing = sw.port_id(&n).map(|id| dp.spec(id).cloned());
+                        (existing, watched.into_iter().find(|w| sw.port_id(w).is_none()))
                     })?
                 };
-                if exists {
-                    return Err(Error::PortExists(port.name));
+                if let Some(attached) = existing {
+                    if !may_exist {
+                        return Err(Error::PortExists(port.name));
+                    }
+                    let differ = attached.map_or_else(|| vec!["type".to_string()], |a| a.differences(&port));
+                    if differ.is_empty() {
+                        return Ok(Some(serde_json::json!({ "existed": true })));
+                    }
+                    return Err(Error::Refused(format!(
+                        "a port named {:?} is already attached with other settings (those that differ: {}); delete it first, or add it as it is",
+                        port.name,
+                        differ.join(", ")
+                    )));
                 }
                 if let Some(w) = missing {
                     return Err(Error::Refused(format!(
@@ -374,7 +392,16 @@ impl Server {
                 sluice_api::config::check_datapath(&port, s.datapath).map_err(sluice_api::Error::Port)?;
                 let dev = create_port(&port, s, None)?;
                 let (spec, ifindex) = (port.clone(), dev.tap_ifindex());
-                self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))??;
+                let made = port.kind == PortKind::Veth && port.netns.is_some();
+                let name = port.name.clone();
+                if let Err(e) = self.jobs.run(move |dp| dp.attach(port, dev).map(|_| ()))? {
+                    // (A pair made for the port is not left behind by a refused attach; a
+                    // busy datapath still attaches it later, so its pair stays then.)
+                    if made {
+                        let _ = ports::veth::remove_made(&name);
+                    }
+                    return Err(e);
+                }
                 self.remember(|r| {
                     r.record_tap(&spec, ifindex);
                     r.ports.retain(|p| p.name != spec.name);
@@ -382,9 +409,25 @@ impl Server {
                 });
                 return Ok(None);
             }
-            Request::PortDel { name } => {
+            Request::PortDel { name, if_exists } => {
                 let n = name.clone();
-                self.jobs.run(move |dp| dp.detach(&name))??;
+                let detached = self.jobs.run(move |dp| {
+                    let spec = dp.switch().port_id(&name).and_then(|id| dp.spec(id).cloned());
+                    dp.detach(&name).map(|()| spec)
+                })?;
+                let spec = match detached {
+                    Ok(spec) => spec,
+                    Err(Error::Switch(sluice_switch::SwitchError::NoSuchPort(_))) if if_exists => {
+                        return Ok(Some(serde_json::json!({ "existed": false })));
+                    }
+                    Err(e) => return Err(e),
+                };
+                // A veth pair the switch made for the port goes with it.
+                if spec.is_some_and(|s| s.kind == PortKind::Veth && s.netns.is_some())
+                    && let Err(e) = ports::veth::remove_made(&n)
+                {
+                    warn!(port = %n, "removing the veth pair made for the port: {e}");
+                }
                 self.remember(|r| {
                     r.ports.retain(|p| p.name != n);
                     r.taps.retain(|t| t.name != n);

@@ -191,7 +191,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             // The addresses the guest is reached at, before it has said anything.
             spec.ips = g.addresses();
         }
-        client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
+        client.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })?;
         if a.attach == AttachArg::Stream {
             sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
         }
@@ -238,7 +238,7 @@ fn add_vms(s: &mut LabState, client: &mut Client, a: &UpArgs) -> Result<()> {
             ips: if a.mode == ModeArg::L3 { g.addresses() } else { vec![] },
             ..PortSpec::tap(&g.tap)
         };
-        client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
+        client.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })?;
         let mac = crate::vm::mac(n);
         let files = crate::vm::boot(
             &img,
@@ -407,7 +407,7 @@ fn add_lan(s: &mut LabState, client: &mut Client, mtu: u16, uplinks: u8, kernel:
     spec.kind = sluice_api::config::PortKind::Uplink;
     spec.netns = (!kernel).then_some(up_ns);
     spec.backups = backups;
-    client.call_value(&Request::PortAdd { port: Box::new(spec) })?;
+    client.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })?;
     Ok(())
 }
 
@@ -533,7 +533,7 @@ pub fn down(name: &str) -> Result<()> {
         if g.added_port
             && !s.started_switch
             && let Some(c) = client.as_mut()
-            && let Err(e) = c.call_value(&Request::PortDel { name: g.tap.clone() })
+            && let Err(e) = c.call_value(&Request::PortDel { name: g.tap.clone(), if_exists: false })
             && !e.to_string().contains("no port named")
         {
             problems.push(format!("port {}: {e}", g.tap));

@@ -153,7 +153,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             ..PortSpec::tap("vx0")
         };
         Client::connect(&hs.socket)?
-            .call_value(&Request::PortAdd { port: Box::new(spec) })
+            .call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })
             .map_err(Error::from)
             .with_context(|| format!("host h{k}: adding its tunnel port"))?;
         // The host lab owns its guests; this lab lists them for `lab exec`.

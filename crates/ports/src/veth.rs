@@ -7,6 +7,14 @@
 //! headers, so GSO frames cross whole, and with the switch's mark: the egress program on
 //! the interface lets nothing else into the guest (docs/architecture.md, "Frames into
 //! guests on the kernel datapath").
+//!
+//! A port with `netns` has its pair made by the switch: the switch's end named as the port,
+//! the guest's end (`ifname`) made directly inside the namespace and brought up, the pair
+//! marked with [`MADE_ALIAS`]. A later run (a restart, a start after a stop) adopts a pair
+//! so marked instead of making another — the guest keeps its interface and its addresses —
+//! and `port del` removes only a pair so marked ([`remove_made`]); the pair also goes when
+//! the guest's namespace does. An interface of the port's name the switch did not make is
+//! never taken over.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -19,12 +27,82 @@ use sluice_sys::{link, packet};
 
 use crate::{Attachment, Result};
 
-/// Opens the switch's end of the veth pair of port `spec`, with MTU `mtu`.
+/// The interface alias marking a veth pair the switch made for a port with `netns`.
+pub const MADE_ALIAS: &str = "sluice: veth pair made for a port";
+
+/// Opens the switch's end of the veth pair of port `spec`, with MTU `mtu`: with `netns`,
+/// first makes the pair (or adopts the one an earlier run made).
 pub fn attach(spec: &PortSpec, mtu: u16) -> Result<Attachment> {
+    if let Some(ns) = &spec.netns {
+        make_pair(&spec.name, spec.guest_ifname(), ns, mtu).with_context(|| {
+            format!(
+                "making the veth pair of port {:?} (its end {:?} in namespace {ns})",
+                spec.name,
+                spec.guest_ifname()
+            )
+        })?;
+    }
     let v =
         VethPort::open(&spec.name, spec.offload, mtu).with_context(|| format!("opening veth port {:?}", spec.name))?;
     let fd = v.raw_fd();
     Ok(Attachment::new(Box::new(v), fd))
+}
+
+/// Makes the veth pair `name` (here) — `ifname` (in namespace `ns`, MTU `mtu` on both
+/// ends) unless the pair an earlier run made is there; an interface `name` the switch did
+/// not make is refused. Nothing is left behind when it fails.
+fn make_pair(name: &str, ifname: &str, ns: &str, mtu: u16) -> io::Result<()> {
+    if link::ifindex(name).is_ok() {
+        if is_made(name) {
+            return Ok(());
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "interface {name} exists and the switch did not make it; choose another port name, or leave out `netns` to attach an existing pair by its switch-side end"
+            ),
+        ));
+    }
+    // The namespace is opened and checked once; `ip` enters that one through our descriptor
+    // (never the path again, which could lead elsewhere by now).
+    let file = sluice_sys::netns::open(ns)?;
+    let target = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
+    let mtu = mtu.to_string();
+    ip(&["link", "add", name, "mtu", &mtu, "type", "veth", "peer", "name", ifname, "mtu", &mtu, "netns", &target])?;
+    let guest = ifname.to_string();
+    let done = ip(&["link", "set", "dev", name, "alias", MADE_ALIAS])
+        .and_then(|()| sluice_sys::netns::run_in_file(Some(file), move || ip(&["link", "set", "dev", &guest, "up"])));
+    if let Err(e) = done {
+        let _ = ip(&["link", "del", "dev", name]);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Whether interface `name` (here) is the switch's end of a pair the switch made.
+pub fn is_made(name: &str) -> bool {
+    sluice_sys::names::check_ifname(name).is_ok()
+        && std::fs::read_to_string(format!("/sys/class/net/{name}/ifalias")).is_ok_and(|a| a.trim_end() == MADE_ALIAS)
+}
+
+/// Removes the veth pair of port `name` if the switch made it (both ends go); true if it
+/// did.
+pub fn remove_made(name: &str) -> io::Result<bool> {
+    if !is_made(name) {
+        return Ok(false);
+    }
+    ip(&["link", "del", "dev", name])?;
+    Ok(true)
+}
+
+/// Runs `ip ARGS` in the calling thread's namespace; the error says what `ip` said.
+fn ip(args: &[&str]) -> io::Result<()> {
+    let out = std::process::Command::new("ip").args(args).stdin(std::process::Stdio::null()).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
+    }
 }
 
 /// The switch's end of a veth pair.

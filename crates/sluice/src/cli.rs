@@ -16,9 +16,19 @@ pub struct PortAddArgs {
     #[arg(long = "type", value_enum, default_value = "tap")]
     pub kind: KindArg,
     /// TAP: create it inside this network namespace (an `ip netns` name); uplink: the
-    /// namespace its interface is in.
+    /// namespace its interface is in. TAP and veth also take the path of a namespace file
+    /// (/proc/PID/ns/net, /run/netns/cni-…); a veth with --netns is a pair the switch
+    /// makes, NAME here and --ifname in the namespace.
     #[arg(long, value_name = "NS")]
     pub netns: Option<String>,
+    /// veth with --netns: the name of the pair's end inside the namespace, e.g. eth0
+    /// (default: the port's name).
+    #[arg(long, value_name = "NAME", requires = "netns")]
+    pub ifname: Option<String>,
+    /// Succeed, doing nothing, when a port of this name with the same settings is attached
+    /// (other settings are still refused, naming what differs).
+    #[arg(long)]
+    pub may_exist: bool,
     /// Access port of this VLAN (default 1).
     #[arg(long, value_name = "VID", conflicts_with = "trunk")]
     pub vlan: Option<u16>,
@@ -306,19 +316,28 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         dstport: a.dstport,
         socket: a.socket,
         client: a.client,
+        ifname: a.ifname,
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target.into())?;
     let name = spec.name.clone();
-    c.call_value(&Request::PortAdd { port: Box::new(spec) })?;
-    println!("port {name} added");
+    let answer = c.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: a.may_exist })?;
+    if answer["existed"] == true {
+        println!("port {name} is attached already, as described");
+    } else {
+        println!("port {name} added");
+    }
     Ok(())
 }
 
-pub fn port_del(target: &Target, name: String) -> Result<()> {
+pub fn port_del(target: &Target, name: String, if_exists: bool) -> Result<()> {
     let mut c = Client::for_target(target)?;
-    c.call_value(&Request::PortDel { name: name.clone() })?;
-    println!("port {name} deleted");
+    let answer = c.call_value(&Request::PortDel { name: name.clone(), if_exists })?;
+    if answer["existed"] == false {
+        println!("no port {name} is attached; nothing to delete");
+    } else {
+        println!("port {name} deleted");
+    }
     Ok(())
 }
 

@@ -41,6 +41,7 @@ use sluice_api::proto::Request;
 ///   sluice lab down
 #[derive(Parser, Debug)]
 #[command(name = "sluice", version, verbatim_doc_comment, propagate_version = true)]
+#[command(after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -247,16 +248,21 @@ enum PortCmd {
     ///   sluice port add tap1 --vlan 10 --mtu 8992    access port of VLAN 10, jumbo frames
     ///   sluice port add tap2 --trunk 10,20 --native 1
     ///   sluice port add vx0 --type vxlan --netns host1 --local 192.168.77.1 --remote 192.168.77.2 --vni 5000
+    ///   sluice port add c0 --type veth --netns /proc/4242/ns/net --ifname eth0 --may-exist
     ///   sluice port add vm1 --type vhost-user --socket /run/sluice/vm1.sock
     ///       then: qemu-system-x86_64 … -object memory-backend-memfd,id=mem,size=1G,share=on
     ///             -machine memory-backend=mem -chardev socket,id=c1,path=/run/sluice/vm1.sock,reconnect=1
     ///             -netdev vhost-user,id=n1,chardev=c1 -device virtio-net-pci,netdev=n1
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = EXIT_STATUS)]
     Add(Box<cli::PortAddArgs>),
-    /// Detach a port and delete its TAP device.
+    /// Detach a port and delete its TAP device (or the veth pair the switch made for it).
+    #[command(after_help = EXIT_STATUS)]
     Del {
         /// Port name.
         name: String,
+        /// Succeed, doing nothing, when no port of that name is attached.
+        #[arg(long)]
+        if_exists: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -335,6 +341,21 @@ enum FibCmd {
     },
 }
 
+/// What `sluice` exits with, as its help says (scripts and runtimes branch on it).
+const EXIT_STATUS: &str = "Exit status: 0 done; 1 refused or failed (the message says why); 2 usage \
+(a wrong option or argument); 3 no switch answers on the control socket (none runs, or it is gone).";
+
+/// The exit status of a failure: 3 when no switch answered, else 1.
+fn failure_code(e: &anyhow::Error) -> ExitCode {
+    let unreachable = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<sluice_api::Error>(),
+            Some(sluice_api::Error::Unreachable { .. } | sluice_api::Error::NoSwitch { .. })
+        )
+    });
+    if unreachable { ExitCode::from(3) } else { ExitCode::FAILURE }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
@@ -343,7 +364,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("sluice: {e:#}");
-            ExitCode::FAILURE
+            failure_code(&e)
         }
     }
 }
@@ -397,7 +418,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
         Cmd::Port(PortCmd::Add(a)) => cli::port_add(*a)?,
-        Cmd::Port(PortCmd::Del { name, target }) => cli::port_del(&target, name)?,
+        Cmd::Port(PortCmd::Del { name, if_exists, target }) => cli::port_del(&target, name, if_exists)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
         Cmd::Port(PortCmd::Relay { tap, netns, listen, mtu }) => {
             port::relay::run(&tap, netns.as_deref(), &listen, mtu)?

@@ -1,13 +1,15 @@
-//! Running a piece of work inside a named network namespace (`ip netns` names, bound under
-//! /run/netns). `setns` changes only the calling thread, so the work runs on a short-lived
-//! thread of its own and never on a thread that serves anything else.
+//! Running a piece of work inside a network namespace, named (`ip netns` names, bound under
+//! /run/netns) or given by the path of its file (`/proc/PID/ns/net`, `/run/netns/cni-…`, as
+//! container runtimes hand them out). `setns` changes only the calling thread, so the work
+//! runs on a short-lived thread of its own and never on a thread that serves anything else.
 //!
 //! A name is what `ip netns` accepts — one path component, never a path — and is checked
-//! by [`check_name`] before anything is looked up; the namespace file is opened by
-//! [`open`] without following a link and without blocking (a FIFO planted there would hold
-//! the caller forever), and must be a namespace (nsfs). A later option naming a namespace
-//! by its path (`/proc/PID/ns/net`, as container runtimes hand out) gets a check of its
-//! own beside these, not a looser name.
+//! by [`check_name`] before anything is looked up; its file is opened by [`open`] without
+//! following a link. A path is absolute, without `..` or a NUL ([`check`]), and may be a
+//! link (`/proc/PID/ns/net` is one). Either is opened without blocking (a FIFO planted
+//! there would hold the caller forever) and the descriptor — not the path, which someone
+//! could swap meanwhile — must be a namespace (nsfs) of a network (`NS_GET_NSTYPE`) before
+//! anything enters it.
 
 use std::fs::File;
 use std::io;
@@ -25,20 +27,58 @@ const NSFS_MAGIC: i64 = 0x6e73_6673;
 /// The name check (in the configuration's module, which checks `netns` settings with it).
 pub use crate::names::check_netns_name as check_name;
 
-/// Path of the named namespace (for a name [`check_name`] passed).
-pub fn path(name: &str) -> PathBuf {
-    PathBuf::from(NETNS_DIR).join(name)
+/// `NS_GET_NSTYPE` (linux/nsfs.h: `_IO(0xb7, 0x3)`): the kind of namespace a file is.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// The longest namespace path accepted (`PATH_MAX` less its NUL).
+const PATH_MAX: usize = 4095;
+
+/// True if `ns` names a namespace by its path (an absolute one) rather than by name.
+pub fn is_path(ns: &str) -> bool {
+    ns.starts_with('/')
 }
 
-/// True if a namespace of that name exists; false for a name [`check_name`] refuses.
-pub fn exists(name: &str) -> bool {
-    check_name(name).is_ok() && path(name).exists()
+/// Checks a namespace given by name ([`check_name`]) or by an absolute path to its file:
+/// at most 4095 bytes, no NUL byte, no `..` component. What the path leads to is checked
+/// when it is opened ([`open`]).
+pub fn check(ns: &str) -> Result<(), String> {
+    if !is_path(ns) {
+        return check_name(ns).map_err(|e| e.to_string());
+    }
+    if ns.len() > PATH_MAX || ns.contains('\0') || ns.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "network namespace {ns:?} is not a path sluice enters: write an absolute path without `..` or a NUL byte, at most {PATH_MAX} bytes (e.g. /proc/PID/ns/net or /run/netns/NAME), or a name under {NETNS_DIR}"
+        ));
+    }
+    Ok(())
 }
 
-/// Opens namespace `name` for `setns`: the name checked, the file opened
-/// `O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC` and checked to be a namespace file (nsfs).
-pub fn open(name: &str) -> io::Result<File> {
-    check_name(name).map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+/// Path of the namespace: the named one under /run/netns, or `ns` itself when it is a
+/// path (for a namespace [`check`] passed).
+pub fn path(ns: &str) -> PathBuf {
+    if is_path(ns) { PathBuf::from(ns) } else { PathBuf::from(NETNS_DIR).join(ns) }
+}
+
+/// True if a namespace of that name (or at that path) exists; false for one [`check`]
+/// refuses.
+pub fn exists(ns: &str) -> bool {
+    check(ns).is_ok() && path(ns).exists()
+}
+
+/// Opens namespace `ns` (a name, or an absolute path: see the module's doc) for `setns`:
+/// checked, opened `O_RDONLY|O_NONBLOCK|O_CLOEXEC` (and `O_NOFOLLOW` for a name), and the
+/// descriptor checked to be a namespace file (nsfs) of a network namespace.
+pub fn open(ns: &str) -> io::Result<File> {
+    if is_path(ns) {
+        check(ns).map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+        return open_checked(ns, 0);
+    }
+    check_name(ns).map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+    open_checked(ns, libc::O_NOFOLLOW)
+}
+
+/// Opens namespace `name`'s file with the extra flags `flags` and checks the descriptor.
+fn open_checked(name: &str, flags: i32) -> io::Result<File> {
     let p = path(name);
     let said = |e: io::Error, what: &str| {
         io::Error::new(e.kind(), format!("cannot open network namespace {name:?} ({}): {what}{e}", p.display()))
@@ -46,13 +86,13 @@ pub fn open(name: &str) -> io::Result<File> {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a namespace name"))?;
     // SAFETY: `c` is NUL-terminated; the result is checked and owned below.
-    let fd =
-        cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC) })
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => said(e, "it is a symbolic link, not a namespace `ip netns add` made; "),
-                Some(libc::ENOENT) => said(e, &format!("no such namespace (create it with `ip netns add {name}`); ")),
-                _ => said(e, ""),
-            })?;
+    let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | flags) })
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => said(e, "it is a symbolic link, not a namespace `ip netns add` made; "),
+            Some(libc::ENOENT) if is_path(name) => said(e, "no such file (has its process or container ended?); "),
+            Some(libc::ENOENT) => said(e, &format!("no such namespace (create it with `ip netns add {name}`); ")),
+            _ => said(e, ""),
+        })?;
     // SAFETY: `fd` was just opened and is owned by nobody else.
     let f = unsafe { File::from_raw_fd(fd) };
     // SAFETY: `st` is plain data the call fills; `f` is open.
@@ -61,6 +101,15 @@ pub fn open(name: &str) -> io::Result<File> {
         cvt(libc::fstatfs(f.as_raw_fd(), &mut st)).map_err(|e| said(e, ""))?;
         st.f_type as i64
     };
+    if magic != NSFS_MAGIC && is_path(name) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a network namespace (not a namespace file); give /proc/PID/ns/net or a file `ip netns add` bound",
+                p.display()
+            ),
+        ));
+    }
     if magic != NSFS_MAGIC {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -68,6 +117,14 @@ pub fn open(name: &str) -> io::Result<File> {
                 "{} is not a network namespace (a file left where `ip netns add {name}` would bind one?); remove it with `ip netns delete {name}` and create the namespace again",
                 p.display()
             ),
+        ));
+    }
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the namespace's CLONE_NEW* type.
+    let kind = cvt(unsafe { libc::ioctl(f.as_raw_fd(), NS_GET_NSTYPE) }).map_err(|e| said(e, "asking its kind: "))?;
+    if kind != libc::CLONE_NEWNET {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is a namespace of another kind, not a network namespace (use …/ns/net)", p.display()),
         ));
     }
     Ok(f)
@@ -80,6 +137,17 @@ pub fn run_in<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
     let target = name.map(open).transpose()?;
+    run_in_file(target, f)
+}
+
+/// Runs `f` on a new thread inside the namespace of `ns`, a file [`open`] returned (or in
+/// the current one for `None`), and returns its result: for work that must enter the
+/// namespace that was checked, not whatever its path leads to later.
+pub fn run_in_file<T: Send + 'static>(
+    ns: Option<File>,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let target = ns;
     std::thread::spawn(move || {
         if let Some(ns) = target {
             // SAFETY: `ns` is an open namespace file; setns affects only this thread, which
@@ -109,6 +177,33 @@ mod tests {
             );
             assert!(!exists(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_path_is_absolute_without_dot_dot_and_a_name_is_not_a_path() {
+        for ok in ["/proc/1/ns/net", "/run/netns/cni-1234", "/var/run/netns/x", "blue"] {
+            assert!(check(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["/run/netns/../../tmp/x", "/a\0b", &format!("/{}", "n".repeat(4095)), "a/b", ""] {
+            assert!(check(bad).is_err(), "{bad:?}");
+            assert!(!exists(bad), "{bad:?}");
+        }
+        assert_eq!(path("/proc/1/ns/net"), PathBuf::from("/proc/1/ns/net"));
+        assert_eq!(path("blue"), PathBuf::from("/run/netns/blue"));
+    }
+
+    /// A path is entered only when what it leads to is a network namespace: a runtime's
+    /// `/proc/PID/ns/net` (a link) is, another kind of namespace or a plain file is not.
+    #[test]
+    fn a_path_is_entered_only_when_it_leads_to_a_network_namespace() {
+        // (Opened only: entering it needs root, which the pure tier does not have.)
+        open("/proc/self/ns/net").unwrap();
+        let e = run_in(Some("/proc/self/ns/uts"), || Ok(())).unwrap_err().to_string();
+        assert!(e.contains("another kind"), "{e}");
+        let e = run_in(Some("/proc/self/status"), || Ok(())).unwrap_err().to_string();
+        assert!(e.contains("is not a network namespace"), "{e}");
+        let e = run_in(Some("/nonexistent/ns/net"), || Ok(())).unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
     }
 
     /// A FIFO reached through a name that leaves /run/netns would have held `run_in` (and

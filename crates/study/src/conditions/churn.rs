@@ -38,7 +38,7 @@ pub fn churn(socket: &Path, names: &[String], ns: &str, mtu: u16, sh: &Shared, m
             let mut spec = PortSpec::tap(n);
             spec.netns = Some(ns.to_string());
             spec.mtu = Some(mtu);
-            match c.call_value(&Request::PortAdd { port: Box::new(spec) }) {
+            match c.call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false }) {
                 Ok(_) => {
                     t.add("ports_added", 1);
                     added.push(n.clone());
@@ -47,7 +47,7 @@ pub fn churn(socket: &Path, names: &[String], ns: &str, mtu: u16, sh: &Shared, m
             }
         }
         for n in added {
-            match c.call_value(&Request::PortDel { name: n }) {
+            match c.call_value(&Request::PortDel { name: n, if_exists: false }) {
                 Ok(_) => t.add("ports_removed", 1),
                 Err(_) => t.add("removals_refused", 1),
             }

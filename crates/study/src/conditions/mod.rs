@@ -339,7 +339,7 @@ impl Made {
     fn port(&mut self, socket: &std::path::Path, spec: PortSpec) -> Result<()> {
         let name = spec.name.clone();
         Client::connect(socket)?
-            .call_value(&Request::PortAdd { port: Box::new(spec) })
+            .call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })
             .with_context(|| format!("adding the attacker's port {name}"))?;
         self.ports.push((socket.to_path_buf(), name));
         Ok(())
@@ -353,7 +353,8 @@ impl Drop for Made {
             let _ = sluice_sys::kill(c.id(), libc::SIGCONT);
         }
         for (sock, name) in self.ports.drain(..).rev() {
-            let r = Client::connect(&sock).and_then(|mut c| c.call_value(&Request::PortDel { name: name.clone() }));
+            let r = Client::connect(&sock)
+                .and_then(|mut c| c.call_value(&Request::PortDel { name: name.clone(), if_exists: false }));
             if let Err(e) = r
                 && !e.to_string().contains("no port named")
             {
