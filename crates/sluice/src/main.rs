@@ -43,6 +43,8 @@ use sluice_api::proto::Request;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    #[command(flatten)]
+    log: cli::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -191,6 +193,29 @@ enum SwitchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check a configuration file without running it: everything `switch run` checks
+    /// before it touches the system (not whether namespaces or devices exist). Exits 0
+    /// with a one-line summary, or 1 naming the file, the line and what to fix.
+    ///
+    /// Example:
+    ///   sluice switch check /etc/sluice/sw0.toml && systemctl reload sluice@sw0
+    #[command(verbatim_doc_comment)]
+    Check {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// Make a running switch read its configuration file again and apply the difference
+    /// (SIGHUP, as `systemctl reload sluice@NAME` sends): ports removed, changed or added
+    /// in the file; its other ports keep forwarding. The switch's log says what changed;
+    /// a bad file changes nothing. See docs/service.md.
+    ///
+    /// Example:
+    ///   sluice switch reload --switch sw0
+    #[command(verbatim_doc_comment)]
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Stop a running switch (its ports and their TAP devices go with it, and on the kernel
     /// datapath its programs, maps and upcall TAP: nothing is left).
     Stop {
@@ -309,8 +334,7 @@ enum FibCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    cli::init_logs(&cli.log);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -336,21 +360,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.cmd {
         Cmd::Switch(SwitchCmd::Run { config, poll, datapath, metrics }) => {
-            let mut s = config::load(&config)?;
-            s.poll |= poll;
-            if let Some(m) = metrics {
-                s.metrics_listen = Some(config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))?);
-            }
-            if let Some(d) = datapath {
-                s.datapath = d.kind();
-                config::check_lossless(s.datapath, s.core.lossless)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-                for p in &s.ports {
-                    config::check_datapath(p, s.datapath).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-                }
-            }
-            daemon::run(s)?;
+            let metrics =
+                metrics.map(|m| config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))).transpose()?;
+            // (What a reload reads again, the command line's overrides with it.)
+            let source = daemon::Source { file: config, poll, datapath: datapath.map(|d| d.kind()), metrics };
+            let s = source.read().map_err(anyhow::Error::msg)?;
+            daemon::run_from(s, Some(source))?;
         }
+        Cmd::Switch(SwitchCmd::Check { file }) => cli::switch_check(&file)?,
+        Cmd::Switch(SwitchCmd::Reload { target }) => cli::switch_reload(&target)?,
         Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
