@@ -116,6 +116,7 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         s.grants = Some(g.clone());
         kept.grants = Some(g);
     }
+    let mut waiting = 0;
     for p in std::mem::take(&mut runtime.ports) {
         let checked = p
             .validate()
@@ -134,6 +135,7 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
             }
             Err(e) => {
                 tracing::warn!(port = %p.name, "not attaching again a port added at runtime: {}; it stays recorded and is tried again at the next start, or forgotten with `sluice port del {}`", Report(&e), p.name);
+                waiting += 1;
                 kept.ports.push(p)
             }
         }
@@ -196,7 +198,10 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         metrics::serve(l, source)?;
     }
     let ready_line = |what: &str| format!("switch {}: {what}; control socket {}", s.name, s.socket.display());
-    tell(notifier.ready(&ready_line(&format!("{} ports", s.ports.len() + kept.ports.len()))));
+    let attached = s.ports.len() + kept.ports.len() - waiting;
+    let waiting =
+        if waiting > 0 { format!(" ({waiting} added at runtime waiting to be attached again)") } else { String::new() };
+    tell(notifier.ready(&ready_line(&format!("{attached} ports{waiting}"))));
     let (sig_jobs, sig_socket, sig_notifier) = (jobs.clone(), s.socket.clone(), notifier.clone());
     let (sig_name, sig_shown) = (s.name.clone(), s.socket.display().to_string());
     let mut reloader = reload::Reloader::new(source, as_read);

@@ -168,6 +168,8 @@ enum SwitchCmd {
     /// The control socket is /run/sluice/NAME.sock (mode 0600) unless the file sets
     /// `socket`. Stop with Ctrl-C, SIGTERM or `sluice switch stop`. Logs go to stderr;
     /// RUST_LOG=debug shows every control request. See docs/config.md for the format.
+    /// SIGHUP (`sluice switch reload`, `systemctl reload sluice@NAME`) applies the edited
+    /// file; as a systemd service see docs/service.md.
     #[command(verbatim_doc_comment)]
     Run {
         /// The switch's configuration file.
