@@ -197,94 +197,105 @@ fn switch_check_takes_a_good_file_and_names_the_line_of_a_bad_one() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The tentpole: two guests move a fixed number of bytes through the switch with iperf3
-/// while SIGHUP applies a file in which one port is gone, one changed VLAN and one is new;
-/// the transfer ends whole (no reset), the new port forwards, the gone one is gone. A bad
-/// file on the next SIGHUP changes nothing and the switch keeps running; READY, RELOADING
-/// and STOPPING arrive on the notification socket.
-#[test]
-#[ignore = "system tier: needs root (network namespaces and TAP devices), iperf3, ping; scripts/test.sh runs it"]
-fn a_reload_under_iperf3_changes_the_ports_the_file_changed_and_nothing_else() {
-    if !root() || !have("iperf3") || !have("ping") {
-        return;
+both_datapaths! {
+    /// The tentpole: two guests move a fixed number of bytes through the switch with iperf3
+    /// while SIGHUP applies a file in which one port is gone, one changed VLAN and one is new;
+    /// the transfer ends whole (no reset), the new port forwards, the gone one is gone. A bad
+    /// file on the next SIGHUP changes nothing and the switch keeps running; READY, RELOADING
+    /// and STOPPING arrive on the notification socket. On the kernel datapath the guests are on
+    /// veth pairs.
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, and veths with BPF programs for the kernel datapath), iperf3, ping; scripts/test.sh runs it"]
+    fn a_reload_under_iperf3_changes_the_ports_the_file_changed_and_nothing_else(dp: Dp) {
+        if !root() || !have("iperf3") || !have("ping") {
+            return;
+        }
+        let name = unique(if dp == Dp::User { "svcrl" } else { "svcrk" });
+        let mut s = Service::new(&name, "");
+        let (g1, g2, gx, ge) = (s.netns("g1"), s.netns("g2"), s.netns("x"), s.netns("e"));
+        let [a, b, c, d, e] = ["a", "b", "c", "d", "e"].map(|p| format!("{name}-{p}"));
+        let datapath = if dp == Dp::User { "user" } else { "kernel" };
+        // A guest's port: a TAP the switch makes in the namespace, or a veth pair made
+        // here whose other end is there.
+        let table = |p: &str, ns: &str, extra: &str| match dp {
+            Dp::User => tap(p, ns, extra),
+            Dp::Kernel => format!("[[port]]\nname = \"{p}\"\ntype = \"veth\"\n{extra}"),
+        };
+        if dp == Dp::Kernel {
+            for (p, ns) in [(&a, &g1), (&b, &g2), (&c, &gx), (&d, &gx), (&e, &ge)] {
+                sh_ok(&format!("ip link add {p} type veth peer name {p} netns {ns} && ip -n {ns} link set {p} up"));
+            }
+        }
+        let (pa, pb, pc) = (table(&a, &g1, ""), table(&b, &g2, ""), table(&c, &gx, ""));
+        let (pd, pd20, pe) = (table(&d, &gx, ""), table(&d, &gx, "vlan = 20\n"), table(&e, &ge, ""));
+        let base = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{pa}{pb}{pc}{pd}");
+        std::fs::write(&s.conf, &base).unwrap();
+        s.start(&[]);
+        address(&g1, &a, "10.78.0.1");
+        address(&g2, &b, "10.78.0.2");
+        assert_eq!(s.ports().len(), 4);
+
+        // A transfer of a known size, paced so that it spans the reload.
+        const BYTES: u64 = 120 << 20;
+        let server = ns_spawn(&g2, "timeout 60 iperf3 -s -1");
+        assert!(wait_for(10, || ns_sh(&g2, "ss -ltn | grep -q :5201").status.success()), "iperf3 -s did not listen");
+        let client = ns_spawn(&g1, &format!("timeout 60 iperf3 -c 10.78.0.2 -n {BYTES} -b 250M -J"));
+        std::thread::sleep(Duration::from_millis(800));
+
+        // c gone, d on VLAN 20, e new (in a namespace of its own, VLAN 1 as a and b).
+        let new = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\nmac_aging = 120\n{pa}{pb}{pd20}{pe}");
+        std::fs::write(&s.conf, &new).unwrap();
+        let status = s.reload();
+        assert!(status.contains("reloaded (") && !status.contains("failed"), "{status}\n{}", s.log());
+
+        let out = client.wait_with_output().unwrap();
+        let _ = server.wait_with_output();
+        assert!(
+            out.status.success(),
+            "iperf3 failed across the reload: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["error"].is_null(), "{}", v["error"]);
+        // Every byte asked for was sent over one connection that was never reset (iperf3
+        // exits 0); the server's count is taken when the client stops, with the last buffer
+        // possibly still in flight.
+        let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+        let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
+        assert!(sent >= BYTES, "the transfer sent {sent} of {BYTES} bytes");
+        assert!(received + (1 << 20) >= BYTES, "the server counted {received} of {BYTES} bytes");
+
+        let ports = s.ports();
+        assert!(!ports.iter().any(|p| p.0 == c), "port c, gone from the file, is gone: {ports:?}");
+        assert!(ports.iter().any(|p| p.0 == d && p.1 == "access 20"), "port d is on VLAN 20 now: {ports:?}");
+        assert!(ports.iter().any(|p| p.0 == a && p.1 == "access 1"), "{ports:?}");
+        if dp == Dp::User {
+            assert!(!ns_ok(&gx, "ip -o link").contains(&c), "port c's TAP is gone");
+        }
+        address(&ge, &e, "10.78.0.5");
+        assert!(
+            wait_for(10, || ns_sh(&g1, "ping -c 1 -W 1 10.78.0.5").status.success()),
+            "the port the file added forwards: {}",
+            s.log()
+        );
+        let fib: serde_json::Value =
+            serde_json::from_str(&sluice_ok(&["fib", "show", "--json", "--switch", &name])).unwrap();
+        assert_eq!(fib["summary"]["aging_s"], 120, "the MAC aging time changed live");
+
+        // A bad file: refused with its line, nothing changes, the switch goes on.
+        std::fs::write(&s.conf, format!("{new}[[port]]\nname = \"{name}-f\"\nvlan = 5000\n")).unwrap();
+        let status = s.reload();
+        assert!(status.contains("reload refused") && status.contains(&format!("{}:", s.conf.display())), "{status}");
+        assert!(s.log().contains("reload refused, the switch is unchanged"), "{}", s.log());
+        assert_eq!(s.ports(), ports, "a bad file changes nothing");
+        assert!(ns_sh(&g1, "ping -c 1 -W 2 10.78.0.2").status.success(), "the switch still forwards");
+        // A setting that cannot change live is named and kept.
+        std::fs::write(&s.conf, new.replace("mac_aging = 120\n", "mac_aging = 120\nqueue_len = 512\n")).unwrap();
+        let status = s.reload();
+        assert!(status.contains("reloaded (0 changes)"), "{status}");
+        assert!(s.log().contains("queue_len (256 now, 512 in the file) cannot change while the switch runs"), "{}", s.log());
+        s.stop();
     }
-    let name = unique("svcrl");
-    let mut s = Service::new(&name, "");
-    let (g1, g2, gx, ge) = (s.netns("g1"), s.netns("g2"), s.netns("x"), s.netns("e"));
-    let [a, b, c, d, e] = ["a", "b", "c", "d", "e"].map(|p| format!("{name}-{p}"));
-    let base =
-        format!("name = \"{name}\"\n{}{}{}{}", tap(&a, &g1, ""), tap(&b, &g2, ""), tap(&c, &gx, ""), tap(&d, &gx, ""));
-    std::fs::write(&s.conf, &base).unwrap();
-    s.start(&[]);
-    address(&g1, &a, "10.78.0.1");
-    address(&g2, &b, "10.78.0.2");
-    assert_eq!(s.ports().len(), 4);
-
-    // A transfer of a known size, paced so that it spans the reload.
-    const BYTES: u64 = 120 << 20;
-    let server = ns_spawn(&g2, "timeout 60 iperf3 -s -1");
-    assert!(wait_for(10, || ns_sh(&g2, "ss -ltn | grep -q :5201").status.success()), "iperf3 -s did not listen");
-    let client = ns_spawn(&g1, &format!("timeout 60 iperf3 -c 10.78.0.2 -n {BYTES} -b 250M -J"));
-    std::thread::sleep(Duration::from_millis(800));
-
-    // c gone, d on VLAN 20, e new (in a namespace of its own, VLAN 1 as a and b).
-    let new = format!(
-        "name = \"{name}\"\nmac_aging = 120\n{}{}{}{}",
-        tap(&a, &g1, ""),
-        tap(&b, &g2, ""),
-        tap(&d, &gx, "vlan = 20\n"),
-        tap(&e, &ge, "")
-    );
-    std::fs::write(&s.conf, &new).unwrap();
-    let status = s.reload();
-    assert!(status.contains("reloaded (") && !status.contains("failed"), "{status}\n{}", s.log());
-
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait_with_output();
-    assert!(
-        out.status.success(),
-        "iperf3 failed across the reload: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["error"].is_null(), "{}", v["error"]);
-    // Every byte asked for was sent over one connection that was never reset (iperf3
-    // exits 0); the server's count is taken when the client stops, with the last buffer
-    // possibly still in flight.
-    let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
-    let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap();
-    assert!(sent >= BYTES, "the transfer sent {sent} of {BYTES} bytes");
-    assert!(received + (1 << 20) >= BYTES, "the server counted {received} of {BYTES} bytes");
-
-    let ports = s.ports();
-    assert!(!ports.iter().any(|p| p.0 == c), "port c, gone from the file, is gone: {ports:?}");
-    assert!(ports.iter().any(|p| p.0 == d && p.1 == "access 20"), "port d is on VLAN 20 now: {ports:?}");
-    assert!(ports.iter().any(|p| p.0 == a && p.1 == "access 1"), "{ports:?}");
-    assert!(!ns_ok(&gx, "ip -o link").contains(&c), "port c's TAP is gone");
-    address(&ge, &e, "10.78.0.5");
-    assert!(
-        wait_for(10, || ns_sh(&g1, "ping -c 1 -W 1 10.78.0.5").status.success()),
-        "the port the file added forwards: {}",
-        s.log()
-    );
-    let fib: serde_json::Value =
-        serde_json::from_str(&sluice_ok(&["fib", "show", "--json", "--switch", &name])).unwrap();
-    assert_eq!(fib["summary"]["aging_s"], 120, "the MAC aging time changed live");
-
-    // A bad file: refused with its line, nothing changes, the switch goes on.
-    std::fs::write(&s.conf, format!("{new}[[port]]\nname = \"{name}-f\"\nvlan = 5000\n")).unwrap();
-    let status = s.reload();
-    assert!(status.contains("reload refused") && status.contains(&format!("{}:", s.conf.display())), "{status}");
-    assert!(s.log().contains("reload refused, the switch is unchanged"), "{}", s.log());
-    assert_eq!(s.ports(), ports, "a bad file changes nothing");
-    assert!(ns_sh(&g1, "ping -c 1 -W 2 10.78.0.2").status.success(), "the switch still forwards");
-    // A setting that cannot change live is named and kept.
-    std::fs::write(&s.conf, new.replace("mac_aging = 120\n", "mac_aging = 120\nmode = \"l3\"\n")).unwrap();
-    let status = s.reload();
-    assert!(status.contains("reloaded (0 changes)"), "{status}");
-    assert!(s.log().contains("mode (l2 now, l3 in the file) cannot change while the switch runs"), "{}", s.log());
-    s.stop();
 }
 
 /// A port added with `sluice port add` is kept in the state directory and attached again
@@ -310,8 +321,12 @@ fn ports_added_at_runtime_survive_a_reload_a_stop_and_a_start() {
     let dir_mode = std::fs::metadata(kept.parent().unwrap()).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&dir_mode.permissions()) & 0o777, 0o700);
 
-    // A reload of an unchanged file leaves the runtime port alone.
-    let status = s.reload();
+    // A reload of an unchanged file (asked with `switch reload`) leaves the runtime port
+    // alone.
+    let said = sluice_ok(&["switch", "reload", "--switch", &name]);
+    assert!(said.contains(&format!("pid {}", s.pid())), "{said}");
+    s.expect("RELOADING=1", 10);
+    let status = s.expect("READY=1", 30);
     assert!(status.contains("reloaded (0 changes)"), "{status}");
     assert!(s.has_port(&r));
 
