@@ -202,7 +202,10 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
     let waiting =
         if waiting > 0 { format!(" ({waiting} added at runtime waiting to be attached again)") } else { String::new() };
     tell(notifier.ready(&ready_line(&format!("{attached} ports{waiting}"))));
+    // (Said once: by the signals thread when a signal stops the switch, else at the end.)
+    let stopping_said = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (sig_jobs, sig_socket, sig_notifier) = (jobs.clone(), s.socket.clone(), notifier.clone());
+    let sig_said = stopping_said.clone();
     let (sig_name, sig_shown) = (s.name.clone(), s.socket.display().to_string());
     let mut reloader = reload::Reloader::new(source, as_read);
     std::thread::Builder::new().name("signals".into()).spawn(move || {
@@ -223,6 +226,7 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
                 continue;
             }
             info!(signal = sig, "stopping");
+            sig_said.store(true, std::sync::atomic::Ordering::SeqCst);
             tell(sig_notifier.stopping("stopping"));
             sig_jobs.shutdown();
             exit_unless_stopped(sig_socket);
@@ -237,7 +241,9 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         .map_err(|_| sluice_sys::failure!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
     if exit == datapath::Exit::Stop {
-        tell(notifier.stopping("stopping"));
+        if !stopping_said.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tell(notifier.stopping("stopping"));
+        }
         state::Runtime::remove(&s.name);
     }
     if let datapath::Exit::Restart(upcall) = exit {

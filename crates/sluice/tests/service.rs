@@ -117,6 +117,22 @@ impl Service {
         assert!(wait_for(10, || c.try_wait().is_ok_and(|s| s.is_some())), "the switch did not exit");
     }
 
+    /// SIGTERM: STOPPING=1 arrives once, and the process ends.
+    fn terminate(&mut self) {
+        sh_ok(&format!("kill -TERM {}", self.pid()));
+        self.expect("STOPPING=1", 10);
+        let mut c = self.child.take().unwrap();
+        assert!(wait_for(10, || c.try_wait().is_ok_and(|s| s.is_some())), "the switch did not exit");
+        // (It has exited: whatever it sent is queued here already.)
+        self.notify.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.notify.recv(&mut buf) {
+            let got = String::from_utf8_lossy(&buf[..n]);
+            assert!(got.starts_with("STATUS="), "after STOPPING=1: {got:?}");
+        }
+        self.notify.set_nonblocking(false).unwrap();
+    }
+
     /// `port list --json`: (name, VLAN) of each port.
     fn ports(&self) -> Vec<(String, String)> {
         let v: serde_json::Value =
@@ -366,7 +382,8 @@ fn ports_added_at_runtime_survive_a_reload_a_stop_and_a_start() {
 }
 
 /// Logs to a pipe or a file carry no terminal escapes; `--log-format json` (or
-/// SLUICE_LOG_FORMAT=json) makes every line a JSON object.
+/// SLUICE_LOG_FORMAT=json) makes every line a JSON object. (Each switch here is stopped
+/// with SIGTERM, which says STOPPING=1 once.)
 #[test]
 #[ignore = "system tier: needs root (a switch daemon with its control socket in the tests' run directory); scripts/test.sh runs it"]
 fn logs_are_plain_when_piped_and_json_lines_on_request() {
@@ -376,7 +393,7 @@ fn logs_are_plain_when_piped_and_json_lines_on_request() {
     let run = |name: &str, args: &[&str], env: &[(&str, &str)]| -> String {
         let mut s = Service::new(name, "");
         s.start_with(args, env);
-        s.stop();
+        s.terminate();
         s.log()
     };
     let plain = run(&unique("svclp"), &[], &[]);
