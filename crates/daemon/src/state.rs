@@ -189,8 +189,16 @@ impl Runtime {
 }
 
 /// Writes the persistent file: a temporary name in the checked directory, then renamed.
+/// With nothing to keep there is no file (and no directory is made for it), so that the
+/// many short-lived switches of labs and studies leave nothing behind.
 fn save_additions(name: &str, a: &Additions) -> std::io::Result<()> {
     use std::io::Write;
+    if a.ports.is_empty() && a.macs.is_empty() && a.grants.is_none() {
+        return match std::fs::remove_file(sluice_sys::paths::ports_file(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
     let dir = state_dir()?;
     let (tmp, file) = (format!("{name}.ports.json.tmp"), format!("{name}.ports.json"));
     let mut f = dir.output(tmp.as_ref(), 0o600).map_err(std::io::Error::other)?;
