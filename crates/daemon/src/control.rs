@@ -141,8 +141,8 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 impl Server {
     /// Serves connections until the process ends; each connection on its own thread, at
     /// most [`MAX_CONNS`] at once.
-    pub fn serve(self, listener: UnixListener) {
-        let me = Arc::new(self);
+    pub fn serve(self: Arc<Self>, listener: UnixListener) {
+        let me = self;
         let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut backoff = std::time::Duration::ZERO;
         for conn in listener.incoming() {
@@ -343,8 +343,13 @@ impl Server {
         result
     }
 
-    fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
+    pub(crate) fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
         let s = &self.settings;
+        if let Request::PortDel { name, .. } = &req
+            && self.forget_pending(name)?
+        {
+            return Ok(None);
+        }
         let v = match req {
             Request::Hello => {
                 let st = self.settings.clone();
@@ -592,6 +597,41 @@ impl Server {
     pub fn monitor_source(&self) -> Arc<super::monitor::Source> {
         let (jobs, st) = (self.jobs.clone(), self.settings.clone());
         Arc::new(move || stats_report(&jobs, &st, None))
+    }
+}
+
+/// What a reload (reload.rs) and a start need of the runtime record beyond requests.
+impl Server {
+    /// The ports recorded as added at runtime (attached or waiting to be).
+    pub(crate) fn runtime_ports(&self) -> Vec<PortSpec> {
+        let _g = self.state_lock.lock().unwrap_or_else(|p| p.into_inner());
+        super::Runtime::load(&self.settings.name).ports
+    }
+
+    /// Stops counting port `name` as added at runtime: the file names it now (its TAP's
+    /// record stays).
+    pub(crate) fn forget_runtime_port(&self, name: &str) {
+        self.remember(|r| r.ports.retain(|p| p.name != name));
+    }
+
+    /// Forgets port `name` if it is recorded as added at runtime but is not attached (the
+    /// start could not attach it again, its namespace gone, say): `sluice port del` of it
+    /// then succeeds. True if it was such a port.
+    fn forget_pending(&self, name: &str) -> Result<bool> {
+        let n = name.to_string();
+        if self.jobs.run(move |dp| dp.switch().port_id(&n).is_some())? {
+            return Ok(false);
+        }
+        let mut pending = false;
+        self.remember(|r| {
+            pending = r.ports.iter().any(|p| p.name == name);
+            r.ports.retain(|p| p.name != name);
+            r.macs.retain(|m| m.2 != name);
+        });
+        if pending {
+            tracing::info!(port = %name, "forgot a port added at runtime that was waiting to be attached again");
+        }
+        Ok(pending)
     }
 }
 

@@ -1,11 +1,16 @@
 //! `sluice switch run`: the switch daemon.
 //!
-//! Three threads: the datapath (one epoll loop that owns the [`sluice_switch::Switch`] and
+//! Four threads: the datapath (one epoll loop that owns the [`sluice_switch::Switch`] and
 //! every port's descriptor), the control server (accepts CLI connections on the unix socket
-//! and turns requests into jobs for the datapath), and the main thread, which waits for
-//! SIGINT/SIGTERM or a shutdown request and then removes the socket. The datapath never
-//! blocks on anything but epoll; device creation (which may enter another network
-//! namespace) happens on the control side.
+//! and turns requests into jobs for the datapath), the signals thread (SIGINT/SIGTERM stop
+//! the switch, SIGHUP reloads its file: see `reload.rs`), and the main thread, which waits
+//! for the datapath to end and then removes the socket. The datapath never blocks on
+//! anything but epoll; device creation (which may enter another network namespace) happens
+//! on the control side.
+//!
+//! The service manager is told how it goes (`sluice_sys::notify`, a no-op outside a
+//! `Type=notify` unit): READY=1 once the control socket listens and the file's ports are
+//! attached, RELOADING=1 … READY=1 around a reload, STOPPING=1 when a stop begins.
 //!
 //! A stop (a signal, `sluice switch stop`) asks the datapath to end; if it has not within
 //! [`STOP_WITHIN`], the process exits anyway, as after a crash: what the kernel datapath
@@ -18,6 +23,7 @@ pub mod error;
 pub mod kernel;
 pub mod metrics;
 mod monitor;
+pub mod reload;
 mod state;
 
 use std::os::unix::fs::PermissionsExt;
@@ -30,11 +36,25 @@ use tracing::info;
 
 pub use datapath::Datapath;
 pub use error::{Error, Result};
+pub use reload::Source;
 use sluice_api::config::Settings;
 pub(crate) use state::Runtime;
 
-/// Runs the switch described by `s` in the foreground until stopped.
+/// Runs the switch described by `s` in the foreground until stopped (started without a
+/// file: a reload has nothing to read).
 pub fn run(s: Settings) -> Result<()> {
+    run_from(s, None)
+}
+
+/// Runs the switch described by `s`, read from `source`, which a reload (SIGHUP) reads
+/// again.
+pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
+    let (notifier, bad_env) = sluice_sys::notify::Notifier::from_env();
+    if let Some(w) = bad_env {
+        tracing::warn!("{w}");
+    }
+    let notifier = std::sync::Arc::new(notifier);
+    let as_read = s.clone();
     // The socket's directory (the run directory, unless the config says otherwise) is
     // walked and checked: made where missing, never one someone else can swap things in.
     if let Some(dir) = s.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -96,6 +116,7 @@ pub fn run(s: Settings) -> Result<()> {
         s.grants = Some(g.clone());
         kept.grants = Some(g);
     }
+    let mut waiting = 0;
     for p in std::mem::take(&mut runtime.ports) {
         let checked = p
             .validate()
@@ -112,7 +133,11 @@ pub fn run(s: Settings) -> Result<()> {
                 kept.record_tap(&p, ifindex);
                 kept.ports.push(p)
             }
-            Err(e) => tracing::warn!(port = %p.name, "not attaching again a port the earlier run had: {}", Report(&e)),
+            Err(e) => {
+                tracing::warn!(port = %p.name, "not attaching again a port added at runtime: {}; it stays recorded and is tried again at the next start, or forgotten with `sluice port del {}`", Report(&e), p.name);
+                waiting += 1;
+                kept.ports.push(p)
+            }
         }
     }
     for (vlan, mac, port) in runtime.macs {
@@ -148,13 +173,13 @@ pub fn run(s: Settings) -> Result<()> {
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
     let jobs = control::Jobs::new(tx, waker);
-    let ctl = control::Server {
+    let ctl = std::sync::Arc::new(control::Server {
         settings: s.clone(),
         jobs: jobs.clone(),
         grants: std::sync::Mutex::new(s.grants.clone()),
         state_lock: std::sync::Mutex::new(()),
         monitor: std::sync::Mutex::new(None),
-    };
+    });
     if let Some(opened) = monitor {
         let started = monitor::Monitor::start(opened, ctl.monitor_source());
         let m = started.inspect_err(|_| {
@@ -162,7 +187,8 @@ pub fn run(s: Settings) -> Result<()> {
         })?;
         *ctl.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(m);
     }
-    std::thread::Builder::new().name("control".into()).spawn(move || ctl.serve(listener))?;
+    let served = ctl.clone();
+    std::thread::Builder::new().name("control".into()).spawn(move || served.serve(listener))?;
     if let Some(l) = metrics_listener {
         let (jobs, st) = (jobs.clone(), s.clone());
         let source: std::sync::Arc<metrics::Source> = std::sync::Arc::new(move || {
@@ -171,12 +197,41 @@ pub fn run(s: Settings) -> Result<()> {
         });
         metrics::serve(l, source)?;
     }
-    let (sig_jobs, sig_socket) = (jobs.clone(), s.socket.clone());
+    let ready_line = |what: &str| format!("switch {}: {what}; control socket {}", s.name, s.socket.display());
+    let attached = s.ports.len() + kept.ports.len() - waiting;
+    let waiting =
+        if waiting > 0 { format!(" ({waiting} added at runtime waiting to be attached again)") } else { String::new() };
+    tell(notifier.ready(&ready_line(&format!("{attached} ports{waiting}"))));
+    // (Said once: by the signals thread when a signal stops the switch, else at the end.)
+    let stopping_said = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (sig_jobs, sig_socket, sig_notifier) = (jobs.clone(), s.socket.clone(), notifier.clone());
+    let sig_said = stopping_said.clone();
+    let (sig_name, sig_shown) = (s.name.clone(), s.socket.display().to_string());
+    let mut reloader = reload::Reloader::new(source, as_read);
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let sig = signals.wait();
-        info!(signal = sig, "stopping");
-        sig_jobs.shutdown();
-        exit_unless_stopped(sig_socket);
+        loop {
+            let sig = signals.wait();
+            if sig == sluice_sys::proc::RELOAD_SIGNAL {
+                info!("reloading the configuration (SIGHUP)");
+                tell(sig_notifier.reloading("reloading the configuration"));
+                let what = match reloader.reload(&ctl) {
+                    reload::Outcome::NoFile => "started without a file: nothing to reload".to_string(),
+                    reload::Outcome::Refused(e) => format!("reload refused, running as before: {e}"),
+                    reload::Outcome::Applied { changes, failed: 0 } => format!("reloaded ({changes} changes)"),
+                    reload::Outcome::Applied { changes, failed } => {
+                        format!("reloaded ({changes} changes, {failed} failed: see the log)")
+                    }
+                };
+                tell(sig_notifier.ready(&format!("switch {sig_name}: {what}; control socket {sig_shown}")));
+                continue;
+            }
+            info!(signal = sig, "stopping");
+            sig_said.store(true, std::sync::atomic::Ordering::SeqCst);
+            tell(sig_notifier.stopping("stopping"));
+            sig_jobs.shutdown();
+            exit_unless_stopped(sig_socket);
+            return;
+        }
     })?;
 
     let exit = std::thread::Builder::new()
@@ -186,10 +241,15 @@ pub fn run(s: Settings) -> Result<()> {
         .map_err(|_| sluice_sys::failure!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
     if exit == datapath::Exit::Stop {
+        if !stopping_said.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tell(notifier.stopping("stopping"));
+        }
         state::Runtime::remove(&s.name);
     }
     if let datapath::Exit::Restart(upcall) = exit {
         info!(switch = %s.name, exe = %exe.display(), "restarting in place");
+        // (The new image says READY=1 again once it serves.)
+        tell(notifier.reloading("restarting in place"));
         use std::os::unix::process::CommandExt;
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
         // (Gone since, say removed by hand: the running image starts again.)
@@ -209,6 +269,13 @@ pub fn run(s: Settings) -> Result<()> {
     }
     info!(switch = %s.name, "switch stopped");
     Ok(())
+}
+
+/// Logs what the service manager could not be told (it never stops the switch).
+fn tell(said: std::result::Result<(), String>) {
+    if let Err(e) = said {
+        tracing::warn!("{e}");
+    }
 }
 
 /// How long a stop may take before the process exits without the datapath.

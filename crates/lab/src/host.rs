@@ -595,6 +595,8 @@ pub fn down(name: &str) -> Result<()> {
         // What a daemon that died (rather than stopped) left for its next run: its state
         // file, its socket, and on the kernel datapath its programs and upcall TAP.
         let _ = fs::remove_file(paths::run_dir().join(format!("{}.state.json", s.switch)));
+        // (A lab's ports are its own: none is kept for a later switch of the name.)
+        let _ = fs::remove_file(paths::ports_file(&s.switch));
         if !s.switch_alive() {
             let _ = fs::remove_file(&s.socket);
             if s.datapath == "kernel" {

@@ -657,3 +657,102 @@ fn ethertype_arg(s: &str) -> Result<u16, String> {
     }
     Ok(n)
 }
+
+/// How logs are written (the global `--log-format`).
+#[derive(Debug, Default, clap::Args)]
+pub struct LogArgs {
+    /// How logs on stderr look: `plain` text, one `json` object per line (for journald or a
+    /// log shipper), or `auto`: plain, coloured only when stderr is a terminal. Default:
+    /// $SLUICE_LOG_FORMAT, else auto. RUST_LOG chooses how much (e.g. RUST_LOG=debug).
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// A log format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Plain text, coloured only when stderr is a terminal.
+    Auto,
+    /// Plain text, never coloured.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Starts the log subscriber as `a` (or $SLUICE_LOG_FORMAT) says.
+pub fn init_logs(a: &LogArgs) {
+    use std::io::IsTerminal;
+    let mut bad_env = None;
+    let format = a.log_format.unwrap_or_else(|| match std::env::var("SLUICE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("") | Ok("auto") => LogFormat::Auto,
+        Ok("plain") => LogFormat::Plain,
+        Ok("json") => LogFormat::Json,
+        Ok(other) => {
+            bad_env = Some(other.to_string());
+            LogFormat::Auto
+        }
+    });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        LogFormat::Json => b.json().with_current_span(false).init(),
+        LogFormat::Plain => b.with_ansi(false).init(),
+        LogFormat::Auto => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            b.with_ansi(colour).init()
+        }
+    }
+    if let Some(v) = bad_env {
+        tracing::warn!("SLUICE_LOG_FORMAT={v:?} is not a log format (auto, plain or json): using auto");
+    }
+}
+
+/// `sluice switch check FILE`: checks it as `switch run` would and prints a summary.
+pub fn switch_check(file: &std::path::Path) -> Result<()> {
+    let src = sluice_daemon::Source {
+        file: file.to_path_buf(),
+        poll: false,
+        datapath: None,
+        metrics: None,
+        vhost_allow_users: None,
+        vhost_allow_groups: None,
+    };
+    let s = src.read().map_err(anyhow::Error::msg)?;
+    println!(
+        "{}: ok: switch {}, {} mode, {} datapath, {} ports, {} static MAC entries{}; control socket {}",
+        file.display(),
+        s.name,
+        s.mode.as_str(),
+        s.datapath.as_str(),
+        s.ports.len(),
+        s.macs.len(),
+        if s.grants.is_some() { ", grants enforced" } else { "" },
+        s.socket.display()
+    );
+    Ok(())
+}
+
+/// `sluice switch reload`: sends the switch's daemon SIGHUP. Its process is the one the
+/// kernel says is at the other end of its control socket (not what the daemon says).
+pub fn switch_reload(target: &Target) -> Result<()> {
+    let path = client::resolve(target)?;
+    let mut c = Client::connect(&path)?;
+    let s: SwitchSummary = c.call(&Request::Hello)?;
+    let peer = std::os::unix::net::UnixStream::connect(&path)
+        .and_then(|p| sluice_sys::peer_cred(&p))
+        .map_err(|e| anyhow::anyhow!("cannot tell which process serves {}: {e}", path.display()))?;
+    let pid = u32::try_from(peer.0).ok().filter(|&p| p > 1);
+    let Some(pid) = pid.filter(|&p| p == s.pid) else {
+        bail!(
+            "the process at {} (pid {}) is not the one switch {} says it is (pid {}); restart the switch",
+            path.display(),
+            peer.0,
+            s.name,
+            s.pid
+        );
+    };
+    sluice_sys::kill(pid, sluice_sys::proc::RELOAD_SIGNAL)
+        .map_err(|e| anyhow::anyhow!("cannot signal switch {} (pid {pid}): {e}", s.name))?;
+    println!("switch {} (pid {pid}) reloads its configuration file; its log says what changed", s.name);
+    Ok(())
+}

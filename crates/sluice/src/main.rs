@@ -45,6 +45,8 @@ use sluice_api::proto::Request;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    #[command(flatten)]
+    log: cli::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -185,6 +187,8 @@ enum SwitchCmd {
     /// The control socket is /run/sluice/NAME.sock (mode 0600) unless the file sets
     /// `socket`. Stop with Ctrl-C, SIGTERM or `sluice switch stop`. Logs go to stderr;
     /// RUST_LOG=debug shows every control request. See docs/config.md for the format.
+    /// SIGHUP (`sluice switch reload`, `systemctl reload sluice@NAME`) applies the edited
+    /// file; as a systemd service see docs/service.md.
     #[command(verbatim_doc_comment)]
     Run {
         /// The switch's configuration file.
@@ -219,6 +223,29 @@ enum SwitchCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Check a configuration file without running it: everything `switch run` checks
+    /// before it touches the system (not whether namespaces or devices exist). Exits 0
+    /// with a one-line summary, or 1 naming the file, the line and what to fix.
+    ///
+    /// Example:
+    ///   sluice switch check /etc/sluice/sw0.toml && systemctl reload sluice@sw0
+    #[command(verbatim_doc_comment)]
+    Check {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// Make a running switch read its configuration file again and apply the difference
+    /// (SIGHUP, as `systemctl reload sluice@NAME` sends): ports removed, changed or added
+    /// in the file; its other ports keep forwarding. The switch's log says what changed;
+    /// a bad file changes nothing. See docs/service.md.
+    ///
+    /// Example:
+    ///   sluice switch reload --switch sw0
+    #[command(verbatim_doc_comment)]
+    Reload {
+        #[command(flatten)]
+        target: Target,
     },
     /// Stop a running switch (its ports and their TAP devices go with it, and on the kernel
     /// datapath its programs, maps and upcall TAP: nothing is left).
@@ -358,8 +385,7 @@ fn failure_code(e: &anyhow::Error) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    cli::init_logs(&cli.log);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -385,35 +411,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.cmd {
         Cmd::Switch(SwitchCmd::Run { config, poll, datapath, metrics, vhost_allow_user, vhost_allow_group }) => {
-            let mut s = config::load(&config)?;
-            if let Some(u) = vhost_allow_user {
-                s.vhost_allow.users = u
-                    .iter()
-                    .map(|n| config::resolve_user(n))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| anyhow::anyhow!("--vhost-allow-user: {e}"))?;
-            }
-            if let Some(g) = vhost_allow_group {
-                s.vhost_allow.groups = g
-                    .iter()
-                    .map(|n| config::resolve_group(n))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| anyhow::anyhow!("--vhost-allow-group: {e}"))?;
-            }
-            s.poll |= poll;
-            if let Some(m) = metrics {
-                s.metrics_listen = Some(config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))?);
-            }
-            if let Some(d) = datapath {
-                s.datapath = d.kind();
-                config::check_lossless(s.datapath, s.core.lossless)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-                for p in &s.ports {
-                    config::check_datapath(p, s.datapath).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-                }
-            }
-            daemon::run(s)?;
+            let metrics =
+                metrics.map(|m| config::parse_listen(&m).map_err(|e| anyhow::anyhow!("--metrics: {e}"))).transpose()?;
+            let ids = |names: Option<Vec<String>>, flag: &str, resolve: fn(&str) -> Result<u32, String>| {
+                names
+                    .map(|n| n.iter().map(|n| resolve(n)).collect::<Result<Vec<_>, _>>())
+                    .transpose()
+                    .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+            };
+            let vhost_allow_users = ids(vhost_allow_user, "--vhost-allow-user", config::resolve_user)?;
+            let vhost_allow_groups = ids(vhost_allow_group, "--vhost-allow-group", config::resolve_group)?;
+            // (What a reload reads again, the command line's overrides with it.)
+            let source = daemon::Source {
+                file: config,
+                poll,
+                datapath: datapath.map(|d| d.kind()),
+                metrics,
+                vhost_allow_users,
+                vhost_allow_groups,
+            };
+            let s = source.read().map_err(anyhow::Error::msg)?;
+            daemon::run_from(s, Some(source))?;
         }
+        Cmd::Switch(SwitchCmd::Check { file }) => cli::switch_check(&file)?,
+        Cmd::Switch(SwitchCmd::Reload { target }) => cli::switch_reload(&target)?,
         Cmd::Switch(SwitchCmd::List { json }) => cli::switch_list(json)?,
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,

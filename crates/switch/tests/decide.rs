@@ -369,6 +369,25 @@ fn a_port_reaching_its_learning_limit_moves_the_generation() {
 }
 
 #[test]
+fn learning_settings_changed_live_take_effect_and_move_the_generation() {
+    let mut sw = Switch::new(SwitchConfig { port_mac_limit: 2, ..cfg() }).unwrap();
+    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
+    add(&mut sw, "b", access(1), None, OFFLOAD);
+    for m in 1..=3 {
+        send(&mut sw, a.0, &a.1, &eth(BCAST, mac(m), 0x0800, 50), 0);
+    }
+    assert_eq!(sw.fib().learned_on(a.0), 2, "the limit holds");
+    let g = sw.generation();
+    sw.set_learning(60_000, 3);
+    assert!(sw.generation() > g, "decisions taken under the old limit are taken again");
+    assert_eq!((sw.config().aging_ms, sw.config().port_mac_limit, sw.fib().aging_ms()), (60_000, 3, 60_000));
+    send(&mut sw, a.0, &a.1, &eth(BCAST, mac(3), 0x0800, 50), 1);
+    assert_eq!(sw.fib().learned_on(a.0), 3, "the raised limit lets a third station in");
+    sw.expire(60_000 + 10);
+    assert_eq!(sw.fib().learned_on(a.0), 0, "the new aging time forgets them");
+}
+
+#[test]
 fn the_verdict_for_a_key_is_asked_without_a_frame() {
     let mut sw = Switch::new(cfg()).unwrap();
     let a = add(&mut sw, "a", access(1), None, OFFLOAD);

@@ -10,6 +10,7 @@ pub mod fs;
 pub mod link;
 pub mod names;
 pub mod netns;
+pub mod notify;
 pub mod packet;
 pub mod paths;
 pub mod proc;

@@ -20,8 +20,13 @@ pub fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// SIGINT, SIGTERM and SIGHUP, blocked in the calling thread (and so in every thread it
-/// spawns afterwards), to be taken with [`StopSignals::wait`].
+/// The signal that makes a switch read its configuration file again (SIGHUP, as
+/// `systemctl reload` sends it).
+pub const RELOAD_SIGNAL: i32 = libc::SIGHUP;
+
+/// SIGINT and SIGTERM (a stop) and SIGHUP (a reload, [`RELOAD_SIGNAL`]), blocked in the
+/// calling thread (and so in every thread it spawns afterwards), to be taken with
+/// [`StopSignals::wait`].
 pub struct StopSignals(libc::sigset_t);
 
 impl StopSignals {
@@ -40,7 +45,8 @@ impl StopSignals {
         }
     }
 
-    /// Waits for one of them; returns its number.
+    /// Waits for one of them; returns its number (one sent meanwhile waits for the next
+    /// call: a reload asked for during a reload is done after it).
     pub fn wait(&self) -> i32 {
         let mut sig = 0;
         // SAFETY: the set is initialized; `sig` is a valid out-pointer.

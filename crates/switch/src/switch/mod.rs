@@ -246,6 +246,18 @@ impl Switch {
         &self.cfg
     }
 
+    /// Changes what may change while frames flow (a configuration reloaded): how long a
+    /// learned station is kept without traffic (ms, at least 1) and how many stations one
+    /// port may have learned. Entries already learned beyond a lowered limit stay until
+    /// they age; cached verdicts are decided again.
+    pub fn set_learning(&mut self, aging_ms: u64, port_mac_limit: usize) {
+        self.cfg.aging_ms = aging_ms.max(1);
+        self.fib.set_aging_ms(self.cfg.aging_ms);
+        self.cfg.port_mac_limit = port_mac_limit.max(1);
+        self.fib.watch_port_limit(self.cfg.port_mac_limit);
+        self.generation += 1;
+    }
+
     /// The classes in force, in match order.
     pub fn classes(&self) -> &[ClassConfig] {
         &self.classes
