@@ -76,11 +76,22 @@ impl Client {
     /// Connects to the switch the user chose.
     pub fn for_target(t: &Target) -> Result<Client> {
         let path = resolve(t)?;
-        let mut c = Client::connect(&path)?;
+        Client::connect(&path)?.handshake()
+    }
+
+    /// Says `hello` and checks that the daemon speaks this protocol's major version.
+    fn handshake(mut self) -> Result<Client> {
+        let path = self.path.clone();
+        let c = &mut self;
         // (A daemon of the line protocol alone answers JSON-RPC in its own framing.)
         let hello: SwitchSummary = match c.call(&Request::Hello) {
             Err(Error::Refused(why)) if why.starts_with("malformed request") => {
-                return Err(Error::Protocol { path, theirs: PROTOCOL_V1, ours: PROTOCOL, version: "older".into() });
+                return Err(Error::Protocol {
+                    path,
+                    theirs: PROTOCOL_V1,
+                    ours: PROTOCOL,
+                    version: "a sluice of the line protocol".into(),
+                });
             }
             r => r?,
         };
@@ -89,7 +100,7 @@ impl Client {
         if hello.protocol != PROTOCOL {
             return Err(Error::Protocol { path, theirs: hello.protocol, ours: PROTOCOL, version: hello.version });
         }
-        Ok(c)
+        Ok(self)
     }
 
     /// Sends a request and decodes the answer's data.
@@ -196,5 +207,49 @@ pub fn resolve(t: &Target) -> Result<PathBuf> {
         0 => Err(Error::NoSwitch { dir: paths::run_dir() }),
         1 => Ok(r[0].1.clone()),
         _ => Err(Error::SeveralSwitches { names: r.into_iter().map(|x| x.0).collect() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's handshake against a daemon that answers `hello` with `answer` (the
+    /// line's text): what the client made of it.
+    fn handshake_with(answer: &'static str) -> Result<Client> {
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let daemon = std::thread::spawn(move || {
+            let mut r = BufReader::new(theirs.try_clone().unwrap());
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let req: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!((&req["jsonrpc"], &req["method"]), (&"2.0".into(), &"hello".into()), "{line}");
+            (&theirs).write_all(answer.replace("ID", &req["id"].to_string()).as_bytes()).unwrap();
+            (&theirs).write_all(b"\n").unwrap();
+        });
+        let c = Client { stream: BufReader::new(mine), path: "test.sock".into(), next_id: 1 };
+        let r = c.handshake();
+        daemon.join().unwrap();
+        r
+    }
+
+    const SUMMARY: &str =
+        r#""version":"9.9.9","name":"sw","mode":"l2","pid":1,"lossless":false,"poll":false,"mtu":1500,"ports":0"#;
+
+    #[test]
+    fn a_daemon_of_the_same_major_version_is_accepted_whatever_its_minor() {
+        let same = format!(r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":2,"protocol_minor":0,{SUMMARY}}}}}"#);
+        assert!(handshake_with(same.leak()).is_ok());
+        let newer = format!(
+            r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":2,"protocol_minor":7,"a_later_field":[1],{SUMMARY}}}}}"#
+        );
+        assert!(handshake_with(newer.leak()).is_ok(), "a newer minor version, and a field this client does not know");
+        let other = format!(r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":3,{SUMMARY}}}}}"#);
+        let e = handshake_with(other.leak()).err().unwrap();
+        assert!(matches!(e, Error::Protocol { theirs: 3, ours: 2, .. }), "{e}");
+        // A daemon of the line protocol alone cannot read JSON-RPC and says so in its framing.
+        let v1 = r#"{"ok":false,"error":"malformed request: missing field `cmd` at line 1 column 52"}"#;
+        let e = handshake_with(v1).err().unwrap();
+        assert!(matches!(e, Error::Protocol { theirs: 1, .. }) && e.to_string().contains("line protocol"), "{e}");
     }
 }

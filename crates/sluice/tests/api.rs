@@ -334,3 +334,22 @@ both_datapaths! {
         assert!(cli_lines.iter().any(|l| l.contains("station_learned") && l.contains(&m1)), "{cli_lines:#?}");
     }
 }
+
+both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices and uplink veths); scripts/test.sh runs it"]
+    fn subscribers_see_an_uplink_fail_over(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let lab = Lab::on(dp, "apiup", &["--guests", "1", "--lan", "--uplinks", "2"]);
+        let lan = Lan::of(&lab);
+        let mut c = Conn::open(&lab);
+        let sub = c.call(1, "subscribe", json!({"kinds": ["uplink_failover"]}));
+        assert_eq!(sub["result"]["kinds"], json!(["uplink_failover"]), "{sub}");
+        ns_ok(&lan.up_ns, &format!("ip link set {} down", lan.port));
+        let seen = events_until(&mut c, "the uplink's failover", |p| p["kind"] == "uplink_failover");
+        let e = seen.last().unwrap();
+        assert_eq!(e["port"], json!(lan.port), "{e}");
+        assert!(e["what"].as_str().is_some_and(|w| !w.is_empty()), "{e}");
+    }
+}
