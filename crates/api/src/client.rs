@@ -1,4 +1,5 @@
-//! Finding a running switch and talking to it over its control socket.
+//! Finding a running switch and talking to it over its control socket (JSON-RPC 2.0,
+//! docs/api.md).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
-use crate::proto::{PROTOCOL, Request, Response, SwitchSummary};
+use crate::proto::{JSONRPC, PROTOCOL, PROTOCOL_V1, Request, Response, RpcResponse, SwitchSummary};
 use sluice_sys::error::Context;
 use sluice_sys::paths;
 
@@ -44,6 +45,8 @@ impl From<TargetByName> for Target {
 pub struct Client {
     stream: BufReader<UnixStream>,
     path: PathBuf,
+    /// The id of the next request.
+    next_id: u64,
 }
 
 impl Client {
@@ -67,18 +70,37 @@ impl Client {
             Error::Unreachable { path: path.into(), cause, hint }
         })?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(Client { stream: BufReader::new(s), path: path.into() })
+        Ok(Client { stream: BufReader::new(s), path: path.into(), next_id: 1 })
     }
 
     /// Connects to the switch the user chose.
     pub fn for_target(t: &Target) -> Result<Client> {
         let path = resolve(t)?;
-        let mut c = Client::connect(&path)?;
-        let hello: SwitchSummary = c.call(&Request::Hello)?;
+        Client::connect(&path)?.handshake()
+    }
+
+    /// Says `hello` and checks that the daemon speaks this protocol's major version.
+    fn handshake(mut self) -> Result<Client> {
+        let path = self.path.clone();
+        let c = &mut self;
+        // (A daemon of the line protocol alone answers JSON-RPC in its own framing.)
+        let hello: SwitchSummary = match c.call(&Request::Hello) {
+            Err(Error::Refused(why)) if why.starts_with("malformed request") => {
+                return Err(Error::Protocol {
+                    path,
+                    theirs: PROTOCOL_V1,
+                    ours: PROTOCOL,
+                    version: "a sluice of the line protocol".into(),
+                });
+            }
+            r => r?,
+        };
+        // The same major version works, whatever the minor: a newer daemon ignores nothing
+        // this client sends, an older one answers an unknown method as such.
         if hello.protocol != PROTOCOL {
             return Err(Error::Protocol { path, theirs: hello.protocol, ours: PROTOCOL, version: hello.version });
         }
-        Ok(c)
+        Ok(self)
     }
 
     /// Sends a request and decodes the answer's data.
@@ -107,9 +129,26 @@ impl Client {
         Ok(self.stream)
     }
 
+    /// Subscribes to the switch's events of `kinds` (all when empty); the connection then
+    /// carries `event` notifications, one per line, read without a time limit (a quiet
+    /// switch sends nothing; a switch that goes away closes the connection).
+    pub fn into_events(mut self, kinds: Vec<String>) -> Result<BufReader<UnixStream>> {
+        self.call_value(&Request::Subscribe { kinds })?;
+        self.stream.get_ref().set_read_timeout(None)?;
+        Ok(self.stream)
+    }
+
     /// Sends a request and returns the answer's raw data (null when there is none).
     pub fn call_value(&mut self, req: &Request) -> Result<serde_json::Value> {
-        let mut line = serde_json::to_string(req).context("writing the request")?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut params = match serde_json::to_value(req).context("writing the request")? {
+            serde_json::Value::Object(o) => o,
+            _ => serde_json::Map::new(),
+        };
+        let method = params.remove("cmd").unwrap_or_default();
+        let call = serde_json::json!({"jsonrpc": JSONRPC, "id": id, "method": method, "params": params});
+        let mut line = call.to_string();
         line.push('\n');
         self.stream
             .get_mut()
@@ -120,11 +159,24 @@ impl Client {
         if answer.is_empty() {
             return Err(Error::ClosedWithoutAnswer(self.path.clone()));
         }
-        let r: Response = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
-        if !r.ok {
-            return Err(Error::Refused(r.error.unwrap_or_else(|| "the switch refused the request".into())));
+        let v: serde_json::Value = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
+        if v.get("jsonrpc").is_none() {
+            // The line protocol's framing: a daemon that speaks no other, or a refusal
+            // made before the request was read (too many connections, too long a line).
+            let r: Response = serde_json::from_value(v).context("the switch sent a malformed answer")?;
+            if !r.ok {
+                return Err(Error::Refused(r.error.unwrap_or_else(|| "the switch refused the request".into())));
+            }
+            return Ok(r.data.unwrap_or(serde_json::Value::Null));
         }
-        Ok(r.data.unwrap_or(serde_json::Value::Null))
+        let r: RpcResponse = serde_json::from_value(v).context("the switch sent a malformed answer")?;
+        if let Some(e) = r.error {
+            return Err(Error::Refused(e.message));
+        }
+        if r.id != id {
+            return Err(Error::Refused(format!("the switch answered request {} when {id} was asked", r.id)));
+        }
+        Ok(r.result.unwrap_or(serde_json::Value::Null))
     }
 }
 
@@ -155,5 +207,49 @@ pub fn resolve(t: &Target) -> Result<PathBuf> {
         0 => Err(Error::NoSwitch { dir: paths::run_dir() }),
         1 => Ok(r[0].1.clone()),
         _ => Err(Error::SeveralSwitches { names: r.into_iter().map(|x| x.0).collect() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's handshake against a daemon that answers `hello` with `answer` (the
+    /// line's text): what the client made of it.
+    fn handshake_with(answer: &'static str) -> Result<Client> {
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let daemon = std::thread::spawn(move || {
+            let mut r = BufReader::new(theirs.try_clone().unwrap());
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let req: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!((&req["jsonrpc"], &req["method"]), (&"2.0".into(), &"hello".into()), "{line}");
+            (&theirs).write_all(answer.replace("ID", &req["id"].to_string()).as_bytes()).unwrap();
+            (&theirs).write_all(b"\n").unwrap();
+        });
+        let c = Client { stream: BufReader::new(mine), path: "test.sock".into(), next_id: 1 };
+        let r = c.handshake();
+        daemon.join().unwrap();
+        r
+    }
+
+    const SUMMARY: &str =
+        r#""version":"9.9.9","name":"sw","mode":"l2","pid":1,"lossless":false,"poll":false,"mtu":1500,"ports":0"#;
+
+    #[test]
+    fn a_daemon_of_the_same_major_version_is_accepted_whatever_its_minor() {
+        let same = format!(r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":2,"protocol_minor":0,{SUMMARY}}}}}"#);
+        assert!(handshake_with(same.leak()).is_ok());
+        let newer = format!(
+            r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":2,"protocol_minor":7,"a_later_field":[1],{SUMMARY}}}}}"#
+        );
+        assert!(handshake_with(newer.leak()).is_ok(), "a newer minor version, and a field this client does not know");
+        let other = format!(r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":3,{SUMMARY}}}}}"#);
+        let e = handshake_with(other.leak()).err().unwrap();
+        assert!(matches!(e, Error::Protocol { theirs: 3, ours: 2, .. }), "{e}");
+        // A daemon of the line protocol alone cannot read JSON-RPC and says so in its framing.
+        let v1 = r#"{"ok":false,"error":"malformed request: missing field `cmd` at line 1 column 52"}"#;
+        let e = handshake_with(v1).err().unwrap();
+        assert!(matches!(e, Error::Protocol { theirs: 1, .. }) && e.to_string().contains("line protocol"), "{e}");
     }
 }

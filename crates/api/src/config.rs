@@ -44,7 +44,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The kinds of port sluice can attach.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PortKind {
     /// A TAP device for a container, namespace or VM.
@@ -91,7 +91,7 @@ impl DatapathKind {
 }
 
 /// One port, as a `[[port]]` table or `sluice port add` describes it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PortSpec {
     /// Port name; for a TAP, the interface name (1–15 bytes).

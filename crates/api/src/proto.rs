@@ -1,5 +1,11 @@
 //! The control protocol: one JSON object per line over the switch's unix socket, one
 //! response line per request. The `--json` outputs of the CLI are these responses' data.
+//!
+//! Two framings share the socket, told apart per line (docs/api.md): JSON-RPC 2.0
+//! (`{"jsonrpc":"2.0","id":N,"method":"port_add","params":{…}}`, [`PROTOCOL`]`.`
+//! [`PROTOCOL_MINOR`]), whose methods are [`Request`]'s names and params its fields, and
+//! the older line protocol (`{"cmd":"port_add",…}` → [`Response`], version
+//! [`PROTOCOL_V1`]), still answered for the clients that speak it.
 
 use std::io::{BufRead, Read};
 
@@ -9,11 +15,21 @@ use sluice_switch::port::DeviceDrops;
 
 use crate::config::PortSpec;
 
-/// Version of this protocol; a client refuses a daemon that speaks another.
-pub const PROTOCOL: u32 = 1;
+/// Major version of the protocol (JSON-RPC framing): a client works with a daemon of the
+/// same major version, whatever its minor one.
+pub const PROTOCOL: u32 = 2;
 
-/// A request to the daemon.
-#[derive(Debug, Serialize, Deserialize)]
+/// Minor version: grows with each addition (a method, a field) an older client can ignore.
+pub const PROTOCOL_MINOR: u32 = 0;
+
+/// The version `hello` reports to a client of the line protocol (`{"cmd":…}`), which
+/// checks for exactly this one.
+pub const PROTOCOL_V1: u32 = 1;
+
+/// A request to the daemon. In JSON-RPC its name is the method and its fields the params
+/// (by name); in the line protocol the name is the `cmd` field. Fields added later are
+/// optional (`#[serde(default)]`) and fields a daemon does not know are ignored.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Request {
     /// Who are you? Answered with [`SwitchSummary`].
@@ -114,6 +130,131 @@ pub enum Request {
     /// Answered with the grants:
     /// `{"enforced": bool, "grants": {port: [vlans]}, "promiscuous": [ports]}`.
     GrantList,
+    /// JSON-RPC only: answered with a [`Subscribed`], then the connection carries
+    /// notifications (`{"jsonrpc":"2.0","method":"event","params":`[`Event`]`}`) until the
+    /// client closes it.
+    Subscribe {
+        /// The kinds of event wanted ([`EVENT_KINDS`]); all when empty.
+        #[serde(default)]
+        kinds: Vec<String>,
+    },
+}
+
+/// The methods (the names of [`Request`]'s variants).
+pub const METHODS: &[&str] = &[
+    "hello",
+    "port_add",
+    "port_del",
+    "port_list",
+    "fib_show",
+    "fib_add",
+    "fib_del",
+    "stats",
+    "stats_reset",
+    "monitor_start",
+    "monitor_stop",
+    "monitor_status",
+    "capture",
+    "shutdown",
+    "restart",
+    "grant_add",
+    "grant_del",
+    "grant_list",
+    "subscribe",
+];
+
+/// JSON-RPC's version string.
+pub const JSONRPC: &str = "2.0";
+
+/// Error codes of JSON-RPC answers: JSON-RPC's own (-32700 to -32603) and sluice's
+/// (-32000 and below).
+pub mod code {
+    /// The line is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// JSON, but not a request object (a batch, a missing `method`, a wrong `jsonrpc`).
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The params are not the method's (a missing or ill-typed field, params by position).
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The daemon failed to encode its answer.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// The switch refused the request; the message says why and what to do.
+    pub const REFUSED: i64 = -32000;
+    /// The request names a port the switch does not have.
+    pub const NO_SUCH_PORT: i64 = -32001;
+    /// What the request would add exists already.
+    pub const ALREADY_EXISTS: i64 = -32002;
+    /// The datapath did not take the request in time (it may still run it): try again.
+    pub const BUSY: i64 = -32003;
+    /// The switch is stopping.
+    pub const STOPPING: i64 = -32004;
+    /// A limit was reached (connections, subscribers, a request's size or its time).
+    pub const LIMIT: i64 = -32005;
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RpcError {
+    /// One of [`code`].
+    pub code: i64,
+    /// What went wrong and what to do, in a sentence.
+    pub message: String,
+    /// More, when there is more (the method or field concerned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+}
+
+impl RpcError {
+    /// An error of code `code` saying `message`.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError { code, message: message.into(), data: None }
+    }
+}
+
+/// A JSON-RPC answer as a client reads it (`result` or `error`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RpcResponse {
+    /// "2.0".
+    pub jsonrpc: String,
+    /// The request's id (null when the request could not be read).
+    #[serde(default)]
+    pub id: serde_json::Value,
+    /// The answer, on success (null for methods that answer nothing).
+    #[serde(default)]
+    pub result: Option<serde_json::Value>,
+    /// The error, on failure.
+    #[serde(default)]
+    pub error: Option<RpcError>,
+}
+
+/// How a request line was framed, and so how it is answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Framing {
+    /// The line protocol: answered with a [`Response`].
+    V1,
+    /// JSON-RPC with this id; `None` for a notification (a request without an id), which
+    /// is run and not answered.
+    Rpc(Option<serde_json::Value>),
+}
+
+impl Framing {
+    /// The answer line (with its newline) to a request framed so; `None` for a JSON-RPC
+    /// notification. `Ok(None)` is success without data.
+    pub fn answer(&self, r: std::result::Result<Option<serde_json::Value>, RpcError>) -> Option<String> {
+        let v = match (self, r) {
+            (Framing::Rpc(None), _) => return None,
+            (Framing::Rpc(Some(id)), Ok(data)) => {
+                serde_json::json!({"jsonrpc": JSONRPC, "id": id, "result": data.unwrap_or(serde_json::Value::Null)})
+            }
+            (Framing::Rpc(Some(id)), Err(e)) => serde_json::json!({"jsonrpc": JSONRPC, "id": id, "error": e}),
+            (Framing::V1, Ok(data)) => serde_json::json!(Response { ok: true, error: None, data }),
+            (Framing::V1, Err(e)) => serde_json::json!(Response { ok: false, error: Some(e.message), data: None }),
+        };
+        let mut line = v.to_string();
+        line.push('\n');
+        Some(line)
+    }
 }
 
 /// The longest request line the daemon reads.
@@ -127,9 +268,9 @@ pub enum Incoming {
     /// A line longer than the limit: the connection is refused and closed.
     TooLong,
     /// A line that is not a request, with why (it is answered, the connection stays).
-    Malformed(String),
-    /// A request.
-    Request(Request),
+    Malformed(Framing, RpcError),
+    /// A request, and how to answer it.
+    Request(Framing, Request),
 }
 
 /// Reads the next request line (blank lines are skipped), reading at most `max` bytes of it.
@@ -144,11 +285,265 @@ pub fn read_request(r: &mut impl BufRead, max: usize) -> Incoming {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        return match serde_json::from_slice::<Request>(&line) {
-            Ok(req) => Incoming::Request(req),
-            Err(e) => Incoming::Malformed(format!("malformed request: {e}")),
-        };
+        return parse_request(&line);
     }
+}
+
+/// Reads one request line in either framing: an object with a `jsonrpc` member is
+/// JSON-RPC, anything else the line protocol.
+pub fn parse_request(line: &[u8]) -> Incoming {
+    use serde_json::Value;
+    let v: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            let rpc = line.windows(9).any(|w| w == b"\"jsonrpc\"");
+            let framing = if rpc { Framing::Rpc(Some(Value::Null)) } else { Framing::V1 };
+            return Incoming::Malformed(framing, RpcError::new(code::PARSE_ERROR, format!("malformed request: {e}")));
+        }
+    };
+    let invalid =
+        |why: &str| Incoming::Malformed(Framing::Rpc(Some(Value::Null)), RpcError::new(code::INVALID_REQUEST, why));
+    let mut obj = match v {
+        Value::Array(_) => return invalid("batches are not supported: send one request object per line"),
+        Value::Object(o) if o.contains_key("jsonrpc") => o,
+        v => {
+            return match serde_json::from_value::<Request>(v) {
+                Ok(req) => Incoming::Request(Framing::V1, req),
+                Err(e) => Incoming::Malformed(
+                    Framing::V1,
+                    RpcError::new(code::INVALID_REQUEST, format!("malformed request: {e}")),
+                ),
+            };
+        }
+    };
+    let id = match obj.remove("id") {
+        None => None,
+        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id),
+        Some(_) => return invalid("the id must be a number, a string or null"),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some(JSONRPC) {
+        return invalid("\"jsonrpc\" must be \"2.0\"");
+    }
+    let framing = Framing::Rpc(id);
+    let Some(Value::String(method)) = obj.remove("method") else {
+        return Incoming::Malformed(framing, RpcError::new(code::INVALID_REQUEST, "\"method\" must be a string"));
+    };
+    if !METHODS.contains(&method.as_str()) {
+        let mut e = RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("no method {method:?}; the methods are {}", METHODS.join(", ")),
+        );
+        e.data = Some(serde_json::json!({"method": method}));
+        return Incoming::Malformed(framing, e);
+    }
+    let mut params = match obj.remove("params") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => {
+            return Incoming::Malformed(
+                framing,
+                RpcError::new(code::INVALID_PARAMS, "params go by name, as an object (see docs/api.md)"),
+            );
+        }
+    };
+    params.insert("cmd".into(), Value::String(method.clone()));
+    match serde_json::from_value::<Request>(Value::Object(params)) {
+        Ok(req) => Incoming::Request(framing, req),
+        Err(e) => {
+            let mut err = RpcError::new(code::INVALID_PARAMS, format!("params of {method}: {e}"));
+            err.data = Some(serde_json::json!({"method": method}));
+            Incoming::Malformed(framing, err)
+        }
+    }
+}
+
+/// The kinds of [`Event`], as `subscribe` names them.
+pub const EVENT_KINDS: &[&str] = &[
+    "port_up",
+    "port_down",
+    "station_learned",
+    "station_moved",
+    "station_aged",
+    "station_removed",
+    "uplink_failover",
+    "events_lost",
+];
+
+/// Answer to [`Request::Subscribe`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Subscribed {
+    /// The kinds this connection receives.
+    pub kinds: Vec<String>,
+    /// The sequence number the next event will have.
+    pub seq: u64,
+}
+
+/// One event, the params of an `event` notification.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Event {
+    /// Numbers the switch's events in order, from 1; a gap is events this connection did
+    /// not receive (kinds it did not ask for, or lost ones: see `events_lost`).
+    pub seq: u64,
+    /// When the daemon published it, Unix time in seconds.
+    pub time: f64,
+    /// What happened.
+    #[serde(flatten)]
+    pub what: EventKind,
+}
+
+/// What an [`Event`] tells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A port was attached.
+    PortUp {
+        /// The port.
+        port: String,
+        /// Why: "attached".
+        reason: String,
+    },
+    /// A port was detached, or stopped working.
+    PortDown {
+        /// The port.
+        port: String,
+        /// Why: "detached", or what made it fail.
+        reason: String,
+    },
+    /// A station was learned behind a port (or a static entry was added).
+    StationLearned {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+        /// The port.
+        port: String,
+        /// A configured entry.
+        #[serde(rename = "static")]
+        is_static: bool,
+    },
+    /// A station moved to another port.
+    StationMoved {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+        /// The port it is behind now.
+        port: String,
+        /// The port it was behind.
+        from: String,
+    },
+    /// A station was silent past the aging time and was forgotten.
+    StationAged {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+        /// The port it was behind.
+        port: String,
+    },
+    /// A station was forgotten for another reason (its port went away, an operator
+    /// removed the entry, a failover).
+    StationRemoved {
+        /// Station address.
+        mac: String,
+        /// VLAN.
+        vlan: u16,
+        /// The port it was behind.
+        port: String,
+        /// A configured entry.
+        #[serde(rename = "static")]
+        is_static: bool,
+    },
+    /// An uplink moved to another of its devices.
+    UplinkFailover {
+        /// The uplink port.
+        port: String,
+        /// What happened, in a sentence.
+        what: String,
+    },
+    /// Events were lost before reaching this connection: the switch's queue was full, or
+    /// this connection read too slowly.
+    EventsLost {
+        /// How many.
+        count: u64,
+    },
+}
+
+impl EventKind {
+    /// Its name, one of [`EVENT_KINDS`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::PortUp { .. } => "port_up",
+            EventKind::PortDown { .. } => "port_down",
+            EventKind::StationLearned { .. } => "station_learned",
+            EventKind::StationMoved { .. } => "station_moved",
+            EventKind::StationAged { .. } => "station_aged",
+            EventKind::StationRemoved { .. } => "station_removed",
+            EventKind::UplinkFailover { .. } => "uplink_failover",
+            EventKind::EventsLost { .. } => "events_lost",
+        }
+    }
+}
+
+/// An `event` notification's line (with its newline).
+pub fn event_line(e: &Event) -> String {
+    let mut line = serde_json::json!({"jsonrpc": JSONRPC, "method": "event", "params": e}).to_string();
+    line.push('\n');
+    line
+}
+
+/// The answer to `grant_list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GrantReport {
+    /// The switch enforces grants.
+    pub enforced: bool,
+    /// VLANs granted, by port.
+    pub grants: std::collections::BTreeMap<String, std::collections::BTreeSet<u16>>,
+    /// Ports allowed to be promiscuous (mirrors).
+    pub promiscuous: std::collections::BTreeSet<String>,
+}
+
+/// The JSON Schema of the protocol (`sluice api schema`, docs/api.schema.json): a request
+/// ([`Request`], whose `cmd` is the JSON-RPC method and whose other fields are its params),
+/// and in `x-results` each method's result, in `x-event` an event's params.
+pub fn schema() -> serde_json::Value {
+    let mut g = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let request = g.subschema_for::<Request>();
+    let results: Vec<(&str, serde_json::Value)> = vec![
+        ("hello", g.subschema_for::<SwitchSummary>().to_value()),
+        ("port_list", g.subschema_for::<StatsReport>().to_value()),
+        ("stats", g.subschema_for::<StatsReport>().to_value()),
+        ("fib_show", g.subschema_for::<FibReport>().to_value()),
+        ("monitor_start", g.subschema_for::<MonitorStatus>().to_value()),
+        ("monitor_stop", g.subschema_for::<MonitorStatus>().to_value()),
+        ("monitor_status", g.subschema_for::<MonitorStatus>().to_value()),
+        (
+            "capture",
+            serde_json::json!({"type": "object", "properties": {"port": {"type": "string"}, "snaplen": {"type": "integer"}}}),
+        ),
+        ("grant_list", g.subschema_for::<GrantReport>().to_value()),
+        ("subscribe", g.subschema_for::<Subscribed>().to_value()),
+    ];
+    let event = g.subschema_for::<Event>();
+    let error = g.subschema_for::<RpcError>();
+    let mut x_results = serde_json::Map::new();
+    for m in METHODS {
+        let r = results.iter().find(|(n, _)| n == m).map_or(serde_json::Value::Null, |(_, s)| s.clone());
+        x_results.insert((*m).into(), r);
+    }
+    let defs: serde_json::Map<String, serde_json::Value> = g.take_definitions(true).into_iter().collect();
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "sluice control API",
+        "description": format!(
+            "Protocol {PROTOCOL}.{PROTOCOL_MINOR} (docs/api.md). Validates a request: in JSON-RPC its `cmd` is the method and its other fields the params. `x-results` gives each method's result (null: none), `x-event` an `event` notification's params, `x-error` an error object. Generated by `sluice api schema`."
+        ),
+        "$ref": request.to_value()["$ref"],
+        "x-results": x_results,
+        "x-event": event.to_value(),
+        "x-error": error.to_value(),
+        "$defs": defs,
+    })
 }
 
 /// The daemon's answer.
@@ -165,10 +560,14 @@ pub struct Response {
 }
 
 /// Answer to [`Request::Hello`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SwitchSummary {
-    /// Protocol version.
+    /// Protocol version: [`PROTOCOL`] to a JSON-RPC client, [`PROTOCOL_V1`] to one of the
+    /// line protocol.
     pub protocol: u32,
+    /// Its minor version ([`PROTOCOL_MINOR`]).
+    #[serde(default)]
+    pub protocol_minor: u32,
     /// sluice version.
     pub version: String,
     /// Switch name.
@@ -197,7 +596,7 @@ pub struct SwitchSummary {
 }
 
 /// What the kernel datapath did with a kernel port's frames.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct KernelPortStats {
     /// Frames from the port the kernel forwarded itself (to one port).
     pub forwarded: u64,
@@ -221,7 +620,7 @@ fn user_datapath() -> String {
 }
 
 /// One port in one traffic class.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClassStats {
     /// The class's name.
     pub name: String,
@@ -236,7 +635,7 @@ pub struct ClassStats {
 }
 
 /// Counters and state of one port (the `ports[]` items of `sluice stats --json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PortStats {
     /// Port name.
     pub name: String,
@@ -287,7 +686,7 @@ pub struct PortStats {
 }
 
 /// Answer to [`Request::Stats`] and [`Request::PortList`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatsReport {
     /// The switch.
     pub switch: SwitchSummary,
@@ -316,7 +715,7 @@ pub struct StatsReport {
 pub const CAPTURE_RECORD_HEADER: usize = 17;
 
 /// Whether monitor records are being written, and where.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct MonitorStatus {
     /// Records are being written.
     pub running: bool,
@@ -331,7 +730,7 @@ pub struct MonitorStatus {
 }
 
 /// CPU time a switch's daemon used since it started (user + system), in seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct CpuReport {
     /// The datapath thread's (on the kernel datapath the kernel's forwarding is not in it:
     /// it runs in the guests' softirq time).
@@ -341,7 +740,7 @@ pub struct CpuReport {
 }
 
 /// The kernel datapath as a whole.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelSummary {
     /// The upcall TAP: frames the kernel hands to the core go out of it.
     pub upcall_device: String,
@@ -362,7 +761,7 @@ pub struct KernelSummary {
 }
 
 /// MAC table summary.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FibSummary {
     /// Entries now.
     pub entries: usize,
@@ -377,7 +776,7 @@ pub struct FibSummary {
 }
 
 /// One MAC table entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FibEntryReport {
     /// VLAN.
     pub vlan: u16,
@@ -396,7 +795,7 @@ pub struct FibEntryReport {
 }
 
 /// Answer to [`Request::FibShow`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FibReport {
     /// Summary.
     pub summary: FibSummary,
@@ -424,5 +823,90 @@ mod port_request_tests {
         )
         .unwrap();
         assert!(matches!(add, Request::PortAdd { may_exist: true, ref port } if port.guest_ifname() == "eth0"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Incoming {
+        parse_request(line.as_bytes())
+    }
+
+    #[test]
+    fn each_line_is_read_in_its_own_framing() {
+        assert!(
+            matches!(parse(r#"{"cmd":"port_del","name":"t1"}"#), Incoming::Request(Framing::V1, Request::PortDel { name, .. }) if name == "t1")
+        );
+        let rpc = r#"{"jsonrpc":"2.0","id":7,"method":"port_del","params":{"name":"t1"}}"#;
+        assert!(
+            matches!(parse(rpc), Incoming::Request(Framing::Rpc(Some(id)), Request::PortDel { name, .. }) if id == 7 && name == "t1")
+        );
+        // A newer client's extra param is ignored; a request without params has its defaults.
+        let newer = r#"{"jsonrpc":"2.0","id":"a","method":"stats","params":{"port":"t1","since_minor":3}}"#;
+        assert!(matches!(parse(newer), Incoming::Request(_, Request::Stats { port: Some(p) }) if p == "t1"));
+        assert!(
+            matches!(parse(r#"{"jsonrpc":"2.0","id":1,"method":"subscribe"}"#), Incoming::Request(_, Request::Subscribe { kinds }) if kinds.is_empty())
+        );
+        // A notification (no id) is run and not answered.
+        let Incoming::Request(f, _) = parse(r#"{"jsonrpc":"2.0","method":"hello"}"#) else { panic!() };
+        assert_eq!(f, Framing::Rpc(None));
+        assert_eq!(f.answer(Ok(None)), None);
+    }
+
+    #[test]
+    fn what_is_not_a_request_is_answered_with_its_code() {
+        let code_of = |l: &str| match parse(l) {
+            Incoming::Malformed(Framing::Rpc(Some(_)), e) => e.code,
+            other => panic!("{l}: {other:?}"),
+        };
+        assert_eq!(code_of(r#"{"jsonrpc":"2.0","id":1,"method":"#), code::PARSE_ERROR);
+        assert_eq!(code_of(r#"[{"jsonrpc":"2.0","id":1,"method":"hello"}]"#), code::INVALID_REQUEST);
+        assert_eq!(code_of(r#"{"jsonrpc":"1.0","id":1,"method":"hello"}"#), code::INVALID_REQUEST);
+        assert_eq!(code_of(r#"{"jsonrpc":"2.0","id":{},"method":"hello"}"#), code::INVALID_REQUEST);
+        assert_eq!(code_of(r#"{"jsonrpc":"2.0","id":1,"method":"nosuch"}"#), code::METHOD_NOT_FOUND);
+        assert_eq!(code_of(r#"{"jsonrpc":"2.0","id":1,"method":"port_del"}"#), code::INVALID_PARAMS);
+        assert_eq!(code_of(r#"{"jsonrpc":"2.0","id":1,"method":"port_del","params":["t1"]}"#), code::INVALID_PARAMS);
+        assert!(matches!(parse(r#"{"cmd":"nosuch"}"#), Incoming::Malformed(Framing::V1, _)));
+        assert!(matches!(parse("not json"), Incoming::Malformed(Framing::V1, _)));
+        // Answers: JSON-RPC's with the id and the error object, the line protocol's as before.
+        let e = RpcError::new(code::NO_SUCH_PORT, "no port");
+        let a = Framing::Rpc(Some(3.into())).answer(Err(e.clone())).unwrap();
+        assert_eq!(a, "{\"error\":{\"code\":-32001,\"message\":\"no port\"},\"id\":3,\"jsonrpc\":\"2.0\"}\n");
+        assert_eq!(Framing::V1.answer(Err(e)).unwrap(), "{\"error\":\"no port\",\"ok\":false}\n");
+        let ok = Framing::Rpc(Some(4.into())).answer(Ok(None)).unwrap();
+        assert_eq!(ok, "{\"id\":4,\"jsonrpc\":\"2.0\",\"result\":null}\n");
+    }
+
+    #[test]
+    fn the_methods_are_the_requests_and_the_event_kinds_the_events() {
+        let schema = schema();
+        let variants: Vec<String> = schema["$defs"]["Request"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["properties"]["cmd"]["const"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(variants, METHODS, "METHODS lists Request's variants, in order");
+        let kinds: Vec<String> = schema["$defs"]["Event"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["properties"]["kind"]["const"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kinds, EVENT_KINDS);
+    }
+
+    #[test]
+    fn the_checked_in_schema_is_the_generated_one() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.schema.json");
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        let generated = serde_json::to_string_pretty(&schema()).unwrap() + "\n";
+        assert!(
+            checked_in == generated,
+            "docs/api.schema.json differs from the protocol's types: regenerate it with \
+             `cargo run --release -p sluice -- api schema > docs/api.schema.json` and commit it"
+        );
     }
 }

@@ -1,5 +1,7 @@
-//! The control server: reads JSON requests from the unix socket, runs them on the datapath
-//! thread as jobs, and writes the answers. Every refused request is logged with its reason.
+//! The control server: reads JSON requests from the unix socket (JSON-RPC 2.0 or the line
+//! protocol, told apart per line: docs/api.md), runs them on the datapath thread as jobs,
+//! and writes the answers in the request's framing. Every refused request is logged with
+//! its reason.
 //!
 //! Bounds (docs/architecture.md, "Servers and files"): a connection may wait
 //! [`IDLE`] between requests, but a request must arrive whole within [`REQUEST_WITHIN`] of
@@ -183,6 +185,8 @@ impl Server {
         }
     }
 
+    /// Serves one connection: a request line, its answer, and so on; a capture or a
+    /// subscription takes the connection over.
     fn handle(&self, stream: UnixStream) {
         let out = match stream.try_clone() {
             Ok(s) => s,
@@ -215,31 +219,64 @@ impl Server {
                     );
                     return;
                 }
-                Incoming::Malformed(why) => Response { ok: false, error: Some(why), data: None },
-                Incoming::Request(Request::Capture { port, direction, snaplen }) => {
+                Incoming::Malformed(framing, why) => {
+                    warn!("refused a request: {}", why.message);
+                    (framing, Err(why))
+                }
+                Incoming::Request(framing, Request::Capture { port, direction, snaplen }) => {
                     // The connection is the capture's from here on.
                     let stream = reader.into_inner().into_inner();
-                    if let Err(e) = self.capture(stream, out, &port, &direction, snaplen) {
+                    if let Err(e) = self.capture(stream, out, &framing, &port, &direction, snaplen) {
                         debug!(port = %port, "capture ended: {}", Report(&e));
                     }
                     return;
                 }
-                Incoming::Request(req) => {
+                Incoming::Request(framing @ Framing::Rpc(_), Request::Subscribe { kinds }) => {
+                    // The connection is the subscription's from here on.
+                    let stream = reader.into_inner().into_inner();
+                    if let Err(e) = self.subscribe(stream, out, &framing, &kinds) {
+                        debug!("subscription ended: {}", Report(&e));
+                    }
+                    return;
+                }
+                Incoming::Request(framing, Request::Subscribe { .. }) => (
+                    framing,
+                    Err(RpcError::new(
+                        code::REFUSED,
+                        "subscribe is answered in JSON-RPC only: send {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"subscribe\"} (docs/api.md)",
+                    )),
+                ),
+                Incoming::Request(framing, req) => {
                     debug!(?req, "control request");
                     let what = format!("{req:?}");
+                    let hello = matches!(req, Request::Hello);
                     match self.execute(req) {
-                        Ok(data) => Response { ok: true, error: None, data },
+                        Ok(mut data) => {
+                            // (A client of the line protocol checks for its own version; the
+                            // switch's summary in the counters says the same to it.)
+                            if framing == Framing::V1
+                                && let Some(d) = data.as_mut()
+                            {
+                                if hello {
+                                    d["protocol"] = PROTOCOL_V1.into();
+                                } else if let Some(p) = d.get_mut("switch").and_then(|s| s.get_mut("protocol")) {
+                                    *p = PROTOCOL_V1.into();
+                                }
+                            }
+                            (framing, Ok(data))
+                        }
                         Err(e) => {
-                            let msg = Report(&e).to_string();
-                            warn!(request = %what, "refused: {msg}");
-                            Response { ok: false, error: Some(msg), data: None }
+                            let err = rpc_error(&e);
+                            warn!(request = %what, "refused: {}", err.message);
+                            (framing, Err(err))
                         }
                     }
                 }
             };
-            let mut text = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
-            text.push('\n');
-            if write_all_by(&out, text.as_bytes(), Deadline::after(ANSWER_WITHIN)).is_err() {
+            let (framing, resp) = resp;
+            if let Some(text) = framing.answer(resp)
+                && write_all_by(&out, text.as_bytes(), Deadline::after(ANSWER_WITHIN)).is_err()
+            {
                 return;
             }
             let pending = !reader.buffer().is_empty();
@@ -250,18 +287,30 @@ impl Server {
     /// Serves a capture of `port` on a control connection: the answer, then records every
     /// 20 ms until the client closes the connection (or stops reading for 10 s), or the
     /// port goes away.
-    fn capture(&self, stream: UnixStream, mut out: UnixStream, port: &str, dir: &str, snaplen: u32) -> Result<()> {
+    fn capture(
+        &self,
+        stream: UnixStream,
+        mut out: UnixStream,
+        framing: &Framing,
+        port: &str,
+        dir: &str,
+        snaplen: u32,
+    ) -> Result<()> {
+        let answer = |r| {
+            if let Some(line) = framing.answer(r) {
+                let _ = write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN));
+            }
+        };
         use sluice_switch::capture::Direction;
         let d = match dir {
             "in" => Direction::In,
             "out" => Direction::Out,
             "both" => Direction::Both,
             other => {
-                refuse(
-                    &out,
+                answer(Err(RpcError::new(
+                    code::INVALID_PARAMS,
                     format!("capture direction {other:?}: use in, out or both"),
-                    Deadline::after(ANSWER_WITHIN),
-                );
+                )));
                 return Ok(());
             }
         };
@@ -276,17 +325,16 @@ impl Server {
         let id = match started {
             Ok(id) => id,
             Err(e) => {
-                refuse(&out, format!("{e}; `sluice port list` shows the ports"), Deadline::after(ANSWER_WITHIN));
+                answer(Err(RpcError::new(code::NO_SUCH_PORT, format!("{e}; `sluice port list` shows the ports"))));
                 return Ok(());
             }
         };
         tracing::info!(port = %port, direction = dir, "capture started");
         let result = (|| -> Result<()> {
-            let ok =
-                Response { ok: true, error: None, data: Some(serde_json::json!({"port": port, "snaplen": snaplen})) };
-            let mut line = serde_json::to_string(&ok).context("encoding the answer")?;
-            line.push('\n');
-            write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
+            let ok = Ok(Some(serde_json::json!({"port": port, "snaplen": snaplen})));
+            if let Some(line) = framing.answer(ok) {
+                write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
+            }
             // (From here a stream of records: each write may wait 10 s for the client.)
             out.set_write_timeout(Some(std::time::Duration::from_secs(10)))?;
             stream.set_read_timeout(Some(std::time::Duration::from_millis(20)))?;
@@ -341,6 +389,78 @@ impl Server {
         });
         tracing::info!(port = %port, "capture ended");
         result
+    }
+
+    /// Serves a subscription on a control connection: the answer, then each event as a
+    /// notification line until the client closes the connection, or stops reading for
+    /// [`ANSWER_WITHIN`] (then it is disconnected; the datapath never waits for it).
+    fn subscribe(&self, stream: UnixStream, mut out: UnixStream, framing: &Framing, kinds: &[String]) -> Result<()> {
+        let answer = |r| -> Result<()> {
+            if let Some(line) = framing.answer(r) {
+                write_all_by(&out, line.as_bytes(), Deadline::after(ANSWER_WITHIN))?;
+            }
+            Ok(())
+        };
+        let mask = match super::events::kind_mask(kinds) {
+            Ok(m) => m,
+            Err(k) => {
+                let why = format!("no event kind {k:?}; the kinds are {}", EVENT_KINDS.join(", "));
+                return answer(Err(RpcError::new(code::INVALID_PARAMS, why)));
+            }
+        };
+        let hub = match self.jobs.run(|dp| dp.events()) {
+            Ok(h) => h,
+            Err(e) => return answer(Err(rpc_error(&e))),
+        };
+        let Some(sub) = hub.subscribe(mask) else {
+            let why = format!(
+                "the switch already serves {} subscribers; try again when one ends",
+                super::events::MAX_SUBSCRIBERS
+            );
+            return answer(Err(RpcError::new(code::LIMIT, why)));
+        };
+        let kinds = if kinds.is_empty() { EVENT_KINDS.iter().map(|k| k.to_string()).collect() } else { kinds.to_vec() };
+        answer(Ok(Some(json(Subscribed { kinds, seq: hub.next_seq() })?)))?;
+        tracing::info!("events subscribed");
+        out.set_write_timeout(Some(ANSWER_WITHIN))?;
+        stream.set_read_timeout(Some(Duration::from_millis(1)))?;
+        let (mut probe, mut lost_said) = ([0u8; 512], 0);
+        loop {
+            // The client says nothing after its request; its end of the connection ends the
+            // subscription.
+            match std::io::Read::read(&mut &stream, &mut probe) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mut buf = String::new();
+            match sub.rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => {
+                    buf.push_str(&line);
+                    while buf.len() < 1 << 20
+                        && let Ok(line) = sub.rx.try_recv()
+                    {
+                        buf.push_str(&line);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            let lost = sub.lost();
+            if lost != lost_said {
+                // (Told with sequence number 0: it is this connection's, not the switch's.)
+                let what = EventKind::EventsLost { count: lost - lost_said };
+                buf.push_str(&event_line(&Event { seq: 0, time: now_s(), what }));
+                lost_said = lost;
+            }
+            if !buf.is_empty()
+                && let Err(e) = out.write_all(buf.as_bytes())
+            {
+                warn!("disconnecting an events subscriber that took nothing for {} s: {e}", ANSWER_WITHIN.as_secs());
+                return Err(e.into());
+            }
+        }
     }
 
     pub(crate) fn execute(&self, req: Request) -> Result<Option<serde_json::Value>> {
@@ -472,6 +592,9 @@ impl Server {
                 json(m.as_ref().map(|m| m.status()).unwrap_or_default())?
             }
             Request::Capture { .. } => return Err(Error::Refused("a capture takes a connection of its own".into())),
+            Request::Subscribe { .. } => {
+                return Err(Error::Refused("a subscription takes a connection of its own".into()));
+            }
             Request::StatsReset => {
                 self.jobs.run(|dp| dp.reset_counters())?;
                 return Ok(None);
@@ -704,6 +827,24 @@ pub fn stats_report(jobs: &Jobs, settings: &Settings, port: Option<String>) -> R
     })?
 }
 
+/// A refusal as a JSON-RPC error: its code says what kind of refusal, its message what
+/// to do.
+fn rpc_error(e: &Error) -> RpcError {
+    let c = match e {
+        Error::NoPort(_) | Error::Switch(sluice_switch::SwitchError::NoSuchPort(_)) => code::NO_SUCH_PORT,
+        Error::PortExists(_) | Error::Switch(sluice_switch::SwitchError::DuplicatePort(_)) => code::ALREADY_EXISTS,
+        Error::Busy { .. } => code::BUSY,
+        Error::Stopped | Error::StoppedBeforeAnswering => code::STOPPING,
+        _ => code::REFUSED,
+    };
+    RpcError::new(c, Report(e).to_string())
+}
+
+/// Now, as Unix time in seconds.
+fn now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// An answer's data as JSON.
 fn json(v: impl serde::Serialize) -> Result<serde_json::Value> {
     Ok(serde_json::to_value(v).context("encoding the answer")?)
@@ -717,6 +858,7 @@ fn parse_mac(mac: &str) -> Result<MacAddr> {
 fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
     SwitchSummary {
         protocol: PROTOCOL,
+        protocol_minor: PROTOCOL_MINOR,
         version: env!("CARGO_PKG_VERSION").into(),
         name: s.name.clone(),
         mode: s.mode.as_str().into(),

@@ -12,6 +12,7 @@ use sluice_switch::{PortConfig, PortId, Switch};
 use sluice_sys::error::{Context, Failure};
 use tracing::{info, warn};
 
+use super::events::Hub;
 use super::kernel::KernelSide;
 use crate::error::Result;
 use sluice_api::config::{PortKind, PortSpec};
@@ -60,11 +61,14 @@ pub struct Datapath {
     kernel: Option<KernelSide>,
     /// The MAC table's refusals when they were last logged, and when.
     full_logged: (u64, Option<Instant>),
+    /// Where the switch's events go to subscribers.
+    events: Arc<Hub>,
 }
 
 impl Datapath {
     /// A datapath for `sw` taking jobs from `jobs`.
-    pub fn new(sw: Switch, jobs: Receiver<Job>, poll: bool, nice: i32) -> Result<Self> {
+    pub fn new(mut sw: Switch, jobs: Receiver<Job>, poll: bool, nice: i32) -> Result<Self> {
+        sw.record_events(sluice_switch::events::DEFAULT_EVENT_QUEUE);
         let epoll = Epoll::new().context("epoll_create1")?;
         let wake = Arc::new(EventFd::new().context("eventfd")?);
         epoll.add(wake.as_raw_fd(), WAKE_TOKEN, true, false)?;
@@ -87,7 +91,38 @@ impl Datapath {
             restart: false,
             kernel: None,
             full_logged: (0, None),
+            events: Arc::new(Hub::default()),
         })
+    }
+
+    /// Where the switch's events are published, for subscribers.
+    pub fn events(&self) -> Arc<Hub> {
+        self.events.clone()
+    }
+
+    /// Hands the core's station events to the subscribers (and drops them when there are
+    /// none), naming ports by the names they were attached with.
+    fn drain_events(&mut self) {
+        let Datapath { sw, events, specs, .. } = self;
+        if !events.listened() {
+            sw.take_events(|_| ());
+            return;
+        }
+        let name = |id: PortId| specs.get(&id).map_or_else(|| format!("#{id}"), |s| s.name.clone());
+        let lost = sw.take_events(|e| {
+            use sluice_api::proto::EventKind as K;
+            use sluice_switch::StationChange as C;
+            let (mac, vlan, port) = (e.mac.to_string(), e.vlan, name(e.port));
+            events.publish(match e.change {
+                C::Learned => K::StationLearned { mac, vlan, port, is_static: e.is_static },
+                C::Moved { from } => K::StationMoved { mac, vlan, port, from: name(from) },
+                C::Aged => K::StationAged { mac, vlan, port },
+                C::Removed => K::StationRemoved { mac, vlan, port, is_static: e.is_static },
+            });
+        });
+        if lost > 0 {
+            events.lost(lost);
+        }
     }
 
     /// When the daemon started, as Unix time in nanoseconds.
@@ -255,6 +290,8 @@ impl Datapath {
                 return Err(e);
             }
         }
+        self.events
+            .publish(sluice_api::proto::EventKind::PortUp { port: spec.name.clone(), reason: "attached".into() });
         info!(port = %spec.name, kind = ?spec.kind, netns = spec.netns.as_deref().unwrap_or("-"), vlan = %self.sw.port_info(id).map(|p| p.vlan.to_string()).unwrap_or_default(), offload = spec.offload, "port added");
         self.specs.insert(id, spec);
         Ok(id)
@@ -270,6 +307,9 @@ impl Datapath {
             k.detach(id);
         }
         let (id, port) = self.sw.remove_port(name)?;
+        // (The stations it forgets are told while its name is known.)
+        self.drain_events();
+        self.events.publish(sluice_api::proto::EventKind::PortDown { port: name.into(), reason: "detached".into() });
         if let Some(c) = kernel_part {
             self.sw.add_departed(&c);
         }
@@ -390,12 +430,20 @@ impl Datapath {
                     k.refresh_ages(&mut self.sw);
                 }
                 self.sw.expire(self.now_ms());
-                self.sw.tick_ports(|port, what| warn!(port = %port, "uplink failover: {what}"));
+                let events = &self.events;
+                self.sw.tick_ports(|port, what| {
+                    warn!(port = %port, "uplink failover: {what}");
+                    events
+                        .publish(sluice_api::proto::EventKind::UplinkFailover { port: port.into(), what: what.into() });
+                });
                 self.log_full_table();
                 next_expire = Instant::now() + Duration::from_secs(1);
             }
             if let Some(k) = self.kernel.as_mut() {
                 k.sync(&mut self.sw);
+            }
+            if self.sw.has_events() {
+                self.drain_events();
             }
         }
         // Leaving to start again in place: the TAPs stay for the new image (see KEEP_TAPS).
@@ -432,6 +480,8 @@ impl Datapath {
                 && let Some(why) = &p.failed
             {
                 warn!(port = %p.name, "port stopped: {why}; delete it with `sluice port del {}`", p.name);
+                self.events
+                    .publish(sluice_api::proto::EventKind::PortDown { port: p.name.clone(), reason: why.clone() });
             }
         }
     }

@@ -20,6 +20,7 @@ mod control;
 mod datapath;
 mod deadline;
 pub mod error;
+mod events;
 pub mod kernel;
 pub mod metrics;
 mod monitor;

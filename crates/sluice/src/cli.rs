@@ -756,3 +756,85 @@ pub fn switch_reload(target: &Target) -> Result<()> {
     println!("switch {} (pid {pid}) reloads its configuration file; its log says what changed", s.name);
     Ok(())
 }
+
+/// `sluice api`: about the control API itself.
+#[derive(Debug, clap::Subcommand)]
+pub enum ApiCmd {
+    /// Print the control API's JSON Schema (the one checked in as docs/api.schema.json),
+    /// generated from the types the daemon and this CLI use.
+    ///
+    /// Example:
+    ///   sluice api schema > docs/api.schema.json
+    #[command(verbatim_doc_comment)]
+    Schema,
+}
+
+/// Prints the control API's JSON Schema.
+pub fn api_schema() -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(&sluice_api::proto::schema())?);
+    Ok(())
+}
+
+/// `sluice events`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Only events of this kind (repeat for several): port_up, port_down, station_learned,
+    /// station_moved, station_aged, station_removed, uplink_failover, events_lost. Default:
+    /// all.
+    #[arg(long = "kind", value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Print each event as the JSON object the switch sent (the notification's params).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// Follows a switch's events until Ctrl-C (or the switch goes away).
+pub fn events(a: EventsArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    for k in &a.kinds {
+        if !EVENT_KINDS.contains(&k.as_str()) {
+            bail!("no event kind {k:?}; the kinds are {}", EVENT_KINDS.join(", "));
+        }
+    }
+    let mut lines = Client::for_target(&a.target)?.into_events(a.kinds)?;
+    let mut out = std::io::stdout().lock();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if lines.read_line(&mut line)? == 0 {
+            bail!("the switch closed the connection (it stopped, or found this reader too slow)");
+        }
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        let params = &v["params"];
+        if a.json {
+            writeln!(out, "{params}")?;
+        } else {
+            match serde_json::from_value::<Event>(params.clone()) {
+                Ok(e) => writeln!(out, "{}", event_text(&e))?,
+                // (A kind newer than this sluice: shown as it came.)
+                Err(_) => writeln!(out, "{params}")?,
+            }
+        }
+        out.flush()?;
+    }
+}
+
+/// One event as `sluice events` prints it: the time (UTC), the kind, what it concerns.
+fn event_text(e: &Event) -> String {
+    let secs = e.time as u64;
+    let (h, m, s, ms) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60, ((e.time.fract()) * 1000.0) as u64);
+    let what = match &e.what {
+        EventKind::PortUp { port, reason } | EventKind::PortDown { port, reason } => format!("{port} ({reason})"),
+        EventKind::StationLearned { mac, vlan, port, is_static } => {
+            format!("{mac} vlan {vlan} on {port}{}", if *is_static { " (static)" } else { "" })
+        }
+        EventKind::StationMoved { mac, vlan, port, from } => format!("{mac} vlan {vlan} from {from} to {port}"),
+        EventKind::StationAged { mac, vlan, port } => format!("{mac} vlan {vlan} on {port}"),
+        EventKind::StationRemoved { mac, vlan, port, .. } => format!("{mac} vlan {vlan} on {port}"),
+        EventKind::UplinkFailover { port, what } => format!("{port}: {what}"),
+        EventKind::EventsLost { count } => format!("{count} event(s) lost"),
+    };
+    format!("{h:02}:{m:02}:{s:02}.{ms:03}Z {:<16} {what}", e.what.name())
+}

@@ -139,6 +139,18 @@ enum Cmd {
     /// refused.
     #[command(subcommand)]
     Grant(GrantCmd),
+    /// The control API's description, for programs that talk to a switch (docs/api.md).
+    #[command(subcommand)]
+    Api(cli::ApiCmd),
+    /// Follow a switch's events as they happen: ports up and down, stations learned,
+    /// moved and aged, uplink failovers, one line each, until Ctrl-C.
+    ///
+    /// Examples:
+    ///   sluice events
+    ///   sluice events --switch sw0 --kind station_learned --kind station_moved
+    ///   sluice events --json | jq .kind
+    #[command(verbatim_doc_comment)]
+    Events(cli::EventsArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -466,6 +478,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::grant(&target, Request::GrantDel { port, vlans, promiscuous })?
         }
         Cmd::Grant(GrantCmd::List { json, target }) => cli::grant_list(&target, json)?,
+        Cmd::Api(cli::ApiCmd::Schema) => cli::api_schema()?,
+        Cmd::Events(a) => cli::events(a)?,
     }
     Ok(ExitCode::SUCCESS)
 }

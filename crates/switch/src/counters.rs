@@ -137,6 +137,7 @@ impl DropCause {
 
 /// Frames dropped, by cause.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DropCounts {
     /// See [`DropCause::QueueFull`].
     pub queue_full: u64,
@@ -271,6 +272,7 @@ impl DropCounts {
 /// Counters of one port. Ingress counters describe frames the port's guest sent into the
 /// switch; egress counters, frames the switch sent to it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PortCounters {
     /// Frames received from the port.
     pub rx_frames: u64,
@@ -350,6 +352,7 @@ impl PortCounters {
 
 /// Counters of one port in one traffic class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClassCounters {
     /// Frames of the class received from the port.
     pub rx_frames: u64,

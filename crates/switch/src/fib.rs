@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use sluice_wire::MacAddr;
 
+use crate::events::{EventQueue, StationChange, StationEvent};
 use crate::ids::PortId;
 
 /// One table entry.
@@ -91,6 +92,9 @@ pub struct Fib {
     /// Times the table became full or stopped being full, or a port's learned stations
     /// reached the watched limit or fell below it.
     epoch: u64,
+    /// Stations learned, moved and forgotten, when a driver listens
+    /// ([`Fib::record_events`]).
+    events: Option<EventQueue>,
 }
 
 impl Fib {
@@ -107,6 +111,30 @@ impl Fib {
             count_changed: None,
             watched_limit: usize::MAX,
             epoch: 0,
+            events: None,
+        }
+    }
+
+    /// Starts recording what happens to stations, at most `cap` events waiting (more are
+    /// dropped and counted): see [`Fib::take_events`].
+    pub fn record_events(&mut self, cap: usize) {
+        self.events.get_or_insert_with(|| EventQueue::new(cap));
+    }
+
+    /// Hands over the stations' events since the last call, oldest first; returns how many
+    /// were lost because the queue was full.
+    pub fn take_events(&mut self, f: impl FnMut(StationEvent)) -> u64 {
+        self.events.as_mut().map_or(0, |q| q.drain(f))
+    }
+
+    /// True when events (or a count of lost ones) wait.
+    pub fn has_events(&self) -> bool {
+        self.events.as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    fn event(&mut self, change: StationChange, vlan: u16, mac: MacAddr, e: &FibEntry) {
+        if let Some(q) = self.events.as_mut() {
+            q.push(StationEvent { change, vlan, mac, port: e.port, is_static: e.is_static });
         }
     }
 
@@ -235,6 +263,10 @@ impl Fib {
             self.moves += 1;
             self.count(from, false);
         }
+        if self.events.is_some() {
+            let change = moved_from.map_or(StationChange::Learned, |from| StationChange::Moved { from });
+            self.event(change, vlan, mac, &FibEntry { port, last_seen_ms: now_ms, is_static: false });
+        }
         self.count(port, true);
         self.note(vlan, mac);
         Learn::Ok
@@ -291,11 +323,15 @@ impl Fib {
     /// Adds or replaces a static entry.
     pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
         let was_full = self.is_full();
-        if let Some(old) =
-            self.map.insert(StationKey::new(vlan, mac), FibEntry { port, last_seen_ms: 0, is_static: true })
+        let entry = FibEntry { port, last_seen_ms: 0, is_static: true };
+        let old = self.map.insert(StationKey::new(vlan, mac), entry);
+        if let Some(old) = old
             && !old.is_static
         {
             self.count(old.port, false);
+        }
+        if old.is_none_or(|o| o.port != port || !o.is_static) {
+            self.event(StationChange::Learned, vlan, mac, &entry);
         }
         self.note_full(was_full);
         self.note(vlan, mac);
@@ -306,6 +342,7 @@ impl Fib {
         let was_full = self.is_full();
         let Some(old) = self.map.remove(&StationKey::new(vlan, mac)) else { return false };
         self.note_full(was_full);
+        self.event(StationChange::Removed, vlan, mac, &old);
         if !old.is_static {
             self.count(old.port, false);
         }
@@ -313,16 +350,20 @@ impl Fib {
         true
     }
 
-    /// Forgets the entries `drop` picks.
-    fn forget(&mut self, drop: impl Fn(u16, MacAddr, &FibEntry) -> bool) {
+    /// Forgets the entries `drop` picks (`change` says why, to listeners).
+    fn forget(&mut self, change: StationChange, drop: impl Fn(u16, MacAddr, &FibEntry) -> bool) {
         let mut gone = Vec::new();
         let mut freed = Vec::new();
         let tracking = self.changed.is_some();
         let was_full = self.is_full();
+        let events = &mut self.events;
         self.map.retain(|k, e| {
             let d = drop(k.vlan(), k.mac(), e);
             if d && tracking {
                 gone.push((k.vlan(), k.mac()));
+            }
+            if d && let Some(q) = events.as_mut() {
+                q.push(StationEvent { change, vlan: k.vlan(), mac: k.mac(), port: e.port, is_static: e.is_static });
             }
             if d && !e.is_static {
                 freed.push(e.port);
@@ -341,23 +382,23 @@ impl Fib {
     /// Forgets learned entries older than the aging time.
     pub fn expire(&mut self, now_ms: u64) {
         let aging = self.aging_ms;
-        self.forget(|_, _, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
+        self.forget(StationChange::Aged, |_, _, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
     }
 
     /// Forgets every entry pointing at `port` (the port was removed).
     pub fn forget_port(&mut self, port: PortId) {
-        self.forget(|_, _, e| e.port == port);
+        self.forget(StationChange::Removed, |_, _, e| e.port == port);
     }
 
     /// Forgets what was learned of station `mac`, in every VLAN, behind ports other than
     /// `owner` (the station was just locked to `owner`).
     pub fn forget_elsewhere(&mut self, mac: MacAddr, owner: PortId) {
-        self.forget(|_, m, e| m == mac && !e.is_static && e.port != owner);
+        self.forget(StationChange::Removed, |_, m, e| m == mac && !e.is_static && e.port != owner);
     }
 
     /// Forgets learned entries, keeping static ones.
     pub fn flush_learned(&mut self) {
-        self.forget(|_, _, e| !e.is_static);
+        self.forget(StationChange::Removed, |_, _, e| !e.is_static);
     }
 
     /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.
@@ -383,6 +424,36 @@ mod tests {
     use super::*;
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+
+    #[test]
+    fn learning_moving_aging_and_removal_are_told_in_order_and_a_full_queue_counts_its_losses() {
+        let mut f = Fib::new(16, 1000);
+        f.learn(1, A, 3, 0);
+        f.record_events(4);
+        f.learn(1, A, 3, 10);
+        f.learn(1, A, 4, 20);
+        f.learn(1, MacAddr::BROADCAST, 4, 20);
+        f.expire(2000);
+        f.add_static(2, A, 5);
+        f.remove(2, A);
+        let mut got = Vec::new();
+        assert_eq!(f.take_events(|e| got.push((e.change, e.vlan, e.port, e.is_static))), 0);
+        use StationChange::*;
+        assert_eq!(
+            got,
+            [(Moved { from: 3 }, 1, 4, false), (Aged, 1, 4, false), (Learned, 2, 5, true), (Removed, 2, 5, true)],
+            "a refresh and a group address say nothing"
+        );
+        for i in 0..10 {
+            f.learn(1, MacAddr([2, 0, 0, 0, 2, i]), 1, 3000);
+        }
+        assert!(f.has_events());
+        let mut n = 0;
+        assert_eq!(f.take_events(|_| n += 1), 6, "4 kept, 6 counted lost");
+        assert_eq!((n, f.len()), (4, 10), "learning itself went on");
+        f.forget_port(1);
+        assert_eq!(f.take_events(|e| assert_eq!(e.change, Removed)), 6, "10 forgotten, 4 told");
+    }
 
     #[test]
     fn each_port_learns_at_most_its_limit_and_gets_room_back() {

@@ -23,6 +23,7 @@ pub mod class;
 mod config;
 pub mod counters;
 pub mod decide;
+pub mod events;
 pub mod fastpath;
 pub mod fib;
 pub mod hold;
@@ -42,6 +43,7 @@ pub use config::{
 };
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
+pub use events::{StationChange, StationEvent};
 pub use fastpath::{FastChange, FastMac, FastPort};
 pub use fib::{Fib, FibEntry};
 pub use ids::PortId;

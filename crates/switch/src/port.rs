@@ -202,6 +202,7 @@ pub trait Port: Send {
 
 /// Drop counters kept by the device underneath a port, outside the switch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DeviceDrops {
     /// Frames the device dropped on their way towards the guest (for a TAP: the
     /// interface's receive drops, e.g. the guest's backlog was full).

@@ -311,6 +311,25 @@ impl Switch {
         &mut self.fib
     }
 
+    /// Starts recording what happens to stations (learned, moved, aged, forgotten), at
+    /// most `cap` events waiting for [`Switch::take_events`]; more are dropped and counted,
+    /// so a driver that does not take them never slows forwarding.
+    pub fn record_events(&mut self, cap: usize) {
+        self.fib.record_events(cap);
+    }
+
+    /// Hands over the stations' events since the last call, oldest first; returns how many
+    /// were lost because the queue was full. A port named in them may be gone already
+    /// (removed since): its name is the driver's to remember.
+    pub fn take_events(&mut self, f: impl FnMut(crate::StationEvent)) -> u64 {
+        self.fib.take_events(f)
+    }
+
+    /// True when station events (or a count of lost ones) wait.
+    pub fn has_events(&self) -> bool {
+        self.fib.has_events()
+    }
+
     /// Forgets MAC entries (and LAN neighbours) older than the aging time, and drops frames
     /// that waited too long for address resolution.
     pub fn expire(&mut self, now_ms: u64) {
