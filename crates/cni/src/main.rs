@@ -141,15 +141,20 @@ fn undo_port(undo: &mut Undo, conf: &NetConf, name: String) {
     });
 }
 
-fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value> {
+/// The container's network namespace (`CNI_NETNS`), opened and checked.
+fn container_netns(env: &Env) -> Result<std::fs::File> {
     let netns = env.netns.clone().unwrap_or_default();
-    let ns = net::open_netns(&netns).map_err(|e| {
+    net::open_netns(&netns).map_err(|e| {
         CniError::new(
             CONTAINER_UNKNOWN,
             format!("the container's network namespace {netns} cannot be entered"),
             e.to_string(),
         )
-    })?;
+    })
+}
+
+fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value> {
+    let ns = container_netns(env)?;
     let mut c = connect(conf)?;
     let port = env.port_name();
     if conf.host_gateway {
@@ -169,7 +174,7 @@ fn add(conf: &NetConf, env: &Env, stdin: &[u8], undo: &mut Undo) -> Result<Value
     }
     let spec = PortSpec {
         kind: PortKind::Veth,
-        netns: Some(netns.clone()),
+        netns: env.netns.clone(),
         ifname: Some(env.ifname.clone()),
         mtu: conf.mtu,
         vlan: conf.vlan,
@@ -299,14 +304,7 @@ fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> Result<()> {
     if !attached {
         return Err(failed(format!("the switch has no port {port} for container {}", env.container_id)));
     }
-    let netns = env.netns.clone().unwrap_or_default();
-    let ns = net::open_netns(&netns).map_err(|e| {
-        CniError::new(
-            CONTAINER_UNKNOWN,
-            format!("the container's network namespace {netns} cannot be entered"),
-            e.to_string(),
-        )
-    })?;
+    let ns = container_netns(env)?;
     let has = net::container_addresses(&ns, &env.ifname)
         .map_err(|e| failed(format!("the container has no interface {}: {e}", env.ifname)))?;
     let prev = conf.prev_result.as_ref().map(Allocation::parse).transpose()?.unwrap_or_default();

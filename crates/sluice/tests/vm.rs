@@ -9,19 +9,6 @@ use std::process::{Child, Command, Stdio};
 
 use common::*;
 
-/// True when QEMU, busybox and a kernel for VMs are installed; otherwise fails the test
-/// saying what to do.
-fn have_vm_tools() -> bool {
-    let kernel = std::fs::read_dir("/boot")
-        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-")))
-        .unwrap_or(false);
-    assert!(
-        kernel,
-        "needs a kernel in /boot (vmlinuz-*): apt-get install linux-image-amd64 (scripts/test.sh installs it), or leave out --include-ignored"
-    );
-    have("qemu-system-x86_64") && have("busybox")
-}
-
 fn vm_exec(lab: &Lab, vm: &str, cmd: &str) -> std::process::Output {
     sluice(&["lab", "exec", "--name", &lab.name, vm, "--", "sh", "-c", cmd])
 }

@@ -568,3 +568,16 @@ pub fn transfers_cross_a_restart_and_a_kill(lab: &Lab, dir: &Path, while_down: i
     assert_eq!(sum(&dst), sum(&src), "every byte arrived, in order");
     again
 }
+
+/// True when QEMU, busybox and a kernel for VMs are installed; otherwise fails the test
+/// saying what to do.
+pub fn have_vm_tools() -> bool {
+    let kernel = std::fs::read_dir("/boot")
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-")))
+        .unwrap_or(false);
+    assert!(
+        kernel,
+        "needs a kernel in /boot (vmlinuz-*): apt-get install linux-image-amd64 (scripts/test.sh installs it), or leave out --include-ignored"
+    );
+    have("qemu-system-x86_64") && have("busybox")
+}
