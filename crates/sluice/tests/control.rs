@@ -357,7 +357,16 @@ both_datapaths! {
         let fib = || -> serde_json::Value {
             serde_json::from_str(&sluice_ok(&["fib", "show", "--json", "--switch", &name])).unwrap()
         };
-        assert!(wait_for(10, || fib()["summary"]["full_refusals"].as_u64().unwrap_or(0) >= 10), "{}", fib());
+        // The core counts each one it is asked to learn. On the kernel datapath that is only
+        // those that went up before the core's verdict for such a frame ("forward it, learn
+        // nothing": the table is full) was installed; the kernel forwards the rest itself. How
+        // many went up depends on how fast they came, so there only one is certain.
+        let least = if dp == Dp::User { 10 } else { 1 };
+        assert!(
+            wait_for(10, || fib()["summary"]["full_refusals"].as_u64().unwrap_or(0) >= least),
+            "{}",
+            fib()
+        );
         assert_eq!(fib()["summary"]["entries"], 4, "{}", fib());
         assert!(wait_for(10, || d.log().contains("the MAC table is full (4 entries)")), "no log line: {}", d.log());
         // The guests, learned before, still reach each other.
