@@ -186,7 +186,16 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
         assert!(wait_for(60, || c.try_wait().is_ok_and(|s| s.is_some())), "{who}'s iperf3 did not finish");
         let o = c.wait_with_output().unwrap();
         let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        assert!(o.status.success(), "{who}'s iperf3 failed ({}): {out}", o.status);
+        if !o.status.success() {
+            // What the receiving VM saw (an iperf3 server that died says why in its kernel's log).
+            let seen = vm_exec(&lab, "vm3", "dmesg | tail -n 30; ps; free");
+            panic!(
+                "{who}'s iperf3 failed ({}): {out}\nvm3:\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&seen.stdout),
+                String::from_utf8_lossy(&seen.stderr)
+            );
+        }
     }
     let s = lab.stats();
     assert_eq!(drops(&s), before, "no frame dropped in the switch during the incast");
