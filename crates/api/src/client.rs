@@ -47,6 +47,12 @@ pub struct Client {
     path: PathBuf,
     /// The id of the next request.
     next_id: u64,
+    /// The daemon speaks the line protocol alone (a sluice from before JSON-RPC): requests
+    /// go in its framing. A newer CLI keeps driving an older daemon — after an upgrade, the
+    /// daemon still running is the old one until `sluice switch restart`.
+    v1: bool,
+    /// The daemon's framing is known (it has answered once).
+    known: bool,
 }
 
 impl Client {
@@ -70,7 +76,7 @@ impl Client {
             Error::Unreachable { path: path.into(), cause, hint }
         })?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(Client { stream: BufReader::new(s), path: path.into(), next_id: 1 })
+        Ok(Client { stream: BufReader::new(s), path: path.into(), next_id: 1, v1: false, known: false })
     }
 
     /// Connects to the switch the user chose.
@@ -83,22 +89,13 @@ impl Client {
     fn handshake(mut self) -> Result<Client> {
         let path = self.path.clone();
         let c = &mut self;
-        // (A daemon of the line protocol alone answers JSON-RPC in its own framing.)
-        let hello: SwitchSummary = match c.call(&Request::Hello) {
-            Err(Error::Refused(why)) if why.starts_with("malformed request") => {
-                return Err(Error::Protocol {
-                    path,
-                    theirs: PROTOCOL_V1,
-                    ours: PROTOCOL,
-                    version: "a sluice of the line protocol".into(),
-                });
-            }
-            r => r?,
-        };
+        let hello: SwitchSummary = c.call(&Request::Hello)?;
         // The same major version works, whatever the minor: a newer daemon ignores nothing
-        // this client sends, an older one answers an unknown method as such.
-        if hello.protocol != PROTOCOL {
-            return Err(Error::Protocol { path, theirs: hello.protocol, ours: PROTOCOL, version: hello.version });
+        // this client sends, an older one answers an unknown method as such. A daemon of the
+        // line protocol alone is spoken to in it ([`Client::call_value`]).
+        let ours = if c.v1 { PROTOCOL_V1 } else { PROTOCOL };
+        if hello.protocol != ours {
+            return Err(Error::Protocol { path, theirs: hello.protocol, ours, version: hello.version });
         }
         Ok(self)
     }
@@ -146,8 +143,12 @@ impl Client {
             serde_json::Value::Object(o) => o,
             _ => serde_json::Map::new(),
         };
-        let method = params.remove("cmd").unwrap_or_default();
-        let call = serde_json::json!({"jsonrpc": JSONRPC, "id": id, "method": method, "params": params});
+        let call = if self.v1 {
+            serde_json::Value::Object(params)
+        } else {
+            let method = params.remove("cmd").unwrap_or_default();
+            serde_json::json!({"jsonrpc": JSONRPC, "id": id, "method": method, "params": params})
+        };
         let mut line = call.to_string();
         line.push('\n');
         self.stream
@@ -160,6 +161,17 @@ impl Client {
             return Err(Error::ClosedWithoutAnswer(self.path.clone()));
         }
         let v: serde_json::Value = serde_json::from_str(&answer).context("the switch sent a malformed answer")?;
+        let known = std::mem::replace(&mut self.known, true);
+        if !known
+            && !self.v1
+            && v.get("jsonrpc").is_none()
+            && v["error"].as_str().is_some_and(|e| e.starts_with("malformed request"))
+        {
+            // A daemon of the line protocol alone read the first JSON-RPC request as a
+            // malformed line (and kept the connection): it is asked again in its framing.
+            self.v1 = true;
+            return self.call_value(req);
+        }
         if v.get("jsonrpc").is_none() {
             // The line protocol's framing: a daemon that speaks no other, or a refusal
             // made before the request was read (too many connections, too long a line).
@@ -217,20 +229,35 @@ mod tests {
     /// The client's handshake against a daemon that answers `hello` with `answer` (the
     /// line's text): what the client made of it.
     fn handshake_with(answer: &'static str) -> Result<Client> {
+        handshake_with_v1(answer, None).0
+    }
+
+    /// [`handshake_with`], and a daemon of the line protocol alone: if the client asks again
+    /// in that framing (`{"cmd":"hello"}`), `v1` answers it. Also the lines the client sent.
+    fn handshake_with_v1(answer: &'static str, v1: Option<&'static str>) -> (Result<Client>, Vec<String>) {
         let (mine, theirs) = UnixStream::pair().unwrap();
         let daemon = std::thread::spawn(move || {
             let mut r = BufReader::new(theirs.try_clone().unwrap());
+            let mut seen = vec![];
             let mut line = String::new();
             r.read_line(&mut line).unwrap();
             let req: serde_json::Value = serde_json::from_str(&line).unwrap();
             assert_eq!((&req["jsonrpc"], &req["method"]), (&"2.0".into(), &"hello".into()), "{line}");
             (&theirs).write_all(answer.replace("ID", &req["id"].to_string()).as_bytes()).unwrap();
             (&theirs).write_all(b"\n").unwrap();
+            seen.push(line.clone());
+            if let Some(v1) = v1 {
+                line.clear();
+                r.read_line(&mut line).unwrap();
+                seen.push(line.clone());
+                (&theirs).write_all(v1.as_bytes()).unwrap();
+                (&theirs).write_all(b"\n").unwrap();
+            }
+            seen
         });
-        let c = Client { stream: BufReader::new(mine), path: "test.sock".into(), next_id: 1 };
+        let c = Client { stream: BufReader::new(mine), path: "test.sock".into(), next_id: 1, v1: false, known: false };
         let r = c.handshake();
-        daemon.join().unwrap();
-        r
+        (r, daemon.join().unwrap())
     }
 
     const SUMMARY: &str =
@@ -247,9 +274,21 @@ mod tests {
         let other = format!(r#"{{"jsonrpc":"2.0","id":ID,"result":{{"protocol":3,{SUMMARY}}}}}"#);
         let e = handshake_with(other.leak()).err().unwrap();
         assert!(matches!(e, Error::Protocol { theirs: 3, ours: 2, .. }), "{e}");
-        // A daemon of the line protocol alone cannot read JSON-RPC and says so in its framing.
-        let v1 = r#"{"ok":false,"error":"malformed request: missing field `cmd` at line 1 column 52"}"#;
-        let e = handshake_with(v1).err().unwrap();
-        assert!(matches!(e, Error::Protocol { theirs: 1, .. }) && e.to_string().contains("line protocol"), "{e}");
+    }
+
+    /// A daemon of the line protocol alone (a sluice from before JSON-RPC, still running
+    /// after an upgrade) cannot read JSON-RPC and says so in its framing: the client asks
+    /// again in the line protocol and goes on in it.
+    #[test]
+    fn a_daemon_of_the_line_protocol_alone_is_spoken_to_in_its_framing() {
+        let refused = r#"{"ok":false,"error":"malformed request: missing field `cmd` at line 1 column 52"}"#;
+        let v1 = format!(r#"{{"ok":true,"data":{{"protocol":1,{SUMMARY}}}}}"#);
+        let (c, sent) = handshake_with_v1(refused, Some(v1.leak()));
+        let c = c.unwrap();
+        assert!(c.v1);
+        assert_eq!(sent[1].trim_end(), r#"{"cmd":"hello"}"#);
+        let other = format!(r#"{{"ok":true,"data":{{"protocol":3,{SUMMARY}}}}}"#);
+        let e = handshake_with_v1(refused, Some(other.leak())).0.err().unwrap();
+        assert!(matches!(e, Error::Protocol { theirs: 3, .. }), "{e}");
     }
 }
