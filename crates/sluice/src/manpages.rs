@@ -287,21 +287,7 @@ fn date() -> Result<String> {
         })?,
         Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     };
-    Ok(civil(secs / 86_400))
-}
-
-/// Days since 1970-01-01 as YYYY-MM-DD (Howard Hinnant's `civil_from_days`).
-fn civil(days: u64) -> String {
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    Ok(sluice_sys::time::date(secs / 86_400))
 }
 
 /// Writes `dir/name` whole or not at all: a new file (never following a link someone left
@@ -392,9 +378,9 @@ mod tests {
 
     #[test]
     fn civil_dates() {
-        assert_eq!(civil(0), "1970-01-01");
-        assert_eq!(civil(19_782), "2024-02-29");
-        assert_eq!(civil(20_785), "2026-11-28");
+        assert_eq!(sluice_sys::time::date(0), "1970-01-01");
+        assert_eq!(sluice_sys::time::date(19_782), "2024-02-29");
+        assert_eq!(sluice_sys::time::date(20_785), "2026-11-28");
     }
 
     #[test]

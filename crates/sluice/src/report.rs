@@ -284,7 +284,7 @@ pub fn report(a: ReportArgs) -> Result<()> {
         a.file.display(),
         records.len(),
         last.t - first.t,
-        sluice_study::run::rfc3339(first.t as u64),
+        sluice_sys::time::rfc3339(first.t as u64),
     );
     if bad > 0 {
         let _ = writeln!(

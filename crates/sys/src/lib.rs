@@ -14,6 +14,7 @@ pub mod notify;
 pub mod packet;
 pub mod paths;
 pub mod proc;
+pub mod time;
 pub mod tun;
 pub mod user;
 
