@@ -255,7 +255,15 @@ both_datapaths! {
         let server = ns_spawn(&g2, "timeout 60 iperf3 -s -1");
         assert!(wait_for(10, || ns_sh(&g2, "ss -ltn | grep -q :5201").status.success()), "iperf3 -s did not listen");
         let client = ns_spawn(&g1, &format!("timeout 60 iperf3 -c 10.78.0.2 -n {BYTES} -b 250M -J"));
-        std::thread::sleep(Duration::from_millis(800));
+        // (Until the transfer is under way: a's first mebibyte has crossed the switch.)
+        let crossed = || -> u64 {
+            let v: serde_json::Value =
+                serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &name])).unwrap();
+            v["ports"].as_array().unwrap().iter().find(|p| p["name"] == a.as_str()).unwrap()["counters"]["rx_bytes"]
+                .as_u64()
+                .unwrap_or(0)
+        };
+        assert!(wait_for(20, || crossed() >= 1 << 20), "the transfer did not start: {}", s.log());
 
         // c gone, d on VLAN 20, e new (in a namespace of its own, VLAN 1 as a and b).
         let new = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\nmac_aging = 120\n{pa}{pb}{pd20}{pe}");
