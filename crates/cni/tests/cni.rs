@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_sys::fs::TempDir;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_sluice-cni");
 const CNI_PLUGINS: &str = "/usr/lib/cni";
@@ -41,18 +42,6 @@ fn needs(tools: &[&str]) {
         Path::new(CNI_PLUGINS).join("host-local").exists(),
         "needs the CNI plugins in {CNI_PLUGINS} (apt-get install containernetworking-plugins), or leave out --include-ignored"
     );
-}
-
-/// A new directory (mode 0700) made by `mkdtemp`.
-fn mkdtemp(prefix: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let mut t = std::env::temp_dir().join(format!("{prefix}.XXXXXX")).into_os_string().into_vec();
-    t.push(0);
-    // SAFETY: `t` is NUL-terminated and writable; mkdtemp fills in the Xs in place.
-    let p = unsafe { libc::mkdtemp(t.as_mut_ptr().cast()) };
-    assert!(!p.is_null(), "mkdtemp: {}", std::io::Error::last_os_error());
-    t.pop();
-    PathBuf::from(std::ffi::OsString::from_vec(t))
 }
 
 fn sh(cmd: &str) -> Output {
@@ -89,6 +78,8 @@ struct World {
     /// The plugin's nftables table was not there before: it goes when its chain is empty.
     made_table: bool,
     dir: PathBuf,
+    /// `dir`'s owner: removed with it, last.
+    _tmp: TempDir,
     name: String,
     daemon: Child,
     netns: Vec<String>,
@@ -101,7 +92,8 @@ impl World {
         static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let made_table = !sh("nft list table inet sluice-cni").status.success();
-        let dir = mkdtemp(&format!("sluice-cni-{tag}"));
+        let tmp = TempDir::new(&format!("sluice-cni-{tag}")).expect("a temporary directory");
+        let dir = tmp.path().to_path_buf();
         let name = format!("{tag}{}", std::process::id() % 100_000);
         std::fs::write(dir.join("sw.toml"), format!("name = \"{name}\"\ndatapath = \"kernel\"\n")).unwrap();
         let log = std::fs::File::create(dir.join("switch.log")).unwrap();
@@ -114,8 +106,17 @@ impl World {
             .stderr(log)
             .spawn()
             .expect("start the switch");
-        let w =
-            World { _serial: serial, made_table, dir, name, daemon, netns: vec![], links: vec![], nft_tags: vec![] };
+        let w = World {
+            _serial: serial,
+            made_table,
+            dir,
+            _tmp: tmp,
+            name,
+            daemon,
+            netns: vec![],
+            links: vec![],
+            nft_tags: vec![],
+        };
         let sock = w.socket();
         assert!(
             wait_for(30, || std::os::unix::net::UnixStream::connect(&sock).is_ok()),
@@ -172,7 +173,6 @@ impl Drop for World {
         if self.made_table && !text(&sh("nft list chain inet sluice-cni postrouting").stdout).contains("masquerade") {
             let _ = sh("nft delete table inet sluice-cni");
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -359,7 +359,8 @@ fn podman_containers_on_a_sluice_network_reach_each_other_and_the_host() {
     // (/run/netns a shared mount point, as `ip netns add` leaves it: podman's namespaces,
     // bound there, are then seen by the switch.)
     let _anchor = w.netns("anchor");
-    let root = mkdtemp("sluice-cni-podman");
+    let tmp = TempDir::new("sluice-cni-podman").expect("a temporary directory");
+    let root = tmp.path().to_path_buf();
     let id = std::process::id();
     let (net, image) = (format!("sluice-test-{id}"), format!("localhost/sluice-test-busybox-{id}"));
     let plugins = root.join("plugins");
@@ -398,7 +399,7 @@ fn podman_containers_on_a_sluice_network_reach_each_other_and_the_host() {
         ),
     )
     .unwrap();
-    let podman = Podman { root: root.clone(), made: vec![], image: image.clone() };
+    let podman = Podman { root: root.clone(), _tmp: tmp, made: vec![], image: image.clone() };
     // A busybox image of the test's own, from a tar of a root file system (no registry).
     let rootfs = root.join("rootfs");
     std::fs::copy(sh_ok("command -v busybox").trim(), rootfs.join("bin/busybox")).unwrap();
@@ -459,6 +460,8 @@ fn podman_containers_on_a_sluice_network_reach_each_other_and_the_host() {
 /// what it made (containers, the image) removed on drop.
 struct Podman {
     root: PathBuf,
+    /// `root`'s owner: removed with it once the containers and the image are.
+    _tmp: TempDir,
     made: Vec<String>,
     image: String,
 }
@@ -514,7 +517,6 @@ impl Drop for Podman {
             let _ = self.run(&["rm", "-f", "-t", "0", n], None);
         }
         let _ = self.run(&["rmi", "-f", &self.image], None);
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
