@@ -743,6 +743,12 @@ struct SwitchFile {
     grant: Vec<Spanned<Grant>>,
     vhost_allow_users: Option<Vec<Spanned<NameOrId>>>,
     vhost_allow_groups: Option<Vec<Spanned<NameOrId>>>,
+    // The gateway (see `GatewaySettings`).
+    gateway: Option<Spanned<String>>,
+    gateway6: Option<Spanned<String>>,
+    gateway_dns: Option<Spanned<bool>>,
+    gateway_dhcp_range: Option<Spanned<String>>,
+    gateway_uplink: Option<Spanned<String>>,
 }
 
 /// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
@@ -779,6 +785,8 @@ pub struct Settings {
     pub grants: Option<Grants>,
     /// Who may drive the switch's vhost-user ports besides root and the switch's own user.
     pub vhost_allow: VhostAllow,
+    /// The gateway (router, DHCP, router advertisements, masquerade), when `gateway` is set.
+    pub gateway: Option<GatewaySettings>,
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -963,6 +971,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         let at = f.datapath.as_ref().map(|d| d.span());
         return Err(err(at, m));
     }
+    let gateway = gateway_settings(&f, &err)?;
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
@@ -1029,6 +1038,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             groups: resolve_ids(&f.vhost_allow_groups, "vhost_allow_groups", resolve_group, &err)?
                 .unwrap_or_else(|| libvirt_qemu_group().into_iter().collect()),
         },
+        gateway,
     })
 }
 
@@ -1235,6 +1245,155 @@ pub fn mtu_arg(s: &str) -> Result<u16, String> {
         Ok(m) => Err(format!("MTU {m} is out of range: use {} to {}", range.start(), range.end())),
         Err(_) => Err(format!("{s:?} is not an MTU: use a number from {} to {}", range.start(), range.end())),
     }
+}
+
+// ---- The gateway (`gateway = "10.77.0.254/24"`): docs/policy.md, "A gateway". ----
+
+/// A switch's gateway: an address on the host's end of a port of the switch, dnsmasq
+/// serving DHCP (and router advertisements) on it, the subnet masqueraded out of the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// The gateway's IPv4 address (the guests' router).
+    pub address: std::net::Ipv4Addr,
+    /// The subnet's prefix length (8 to 30).
+    pub prefix: u8,
+    /// An IPv6 address and its /64 for router advertisements (`gateway6`).
+    pub v6: Option<(std::net::Ipv6Addr, u8)>,
+    /// dnsmasq answers DNS on the gateway's address (forwarding to the host's resolvers).
+    pub dns: bool,
+    /// The first and last address DHCP hands out.
+    pub range: (std::net::Ipv4Addr, std::net::Ipv4Addr),
+    /// The device masqueraded out of (`None`: any but the gateway's own).
+    pub uplink: Option<String>,
+}
+
+impl GatewaySettings {
+    /// The subnet's network address.
+    pub fn network(&self) -> std::net::Ipv4Addr {
+        let mask = u32::MAX << (32 - u32::from(self.prefix));
+        (u32::from(self.address) & mask).into()
+    }
+
+    /// The subnet as `NETWORK/PREFIX`.
+    pub fn subnet(&self) -> String {
+        format!("{}/{}", self.network(), self.prefix)
+    }
+}
+
+/// Reads an IPv4 gateway `ADDR/PREFIX`: a unicast address inside a /8 to /30, neither the
+/// subnet's network nor its broadcast address.
+pub fn parse_gateway(text: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
+    let example = "write it as the gateway's address and the subnet's prefix, e.g. gateway = \"10.77.0.254/24\"";
+    let (a, p) = text.split_once('/').ok_or_else(|| format!("gateway {text:?} has no prefix; {example}"))?;
+    let addr: std::net::Ipv4Addr =
+        a.parse().map_err(|_| format!("gateway {text:?}: {a:?} is not an IPv4 address; {example}"))?;
+    let prefix: u8 = p
+        .parse()
+        .ok()
+        .filter(|p| (8..=30).contains(p))
+        .ok_or_else(|| format!("gateway {text:?}: the prefix must be 8 to 30; {example}"))?;
+    if addr.is_multicast() || addr.is_loopback() || addr.is_unspecified() || addr.is_broadcast() {
+        return Err(format!("gateway {text:?} is not a unicast address; {example}"));
+    }
+    let host = u32::from(addr) & !(u32::MAX << (32 - u32::from(prefix)));
+    if host == 0 || host == !(u32::MAX << (32 - u32::from(prefix))) {
+        return Err(format!("gateway {text:?} is the subnet's network or broadcast address: give a host address"));
+    }
+    Ok((addr, prefix))
+}
+
+/// The DHCP range when none is given: the addresses of the subnet on the larger side of the
+/// gateway (all but the gateway's own when it is the first or last).
+fn default_range(addr: std::net::Ipv4Addr, prefix: u8) -> (std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let mask = u32::MAX << (32 - u32::from(prefix));
+    let (net, a) = (u32::from(addr) & mask, u32::from(addr));
+    let (first, last) = (net + 1, (net | !mask) - 1);
+    if a - first >= last - a { (first.into(), (a - 1).into()) } else { ((a + 1).into(), last.into()) }
+}
+
+fn gateway_settings(
+    f: &SwitchFile,
+    err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Option<GatewaySettings>, ConfigError> {
+    let Some(g) = &f.gateway else {
+        let others = [
+            f.gateway6.as_ref().map(|v| ("gateway6", v.span())),
+            f.gateway_dns.as_ref().map(|v| ("gateway_dns", v.span())),
+            f.gateway_dhcp_range.as_ref().map(|v| ("gateway_dhcp_range", v.span())),
+            f.gateway_uplink.as_ref().map(|v| ("gateway_uplink", v.span())),
+        ];
+        if let Some((key, span)) = others.into_iter().flatten().next() {
+            return Err(err(Some(span), format!("{key} needs gateway (e.g. gateway = \"10.77.0.254/24\")")));
+        }
+        return Ok(None);
+    };
+    let (address, prefix) = parse_gateway(g.get_ref()).map_err(|m| err(Some(g.span()), m))?;
+    let mask = u32::MAX << (32 - u32::from(prefix));
+    let inside = |a: std::net::Ipv4Addr| u32::from(a) & mask == u32::from(address) & mask;
+    let v6 = match &f.gateway6 {
+        None => None,
+        Some(v) => {
+            let bad = || {
+                format!(
+                    "gateway6 {:?} is not an IPv6 address with a /64 prefix (router advertisements announce a /64); write e.g. gateway6 = \"fd77::fe/64\"",
+                    v.get_ref()
+                )
+            };
+            let (a, p) = v.get_ref().split_once('/').ok_or_else(|| err(Some(v.span()), bad()))?;
+            let a: std::net::Ipv6Addr = a.parse().map_err(|_| err(Some(v.span()), bad()))?;
+            if p != "64" || a.is_multicast() || a.is_loopback() || a.is_unspecified() {
+                return Err(err(Some(v.span()), bad()));
+            }
+            Some((a, 64))
+        }
+    };
+    let range = match &f.gateway_dhcp_range {
+        None => default_range(address, prefix),
+        Some(r) => {
+            let bad = |why: &str| {
+                err(
+                    Some(r.span()),
+                    format!(
+                        "gateway_dhcp_range {:?}: {why}; write FIRST-LAST inside {}/{prefix}, e.g. \"10.77.0.100-10.77.0.199\"",
+                        r.get_ref(),
+                        std::net::Ipv4Addr::from(u32::from(address) & mask)
+                    ),
+                )
+            };
+            let (a, b) = r.get_ref().split_once('-').ok_or_else(|| bad("no '-' between two addresses"))?;
+            let a: std::net::Ipv4Addr = a.trim().parse().map_err(|_| bad("the first is not an IPv4 address"))?;
+            let b: std::net::Ipv4Addr = b.trim().parse().map_err(|_| bad("the last is not an IPv4 address"))?;
+            let (net, bcast) = (u32::from(address) & mask, (u32::from(address) & mask) | !mask);
+            if !inside(a) || !inside(b) || u32::from(a) == net || u32::from(b) == bcast {
+                return Err(bad("it is not inside the gateway's subnet (network and broadcast addresses excluded)"));
+            }
+            if u32::from(a) > u32::from(b) {
+                return Err(bad("the first address is after the last"));
+            }
+            if (u32::from(a)..=u32::from(b)).contains(&u32::from(address)) {
+                return Err(bad("it holds the gateway's own address"));
+            }
+            (a, b)
+        }
+    };
+    let uplink = match &f.gateway_uplink {
+        None => None,
+        Some(u) => {
+            let name = u.get_ref();
+            let ok = check_ifname(name).is_ok() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !ok {
+                return Err(err(
+                    Some(u.span()),
+                    format!(
+                        "gateway_uplink {name:?} is not an interface name (1 to 15 letters, digits, '-', '_' or '.'), e.g. gateway_uplink = \"eth0\""
+                    ),
+                ));
+            }
+            Some(name.clone())
+        }
+    };
+    let dns = f.gateway_dns.as_ref().is_none_or(|d| *d.get_ref());
+    Ok(Some(GatewaySettings { address, prefix, v6, dns, range, uplink }))
 }
 
 #[cfg(test)]
@@ -1560,5 +1719,46 @@ port = "tap0"
         )
         .unwrap_err();
         assert!(e.line.is_some_and(|l| (5..=7).contains(&l)) && e.message.contains("unicast"), "{e}");
+    }
+
+    #[test]
+    fn gateway_settings_default_their_range_and_a_bad_value_names_its_line() {
+        let s = parse_str("name = \"sw0\"\ngateway = \"10.77.0.254/24\"\n").unwrap();
+        let g = s.gateway.unwrap();
+        assert_eq!(g.range, ("10.77.0.1".parse().unwrap(), "10.77.0.253".parse().unwrap()));
+        assert!(g.dns && g.v6.is_none() && g.uplink.is_none());
+        assert_eq!(g.subnet(), "10.77.0.0/24");
+        let s = parse_str("name = \"sw0\"\ngateway = \"10.77.0.1/24\"\ngateway6 = \"fd77::fe/64\"\ngateway_dns = false\ngateway_uplink = \"eth0\"\n").unwrap();
+        let g = s.gateway.unwrap();
+        assert_eq!(g.range, ("10.77.0.2".parse().unwrap(), "10.77.0.254".parse().unwrap()));
+        assert_eq!(g.v6, Some(("fd77::fe".parse().unwrap(), 64)));
+        assert!(!g.dns);
+        assert_eq!(g.uplink.as_deref(), Some("eth0"));
+        let s =
+            parse_str("name = \"sw0\"\ngateway = \"10.77.0.1/24\"\ngateway_dhcp_range = \"10.77.0.100-10.77.0.199\"\n")
+                .unwrap();
+        assert_eq!(s.gateway.unwrap().range.0, "10.77.0.100".parse::<std::net::Ipv4Addr>().unwrap());
+        assert!(parse_str("name = \"sw0\"\n").unwrap().gateway.is_none());
+        for (line, want) in [
+            ("gateway = \"10.77.0.254\"", "no prefix"),
+            ("gateway = \"10.77.0.300/24\"", "not an IPv4 address"),
+            ("gateway = \"10.77.0.254/31\"", "8 to 30"),
+            ("gateway = \"10.77.0.0/24\"", "network or broadcast"),
+            ("gateway = \"10.77.0.255/24\"", "network or broadcast"),
+            ("gateway = \"224.0.0.1/24\"", "unicast"),
+            ("gateway = \"10.77.0.1/24\"\ngateway6 = \"fd77::fe/48\"", "/64"),
+            ("gateway = \"10.77.0.1/24\"\ngateway_dhcp_range = \"10.77.1.2-10.77.1.9\"", "not inside"),
+            ("gateway = \"10.77.0.1/24\"\ngateway_dhcp_range = \"10.77.0.9-10.77.0.2\"", "after the last"),
+            ("gateway = \"10.77.0.5/24\"\ngateway_dhcp_range = \"10.77.0.2-10.77.0.9\"", "gateway's own"),
+            ("gateway = \"10.77.0.1/24\"\ngateway_uplink = \"eth0; drop\"", "not an interface name"),
+            ("gateway6 = \"fd77::fe/64\"", "needs gateway"),
+            ("gateway_uplink = \"eth0\"", "needs gateway"),
+        ] {
+            let text = format!("name = \"sw0\"\n\n{line}\n");
+            let e = parse_str(&text).unwrap_err();
+            assert!(e.message.contains(want), "{line:?}: {e}");
+            let bad_line = 2 + line.lines().count();
+            assert_eq!(e.line, Some(bad_line), "{line:?}: {e}");
+        }
     }
 }

@@ -593,6 +593,9 @@ pub struct SwitchSummary {
     /// Where the Prometheus / OpenMetrics endpoint listens, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// The switch's gateway and its dnsmasq, when it has one (`gateway =`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayStatus>,
 }
 
 /// What the kernel datapath did with a kernel port's frames.
@@ -909,4 +912,40 @@ mod tests {
              `cargo run --release -p sluice -- api schema > docs/api.schema.json` and commit it"
         );
     }
+}
+
+// ---- The gateway's state (`sluice status`): docs/policy.md, "A gateway". ----
+
+/// A switch's gateway as it runs: its addresses, port and interface, and its dnsmasq.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct GatewayStatus {
+    /// The gateway's address with the subnet's prefix (`10.77.0.254/24`).
+    pub address: String,
+    /// Its IPv6 address announced by router advertisements, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address6: Option<String>,
+    /// The host's interface carrying the addresses.
+    pub interface: String,
+    /// The switch's port it is attached by.
+    pub port: String,
+    /// The addresses DHCP hands out, `FIRST-LAST`.
+    pub dhcp_range: String,
+    /// dnsmasq answers DNS on the gateway's address.
+    pub dns: bool,
+    /// The device the subnet is masqueraded out of (`None`: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<String>,
+    /// The nftables table of the masquerade (`ip` family).
+    pub nft_table: String,
+    /// dnsmasq: "running", "restarting" (waiting out its back-off), "failed" (gave up) or
+    /// "stopped".
+    pub dnsmasq: String,
+    /// Its process id while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// How many times it was started again after it exited.
+    pub restarts: u64,
+    /// How it last exited, with its last lines on stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
 }

@@ -116,6 +116,8 @@ pub struct Server {
     pub state_lock: std::sync::Mutex<()>,
     /// Monitor records, while they are written.
     pub monitor: std::sync::Mutex<Option<super::monitor::Monitor>>,
+    /// The switch's gateway, when it has one.
+    pub gateway: Option<std::sync::Arc<super::gateway::Gateway>>,
 }
 
 /// Writes a refusal on a connection about to be closed (taken by the client by `due`).
@@ -473,7 +475,8 @@ impl Server {
         let v = match req {
             Request::Hello => {
                 let st = self.settings.clone();
-                let summary = self.jobs.run(move |dp| summary(dp, &st))?;
+                let mut summary = self.jobs.run(move |dp| summary(dp, &st))?;
+                summary.gateway = self.gateway.as_ref().map(|g| g.status());
                 json(summary)?
             }
             Request::PortAdd { port, may_exist } => {
@@ -870,6 +873,7 @@ fn summary(dp: &Datapath, s: &Settings) -> SwitchSummary {
         mtu: s.core.mtu,
         ports: dp.switch().port_ids().count(),
         metrics: s.metrics_listen.map(|a| a.to_string()),
+        gateway: None,
     }
 }
 

@@ -21,6 +21,7 @@ mod datapath;
 mod deadline;
 pub mod error;
 mod events;
+mod gateway;
 pub mod kernel;
 pub mod metrics;
 mod monitor;
@@ -171,6 +172,14 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
     // The monitor file is checked (and refused, if it must be) before the socket exists.
     let monitor = s.monitor.clone().map(monitor::Opened::open).transpose()?;
     let listener = bind_owner_only(&s)?;
+    // The gateway (a port, dnsmasq, the masquerade), once nothing else can refuse the start.
+    let gateway = match s.gateway.clone().map(|g| gateway::Gateway::start(&s, &g, &mut dp)).transpose() {
+        Ok(g) => g.map(std::sync::Arc::new),
+        Err(e) => {
+            let _ = std::fs::remove_file(&s.socket);
+            return Err(e);
+        }
+    };
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
     let jobs = control::Jobs::new(tx, waker);
@@ -180,6 +189,7 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         grants: std::sync::Mutex::new(s.grants.clone()),
         state_lock: std::sync::Mutex::new(()),
         monitor: std::sync::Mutex::new(None),
+        gateway: gateway.clone(),
     });
     if let Some(opened) = monitor {
         let started = monitor::Monitor::start(opened, ctl.monitor_source());
@@ -241,6 +251,9 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         .join()
         .map_err(|_| sluice_sys::failure!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
+    if let Some(g) = &gateway {
+        g.stop(exit == datapath::Exit::Stop);
+    }
     if exit == datapath::Exit::Stop {
         if !stopping_said.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tell(notifier.stopping("stopping"));
