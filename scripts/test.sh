@@ -45,6 +45,11 @@ TOOLS+=(libvirtd virtlogd virsh)
 # is driven as a runtime drives it, then by podman itself; it masquerades with nft.
 PACKAGES+=(podman containernetworking-plugins nftables)
 TOOLS+=(podman nft)
+# dnsmasq-base, busybox, nftables: a switch's gateway runs dnsmasq (DHCP, router
+# advertisements) and masquerades with nft; the guests in its tests ask for an address with
+# busybox's udhcpc.
+PACKAGES+=(dnsmasq-base busybox nftables)
+TOOLS+=(dnsmasq busybox nft)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done

@@ -163,6 +163,19 @@ impl Plan {
         if old.grants != new.grants {
             kept("grants (`sluice grant` changes them live)", grants(&old.grants), grants(&new.grants));
         }
+        // The gateway (address, range, DNS, uplink): its port, dnsmasq and table are made at
+        // start, so a change takes a restart (`sluice switch restart` keeps the guests).
+        let gateway = |g: &Option<sluice_api::config::GatewaySettings>| match g {
+            None => "none".to_string(),
+            Some(g) => format!("{}/{}, DHCP {}-{}", g.address, g.prefix, g.range.0, g.range.1),
+        };
+        if old.gateway != new.gateway {
+            let (was, now) = (gateway(&old.gateway), gateway(&new.gateway));
+            p.kept.push(format!(
+                "gateway ({was} now, {now} in the file{})",
+                if was == now { "; other gateway settings differ" } else { "" }
+            ));
+        }
         p
     }
 
@@ -376,5 +389,17 @@ mod tests {
         assert_eq!(p.take_over, ["e"]);
         assert_eq!(p.change.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["e"]);
         assert!(p.add.is_empty());
+    }
+
+    #[test]
+    fn a_changed_gateway_is_kept_until_a_restart() {
+        let old = settings("name = \"sw\"\ngateway = \"10.77.0.254/24\"\n");
+        let new = settings("name = \"sw\"\ngateway = \"10.78.0.254/24\"\n");
+        let p = Plan::between(&old, &new, &[]);
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(p.kept, vec!["gateway (10.77.0.254/24, DHCP 10.77.0.1-10.77.0.253 now, 10.78.0.254/24, DHCP 10.78.0.1-10.78.0.253 in the file)".to_string()]);
+        let off = settings("name = \"sw\"\n");
+        assert!(Plan::between(&old, &off, &[]).kept[0].contains("none in the file"));
+        assert!(Plan::between(&old, &old, &[]).kept.is_empty());
     }
 }

@@ -838,3 +838,51 @@ fn event_text(e: &Event) -> String {
     };
     format!("{h:02}:{m:02}:{s:02}.{ms:03}Z {:<16} {what}", e.what.name())
 }
+
+// ---- `sluice status`: the switch and its gateway (docs/policy.md, "A gateway"). ----
+
+/// Arguments of `sluice status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print JSON (the `hello` answer: the switch's summary, its `gateway` within).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// `sluice status`: what the switch runs, and its gateway's dnsmasq.
+pub fn status(a: &StatusArgs) -> Result<()> {
+    let s: SwitchSummary = Client::for_target(&a.target)?.call(&Request::Hello)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    print!("{}", render_status(&s));
+    Ok(())
+}
+
+/// `sluice status` as text.
+pub fn render_status(s: &SwitchSummary) -> String {
+    let mut t = table();
+    let mut row = |k: &str, v: String| {
+        t.add_row([k.to_string(), v]);
+    };
+    row("switch", format!("{} (pid {}, {} datapath, {} mode, {} ports)", s.name, s.pid, s.datapath, s.mode, s.ports));
+    match &s.gateway {
+        None => row("gateway", "none (set `gateway = \"10.77.0.254/24\"` in the switch's file)".into()),
+        Some(g) => {
+            let v6 = g.address6.as_ref().map(|a| format!(", {a} (router advertisements)")).unwrap_or_default();
+            row("gateway", format!("{}{v6} on {} (port {})", g.address, g.interface, g.port));
+            row("dhcp", format!("{}{}", g.dhcp_range, if g.dns { ", DNS" } else { ", no DNS" }));
+            let out = g.uplink.as_deref().unwrap_or("any interface");
+            row("masquerade", format!("out of {out} (nftables table ip {})", g.nft_table));
+            let pid = g.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+            row("dnsmasq", format!("{}{pid}, {} restarts", g.dnsmasq, g.restarts));
+            if let Some(e) = &g.last_exit {
+                row("last exit", e.clone());
+            }
+        }
+    }
+    format!("{t}\n")
+}

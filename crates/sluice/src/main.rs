@@ -151,6 +151,15 @@ enum Cmd {
     ///   sluice events --json | jq .kind
     #[command(verbatim_doc_comment)]
     Events(cli::EventsArgs),
+    /// What a switch runs, and its gateway: the address, the DHCP range, the masquerade, and
+    /// dnsmasq's state (running, its pid, how many times it was restarted, how it last
+    /// exited).
+    ///
+    /// Examples:
+    ///   sluice status --switch sw0
+    ///   sluice status --json | jq .gateway.restarts
+    #[command(verbatim_doc_comment)]
+    Status(cli::StatusArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -480,6 +489,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Grant(GrantCmd::List { json, target }) => cli::grant_list(&target, json)?,
         Cmd::Api(cli::ApiCmd::Schema) => cli::api_schema()?,
         Cmd::Events(a) => cli::events(a)?,
+        Cmd::Status(a) => cli::status(&a)?,
     }
     Ok(ExitCode::SUCCESS)
 }
