@@ -88,6 +88,12 @@ pub struct UpArgs {
     /// Print the guest table as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Give the lab's switch a gateway, as libvirt's default network: 10.77.0.254 on the
+    /// host, dnsmasq handing out 10.77.0.100–199, the subnet masqueraded out of the host.
+    /// The guests get their IPv4 addresses by DHCP (busybox udhcpc; needs dnsmasq-base and
+    /// busybox) and reach beyond the host through it. Sets net.ipv4.ip_forward.
+    #[arg(long)]
+    pub gateway: bool,
     /// The sluice executable the lab starts its switch and relays with, when not this one
     /// (a study comparing two builds of sluice in one run).
     #[arg(skip)]
@@ -146,6 +152,7 @@ impl UpArgs {
             host: 0,
             json: false,
             exe: None,
+            gateway: false,
         }
     }
 }

@@ -29,8 +29,9 @@ pub enum LabCmd {
     /// named after the lab, started in the background if it is not running (its log:
     /// /run/sluice/labs/LAB.log).
     ///
-    /// Example:
+    /// Examples:
     ///   sluice lab up --guests 3 && sluice lab exec g1 -- ping -c 3 10.77.0.2
+    ///   sluice lab up --gateway && sluice lab exec g1 -- ip route   # DHCP, via 10.77.0.254
     #[command(verbatim_doc_comment)]
     Up(UpArgs),
     /// Remove everything a lab made: its guests, their ports, and the switch if the lab
@@ -165,6 +166,9 @@ pub fn render(s: &LabState) -> String {
             s.mtu
         );
     }
+    if let Some(g) = &s.gateway {
+        t.add_row(["gateway", "(host)", "", g.as_str(), "DHCP from dnsmasq, masquerade out of the host"]);
+    }
     format!(
         "lab {} on switch {} ({}{}){} (MTU {}):\n{t}\n",
         s.name,
@@ -185,6 +189,9 @@ pub fn render(s: &LabState) -> String {
 pub fn up(a: &UpArgs) -> Result<LabState> {
     if a.vms > 0 && (a.hosts != 1 || a.peer_kernel) {
         bail!("--vm works in a lab of one host; leave out --hosts and --peer-kernel");
+    }
+    if a.gateway && (a.hosts != 1 || a.peer_kernel) {
+        bail!("--gateway works in a lab of one host; leave out --hosts and --peer-kernel");
     }
     if a.hosts != 1 || a.peer_kernel {
         return crate::hosts::up(a);

@@ -70,6 +70,14 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
     if !(1..=99).contains(&a.guests) {
         bail!("--guests must be 1 to 99");
     }
+    if a.gateway && a.switch.is_some() {
+        bail!(
+            "--gateway is a setting of the switch the lab starts; leave out --switch (or give the running switch `gateway =` in its file)"
+        );
+    }
+    if a.gateway && !Path::new("/usr/sbin/dnsmasq").is_file() {
+        bail!("--gateway runs dnsmasq, which is not installed: `apt-get install dnsmasq-base`");
+    }
     if a.vms > 8 || a.guests + a.vms > 99 {
         bail!("--vm must be 0 to 8 (and with --guests at most 99 in all)");
     }
@@ -98,6 +106,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
         links: Vec::new(),
         sublabs: Vec::new(),
         exe: a.exe.clone(),
+        gateway: a.gateway.then(|| GATEWAY.to_string()),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -195,7 +204,12 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         if a.attach == AttachArg::Stream {
             sh(&["ip", "-n", &g.netns, "link", "set", &g.tap, "up"])?;
         }
-        sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
+        if a.gateway {
+            s.guests[idx].ipv4 = dhcp(&s.name, &g.netns, &g.tap)?;
+            s.save()?;
+        } else {
+            sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv4, "dev", &g.tap])?;
+        }
         sh(&["ip", "-n", &g.netns, "addr", "add", &g.ipv6, "dev", &g.tap, "nodad"])?;
     }
     if a.vms > 0 {
@@ -428,6 +442,9 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
         a.poll
     )?;
     writeln!(f, "socket = {:?}", s.socket.display().to_string())?;
+    if a.gateway {
+        writeln!(f, "gateway = {GATEWAY:?}\ngateway_dhcp_range = \"10.77.0.100-10.77.0.199\"")?;
+    }
     drop(f);
     let logf = fs::File::create(&log)?;
     let pid = spawn_detached(
@@ -515,6 +532,50 @@ fn is_zombie(pid: u32) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// The switch's gateway with `--gateway` (the guests' router; the LAN host keeps .200).
+const GATEWAY: &str = "10.77.0.254/24";
+
+/// The script busybox's udhcpc runs (Debian's busybox ships none): applies the lease.
+const UDHCPC_SCRIPT: &str = "#!/bin/sh\n\
+case \"$1\" in\n\
+deconfig) ip link set \"$interface\" up; ip addr flush dev \"$interface\" ;;\n\
+bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/${mask:-24}\" dev \"$interface\";\n\
+  [ -n \"$router\" ] && ip route replace default via \"${router%% *}\" dev \"$interface\" ;;\n\
+esac\n\
+exit 0\n";
+
+/// Asks the gateway's dnsmasq for an address for interface `ifname` in namespace `ns`
+/// (busybox udhcpc, its script written fresh into the labs directory and removed after);
+/// returns the address with its prefix.
+fn dhcp(lab: &str, ns: &str, ifname: &str) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let script = paths::labs_dir().join(format!("{lab}.udhcpc.sh"));
+    let _ = fs::remove_file(&script);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&script)
+        .with_context(|| format!("writing {}", script.display()))?;
+    f.write_all(UDHCPC_SCRIPT.as_bytes())?;
+    drop(f);
+    let s = script.display().to_string();
+    let got = sh(&[
+        "ip", "netns", "exec", ns, "busybox", "udhcpc", "-i", ifname, "-q", "-n", "-t", "10", "-T", "1", "-s", &s,
+    ]);
+    let _ = fs::remove_file(&script);
+    got.with_context(|| {
+        format!("{ns} got no address by DHCP from the gateway (busybox udhcpc; `apt-get install busybox`)")
+    })?;
+    let out = Command::new("ip").args(["-n", ns, "-4", "-o", "addr", "show", "dev", ifname]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    match text.split_whitespace().skip_while(|w| *w != "inet").nth(1) {
+        Some(a) => Ok(a.to_string()),
+        None => bail!("{ns}: udhcpc ended but {ifname} has no IPv4 address"),
+    }
 }
 
 /// Removes lab `name`: ports, namespaces, and the switch if the lab started it.

@@ -72,6 +72,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         links: Vec::new(),
         sublabs: Vec::new(),
         exe: a.exe.clone(),
+        gateway: None,
     };
     s.save()?;
     match build(&mut s, a) {

@@ -104,6 +104,9 @@ pub struct LabState {
     /// made the lab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exe: Option<PathBuf>,
+    /// The switch's gateway (`--gateway`): its address, the guests' router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
 }
 
 fn l2() -> String {

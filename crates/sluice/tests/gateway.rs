@@ -223,3 +223,36 @@ fn a_bad_gateway_names_its_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.toml:2:") && err.contains("needs gateway"), "{err}");
 }
+
+/// Puts `net.ipv4.ip_forward` of the test's namespace back as it found it (the lab's
+/// switch runs there and sets it, as libvirt does).
+struct Forwarding(String);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.0);
+    }
+}
+
+#[test]
+#[ignore = "system tier: needs root (network namespaces, TAPs, nftables), dnsmasq (dnsmasq-base) and busybox; scripts/test.sh runs it"]
+fn a_lab_with_a_gateway_gives_its_guests_addresses_by_dhcp() {
+    if !root() || !have("/usr/sbin/dnsmasq") || !have("busybox") || !have("nft") {
+        return;
+    }
+    let _forwarding = Forwarding(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap());
+    let lab = Lab::up("gwlab", &["--guests", "2", "--gateway"]);
+    assert_eq!(lab.state["gateway"], "10.77.0.254/24", "{}", lab.state);
+    for g in 1..=2 {
+        let a = lab.state["guests"][g - 1]["ipv4"].as_str().unwrap();
+        let last: u32 = a.trim_start_matches("10.77.0.").trim_end_matches("/24").parse().unwrap();
+        assert!((100..=199).contains(&last), "guest {g} has {a}, not an address of the DHCP range");
+        let have = ns_ok(&lab.ns(g), "ip -4 -o addr");
+        assert!(have.contains(a), "{have}");
+        ns_ok(&lab.ns(g), "ping -c 1 -W 2 10.77.0.254");
+    }
+    let text = sluice_ok(&["lab", "list"]);
+    assert!(text.contains("gateway") && text.contains("10.77.0.254/24"), "{text}");
+    let st: Value = serde_json::from_str(&sluice_ok(&["status", "--json", "--switch", &lab.name])).unwrap();
+    assert_eq!(st["gateway"]["dnsmasq"], "running", "{st}");
+}
