@@ -210,6 +210,13 @@ enum SwitchCmd {
     /// RUST_LOG=debug shows every control request. See docs/config.md for the format.
     /// SIGHUP (`sluice switch reload`, `systemctl reload sluice@NAME`) applies the edited
     /// file; as a systemd service see docs/service.md.
+    ///
+    /// A gateway for the guests, as libvirt's default network (DHCP and router
+    /// advertisements by dnsmasq, the subnet masqueraded; docs/policy.md):
+    ///   name = "sw0"
+    ///   gateway = "10.77.0.254/24"
+    ///   gateway_uplink = "eth0"
+    /// then `sluice status --switch sw0` shows it and its dnsmasq.
     #[command(verbatim_doc_comment)]
     Run {
         /// The switch's configuration file.
