@@ -133,6 +133,12 @@ pub struct PortSpec {
     /// Frames of these EtherTypes from the port are dropped and counted (`filtered`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drop_ethertypes: Vec<u16>,
+    /// The IEEE link-local addresses (01:80:C2:00:00:00 to 0F) whose frames from the port
+    /// are forwarded, as full addresses or their last byte (`"0e"`, LLDP); frames to the
+    /// others are dropped and counted (`link_local`). Pause (01) and slow protocols (02)
+    /// are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward_link_local: Vec<String>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
@@ -210,6 +216,34 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
     })
 }
 
+/// The mask of `forward_link_local` entries: each an IEEE link-local address
+/// (01:80:c2:00:00:0e) or its last byte in hex (`0e`, `0x0e`), one bit per last byte.
+/// Pause (01) and the slow protocols (02) are refused: no port may forward them.
+pub fn link_local_mask(entries: &[String]) -> Result<u16, String> {
+    let mut mask = 0u16;
+    for e in entries {
+        let t = e.trim().to_ascii_lowercase();
+        let last = match t.parse::<MacAddr>() {
+            Ok(m) if m.0[..5] == [0x01, 0x80, 0xc2, 0, 0] && m.0[5] < 16 => Some(m.0[5]),
+            Ok(_) => None,
+            Err(_) => u8::from_str_radix(t.strip_prefix("0x").unwrap_or(&t), 16).ok().filter(|&n| n < 16),
+        };
+        let Some(n) = last else {
+            return Err(format!(
+                "{e:?} is not an IEEE link-local address: write 01:80:c2:00:00:00 to 01:80:c2:00:00:0f, or its last byte (e.g. \"0e\" for LLDP)"
+            ));
+        };
+        if sluice_switch::LINK_LOCAL_NEVER & (1 << n) != 0 {
+            return Err(format!(
+                "{e:?} ({}) is never forwarded: a guest's pause or LACP frame would reach the physical switch behind an uplink; leave it out",
+                if n == 1 { "pause, IEEE 802.3x" } else { "slow protocols: LACP, marker, OAM" }
+            ));
+        }
+        mask |= 1 << n;
+    }
+    Ok(mask)
+}
+
 fn check_vid(v: u16) -> Result<u16, String> {
     if (1..=4094).contains(&v) { Ok(v) } else { Err(format!("VLAN {v} is out of range: use 1 to 4094")) }
 }
@@ -230,6 +264,7 @@ impl PortSpec {
             mac: None,
             ips: Vec::new(),
             drop_ethertypes: Vec::new(),
+            forward_link_local: Vec::new(),
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
@@ -429,6 +464,8 @@ impl PortSpec {
             learn_ips,
             mirror_of: self.mirror.clone(),
             drop_ethertypes: self.drop_ethertypes.clone(),
+            forward_link_local: link_local_mask(&self.forward_link_local)
+                .map_err(|e| format!("port {:?}: forward_link_local: {e}", self.name))?,
         })
     }
 
@@ -1360,6 +1397,27 @@ mod tests {
         assert_eq!(s.ports[0].policy().unwrap().drop_ethertypes, [0x88cc, 0x8863]);
         let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [1500]\n").unwrap_err();
         assert!(e.line.is_some() && e.message.contains("a frame length, not an EtherType"), "{e}");
+    }
+
+    #[test]
+    fn a_port_forwards_the_link_local_addresses_its_file_names_but_never_pause() {
+        let s = parse_str(
+            "name = \"sw\"\n[[port]]\nname = \"t0\"\nforward_link_local = [\"01:80:c2:00:00:0e\", \"0\", \"0x03\"]\n",
+        )
+        .unwrap();
+        assert_eq!(s.ports[0].policy().unwrap().forward_link_local, 1 << 0x0e | 1 | 1 << 3);
+        for (bad, says) in [
+            ("01:80:c2:00:00:01", "pause"),
+            ("02", "slow protocols"),
+            ("01:80:c2:00:00:10", "not an IEEE link-local address"),
+            ("ff:ff:ff:ff:ff:ff", "not an IEEE link-local address"),
+            ("lldp", "not an IEEE link-local address"),
+        ] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\nforward_link_local = [{bad:?}]\n"))
+                .unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.message.contains("forward_link_local") && e.message.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -197,6 +197,12 @@ abi! {
         pub const EGRESS_REFUSED: usize = 17 => D_EGRESS_REFUSED;
         /// `upcall_limit`
         pub const UPCALL_LIMIT: usize = 18 => D_UPCALL_LIMIT;
+        /// `link_local`
+        pub const LINK_LOCAL: usize = 20 => D_LINK_LOCAL;
+        /// `storm`
+        pub const STORM: usize = 21 => D_STORM;
+        /// `rate_limit`
+        pub const RATE_LIMIT: usize = 22 => D_RATE_LIMIT;
     }
 
     /// One port's counters on one CPU: the value of `sluice_stats`, by slot.
@@ -274,6 +280,9 @@ abi! {
     pub const DST_OWN: u8 = 2 => DST_OWN;
     /// [`FlowKey::dst`]: a station the table knows, behind [`FlowKey::dst_slot`].
     pub const DST_STATION: u8 = 3 => DST_STATION;
+    /// An IEEE link-local address, 01:80:C2:00:00:00 to 0F (a group address of its own
+    /// class): [`FlowKey::dst_slot`] holds its last byte.
+    pub const DST_LINK_LOCAL: u8 = 4 => DST_LINK_LOCAL;
 
     /// Stage 1 of a frame's key: the port it came in by and how it arrived (the core's
     /// VLAN admission, and what an uplink's host takes before it). Padding-free, 12 bytes.
@@ -284,7 +293,7 @@ abi! {
         pub vid: u16,
         /// `TAG_*`
         pub tag: u8,
-        /// `DST_UNKNOWN`, `DST_GROUP` or `DST_OWN`.
+        /// `DST_UNKNOWN`, `DST_GROUP`, `DST_OWN` or `DST_LINK_LOCAL`.
         pub dst: u8,
         /// From a tunnel: 1 when the outer source is one of the port's endpoints
         /// (`sluice_endpoints`); else 0.
@@ -399,7 +408,8 @@ abi! {
         pub src: u8,
         /// `DST_*`
         pub dst: u8,
-        /// `DST_STATION`: the slot the destination is behind; else 0.
+        /// `DST_STATION`: the slot the destination is behind; `DST_LINK_LOCAL`: the
+        /// address's last byte (0 to 15); else 0.
         pub dst_slot: u16,
         /// `X_L3`: slot + 1 of the port owning the destination IP address
         /// (`sluice_owners`); 0: none, or not an IP frame.

@@ -169,6 +169,12 @@ static __always_inline int is_group(const __u8 *mac)
 	return mac[0] & 1;
 }
 
+/* An IEEE link-local address, 01:80:C2:00:00:00 to 0F (the core's Dest::LinkLocal). */
+static __always_inline int is_link_local(const __u8 *mac)
+{
+	return mac[0] == 0x01 && mac[1] == 0x80 && mac[2] == 0xc2 && mac[3] == 0 && mac[4] == 0 && mac[5] < 16;
+}
+
 /* (BPF has no memcmp.) */
 static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 {
@@ -850,7 +856,7 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	ak.tag = f.tag;
 	ak.vid = f.tag == TAG_8021Q ? f.tci & 0x0fff : 0;
 	if (is_group(f.dst))
-		ak.dst = DST_GROUP;
+		ak.dst = is_link_local(f.dst) ? DST_LINK_LOCAL : DST_GROUP;
 	else if ((in_flags & IN_OWN_MAC) && mac_eq(f.dst, own))
 		ak.dst = DST_OWN;
 	struct sluice_exec_config *cfg = config();
@@ -898,6 +904,8 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	struct sluice_flow_key k = {
 		.slot = slot, .vlan = vlan, .ethertype = bpf_ntohs(f.proto), .dst = ak.dst,
 	};
+	if (k.dst == DST_LINK_LOCAL)
+		k.dst_slot = f.dst[5];
 	if (mask & X_LOCKS) {
 		struct sluice_lock_key lk = {};
 		__builtin_memcpy(lk.mac, f.src, 6);

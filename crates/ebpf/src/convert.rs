@@ -169,6 +169,7 @@ fn stage1_dst(d: Dest) -> u8 {
         Dest::Group => abi::DST_GROUP,
         Dest::Own => abi::DST_OWN,
         Dest::Station(_) | Dest::Unknown => abi::DST_UNKNOWN,
+        Dest::LinkLocal(_) => abi::DST_LINK_LOCAL,
     }
 }
 
@@ -231,6 +232,9 @@ pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) 
     if let Dest::Station(p) = key.dst {
         k.dst = abi::DST_STATION;
         k.dst_slot = places(p)?.slot;
+    }
+    if let Dest::LinkLocal(n) = key.dst {
+        k.dst_slot = u16::from(n & 15);
     }
     let x = &key.extras;
     if let Some(m) = x.src_mac {
@@ -481,6 +485,9 @@ mod tests {
         let a = admit_key(&key(2, Dest::Own), 102);
         assert_eq!((a.tag, a.vid, a.dst), (abi::TAG_NONE, 0, abi::DST_OWN));
         assert_eq!(admit_key(&Key { tag: Some(0), ..key(2, Dest::Group) }, 1).dst, abi::DST_GROUP);
+        assert_eq!(admit_key(&key(2, Dest::LinkLocal(0x0e)), 1).dst, abi::DST_LINK_LOCAL);
+        let f = flow_key(&key(2, Dest::LinkLocal(0x0e)), 1, places).unwrap();
+        assert_eq!((f.dst, f.dst_slot), (abi::DST_LINK_LOCAL, 0x0e), "the last byte rides in dst_slot");
     }
 
     #[test]

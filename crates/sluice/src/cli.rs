@@ -61,6 +61,11 @@ pub struct PortAddArgs {
     /// 0x88cc (LLDP) or 0x8863,0x8864 (PPPoE); the EtherType after any 802.1Q tag.
     #[arg(long = "drop-ethertype", value_name = "TYPE,…", value_delimiter = ',', value_parser = ethertype_arg)]
     pub drop_ethertypes: Vec<u16>,
+    /// Forward the port's frames to these IEEE link-local addresses, dropped (and counted
+    /// as `link_local`) otherwise: full addresses or their last byte, e.g. 0e (LLDP) or
+    /// 00 (spanning tree BPDUs). Pause (01) and LACP (02) are never forwarded.
+    #[arg(long = "forward-link-local", value_name = "ADDR,…", value_delimiter = ',')]
+    pub forward_link_local: Vec<String>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
@@ -288,6 +293,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         mac: a.mac,
         ips: a.ips,
         drop_ethertypes: a.drop_ethertypes,
+        forward_link_local: a.forward_link_local,
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,

@@ -115,7 +115,16 @@ pub struct PortPolicy {
     /// Frames of these EtherTypes (after any 802.1Q tag) from the port are dropped and
     /// counted (`filtered`), before anything is learned from them.
     pub drop_ethertypes: Vec<u16>,
+    /// The IEEE link-local addresses (01:80:C2:00:00:00 to 0F) whose frames from this port
+    /// the switch forwards, one bit per last byte ([`LINK_LOCAL_NEVER`] are never
+    /// forwarded); frames to the others are dropped and counted (`link_local`).
+    pub forward_link_local: u16,
 }
+
+/// The link-local addresses no port may forward, one bit per last byte: pause (…01, IEEE
+/// 802.3x MAC control) and the slow protocols (…02: LACP, marker, OAM). Forwarded, a
+/// guest's pause frame could stop the physical switch behind an uplink.
+pub const LINK_LOCAL_NEVER: u16 = 1 << 0x01 | 1 << 0x02;
 
 /// Refusals of configuration changes.
 #[derive(Debug, thiserror::Error)]

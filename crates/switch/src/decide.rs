@@ -64,6 +64,25 @@ pub enum Dest {
     /// Unicast to a station the table does not know (Layer 3: any other unicast address).
     #[default]
     Unknown,
+    /// An IEEE link-local address, 01:80:C2:00:00:00 to 0F, by its last byte: group
+    /// addresses a bridge does not forward unless told to (`forward_link_local`).
+    LinkLocal(u8),
+}
+
+impl Dest {
+    /// The class of group address `mac`: [`Dest::LinkLocal`] for 01:80:C2:00:00:00 to 0F,
+    /// else [`Dest::Group`]. The caller checked that it is a group address.
+    pub fn group(mac: MacAddr) -> Dest {
+        match mac.0 {
+            [0x01, 0x80, 0xc2, 0, 0, n] if n < 16 => Dest::LinkLocal(n),
+            _ => Dest::Group,
+        }
+    }
+
+    /// Broadcast or multicast, link-local or not.
+    pub fn is_group(self) -> bool {
+        matches!(self, Dest::Group | Dest::LinkLocal(_))
+    }
 }
 
 /// What Layer 3 mode reads of a frame beyond Layer 2.
@@ -411,13 +430,18 @@ pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>)
 }
 
 /// The checks that come before learning, in order: the input, its VLAN admission, the
-/// EtherTypes it drops, its MAC lock, (Layer 3: IP frames only, readable), its source
-/// addresses, and other ports' locks. A frame that fails one is dropped and teaches
+/// link-local addresses it does not forward, the EtherTypes it drops, its MAC lock,
+/// (Layer 3: IP frames only, readable), its source addresses, and other ports' locks. A frame that fails one is dropped and teaches
 /// nothing.
 #[inline]
 fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted<'a>, DropCause> {
     let me = t.ports.rules(key.port).ok_or(DropCause::UnknownPort)?;
     let vid = stage1(me, key.tag.map(|v| v & 0x0fff), key.tunnel)?.vid;
+    if let Dest::LinkLocal(n) = key.dst
+        && (me.policy.forward_link_local & !crate::config::LINK_LOCAL_NEVER) & (1 << (n & 15)) == 0
+    {
+        return Err(DropCause::LinkLocal);
+    }
     if me.policy.drop_ethertypes.contains(&key.ethertype) {
         return Err(DropCause::Filtered);
     }
@@ -506,7 +530,7 @@ fn for_the_host<P: Ports + ?Sized>(key: &Key, me: &PortRules, t: &Tables<'_, P>,
             v.action = Action::Forward;
             true
         }
-        Dest::Group => {
+        Dest::Group | Dest::LinkLocal(_) => {
             v.pass_to_host = true;
             false
         }
@@ -557,7 +581,7 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
     v.action = Action::Forward;
     match key.dst {
         Dest::Station(p) => unicast(key.port, a, p, t, v),
-        Dest::Group | Dest::Unknown | Dest::Own => flood(key.port, a, t, v),
+        Dest::Group | Dest::Unknown | Dest::Own | Dest::LinkLocal(_) => flood(key.port, a, t, v),
     }
 }
 
@@ -615,7 +639,7 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         return;
     }
     v.action = Action::Forward;
-    if key.dst == Dest::Group {
+    if key.dst.is_group() {
         flood(key.port, a, t, v);
         return;
     }
@@ -838,6 +862,37 @@ mod tests {
             ("with a VLAN's tag inside", tagged(from(1, 5010, false), 10), drop(DropCause::VlanFilter)),
             ("no origin: admitted below, by its tag", tagged(key(1, Dest::Group), 20), flooded(vec![out(3, Some(20))])),
         ]);
+    }
+
+    #[test]
+    fn link_local_frames_stay_unless_the_input_forwards_them() {
+        let lldp = with(port(access(1)), |p| p.policy.forward_link_local = 1 << 0x0e | crate::LINK_LOCAL_NEVER);
+        let upl = with(port(access(1)), |p| {
+            p.policy.uplink = true;
+            p.dev_mac = Some(UPLINK_MAC);
+        });
+        let w = World::l2(vec![port(access(1)), lldp, upl, port(access(1))]);
+        let host = |v: Verdict| Verdict { pass_to_host: true, ..v };
+        w.check(&[
+            ("a BPDU", key(0, Dest::LinkLocal(0x00)), drop(DropCause::LinkLocal)),
+            ("LLDP, not forwarded here", key(0, Dest::LinkLocal(0x0e)), drop(DropCause::LinkLocal)),
+            (
+                "LLDP from a port that forwards it",
+                key(1, Dest::LinkLocal(0x0e)),
+                flooded(vec![out(0, None), out(2, None), out(3, None)]),
+            ),
+            ("pause, whatever the port says", key(1, Dest::LinkLocal(0x01)), drop(DropCause::LinkLocal)),
+            ("LACP, whatever the port says", key(1, Dest::LinkLocal(0x02)), drop(DropCause::LinkLocal)),
+            (
+                "a BPDU from the uplink: the host's alone",
+                key(2, Dest::LinkLocal(0x00)),
+                host(drop(DropCause::LinkLocal)),
+            ),
+            ("not admitted: the VLAN first", tagged(key(0, Dest::LinkLocal(0x00)), 7), drop(DropCause::VlanFilter)),
+        ]);
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0f])), Dest::LinkLocal(0x0f));
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10])), Dest::Group);
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 1, 0x00])), Dest::Group);
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod tunnel;
 pub mod vlan;
 
 pub use class::{ClassConfig, ClassError, ClassMatch};
+pub use config::LINK_LOCAL_NEVER;
 pub use config::{
     DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, PortConfig, PortPolicy, SwitchConfig, SwitchError,
 };

@@ -236,7 +236,7 @@ impl Switch {
             Mode::L3 => Some(r.l3_src(self.cfg.router_mac)),
         };
         let dst = if dst.is_multicast() {
-            Dest::Group
+            Dest::group(dst)
         } else if r.policy.uplink && own() == Some(dst) {
             Dest::Own
         } else {
