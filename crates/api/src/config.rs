@@ -139,6 +139,17 @@ pub struct PortSpec {
     /// are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forward_link_local: Vec<String>,
+    /// Storm control: broadcast frames a second the port may send (more are dropped,
+    /// `storm`); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: multicast frames a second the port may send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind that may come at once (default: a tenth of a
+    /// second of the rate, at least 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_burst: Option<u32>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
@@ -265,6 +276,9 @@ impl PortSpec {
             ips: Vec::new(),
             drop_ethertypes: Vec::new(),
             forward_link_local: Vec::new(),
+            storm_broadcast_pps: None,
+            storm_multicast_pps: None,
+            storm_burst: None,
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
@@ -466,7 +480,24 @@ impl PortSpec {
             drop_ethertypes: self.drop_ethertypes.clone(),
             forward_link_local: link_local_mask(&self.forward_link_local)
                 .map_err(|e| format!("port {:?}: forward_link_local: {e}", self.name))?,
+            storm: self.storm_control()?,
         })
+    }
+
+    /// The port's storm control, checked: a burst needs a rate to apply to.
+    fn storm_control(&self) -> Result<sluice_switch::StormControl, String> {
+        let s = sluice_switch::StormControl {
+            broadcast_pps: self.storm_broadcast_pps.unwrap_or(0),
+            multicast_pps: self.storm_multicast_pps.unwrap_or(0),
+            burst: self.storm_burst.unwrap_or(0),
+        };
+        if s.burst > 0 && s.broadcast_pps == 0 && s.multicast_pps == 0 {
+            return Err(format!(
+                "port {:?}: storm_burst applies to storm_broadcast_pps and storm_multicast_pps: set one of them (e.g. storm_broadcast_pps = 1000)",
+                self.name
+            ));
+        }
+        Ok(s)
     }
 
     /// Checks `netns` and `ifname`: a namespace by name, or by path for the kinds the switch
@@ -1418,6 +1449,16 @@ mod tests {
             assert_eq!(e.line, Some(2), "{e}");
             assert!(e.message.contains("forward_link_local") && e.message.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn storm_control_is_read_and_a_burst_alone_is_refused() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nstorm_broadcast_pps = 500\nstorm_burst = 20\n").unwrap();
+        let st = s.ports[0].policy().unwrap().storm;
+        assert_eq!((st.broadcast_pps, st.multicast_pps, st.burst), (500, 0, 20));
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nstorm_burst = 20\n").unwrap_err();
+        assert!(e.line == Some(2) && e.message.contains("storm_broadcast_pps"), "{e}");
     }
 
     #[test]

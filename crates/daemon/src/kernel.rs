@@ -639,6 +639,9 @@ impl KernelSide {
             self.ex.set_input(ifindex, &e)?;
             self.input_of.insert(id, ifindex);
         }
+        for (kind, m) in convert::meters(&p) {
+            self.ex.set_meter(slot, kind, m)?;
+        }
         let lock = convert::lock(&p, slot);
         let want = lock.map(|(k, _)| MacAddr(k.mac));
         if let Some(old) = self.lock_of.get(&id).copied()

@@ -170,6 +170,7 @@ fn stage1_dst(d: Dest) -> u8 {
         Dest::Own => abi::DST_OWN,
         Dest::Station(_) | Dest::Unknown => abi::DST_UNKNOWN,
         Dest::LinkLocal(_) => abi::DST_LINK_LOCAL,
+        Dest::Broadcast => abi::DST_BROADCAST,
     }
 }
 
@@ -305,6 +306,11 @@ pub fn verdict(
     if v.learn_refused {
         e.flags |= abi::V_LEARN_REFUSED;
     }
+    e.flags |= match v.storm {
+        Some(sluice_switch::Storm::Broadcast) => abi::V_STORM_BC,
+        Some(sluice_switch::Storm::Multicast) => abi::V_STORM_MC,
+        None => 0,
+    };
     if v.action != Action::Forward {
         return e;
     }
@@ -380,6 +386,14 @@ pub fn station(m: &FastMac, places: impl Fn(PortId) -> Option<Place>) -> Option<
     })
 }
 
+/// Port `p`'s meters in `sluice_meters`, as (kind, meter): its storm control's broadcast
+/// and multicast rates (a meter of `unit_ps` 0 lets everything pass).
+pub fn meters(p: &FastPort) -> [(u32, abi::Meter); 2] {
+    let [bc, mc] = p.storm.meters();
+    let m = |m: sluice_switch::meter::Meter| abi::Meter { unit_ps: m.unit_ps, burst_ns: m.burst_ns, tat: 0 };
+    [(abi::METER_STORM_BC, m(bc)), (abi::METER_STORM_MC, m(mc))]
+}
+
 /// Port `p`'s lock in `sluice_locks`, in slot `slot`: its `mac` setting, if it has one.
 pub fn lock(p: &FastPort, slot: u16) -> Option<(abi::LockKey, u32)> {
     p.mac.map(|m| (abi::LockKey { mac: m.0, pad: [0; 2] }, u32::from(slot)))
@@ -414,6 +428,7 @@ mod tests {
             failed: false,
             dev_mac: None,
             guest_mac: None,
+            storm: sluice_switch::StormControl::default(),
         }
     }
 

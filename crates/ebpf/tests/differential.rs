@@ -5,6 +5,7 @@
 //! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a
 //! small MAC table, static stations, mirrors, uplinks with and without a device address,
 //! ports that forward some IEEE link-local addresses (pause and LACP among the asked),
+//! ports with storm control at rates no run reaches (marked verdicts executed alike),
 //! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
 //! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
 //! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
@@ -70,6 +71,7 @@ use common::{Bpffs, root};
 use sluice_ebpf::abi::{self, c};
 use sluice_ebpf::convert::{self, Device, Place, Reach};
 use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
+use sluice_switch::StormControl;
 use sluice_switch::mem::{MemHandle, mem_port};
 use sluice_switch::tunnel::{self, TunnelRules, VniMap};
 use sluice_switch::{
@@ -149,6 +151,9 @@ struct PortSpec {
     drop_ethertypes: Vec<u16>,
     /// `forward_link_local`: a bit per last byte of 01:80:C2:00:00:0X.
     forward_link_local: u16,
+    /// Storm control, at rates no run reaches: marked verdicts must execute as unmarked
+    /// ones (the metering itself is exec.rs's and the core's own tests').
+    storm: StormControl,
     reach: Reach,
     slot: u16,
     /// A VXLAN tunnel's port (reached as `Reach::Tunnel`).
@@ -290,6 +295,11 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
                 .collect(),
             // (Pause and LACP among them at times: the core never forwards those.)
             forward_link_local: if r.chance(30) { r.next() as u16 } else { 0 },
+            storm: StormControl {
+                broadcast_pps: if r.chance(20) { 1_000_000 } else { 0 },
+                multicast_pps: if r.chance(20) { 1_000_000 } else { 0 },
+                burst: 1_000_000,
+            },
             reach: if uplink {
                 Reach::Uplink
             } else if r.chance(30) {
@@ -361,6 +371,7 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
             mirror_of,
             drop_ethertypes: p.drop_ethertypes.clone(),
             forward_link_local: p.forward_link_local,
+            storm: p.storm,
         };
         let cfg = PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu: Some(p.mtu), policy };
         sw.add_port(cfg, Box::new(port)).expect("a valid port");
@@ -2003,6 +2014,8 @@ fn whole_tags(f: &[u8]) -> bool {
 fn stage1_dst_of(f: &[u8], input: &abi::Input) -> u8 {
     if f[..5] == [0x01, 0x80, 0xc2, 0, 0] && f[5] < 16 {
         abi::DST_LINK_LOCAL
+    } else if f[..6] == [0xff; 6] {
+        abi::DST_BROADCAST
     } else if f[0] & 1 != 0 {
         abi::DST_GROUP
     } else if input.flags & abi::IN_OWN_MAC != 0 && f[..6] == input.own_mac {
@@ -2163,6 +2176,7 @@ fn port(slot: u16) -> PortSpec {
         mirror_of: None,
         drop_ethertypes: Vec::new(),
         forward_link_local: 0,
+        storm: StormControl::default(),
         reach: Reach::Guest,
         slot,
         tunnel: None,

@@ -66,6 +66,17 @@ pub struct PortAddArgs {
     /// 00 (spanning tree BPDUs). Pause (01) and LACP (02) are never forwarded.
     #[arg(long = "forward-link-local", value_name = "ADDR,…", value_delimiter = ',')]
     pub forward_link_local: Vec<String>,
+    /// Storm control: the most broadcast frames a second the port may send, e.g. 1000;
+    /// more are dropped (counted as `storm`).
+    #[arg(long, value_name = "PPS")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: the most multicast frames a second the port may send.
+    #[arg(long, value_name = "PPS")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind that may come at once (default: a tenth of a
+    /// second of the rate, at least 16).
+    #[arg(long, value_name = "FRAMES")]
+    pub storm_burst: Option<u32>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
@@ -294,6 +305,9 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         ips: a.ips,
         drop_ethertypes: a.drop_ethertypes,
         forward_link_local: a.forward_link_local,
+        storm_broadcast_pps: a.storm_broadcast_pps,
+        storm_multicast_pps: a.storm_multicast_pps,
+        storm_burst: a.storm_burst,
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,

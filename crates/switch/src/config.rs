@@ -119,6 +119,37 @@ pub struct PortPolicy {
     /// the switch forwards, one bit per last byte ([`LINK_LOCAL_NEVER`] are never
     /// forwarded); frames to the others are dropped and counted (`link_local`).
     pub forward_link_local: u16,
+    /// Storm control: the most broadcast and multicast frames a second the port may send
+    /// into the switch; more are dropped and counted (`storm`).
+    pub storm: StormControl,
+}
+
+/// A port's storm control: frames a second of broadcast and of multicast it may send into
+/// the switch (0: no limit), and how many of each may come at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StormControl {
+    /// Broadcast frames a second (0: no limit).
+    pub broadcast_pps: u32,
+    /// Multicast frames a second, link-local ones a port forwards among them (0: no
+    /// limit).
+    pub multicast_pps: u32,
+    /// Frames of each kind that may come at once (0: [`StormControl::burst_of`]'s
+    /// default).
+    pub burst: u32,
+}
+
+impl StormControl {
+    /// The burst at `pps`: `burst` if set, else a tenth of a second of the rate and at
+    /// least 16 frames (a guest's ARP and neighbour discovery at boot).
+    pub fn burst_of(&self, pps: u32) -> u32 {
+        if self.burst > 0 { self.burst } else { (pps / 10).max(16) }
+    }
+
+    /// The meters of broadcast and of multicast frames.
+    pub fn meters(&self) -> [crate::meter::Meter; 2] {
+        [self.broadcast_pps, self.multicast_pps]
+            .map(|pps| crate::meter::Meter::new(u64::from(pps), u64::from(self.burst_of(pps))))
+    }
 }
 
 /// The link-local addresses no port may forward, one bit per last byte: pause (…01, IEEE

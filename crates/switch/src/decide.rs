@@ -54,7 +54,7 @@ pub enum Station {
 /// The answer for a frame's destination.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Dest {
-    /// Broadcast or multicast.
+    /// Multicast (broadcast is [`Dest::Broadcast`], IEEE link-local [`Dest::LinkLocal`]).
     Group,
     /// The input's own address, on an uplink: its device's (Layer 2: the host's own
     /// interface; Layer 3: the switch's address on the LAN).
@@ -67,22 +67,35 @@ pub enum Dest {
     /// An IEEE link-local address, 01:80:C2:00:00:00 to 0F, by its last byte: group
     /// addresses a bridge does not forward unless told to (`forward_link_local`).
     LinkLocal(u8),
+    /// Broadcast (ff:ff:ff:ff:ff:ff): a group of its own for storm control.
+    Broadcast,
 }
 
 impl Dest {
     /// The class of group address `mac`: [`Dest::LinkLocal`] for 01:80:C2:00:00:00 to 0F,
-    /// else [`Dest::Group`]. The caller checked that it is a group address.
+    /// [`Dest::Broadcast`], else [`Dest::Group`]. The caller checked that it is a group
+    /// address.
     pub fn group(mac: MacAddr) -> Dest {
         match mac.0 {
             [0x01, 0x80, 0xc2, 0, 0, n] if n < 16 => Dest::LinkLocal(n),
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff] => Dest::Broadcast,
             _ => Dest::Group,
         }
     }
 
     /// Broadcast or multicast, link-local or not.
     pub fn is_group(self) -> bool {
-        matches!(self, Dest::Group | Dest::LinkLocal(_))
+        matches!(self, Dest::Group | Dest::LinkLocal(_) | Dest::Broadcast)
     }
+}
+
+/// Which of its input's storm control budgets a forwarded frame is charged to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storm {
+    /// `storm_broadcast_pps`.
+    Broadcast,
+    /// `storm_multicast_pps`.
+    Multicast,
 }
 
 /// What Layer 3 mode reads of a frame beyond Layer 2.
@@ -217,6 +230,9 @@ pub struct Verdict {
     /// Count `learn_refused` at the input: its source is one the input may not learn (it
     /// has as many stations as it may).
     pub learn_refused: bool,
+    /// Forward: the input's storm control budget the frame is charged to; over it, the
+    /// frame is dropped at the input (`storm`) instead.
+    pub storm: Option<Storm>,
 }
 
 impl Default for Verdict {
@@ -228,6 +244,7 @@ impl Default for Verdict {
             pass_to_host: false,
             flood: false,
             learn_refused: false,
+            storm: None,
         }
     }
 }
@@ -242,6 +259,7 @@ impl Verdict {
         self.pass_to_host = false;
         self.flood = false;
         self.learn_refused = false;
+        self.storm = None;
     }
 
     /// The outputs that are the frame's destinations (not mirror copies).
@@ -530,7 +548,7 @@ fn for_the_host<P: Ports + ?Sized>(key: &Key, me: &PortRules, t: &Tables<'_, P>,
             v.action = Action::Forward;
             true
         }
-        Dest::Group | Dest::LinkLocal(_) => {
+        Dest::Group | Dest::LinkLocal(_) | Dest::Broadcast => {
             v.pass_to_host = true;
             false
         }
@@ -553,6 +571,17 @@ fn forward<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v:
             return;
         }
         add_mirrors(key.port, a.vid, t, v);
+        v.storm = storm(key.dst, &a.me.policy.storm);
+    }
+}
+
+/// Storm control: the budget of input rules `s` a forwarded frame to `dst` is charged to.
+#[inline]
+fn storm(dst: Dest, s: &crate::config::StormControl) -> Option<Storm> {
+    match dst {
+        Dest::Broadcast if s.broadcast_pps > 0 => Some(Storm::Broadcast),
+        Dest::Group | Dest::LinkLocal(_) if s.multicast_pps > 0 => Some(Storm::Multicast),
+        _ => None,
     }
 }
 
@@ -581,7 +610,7 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
     v.action = Action::Forward;
     match key.dst {
         Dest::Station(p) => unicast(key.port, a, p, t, v),
-        Dest::Group | Dest::Unknown | Dest::Own | Dest::LinkLocal(_) => flood(key.port, a, t, v),
+        Dest::Group | Dest::Unknown | Dest::Own | Dest::LinkLocal(_) | Dest::Broadcast => flood(key.port, a, t, v),
     }
 }
 

@@ -46,6 +46,9 @@ pub struct FastPort {
     pub slow: bool,
     /// The port failed (its device is gone or refused a frame).
     pub failed: bool,
+    /// Its storm control rates: the meters the kernel charges the frames the core's
+    /// verdicts mark (`Verdict::storm`).
+    pub storm: crate::StormControl,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.

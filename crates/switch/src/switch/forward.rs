@@ -84,9 +84,23 @@ impl Switch {
             Action::Up(Upcall::Learn) => self.drop_rx(from, fid, DropCause::UnknownPort),
             Action::Up(Upcall::Neigh) => self.neighbour_message(from, fid, now_ms),
             Action::Up(Upcall::Resolve(out)) => self.wait_for_next_hop(from, fid, key, out, now_ms),
+            Action::Forward if hold == Hold::Fresh && v.storm.is_some_and(|k| !self.storm_take(from, k, now_ms)) => {
+                self.drop_rx(from, fid, DropCause::Storm)
+            }
             Action::Forward => return self.forward(from, fid, key, v, hold, now_ms),
         }
         Placement::Placed
+    }
+
+    /// Storm control: whether input `from` may send one more frame of kind `k` now (at
+    /// `now_ms` on the driver's clock), taking it from the port's bucket if so.
+    fn storm_take(&mut self, from: PortId, k: crate::decide::Storm, now_ms: u64) -> bool {
+        let Some(s) = self.ports.get_mut(from as usize).and_then(Option::as_mut) else { return true };
+        let b = &mut s.storm[match k {
+            crate::decide::Storm::Broadcast => 0,
+            crate::decide::Storm::Multicast => 1,
+        }];
+        b.take(now_ms.saturating_mul(1_000_000), 1)
     }
 
     /// Decides again, by the key it was decided by and the tables as they are now, a frame

@@ -151,6 +151,8 @@ struct PortSlot {
     /// Captures running on it (their copies are made here, so a kernel datapath sends
     /// its frames through the core meanwhile).
     captured: u8,
+    /// Storm control's buckets: broadcast, multicast (crate::meter).
+    storm: [crate::meter::Bucket; 2],
 }
 
 impl Ports for [Option<PortSlot>] {

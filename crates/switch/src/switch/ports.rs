@@ -159,6 +159,7 @@ impl Switch {
             }
         }
         self.generation += 1;
+        let storm_buckets = cfg.policy.storm.meters().map(crate::meter::Bucket::new);
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
@@ -185,6 +186,7 @@ impl Switch {
             reported: Interest { read: true, write: false },
             learn_full: false,
             captured: 0,
+            storm: storm_buckets,
         }));
         Ok(id)
     }
