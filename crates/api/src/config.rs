@@ -150,6 +150,16 @@ pub struct PortSpec {
     /// second of the rate, at least 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm_burst: Option<u32>,
+    /// Rate limit of what the port's guest sends, in Mbit/s on the wire (0 or absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, in Mbit/s on the wire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst, in KiB (default: the larger of 2 × 64 KiB and 0.1 s of
+    /// the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
@@ -255,6 +265,41 @@ pub fn link_local_mask(entries: &[String]) -> Result<u16, String> {
     Ok(mask)
 }
 
+/// The most a rate limit may be: 400 Gbit/s.
+pub const MAX_RATE_MBIT: f64 = 400_000.0;
+
+/// Rate limits from Mbit/s and a burst in KiB (as the config file and `sluice port set`
+/// write them) to bits a second and bytes; 0 or absent: no limit.
+pub fn rate_limit(
+    rate_in: Option<f64>,
+    rate_out: Option<f64>,
+    burst_kib: Option<u64>,
+) -> Result<sluice_switch::RateLimit, String> {
+    let bits = |name: &str, mbit: Option<f64>| -> Result<u64, String> {
+        let m = mbit.unwrap_or(0.0);
+        if !(0.0..=MAX_RATE_MBIT).contains(&m) || m.is_nan() {
+            return Err(format!(
+                "{name} = {m} is not a rate: write Mbit/s from 0 (no limit) to {MAX_RATE_MBIT}, e.g. {name} = 100"
+            ));
+        }
+        if m > 0.0 && m < 0.01 {
+            return Err(format!("{name} = {m}: the smallest rate is 0.01 Mbit/s (10 kbit/s)"));
+        }
+        Ok((m * 1e6).round() as u64)
+    };
+    let (rate_in, rate_out) = (bits("rate_in", rate_in)?, bits("rate_out", rate_out)?);
+    let burst = burst_kib.unwrap_or(0);
+    if burst > 1 << 30 {
+        return Err(format!("burst = {burst} KiB is more than 1 TiB; write KiB, e.g. burst = 256"));
+    }
+    if burst > 0 && burst < 64 {
+        return Err(format!(
+            "burst = {burst} KiB is smaller than one 64 KiB GSO frame, which could then never pass; write at least 64"
+        ));
+    }
+    Ok(sluice_switch::RateLimit { rate_in, rate_out, burst: burst * 1024 })
+}
+
 fn check_vid(v: u16) -> Result<u16, String> {
     if (1..=4094).contains(&v) { Ok(v) } else { Err(format!("VLAN {v} is out of range: use 1 to 4094")) }
 }
@@ -279,6 +324,9 @@ impl PortSpec {
             storm_broadcast_pps: None,
             storm_multicast_pps: None,
             storm_burst: None,
+            rate_in: None,
+            rate_out: None,
+            burst: None,
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
@@ -481,7 +529,13 @@ impl PortSpec {
             forward_link_local: link_local_mask(&self.forward_link_local)
                 .map_err(|e| format!("port {:?}: forward_link_local: {e}", self.name))?,
             storm: self.storm_control()?,
+            rate: self.rate_limit()?,
         })
+    }
+
+    /// The port's rate limits, checked, in bits a second.
+    fn rate_limit(&self) -> Result<sluice_switch::RateLimit, String> {
+        rate_limit(self.rate_in, self.rate_out, self.burst).map_err(|e| format!("port {:?}: {e}", self.name))
     }
 
     /// The port's storm control, checked: a burst needs a rate to apply to.
@@ -1459,6 +1513,18 @@ mod tests {
         assert_eq!((st.broadcast_pps, st.multicast_pps, st.burst), (500, 0, 20));
         let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nstorm_burst = 20\n").unwrap_err();
         assert!(e.line == Some(2) && e.message.contains("storm_broadcast_pps"), "{e}");
+    }
+
+    #[test]
+    fn rate_limits_are_mbit_on_the_wire_and_bad_ones_name_the_setting() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nrate_in = 10\nrate_out = 2.5\nburst = 256\n").unwrap();
+        let r = s.ports[0].policy().unwrap().rate;
+        assert_eq!((r.rate_in, r.rate_out, r.burst), (10_000_000, 2_500_000, 256 * 1024));
+        for (bad, says) in [("rate_in = -1", "rate_in"), ("rate_out = 1e9", "rate_out"), ("burst = 8", "64 KiB")] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\n{bad}\n")).unwrap_err();
+            assert!(e.line == Some(2) && e.message.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -335,6 +335,9 @@ abi! {
     pub const V_STORM_BC: u8 = 1 << 4 => V_STORM_BC;
     /// Charged to the input's multicast storm control meter (`METER_STORM_MC`).
     pub const V_STORM_MC: u8 = 1 << 5 => V_STORM_MC;
+    /// Charged to the input's `rate_in` meter (`METER_RATE_IN`, bytes); over it, dropped
+    /// at the input (`rate_limit`).
+    pub const V_METER_IN: u8 = 1 << 6 => V_METER_IN;
 
     /// [`Admit::mask`]: read the exact source MAC address ([`FlowKey::src_mac`]).
     pub const X_SRC_MAC: u16 = 1 << 0 => X_SRC_MAC;
@@ -590,6 +593,8 @@ abi! {
     pub const METER_STORM_BC: u32 = 0 => METER_STORM_BC;
     /// A slot's meter of multicast frames from it (frames).
     pub const METER_STORM_MC: u32 = 1 => METER_STORM_MC;
+    /// A slot's meter of what it sends into the switch (`rate_in`; bytes).
+    pub const METER_RATE_IN: u32 = 2 => METER_RATE_IN;
 
     /// A token bucket kept as the generic cell rate algorithm (crates/switch/src/meter.rs
     /// has the same arithmetic): a frame of `n` units passes when `max(tat, now) - now +

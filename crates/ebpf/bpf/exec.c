@@ -1001,6 +1001,12 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		drop(c, D_STORM);
 		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
 	}
+	/* Rate-in: a policer (the only queue in front of a guest's transmit is its own),
+	 * charged by the frame's bytes on the wire, a GSO frame whole. */
+	if ((v->flags & V_METER_IN) && !meter_take(slot, METER_RATE_IN, skb->len + (skb->vlan_present ? 4 : 0))) {
+		drop(c, D_RATE_LIMIT);
+		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
+	}
 	return execute(skb, slot, c, &f, vlan, v, l3);
 }
 

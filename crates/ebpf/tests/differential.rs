@@ -5,7 +5,8 @@
 //! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a
 //! small MAC table, static stations, mirrors, uplinks with and without a device address,
 //! ports that forward some IEEE link-local addresses (pause and LACP among the asked),
-//! ports with storm control at rates no run reaches (marked verdicts executed alike),
+//! ports with storm control and rate limits at rates no run reaches (marked verdicts and
+//! paced outputs executed alike),
 //! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
 //! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
 //! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
@@ -71,13 +72,13 @@ use common::{Bpffs, root};
 use sluice_ebpf::abi::{self, c};
 use sluice_ebpf::convert::{self, Device, Place, Reach};
 use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
-use sluice_switch::StormControl;
 use sluice_switch::mem::{MemHandle, mem_port};
 use sluice_switch::tunnel::{self, TunnelRules, VniMap};
 use sluice_switch::{
     Action, DEFAULT_ROUTER_MAC, DropCause, FastChange, FastPort, Key, Mode, PortCaps, PortConfig, PortCounters, PortId,
     PortPolicy, Switch, SwitchConfig, Upcall, Verdict, VlanMode,
 };
+use sluice_switch::{RateLimit, StormControl};
 use sluice_wire::neigh::{self, NdFields};
 use sluice_wire::{MacAddr, VnetHdr};
 
@@ -154,6 +155,9 @@ struct PortSpec {
     /// Storm control, at rates no run reaches: marked verdicts must execute as unmarked
     /// ones (the metering itself is exec.rs's and the core's own tests').
     storm: StormControl,
+    /// Rate limits, at rates no run reaches: verdicts charged to `rate_in` and paced
+    /// outputs (by the device's egress) must deliver as the core does.
+    rate: RateLimit,
     reach: Reach,
     slot: u16,
     /// A VXLAN tunnel's port (reached as `Reach::Tunnel`).
@@ -300,6 +304,11 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
                 multicast_pps: if r.chance(20) { 1_000_000 } else { 0 },
                 burst: 1_000_000,
             },
+            rate: RateLimit {
+                rate_in: if r.chance(20) { 400_000_000_000 } else { 0 },
+                rate_out: if r.chance(20) { 400_000_000_000 } else { 0 },
+                burst: 1 << 30,
+            },
             reach: if uplink {
                 Reach::Uplink
             } else if r.chance(30) {
@@ -372,6 +381,7 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
             drop_ethertypes: p.drop_ethertypes.clone(),
             forward_link_local: p.forward_link_local,
             storm: p.storm,
+            rate: p.rate,
         };
         let cfg = PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu: Some(p.mtu), policy };
         sw.add_port(cfg, Box::new(port)).expect("a valid port");
@@ -2177,6 +2187,7 @@ fn port(slot: u16) -> PortSpec {
         drop_ethertypes: Vec::new(),
         forward_link_local: 0,
         storm: StormControl::default(),
+        rate: RateLimit::default(),
         reach: Reach::Guest,
         slot,
         tunnel: None,

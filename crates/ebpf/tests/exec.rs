@@ -935,3 +935,43 @@ fn storm_control_passes_the_burst_then_drops_counted_and_charges_only_what_the_v
         }
     });
 }
+
+#[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in a network namespace of its own); scripts/test.sh runs it"]
+fn rate_in_polices_by_bytes_what_the_verdict_charges() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-test");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (x1, _), (up, _)) = (veth("in0"), veth("x1"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        let small = frame(B, A, None, 0x0800, &ipv4([10, 0, 0, 1], [10, 0, 0, 2], 17, 100));
+        let big = frame(B, A, None, 0x0800, &ipv4([10, 0, 0, 1], [10, 0, 0, 2], 17, 1000));
+        let (s, b) = (small.len() as u64, big.len() as u64);
+        // One byte a second: nothing comes back within the test. The bucket holds two big
+        // frames and one small one, exactly.
+        let bytes = 2 * b + s;
+        let m = abi::Meter { unit_ps: 1_000_000_000_000, burst_ns: bytes * 1_000_000_000, tat: 0 };
+        ex.set_input(i0, &input(3)).unwrap();
+        ex.set_meter(3, abi::METER_RATE_IN, m).unwrap();
+        ex.install_admit(&admit_key(3, abi::TAG_NONE, 0, abi::DST_UNKNOWN), &admitted(1, 0)).unwrap();
+        let key = flow(3, 1, 0x0800, abi::SRC_ABSENT, abi::DST_UNKNOWN, 0);
+        let charged = abi::Verdict { flags: abi::V_METER_IN, ..forward(&[out(x1, 9, abi::OUT_PEER)]) };
+        ex.install(&key, &charged).unwrap();
+        let codes: Vec<u32> = [&big, &big, &big, &small, &small].iter().map(|f| run(&ex, f, &at(i0)).code).collect();
+        assert_eq!(
+            codes,
+            [REDIRECT, REDIRECT, SHOT, REDIRECT, SHOT],
+            "a big frame over what is left waits for nothing"
+        );
+        let k = ex.counters(3).v;
+        assert_eq!((k[c::RX_DROP + d::RATE_LIMIT], k[c::FORWARDED], k[c::MISSES]), (2, 3, 0));
+        // The same key without the charge passes: the verdict, not the port, says what is
+        // charged.
+        ex.install(&key, &forward(&[out(x1, 9, abi::OUT_PEER)])).unwrap();
+        assert!((0..5).all(|_| run(&ex, &big, &at(i0)).code == REDIRECT));
+        assert_eq!(ex.counters(3).v[c::RX_DROP + d::RATE_LIMIT], 2);
+    });
+}

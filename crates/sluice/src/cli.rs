@@ -77,6 +77,17 @@ pub struct PortAddArgs {
     /// second of the rate, at least 16).
     #[arg(long, value_name = "FRAMES")]
     pub storm_burst: Option<u32>,
+    /// Rate limit of what the port's guest sends, in Mbit/s on the wire (Ethernet frames),
+    /// e.g. 100.
+    #[arg(long, value_name = "MBIT")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, in Mbit/s on the wire.
+    #[arg(long, value_name = "MBIT")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst in KiB (at least 64; default: the larger of 2 × 64 KiB and
+    /// a tenth of a second of the rate).
+    #[arg(long, value_name = "KIB")]
+    pub burst: Option<u64>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
@@ -308,6 +319,9 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         storm_broadcast_pps: a.storm_broadcast_pps,
         storm_multicast_pps: a.storm_multicast_pps,
         storm_burst: a.storm_burst,
+        rate_in: a.rate_in,
+        rate_out: a.rate_out,
+        burst: a.burst,
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,

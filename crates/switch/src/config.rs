@@ -122,6 +122,34 @@ pub struct PortPolicy {
     /// Storm control: the most broadcast and multicast frames a second the port may send
     /// into the switch; more are dropped and counted (`storm`).
     pub storm: StormControl,
+    /// Rate limits: bits a second the port may send into the switch and be sent.
+    pub rate: RateLimit,
+}
+
+/// A port's rate limits, in bits a second on the wire (Ethernet frames, GSO frames by
+/// their whole length; 0: no limit), and how many bytes may pass at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    /// What the port's guest sends into the switch (the port's rx).
+    pub rate_in: u64,
+    /// What the switch sends the port's guest (the port's tx).
+    pub rate_out: u64,
+    /// Bytes that may pass at once (0: [`RateLimit::burst_of`]'s default).
+    pub burst: u64,
+}
+
+impl RateLimit {
+    /// The burst at `rate` bits a second: `burst` if set, else the larger of two whole
+    /// 64 KiB GSO frames with their headers (a smaller bucket could never pass one) and a
+    /// tenth of a second of the rate.
+    pub fn burst_of(&self, rate: u64) -> u64 {
+        if self.burst > 0 { self.burst } else { (2 * (65_536 + 128)).max(rate / 80) }
+    }
+
+    /// The meter of `rate` bits a second: bytes, with the port's burst.
+    pub fn meter(&self, rate: u64) -> crate::meter::Meter {
+        crate::meter::Meter::new(rate / 8, self.burst_of(rate))
+    }
 }
 
 /// A port's storm control: frames a second of broadcast and of multicast it may send into

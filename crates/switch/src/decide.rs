@@ -197,6 +197,8 @@ pub struct Output {
     pub mirror: bool,
     /// Layer 3: the source MAC address the copy leaves with (the switch's on that side).
     pub src_mac: Option<MacAddr>,
+    /// The port has a `rate_out`: the copy is charged to it (shaped on its way out).
+    pub paced: bool,
 }
 
 /// Where a routed frame's destination MAC address comes from (Layer 3).
@@ -233,6 +235,9 @@ pub struct Verdict {
     /// Forward: the input's storm control budget the frame is charged to; over it, the
     /// frame is dropped at the input (`storm`) instead.
     pub storm: Option<Storm>,
+    /// Forward: charged to the input's `rate_in`; over it, the frame waits (user space)
+    /// or is dropped at the input (`rate_limit`, kernel).
+    pub meter_in: bool,
 }
 
 impl Default for Verdict {
@@ -245,6 +250,7 @@ impl Default for Verdict {
             flood: false,
             learn_refused: false,
             storm: None,
+            meter_in: false,
         }
     }
 }
@@ -260,6 +266,7 @@ impl Verdict {
         self.flood = false;
         self.learn_refused = false;
         self.storm = None;
+        self.meter_in = false;
     }
 
     /// The outputs that are the frame's destinations (not mirror copies).
@@ -362,6 +369,7 @@ impl Egress {
             mtu: p.mtu,
             mirror,
             src_mac: self.router.map(|r| p.l3_src(r)),
+            paced: p.policy.rate.rate_out > 0,
         })
     }
 }
@@ -572,6 +580,7 @@ fn forward<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v:
         }
         add_mirrors(key.port, a.vid, t, v);
         v.storm = storm(key.dst, &a.me.policy.storm);
+        v.meter_in = a.me.policy.rate.rate_in > 0;
     }
 }
 
@@ -824,7 +833,7 @@ mod tests {
     }
 
     fn out(port: PortId, tag: Option<u16>) -> Output {
-        Output { port, tag, mtu: 1500, mirror: false, src_mac: None }
+        Output { port, tag, mtu: 1500, mirror: false, src_mac: None, paced: false }
     }
 
     fn fwd(outputs: Vec<Output>) -> Verdict {
@@ -922,6 +931,34 @@ mod tests {
         assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0f])), Dest::LinkLocal(0x0f));
         assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10])), Dest::Group);
         assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 1, 0x00])), Dest::Group);
+    }
+
+    #[test]
+    fn storm_and_rate_limits_mark_what_is_charged() {
+        use crate::config::{RateLimit, StormControl};
+        let noisy = with(port(access(1)), |p| {
+            p.policy.storm = StormControl { broadcast_pps: 10, multicast_pps: 0, burst: 0 };
+            p.policy.rate = RateLimit { rate_in: 1_000_000, ..RateLimit::default() };
+        });
+        let slow = with(port(access(1)), |p| p.policy.rate = RateLimit { rate_out: 1_000_000, ..RateLimit::default() });
+        let w = World::l2(vec![noisy, slow, port(access(1))]);
+        let charged = |v: Verdict, storm: Option<Storm>, meter_in: bool| Verdict { storm, meter_in, ..v };
+        let paced = Output { paced: true, ..out(1, None) };
+        w.check(&[
+            (
+                "a broadcast: storm and rate",
+                key(0, Dest::Broadcast),
+                charged(flooded(vec![paced, out(2, None)]), Some(Storm::Broadcast), true),
+            ),
+            (
+                "multicast: no budget for it",
+                key(0, Dest::Group),
+                charged(flooded(vec![paced, out(2, None)]), None, true),
+            ),
+            ("unicast: rate only", key(0, Dest::Station(2)), charged(fwd(vec![out(2, None)]), None, true)),
+            ("a drop is never charged", key(0, Dest::Station(0)), drop(DropCause::SamePort)),
+            ("to the limited port: paced", key(2, Dest::Station(1)), fwd(vec![paced])),
+        ]);
     }
 
     #[test]
@@ -1053,7 +1090,14 @@ mod tests {
             with(port(trunk(&[1], None)), |p| p.mtu = 1400),
             port(access(2)),
         ]);
-        let mirror = |port: PortId, tag: Option<u16>, mtu: u16| Output { port, tag, mtu, mirror: true, src_mac: None };
+        let mirror = |port: PortId, tag: Option<u16>, mtu: u16| Output {
+            port,
+            tag,
+            mtu,
+            mirror: true,
+            src_mac: None,
+            paced: false,
+        };
         let big = Output { mtu: 9000, ..out(1, None) };
         w.check(&[
             (

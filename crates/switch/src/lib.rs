@@ -42,7 +42,7 @@ pub use class::{ClassConfig, ClassError, ClassMatch};
 pub use config::{
     DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, PortConfig, PortPolicy, SwitchConfig, SwitchError,
 };
-pub use config::{LINK_LOCAL_NEVER, StormControl};
+pub use config::{LINK_LOCAL_NEVER, RateLimit, StormControl};
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::Storm;
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};

@@ -104,6 +104,7 @@ impl Switch {
             dev_mac: if r.policy.uplink { r.dev_mac } else { None },
             guest_mac: if self.cfg.mode == Mode::L3 { r.guest_mac } else { None },
             storm: r.policy.storm,
+            rate: r.policy.rate,
         })
     }
 
