@@ -156,7 +156,7 @@ pub struct PortSpec {
     /// Rate limit of what the port's guest is sent, in Mbit/s on the wire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_out: Option<f64>,
-    /// The rate limits' burst, in KiB (default: the larger of 2 × 64 KiB and 0.1 s of
+    /// The rate limits' burst, in KiB (default: the larger of 2 × 64 KiB and 0.5 s of
     /// the rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,

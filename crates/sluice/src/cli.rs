@@ -85,7 +85,7 @@ pub struct PortAddArgs {
     #[arg(long, value_name = "MBIT")]
     pub rate_out: Option<f64>,
     /// The rate limits' burst in KiB (at least 64; default: the larger of 2 × 64 KiB and
-    /// a tenth of a second of the rate).
+    /// half a second of the rate).
     #[arg(long, value_name = "KIB")]
     pub burst: Option<u64>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are

@@ -22,20 +22,25 @@ fn iperf(ns: &str, server: &str, port: u16, secs: u32) -> f64 {
     v["end"]["sum_received"]["bits_per_second"].as_f64().expect("iperf3's received rate") / 1e6
 }
 
+/// An iperf3 server the test started, stopped when dropped (a failed assertion too):
+/// SIGTERM, which `timeout` hands on to iperf3.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
 /// An iperf3 server in `ns` on `port`, ready, bounded to two minutes.
-fn server(ns: &str, port: u16) -> std::process::Child {
-    let c = ns_spawn(ns, &format!("exec timeout 120 iperf3 -s -p {port}"));
+fn server(ns: &str, port: u16) -> Server {
+    let s = Server(ns_spawn(ns, &format!("exec timeout 120 iperf3 -s -p {port}")));
     assert!(
         wait_for(10, || ns_sh(ns, &format!("ss -ltn | grep -q :{port}")).status.success()),
         "iperf3 server in {ns} did not listen on {port} within 10 s"
     );
-    c
-}
-
-/// Stops a server (SIGTERM, which `timeout` hands on to iperf3).
-fn stop(mut c: std::process::Child) {
-    let _ = std::process::Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-    let _ = c.wait();
+    s
 }
 
 /// Checks a limited run: within ±10 % of the goodput band of `rate`, capped by `base`.
@@ -65,7 +70,7 @@ both_datapaths! {
             .enumerate()
             .map(|(k, r)| {
                 let ip = format!("10.77.0.{}", 110 + k);
-                lab.add_guest(&format!("i{}", *r as u32), &["--rate-in", &r.to_string()], Some(&ip))
+                lab.add_guest(&format!("i{k}"), &["--rate-in", &r.to_string()], Some(&ip))
             })
             .collect();
         let s1 = server(&lab.ns(1), 5201);
@@ -97,7 +102,7 @@ both_datapaths! {
             let mut outs = Vec::new();
             for (k, r) in rates.iter().enumerate() {
                 let ip = format!("10.77.0.{}", 120 + k);
-                let (ns, tap) = lab.add_guest(&format!("o{}", *r as u32), &["--rate-out", &r.to_string()], Some(&ip));
+                let (ns, tap) = lab.add_guest(&format!("o{k}"), &["--rate-out", &r.to_string()], Some(&ip));
                 let srv = server(&ns, 5203);
                 let got = iperf(&lab.ns(2), &ip, 5203, 5);
                 check("Kernel rate_out", *r, got, base);
@@ -105,12 +110,12 @@ both_datapaths! {
                 eprintln!("Kernel rate_out {r}: tx_drops.rate_limit {}", p["counters"]["tx_drops"]["rate_limit"]);
                 outs.push(srv);
             }
-            let qdisc = sh_ok(&format!("tc qdisc show dev {}-o10", lab.name));
+            let qdisc = sh_ok(&format!("tc qdisc show dev {}-o0", lab.name));
             assert!(qdisc.contains("tbf"), "the limited veth has its TBF: {qdisc}");
-            sluice_ok(&["port", "del", &format!("{}-o10", lab.name), "--switch", &lab.name]);
-            let qdisc = sh_ok(&format!("tc qdisc show dev {}-o10", lab.name));
+            sluice_ok(&["port", "del", &format!("{}-o0", lab.name), "--switch", &lab.name]);
+            let qdisc = sh_ok(&format!("tc qdisc show dev {}-o0", lab.name));
             assert!(!qdisc.contains("tbf"), "the port's TBF went with it: {qdisc}");
-            outs.into_iter().for_each(stop);
+            drop(outs);
         } else {
             let (ns, tap) = (format!("sluice-{}-o", lab.name), format!("{}-o", lab.name));
             sh_ok(&format!("ip netns add {ns}"));
@@ -119,7 +124,7 @@ both_datapaths! {
             let err = String::from_utf8_lossy(&o.stderr);
             assert!(!o.status.success() && err.contains("rate_out is built for veth ports"), "{err}");
         }
-        [s1, s3].into_iter().for_each(stop);
+        drop((s1, s3));
         assert_conserved(&lab.stats());
     }
 }
