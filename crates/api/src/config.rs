@@ -133,6 +133,33 @@ pub struct PortSpec {
     /// Frames of these EtherTypes from the port are dropped and counted (`filtered`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drop_ethertypes: Vec<u16>,
+    /// The IEEE link-local addresses (01:80:C2:00:00:00 to 0F) whose frames from the port
+    /// are forwarded, as full addresses or their last byte (`"0e"`, LLDP); frames to the
+    /// others are dropped and counted (`link_local`). Pause (01) and slow protocols (02)
+    /// are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward_link_local: Vec<String>,
+    /// Storm control: broadcast frames a second the port may send (more are dropped,
+    /// `storm`); none by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: multicast frames a second the port may send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind that may come at once (default: a tenth of a
+    /// second of the rate, at least 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_burst: Option<u32>,
+    /// Rate limit of what the port's guest sends, in Mbit/s on the wire (0 or absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, in Mbit/s on the wire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst, in KiB (default: the larger of 2 × 64 KiB and 0.5 s of
+    /// the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
     /// Make this port a mirror of these ports: it gets a copy of all their traffic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror: Vec<String>,
@@ -210,6 +237,69 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
     })
 }
 
+/// The mask of `forward_link_local` entries: each an IEEE link-local address
+/// (01:80:c2:00:00:0e) or its last byte in hex (`0e`, `0x0e`), one bit per last byte.
+/// Pause (01) and the slow protocols (02) are refused: no port may forward them.
+pub fn link_local_mask(entries: &[String]) -> Result<u16, String> {
+    let mut mask = 0u16;
+    for e in entries {
+        let t = e.trim().to_ascii_lowercase();
+        let last = match t.parse::<MacAddr>() {
+            Ok(m) if m.0[..5] == [0x01, 0x80, 0xc2, 0, 0] && m.0[5] < 16 => Some(m.0[5]),
+            Ok(_) => None,
+            Err(_) => u8::from_str_radix(t.strip_prefix("0x").unwrap_or(&t), 16).ok().filter(|&n| n < 16),
+        };
+        let Some(n) = last else {
+            return Err(format!(
+                "{e:?} is not an IEEE link-local address: write 01:80:c2:00:00:00 to 01:80:c2:00:00:0f, or its last byte (e.g. \"0e\" for LLDP)"
+            ));
+        };
+        if sluice_switch::LINK_LOCAL_NEVER & (1 << n) != 0 {
+            return Err(format!(
+                "{e:?} ({}) is never forwarded: a guest's pause or LACP frame would reach the physical switch behind an uplink; leave it out",
+                if n == 1 { "pause, IEEE 802.3x" } else { "slow protocols: LACP, marker, OAM" }
+            ));
+        }
+        mask |= 1 << n;
+    }
+    Ok(mask)
+}
+
+/// The most a rate limit may be: 400 Gbit/s.
+pub const MAX_RATE_MBIT: f64 = 400_000.0;
+
+/// Rate limits from Mbit/s and a burst in KiB (as the config file and `sluice port set`
+/// write them) to bits a second and bytes; 0 or absent: no limit.
+pub fn rate_limit(
+    rate_in: Option<f64>,
+    rate_out: Option<f64>,
+    burst_kib: Option<u64>,
+) -> Result<sluice_switch::RateLimit, String> {
+    let bits = |name: &str, mbit: Option<f64>| -> Result<u64, String> {
+        let m = mbit.unwrap_or(0.0);
+        if !(0.0..=MAX_RATE_MBIT).contains(&m) || m.is_nan() {
+            return Err(format!(
+                "{name} = {m} is not a rate: write Mbit/s from 0 (no limit) to {MAX_RATE_MBIT}, e.g. {name} = 100"
+            ));
+        }
+        if m > 0.0 && m < 0.01 {
+            return Err(format!("{name} = {m}: the smallest rate is 0.01 Mbit/s (10 kbit/s)"));
+        }
+        Ok((m * 1e6).round() as u64)
+    };
+    let (rate_in, rate_out) = (bits("rate_in", rate_in)?, bits("rate_out", rate_out)?);
+    let burst = burst_kib.unwrap_or(0);
+    if burst > 1 << 30 {
+        return Err(format!("burst = {burst} KiB is more than 1 TiB; write KiB, e.g. burst = 256"));
+    }
+    if burst > 0 && burst < 64 {
+        return Err(format!(
+            "burst = {burst} KiB is smaller than one 64 KiB GSO frame, which could then never pass; write at least 64"
+        ));
+    }
+    Ok(sluice_switch::RateLimit { rate_in, rate_out, burst: burst * 1024 })
+}
+
 fn check_vid(v: u16) -> Result<u16, String> {
     if (1..=4094).contains(&v) { Ok(v) } else { Err(format!("VLAN {v} is out of range: use 1 to 4094")) }
 }
@@ -230,6 +320,13 @@ impl PortSpec {
             mac: None,
             ips: Vec::new(),
             drop_ethertypes: Vec::new(),
+            forward_link_local: Vec::new(),
+            storm_broadcast_pps: None,
+            storm_multicast_pps: None,
+            storm_burst: None,
+            rate_in: None,
+            rate_out: None,
+            burst: None,
             mirror: Vec::new(),
             backups: Vec::new(),
             path: None,
@@ -429,7 +526,32 @@ impl PortSpec {
             learn_ips,
             mirror_of: self.mirror.clone(),
             drop_ethertypes: self.drop_ethertypes.clone(),
+            forward_link_local: link_local_mask(&self.forward_link_local)
+                .map_err(|e| format!("port {:?}: forward_link_local: {e}", self.name))?,
+            storm: self.storm_control()?,
+            rate: self.rate_limit()?,
         })
+    }
+
+    /// The port's rate limits, checked, in bits a second.
+    fn rate_limit(&self) -> Result<sluice_switch::RateLimit, String> {
+        rate_limit(self.rate_in, self.rate_out, self.burst).map_err(|e| format!("port {:?}: {e}", self.name))
+    }
+
+    /// The port's storm control, checked: a burst needs a rate to apply to.
+    fn storm_control(&self) -> Result<sluice_switch::StormControl, String> {
+        let s = sluice_switch::StormControl {
+            broadcast_pps: self.storm_broadcast_pps.unwrap_or(0),
+            multicast_pps: self.storm_multicast_pps.unwrap_or(0),
+            burst: self.storm_burst.unwrap_or(0),
+        };
+        if s.burst > 0 && s.broadcast_pps == 0 && s.multicast_pps == 0 {
+            return Err(format!(
+                "port {:?}: storm_burst applies to storm_broadcast_pps and storm_multicast_pps: set one of them (e.g. storm_broadcast_pps = 1000)",
+                self.name
+            ));
+        }
+        Ok(s)
     }
 
     /// Checks `netns` and `ifname`: a namespace by name, or by path for the kinds the switch
@@ -1519,6 +1641,49 @@ mod tests {
         assert_eq!(s.ports[0].policy().unwrap().drop_ethertypes, [0x88cc, 0x8863]);
         let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\ndrop_ethertypes = [1500]\n").unwrap_err();
         assert!(e.line.is_some() && e.message.contains("a frame length, not an EtherType"), "{e}");
+    }
+
+    #[test]
+    fn a_port_forwards_the_link_local_addresses_its_file_names_but_never_pause() {
+        let s = parse_str(
+            "name = \"sw\"\n[[port]]\nname = \"t0\"\nforward_link_local = [\"01:80:c2:00:00:0e\", \"0\", \"0x03\"]\n",
+        )
+        .unwrap();
+        assert_eq!(s.ports[0].policy().unwrap().forward_link_local, 1 << 0x0e | 1 | 1 << 3);
+        for (bad, says) in [
+            ("01:80:c2:00:00:01", "pause"),
+            ("02", "slow protocols"),
+            ("01:80:c2:00:00:10", "not an IEEE link-local address"),
+            ("ff:ff:ff:ff:ff:ff", "not an IEEE link-local address"),
+            ("lldp", "not an IEEE link-local address"),
+        ] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\nforward_link_local = [{bad:?}]\n"))
+                .unwrap_err();
+            assert_eq!(e.line, Some(2), "{e}");
+            assert!(e.message.contains("forward_link_local") && e.message.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn storm_control_is_read_and_a_burst_alone_is_refused() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nstorm_broadcast_pps = 500\nstorm_burst = 20\n").unwrap();
+        let st = s.ports[0].policy().unwrap().storm;
+        assert_eq!((st.broadcast_pps, st.multicast_pps, st.burst), (500, 0, 20));
+        let e = parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nstorm_burst = 20\n").unwrap_err();
+        assert!(e.line == Some(2) && e.message.contains("storm_broadcast_pps"), "{e}");
+    }
+
+    #[test]
+    fn rate_limits_are_mbit_on_the_wire_and_bad_ones_name_the_setting() {
+        let s =
+            parse_str("name = \"sw\"\n[[port]]\nname = \"t0\"\nrate_in = 10\nrate_out = 2.5\nburst = 256\n").unwrap();
+        let r = s.ports[0].policy().unwrap().rate;
+        assert_eq!((r.rate_in, r.rate_out, r.burst), (10_000_000, 2_500_000, 256 * 1024));
+        for (bad, says) in [("rate_in = -1", "rate_in"), ("rate_out = 1e9", "rate_out"), ("burst = 8", "64 KiB")] {
+            let e = parse_str(&format!("name = \"sw\"\n[[port]]\nname = \"t0\"\n{bad}\n")).unwrap_err();
+            assert!(e.line == Some(2) && e.message.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

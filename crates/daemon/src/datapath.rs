@@ -233,6 +233,13 @@ impl Datapath {
     pub fn attach(&mut self, spec: PortSpec, a: Attachment) -> Result<PortId> {
         let vlan = spec.validate().map_err(sluice_api::Error::Port)?;
         let policy = spec.policy().map_err(sluice_api::Error::Port)?;
+        if policy.rate.rate_out > 0 && (self.kernel.is_none() || spec.kind != PortKind::Veth) {
+            return Err(sluice_api::Error::Port(format!(
+                "port {:?}: rate_out is built for veth ports on the kernel datapath (a TBF qdisc on the switch's end); this port would not be shaped — leave rate_out out (rate_in works on every port)",
+                spec.name
+            ))
+            .into());
+        }
         let (fd, room, mtu) = (a.fd, a.room_fd(), a.mtu());
         let tunnel = match a.kind {
             sluice_ports::Kind::Tunnel { kernel, .. } => kernel,

@@ -153,6 +153,15 @@ struct TunnelSide {
 }
 
 /// The kernel side of one switch.
+/// A veth port's shaper (`rate_out`) as installed.
+struct Shaped {
+    ifname: String,
+    rate: u64,
+    burst: u64,
+    /// The shaper's drops at the last counter reset.
+    drops_base: u64,
+}
+
 pub struct KernelSide {
     ex: Executor,
     switch: String,
@@ -172,6 +181,8 @@ pub struct KernelSide {
     input_of: HashMap<PortId, u32>,
     /// The address each port locks (its `mac`), as written.
     lock_of: HashMap<PortId, MacAddr>,
+    /// Veth ports shaped for their `rate_out` (crate::shaper).
+    shaped: HashMap<PortId, Shaped>,
     /// Taking over an earlier run: its inputs' slots by interface index, until those ports
     /// are attached again.
     reserved: HashMap<u32, u32>,
@@ -302,6 +313,7 @@ impl KernelSide {
             veths: Default::default(),
             input_of: HashMap::new(),
             lock_of: HashMap::new(),
+            shaped: HashMap::new(),
             reserved,
             takeover,
             gone: Default::default(),
@@ -619,6 +631,9 @@ impl KernelSide {
             if let Some(mac) = self.lock_of.remove(&id) {
                 self.ex.set_lock(mac, None)?;
             }
+            if let Some(s) = self.shaped.remove(&id) {
+                crate::shaper::remove(&s.ifname);
+            }
             return Ok(());
         };
         let Some(slot) = self.slot(id, p.target) else {
@@ -639,6 +654,10 @@ impl KernelSide {
             self.ex.set_input(ifindex, &e)?;
             self.input_of.insert(id, ifindex);
         }
+        for (kind, m) in convert::meters(&p) {
+            self.ex.set_meter(slot, kind, m)?;
+        }
+        self.shape(id, &p)?;
         let lock = convert::lock(&p, slot);
         let want = lock.map(|(k, _)| MacAddr(k.mac));
         if let Some(old) = self.lock_of.get(&id).copied()
@@ -840,6 +859,13 @@ impl KernelSide {
             p.rx_drops.add_n(*cause, k.v[c::RX_DROP + i]);
             p.tx_drops.add_n(*cause, k.v[c::TX_DROP + i]);
         }
+        if let Some(s) = self.shaped.get(&id) {
+            // The shaper's drops were sent into its queue, counted sent: they are the
+            // port's transmitted frames dropped `rate_limit`.
+            let d = crate::shaper::drops(&s.ifname).unwrap_or(0).saturating_sub(s.drops_base).min(p.tx_frames);
+            p.tx_frames -= d;
+            p.tx_drops.add_n(sluice_switch::DropCause::RateLimit, d);
+        }
         Some(p)
     }
 
@@ -848,10 +874,40 @@ impl KernelSide {
         for &slot in self.slot_of.values() {
             let _ = self.ex.reset_counters(slot);
         }
+        for s in self.shaped.values_mut() {
+            s.drops_base = crate::shaper::drops(&s.ifname).unwrap_or(0);
+        }
+    }
+
+    /// `rate_out`: a guest's veth (not an uplink: its device is the host's too) with a
+    /// rate gets a TBF root qdisc its paced outputs pass; one without loses it.
+    fn shape(&mut self, id: PortId, p: &sluice_switch::FastPort) -> Result<()> {
+        let ifname = p
+            .target
+            .filter(|_| !p.uplink)
+            .and_then(link::name_of)
+            .filter(|n| link::driver(n).is_ok_and(|d| d == "veth"));
+        let want = ifname.zip((p.rate.rate_out > 0).then(|| (p.rate.rate_out, p.rate.burst_of(p.rate.rate_out))));
+        let have = self.shaped.get(&id).map(|s| (s.ifname.clone(), (s.rate, s.burst)));
+        if want == have {
+            return Ok(());
+        }
+        if let Some(s) = self.shaped.remove(&id) {
+            crate::shaper::remove(&s.ifname);
+        }
+        if let Some((ifname, (rate, burst))) = want {
+            crate::shaper::install(&ifname, rate, burst)?;
+            info!(switch = %self.switch, port = %ifname, rate, burst, "rate_out: TBF installed");
+            self.shaped.insert(id, Shaped { ifname, rate, burst, drops_base: 0 });
+        }
+        Ok(())
     }
 
     /// Detaches everything, removes the pins and the upcall TAP: nothing is left.
     pub fn stop(self) {
+        for s in self.shaped.values() {
+            crate::shaper::remove(&s.ifname);
+        }
         info!(switch = %self.switch, upcall = %self.upcall_name, installed = self.installed, "kernel datapath removed");
         // (Dropping does it.)
     }

@@ -26,6 +26,7 @@ pub mod kernel;
 pub mod metrics;
 mod monitor;
 pub mod reload;
+mod shaper;
 mod state;
 
 use std::os::unix::fs::PermissionsExt;

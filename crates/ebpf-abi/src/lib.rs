@@ -197,6 +197,12 @@ abi! {
         pub const EGRESS_REFUSED: usize = 17 => D_EGRESS_REFUSED;
         /// `upcall_limit`
         pub const UPCALL_LIMIT: usize = 18 => D_UPCALL_LIMIT;
+        /// `link_local`
+        pub const LINK_LOCAL: usize = 20 => D_LINK_LOCAL;
+        /// `storm`
+        pub const STORM: usize = 21 => D_STORM;
+        /// `rate_limit`
+        pub const RATE_LIMIT: usize = 22 => D_RATE_LIMIT;
     }
 
     /// One port's counters on one CPU: the value of `sluice_stats`, by slot.
@@ -274,6 +280,11 @@ abi! {
     pub const DST_OWN: u8 = 2 => DST_OWN;
     /// [`FlowKey::dst`]: a station the table knows, behind [`FlowKey::dst_slot`].
     pub const DST_STATION: u8 = 3 => DST_STATION;
+    /// An IEEE link-local address, 01:80:C2:00:00:00 to 0F (a group address of its own
+    /// class): [`FlowKey::dst_slot`] holds its last byte.
+    pub const DST_LINK_LOCAL: u8 = 4 => DST_LINK_LOCAL;
+    /// Broadcast (ff:ff:ff:ff:ff:ff): a group of its own, for storm control.
+    pub const DST_BROADCAST: u8 = 5 => DST_BROADCAST;
 
     /// Stage 1 of a frame's key: the port it came in by and how it arrived (the core's
     /// VLAN admission, and what an uplink's host takes before it). Padding-free, 12 bytes.
@@ -284,7 +295,7 @@ abi! {
         pub vid: u16,
         /// `TAG_*`
         pub tag: u8,
-        /// `DST_UNKNOWN`, `DST_GROUP` or `DST_OWN`.
+        /// `DST_UNKNOWN`, `DST_GROUP`, `DST_OWN`, `DST_LINK_LOCAL` or `DST_BROADCAST`.
         pub dst: u8,
         /// From a tunnel: 1 when the outer source is one of the port's endpoints
         /// (`sluice_endpoints`); else 0.
@@ -319,6 +330,14 @@ abi! {
     /// before learning, so it learns from them: a tunnel's station heard in one is
     /// reported (`sluice_heard`); one from a frame it drops before learning is not.
     pub const V_TEACHES: u8 = 1 << 3 => V_TEACHES;
+    /// [`Verdict::flags`], `ACT_FORWARD`: charged to the input's broadcast storm control
+    /// meter (`METER_STORM_BC`); over it, dropped at the input (`storm`).
+    pub const V_STORM_BC: u8 = 1 << 4 => V_STORM_BC;
+    /// Charged to the input's multicast storm control meter (`METER_STORM_MC`).
+    pub const V_STORM_MC: u8 = 1 << 5 => V_STORM_MC;
+    /// Charged to the input's `rate_in` meter (`METER_RATE_IN`, bytes); over it, dropped
+    /// at the input (`rate_limit`).
+    pub const V_METER_IN: u8 = 1 << 6 => V_METER_IN;
 
     /// [`Admit::mask`]: read the exact source MAC address ([`FlowKey::src_mac`]).
     pub const X_SRC_MAC: u16 = 1 << 0 => X_SRC_MAC;
@@ -399,7 +418,8 @@ abi! {
         pub src: u8,
         /// `DST_*`
         pub dst: u8,
-        /// `DST_STATION`: the slot the destination is behind; else 0.
+        /// `DST_STATION`: the slot the destination is behind; `DST_LINK_LOCAL`: the
+        /// address's last byte (0 to 15); else 0.
         pub dst_slot: u16,
         /// `X_L3`: slot + 1 of the port owning the destination IP address
         /// (`sluice_owners`); 0: none, or not an IP frame.
@@ -562,5 +582,29 @@ abi! {
         /// bucket is empty is dropped, `upcall_limit`.
         pub upcall_burst: u32,
         pub pad: u32,
+    }
+
+    // Meters (storm control, rate limits): token buckets the daemon sets and the program
+    // runs, in `sluice_meters` by `slot * METERS_PER_SLOT + METER_*`.
+
+    /// Meters per port slot in `sluice_meters`.
+    pub const METERS_PER_SLOT: u32 = 4 => SLUICE_METERS_PER_SLOT;
+    /// A slot's meter of broadcast frames from it (frames).
+    pub const METER_STORM_BC: u32 = 0 => METER_STORM_BC;
+    /// A slot's meter of multicast frames from it (frames).
+    pub const METER_STORM_MC: u32 = 1 => METER_STORM_MC;
+    /// A slot's meter of what it sends into the switch (`rate_in`; bytes).
+    pub const METER_RATE_IN: u32 = 2 => METER_RATE_IN;
+
+    /// A token bucket kept as the generic cell rate algorithm (crates/switch/src/meter.rs
+    /// has the same arithmetic): a frame of `n` units passes when `max(tat, now) - now +
+    /// n × unit_ps / 1000 <= burst_ns`, moving `tat` on by its cost.
+    pub struct Meter => sluice_meter {
+        /// Picoseconds a unit costs (a frame, a byte); 0: no limit.
+        pub unit_ps: u64,
+        /// How many nanoseconds of units may pass at once.
+        pub burst_ns: u64,
+        /// The program's: `bpf_ktime_get_ns()` time the next unit is due at.
+        pub tat: u64,
     }
 }

@@ -102,6 +102,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_switch_stats SEC(".maps");
 
+/* Meters (storm control, rate limits): SLUICE_METERS_PER_SLOT per port slot, their rates
+ * the daemon's, their times the program's (struct sluice_meter). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLUICE_MAX_PORTS * SLUICE_METERS_PER_SLOT);
+	__type(key, __u32);
+	__type(value, struct sluice_meter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_meters SEC(".maps");
+
 /* Each input slot's upcall bucket, as the time (bpf_ktime_get_ns) its next upcall is
  * due at the budget's rate: the program's own state, shared by every CPU. */
 struct {
@@ -169,6 +179,17 @@ static __always_inline int is_group(const __u8 *mac)
 	return mac[0] & 1;
 }
 
+/* An IEEE link-local address, 01:80:C2:00:00:00 to 0F (the core's Dest::LinkLocal). */
+static __always_inline int is_link_local(const __u8 *mac)
+{
+	return mac[0] == 0x01 && mac[1] == 0x80 && mac[2] == 0xc2 && mac[3] == 0 && mac[4] == 0 && mac[5] < 16;
+}
+
+static __always_inline int is_broadcast(const __u8 *mac)
+{
+	return (mac[0] & mac[1] & mac[2] & mac[3] & mac[4] & mac[5]) == 0xff;
+}
+
 /* (BPF has no memcmp.) */
 static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 {
@@ -214,13 +235,28 @@ static __always_inline int drop(struct sluice_counters *c, __u32 cause)
 	return TC_ACT_SHOT;
 }
 
+/* A token bucket kept as the generic cell rate algorithm keeps it: one time `tat`, the
+ * theoretical time its next unit is due, which a frame costing `cost` ns moves on by that,
+ * passing only if the time (no earlier than now) plus its cost is at most `burst_ns` ahead
+ * of now. A compare-and-swap updates it, so that CPUs taking the same slot's frames share
+ * one bucket; a few tries bound the work (failing all of them, the frame is over). */
+static __always_inline int gcra(__u64 *tat, __u64 cost, __u64 burst_ns)
+{
+	__u64 now = bpf_ktime_get_ns();
+	for (int i = 0; i < 4; i++) {
+		__u64 old = *(volatile __u64 *)tat;
+		__u64 t = old > now ? old : now;
+		if (t - now + cost > burst_ns)
+			return 0;
+		if (__sync_val_compare_and_swap(tat, old, t + cost) == old)
+			return 1;
+	}
+	return 0;
+}
+
 /* Whether input `slot` may hand one more frame up: a token bucket of `upcall_burst`
- * upcalls refilled with `upcall_rate` a second, kept as the generic cell rate algorithm
- * keeps it — one time per slot, the theoretical time of its next upcall `tat`, which an
- * upcall moves on by one interval, and which may run ahead of now by at most burst - 1
- * intervals. A compare-and-swap updates it, so that CPUs taking the same slot's frames
- * share one bucket; a few tries bound the work (failing all of them, the frame is over
- * the budget). */
+ * upcalls refilled with `upcall_rate` a second (gcra: one interval an upcall, whose time
+ * may run ahead of now by at most burst - 1 intervals). */
 static __always_inline int within_budget(const struct sluice_exec_config *cfg, __u32 slot)
 {
 	__u32 rate = cfg->upcall_rate, burst = cfg->upcall_burst;
@@ -230,18 +266,20 @@ static __always_inline int within_budget(const struct sluice_exec_config *cfg, _
 	__u64 *tat = bpf_map_lookup_elem(&sluice_upcall_budget, &slot);
 	if (!tat)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
 	__u64 interval = 1000000000ULL / rate;
-	__u64 ahead = interval * (burst ? burst - 1 : 0);
-	for (int i = 0; i < 4; i++) {
-		__u64 old = *(volatile __u64 *)tat;
-		__u64 t = old > now ? old : now;
-		if (t - now > ahead)
-			return 0;
-		if (__sync_val_compare_and_swap(tat, old, t + interval) == old)
-			return 1;
-	}
-	return 0;
+	return gcra(tat, interval, interval * (burst ? burst : 1));
+}
+
+/* Whether `units` may pass meter `kind` of slot `slot` (struct sluice_meter, the same
+ * arithmetic as the upcall budget's), taking them if so. A meter the daemon did not set
+ * (unit_ps 0) lets everything pass. */
+static __always_inline int meter_take(__u32 slot, __u32 kind, __u64 units)
+{
+	__u32 at = slot * SLUICE_METERS_PER_SLOT + kind;
+	struct sluice_meter *m = bpf_map_lookup_elem(&sluice_meters, &at);
+	if (!m || !m->unit_ps)
+		return 1;
+	return gcra(&m->tat, units * m->unit_ps / 1000, m->burst_ns);
 }
 
 /* skb->cb[0] while the program runs: a tunnel's frame's origin (ORIGIN_SET, the VNI, and
@@ -850,7 +888,7 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	ak.tag = f.tag;
 	ak.vid = f.tag == TAG_8021Q ? f.tci & 0x0fff : 0;
 	if (is_group(f.dst))
-		ak.dst = DST_GROUP;
+		ak.dst = is_link_local(f.dst) ? DST_LINK_LOCAL : is_broadcast(f.dst) ? DST_BROADCAST : DST_GROUP;
 	else if ((in_flags & IN_OWN_MAC) && mac_eq(f.dst, own))
 		ak.dst = DST_OWN;
 	struct sluice_exec_config *cfg = config();
@@ -898,6 +936,8 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	struct sluice_flow_key k = {
 		.slot = slot, .vlan = vlan, .ethertype = bpf_ntohs(f.proto), .dst = ak.dst,
 	};
+	if (k.dst == DST_LINK_LOCAL)
+		k.dst_slot = f.dst[5];
 	if (mask & X_LOCKS) {
 		struct sluice_lock_key lk = {};
 		__builtin_memcpy(lk.mac, f.src, 6);
@@ -953,6 +993,19 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		if ((v->flags & V_LEARN_REFUSED) && v->action != ACT_UP)
 			c->v[C_LEARN_REFUSED]++;
 		return settle(skb, slot, c, v->action, v->cause, v->flags);
+	}
+	/* Storm control: the verdict says which of the input's meters the frame is charged
+	 * to; over it, dropped at the input (the host's all the same, if it is the host's). */
+	if ((v->flags & (V_STORM_BC | V_STORM_MC)) &&
+	    !meter_take(slot, (v->flags & V_STORM_BC) ? METER_STORM_BC : METER_STORM_MC, 1)) {
+		drop(c, D_STORM);
+		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
+	}
+	/* Rate-in: a policer (the only queue in front of a guest's transmit is its own),
+	 * charged by the frame's bytes on the wire, a GSO frame whole. */
+	if ((v->flags & V_METER_IN) && !meter_take(slot, METER_RATE_IN, skb->len + (skb->vlan_present ? 4 : 0))) {
+		drop(c, D_RATE_LIMIT);
+		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
 	}
 	return execute(skb, slot, c, &f, vlan, v, l3);
 }

@@ -39,6 +39,9 @@ mod tests {
             (DropCause::UnknownEndpoint, d::UNKNOWN_ENDPOINT),
             (DropCause::EgressRefused, d::EGRESS_REFUSED),
             (DropCause::UpcallLimit, d::UPCALL_LIMIT),
+            (DropCause::LinkLocal, d::LINK_LOCAL),
+            (DropCause::Storm, d::STORM),
+            (DropCause::RateLimit, d::RATE_LIMIT),
         ] {
             assert_eq!(all.iter().position(|&c| c == cause), Some(at), "{cause:?}");
         }

@@ -169,6 +169,8 @@ fn stage1_dst(d: Dest) -> u8 {
         Dest::Group => abi::DST_GROUP,
         Dest::Own => abi::DST_OWN,
         Dest::Station(_) | Dest::Unknown => abi::DST_UNKNOWN,
+        Dest::LinkLocal(_) => abi::DST_LINK_LOCAL,
+        Dest::Broadcast => abi::DST_BROADCAST,
     }
 }
 
@@ -231,6 +233,9 @@ pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) 
     if let Dest::Station(p) = key.dst {
         k.dst = abi::DST_STATION;
         k.dst_slot = places(p)?.slot;
+    }
+    if let Dest::LinkLocal(n) = key.dst {
+        k.dst_slot = u16::from(n & 15);
     }
     let x = &key.extras;
     if let Some(m) = x.src_mac {
@@ -301,6 +306,14 @@ pub fn verdict(
     if v.learn_refused {
         e.flags |= abi::V_LEARN_REFUSED;
     }
+    if v.meter_in {
+        e.flags |= abi::V_METER_IN;
+    }
+    e.flags |= match v.storm {
+        Some(sluice_switch::Storm::Broadcast) => abi::V_STORM_BC,
+        Some(sluice_switch::Storm::Multicast) => abi::V_STORM_MC,
+        None => 0,
+    };
     if v.action != Action::Forward {
         return e;
     }
@@ -310,6 +323,9 @@ pub fn verdict(
     for (o, out) in v.outputs.iter().zip(e.outputs.iter_mut()) {
         let Some((place, dev)) = places(o.port).and_then(|p| Some((p, p.device?))) else { return up(e) };
         let (kind, marked) = match dev.reach {
+            // A paced copy (the port's `rate_out`) leaves through the device's egress, where
+            // the daemon's qdisc shapes it: bpf_redirect_peer passes no qdisc.
+            Reach::Guest if o.paced => (abi::OUT_EGRESS, true),
             Reach::Guest => (abi::OUT_PEER, true),
             Reach::Veth => (abi::OUT_EGRESS, true),
             Reach::Uplink => (abi::OUT_EGRESS, false),
@@ -376,6 +392,15 @@ pub fn station(m: &FastMac, places: impl Fn(PortId) -> Option<Place>) -> Option<
     })
 }
 
+/// Port `p`'s meters in `sluice_meters`, as (kind, meter): its storm control's broadcast
+/// and multicast rates and its `rate_in` (a meter of `unit_ps` 0 lets everything pass).
+pub fn meters(p: &FastPort) -> [(u32, abi::Meter); 3] {
+    let [bc, mc] = p.storm.meters();
+    let rate_in = p.rate.meter(p.rate.rate_in);
+    let m = |m: sluice_switch::meter::Meter| abi::Meter { unit_ps: m.unit_ps, burst_ns: m.burst_ns, tat: 0 };
+    [(abi::METER_STORM_BC, m(bc)), (abi::METER_STORM_MC, m(mc)), (abi::METER_RATE_IN, m(rate_in))]
+}
+
 /// Port `p`'s lock in `sluice_locks`, in slot `slot`: its `mac` setting, if it has one.
 pub fn lock(p: &FastPort, slot: u16) -> Option<(abi::LockKey, u32)> {
     p.mac.map(|m| (abi::LockKey { mac: m.0, pad: [0; 2] }, u32::from(slot)))
@@ -410,6 +435,8 @@ mod tests {
             failed: false,
             dev_mac: None,
             guest_mac: None,
+            storm: sluice_switch::StormControl::default(),
+            rate: sluice_switch::RateLimit::default(),
         }
     }
 
@@ -433,7 +460,7 @@ mod tests {
     }
 
     fn out(port: PortId, tag: Option<u16>) -> Output {
-        Output { port, tag, mtu: 1500, mirror: false, src_mac: None }
+        Output { port, tag, mtu: 1500, mirror: false, src_mac: None, paced: false }
     }
 
     fn forward(outputs: Vec<Output>) -> Verdict {
@@ -481,6 +508,9 @@ mod tests {
         let a = admit_key(&key(2, Dest::Own), 102);
         assert_eq!((a.tag, a.vid, a.dst), (abi::TAG_NONE, 0, abi::DST_OWN));
         assert_eq!(admit_key(&Key { tag: Some(0), ..key(2, Dest::Group) }, 1).dst, abi::DST_GROUP);
+        assert_eq!(admit_key(&key(2, Dest::LinkLocal(0x0e)), 1).dst, abi::DST_LINK_LOCAL);
+        let f = flow_key(&key(2, Dest::LinkLocal(0x0e)), 1, places).unwrap();
+        assert_eq!((f.dst, f.dst_slot), (abi::DST_LINK_LOCAL, 0x0e), "the last byte rides in dst_slot");
     }
 
     #[test]
@@ -575,6 +605,19 @@ mod tests {
         assert_eq!((o[1].kind, o[1].flags, o[1].src_mac, o[1].mtu), (abi::OUT_EGRESS, abi::OF_SRC_MAC, ROUTER.0, 9000));
         assert_eq!((o[2].kind, o[2].flags), (abi::OUT_PEER, abi::OF_MIRROR | abi::OF_MARK));
         assert_eq!(o[3], abi::Output::default());
+    }
+
+    #[test]
+    fn a_paced_output_to_a_guest_leaves_by_its_egress_and_a_charged_verdict_says_so() {
+        let mut v = forward(vec![Output { paced: true, ..out(3, None) }, out(6, None)]);
+        v.meter_in = true;
+        v.storm = Some(sluice_switch::Storm::Multicast);
+        let guest =
+            |p: PortId| Some(Place { slot: p as u16, device: Some(Device { ifindex: 300 + p, reach: Reach::Guest }) });
+        let e = verdict(&v, 7, false, guest, no_tunnels);
+        assert_eq!(e.flags, abi::V_METER_IN | abi::V_STORM_MC);
+        assert_eq!((e.outputs[0].kind, e.outputs[0].flags), (abi::OUT_EGRESS, abi::OF_MARK), "through the shaper");
+        assert_eq!((e.outputs[1].kind, e.outputs[1].flags), (abi::OUT_PEER, abi::OF_MARK));
     }
 
     #[test]

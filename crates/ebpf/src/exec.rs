@@ -170,6 +170,7 @@ pub struct Executor {
     endpoints: HashMap<MapData, abi::EndpointKey, u32>,
     heard: RingBuf<MapData>,
     switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
+    meters: Array<MapData, abi::Meter>,
     /// Where the maps and links are pinned.
     dir: PathBuf,
 }
@@ -288,6 +289,7 @@ impl Executor {
         let endpoints = HashMap::try_from(take("sluice_endpoints")?).map_err(map_err("endpoints"))?;
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
+        let meters = Array::try_from(take("sluice_meters")?).map_err(map_err("meters"))?;
         // (Taking over an earlier run's pins: its settings stand until changed.)
         let b = UpcallBudget::DEFAULT;
         let cfg = config.get(&0, 0).ok().filter(|c: &abi::ExecConfig| c.generation != 0).unwrap_or(abi::ExecConfig {
@@ -312,6 +314,7 @@ impl Executor {
             endpoints,
             heard,
             switch_stats,
+            meters,
             dir: dir.to_path_buf(),
         })
     }
@@ -333,6 +336,18 @@ impl Executor {
         self.config.set(0, c, 0).map_err(map_err("exec_cfg"))?;
         self.cfg = c;
         Ok(())
+    }
+
+    /// Sets meter `kind` (`abi::METER_*`) of port slot `slot` to `m`'s rate and burst: a
+    /// meter whose rate and burst stay keeps what its bucket holds, a changed one starts
+    /// full.
+    pub fn set_meter(&mut self, slot: u16, kind: u32, m: abi::Meter) -> Result<(), Error> {
+        let at = u32::from(slot) * abi::METERS_PER_SLOT + kind;
+        let old = self.meters.get(&at, 0).map_err(map_err("meters"))?;
+        if (old.unit_ps, old.burst_ns) == (m.unit_ps, m.burst_ns) {
+            return Ok(());
+        }
+        self.meters.set(at, abi::Meter { tat: 0, ..m }, 0).map_err(map_err("meters"))
     }
 
     /// Makes device `ifindex` an input of the switch.

@@ -4,8 +4,12 @@
 //! Seeded switches — Layer 2 and 3; access, trunk and native VLANs; isolated ports, ports
 //! that drop EtherTypes, `mac` locks, IP rules (given and learned), learning limits, a
 //! small MAC table, static stations, mirrors, uplinks with and without a device address,
+//! ports that forward some IEEE link-local addresses (pause and LACP among the asked),
+//! ports with storm control and rate limits at rates no run reaches (marked verdicts and
+//! paced outputs executed alike),
 //! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
-//! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group, to
+//! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
+//! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
 //! the input's own address; untagged, tagged and priority-tagged; IPv4, IPv6, ARP,
 //! neighbour discovery, other EtherTypes; GSO frames whose segments are sized around each
 //! output's MTU; frames cut short, with trailing bytes, with IP options and extension
@@ -74,6 +78,7 @@ use sluice_switch::{
     Action, DEFAULT_ROUTER_MAC, DropCause, FastChange, FastPort, Key, Mode, PortCaps, PortConfig, PortCounters, PortId,
     PortPolicy, Switch, SwitchConfig, Upcall, Verdict, VlanMode,
 };
+use sluice_switch::{RateLimit, StormControl};
 use sluice_wire::neigh::{self, NdFields};
 use sluice_wire::{MacAddr, VnetHdr};
 
@@ -145,6 +150,14 @@ struct PortSpec {
     learn_ips: bool,
     mirror_of: Option<usize>,
     drop_ethertypes: Vec<u16>,
+    /// `forward_link_local`: a bit per last byte of 01:80:C2:00:00:0X.
+    forward_link_local: u16,
+    /// Storm control, at rates no run reaches: marked verdicts must execute as unmarked
+    /// ones (the metering itself is exec.rs's and the core's own tests').
+    storm: StormControl,
+    /// Rate limits, at rates no run reaches: verdicts charged to `rate_in` and paced
+    /// outputs (by the device's egress) must deliver as the core does.
+    rate: RateLimit,
     reach: Reach,
     slot: u16,
     /// A VXLAN tunnel's port (reached as `Reach::Tunnel`).
@@ -284,6 +297,18 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
             drop_ethertypes: (0..r.pick(&[0, 0, 0, 0, 1, 2]))
                 .map(|_| r.pick(&[0x88b5u16, 0x88cc, 0x0800, 0x86dd, 0x0806]))
                 .collect(),
+            // (Pause and LACP among them at times: the core never forwards those.)
+            forward_link_local: if r.chance(30) { r.next() as u16 } else { 0 },
+            storm: StormControl {
+                broadcast_pps: if r.chance(20) { 1_000_000 } else { 0 },
+                multicast_pps: if r.chance(20) { 1_000_000 } else { 0 },
+                burst: 1_000_000,
+            },
+            rate: RateLimit {
+                rate_in: if r.chance(20) { 400_000_000_000 } else { 0 },
+                rate_out: if r.chance(20) { 400_000_000_000 } else { 0 },
+                burst: 1 << 30,
+            },
             reach: if uplink {
                 Reach::Uplink
             } else if r.chance(30) {
@@ -354,6 +379,9 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
             learn_ips: p.learn_ips,
             mirror_of,
             drop_ethertypes: p.drop_ethertypes.clone(),
+            forward_link_local: p.forward_link_local,
+            storm: p.storm,
+            rate: p.rate,
         };
         let cfg = PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu: Some(p.mtu), policy };
         sw.add_port(cfg, Box::new(port)).expect("a valid port");
@@ -497,7 +525,9 @@ impl World<'_> {
             // Layer 3: guests send to the router, the LAN to the uplink's address.
             0..=49 if self.spec.mode == Mode::L3 => own(),
             0..=39 => self.home(r.below(self.n())),
-            40..=59 => r.pick(&GROUPS),
+            40..=54 => r.pick(&GROUPS),
+            // IEEE link-local, and the first group address past them.
+            55..=59 => MacAddr([0x01, 0x80, 0xc2, 0, 0, r.below(17) as u8]),
             60..=69 => own(),
             70..=79 => station(r.range(1, 12)),
             80..=84 => dev_mac(r.below(self.n())),
@@ -1992,7 +2022,11 @@ fn whole_tags(f: &[u8]) -> bool {
 
 /// Stage 1's destination class of a frame arriving on `input`.
 fn stage1_dst_of(f: &[u8], input: &abi::Input) -> u8 {
-    if f[0] & 1 != 0 {
+    if f[..5] == [0x01, 0x80, 0xc2, 0, 0] && f[5] < 16 {
+        abi::DST_LINK_LOCAL
+    } else if f[..6] == [0xff; 6] {
+        abi::DST_BROADCAST
+    } else if f[0] & 1 != 0 {
         abi::DST_GROUP
     } else if input.flags & abi::IN_OWN_MAC != 0 && f[..6] == input.own_mac {
         abi::DST_OWN
@@ -2151,6 +2185,9 @@ fn port(slot: u16) -> PortSpec {
         learn_ips: false,
         mirror_of: None,
         drop_ethertypes: Vec::new(),
+        forward_link_local: 0,
+        storm: StormControl::default(),
+        rate: RateLimit::default(),
         reach: Reach::Guest,
         slot,
         tunnel: None,

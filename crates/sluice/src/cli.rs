@@ -61,6 +61,33 @@ pub struct PortAddArgs {
     /// 0x88cc (LLDP) or 0x8863,0x8864 (PPPoE); the EtherType after any 802.1Q tag.
     #[arg(long = "drop-ethertype", value_name = "TYPE,…", value_delimiter = ',', value_parser = ethertype_arg)]
     pub drop_ethertypes: Vec<u16>,
+    /// Forward the port's frames to these IEEE link-local addresses, dropped (and counted
+    /// as `link_local`) otherwise: full addresses or their last byte, e.g. 0e (LLDP) or
+    /// 00 (spanning tree BPDUs). Pause (01) and LACP (02) are never forwarded.
+    #[arg(long = "forward-link-local", value_name = "ADDR,…", value_delimiter = ',')]
+    pub forward_link_local: Vec<String>,
+    /// Storm control: the most broadcast frames a second the port may send, e.g. 1000;
+    /// more are dropped (counted as `storm`).
+    #[arg(long, value_name = "PPS")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: the most multicast frames a second the port may send.
+    #[arg(long, value_name = "PPS")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind that may come at once (default: a tenth of a
+    /// second of the rate, at least 16).
+    #[arg(long, value_name = "FRAMES")]
+    pub storm_burst: Option<u32>,
+    /// Rate limit of what the port's guest sends, in Mbit/s on the wire (Ethernet frames),
+    /// e.g. 100.
+    #[arg(long, value_name = "MBIT")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, in Mbit/s on the wire.
+    #[arg(long, value_name = "MBIT")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst in KiB (at least 64; default: the larger of 2 × 64 KiB and
+    /// half a second of the rate).
+    #[arg(long, value_name = "KIB")]
+    pub burst: Option<u64>,
     /// Make this port a mirror: it gets a copy of every frame these ports receive and are
     /// sent (in its own VLANs; make it a trunk to see several), never holding them back.
     #[arg(long, value_name = "PORT,…", value_delimiter = ',')]
@@ -288,6 +315,13 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         mac: a.mac,
         ips: a.ips,
         drop_ethertypes: a.drop_ethertypes,
+        forward_link_local: a.forward_link_local,
+        storm_broadcast_pps: a.storm_broadcast_pps,
+        storm_multicast_pps: a.storm_multicast_pps,
+        storm_burst: a.storm_burst,
+        rate_in: a.rate_in,
+        rate_out: a.rate_out,
+        burst: a.burst,
         mirror: a.mirror,
         backups: a.backups,
         path: a.path,

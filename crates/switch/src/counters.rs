@@ -81,11 +81,19 @@ pub enum DropCause {
     UpcallLimit,
     /// A frame of an EtherType its input port drops (`drop_ethertypes`).
     Filtered,
+    /// A frame to an IEEE link-local address (01:80:C2:00:00:00 to 0F: spanning tree,
+    /// pause, LACP, 802.1X, LLDP) its input port does not forward (`forward_link_local`).
+    LinkLocal,
+    /// A broadcast or multicast frame over its input port's storm control rate
+    /// (`storm_broadcast_pps`, `storm_multicast_pps`).
+    Storm,
+    /// A frame over a port's rate limit (`rate_in` at the input, `rate_out` at the output).
+    RateLimit,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 20] = [
+    pub const ALL: [DropCause; 23] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -106,6 +114,9 @@ impl DropCause {
         DropCause::EgressRefused,
         DropCause::UpcallLimit,
         DropCause::Filtered,
+        DropCause::LinkLocal,
+        DropCause::Storm,
+        DropCause::RateLimit,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -131,6 +142,9 @@ impl DropCause {
             DropCause::EgressRefused => "egress_refused",
             DropCause::UpcallLimit => "upcall_limit",
             DropCause::Filtered => "filtered",
+            DropCause::LinkLocal => "link_local",
+            DropCause::Storm => "storm",
+            DropCause::RateLimit => "rate_limit",
         }
     }
 }
@@ -192,6 +206,15 @@ pub struct DropCounts {
     /// See [`DropCause::Filtered`].
     #[serde(default)]
     pub filtered: u64,
+    /// See [`DropCause::LinkLocal`].
+    #[serde(default)]
+    pub link_local: u64,
+    /// See [`DropCause::Storm`].
+    #[serde(default)]
+    pub storm: u64,
+    /// See [`DropCause::RateLimit`].
+    #[serde(default)]
+    pub rate_limit: u64,
 }
 
 impl DropCounts {
@@ -228,6 +251,9 @@ impl DropCounts {
             DropCause::EgressRefused => self.egress_refused,
             DropCause::UpcallLimit => self.upcall_limit,
             DropCause::Filtered => self.filtered,
+            DropCause::LinkLocal => self.link_local,
+            DropCause::Storm => self.storm,
+            DropCause::RateLimit => self.rate_limit,
         }
     }
 
@@ -253,6 +279,9 @@ impl DropCounts {
             DropCause::EgressRefused => &mut self.egress_refused,
             DropCause::UpcallLimit => &mut self.upcall_limit,
             DropCause::Filtered => &mut self.filtered,
+            DropCause::LinkLocal => &mut self.link_local,
+            DropCause::Storm => &mut self.storm,
+            DropCause::RateLimit => &mut self.rate_limit,
         }
     }
 

@@ -54,7 +54,7 @@ pub enum Station {
 /// The answer for a frame's destination.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Dest {
-    /// Broadcast or multicast.
+    /// Multicast (broadcast is [`Dest::Broadcast`], IEEE link-local [`Dest::LinkLocal`]).
     Group,
     /// The input's own address, on an uplink: its device's (Layer 2: the host's own
     /// interface; Layer 3: the switch's address on the LAN).
@@ -64,6 +64,38 @@ pub enum Dest {
     /// Unicast to a station the table does not know (Layer 3: any other unicast address).
     #[default]
     Unknown,
+    /// An IEEE link-local address, 01:80:C2:00:00:00 to 0F, by its last byte: group
+    /// addresses a bridge does not forward unless told to (`forward_link_local`).
+    LinkLocal(u8),
+    /// Broadcast (ff:ff:ff:ff:ff:ff): a group of its own for storm control.
+    Broadcast,
+}
+
+impl Dest {
+    /// The class of group address `mac`: [`Dest::LinkLocal`] for 01:80:C2:00:00:00 to 0F,
+    /// [`Dest::Broadcast`], else [`Dest::Group`]. The caller checked that it is a group
+    /// address.
+    pub fn group(mac: MacAddr) -> Dest {
+        match mac.0 {
+            [0x01, 0x80, 0xc2, 0, 0, n] if n < 16 => Dest::LinkLocal(n),
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff] => Dest::Broadcast,
+            _ => Dest::Group,
+        }
+    }
+
+    /// Broadcast or multicast, link-local or not.
+    pub fn is_group(self) -> bool {
+        matches!(self, Dest::Group | Dest::LinkLocal(_) | Dest::Broadcast)
+    }
+}
+
+/// Which of its input's storm control budgets a forwarded frame is charged to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storm {
+    /// `storm_broadcast_pps`.
+    Broadcast,
+    /// `storm_multicast_pps`.
+    Multicast,
 }
 
 /// What Layer 3 mode reads of a frame beyond Layer 2.
@@ -165,6 +197,8 @@ pub struct Output {
     pub mirror: bool,
     /// Layer 3: the source MAC address the copy leaves with (the switch's on that side).
     pub src_mac: Option<MacAddr>,
+    /// The port has a `rate_out`: the copy is charged to it (shaped on its way out).
+    pub paced: bool,
 }
 
 /// Where a routed frame's destination MAC address comes from (Layer 3).
@@ -198,6 +232,12 @@ pub struct Verdict {
     /// Count `learn_refused` at the input: its source is one the input may not learn (it
     /// has as many stations as it may).
     pub learn_refused: bool,
+    /// Forward: the input's storm control budget the frame is charged to; over it, the
+    /// frame is dropped at the input (`storm`) instead.
+    pub storm: Option<Storm>,
+    /// Forward: charged to the input's `rate_in`; over it, the frame waits (user space)
+    /// or is dropped at the input (`rate_limit`, kernel).
+    pub meter_in: bool,
 }
 
 impl Default for Verdict {
@@ -209,6 +249,8 @@ impl Default for Verdict {
             pass_to_host: false,
             flood: false,
             learn_refused: false,
+            storm: None,
+            meter_in: false,
         }
     }
 }
@@ -223,6 +265,8 @@ impl Verdict {
         self.pass_to_host = false;
         self.flood = false;
         self.learn_refused = false;
+        self.storm = None;
+        self.meter_in = false;
     }
 
     /// The outputs that are the frame's destinations (not mirror copies).
@@ -325,6 +369,7 @@ impl Egress {
             mtu: p.mtu,
             mirror,
             src_mac: self.router.map(|r| p.l3_src(r)),
+            paced: p.policy.rate.rate_out > 0,
         })
     }
 }
@@ -411,13 +456,18 @@ pub(crate) fn stage1(me: &PortRules, tci: Option<u16>, tunnel: Option<Tunneled>)
 }
 
 /// The checks that come before learning, in order: the input, its VLAN admission, the
-/// EtherTypes it drops, its MAC lock, (Layer 3: IP frames only, readable), its source
-/// addresses, and other ports' locks. A frame that fails one is dropped and teaches
+/// link-local addresses it does not forward, the EtherTypes it drops, its MAC lock,
+/// (Layer 3: IP frames only, readable), its source addresses, and other ports' locks. A frame that fails one is dropped and teaches
 /// nothing.
 #[inline]
 fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted<'a>, DropCause> {
     let me = t.ports.rules(key.port).ok_or(DropCause::UnknownPort)?;
     let vid = stage1(me, key.tag.map(|v| v & 0x0fff), key.tunnel)?.vid;
+    if let Dest::LinkLocal(n) = key.dst
+        && (me.policy.forward_link_local & !crate::config::LINK_LOCAL_NEVER) & (1 << (n & 15)) == 0
+    {
+        return Err(DropCause::LinkLocal);
+    }
     if me.policy.drop_ethertypes.contains(&key.ethertype) {
         return Err(DropCause::Filtered);
     }
@@ -506,7 +556,7 @@ fn for_the_host<P: Ports + ?Sized>(key: &Key, me: &PortRules, t: &Tables<'_, P>,
             v.action = Action::Forward;
             true
         }
-        Dest::Group => {
+        Dest::Group | Dest::LinkLocal(_) | Dest::Broadcast => {
             v.pass_to_host = true;
             false
         }
@@ -529,6 +579,18 @@ fn forward<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v:
             return;
         }
         add_mirrors(key.port, a.vid, t, v);
+        v.storm = storm(key.dst, &a.me.policy.storm);
+        v.meter_in = a.me.policy.rate.rate_in > 0;
+    }
+}
+
+/// Storm control: the budget of input rules `s` a forwarded frame to `dst` is charged to.
+#[inline]
+fn storm(dst: Dest, s: &crate::config::StormControl) -> Option<Storm> {
+    match dst {
+        Dest::Broadcast if s.broadcast_pps > 0 => Some(Storm::Broadcast),
+        Dest::Group | Dest::LinkLocal(_) if s.multicast_pps > 0 => Some(Storm::Multicast),
+        _ => None,
     }
 }
 
@@ -557,7 +619,7 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
     v.action = Action::Forward;
     match key.dst {
         Dest::Station(p) => unicast(key.port, a, p, t, v),
-        Dest::Group | Dest::Unknown | Dest::Own => flood(key.port, a, t, v),
+        Dest::Group | Dest::Unknown | Dest::Own | Dest::LinkLocal(_) | Dest::Broadcast => flood(key.port, a, t, v),
     }
 }
 
@@ -615,7 +677,7 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         return;
     }
     v.action = Action::Forward;
-    if key.dst == Dest::Group {
+    if key.dst.is_group() {
         flood(key.port, a, t, v);
         return;
     }
@@ -771,7 +833,7 @@ mod tests {
     }
 
     fn out(port: PortId, tag: Option<u16>) -> Output {
-        Output { port, tag, mtu: 1500, mirror: false, src_mac: None }
+        Output { port, tag, mtu: 1500, mirror: false, src_mac: None, paced: false }
     }
 
     fn fwd(outputs: Vec<Output>) -> Verdict {
@@ -837,6 +899,65 @@ mod tests {
             ("with a priority tag", tagged(from(1, 5010, false), 0), flooded(vec![out(0, Some(10)), out(3, Some(10))])),
             ("with a VLAN's tag inside", tagged(from(1, 5010, false), 10), drop(DropCause::VlanFilter)),
             ("no origin: admitted below, by its tag", tagged(key(1, Dest::Group), 20), flooded(vec![out(3, Some(20))])),
+        ]);
+    }
+
+    #[test]
+    fn link_local_frames_stay_unless_the_input_forwards_them() {
+        let lldp = with(port(access(1)), |p| p.policy.forward_link_local = 1 << 0x0e | crate::LINK_LOCAL_NEVER);
+        let upl = with(port(access(1)), |p| {
+            p.policy.uplink = true;
+            p.dev_mac = Some(UPLINK_MAC);
+        });
+        let w = World::l2(vec![port(access(1)), lldp, upl, port(access(1))]);
+        let host = |v: Verdict| Verdict { pass_to_host: true, ..v };
+        w.check(&[
+            ("a BPDU", key(0, Dest::LinkLocal(0x00)), drop(DropCause::LinkLocal)),
+            ("LLDP, not forwarded here", key(0, Dest::LinkLocal(0x0e)), drop(DropCause::LinkLocal)),
+            (
+                "LLDP from a port that forwards it",
+                key(1, Dest::LinkLocal(0x0e)),
+                flooded(vec![out(0, None), out(2, None), out(3, None)]),
+            ),
+            ("pause, whatever the port says", key(1, Dest::LinkLocal(0x01)), drop(DropCause::LinkLocal)),
+            ("LACP, whatever the port says", key(1, Dest::LinkLocal(0x02)), drop(DropCause::LinkLocal)),
+            (
+                "a BPDU from the uplink: the host's alone",
+                key(2, Dest::LinkLocal(0x00)),
+                host(drop(DropCause::LinkLocal)),
+            ),
+            ("not admitted: the VLAN first", tagged(key(0, Dest::LinkLocal(0x00)), 7), drop(DropCause::VlanFilter)),
+        ]);
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0f])), Dest::LinkLocal(0x0f));
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x10])), Dest::Group);
+        assert_eq!(Dest::group(MacAddr([0x01, 0x80, 0xc2, 0, 1, 0x00])), Dest::Group);
+    }
+
+    #[test]
+    fn storm_and_rate_limits_mark_what_is_charged() {
+        use crate::config::{RateLimit, StormControl};
+        let noisy = with(port(access(1)), |p| {
+            p.policy.storm = StormControl { broadcast_pps: 10, multicast_pps: 0, burst: 0 };
+            p.policy.rate = RateLimit { rate_in: 1_000_000, ..RateLimit::default() };
+        });
+        let slow = with(port(access(1)), |p| p.policy.rate = RateLimit { rate_out: 1_000_000, ..RateLimit::default() });
+        let w = World::l2(vec![noisy, slow, port(access(1))]);
+        let charged = |v: Verdict, storm: Option<Storm>, meter_in: bool| Verdict { storm, meter_in, ..v };
+        let paced = Output { paced: true, ..out(1, None) };
+        w.check(&[
+            (
+                "a broadcast: storm and rate",
+                key(0, Dest::Broadcast),
+                charged(flooded(vec![paced, out(2, None)]), Some(Storm::Broadcast), true),
+            ),
+            (
+                "multicast: no budget for it",
+                key(0, Dest::Group),
+                charged(flooded(vec![paced, out(2, None)]), None, true),
+            ),
+            ("unicast: rate only", key(0, Dest::Station(2)), charged(fwd(vec![out(2, None)]), None, true)),
+            ("a drop is never charged", key(0, Dest::Station(0)), drop(DropCause::SamePort)),
+            ("to the limited port: paced", key(2, Dest::Station(1)), fwd(vec![paced])),
         ]);
     }
 
@@ -969,7 +1090,14 @@ mod tests {
             with(port(trunk(&[1], None)), |p| p.mtu = 1400),
             port(access(2)),
         ]);
-        let mirror = |port: PortId, tag: Option<u16>, mtu: u16| Output { port, tag, mtu, mirror: true, src_mac: None };
+        let mirror = |port: PortId, tag: Option<u16>, mtu: u16| Output {
+            port,
+            tag,
+            mtu,
+            mirror: true,
+            src_mac: None,
+            paced: false,
+        };
         let big = Output { mtu: 9000, ..out(1, None) };
         w.check(&[
             (

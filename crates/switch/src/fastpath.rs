@@ -46,6 +46,12 @@ pub struct FastPort {
     pub slow: bool,
     /// The port failed (its device is gone or refused a frame).
     pub failed: bool,
+    /// Its storm control rates: the meters the kernel charges the frames the core's
+    /// verdicts mark (`Verdict::storm`).
+    pub storm: crate::StormControl,
+    /// Its rate limits: `rate_in` is the kernel's meter of the frames the core's verdicts
+    /// mark (`Verdict::meter_in`), `rate_out` the daemon's qdisc.
+    pub rate: crate::RateLimit,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.

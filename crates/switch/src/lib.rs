@@ -30,6 +30,7 @@ pub mod hold;
 mod ids;
 pub mod l3;
 pub mod mem;
+pub mod meter;
 pub mod pool;
 pub mod port;
 pub mod queue;
@@ -41,7 +42,9 @@ pub use class::{ClassConfig, ClassError, ClassMatch};
 pub use config::{
     DEFAULT_HOLD_LEN, DEFAULT_ROUTER_MAC, DEFAULT_WATCHDOG_MS, PortConfig, PortPolicy, SwitchConfig, SwitchError,
 };
+pub use config::{LINK_LOCAL_NEVER, RateLimit, StormControl};
 pub use counters::{ClassCounters, DropCause, PortCounters};
+pub use decide::Storm;
 pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use events::{StationChange, StationEvent};
 pub use fastpath::{FastChange, FastMac, FastPort};

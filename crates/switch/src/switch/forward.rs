@@ -84,9 +84,48 @@ impl Switch {
             Action::Up(Upcall::Learn) => self.drop_rx(from, fid, DropCause::UnknownPort),
             Action::Up(Upcall::Neigh) => self.neighbour_message(from, fid, now_ms),
             Action::Up(Upcall::Resolve(out)) => self.wait_for_next_hop(from, fid, key, out, now_ms),
-            Action::Forward => return self.forward(from, fid, key, v, hold, now_ms),
+            Action::Forward if hold == Hold::Fresh && v.storm.is_some_and(|k| !self.storm_take(from, k, now_ms)) => {
+                self.drop_rx(from, fid, DropCause::Storm)
+            }
+            Action::Forward => {
+                if v.meter_in && hold == Hold::Fresh {
+                    self.charge_rate_in(from, fid, now_ms);
+                }
+                return self.forward(from, fid, key, v, hold, now_ms);
+            }
         }
         Placement::Placed
+    }
+
+    /// Storm control: whether input `from` may send one more frame of kind `k` now (at
+    /// `now_ms` on the driver's clock), taking it from the port's bucket if so.
+    fn storm_take(&mut self, from: PortId, k: crate::decide::Storm, now_ms: u64) -> bool {
+        let Some(s) = self.ports.get_mut(from as usize).and_then(Option::as_mut) else { return true };
+        let b = &mut s.storm[match k {
+            crate::decide::Storm::Broadcast => 0,
+            crate::decide::Storm::Multicast => 1,
+        }];
+        b.take(now_ms.saturating_mul(1_000_000), 1)
+    }
+
+    /// `rate_in`: charges frame `fid` to input `from`'s bucket. It goes on whatever the
+    /// bucket holds (it has been read); an overdrawn bucket stops the port's reading until
+    /// the rate has paid for it, so the sender's own queue holds the rest (a vhost-user
+    /// guest loses nothing).
+    fn charge_rate_in(&mut self, from: PortId, fid: u32, now_ms: u64) {
+        let len = self.pool.meta(fid).len as u64;
+        let Some(s) = self.ports.get_mut(from as usize).and_then(Option::as_mut) else { return };
+        let now_ns = now_ms.saturating_mul(1_000_000);
+        let b = &mut s.rate_in;
+        if !b.take(now_ns, len) {
+            // Taken all the same: the bucket runs into debt, paid by the pause.
+            b.tat_ns = b.tat_ns.max(now_ns) + b.meter.cost_ns(len);
+        }
+        let wait = b.wait_ns(now_ns, 0);
+        if wait > 0 {
+            s.rate_paused_until_ms = Some(now_ms + wait.div_ceil(1_000_000));
+            self.note_interest(from);
+        }
     }
 
     /// Decides again, by the key it was decided by and the tables as they are now, a frame

@@ -77,7 +77,7 @@ impl Switch {
             let Some(slot) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else {
                 break;
             };
-            if slot.held.is_full() || slot.rules.failed.is_some() {
+            if slot.held.is_full() || slot.rules.failed.is_some() || slot.rate_paused_until_ms.is_some() {
                 break;
             }
             let Some(fid) = self.pool.alloc() else { break };
@@ -236,7 +236,7 @@ impl Switch {
             Mode::L3 => Some(r.l3_src(self.cfg.router_mac)),
         };
         let dst = if dst.is_multicast() {
-            Dest::Group
+            Dest::group(dst)
         } else if r.policy.uplink && own() == Some(dst) {
             Dest::Own
         } else {

@@ -103,6 +103,8 @@ impl Switch {
             failed: r.failed.is_some(),
             dev_mac: if r.policy.uplink { r.dev_mac } else { None },
             guest_mac: if self.cfg.mode == Mode::L3 { r.guest_mac } else { None },
+            storm: r.policy.storm,
+            rate: r.policy.rate,
         })
     }
 

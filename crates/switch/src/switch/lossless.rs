@@ -88,9 +88,11 @@ impl Switch {
     /// behind its head are dropped (`watchdog`), and so from now on are frames of the class
     /// toward it, so the inputs it held flow again — until it sends again.
     /// [`Switch::expire`] runs it too; a driver calls it alone at
-    /// [`Switch::next_deadline_ms`].
+    /// [`Switch::next_deadline_ms`]. It also resumes the reading of inputs whose `rate_in`
+    /// has paid for what they sent.
     pub fn watchdog(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
+        self.resume_rate_limited(now_ms);
         let limit = self.cfg.watchdog_ms;
         if limit == 0 {
             return;
@@ -125,14 +127,17 @@ impl Switch {
         }
     }
 
-    /// When the driver must call [`Switch::expire`] next at the latest (its clock, ms) for
-    /// the pause watchdog to keep its time; `None` when nothing waits.
+    /// When the driver must call [`Switch::expire`] (or [`Switch::watchdog`]) next at the
+    /// latest (its clock, ms) for the pause watchdog to keep its time and for an input
+    /// paused by its `rate_in` to be read again; `None` when nothing waits.
     pub fn next_deadline_ms(&self) -> Option<u64> {
+        // (`rate_in`: the first input whose reading resumes.)
+        let resume = self.ports.iter().flatten().filter_map(|s| s.rate_paused_until_ms).min();
         let limit = self.cfg.watchdog_ms;
         if limit == 0 {
-            return None;
+            return resume;
         }
-        let mut next: Option<u64> = None;
+        let mut next: Option<u64> = resume;
         for s in self.ports.iter().flatten() {
             for (ci, w) in s.watch.iter().enumerate() {
                 if self.classes[ci].lossless && !w.stuck && s.queue.class_len(ci as u8) > 0 {
@@ -142,6 +147,17 @@ impl Switch {
             }
         }
         next
+    }
+
+    /// `rate_in`: inputs whose bucket has paid its debt by `now_ms` are read again.
+    fn resume_rate_limited(&mut self, now_ms: u64) {
+        for id in 0..self.ports.len() as PortId {
+            let Some(s) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else { continue };
+            if s.rate_paused_until_ms.is_some_and(|at| at <= now_ms) {
+                s.rate_paused_until_ms = None;
+                self.note_interest(id);
+            }
+        }
     }
 
     /// Hands over the watchdog's changes since the last call (for the driver to log).

@@ -151,6 +151,12 @@ struct PortSlot {
     /// Captures running on it (their copies are made here, so a kernel datapath sends
     /// its frames through the core meanwhile).
     captured: u8,
+    /// Storm control's buckets: broadcast, multicast (crate::meter).
+    storm: [crate::meter::Bucket; 2],
+    /// `rate_in`'s bucket (bytes), and while it is overdrawn, when the port may be read
+    /// again (the driver's clock, ms): frames wait in the port's device meanwhile.
+    rate_in: crate::meter::Bucket,
+    rate_paused_until_ms: Option<u64>,
 }
 
 impl Ports for [Option<PortSlot>] {
@@ -183,7 +189,7 @@ impl PortSlot {
         if self.rules.failed.is_some() {
             return Interest::default();
         }
-        Interest { read: !self.held.is_full(), write: self.want_write }
+        Interest { read: !self.held.is_full() && self.rate_paused_until_ms.is_none(), write: self.want_write }
     }
 }
 

@@ -159,6 +159,8 @@ impl Switch {
             }
         }
         self.generation += 1;
+        let storm_buckets = cfg.policy.storm.meters().map(crate::meter::Bucket::new);
+        let rate_in = crate::meter::Bucket::new(cfg.policy.rate.meter(cfg.policy.rate.rate_in));
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
@@ -185,6 +187,9 @@ impl Switch {
             reported: Interest { read: true, write: false },
             learn_full: false,
             captured: 0,
+            storm: storm_buckets,
+            rate_in,
+            rate_paused_until_ms: None,
         }));
         Ok(id)
     }
