@@ -701,6 +701,7 @@ impl Server {
                     .run(move |dp| dp.switch_mut().acl_add(&port, &rule))?
                     .map_err(|e| Error::Refused(format!("rule refused: {e}")))?;
                 tracing::info!(id, "security-group rule added");
+                self.remember_acl()?;
                 json(sluice_api::proto::AclAdded { id })?
             }
             Request::AclDel { port, id } => {
@@ -709,6 +710,7 @@ impl Server {
                     let on = port.map(|p| format!(" on port {p:?}")).unwrap_or_default();
                     return Err(Error::Refused(format!("no security-group rule {id}{on}; see `sluice acl list`")));
                 }
+                self.remember_acl()?;
                 return Ok(None);
             }
             Request::AclList { port } => json(self.jobs.run(move |dp| acl_report(dp.switch(), port.as_deref()))?)?,
@@ -718,6 +720,7 @@ impl Server {
                 let dir = acl::parse_dir(&dir).map_err(refused)?;
                 let action = acl::parse_action(&action).map_err(refused)?;
                 self.jobs.run(move |dp| dp.switch_mut().acl_default(&port, dir, action))?.map_err(refused)?;
+                self.remember_acl()?;
                 return Ok(None);
             }
             Request::GrantList => {
@@ -728,6 +731,14 @@ impl Server {
             }
         };
         Ok(Some(v))
+    }
+
+    /// Records the security groups as they are now in the runtime state file: a restart
+    /// (in place, or after a crash) keeps the changes made with `sluice acl`.
+    fn remember_acl(&self) -> Result<()> {
+        let a = self.jobs.run(|dp| super::state::AclState::of(dp.switch()))?;
+        self.remember(|r| r.acl = Some(a));
+        Ok(())
     }
 
     /// Updates the switch's runtime state file (see `state.rs`), one change at a time.

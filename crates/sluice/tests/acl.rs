@@ -61,6 +61,11 @@ both_datapaths! {
         assert!(connects(&lab, 1, 2, 5002), "port 5002 is not");
         assert!(hits(&lab, deny) >= 1, "the deny rule counted its hits: {}", acl_list(&lab));
         assert!(drops(&lab, &g1, "acl") >= 1, "counted as acl at the sender");
+        // A restart in place keeps the rules added at run time.
+        sluice_ok(&["switch", "restart", "--switch", &lab.name]);
+        assert!(!connects(&lab, 1, 2, 5001), "still denied after a restart");
+        assert!(connects(&lab, 1, 2, 5002), "and 5002 still allowed");
+        let deny = acl_list(&lab)["rules"][0]["id"].as_u64().unwrap() as u32;
         // Deleted: the port works again.
         sluice_ok(&["acl", "del", &g2, &deny.to_string(), "--switch", &lab.name]);
         assert!(connects(&lab, 1, 2, 5001), "after the rule is deleted");

@@ -535,6 +535,12 @@ impl AclTables {
         Ok(ids)
     }
 
+    /// Forgets every rule and default (ids are never reused).
+    pub fn clear(&mut self) {
+        self.by_port.clear();
+        self.compile();
+    }
+
     /// Deletes rule `id` (of port `port` when given): the port it was on.
     pub fn del(&mut self, port: Option<&str>, id: u32) -> Option<String> {
         let (name, p) = self

@@ -40,6 +40,28 @@ impl Switch {
         Ok(ids)
     }
 
+    /// Replaces every rule and default with `rules` and `defaults` (a state an earlier run
+    /// recorded), or, refused, leaves them as they were.
+    pub fn acl_replace(
+        &mut self,
+        rules: &[(String, AclRuleSpec)],
+        defaults: &[(String, Dir, AclAction)],
+    ) -> Result<(), AclError> {
+        let before = self.acl.clone();
+        self.acl.clear();
+        let mut r = self.acl.add_all(rules).map(|_| ()).map_err(|(_, e)| e);
+        for (p, d, a) in defaults {
+            if r.is_ok() {
+                r = self.acl.set_default(p, *d, *a);
+            }
+        }
+        if r.is_err() {
+            self.acl = before;
+        }
+        self.acl_changed();
+        r
+    }
+
     /// Deletes rule `id` (of port `port` when given): the port it was on, `None` when no
     /// such rule.
     pub fn acl_del(&mut self, port: Option<&str>, id: u32) -> Option<String> {
