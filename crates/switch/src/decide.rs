@@ -1177,4 +1177,78 @@ mod tests {
             assert_eq!(v, w2.decide(&from(k, Station::Here)));
         }
     }
+
+    // Security groups.
+    #[test]
+    fn security_groups_judge_the_senders_in_and_each_receivers_out_rules() {
+        use crate::acl::{AclExtras, AclRuleSpec};
+        let mut w = World::l2(vec![
+            with(port(access(1)), |p| p.mirrored_to = Some(3)),
+            port(access(1)),
+            port(access(1)),
+            port(access(1)),
+        ]);
+        for (i, n) in ["a", "b", "c", "m"].iter().enumerate() {
+            w.acl.bind(i as PortId, Some(n));
+        }
+        let rule = |dir: &str, action: &str, dport: &str| AclRuleSpec {
+            dir: dir.into(),
+            action: action.into(),
+            proto: Some("tcp".into()),
+            dport: Some(dport.into()),
+            ..AclRuleSpec::default()
+        };
+        w.acl.add("a", &rule("in", "deny", "23")).unwrap();
+        w.acl.add("a", &rule("in", "allow-related", "80")).unwrap();
+        w.acl.add("c", &rule("out", "deny", "80")).unwrap();
+        let tcp = |port: PortId, dst: Dest, dport: u16, ct: CtState| Key {
+            extras: Extras {
+                acl: Some(AclExtras { ct, proto: 6, dport: w.acl.port_class(dport), ..AclExtras::default() }),
+                ..Extras::default()
+            },
+            ..key(port, dst)
+        };
+        let judged = |v: Verdict, commit: bool, hits: Vec<(PortId, u32)>| Verdict {
+            acl: AclVerdict { consulted: true, commit, hits },
+            ..v
+        };
+        let mirror = Output { mirror: true, ..out(3, None) };
+        let rows = [
+            (
+                "the sender's deny",
+                tcp(0, Dest::Station(1), 23, CtState::New),
+                judged(drop(DropCause::Acl), false, vec![(0, 0)]),
+            ),
+            (
+                "allow-related: remembered; the mirror still copies",
+                tcp(0, Dest::Station(1), 80, CtState::New),
+                judged(fwd(vec![out(1, None), mirror]), true, vec![(0, 1)]),
+            ),
+            (
+                "the receiver's out deny",
+                tcp(0, Dest::Station(2), 80, CtState::New),
+                judged(drop(DropCause::Acl), false, vec![(0, 1), (2, 0)]),
+            ),
+            (
+                "a flood leaves out the port that refuses it",
+                tcp(1, Dest::Unknown, 80, CtState::New),
+                judged(flooded(vec![out(0, None), out(3, None)]), false, vec![(2, 0)]),
+            ),
+            (
+                "a remembered connection's reply passes without rules",
+                tcp(2, Dest::Station(0), 23, CtState::Reply),
+                judged(fwd(vec![out(0, None), mirror]), false, vec![]),
+            ),
+            (
+                "invalid: judged, never remembered",
+                tcp(0, Dest::Station(1), 80, CtState::Invalid),
+                judged(fwd(vec![out(1, None), mirror]), false, vec![(0, 1)]),
+            ),
+        ];
+        for (what, k, want) in rows {
+            assert_eq!(w.decide(&k), want, "{what}");
+        }
+        let plain = World::l2(vec![port(access(1)), port(access(1))]);
+        assert_eq!(plain.decide(&key(0, Dest::Station(1))).acl, AclVerdict::default(), "no rules: not consulted");
+    }
 }

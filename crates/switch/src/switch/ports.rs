@@ -479,6 +479,7 @@ impl Switch {
         }
         self.fib.full_refusals = 0;
         self.fib.moves = 0;
+        self.acl.reset_hits();
     }
 
     /// The capacity of each class's queue at an output.
