@@ -445,6 +445,8 @@ pub struct AclTables {
     lengths: [Vec<u8>; 2],
     /// The first port of each port class (sorted; class i is `starts[i]..starts[i+1]`).
     starts: Vec<u16>,
+    /// The EtherTypes other than IPv4 and IPv6 that some rule names.
+    other_types: Vec<u16>,
 }
 
 /// What the security groups decided about one frame (part of its verdict).
@@ -657,6 +659,22 @@ impl AclTables {
         starts.sort_unstable();
         starts.dedup();
         self.starts = starts;
+        let mut t: Vec<u16> = self
+            .by_port
+            .values()
+            .flat_map(|p| &p.rules)
+            .filter_map(|r| r.ethertype)
+            .filter(|t| !matches!(t, 0x0800 | 0x86dd))
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        self.other_types = t;
+    }
+
+    /// Whether rules may judge frames of `ethertype`: IPv4 and IPv6, and the other
+    /// EtherTypes some rule names (frames of any other pass every security group alike).
+    pub fn judges(&self, ethertype: u16) -> bool {
+        matches!(ethertype, 0x0800 | 0x86dd) || self.other_types.contains(&ethertype)
     }
 
     /// The class of address `a`: the longest prefix a rule names that holds it (0: none).

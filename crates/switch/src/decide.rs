@@ -683,7 +683,7 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
 fn security_groups<P: Ports + ?Sized>(key: &Key, t: &Tables<'_, P>, v: &mut Verdict) {
     let x = key.extras.acl.unwrap_or_default();
     let any = t.acl.port_has_rules(key.port) || v.outputs.iter().any(|o| t.acl.port_has_rules(o.port));
-    if !any {
+    if !any || !t.acl.judges(key.ethertype) {
         return;
     }
     v.acl.consulted = true;
@@ -1250,5 +1250,19 @@ mod tests {
         }
         let plain = World::l2(vec![port(access(1)), port(access(1))]);
         assert_eq!(plain.decide(&key(0, Dest::Station(1))).acl, AclVerdict::default(), "no rules: not consulted");
+        let arp = Key { ethertype: 0x0806, ..key(0, Dest::Station(1)) };
+        assert_eq!(w.decide(&arp).acl, AclVerdict::default(), "ARP, which no rule names: not consulted");
+        w.acl
+            .add(
+                "b",
+                &AclRuleSpec {
+                    dir: "out".into(),
+                    action: "deny".into(),
+                    ethertype: Some("arp".into()),
+                    ..AclRuleSpec::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(w.decide(&arp).action, Action::Drop(DropCause::Acl), "once a rule names it");
     }
 }
