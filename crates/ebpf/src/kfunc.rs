@@ -93,6 +93,74 @@ pub fn kernel_ids() -> Result<Vec<(&'static str, u32)>, String> {
         .collect()
 }
 
+/// The probe (`bpf/ct_probe.c`): the conntrack kfuncs called as the kernel datapath is to
+/// call them, loaded (so this kernel's verifier took the rewritten calls).
+pub struct Probe {
+    ebpf: aya::Ebpf,
+}
+
+/// What [`Probe::run`] found of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probed {
+    /// Not an IPv4 TCP or UDP frame, or a kfunc failed.
+    Other,
+    /// No connection: it was remembered now.
+    Committed,
+    /// Its connection, in the direction it was opened.
+    Original,
+    /// Its connection's return direction.
+    Reply,
+    /// No connection, and the table is full.
+    Full,
+}
+
+const PROBE_PROGRAM: &str = "sluice_ct_probe";
+
+impl Probe {
+    /// Loads the probe (its kfunc calls rewritten for this kernel): the check that this
+    /// kernel takes conntrack kfunc calls from a TC program.
+    pub fn load() -> Result<Probe, String> {
+        #[cfg(sluice_bpf)]
+        static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ct_probe.o"));
+        #[cfg(not(sluice_bpf))]
+        static OBJECT: &[u8] = &[];
+        if OBJECT.is_empty() {
+            return Err(crate::Error::NotBuilt.to_string());
+        }
+        let ids = kernel_ids()?;
+        let mut object = OBJECT.to_vec();
+        rewrite_calls(&mut object, |n| ids.iter().find(|(k, _)| *k == n).map(|&(_, id)| id))?;
+        let mut ebpf = aya::EbpfLoader::new().load(&object).map_err(|e| format!("{e:#}"))?;
+        let prog: &mut aya::programs::SchedClassifier = ebpf
+            .program_mut(PROBE_PROGRAM)
+            .ok_or("the probe has no program")?
+            .try_into()
+            .map_err(|e| format!("{e}"))?;
+        prog.load().map_err(|e| crate::verifier_log(&e))?;
+        Ok(Probe { ebpf })
+    }
+
+    /// Runs the probe on `frame` (`BPF_PROG_TEST_RUN`, in the calling thread's network
+    /// namespace's connection table, zone 77).
+    pub fn run(&self, frame: &[u8]) -> Result<Probed, String> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let prog: &aya::programs::SchedClassifier =
+            self.ebpf.program(PROBE_PROGRAM).and_then(|p| p.try_into().ok()).ok_or("the probe has no program")?;
+        let fd = prog.fd().map_err(|e| e.to_string())?;
+        let mut skb = crate::sys::SkBuff::default();
+        let mut out = vec![0u8; frame.len() + 256];
+        let (code, _) = crate::sys::prog_test_run(fd.as_fd().as_raw_fd(), frame, &mut out, &mut skb)
+            .map_err(|e| format!("running the probe (BPF_PROG_TEST_RUN): {e}"))?;
+        Ok(match code {
+            1 => Probed::Committed,
+            2 => Probed::Original,
+            3 => Probed::Reply,
+            4 => Probed::Full,
+            _ => Probed::Other,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
