@@ -1,7 +1,7 @@
 //! Compiles the kernel datapath's programs (`bpf/exec.c`: the verdict executor and the
 //! egress guard), a program the verifier refuses for a test (`bpf/rejected.c`) and the
-//! user-space tunnels' socket filter (`bpf/tunnel_filter.c`) with clang into objects the
-//! crate embeds. First it
+//! user-space tunnels' socket filter (`bpf/tunnel_filter.c`), and the conntrack kfuncs'
+//! probe (`bpf/ct_probe.c`) with clang into objects the crate embeds. First it
 //! writes the header they include, `OUT_DIR/abi.h`, from the declarations in
 //! sluice-ebpf-abi that are also the crate's Rust structs: the maps' layouts are written
 //! once. Without clang the crate builds all the same, with no programs in it:
@@ -15,7 +15,7 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     println!("cargo::rustc-check-cfg=cfg(sluice_bpf)");
-    for f in ["bpf/exec.c", "bpf/rejected.c", "bpf/tunnel_filter.c"] {
+    for f in ["bpf/exec.c", "bpf/rejected.c", "bpf/tunnel_filter.c", "bpf/ct_probe.c"] {
         println!("cargo::rerun-if-changed={}", manifest.join(f).display());
     }
     println!("cargo::rerun-if-env-changed=CLANG");
@@ -49,7 +49,11 @@ fn main() {
     match compile("bpf/exec.c", "exec.o") {
         Ok(s) if s.success() => {
             println!("cargo::rustc-cfg=sluice_bpf");
-            for (src, obj) in [("bpf/rejected.c", "rejected.o"), ("bpf/tunnel_filter.c", "tunnel_filter.o")] {
+            for (src, obj) in [
+                ("bpf/rejected.c", "rejected.o"),
+                ("bpf/tunnel_filter.c", "tunnel_filter.o"),
+                ("bpf/ct_probe.c", "ct_probe.o"),
+            ] {
                 let r = compile(src, obj);
                 assert!(r.is_ok_and(|s| s.success()), "sluice-ebpf: clang failed to compile {src}");
             }

@@ -236,6 +236,15 @@ impl KernelSide {
         if !sluice_ebpf::available() {
             return Err(sluice_ebpf::Error::NotBuilt.into());
         }
+        // Security groups: whether this kernel takes conntrack kfunc calls from a TC
+        // program (until the kernel datapath looks connections up itself, the frames
+        // security groups judge go through the core either way).
+        match sluice_ebpf::kfunc::Probe::load() {
+            Ok(_) => tracing::debug!("the kernel takes the conntrack kfuncs"),
+            Err(e) => info!(
+                "the kernel does not take the conntrack kfuncs ({e}); security groups on this switch are decided and tracked by the core"
+            ),
+        }
         let sizes = Sizes { stations: cfg.fib_max.min(u32::MAX as usize) as u32, verdicts: VERDICTS };
         let dir = pin_dir(name);
         let lock = BpfLock::take()?;

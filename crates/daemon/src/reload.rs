@@ -163,6 +163,12 @@ impl Plan {
         if old.grants != new.grants {
             kept("grants (`sluice grant` changes them live)", grants(&old.grants), grants(&new.grants));
         }
+        // Security groups: a restart applies the file's, `sluice acl` changes them live.
+        kept("conntrack_max", old.conntrack_max.to_string(), new.conntrack_max.to_string());
+        if old.acls != new.acls || old.acl_defaults != new.acl_defaults {
+            let n = |s: &Settings| format!("{} rules, {} defaults", s.acls.len(), s.acl_defaults.len());
+            kept("[[acl]] (`sluice acl` changes them live)", n(old), format!("{}, changed", n(new)));
+        }
         // The gateway (address, range, DNS, uplink): its port, dnsmasq and table are made at
         // start, so a change takes a restart (`sluice switch restart` keeps the guests).
         let gateway = |g: &Option<sluice_api::config::GatewaySettings>| match g {

@@ -32,6 +32,36 @@ pub struct Runtime {
     /// adopts each one that still has the index recorded here.
     #[serde(default)]
     pub taps: Vec<TapRecord>,
+    /// The security groups as changed at runtime, if they were: they replace the file's at
+    /// the next start.
+    #[serde(default)]
+    pub acl: Option<AclState>,
+}
+
+/// Every port's security-group rules (in match order) and defaults other than `allow`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclState {
+    /// (port, rule).
+    pub rules: Vec<(String, sluice_switch::acl::AclRuleSpec)>,
+    /// (port, direction, action).
+    pub defaults: Vec<(String, sluice_switch::acl::Dir, sluice_switch::acl::AclAction)>,
+}
+
+impl AclState {
+    /// Switch `sw`'s security groups now.
+    pub fn of(sw: &sluice_switch::Switch) -> AclState {
+        use sluice_switch::acl::{AclAction, Dir};
+        let rules = sw.acl_list(None).into_iter().map(|l| (l.port, l.rule.spec())).collect();
+        let mut defaults = Vec::new();
+        for p in sw.acl_ports() {
+            for d in [Dir::In, Dir::Out] {
+                if sw.acl_default_of(&p, d) != AclAction::Allow {
+                    defaults.push((p.clone(), d, sw.acl_default_of(&p, d)));
+                }
+            }
+        }
+        AclState { rules, defaults }
+    }
 }
 
 /// A TAP the switch made.
@@ -119,6 +149,8 @@ struct Additions {
     macs: Vec<(u16, String, String)>,
     #[serde(default)]
     grants: Option<sluice_api::config::Grants>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acl: Option<AclState>,
 }
 
 /// The run directory's file: the TAPs (and, as an earlier version wrote it, everything).
@@ -162,15 +194,26 @@ impl Runtime {
         let additions = match parse::<Additions>(&kept, read) {
             Some(a) => a,
             // (A daemon of an earlier version kept everything in the run directory.)
-            None => Additions { ports: boot.ports, macs: boot.macs, grants: boot.grants },
+            None => Additions { ports: boot.ports, macs: boot.macs, grants: boot.grants, acl: None },
         };
-        Runtime { ports: additions.ports, macs: additions.macs, grants: additions.grants, taps: boot.taps }
+        Runtime {
+            ports: additions.ports,
+            macs: additions.macs,
+            grants: additions.grants,
+            taps: boot.taps,
+            acl: additions.acl,
+        }
     }
 
     /// Writes both files (atomically, owner-only); a failure is warned about.
     pub fn save(&self, name: &str) {
         let kept = sluice_sys::paths::ports_file(name);
-        let additions = Additions { ports: self.ports.clone(), macs: self.macs.clone(), grants: self.grants.clone() };
+        let additions = Additions {
+            ports: self.ports.clone(),
+            macs: self.macs.clone(),
+            grants: self.grants.clone(),
+            acl: self.acl.clone(),
+        };
         if let Err(e) = save_additions(name, &additions) {
             warn!(file = %kept.display(), "cannot keep the ports added at runtime ({e}); the next start will not attach them again");
         }
@@ -193,7 +236,7 @@ impl Runtime {
 /// many short-lived switches of labs and studies leave nothing behind.
 fn save_additions(name: &str, a: &Additions) -> std::io::Result<()> {
     use std::io::Write;
-    if a.ports.is_empty() && a.macs.is_empty() && a.grants.is_none() {
+    if a.ports.is_empty() && a.macs.is_empty() && a.grants.is_none() && a.acl.is_none() {
         return match std::fs::remove_file(sluice_sys::paths::ports_file(name)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),

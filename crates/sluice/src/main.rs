@@ -160,6 +160,10 @@ enum Cmd {
     ///   sluice status --json | jq .gateway.restarts
     #[command(verbatim_doc_comment)]
     Status(cli::StatusArgs),
+    /// Security groups: stateful allow/deny rules per port and direction, with hit
+    /// counters (docs/policy.md).
+    #[command(subcommand)]
+    Acl(cli::AclCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -497,6 +501,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Api(cli::ApiCmd::Schema) => cli::api_schema()?,
         Cmd::Events(a) => cli::events(a)?,
         Cmd::Status(a) => cli::status(&a)?,
+        Cmd::Acl(c) => cli::acl(c)?,
     }
     Ok(ExitCode::SUCCESS)
 }

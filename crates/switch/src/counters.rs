@@ -89,11 +89,16 @@ pub enum DropCause {
     Storm,
     /// A frame over a port's rate limit (`rate_in` at the input, `rate_out` at the output).
     RateLimit,
+    /// Refused by a security group: a `deny` rule, or the default action, of the sender's
+    /// `in` rules or the receiver's `out` rules.
+    Acl,
+    /// A connection a rule allowed could not be remembered: the connection table is full.
+    CtFull,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 23] = [
+    pub const ALL: [DropCause; 25] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -117,6 +122,8 @@ impl DropCause {
         DropCause::LinkLocal,
         DropCause::Storm,
         DropCause::RateLimit,
+        DropCause::Acl,
+        DropCause::CtFull,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -145,6 +152,8 @@ impl DropCause {
             DropCause::LinkLocal => "link_local",
             DropCause::Storm => "storm",
             DropCause::RateLimit => "rate_limit",
+            DropCause::Acl => "acl",
+            DropCause::CtFull => "ct_full",
         }
     }
 }
@@ -215,6 +224,12 @@ pub struct DropCounts {
     /// See [`DropCause::RateLimit`].
     #[serde(default)]
     pub rate_limit: u64,
+    /// See [`DropCause::Acl`].
+    #[serde(default)]
+    pub acl: u64,
+    /// See [`DropCause::CtFull`].
+    #[serde(default)]
+    pub ct_full: u64,
 }
 
 impl DropCounts {
@@ -254,6 +269,8 @@ impl DropCounts {
             DropCause::LinkLocal => self.link_local,
             DropCause::Storm => self.storm,
             DropCause::RateLimit => self.rate_limit,
+            DropCause::Acl => self.acl,
+            DropCause::CtFull => self.ct_full,
         }
     }
 
@@ -282,6 +299,8 @@ impl DropCounts {
             DropCause::LinkLocal => &mut self.link_local,
             DropCause::Storm => &mut self.storm,
             DropCause::RateLimit => &mut self.rate_limit,
+            DropCause::Acl => &mut self.acl,
+            DropCause::CtFull => &mut self.ct_full,
         }
     }
 

@@ -23,6 +23,7 @@ use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
+use crate::acl::{AclAction, AclExtras, AclTables, AclVerdict, CtState, Dir};
 use crate::config::{PortPolicy, SwitchConfig};
 use crate::counters::DropCause;
 use crate::fib::Fib;
@@ -126,6 +127,9 @@ pub struct Extras {
     pub src_ip: Option<Option<IpAddr>>,
     /// Layer 3 mode's extras.
     pub l3: Option<L3Extras>,
+    /// Security groups: the frame's connection state and classes, when any port of the
+    /// switch has rules.
+    pub acl: Option<AclExtras>,
 }
 
 /// Where a frame from a tunnel came from, as the decision reads it.
@@ -238,6 +242,8 @@ pub struct Verdict {
     /// Forward: charged to the input's `rate_in`; over it, the frame waits (user space)
     /// or is dropped at the input (`rate_limit`, kernel).
     pub meter_in: bool,
+    /// What the security groups decided.
+    pub acl: AclVerdict,
 }
 
 impl Default for Verdict {
@@ -251,6 +257,7 @@ impl Default for Verdict {
             learn_refused: false,
             storm: None,
             meter_in: false,
+            acl: AclVerdict::default(),
         }
     }
 }
@@ -267,6 +274,9 @@ impl Verdict {
         self.learn_refused = false;
         self.storm = None;
         self.meter_in = false;
+        self.acl.consulted = false;
+        self.acl.commit = false;
+        self.acl.hits.clear();
     }
 
     /// The outputs that are the frame's destinations (not mirror copies).
@@ -334,6 +344,8 @@ pub(crate) struct Tables<'a, P: Ports + ?Sized> {
     pub fib: &'a Fib,
     /// Layer 3: which port owns which address.
     pub l3: &'a L3Tables,
+    /// The security groups.
+    pub acl: &'a AclTables,
 }
 
 impl<P: Ports + ?Sized> Tables<'_, P> {
@@ -578,6 +590,12 @@ fn forward<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v:
             v.flood = false;
             return;
         }
+        if t.acl.active() {
+            security_groups(key, t, v);
+            if v.action != Action::Forward {
+                return;
+            }
+        }
         add_mirrors(key.port, a.vid, t, v);
         v.storm = storm(key.dst, &a.me.policy.storm);
         v.meter_in = a.me.policy.rate.rate_in > 0;
@@ -719,6 +737,59 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
     }
 }
 
+/// Security groups, on a frame about to be forwarded: the input's `in` rules, then each
+/// destination's `out` rules (a destination they refuse is left out; none left: dropped
+/// `acl`). A frame of a remembered connection (either way) passes without rules; a new
+/// one that an `allow-related` rule passed is to be remembered (`commit`).
+#[inline]
+fn security_groups<P: Ports + ?Sized>(key: &Key, t: &Tables<'_, P>, v: &mut Verdict) {
+    let x = key.extras.acl.unwrap_or_default();
+    let any = t.acl.port_has_rules(key.port) || v.outputs.iter().any(|o| t.acl.port_has_rules(o.port));
+    if !any || !t.acl.judges(key.ethertype) {
+        return;
+    }
+    v.acl.consulted = true;
+    if matches!(x.ct, CtState::Established | CtState::Reply) {
+        return;
+    }
+    let mut related = false;
+    if let Some((action, rule)) = t.acl.judge(key.port, Dir::In, key.ethertype, &x) {
+        if let Some(r) = rule {
+            v.acl.hits.push((key.port, r));
+        }
+        match action {
+            AclAction::Deny => {
+                drop_acl(v);
+                return;
+            }
+            AclAction::AllowRelated => related = true,
+            AclAction::Allow => {}
+        }
+    }
+    let mut out_related = false;
+    let hits = &mut v.acl.hits;
+    v.outputs.retain(|o| {
+        let Some((action, rule)) = t.acl.judge(o.port, Dir::Out, key.ethertype, &x) else { return true };
+        if let Some(r) = rule {
+            hits.push((o.port, r));
+        }
+        out_related |= action == AclAction::AllowRelated;
+        action != AclAction::Deny
+    });
+    if v.outputs.is_empty() {
+        drop_acl(v);
+        return;
+    }
+    v.acl.commit = (related || out_related) && x.ct == CtState::New;
+}
+
+fn drop_acl(v: &mut Verdict) {
+    v.action = Action::Drop(DropCause::Acl);
+    v.outputs.clear();
+    v.flood = false;
+    v.next_hop = None;
+}
+
 /// Appends copies for the mirrors of the frame's outputs and then of its input, once
 /// each, if they are live members of VLAN `vid` and not the input or an output already.
 #[inline]
@@ -785,16 +856,17 @@ mod tests {
         ports: Vec<Option<PortRules>>,
         fib: Fib,
         owners: L3Tables,
+        acl: AclTables,
     }
 
     impl World {
         fn new(mode: Mode, ports: Vec<Option<PortRules>>) -> Self {
             let cfg = SwitchConfig { mode, router_mac: ROUTER, port_mac_limit: 1024, ..SwitchConfig::default() };
-            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16) }
+            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16), acl: AclTables::default() }
         }
 
         fn tables(&self) -> Tables<'_, [Option<PortRules>]> {
-            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners }
+            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners, acl: &self.acl }
         }
 
         fn l2(ports: Vec<PortRules>) -> Self {
@@ -1232,5 +1304,93 @@ mod tests {
             decide_learned(&from(k, Station::Here), adm, &w2.tables(), &mut v);
             assert_eq!(v, w2.decide(&from(k, Station::Here)));
         }
+    }
+
+    // Security groups.
+    #[test]
+    fn security_groups_judge_the_senders_in_and_each_receivers_out_rules() {
+        use crate::acl::{AclExtras, AclRuleSpec};
+        let mut w = World::l2(vec![
+            with(port(access(1)), |p| p.mirrored_to = Some(3)),
+            port(access(1)),
+            port(access(1)),
+            port(access(1)),
+        ]);
+        for (i, n) in ["a", "b", "c", "m"].iter().enumerate() {
+            w.acl.bind(i as PortId, Some(n));
+        }
+        let rule = |dir: &str, action: &str, dport: &str| AclRuleSpec {
+            dir: dir.into(),
+            action: action.into(),
+            proto: Some("tcp".into()),
+            dport: Some(dport.into()),
+            ..AclRuleSpec::default()
+        };
+        w.acl.add("a", &rule("in", "deny", "23")).unwrap();
+        w.acl.add("a", &rule("in", "allow-related", "80")).unwrap();
+        w.acl.add("c", &rule("out", "deny", "80")).unwrap();
+        let tcp = |port: PortId, dst: Dest, dport: u16, ct: CtState| Key {
+            extras: Extras {
+                acl: Some(AclExtras { ct, proto: 6, dport: w.acl.port_class(dport), ..AclExtras::default() }),
+                ..Extras::default()
+            },
+            ..key(port, dst)
+        };
+        let judged = |v: Verdict, commit: bool, hits: Vec<(PortId, u32)>| Verdict {
+            acl: AclVerdict { consulted: true, commit, hits },
+            ..v
+        };
+        let mirror = Output { mirror: true, ..out(3, None) };
+        let rows = [
+            (
+                "the sender's deny",
+                tcp(0, Dest::Station(1), 23, CtState::New),
+                judged(drop(DropCause::Acl), false, vec![(0, 0)]),
+            ),
+            (
+                "allow-related: remembered; the mirror still copies",
+                tcp(0, Dest::Station(1), 80, CtState::New),
+                judged(fwd(vec![out(1, None), mirror]), true, vec![(0, 1)]),
+            ),
+            (
+                "the receiver's out deny",
+                tcp(0, Dest::Station(2), 80, CtState::New),
+                judged(drop(DropCause::Acl), false, vec![(0, 1), (2, 0)]),
+            ),
+            (
+                "a flood leaves out the port that refuses it",
+                tcp(1, Dest::Unknown, 80, CtState::New),
+                judged(flooded(vec![out(0, None), out(3, None)]), false, vec![(2, 0)]),
+            ),
+            (
+                "a remembered connection's reply passes without rules",
+                tcp(2, Dest::Station(0), 23, CtState::Reply),
+                judged(fwd(vec![out(0, None), mirror]), false, vec![]),
+            ),
+            (
+                "invalid: judged, never remembered",
+                tcp(0, Dest::Station(1), 80, CtState::Invalid),
+                judged(fwd(vec![out(1, None), mirror]), false, vec![(0, 1)]),
+            ),
+        ];
+        for (what, k, want) in rows {
+            assert_eq!(w.decide(&k), want, "{what}");
+        }
+        let plain = World::l2(vec![port(access(1)), port(access(1))]);
+        assert_eq!(plain.decide(&key(0, Dest::Station(1))).acl, AclVerdict::default(), "no rules: not consulted");
+        let arp = Key { ethertype: 0x0806, ..key(0, Dest::Station(1)) };
+        assert_eq!(w.decide(&arp).acl, AclVerdict::default(), "ARP, which no rule names: not consulted");
+        w.acl
+            .add(
+                "b",
+                &AclRuleSpec {
+                    dir: "out".into(),
+                    action: "deny".into(),
+                    ethertype: Some("arp".into()),
+                    ..AclRuleSpec::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(w.decide(&arp).action, Action::Drop(DropCause::Acl), "once a rule names it");
     }
 }

@@ -161,6 +161,7 @@ impl Switch {
         self.generation += 1;
         let storm_buckets = cfg.policy.storm.meters().map(crate::meter::Bucket::new);
         let rate_in = crate::meter::Bucket::new(cfg.policy.rate.meter(cfg.policy.rate.rate_in));
+        self.acl.bind(id, Some(&cfg.name));
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
@@ -234,6 +235,7 @@ impl Switch {
             }
         }
         self.departed.accumulate(&slot.counters);
+        self.acl.bind(id, None);
         for c in self.captures.iter_mut().flatten().filter(|c| c.port == id) {
             c.ended = true;
         }
@@ -482,6 +484,7 @@ impl Switch {
         }
         self.fib.full_refusals = 0;
         self.fib.moves = 0;
+        self.acl.reset_hits();
     }
 
     /// The capacity of each class's queue at an output.
