@@ -203,6 +203,10 @@ abi! {
         pub const STORM: usize = 21 => D_STORM;
         /// `rate_limit`
         pub const RATE_LIMIT: usize = 22 => D_RATE_LIMIT;
+        /// `acl`
+        pub const ACL: usize = 23 => D_ACL;
+        /// `ct_full`
+        pub const CT_FULL: usize = 24 => D_CT_FULL;
     }
 
     /// One port's counters on one CPU: the value of `sluice_stats`, by slot.
@@ -355,6 +359,9 @@ abi! {
     /// core's answer in Layer 3, which a table of stations by VLAN and address cannot give
     /// when two ports' guests share an address).
     pub const X_GUEST: u16 = 1 << 5 => X_GUEST;
+    /// Security groups: track an IP frame's connection in the kernel's conntrack (zone
+    /// `ExecConfig::ct_zone`) and read its classes ([`FlowKey::ct`] and after).
+    pub const X_CT: u16 = 1 << 6 => X_CT;
 
     /// Stage 1's verdict, in `sluice_admits` by [`AdmitKey`].
     pub struct Admit => sluice_admit {
@@ -436,6 +443,62 @@ abi! {
         pub src_mac: [u8; 6],
         /// `X_SRC_IP`, `CLAIM_V4` or `CLAIM_V6`: the claimed source address.
         pub src_ip: [u8; 16],
+        // Security groups (`X_CT`), IPv4 and IPv6 frames; else all zero.
+        /// `CTS_*`: the frame's connection as the kernel's conntrack has it.
+        pub ct: u8,
+        /// The IP protocol.
+        pub ct_proto: u8,
+        /// ICMP and ICMPv6: the message type.
+        pub icmp_type: u8,
+        pub pad_ct: [u8; 3],
+        /// The class of the source address (`sluice_acl_v4`, `sluice_acl_v6`; 0: none).
+        pub src_class: u32,
+        /// The class of the destination address.
+        pub dst_class: u32,
+        /// TCP and UDP: the class of the destination port (`sluice_acl_ports`).
+        pub dport_class: u32,
+    }
+
+    // Security groups on the kernel datapath: the kernel's conntrack, the core's classes.
+
+    /// [`FlowKey::ct`]: not tracked (not TCP or UDP, a later fragment, or no `X_CT`).
+    pub const CTS_UNTRACKED: u8 = 0 => CTS_UNTRACKED;
+    /// No connection: the rules decide.
+    pub const CTS_NEW: u8 = 1 => CTS_NEW;
+    /// A remembered connection, in the direction it was opened.
+    pub const CTS_ESTABLISHED: u8 = 2 => CTS_ESTABLISHED;
+    /// A remembered connection's return traffic.
+    pub const CTS_REPLY: u8 = 3 => CTS_REPLY;
+    /// A TCP segment other than a SYN with no connection.
+    pub const CTS_INVALID: u8 = 4 => CTS_INVALID;
+
+    /// [`Verdict::ct`]: nothing to do with the frame's connection.
+    pub const CT_NONE: u8 = 0 => CT_NONE;
+    /// Remember the frame's connection (a new one an `allow-related` rule passed) in the
+    /// zone; the table full, the frame is dropped at the input (`ct_full`).
+    pub const CT_COMMIT: u8 = 1 => CT_COMMIT;
+
+    /// A key of the address class tries (`sluice_acl_v4`, `sluice_acl_v6`; LPM): the
+    /// prefix length counts the 32 bits of `set` and the address's.
+    pub struct AclAddrKey => sluice_acl_addr_key {
+        /// 32 + the prefix's length.
+        pub prefixlen: u32,
+        /// The class set, big-endian ([`ExecConfig::acl_set`]).
+        pub set: [u8; 4],
+        /// The address; IPv4 in the first 4 bytes.
+        pub addr: [u8; 16],
+    }
+
+    /// A key of the port class trie (`sluice_acl_ports`; LPM): a port range split into
+    /// prefixes.
+    pub struct AclPortKey => sluice_acl_port_key {
+        /// 32 + the prefix's length (0 to 16 bits of the port).
+        pub prefixlen: u32,
+        /// The class set, big-endian.
+        pub set: [u8; 4],
+        /// The destination port, big-endian.
+        pub port: [u8; 2],
+        pub pad: [u8; 2],
     }
 
     /// [`Output::kind`]: a guest's veth: the frame itself is sent with
@@ -514,7 +577,8 @@ abi! {
         pub n_out: u8,
         /// `NH_*`: the destination MAC address's rewrite.
         pub next_hop: u8,
-        pub pad: u8,
+        /// `CT_*`: what the executor does with the frame's connection (`ACT_FORWARD`).
+        pub ct: u8,
         /// `NH_MAC`: the destination MAC address.
         pub next_mac: [u8; 6],
         pub pad2: u32,
@@ -582,6 +646,13 @@ abi! {
         /// bucket is empty is dropped, `upcall_limit`.
         pub upcall_burst: u32,
         pub pad: u32,
+        // Security groups.
+        /// The kernel conntrack zone of the switch's connections.
+        pub ct_zone: u16,
+        pub pad_ct: u16,
+        /// The class set the class tries are read in: the daemon writes a new set and then
+        /// switches to it with the generation.
+        pub acl_set: u32,
     }
 
     // Meters (storm control, rate limits): token buckets the daemon sets and the program

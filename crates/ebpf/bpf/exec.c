@@ -138,6 +138,35 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_neigh SEC(".maps");
 
+/* Security groups (X_CT): the core's compiled classes, by class set (core-written; a new
+ * set for each change of the rules, switched to with the generation). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_acl_addr_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_acl_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_acl_addr_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_acl_v6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_acl_port_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_acl_ports SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -834,6 +863,249 @@ static __always_inline void heard(__u32 ifindex, __u32 slot, __u32 in_flags, __u
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* The kernel's conntrack, through its kfuncs: placeholder helper ids the loader rewrites
+ * into kfunc calls of the running kernel (src/kfunc.rs, KFUNCS). Entries these calls
+ * insert are never advanced by netfilter (the frames are redirected at tc), so the
+ * executor keeps them as the core's tracker does (crates/switch/src/conntrack.rs): a
+ * reply marks the connection replied (SEEN_REPLY|ASSURED, never at the commit, so that a
+ * full table can still evict the unreplied), a FIN or RST marks it closing (bit 0 of the
+ * mark), and each frame refreshes its timeout — at most once a second (the second of the
+ * last refresh in the mark's upper bits), or at once when its state changed. */
+struct bpf_ct_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u16 ct_zone_id;
+	__u8 ct_zone_dir;
+	__u8 reserved[3];
+};
+struct nf_conn {
+	unsigned long status;
+	__u32 mark;
+} __attribute__((preserve_access_index));
+struct nf_conn___init {
+	struct nf_conn ct;
+} __attribute__((preserve_access_index));
+
+static struct nf_conn *(*bpf_skb_ct_lookup)(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
+					    struct bpf_ct_opts *, __u32) = (void *)0x7f00;
+static struct nf_conn___init *(*bpf_skb_ct_alloc)(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
+						  struct bpf_ct_opts *, __u32) = (void *)0x7f01;
+static struct nf_conn *(*bpf_ct_insert_entry)(struct nf_conn___init *) = (void *)0x7f02;
+static void (*bpf_ct_release)(struct nf_conn *) = (void *)0x7f03;
+static void (*bpf_ct_set_timeout)(struct nf_conn___init *, __u32) = (void *)0x7f04;
+static int (*bpf_ct_change_timeout)(struct nf_conn *, __u32) = (void *)0x7f05;
+static int (*bpf_ct_change_status)(struct nf_conn *, __u32) = (void *)0x7f07;
+
+#define IPS_SEEN_REPLY (1 << 1)
+#define IPS_ASSURED (1 << 2)
+#define CTM_CLOSING 1u
+#define CTM_SECOND_SHIFT 8
+#define TCPF_FIN 0x01
+#define TCPF_SYN 0x02
+#define TCPF_RST 0x04
+#define TCPF_ACK 0x10
+
+/* The core's timeouts (ms): crates/switch/src/conntrack.rs. */
+#define TCP_UNREPLIED_MS 120000u
+#define TCP_ESTABLISHED_MS (5u * 24 * 3600 * 1000)
+#define TCP_CLOSING_MS 10000u
+#define UDP_UNREPLIED_MS 30000u
+#define UDP_REPLIED_MS 120000u
+
+/* An IP frame's connection, as X_CT reads it. */
+struct ct_frame {
+	struct bpf_sock_tuple t;
+	__u32 tuple_sz; /* 0: not trackable (not TCP or UDP, a later fragment, cut short) */
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 icmp_type;
+	__u8 v6;
+	__u16 dport;    /* host order */
+	__u8 addrs;     /* both addresses were read */
+};
+
+/* Reads what X_CT needs of an IPv4 or IPv6 frame (the core's `read_flow`): addresses,
+ * protocol, ports and TCP flags of a first fragment, an ICMP type. -1: not IP, or cut
+ * short before the addresses. */
+static __always_inline int ct_read(struct __sk_buff *skb, const struct l2 *f, struct ct_frame *cf)
+{
+	__u8 h[20];
+	__u32 l4;
+	int first = 1;
+
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4)
+			return -1;
+		__u32 ihl = (h[0] & 0x0f) * 4;
+		l4 = f->off + ihl;
+		cf->proto = h[9];
+		first = ((((__u16)h[6] << 8) | h[7]) & 0x1fff) == 0;
+		__builtin_memcpy(&cf->t.ipv4.saddr, &h[12], 4);
+		__builtin_memcpy(&cf->t.ipv4.daddr, &h[16], 4);
+		cf->v6 = 0;
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 8) || (h[0] >> 4) != 6)
+			return -1;
+		/* (The tuple's source and destination follow each other, as in the header.) */
+		if (bpf_skb_load_bytes(skb, f->off + 8, cf->t.ipv6.saddr, 32))
+			return -1;
+		l4 = f->off + 40;
+		cf->proto = h[6];
+		cf->v6 = 1;
+	} else {
+		return -1;
+	}
+	cf->addrs = 1;
+	if (!first)
+		return 0;
+	if (cf->proto == IPPROTO_TCP || cf->proto == IPPROTO_UDP) {
+		__u8 p[4];
+		if (bpf_skb_load_bytes(skb, l4, p, 4))
+			return 0;
+		cf->dport = ((__u16)p[2] << 8) | p[3];
+		if (cf->proto == IPPROTO_TCP && bpf_skb_load_bytes(skb, l4 + 13, &cf->tcp_flags, 1))
+			return 0;
+		if (cf->v6) {
+			__builtin_memcpy(&cf->t.ipv6.sport, &p[0], 2);
+			__builtin_memcpy(&cf->t.ipv6.dport, &p[2], 2);
+			cf->tuple_sz = sizeof(cf->t.ipv6);
+		} else {
+			__builtin_memcpy(&cf->t.ipv4.sport, &p[0], 2);
+			__builtin_memcpy(&cf->t.ipv4.dport, &p[2], 2);
+			cf->tuple_sz = sizeof(cf->t.ipv4);
+		}
+	} else if (cf->proto == IPPROTO_ICMP || cf->proto == 58) {
+		__u8 t;
+		if (!bpf_skb_load_bytes(skb, l4, &t, 1))
+			cf->icmp_type = t;
+	}
+	return 0;
+}
+
+/* The timeout (ms) of a connection of `proto` in its state. */
+static __always_inline __u32 ct_timeout(__u8 proto, int replied, int closing)
+{
+	if (proto == IPPROTO_TCP)
+		return closing ? TCP_CLOSING_MS : replied ? TCP_ESTABLISHED_MS : TCP_UNREPLIED_MS;
+	return replied ? UDP_REPLIED_MS : UDP_UNREPLIED_MS;
+}
+
+/* The class of address `a` (4 or 16 bytes) in class set `set`. */
+static __always_inline __u32 addr_class(const void *a, int v6, __u32 set)
+{
+	struct sluice_acl_addr_key ak = { .prefixlen = 32 + (v6 ? 128 : 32) };
+	__u32 s = bpf_htonl(set);
+	__builtin_memcpy(ak.set, &s, 4);
+	__u32 *c;
+	if (v6) {
+		__builtin_memcpy(ak.addr, a, 16);
+		c = bpf_map_lookup_elem(&sluice_acl_v6, &ak);
+	} else {
+		__builtin_memcpy(ak.addr, a, 4);
+		c = bpf_map_lookup_elem(&sluice_acl_v4, &ak);
+	}
+	return c ? *c : 0;
+}
+
+/* X_CT: the frame's connection state (looked up in the zone `ct_zone`, and kept: replied,
+ * closing, its timeout refreshed) and its classes in the set `acl_set` (the core's
+ * `acl_extras`). A separate call, so that its stack is not held while the executor runs. */
+static __noinline void ct_extras(struct __sk_buff *skb, const struct l2 *f, struct sluice_flow_key *k)
+{
+	struct sluice_exec_config *cfg = config();
+	__u32 zone = cfg ? cfg->ct_zone : 0, set = cfg ? cfg->acl_set : 0;
+	struct ct_frame cf = {};
+
+	if (ct_read(skb, f, &cf))
+		return;
+	k->ct_proto = cf.proto;
+	k->icmp_type = cf.icmp_type;
+	if (cf.v6) {
+		k->src_class = addr_class(cf.t.ipv6.saddr, 1, set);
+		k->dst_class = addr_class(cf.t.ipv6.daddr, 1, set);
+	} else {
+		k->src_class = addr_class(&cf.t.ipv4.saddr, 0, set);
+		k->dst_class = addr_class(&cf.t.ipv4.daddr, 0, set);
+	}
+	{
+		struct sluice_acl_port_key pk = { .prefixlen = 32 + 16 };
+		__u32 s = bpf_htonl(set);
+		__builtin_memcpy(pk.set, &s, 4);
+		pk.port[0] = cf.dport >> 8;
+		pk.port[1] = cf.dport & 0xff;
+		__u32 *c = bpf_map_lookup_elem(&sluice_acl_ports, &pk);
+		k->dport_class = c ? *c : 0;
+	}
+	__u64 sz = cf.tuple_sz;
+	if (!sz)
+		return;
+	/* (The bound, kept from the compiler, is the verifier's.) */
+	asm volatile("" : "+r"(sz));
+	if (sz > sizeof(cf.t.ipv6))
+		return;
+	struct bpf_ct_opts o = { .netns_id = -1, .l4proto = cf.proto, .ct_zone_id = zone };
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &cf.t, sz, &o, sizeof(o));
+	if (!ct) {
+		int syn = (cf.tcp_flags & (TCPF_SYN | TCPF_ACK | TCPF_RST)) == TCPF_SYN;
+		k->ct = (cf.proto == IPPROTO_TCP && !syn) ? CTS_INVALID : CTS_NEW;
+		return;
+	}
+	int reply = o.dir != 0;
+	k->ct = reply ? CTS_REPLY : CTS_ESTABLISHED;
+	unsigned long status = ct->status;
+	__u32 mark = ct->mark;
+	int replied = (status & IPS_SEEN_REPLY) != 0;
+	int closing = (mark & CTM_CLOSING) != 0;
+	int changed = 0;
+	if (reply && !replied) {
+		bpf_ct_change_status(ct, (__u32)status | IPS_SEEN_REPLY | IPS_ASSURED);
+		replied = 1;
+		changed = 1;
+	}
+	if (cf.proto == IPPROTO_TCP && (cf.tcp_flags & (TCPF_FIN | TCPF_RST)) && !closing) {
+		closing = 1;
+		changed = 1;
+	}
+	__u32 second = (__u32)(bpf_ktime_get_ns() >> 30) << CTM_SECOND_SHIFT;
+	if (changed || (mark & ~0xffu) != second) {
+		ct->mark = second | (closing ? CTM_CLOSING : 0);
+		bpf_ct_change_timeout(ct, ct_timeout(cf.proto, replied, closing));
+	}
+	bpf_ct_release(ct);
+}
+
+/* CT_COMMIT: remembers the frame's connection in the zone `ct_zone` (a new one the core's rules
+ * let open): 0, or -1 when the table is full. A tuple inserted meanwhile (another CPU's
+ * frame of the same connection) is taken as remembered. */
+static __noinline int ct_commit(struct __sk_buff *skb, const struct l2 *f)
+{
+	struct sluice_exec_config *cfg = config();
+	__u32 zone = cfg ? cfg->ct_zone : 0;
+	struct ct_frame cf = {};
+
+	if (ct_read(skb, f, &cf))
+		return 0;
+	__u64 sz = cf.tuple_sz;
+	if (!sz)
+		return 0;
+	/* (The bound, kept from the compiler, is the verifier's.) */
+	asm volatile("" : "+r"(sz));
+	if (sz > sizeof(cf.t.ipv6))
+		return 0;
+	struct bpf_ct_opts o = { .netns_id = -1, .l4proto = cf.proto, .ct_zone_id = zone };
+	struct nf_conn___init *n = bpf_skb_ct_alloc(skb, &cf.t, sz, &o, sizeof(o));
+	if (!n)
+		return o.error == -12 ? -1 : 0;
+	bpf_ct_set_timeout(n, ct_timeout(cf.proto, 0, 0));
+	n->ct.mark = (__u32)(bpf_ktime_get_ns() >> 30) << CTM_SECOND_SHIFT;
+	struct nf_conn *ct = bpf_ct_insert_entry(n);
+	if (ct)
+		bpf_ct_release(ct);
+	return 0;
+}
+
 /* The program's body: sluice_exec, and sluice_exec_tunneled after it gave the frame a
  * tunnel key. */
 static __always_inline int exec_frame(struct __sk_buff *skb)
@@ -979,6 +1251,8 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		claim(skb, &f, &k);
 	if (mask & X_L3)
 		l3_extras(skb, &f, &k);
+	if (mask & X_CT)
+		ct_extras(skb, &f, &k);
 
 	struct sluice_verdict *v = bpf_map_lookup_elem(&sluice_verdicts, &k);
 	if (!v || v->generation != gen)
@@ -1005,6 +1279,12 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	 * charged by the frame's bytes on the wire, a GSO frame whole. */
 	if ((v->flags & V_METER_IN) && !meter_take(slot, METER_RATE_IN, skb->len + (skb->vlan_present ? 4 : 0))) {
 		drop(c, D_RATE_LIMIT);
+		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
+	}
+	/* Security groups: a new connection the rules let open is remembered; the table
+	 * full, the frame is dropped (the host's all the same, if it is the host's). */
+	if (v->ct == CT_COMMIT && ct_commit(skb, &f)) {
+		drop(c, D_CT_FULL);
 		return (v->flags & V_HOST) ? TC_ACT_OK : TC_ACT_SHOT;
 	}
 	return execute(skb, slot, c, &f, vlan, v, l3);

@@ -415,7 +415,13 @@ pub fn lock(p: &FastPort, slot: u16) -> Option<(abi::LockKey, u32)> {
 /// interface `upcall_ifindex` (0: none, they are dropped as `upcall_lost`), each input
 /// within `budget`.
 pub fn config(generation: u64, upcall_ifindex: u32, budget: crate::exec::UpcallBudget) -> abi::ExecConfig {
-    abi::ExecConfig { generation, upcall_ifindex, upcall_rate: budget.rate, upcall_burst: budget.burst, pad: 0 }
+    abi::ExecConfig {
+        generation,
+        upcall_ifindex,
+        upcall_rate: budget.rate,
+        upcall_burst: budget.burst,
+        ..abi::ExecConfig::default()
+    }
 }
 
 #[cfg(test)]
@@ -719,7 +725,13 @@ mod tests {
         assert_eq!(lock(&port(), 5), None);
         assert_eq!(
             config(5, 9, crate::exec::UpcallBudget { rate: 7, burst: 8 }),
-            abi::ExecConfig { generation: 5, upcall_ifindex: 9, upcall_rate: 7, upcall_burst: 8, pad: 0 }
+            abi::ExecConfig {
+                generation: 5,
+                upcall_ifindex: 9,
+                upcall_rate: 7,
+                upcall_burst: 8,
+                ..abi::ExecConfig::default()
+            }
         );
     }
 

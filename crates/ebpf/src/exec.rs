@@ -256,10 +256,12 @@ impl Executor {
     #[doc(hidden)]
     pub fn open_object(object: &[u8], dir: &Path, sizes: Sizes) -> Result<Self, Error> {
         let stations = sizes.stations.max(1);
-        // Kfunc placeholders become kfunc calls of this kernel (its BTF read only if any).
+        // Kfunc placeholders become kfunc calls of this kernel (its BTF read only if any);
+        // a kernel without the conntrack kfuncs gets `r0 = 0` for them, and the executor
+        // tracks no connection (the daemon's start-up probe says so).
         let mut object = object.to_vec();
         let btf = std::cell::OnceCell::new();
-        crate::kfunc::rewrite_calls(&mut object, |name| {
+        crate::kfunc::rewrite_calls_or_null(&mut object, |name| {
             btf.get_or_init(|| aya::Btf::from_sys_fs().ok())
                 .as_ref()?
                 .id_by_type_name_kind(name, aya_obj::btf::BtfKind::Func)
@@ -341,6 +343,12 @@ impl Executor {
     /// Sets every input's upcall budget (each input's bucket keeps what it holds).
     pub fn set_upcall_budget(&mut self, b: UpcallBudget) -> Result<(), Error> {
         self.write_config(abi::ExecConfig { upcall_rate: b.rate, upcall_burst: b.burst, ..self.cfg })
+    }
+
+    /// Security groups: the kernel conntrack zone the executor tracks the switch's
+    /// connections in (frames whose stage-1 mask has `X_CT`), and the class set it reads.
+    pub fn set_conntrack(&mut self, zone: u16, acl_set: u32) -> Result<(), Error> {
+        self.write_config(abi::ExecConfig { ct_zone: zone, acl_set, ..self.cfg })
     }
 
     fn write_config(&mut self, c: abi::ExecConfig) -> Result<(), Error> {

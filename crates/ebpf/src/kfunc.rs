@@ -33,6 +33,20 @@ const SHF_EXECINSTR: u64 = 0x4;
 /// of the kfunc whose id `id_of` gives (its name → its BTF id, `None`: the kernel lacks it).
 /// Returns how many calls it rewrote.
 pub fn rewrite_calls(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>) -> Result<usize, String> {
+    rewrite(elf, id_of, false).map(|(n, _)| n)
+}
+
+/// As [`rewrite_calls`], but a call of a kfunc the kernel lacks becomes `r0 = 0` (no
+/// entry, no allocation, success): the executor then sees every connection as new and
+/// commits none. Returns how many calls it rewrote and how many it replaced so.
+pub fn rewrite_calls_or_null(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>) -> Result<(usize, usize), String> {
+    rewrite(elf, id_of, true)
+}
+
+/// `BPF_ALU64 | BPF_MOV | BPF_K`.
+const MOV64_IMM: u8 = 0xb7;
+
+fn rewrite(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>, stub: bool) -> Result<(usize, usize), String> {
     let ranges: Vec<(u64, u64, String)> = {
         let file = object::File::parse(&*elf).map_err(|e| format!("not an ELF object: {e}"))?;
         file.sections()
@@ -43,7 +57,7 @@ pub fn rewrite_calls(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>) -> Res
             })
             .collect()
     };
-    let mut n = 0;
+    let (mut n, mut stubbed) = (0, 0);
     for (off, len, section) in ranges {
         let (off, len) =
             (usize::try_from(off).map_err(|e| e.to_string())?, usize::try_from(len).map_err(|e| e.to_string())?);
@@ -63,6 +77,12 @@ pub fn rewrite_calls(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>) -> Res
                 && insn[1] == 0
                 && let Some((_, name)) = KFUNCS.iter().find(|(id, _)| *id == imm)
             {
+                if stub && id_of(name).is_none() {
+                    insn.copy_from_slice(&[MOV64_IMM, 0, 0, 0, 0, 0, 0, 0]);
+                    stubbed += 1;
+                    i += 8;
+                    continue;
+                }
                 let id = id_of(name).ok_or_else(|| {
                     format!(
                         "this kernel has no kfunc {name} (needs nf_conntrack built in, or loaded, with BTF: CONFIG_NF_CONNTRACK and CONFIG_DEBUG_INFO_BTF)"
@@ -76,7 +96,7 @@ pub fn rewrite_calls(elf: &mut [u8], id_of: impl Fn(&str) -> Option<u32>) -> Res
             i += 8;
         }
     }
-    Ok(n)
+    Ok((n, stubbed))
 }
 
 /// The ids of [`KFUNCS`] in the running kernel's BTF (`/sys/kernel/btf/vmlinux`), or why
@@ -238,5 +258,11 @@ mod tests {
         assert_eq!(&f[data..data + code.len()], &code[..], "a data section is not code");
         let e = rewrite_calls(&mut elf(&code), |_| None).unwrap_err();
         assert!(e.contains("bpf_skb_ct_lookup"), "{e}");
+        // Or, for the executor, a missing kfunc's call is `r0 = 0`.
+        let mut f = elf(&code);
+        let only_release = |n: &str| (n == "bpf_ct_release").then_some(7);
+        assert_eq!(rewrite_calls_or_null(&mut f, only_release), Ok((1, 1)));
+        assert_eq!(&f[text..text + 8], &insn(MOV64_IMM, 0, 0), "lookup: r0 = 0");
+        assert_eq!(&f[text + 32..text + 40], &insn(CALL, 2 << 4, 7), "release");
     }
 }

@@ -975,3 +975,83 @@ fn rate_in_polices_by_bytes_what_the_verdict_charges() {
         assert_eq!(ex.counters(3).v[c::RX_DROP + d::RATE_LIMIT], 2);
     });
 }
+
+/// A UDP datagram (or a TCP segment with `flags`) from `src:sport` to `dst:dport`.
+fn l4(src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let mut p = ipv4(src, dst, proto, 80);
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&dport.to_be_bytes());
+    if proto == 6 {
+        p[33] = flags;
+    }
+    p
+}
+
+#[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs and the kernel's conntrack in a network namespace of its own); scripts/test.sh runs it"]
+fn connections_are_tracked_in_the_kernels_conntrack_as_the_verdict_commits_them() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-test");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (i1, _), (o1, _), (up, _)) = (veth("in0"), veth("in1"), veth("out1"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        ex.set_conntrack(4242, 0).unwrap();
+        ex.set_input(i0, &input(0)).unwrap();
+        ex.set_input(i1, &input(1)).unwrap();
+        ex.set_station(1, A, 0, false).unwrap();
+        ex.set_station(1, B, 1, false).unwrap();
+        for slot in [0, 1] {
+            ex.install_admit(
+                &admit_key(slot, abi::TAG_NONE, 0, abi::DST_UNKNOWN),
+                &admitted(1, abi::X_DST_STATION | abi::X_CT),
+            )
+            .unwrap();
+        }
+        let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let key = |slot: u16, dst_slot: u16, proto: u8, ct: u8| abi::FlowKey {
+            ct,
+            ct_proto: proto,
+            ..flow(slot, 1, 0x0800, abi::SRC_HERE, abi::DST_STATION, dst_slot)
+        };
+        let pass = forward(&[out(o1, 1, abi::OUT_PEER)]);
+        let commit = abi::Verdict { ct: abi::CT_COMMIT, ..pass };
+        // Each state its own verdict, told apart by the drop cause it counts.
+        for proto in [6, 17] {
+            ex.install(&key(0, 1, proto, abi::CTS_NEW), &commit).unwrap();
+            ex.install(&key(0, 1, proto, abi::CTS_ESTABLISHED), &verdict(abi::ACT_DROP, d::SAME_PORT as u8)).unwrap();
+            ex.install(&key(1, 0, proto, abi::CTS_REPLY), &verdict(abi::ACT_DROP, d::ISOLATED as u8)).unwrap();
+            ex.install(&key(1, 0, proto, abi::CTS_INVALID), &verdict(abi::ACT_DROP, d::NOT_IP as u8)).unwrap();
+            ex.install(&key(1, 0, proto, abi::CTS_NEW), &verdict(abi::ACT_DROP, d::NO_ROUTE as u8)).unwrap();
+        }
+        let out = |p: &[u8]| frame(B, A, None, 0x0800, p);
+        let back = |p: &[u8]| frame(A, B, None, 0x0800, p);
+        // UDP: new (committed), then established; the reply is a reply.
+        assert_eq!(run(&ex, &out(&l4(a, b, 17, 5000, 53, 0)), &at(i0)).code, REDIRECT, "new: committed, sent");
+        assert_eq!(run(&ex, &out(&l4(a, b, 17, 5000, 53, 0)), &at(i0)).code, SHOT, "established");
+        assert_eq!(run(&ex, &back(&l4(b, a, 17, 53, 5000, 0)), &at(i1)).code, SHOT, "reply");
+        assert_eq!(run(&ex, &back(&l4(b, a, 17, 53, 5001, 0)), &at(i1)).code, SHOT, "another port: new");
+        // TCP: a SYN is new, a segment of no connection invalid; after the SYN's commit the
+        // SYN-ACK is a reply.
+        assert_eq!(run(&ex, &back(&l4(b, a, 6, 80, 6000, 0x10)), &at(i1)).code, SHOT, "invalid");
+        assert_eq!(run(&ex, &out(&l4(a, b, 6, 6000, 80, 0x02)), &at(i0)).code, REDIRECT, "SYN: committed");
+        assert_eq!(run(&ex, &back(&l4(b, a, 6, 80, 6000, 0x12)), &at(i1)).code, SHOT, "SYN-ACK: a reply");
+        assert_eq!(run(&ex, &out(&l4(a, b, 6, 6000, 80, 0x11)), &at(i0)).code, SHOT, "FIN: established");
+        let c0 = ex.counters(0).v;
+        let c1 = ex.counters(1).v;
+        assert_eq!((c0[c::FORWARDED], c0[c::RX_DROP + d::SAME_PORT], c0[c::MISSES]), (2, 2, 0));
+        assert_eq!(
+            (c1[c::RX_DROP + d::ISOLATED], c1[c::RX_DROP + d::NO_ROUTE], c1[c::RX_DROP + d::NOT_IP], c1[c::MISSES]),
+            (2, 1, 1, 0)
+        );
+        // The entries are the kernel's, in the zone, and the reply marked them seen.
+        let table = std::fs::read_to_string("/proc/net/nf_conntrack").unwrap_or_default();
+        if !table.is_empty() {
+            let ours: Vec<&str> = table.lines().filter(|l| l.contains("zone=4242")).collect();
+            assert_eq!(ours.len(), 2, "{table}");
+            assert!(ours.iter().all(|l| !l.contains("UNREPLIED") && l.contains("ASSURED")), "{table}");
+        }
+    });
+}
