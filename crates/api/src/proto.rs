@@ -170,6 +170,58 @@ pub enum Request {
         /// "allow" or "deny".
         action: String,
     },
+    /// Change a running port's rate limits, storm control or link-local forwarding; the
+    /// settings not given stay as they are.
+    PortSet {
+        /// The port's name.
+        name: String,
+        /// The settings to change.
+        #[serde(flatten)]
+        set: PortSettings,
+    },
+}
+
+/// What `port_set` changes on a port (absent: unchanged; a rate of 0: no limit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PortSettings {
+    /// `rate_in`, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_in: Option<f64>,
+    /// `rate_out`, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_out: Option<f64>,
+    /// `burst`, KiB (0: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// `storm_broadcast_pps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// `storm_multicast_pps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_multicast_pps: Option<u32>,
+    /// `storm_burst` (0: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_burst: Option<u32>,
+    /// `forward_link_local` (an empty list: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_link_local: Option<Vec<String>>,
+}
+
+impl PortSettings {
+    /// Applies these changes to a port's description (a 0 removes a setting).
+    pub fn apply(&self, p: &mut PortSpec) {
+        let keep = |new: Option<f64>, old: Option<f64>| new.map(|r| (r > 0.0).then_some(r)).unwrap_or(old);
+        p.rate_in = keep(self.rate_in, p.rate_in);
+        p.rate_out = keep(self.rate_out, p.rate_out);
+        p.burst = self.burst.map(|b| (b > 0).then_some(b)).unwrap_or(p.burst);
+        let keep32 = |new: Option<u32>, old: Option<u32>| new.map(|r| (r > 0).then_some(r)).unwrap_or(old);
+        p.storm_broadcast_pps = keep32(self.storm_broadcast_pps, p.storm_broadcast_pps);
+        p.storm_multicast_pps = keep32(self.storm_multicast_pps, p.storm_multicast_pps);
+        p.storm_burst = keep32(self.storm_burst, p.storm_burst);
+        if let Some(f) = &self.forward_link_local {
+            p.forward_link_local = f.clone();
+        }
+    }
 }
 
 /// The methods (the names of [`Request`]'s variants).
@@ -197,6 +249,7 @@ pub const METHODS: &[&str] = &[
     "acl_del",
     "acl_list",
     "acl_default",
+    "port_set",
 ];
 
 /// JSON-RPC's version string.

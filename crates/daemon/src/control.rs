@@ -603,6 +603,17 @@ impl Server {
                 return Ok(None);
             }
             Request::FibShow => json(self.jobs.run(fib_report)?)?,
+            Request::PortSet { name, set } => {
+                let spec = self.jobs.run(move |dp| dp.set_port(&name, &set))??;
+                let answer =
+                    serde_json::to_value(&spec).map_err(|e| Error::Refused(format!("encoding the port: {e}")))?;
+                self.remember(|r| {
+                    if let Some(p) = r.ports.iter_mut().find(|p| p.name == spec.name) {
+                        *p = spec;
+                    }
+                });
+                answer
+            }
             Request::FibAdd { mac, vlan, port } => {
                 let m = parse_mac(&mac)?;
                 let p = port.clone();

@@ -375,6 +375,67 @@ pub fn port_del(target: &Target, name: String, if_exists: bool) -> Result<()> {
     Ok(())
 }
 
+/// Arguments of `sluice port set`.
+#[derive(Debug, clap::Args)]
+pub struct PortSetArgs {
+    /// Port name.
+    pub name: String,
+    /// Rate limit of what the port's guest sends, Mbit/s on the wire (0 removes it).
+    #[arg(long, value_name = "MBIT")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, Mbit/s on the wire (0 removes it;
+    /// kernel datapath, veth ports).
+    #[arg(long, value_name = "MBIT")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst in KiB (at least 64; 0: the default, the larger of 2 × 64
+    /// KiB and half a second of the rate).
+    #[arg(long, value_name = "KIB")]
+    pub burst: Option<u64>,
+    /// Storm control: broadcast frames a second (0 removes it).
+    #[arg(long, value_name = "PPS")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: multicast frames a second (0 removes it).
+    #[arg(long, value_name = "PPS")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind at once (0: the default).
+    #[arg(long, value_name = "FRAMES")]
+    pub storm_burst: Option<u32>,
+    /// The IEEE link-local addresses the port's frames may go to, replacing the list, e.g.
+    /// 0e (LLDP); `none` for none. Pause (01) and LACP (02) are never forwarded.
+    #[arg(long = "forward-link-local", value_name = "ADDR,…|none", value_delimiter = ',')]
+    pub forward_link_local: Option<Vec<String>>,
+    #[command(flatten)]
+    pub target: client::TargetByName,
+}
+
+pub fn port_set(a: PortSetArgs) -> Result<()> {
+    let set = PortSettings {
+        rate_in: a.rate_in,
+        rate_out: a.rate_out,
+        burst: a.burst,
+        storm_broadcast_pps: a.storm_broadcast_pps,
+        storm_multicast_pps: a.storm_multicast_pps,
+        storm_burst: a.storm_burst,
+        forward_link_local: a.forward_link_local.map(|l| l.into_iter().filter(|x| x != "none").collect()),
+    };
+    if set == PortSettings::default() {
+        bail!("nothing to change: give --rate-in, --rate-out, --burst, --storm-… or --forward-link-local (see --help)");
+    }
+    let mut c = Client::for_target(&a.target.into())?;
+    let spec: PortSpec = c.call(&Request::PortSet { name: a.name.clone(), set })?;
+    let mbit = |r: Option<f64>| r.map_or("none".to_string(), |r| format!("{r} Mbit/s"));
+    println!(
+        "port {}: rate_in {}, rate_out {}, storm broadcast {}, multicast {} pps, forward_link_local [{}]",
+        a.name,
+        mbit(spec.rate_in),
+        mbit(spec.rate_out),
+        spec.storm_broadcast_pps.map_or("-".into(), |p| p.to_string()),
+        spec.storm_multicast_pps.map_or("-".into(), |p| p.to_string()),
+        spec.forward_link_local.join(", ")
+    );
+    Ok(())
+}
+
 pub fn port_list(target: &Target, json: bool) -> Result<()> {
     let mut c = Client::for_target(target)?;
     let r: StatsReport = c.call(&Request::PortList)?;

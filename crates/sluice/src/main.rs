@@ -314,6 +314,16 @@ enum PortCmd {
     ///             -netdev vhost-user,id=n1,chardev=c1 -device virtio-net-pci,netdev=n1
     #[command(verbatim_doc_comment, after_help = EXIT_STATUS)]
     Add(Box<cli::PortAddArgs>),
+    /// Change a running port's rate limits, storm control or link-local forwarding; the
+    /// settings not given stay, a 0 removes one.
+    ///
+    /// Examples:
+    ///   sluice port set vm1 --rate-in 100 --rate-out 50     Mbit/s on the wire
+    ///   sluice port set vm1 --rate-in 0                     no rate-in limit
+    ///   sluice port set vm1 --storm-broadcast-pps 1000 --storm-burst 200
+    ///   sluice port set vm1 --forward-link-local 0e         the port's LLDP crosses
+    #[command(verbatim_doc_comment, after_help = EXIT_STATUS)]
+    Set(Box<cli::PortSetArgs>),
     /// Detach a port and delete its TAP device (or the veth pair the switch made for it).
     #[command(after_help = EXIT_STATUS)]
     Del {
@@ -471,6 +481,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
         Cmd::Port(PortCmd::Add(a)) => cli::port_add(*a)?,
+        Cmd::Port(PortCmd::Set(a)) => cli::port_set(*a)?,
         Cmd::Port(PortCmd::Del { name, if_exists, target }) => cli::port_del(&target, name, if_exists)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
         Cmd::Port(PortCmd::Relay { tap, netns, listen, mtu }) => {
