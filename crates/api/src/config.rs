@@ -743,7 +743,41 @@ struct SwitchFile {
     grant: Vec<Spanned<Grant>>,
     vhost_allow_users: Option<Vec<Spanned<NameOrId>>>,
     vhost_allow_groups: Option<Vec<Spanned<NameOrId>>>,
+    #[serde(default)]
+    acl: Vec<Spanned<AclEntry>>,
+    conntrack_max: Option<Spanned<usize>>,
 }
+
+/// A `[[acl]]` entry: a security-group rule of a port, or (`default = true`) the port's
+/// default action for a direction.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AclEntry {
+    port: String,
+    dir: String,
+    action: String,
+    #[serde(default)]
+    default: bool,
+    proto: Option<String>,
+    src: Option<String>,
+    dst: Option<String>,
+    dport: Option<DportValue>,
+    icmp_type: Option<u8>,
+    ethertype: Option<String>,
+    #[serde(default)]
+    priority: i32,
+}
+
+/// `dport = 22` or `dport = "1000-2000"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum DportValue {
+    Port(u16),
+    Range(String),
+}
+
+/// The largest connection table a switch may configure (`conntrack_max`).
+pub const MAX_CONNTRACK: usize = 1 << 22;
 
 /// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
 /// datapath) forward in softirq context, ahead of every task; a user-space switch sharing
@@ -779,6 +813,12 @@ pub struct Settings {
     pub grants: Option<Grants>,
     /// Who may drive the switch's vhost-user ports besides root and the switch's own user.
     pub vhost_allow: VhostAllow,
+    /// Security-group rules (`[[acl]]`), by port, in the file's order.
+    pub acls: Vec<(String, sluice_switch::acl::AclRuleSpec)>,
+    /// Security-group defaults (`[[acl]]` with `default = true`).
+    pub acl_defaults: Vec<(String, sluice_switch::acl::Dir, sluice_switch::acl::AclAction)>,
+    /// The connection table's size (user-space datapath).
+    pub conntrack_max: usize,
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -1011,6 +1051,64 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         }
         macs.push((e.vlan, mac, e.port.clone()));
     }
+    // Security groups: each rule checked where it is written, the bounds counted.
+    let mut acls = Vec::new();
+    let mut acl_defaults = Vec::new();
+    let mut per_port: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for a in &f.acl {
+        use sluice_switch::acl::{self, AclRule, AclRuleSpec};
+        let e = a.get_ref();
+        let at = |m: String| err(Some(a.span()), format!("[[acl]] of port {:?}: {m}", e.port));
+        if e.default {
+            let dir = acl::parse_dir(&e.dir).map_err(|x| at(x.to_string()))?;
+            let action = acl::parse_action(&e.action).map_err(|x| at(x.to_string()))?;
+            if action == acl::AclAction::AllowRelated {
+                return Err(at("action: a default is allow or deny".into()));
+            }
+            acl_defaults.push((e.port.clone(), dir, action));
+            continue;
+        }
+        let spec = AclRuleSpec {
+            dir: e.dir.clone(),
+            action: e.action.clone(),
+            proto: e.proto.clone(),
+            src: e.src.clone(),
+            dst: e.dst.clone(),
+            dport: e.dport.as_ref().map(|d| match d {
+                DportValue::Port(p) => p.to_string(),
+                DportValue::Range(r) => r.clone(),
+            }),
+            icmp_type: e.icmp_type,
+            ethertype: e.ethertype.clone(),
+            priority: e.priority,
+        };
+        AclRule::parse(&spec, 0).map_err(|x| at(x.to_string()))?;
+        let n = per_port.entry(&e.port).or_default();
+        *n += 1;
+        if *n > acl::MAX_RULES_PER_PORT {
+            return Err(at(format!(
+                "rules: more than {} rules for one port, the most a port may have",
+                acl::MAX_RULES_PER_PORT
+            )));
+        }
+        if acls.len() >= acl::MAX_RULES_PER_SWITCH {
+            return Err(at(format!(
+                "rules: more than {} rules, the most a switch may have",
+                acl::MAX_RULES_PER_SWITCH
+            )));
+        }
+        acls.push((e.port.clone(), spec));
+    }
+    let conntrack_max = match &f.conntrack_max {
+        None => sluice_switch::conntrack::DEFAULT_CT_MAX,
+        Some(v) if (1..=MAX_CONNTRACK).contains(v.get_ref()) => *v.get_ref(),
+        Some(v) => {
+            return Err(err(
+                Some(v.span()),
+                format!("conntrack_max {} is out of range: use 1 to {MAX_CONNTRACK}", v.get_ref()),
+            ));
+        }
+    };
     Ok(Settings {
         socket: f.socket.unwrap_or_else(|| paths::socket_for(&name)),
         name,
@@ -1024,6 +1122,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         ports,
         macs,
         grants,
+        acls,
+        acl_defaults,
+        conntrack_max,
         vhost_allow: VhostAllow {
             users: resolve_ids(&f.vhost_allow_users, "vhost_allow_users", resolve_user, &err)?.unwrap_or_default(),
             groups: resolve_ids(&f.vhost_allow_groups, "vhost_allow_groups", resolve_group, &err)?
@@ -1560,5 +1661,42 @@ port = "tap0"
         )
         .unwrap_err();
         assert!(e.line.is_some_and(|l| (5..=7).contains(&l)) && e.message.contains("unicast"), "{e}");
+    }
+
+    // Security groups.
+    #[test]
+    fn acl_entries_are_checked_where_they_are_written() {
+        let s = parse_str(
+            "name = \"sw0\"\nconntrack_max = 100\n[[acl]]\nport = \"a\"\ndir = \"in\"\naction = \"deny\"\nproto = \"tcp\"\ndport = 22\n\
+             [[acl]]\nport = \"a\"\ndir = \"out\"\naction = \"deny\"\ndefault = true\n",
+        )
+        .unwrap();
+        assert_eq!(s.acls.len(), 1);
+        assert_eq!(s.acls[0].1.dport.as_deref(), Some("22"));
+        assert_eq!(s.acl_defaults.len(), 1);
+        assert_eq!(s.conntrack_max, 100);
+        for (field, value) in [("src", "\"10.0.0.1/33\""), ("dport", "\"90-80\"")] {
+            let text = format!(
+                "name = \"sw0\"\n\n[[acl]]\nport = \"a\"\ndir = \"in\"\naction = \"deny\"\nproto = \"tcp\"\n{field} = {value}\n"
+            );
+            let e = parse_str(&text).unwrap_err();
+            assert!(e.line.is_some_and(|l| (3..=8).contains(&l)), "{e}");
+            assert!(e.message.contains(&format!("{field}:")), "the field is named: {e}");
+        }
+    }
+
+    #[test]
+    fn a_hundred_thousand_acl_rules_are_refused_naming_the_bound() {
+        let mut text = String::from("name = \"sw0\"\n");
+        for i in 0..100_000u32 {
+            text.push_str(&format!(
+                "[[acl]]\nport = \"p{}\"\ndir = \"in\"\naction = \"deny\"\nproto = \"tcp\"\ndport = {}\n",
+                i / 4000,
+                i % 60000 + 1
+            ));
+        }
+        let e = parse_str(&text).unwrap_err();
+        assert!(e.message.contains("65536"), "{e}");
+        assert!(e.line.is_some(), "{e}");
     }
 }

@@ -138,6 +138,38 @@ pub enum Request {
         #[serde(default)]
         kinds: Vec<String>,
     },
+    // Security groups (docs/policy.md).
+    /// Add a security-group rule to a port (attached or not): answered with
+    /// `{"id": N}`, the rule's id.
+    AclAdd {
+        /// The port's name.
+        port: String,
+        /// The rule.
+        rule: sluice_switch::acl::AclRuleSpec,
+    },
+    /// Delete a security-group rule.
+    AclDel {
+        /// Only a rule of this port.
+        #[serde(default)]
+        port: Option<String>,
+        /// The rule's id.
+        id: u32,
+    },
+    /// Answered with an [`AclReport`].
+    AclList {
+        /// Only this port's rules.
+        #[serde(default)]
+        port: Option<String>,
+    },
+    /// Set a port's default action for a direction (`allow` unless set).
+    AclDefault {
+        /// The port's name.
+        port: String,
+        /// "in" or "out".
+        dir: String,
+        /// "allow" or "deny".
+        action: String,
+    },
 }
 
 /// The methods (the names of [`Request`]'s variants).
@@ -161,6 +193,10 @@ pub const METHODS: &[&str] = &[
     "grant_del",
     "grant_list",
     "subscribe",
+    "acl_add",
+    "acl_del",
+    "acl_list",
+    "acl_default",
 ];
 
 /// JSON-RPC's version string.
@@ -503,6 +539,60 @@ pub struct GrantReport {
     pub promiscuous: std::collections::BTreeSet<String>,
 }
 
+/// The answer to `acl_add`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AclAdded {
+    /// The rule's id.
+    pub id: u32,
+}
+
+/// One security-group rule in an [`AclReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AclRuleReport {
+    /// Its port.
+    pub port: String,
+    /// Its id.
+    pub id: u32,
+    /// Frames it decided (new connections, and frames of no connection).
+    pub hits: u64,
+    /// The rule.
+    pub rule: sluice_switch::acl::AclRuleSpec,
+}
+
+/// A port's default actions in an [`AclReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AclDefaults {
+    /// The port.
+    pub port: String,
+    /// For what its guest sends: "allow" or "deny".
+    #[serde(rename = "in")]
+    pub dir_in: String,
+    /// For what it is sent.
+    pub out: String,
+}
+
+/// The connection tracker's numbers (user-space datapath).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConntrackReport {
+    /// Connections remembered.
+    pub entries: u64,
+    /// The table's size.
+    pub max: u64,
+    /// New connections refused because the table was full (`ct_full` drops).
+    pub full: u64,
+}
+
+/// The answer to `acl_list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AclReport {
+    /// The rules, per port in match order.
+    pub rules: Vec<AclRuleReport>,
+    /// The ports with rules or defaults, and their defaults.
+    pub defaults: Vec<AclDefaults>,
+    /// The connection tracker.
+    pub conntrack: ConntrackReport,
+}
+
 /// The JSON Schema of the protocol (`sluice api schema`, docs/api.schema.json): a request
 /// ([`Request`], whose `cmd` is the JSON-RPC method and whose other fields are its params),
 /// and in `x-results` each method's result, in `x-event` an event's params.
@@ -523,6 +613,8 @@ pub fn schema() -> serde_json::Value {
         ),
         ("grant_list", g.subschema_for::<GrantReport>().to_value()),
         ("subscribe", g.subschema_for::<Subscribed>().to_value()),
+        ("acl_add", g.subschema_for::<AclAdded>().to_value()),
+        ("acl_list", g.subschema_for::<AclReport>().to_value()),
     ];
     let event = g.subschema_for::<Event>();
     let error = g.subschema_for::<RpcError>();

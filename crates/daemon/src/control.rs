@@ -694,6 +694,32 @@ impl Server {
                 tracing::info!(port = %port, vlans = ?vlans, promiscuous, "grant revoked");
                 return Ok(None);
             }
+            // Security groups.
+            Request::AclAdd { port, rule } => {
+                let id = self
+                    .jobs
+                    .run(move |dp| dp.switch_mut().acl_add(&port, &rule))?
+                    .map_err(|e| Error::Refused(format!("rule refused: {e}")))?;
+                tracing::info!(id, "security-group rule added");
+                json(sluice_api::proto::AclAdded { id })?
+            }
+            Request::AclDel { port, id } => {
+                let p = port.clone();
+                if self.jobs.run(move |dp| dp.switch_mut().acl_del(p.as_deref(), id))?.is_none() {
+                    let on = port.map(|p| format!(" on port {p:?}")).unwrap_or_default();
+                    return Err(Error::Refused(format!("no security-group rule {id}{on}; see `sluice acl list`")));
+                }
+                return Ok(None);
+            }
+            Request::AclList { port } => json(self.jobs.run(move |dp| acl_report(dp.switch(), port.as_deref()))?)?,
+            Request::AclDefault { port, dir, action } => {
+                use sluice_switch::acl;
+                let refused = |e: acl::AclError| Error::Refused(format!("default refused: {e}"));
+                let dir = acl::parse_dir(&dir).map_err(refused)?;
+                let action = acl::parse_action(&action).map_err(refused)?;
+                self.jobs.run(move |dp| dp.switch_mut().acl_default(&port, dir, action))?.map_err(refused)?;
+                return Ok(None);
+            }
             Request::GrantList => {
                 let g = self.grants.lock().unwrap_or_else(|p| p.into_inner());
                 let enforced = g.is_some();
@@ -907,6 +933,34 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
 /// with as the core makes it (pcap's timestamps).
 fn wall_clock_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The answer to `acl_list`: the rules (of `port`, or all) with their hits, the ports'
+/// defaults, the connection tracker's numbers.
+fn acl_report(sw: &sluice_switch::Switch, port: Option<&str>) -> sluice_api::proto::AclReport {
+    use sluice_api::proto::{AclDefaults, AclReport, AclRuleReport, ConntrackReport};
+    use sluice_switch::acl::Dir;
+    let rules = sw
+        .acl_list(port)
+        .into_iter()
+        .map(|l| AclRuleReport { port: l.port, id: l.rule.id, hits: l.hits, rule: l.rule.spec() })
+        .collect();
+    let defaults = sw
+        .acl_ports()
+        .into_iter()
+        .filter(|p| port.is_none_or(|w| w == p))
+        .map(|p| AclDefaults {
+            dir_in: sw.acl_default_of(&p, Dir::In).name().into(),
+            out: sw.acl_default_of(&p, Dir::Out).name().into(),
+            port: p,
+        })
+        .collect();
+    let c = sw.ct_stats();
+    AclReport {
+        rules,
+        defaults,
+        conntrack: ConntrackReport { entries: c.entries as u64, max: c.max as u64, full: c.full },
+    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,8 @@ pub struct Datapath {
     kernel: Option<KernelSide>,
     /// The MAC table's refusals when they were last logged, and when.
     full_logged: (u64, Option<Instant>),
+    /// Security groups: connections refused for a full table, as last logged, and when.
+    ct_full_logged: (u64, Option<Instant>),
     /// Where the switch's events go to subscribers.
     events: Arc<Hub>,
 }
@@ -91,6 +93,7 @@ impl Datapath {
             restart: false,
             kernel: None,
             full_logged: (0, None),
+            ct_full_logged: (0, None),
             events: Arc::new(Hub::default()),
         })
     }
@@ -349,6 +352,23 @@ impl Datapath {
         self.full_logged = (refused, Some(Instant::now()));
     }
 
+    /// Says so when the connection table refused new connections since it last said so
+    /// (dropped `ct_full`) — at most once a minute, with how many.
+    fn log_full_conntrack(&mut self) {
+        let c = self.sw.ct_stats();
+        let (logged, at) = self.ct_full_logged;
+        if c.full <= logged || at.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
+            return;
+        }
+        warn!(
+            "the connection table is full ({} connections): {} new connection(s) an allow-related rule passed \
+             were dropped (ct_full) since the last report — raise conntrack_max in the switch's config",
+            c.max,
+            c.full - logged
+        );
+        self.ct_full_logged = (c.full, Some(Instant::now()));
+    }
+
     /// Logs the pause watchdog's changes: an output declared stuck in a class, and its
     /// recovery.
     fn log_watchdog(&mut self) {
@@ -437,6 +457,7 @@ impl Datapath {
                         .publish(sluice_api::proto::EventKind::UplinkFailover { port: port.into(), what: what.into() });
                 });
                 self.log_full_table();
+                self.log_full_conntrack();
                 next_expire = Instant::now() + Duration::from_secs(1);
             }
             if let Some(k) = self.kernel.as_mut() {

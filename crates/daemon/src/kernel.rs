@@ -225,6 +225,12 @@ impl KernelSide {
         if !sluice_ebpf::available() {
             return Err(sluice_ebpf::Error::NotBuilt.into());
         }
+        // Security groups: whether this kernel has the conntrack kfuncs (until the kernel
+        // looks connections up itself, frames security groups judge go through the core).
+        match sluice_ebpf::kfunc::kernel_ids() {
+            Ok(_) => tracing::debug!("the kernel's conntrack kfuncs are present"),
+            Err(e) => info!("{e}; security groups on this switch are decided and tracked by the core"),
+        }
         let sizes = Sizes { stations: cfg.fib_max.min(u32::MAX as usize) as u32, verdicts: VERDICTS };
         let dir = pin_dir(name);
         let lock = BpfLock::take()?;

@@ -108,6 +108,11 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
     for (vlan, mac, port) in &s.macs {
         dp.switch_mut().add_static_mac(*vlan, *mac, port)?;
     }
+    dp.switch_mut().set_ct_max(s.conntrack_max);
+    dp.switch_mut().acl_add_all(&s.acls).map_err(|(_, e)| e).context("the configuration's security-group rules")?;
+    for (port, dir, action) in &s.acl_defaults {
+        dp.switch_mut().acl_default(port, *dir, *action).context("a security-group default")?;
+    }
     runtime.ports.retain(|p| !s.ports.iter().any(|q| q.name == p.name));
     let mut s = s;
     if s.grants.is_some()

@@ -287,6 +287,11 @@ pub fn verdict(
     if teaches {
         e.flags |= abi::V_TEACHES;
     }
+    if v.acl.consulted {
+        // Security groups decided it by its connection and classes, which the kernel's key
+        // does not carry: every such frame goes through the core.
+        return up(e);
+    }
     match v.action {
         Action::Up(_) => {
             e.action = abi::ACT_UP;
@@ -533,6 +538,7 @@ mod tests {
             src_mac: Some(A),
             src_ip: Some(Some(Ipv4Addr::new(10, 0, 0, 1).into())),
             l3: Some(L3Extras { readable: true, owner: Some(5), proto: 58, icmp6_type: 135, hop255: true }),
+            acl: None,
         };
         let f = flow_key(&Key { extras, dst: Dest::Own, ..k }, 10, places).unwrap();
         assert_eq!((f.dst, f.dst_slot, f.src_mac, f.claim), (abi::DST_OWN, 0, A.0, abi::CLAIM_V4));
@@ -606,6 +612,9 @@ mod tests {
         assert_eq!(verdict(&many, 1, false, places, no_tunnels).action, abi::ACT_UP, "more than 16 outputs");
         let sixteen = forward((0..16).map(|p| out(p % 8, None)).collect());
         assert_eq!(verdict(&sixteen, 1, false, places, no_tunnels).n_out, 16);
+        let mut acl = forward(vec![out(1, None)]);
+        acl.acl.consulted = true;
+        assert_eq!(verdict(&acl, 1, false, places, no_tunnels).action, abi::ACT_UP, "decided by security groups");
         let user = Verdict { pass_to_host: true, flood: true, ..forward(vec![out(1, None), out(9, None)]) };
         let e = verdict(&user, 1, false, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, abi::V_HOST, 0), "a port in user space");

@@ -255,6 +255,17 @@ impl Executor {
     #[doc(hidden)]
     pub fn open_object(object: &[u8], dir: &Path, sizes: Sizes) -> Result<Self, Error> {
         let stations = sizes.stations.max(1);
+        // Kfunc placeholders become kfunc calls of this kernel (its BTF read only if any).
+        let mut object = object.to_vec();
+        let btf = std::cell::OnceCell::new();
+        crate::kfunc::rewrite_calls(&mut object, |name| {
+            btf.get_or_init(|| aya::Btf::from_sys_fs().ok())
+                .as_ref()?
+                .id_by_type_name_kind(name, aya_obj::btf::BtfKind::Func)
+                .ok()
+        })
+        .map_err(Error::Load)?;
+        let object = &object[..];
         let mut ebpf = aya::EbpfLoader::new()
             .map_pin_path(dir)
             .set_max_entries("sluice_fib", stations)

@@ -28,6 +28,7 @@ pub mod abi;
 pub mod convert;
 pub mod exec;
 pub mod heard;
+pub mod kfunc;
 mod sys;
 pub mod tables;
 pub mod tunnel_filter;

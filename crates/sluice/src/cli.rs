@@ -838,3 +838,169 @@ fn event_text(e: &Event) -> String {
     };
     format!("{h:02}:{m:02}:{s:02}.{ms:03}Z {:<16} {what}", e.what.name())
 }
+
+// Security groups (`sluice acl`).
+
+/// `sluice acl`: security groups, stateful rules per port (docs/policy.md).
+#[derive(Debug, clap::Subcommand)]
+pub enum AclCmd {
+    /// Add a rule to PORT (attached or not); prints the rule's id.
+    ///
+    /// `in` is what the port's guest sends, `out` what the switch sends to it. Rules are
+    /// tried by priority, higher first; the first match decides, else the port's default
+    /// (allow unless set). `allow-related` also lets the connection's return traffic pass.
+    ///
+    /// Examples:
+    ///   sluice acl add vm1 --dir in --action allow-related --proto tcp --dport 80
+    ///   sluice acl add vm1 --dir out --action allow --proto tcp --src 10.0.0.0/24 --dport 22
+    ///   sluice acl add vm1 --dir out --action allow --proto icmp --icmp-type 8
+    ///   sluice acl default vm1 --dir out deny
+    #[command(verbatim_doc_comment)]
+    Add {
+        /// Port name.
+        port: String,
+        /// in (what the guest sends) or out (what it is sent).
+        #[arg(long)]
+        dir: String,
+        /// allow, deny or allow-related.
+        #[arg(long)]
+        action: String,
+        /// tcp, udp, icmp or icmp6.
+        #[arg(long)]
+        proto: Option<String>,
+        /// Source prefix, e.g. 10.0.0.0/8 or fd00::/64.
+        #[arg(long, value_name = "CIDR")]
+        src: Option<String>,
+        /// Destination prefix.
+        #[arg(long, value_name = "CIDR")]
+        dst: Option<String>,
+        /// Destination port or range (tcp, udp), e.g. 22 or 8000-8080.
+        #[arg(long, value_name = "N[-M]")]
+        dport: Option<String>,
+        /// ICMP type (icmp, icmp6), e.g. 8 for an echo request.
+        #[arg(long, value_name = "N")]
+        icmp_type: Option<u8>,
+        /// EtherType: ipv4, ipv6, arp or a number (implied by the prefixes and protocol).
+        #[arg(long)]
+        ethertype: Option<String>,
+        /// Higher first (default 0).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete a rule: `sluice acl del PORT ID`, or `sluice acl del ID`.
+    ///
+    /// Example:
+    ///   sluice acl del vm1 3
+    #[command(verbatim_doc_comment)]
+    Del {
+        /// [PORT] ID.
+        #[arg(num_args = 1..=2, required = true, value_name = "PORT ID")]
+        what: Vec<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show the rules (of PORT, or all) with their hits, the defaults and the connection
+    /// table.
+    ///
+    /// Examples:
+    ///   sluice acl list
+    ///   sluice acl list vm1 --json | jq '.rules[] | {id, hits}'
+    #[command(verbatim_doc_comment)]
+    List {
+        /// Only this port.
+        port: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set PORT's default action for a direction (allow unless set).
+    ///
+    /// Example:
+    ///   sluice acl default vm1 --dir in deny
+    #[command(verbatim_doc_comment)]
+    Default {
+        /// Port name.
+        port: String,
+        /// in or out.
+        #[arg(long)]
+        dir: String,
+        /// allow or deny.
+        action: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `sluice acl …`.
+pub fn acl(cmd: AclCmd) -> Result<()> {
+    match cmd {
+        AclCmd::Add { port, dir, action, proto, src, dst, dport, icmp_type, ethertype, priority, target } => {
+            let rule =
+                sluice_switch::acl::AclRuleSpec { dir, action, proto, src, dst, dport, icmp_type, ethertype, priority };
+            let r: AclAdded = Client::for_target(&target)?.call(&Request::AclAdd { port, rule })?;
+            println!("{}", r.id);
+        }
+        AclCmd::Del { what, target } => {
+            let (port, id) = match what.as_slice() {
+                [id] => (None, id),
+                [port, id] => (Some(port.clone()), id),
+                _ => bail!("usage: sluice acl del [PORT] ID"),
+            };
+            let Ok(id) = id.parse::<u32>() else { bail!("{id:?} is not a rule id; see `sluice acl list`") };
+            Client::for_target(&target)?.call_value(&Request::AclDel { port, id })?;
+        }
+        AclCmd::List { port, json, target } => {
+            let v = Client::for_target(&target)?.call_value(&Request::AclList { port })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            let r: AclReport = serde_json::from_value(v)?;
+            let mut t = Table::new();
+            t.load_style(comfy_table::presets::NOTHING);
+            t.set_header(["PORT", "ID", "PRIO", "DIR", "ACTION", "MATCH", "HITS"]);
+            for l in &r.rules {
+                let s = &l.rule;
+                let mut m = Vec::new();
+                for (k, v) in [
+                    ("ethertype", s.ethertype.clone()),
+                    ("proto", s.proto.clone()),
+                    ("src", s.src.clone()),
+                    ("dst", s.dst.clone()),
+                    ("dport", s.dport.clone()),
+                    ("icmp-type", s.icmp_type.map(|t| t.to_string())),
+                ] {
+                    if let Some(v) = v {
+                        m.push(format!("{k} {v}"));
+                    }
+                }
+                let m = if m.is_empty() { "any".to_string() } else { m.join(" ") };
+                t.add_row([
+                    l.port.clone(),
+                    l.id.to_string(),
+                    s.priority.to_string(),
+                    s.dir.clone(),
+                    s.action.clone(),
+                    m,
+                    l.hits.to_string(),
+                ]);
+            }
+            if !r.rules.is_empty() {
+                println!("{t}");
+            }
+            for d in &r.defaults {
+                println!("port {}: default in {}, out {}", d.port, d.dir_in, d.out);
+            }
+            let c = &r.conntrack;
+            println!("connections: {} of {} ({} refused when full)", c.entries, c.max, c.full);
+        }
+        AclCmd::Default { port, dir, action, target } => {
+            Client::for_target(&target)?.call_value(&Request::AclDefault { port, dir, action })?;
+        }
+    }
+    Ok(())
+}

@@ -151,6 +151,10 @@ enum Cmd {
     ///   sluice events --json | jq .kind
     #[command(verbatim_doc_comment)]
     Events(cli::EventsArgs),
+    /// Security groups: stateful allow/deny rules per port and direction, with hit
+    /// counters (docs/policy.md).
+    #[command(subcommand)]
+    Acl(cli::AclCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -480,6 +484,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Grant(GrantCmd::List { json, target }) => cli::grant_list(&target, json)?,
         Cmd::Api(cli::ApiCmd::Schema) => cli::api_schema()?,
         Cmd::Events(a) => cli::events(a)?,
+        Cmd::Acl(c) => cli::acl(c)?,
     }
     Ok(ExitCode::SUCCESS)
 }

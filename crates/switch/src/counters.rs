@@ -81,11 +81,16 @@ pub enum DropCause {
     UpcallLimit,
     /// A frame of an EtherType its input port drops (`drop_ethertypes`).
     Filtered,
+    /// Refused by a security group: a `deny` rule, or the default action, of the sender's
+    /// `in` rules or the receiver's `out` rules.
+    Acl,
+    /// A connection a rule allowed could not be remembered: the connection table is full.
+    CtFull,
 }
 
 impl DropCause {
     /// Every cause, in display order.
-    pub const ALL: [DropCause; 20] = [
+    pub const ALL: [DropCause; 22] = [
         DropCause::QueueFull,
         DropCause::Malformed,
         DropCause::VlanFilter,
@@ -106,6 +111,8 @@ impl DropCause {
         DropCause::EgressRefused,
         DropCause::UpcallLimit,
         DropCause::Filtered,
+        DropCause::Acl,
+        DropCause::CtFull,
     ];
 
     /// The cause's name as it appears in counters and JSON.
@@ -131,6 +138,8 @@ impl DropCause {
             DropCause::EgressRefused => "egress_refused",
             DropCause::UpcallLimit => "upcall_limit",
             DropCause::Filtered => "filtered",
+            DropCause::Acl => "acl",
+            DropCause::CtFull => "ct_full",
         }
     }
 }
@@ -192,6 +201,12 @@ pub struct DropCounts {
     /// See [`DropCause::Filtered`].
     #[serde(default)]
     pub filtered: u64,
+    /// See [`DropCause::Acl`].
+    #[serde(default)]
+    pub acl: u64,
+    /// See [`DropCause::CtFull`].
+    #[serde(default)]
+    pub ct_full: u64,
 }
 
 impl DropCounts {
@@ -228,6 +243,8 @@ impl DropCounts {
             DropCause::EgressRefused => self.egress_refused,
             DropCause::UpcallLimit => self.upcall_limit,
             DropCause::Filtered => self.filtered,
+            DropCause::Acl => self.acl,
+            DropCause::CtFull => self.ct_full,
         }
     }
 
@@ -253,6 +270,8 @@ impl DropCounts {
             DropCause::EgressRefused => &mut self.egress_refused,
             DropCause::UpcallLimit => &mut self.upcall_limit,
             DropCause::Filtered => &mut self.filtered,
+            DropCause::Acl => &mut self.acl,
+            DropCause::CtFull => &mut self.ct_full,
         }
     }
 

@@ -23,6 +23,7 @@ use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
+use crate::acl::{AclAction, AclExtras, AclTables, AclVerdict, CtState, Dir};
 use crate::config::{PortPolicy, SwitchConfig};
 use crate::counters::DropCause;
 use crate::fib::Fib;
@@ -94,6 +95,9 @@ pub struct Extras {
     pub src_ip: Option<Option<IpAddr>>,
     /// Layer 3 mode's extras.
     pub l3: Option<L3Extras>,
+    /// Security groups: the frame's connection state and classes, when any port of the
+    /// switch has rules.
+    pub acl: Option<AclExtras>,
 }
 
 /// Where a frame from a tunnel came from, as the decision reads it.
@@ -198,6 +202,8 @@ pub struct Verdict {
     /// Count `learn_refused` at the input: its source is one the input may not learn (it
     /// has as many stations as it may).
     pub learn_refused: bool,
+    /// What the security groups decided.
+    pub acl: AclVerdict,
 }
 
 impl Default for Verdict {
@@ -209,6 +215,7 @@ impl Default for Verdict {
             pass_to_host: false,
             flood: false,
             learn_refused: false,
+            acl: AclVerdict::default(),
         }
     }
 }
@@ -223,6 +230,9 @@ impl Verdict {
         self.pass_to_host = false;
         self.flood = false;
         self.learn_refused = false;
+        self.acl.consulted = false;
+        self.acl.commit = false;
+        self.acl.hits.clear();
     }
 
     /// The outputs that are the frame's destinations (not mirror copies).
@@ -290,6 +300,8 @@ pub(crate) struct Tables<'a, P: Ports + ?Sized> {
     pub fib: &'a Fib,
     /// Layer 3: which port owns which address.
     pub l3: &'a L3Tables,
+    /// The security groups.
+    pub acl: &'a AclTables,
 }
 
 impl<P: Ports + ?Sized> Tables<'_, P> {
@@ -528,6 +540,12 @@ fn forward<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v:
             v.flood = false;
             return;
         }
+        if t.acl.active() {
+            security_groups(key, t, v);
+            if v.action != Action::Forward {
+                return;
+            }
+        }
         add_mirrors(key.port, a.vid, t, v);
     }
 }
@@ -657,6 +675,59 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
     }
 }
 
+/// Security groups, on a frame about to be forwarded: the input's `in` rules, then each
+/// destination's `out` rules (a destination they refuse is left out; none left: dropped
+/// `acl`). A frame of a remembered connection (either way) passes without rules; a new
+/// one that an `allow-related` rule passed is to be remembered (`commit`).
+#[inline]
+fn security_groups<P: Ports + ?Sized>(key: &Key, t: &Tables<'_, P>, v: &mut Verdict) {
+    let x = key.extras.acl.unwrap_or_default();
+    let any = t.acl.port_has_rules(key.port) || v.outputs.iter().any(|o| t.acl.port_has_rules(o.port));
+    if !any {
+        return;
+    }
+    v.acl.consulted = true;
+    if matches!(x.ct, CtState::Established | CtState::Reply) {
+        return;
+    }
+    let mut related = false;
+    if let Some((action, rule)) = t.acl.judge(key.port, Dir::In, key.ethertype, &x) {
+        if let Some(r) = rule {
+            v.acl.hits.push((key.port, r));
+        }
+        match action {
+            AclAction::Deny => {
+                drop_acl(v);
+                return;
+            }
+            AclAction::AllowRelated => related = true,
+            AclAction::Allow => {}
+        }
+    }
+    let mut out_related = false;
+    let hits = &mut v.acl.hits;
+    v.outputs.retain(|o| {
+        let Some((action, rule)) = t.acl.judge(o.port, Dir::Out, key.ethertype, &x) else { return true };
+        if let Some(r) = rule {
+            hits.push((o.port, r));
+        }
+        out_related |= action == AclAction::AllowRelated;
+        action != AclAction::Deny
+    });
+    if v.outputs.is_empty() {
+        drop_acl(v);
+        return;
+    }
+    v.acl.commit = (related || out_related) && x.ct == CtState::New;
+}
+
+fn drop_acl(v: &mut Verdict) {
+    v.action = Action::Drop(DropCause::Acl);
+    v.outputs.clear();
+    v.flood = false;
+    v.next_hop = None;
+}
+
 /// Appends copies for the mirrors of the frame's outputs and then of its input, once
 /// each, if they are live members of VLAN `vid` and not the input or an output already.
 #[inline]
@@ -723,16 +794,17 @@ mod tests {
         ports: Vec<Option<PortRules>>,
         fib: Fib,
         owners: L3Tables,
+        acl: AclTables,
     }
 
     impl World {
         fn new(mode: Mode, ports: Vec<Option<PortRules>>) -> Self {
             let cfg = SwitchConfig { mode, router_mac: ROUTER, port_mac_limit: 1024, ..SwitchConfig::default() };
-            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16) }
+            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16), acl: AclTables::default() }
         }
 
         fn tables(&self) -> Tables<'_, [Option<PortRules>]> {
-            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners }
+            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners, acl: &self.acl }
         }
 
         fn l2(ports: Vec<PortRules>) -> Self {

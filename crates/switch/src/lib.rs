@@ -18,9 +18,11 @@
 //! exactly once as transmitted, dropped with a cause, or still queued. See
 //! [`counters::PortCounters`].
 
+pub mod acl;
 pub mod capture;
 pub mod class;
 mod config;
+pub mod conntrack;
 pub mod counters;
 pub mod decide;
 pub mod events;

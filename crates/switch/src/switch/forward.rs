@@ -20,7 +20,7 @@ use crate::queue::QueuedCopy;
 impl Switch {
     /// What [`decide`] reads besides a frame's key.
     pub(super) fn tables(&self) -> Tables<'_, [Option<PortSlot>]> {
-        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3 }
+        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3, acl: &self.acl }
     }
 
     /// The verdict on a frame with key `key` now: what the switch would do with it if it

@@ -191,6 +191,15 @@ impl Switch {
         let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
         let mut key = self.read_key(id, frame, rx.tag, rx.ethertype, rx.admitted);
         key.tunnel = from.tunnel;
+        let mut flow = None;
+        if rx.admitted && self.acl.active() {
+            // (The headers the rules read, out of the pool's borrow.)
+            let mut hdr = [0u8; 128];
+            let frame = self.pool.frame(fid);
+            let n = frame.len().min(hdr.len());
+            hdr[..n].copy_from_slice(&frame[..n]);
+            (key.extras.acl, flow) = self.acl_extras(&hdr[..n], now_ms);
+        }
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
         if admission.is_some() {
             self.learn_remote(id, &key, &from, src);
@@ -214,6 +223,7 @@ impl Switch {
         {
             s.counters.learn_refused += 1;
         }
+        self.acl_after(&key, flow, &mut v, now_ms);
         self.last_key = Some(key);
         if let Placement::Held(out) = self.execute(id, fid, &key, &v, Hold::Fresh, now_ms) {
             self.hold(id, fid, out, &key);

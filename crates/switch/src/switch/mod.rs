@@ -32,9 +32,11 @@ use std::fmt;
 
 use sluice_wire::MacAddr;
 
+use crate::acl::AclTables;
 use crate::capture::Capture;
 use crate::class::{self, ClassConfig};
 use crate::config::{MTU_RANGE, SwitchConfig, SwitchError};
+use crate::conntrack::{DEFAULT_CT_MAX, Tracker};
 use crate::counters::{ClassCounters, PortCounters};
 use crate::decide::{Key, PortRules, Ports, Verdict};
 use crate::fib::Fib;
@@ -52,6 +54,7 @@ mod kernel;
 mod lossless;
 pub(crate) mod ports;
 mod resolve;
+mod security;
 pub(crate) mod transmit;
 
 /// Read/write readiness the switch wants from a port's device.
@@ -116,6 +119,12 @@ pub struct Switch {
     fast_changed: Option<Vec<PortId>>,
     /// Packet captures, by id (`None`: ended and taken).
     captures: Vec<Option<Capture>>,
+    /// Security groups: every port's rules, compiled.
+    acl: AclTables,
+    /// The connections security groups let open (the user-space datapath's tracker).
+    ct: Tracker,
+    /// When expired connections were last swept (ms).
+    ct_swept_ms: u64,
 }
 
 impl fmt::Debug for Switch {
@@ -238,6 +247,9 @@ impl Switch {
             locked: HashMap::new(),
             fast_changed: None,
             captures: Vec::new(),
+            acl: AclTables::default(),
+            ct: Tracker::new(DEFAULT_CT_MAX),
+            ct_swept_ms: 0,
         })
     }
 
@@ -336,6 +348,7 @@ impl Switch {
         self.now_ms = now_ms;
         self.watchdog(now_ms);
         self.fib.expire(now_ms);
+        self.expire_connections(now_ms);
         if self.cfg.mode == Mode::L3 {
             self.l3.expire(now_ms, self.cfg.aging_ms);
             self.expire_pending(now_ms);

@@ -159,6 +159,7 @@ impl Switch {
             }
         }
         self.generation += 1;
+        self.acl.bind(id, Some(&cfg.name));
         self.ports.push(Some(PortSlot {
             name: cfg.name,
             port,
@@ -229,6 +230,7 @@ impl Switch {
             }
         }
         self.departed.accumulate(&slot.counters);
+        self.acl.bind(id, None);
         for c in self.captures.iter_mut().flatten().filter(|c| c.port == id) {
             c.ended = true;
         }
