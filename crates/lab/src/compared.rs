@@ -405,6 +405,7 @@ pub fn build(
         | "sluice-l3-lan"
         | "smc"
         | "sluice-kernel"
+        | "sluice-kernel-acl"
         | "sluice-kernel-l3" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
@@ -458,6 +459,9 @@ pub fn build(
             }
             if s.datapath == "kernel" {
                 t.host_devices = s.guests.iter().map(|g| g.tap.clone()).collect();
+            }
+            if path == "sluice-kernel-acl" {
+                switch_acl(&s.socket, s.guests.iter().map(|g| g.tap.as_str()))?;
             }
             t.switch_sockets = vec![s.socket.clone()];
             t.attach =
@@ -713,6 +717,31 @@ fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
     Ok(())
 }
 
+/// The security-group load on a sluice switch: the load's rules towards each guest, on
+/// the traffic its port sends it (`out`), through the switch's control socket.
+fn switch_acl<'a>(socket: &std::path::Path, ports: impl Iterator<Item = &'a str>) -> Result<()> {
+    use sluice_api::proto::{AclAdded, Request};
+    use sluice_switch::acl::AclRuleSpec;
+    let mut c = sluice_api::client::Client::connect(socket)?;
+    let subnet = (std::net::Ipv4Addr::new(10, 77, 0, 0), 24);
+    for port in ports {
+        for r in crate::acl_load::rules(subnet) {
+            let rule = AclRuleSpec {
+                dir: "out".into(),
+                action: if r.allow { "allow-related" } else { "deny" }.into(),
+                proto: Some("tcp".into()),
+                src: Some(format!("{}/{}", r.src.0, r.src.1)),
+                dport: r.dport.map(|p| p.to_string()),
+                priority: r.priority as i32,
+                ..AclRuleSpec::default()
+            };
+            c.call::<AclAdded>(&Request::AclAdd { port: port.to_string(), rule })
+                .with_context(|| format!("adding the security-group load to port {port}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// The security-group load on the bridge in `sw`: `br_netfilter` on in that namespace
 /// (bridged IPv4 through the `inet` hooks and the connection tracker) and the load's
 /// nftables ruleset towards each of the `guests` guests (10.231.0.1 onwards).
@@ -869,6 +898,10 @@ pub const PATHS: &[(&str, &str)] = &[
     ),
     ("sluice-l3", "a sluice switch in Layer 3 mode"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
+    (
+        "sluice-kernel-acl",
+        "the same kernel-datapath sluice switch enforcing a security group of 1,000 rules towards each guest (connection tracking by the kernel's conntrack)",
+    ),
     ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),
