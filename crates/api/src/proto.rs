@@ -20,7 +20,7 @@ use crate::config::PortSpec;
 pub const PROTOCOL: u32 = 2;
 
 /// Minor version: grows with each addition (a method, a field) an older client can ignore.
-pub const PROTOCOL_MINOR: u32 = 0;
+pub const PROTOCOL_MINOR: u32 = 1;
 
 /// The version `hello` reports to a client of the line protocol (`{"cmd":…}`), which
 /// checks for exactly this one.
