@@ -175,6 +175,38 @@ pub struct PortSpec {
     /// guest's namespace (`eth0`, the CNI runtime's `CNI_IFNAME`); default: the port's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifname: Option<String>,
+    /// IGMP/MLD snooping: whether the port leads to a multicast router (gets every group
+    /// frame and every report): `auto` (when a query is heard on it), `always`, `never`.
+    #[serde(default, skip_serializing_if = "McastRouterSpec::is_auto")]
+    pub mcast_router: McastRouterSpec,
+}
+
+/// A port's `mcast_router` setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum McastRouterSpec {
+    /// A router port while queries are heard on it.
+    #[default]
+    Auto,
+    /// Always a router port.
+    Always,
+    /// Never a router port.
+    Never,
+}
+
+impl McastRouterSpec {
+    fn is_auto(&self) -> bool {
+        *self == McastRouterSpec::Auto
+    }
+
+    /// The core's setting.
+    pub fn core(self) -> sluice_switch::McastRouter {
+        match self {
+            McastRouterSpec::Auto => sluice_switch::McastRouter::Auto,
+            McastRouterSpec::Always => sluice_switch::McastRouter::Always,
+            McastRouterSpec::Never => sluice_switch::McastRouter::Never,
+        }
+    }
 }
 
 /// A VXLAN port's tunnel settings, checked.
@@ -242,6 +274,7 @@ impl PortSpec {
             socket: None,
             client: false,
             ifname: None,
+            mcast_router: McastRouterSpec::Auto,
         }
     }
 
@@ -429,6 +462,7 @@ impl PortSpec {
             learn_ips,
             mirror_of: self.mirror.clone(),
             drop_ethertypes: self.drop_ethertypes.clone(),
+            mcast_router: self.mcast_router.core(),
         })
     }
 
@@ -743,6 +777,47 @@ struct SwitchFile {
     grant: Vec<Spanned<Grant>>,
     vhost_allow_users: Option<Vec<Spanned<NameOrId>>>,
     vhost_allow_groups: Option<Vec<Spanned<NameOrId>>>,
+    mcast_snooping: Option<bool>,
+    mcast_query_interval: Option<Spanned<u64>>,
+    mcast_query_response_interval: Option<Spanned<u64>>,
+    mcast_membership_interval: Option<Spanned<u64>>,
+}
+
+/// IGMP/MLD snooping's settings (seconds in the file).
+fn snooping(
+    f: &SwitchFile,
+    s: &mut sluice_switch::SnoopConfig,
+    err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    s.enabled = f.mcast_snooping.unwrap_or(true);
+    for (field, target, name) in [
+        (&f.mcast_query_interval, &mut s.query_interval_ms, "mcast_query_interval"),
+        (&f.mcast_query_response_interval, &mut s.query_response_ms, "mcast_query_response_interval"),
+        (&f.mcast_membership_interval, &mut s.membership_ms, "mcast_membership_interval"),
+    ] {
+        if let Some(v) = field {
+            if *v.get_ref() == 0 || *v.get_ref() > 3600 {
+                return Err(err(Some(v.span()), format!("{name} is in seconds: use 1 to 3600")));
+            }
+            *target = v.get_ref() * 1000;
+        }
+    }
+    if s.query_response_ms >= s.query_interval_ms {
+        let at = f.mcast_query_response_interval.as_ref().or(f.mcast_query_interval.as_ref()).map(|v| v.span());
+        return Err(err(at, "mcast_query_response_interval must be shorter than mcast_query_interval".into()));
+    }
+    // RFC 3376 §8: robustness 2 × query interval + response interval, unless set.
+    if f.mcast_membership_interval.is_none() {
+        s.membership_ms = 2 * s.query_interval_ms + s.query_response_ms;
+    } else if s.membership_ms <= s.query_interval_ms {
+        let at = f.mcast_membership_interval.as_ref().map(|v| v.span());
+        return Err(err(
+            at,
+            "mcast_membership_interval must be longer than mcast_query_interval (members answer each query)".into(),
+        ));
+    }
+    s.other_querier_ms = 2 * s.query_interval_ms + s.query_response_ms / 2;
+    Ok(())
 }
 
 /// The datapath thread's default niceness. The kernel's own switches (bridge, OVS kernel
@@ -867,6 +942,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         }
         core.watchdog_ms = *w.get_ref();
     }
+    snooping(&f, &mut core.snoop, &err)?;
     for c in &f.class {
         let class = c.get_ref().core(core.lossless).map_err(|m| err(Some(c.span()), m))?;
         core.classes.push(class);

@@ -170,6 +170,8 @@ pub struct Executor {
     endpoints: HashMap<MapData, abi::EndpointKey, u32>,
     heard: RingBuf<MapData>,
     switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
+    /// IGMP/MLD snooping: registered groups → port set id (`sluice_mdb`).
+    mdb: HashMap<MapData, abi::MdbKey, u32>,
     /// Where the maps and links are pinned.
     dir: PathBuf,
 }
@@ -288,6 +290,7 @@ impl Executor {
         let endpoints = HashMap::try_from(take("sluice_endpoints")?).map_err(map_err("endpoints"))?;
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
+        let mdb = HashMap::try_from(take("sluice_mdb")?).map_err(map_err("mdb"))?;
         // (Taking over an earlier run's pins: its settings stand until changed.)
         let b = UpcallBudget::DEFAULT;
         let cfg = config.get(&0, 0).ok().filter(|c: &abi::ExecConfig| c.generation != 0).unwrap_or(abi::ExecConfig {
@@ -312,6 +315,7 @@ impl Executor {
             endpoints,
             heard,
             switch_stats,
+            mdb,
             dir: dir.to_path_buf(),
         })
     }
@@ -414,6 +418,19 @@ impl Executor {
     /// Layer 3: `ip` is no port's any more.
     pub fn remove_owner(&mut self, ip: std::net::IpAddr) {
         let _ = self.owners.remove(&tables::ip_key(ip));
+    }
+
+    /// IGMP/MLD snooping: group `ip` in `vlan` is registered with port set `set`, or
+    /// (`None`) not registered.
+    pub fn set_group(&mut self, vlan: u16, ip: std::net::IpAddr, set: Option<u32>) -> Result<(), Error> {
+        let k = tables::mdb_key(vlan, ip);
+        match set {
+            Some(s) => self.mdb.insert(k, s, 0).map_err(map_err("mdb")),
+            None => {
+                let _ = self.mdb.remove(&k);
+                Ok(())
+            }
+        }
     }
 
     /// Layer 3: LAN neighbour `ip`'s MAC on `vlan`.

@@ -43,6 +43,8 @@ pub struct SwitchConfig {
     /// An output of a lossless class that sends nothing for this long while frames wait
     /// for it is declared stuck and its class drops toward it (ms; 0: never).
     pub watchdog_ms: u64,
+    /// IGMP/MLD snooping.
+    pub snoop: crate::mdb::SnoopConfig,
 }
 
 /// Frames an input holds for full outputs before it stops being read, unless configured.
@@ -69,6 +71,7 @@ impl Default for SwitchConfig {
             classes: Vec::new(),
             hold_len: DEFAULT_HOLD_LEN,
             watchdog_ms: DEFAULT_WATCHDOG_MS,
+            snoop: crate::mdb::SnoopConfig::default(),
         }
     }
 }
@@ -115,6 +118,8 @@ pub struct PortPolicy {
     /// Frames of these EtherTypes (after any 802.1Q tag) from the port are dropped and
     /// counted (`filtered`), before anything is learned from them.
     pub drop_ethertypes: Vec<u16>,
+    /// Whether the port leads to a multicast router (IGMP/MLD snooping).
+    pub mcast_router: crate::mdb::McastRouter,
 }
 
 /// Refusals of configuration changes.

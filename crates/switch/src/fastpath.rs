@@ -46,6 +46,8 @@ pub struct FastPort {
     pub slow: bool,
     /// The port failed (its device is gone or refused a frame).
     pub failed: bool,
+    /// IGMP/MLD snooping is on (Layer 2): a group frame's key holds its IP group's class.
+    pub snoops: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.
@@ -59,6 +61,9 @@ pub enum FastChange {
     Owner(IpAddr),
     /// Layer 3: a LAN neighbour's MAC address ([`crate::Switch::fast_neighbour`]).
     Neighbour(u16, IpAddr),
+    /// IGMP/MLD snooping: a group's port set ([`crate::Switch::fast_group`]; `None`
+    /// there: not registered).
+    Group(u16, IpAddr),
 }
 
 /// A MAC table entry as the kernel sees it.

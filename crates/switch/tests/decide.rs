@@ -226,6 +226,7 @@ fn switch_with(mode: Mode, specs: &[PortSpec], port_mac_limit: usize) -> (Switch
             learn_ips: p.learn_ips,
             mirror_of,
             drop_ethertypes: p.drops.into_iter().collect(),
+            mcast_router: Default::default(),
         };
         let mtu = p.small_mtu.then_some(100);
         if let Some((per_vlan, remotes_only)) = p.tunnel {

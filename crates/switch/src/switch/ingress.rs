@@ -191,6 +191,9 @@ impl Switch {
         let (dst, src) = (mac_at(frame, 0), mac_at(frame, 6));
         let mut key = self.read_key(id, frame, rx.tag, rx.ethertype, rx.admitted);
         key.tunnel = from.tunnel;
+        if rx.admitted && key.dst == Dest::Group {
+            key.group = self.group_class(fid, meta.vlan, now_ms);
+        }
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
         if admission.is_some() {
             self.learn_remote(id, &key, &from, src);

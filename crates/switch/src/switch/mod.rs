@@ -52,6 +52,7 @@ mod kernel;
 mod lossless;
 pub(crate) mod ports;
 mod resolve;
+pub(crate) mod snooping;
 pub(crate) mod transmit;
 
 /// Read/write readiness the switch wants from a port's device.
@@ -116,6 +117,8 @@ pub struct Switch {
     fast_changed: Option<Vec<PortId>>,
     /// Packet captures, by id (`None`: ended and taken).
     captures: Vec<Option<Capture>>,
+    /// IGMP/MLD snooping's database.
+    mdb: crate::mdb::Mdb,
 }
 
 impl fmt::Debug for Switch {
@@ -207,6 +210,7 @@ impl Switch {
             if cfg.classes.is_empty() { vec![ClassConfig::default_for(cfg.lossless)] } else { cfg.classes.clone() };
         let gen_class = class::classify(&classes, &[], 0, "");
         let fib_max = cfg.fib_max;
+        let cfg_snoop = cfg.snoop.clone();
         let mut pool = FramePool::new();
         pool.grow(1);
         if cfg.mode == Mode::L3 {
@@ -238,6 +242,7 @@ impl Switch {
             locked: HashMap::new(),
             fast_changed: None,
             captures: Vec::new(),
+            mdb: crate::mdb::Mdb::new(cfg_snoop),
         })
     }
 
@@ -340,6 +345,7 @@ impl Switch {
             self.l3.expire(now_ms, self.cfg.aging_ms);
             self.expire_pending(now_ms);
         }
+        self.snoop_expire(now_ms);
     }
 
     /// Hands the ports whose wanted interest changed since the last call to `f`.
