@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use super::Switch;
 use super::lossless::Hold;
 use crate::counters::DropCause;
-use crate::decide::{self, Key};
+use crate::decide::{self, Action, Key};
 use crate::ids::PortId;
 use crate::l3::Mode;
 use crate::mdb::{GroupClass, Mdb, MdbEntry, SnoopCounters};
@@ -97,7 +97,15 @@ impl Switch {
         let k = Key { group: forward_as, ..*key };
         let mut v = std::mem::take(&mut self.again);
         decide::decide(&k, &self.tables(), &mut v);
-        self.execute(from, fid, &k, &v, Hold::Never, now_ms);
+        if forward_as == GroupClass::Routers && v.action == Action::Drop(DropCause::UnknownPort) {
+            // A report with no router port to go to: read, and that is all (not a drop).
+            if let Some(s) = self.slot_mut(from) {
+                s.counters.consumed += 1;
+            }
+            self.pool.release(fid);
+        } else {
+            self.execute(from, fid, &k, &v, Hold::Never, now_ms);
+        }
         self.again = v;
     }
 
