@@ -152,6 +152,8 @@ pub struct Mdb {
     /// Groups whose port set changed since the last [`Mdb::take_changes`], while a
     /// kernel datapath follows.
     changed: Option<Vec<(u16, IpAddr)>>,
+    /// Set ids started again from [`FIRST_SET`] since [`Mdb::take_wrapped`].
+    wrapped: bool,
 }
 
 /// The first port set id: ids below are the kernel's classes (`GCLASS_*`).
@@ -174,6 +176,7 @@ impl Mdb {
             checked_ms: 0,
             pruning: false,
             changed: None,
+            wrapped: false,
         }
     }
 
@@ -253,8 +256,18 @@ impl Mdb {
             return;
         }
         g.set = self.next_set;
-        self.next_set = self.next_set.checked_add(1).unwrap_or(FIRST_SET);
+        self.next_set = self.next_set.checked_add(1).unwrap_or_else(|| {
+            // Ids start again: a verdict made for an old one must not be found.
+            self.wrapped = true;
+            FIRST_SET
+        });
         self.sets.insert(g.set, g.ports.keys().copied().collect());
+    }
+
+    /// Whether set ids started again since the last call (the switch then moves its
+    /// generation, so that no verdict of an old id is used).
+    pub fn take_wrapped(&mut self) -> bool {
+        std::mem::take(&mut self.wrapped)
     }
 
     /// Records the groups whose port set changes from now on, every group there is
@@ -506,6 +519,18 @@ mod tests {
         assert_eq!(m.class(1, g("239.1.2.3")), GroupClass::Set(c), "a slow leave waits for aging");
         m.leave(1, g("239.1.2.3"), 2, true);
         assert_eq!(m.class(1, g("239.1.2.3")), GroupClass::Unregistered);
+    }
+
+    #[test]
+    fn set_ids_that_start_again_say_so() {
+        let mut m = mdb();
+        m.next_set = u32::MAX;
+        m.join(1, g("239.1.2.3"), 2, 0);
+        assert_eq!(m.class(1, g("239.1.2.3")), GroupClass::Set(u32::MAX));
+        assert!(m.take_wrapped(), "the next id is one given before");
+        m.join(1, g("239.1.2.3"), 3, 0);
+        assert_eq!(m.class(1, g("239.1.2.3")), GroupClass::Set(FIRST_SET));
+        assert!(!m.take_wrapped());
     }
 
     #[test]

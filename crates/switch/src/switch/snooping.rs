@@ -91,7 +91,7 @@ impl Switch {
             }
             Parsed::Other => GroupClass::Routers,
         };
-        if routers_changed {
+        if routers_changed | self.mdb.take_wrapped() {
             self.generation += 1;
         }
         let k = Key { group: forward_as, ..*key };
@@ -116,7 +116,7 @@ impl Switch {
         }
         self.mdb.start(now_ms);
         let e = self.mdb.expire(now_ms);
-        if e.changed {
+        if e.changed | self.mdb.take_wrapped() {
             self.generation += 1;
         }
         if !(e.query_v4 || e.query_v6) {
