@@ -179,6 +179,8 @@ pub enum Request {
         #[serde(flatten)]
         set: PortSettings,
     },
+    /// Answered with IGMP/MLD snooping's multicast database ([`MdbReport`]).
+    MdbShow,
 }
 
 /// What `port_set` changes on a port (absent: unchanged; a rate of 0: no limit).
@@ -250,6 +252,7 @@ pub const METHODS: &[&str] = &[
     "acl_list",
     "acl_default",
     "port_set",
+    "mdb_show",
 ];
 
 /// JSON-RPC's version string.
@@ -940,6 +943,88 @@ pub struct FibEntryReport {
     /// Behind a tunnel port: the remote endpoint the station was heard from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+}
+
+/// One group's membership, in an [`MdbReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbGroupReport {
+    /// VLAN.
+    pub vlan: u16,
+    /// The IP group.
+    pub group: String,
+    /// Its port set's id (what the kernel datapath's `sluice_mdb` holds).
+    pub set: u32,
+    /// Member ports, each with the seconds left of its membership.
+    pub ports: Vec<MdbMemberReport>,
+}
+
+/// A member port of a group.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbMemberReport {
+    /// Port name.
+    pub port: String,
+    /// Seconds until the membership expires unless reported again.
+    pub expires_s: f64,
+}
+
+/// A router port.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbRouterReport {
+    /// Port name.
+    pub port: String,
+    /// Learned from queries: seconds left; `None`: configured (`mcast_router = "always"`).
+    pub expires_s: Option<f64>,
+}
+
+/// The querier of one family.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbQuerierReport {
+    /// `"switch"`: the switch sends the general queries itself; `"other"`: another
+    /// querier is heard.
+    pub who: String,
+    /// The other querier's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The port it is heard on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+}
+
+/// Per-port snooping counters.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbPortCounters {
+    /// Port name.
+    pub port: String,
+    /// Reports read.
+    pub reports: u64,
+    /// Leaves read.
+    pub leaves: u64,
+    /// Queries heard.
+    pub queries: u64,
+    /// Joins refused, the database or the port's share of it full.
+    pub mdb_full: u64,
+    /// Group records beyond a message's bound, not read.
+    pub truncated: u64,
+}
+
+/// Answer to [`Request::MdbShow`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbReport {
+    /// Snooping is on (`mcast_snooping`).
+    pub enabled: bool,
+    /// It prunes now (false during the first query response interval after start, when
+    /// every group frame still floods).
+    pub pruning: bool,
+    /// Memberships, by VLAN and group.
+    pub groups: Vec<MdbGroupReport>,
+    /// Router ports.
+    pub routers: Vec<MdbRouterReport>,
+    /// IGMP's querier.
+    pub querier_v4: MdbQuerierReport,
+    /// MLD's querier.
+    pub querier_v6: MdbQuerierReport,
+    /// Per-port counters.
+    pub counters: Vec<MdbPortCounters>,
 }
 
 /// Answer to [`Request::FibShow`].

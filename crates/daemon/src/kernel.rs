@@ -601,6 +601,9 @@ impl KernelSide {
                     }
                 },
                 FastChange::Port(id) => self.sync_port(sw, id),
+                FastChange::Group(vlan, ip) => {
+                    self.ex.set_group(vlan, ip, sw.fast_group(vlan, ip)).map_err(Error::from)
+                }
                 FastChange::Mac(vlan, mac) => {
                     let entry = sw.fast_mac(vlan, mac).and_then(|m| {
                         let e = convert::station(&m, |p| self.place(sw, p))?;

@@ -436,6 +436,9 @@ abi! {
         pub src_mac: [u8; 6],
         /// `X_SRC_IP`, `CLAIM_V4` or `CLAIM_V6`: the claimed source address.
         pub src_ip: [u8; 16],
+        /// `X_GROUP`, `DST_GROUP`: the IP group's class, a `u32` in host order: `GCLASS_*`
+        /// or a port set id from `sluice_mdb`; else 0.
+        pub group: [u8; 4],
     }
 
     /// [`Output::kind`]: a guest's veth: the frame itself is sent with
@@ -606,5 +609,30 @@ abi! {
         pub burst_ns: u64,
         /// The program's: `bpf_ktime_get_ns()` time the next unit is due at.
         pub tat: u64,
+    }
+
+    /// [`Admit::mask`]: IGMP/MLD snooping: read a group frame's IP group class
+    /// ([`FlowKey::group`]).
+    pub const X_GROUP: u16 = 1 << 7 => X_GROUP;
+    /// [`FlowKey::group`]: not a group the switch snoops (not IP, broadcast, a link-local
+    /// group).
+    pub const GCLASS_FLOODED: u32 = 0 => GCLASS_FLOODED;
+    /// An IGMP or MLD message.
+    pub const GCLASS_CONTROL: u32 = 1 => GCLASS_CONTROL;
+    /// A snooped group not in `sluice_mdb`.
+    pub const GCLASS_UNREGISTERED: u32 = 2 => GCLASS_UNREGISTERED;
+    /// Port set ids in `sluice_mdb` start here.
+    pub const GCLASS_FIRST_SET: u32 = 16 => GCLASS_FIRST_SET;
+
+    /// IGMP/MLD snooping: a registered group, in `sluice_mdb`; the value is its port set
+    /// id (at least `GCLASS_FIRST_SET`).
+    pub struct MdbKey => sluice_mdb_key {
+        /// The VLAN.
+        pub vlan: u16,
+        /// 4 or 6
+        pub family: u8,
+        pub pad: u8,
+        /// IPv4 in the first 4 bytes.
+        pub addr: [u8; 16],
     }
 }

@@ -170,6 +170,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_heard SEC(".maps");
 
+/* IGMP/MLD snooping: registered groups by (VLAN, family, group) -> port set id. The core
+ * writes it; the program only looks a group frame's class up (group_class). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct sluice_mdb_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_mdb SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -489,6 +499,52 @@ static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f,
 	__u32 *owner = bpf_map_lookup_elem(&sluice_owners, &dk);
 	if (owner && *owner < SLUICE_MAX_PORTS)
 		k->owner = *owner + 1;
+}
+
+/* IGMP/MLD snooping (the core's snoop::target and Mdb::class): the class of a group
+ * frame's IP destination in `vlan` -- an IGMP or MLD message, a group never snooped
+ * (IPv4 224.0.0.0/24, IPv6 of interface- or link-local scope), a registered group's port
+ * set id from sluice_mdb, or unregistered. A lookup; no decision. */
+static __always_inline __u32 group_class(struct __sk_buff *skb, const struct l2 *f, __u16 vlan)
+{
+	__u8 h[40];
+	struct sluice_mdb_key mk = { .vlan = vlan };
+
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4 || (h[16] & 0xf0) != 0xe0)
+			return GCLASS_FLOODED;
+		if (h[9] == 2 /* IGMP */)
+			return GCLASS_CONTROL;
+		if (h[16] == 224 && h[17] == 0 && h[18] == 0)
+			return GCLASS_FLOODED;
+		mk.family = 4;
+		__builtin_memcpy(mk.addr, h + 16, 4);
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 40) || h[24] != 0xff)
+			return GCLASS_FLOODED;
+		/* MLD: ICMPv6 130, 131, 132 or 143, after at most one hop-by-hop header. */
+		__u8 next = h[6];
+		__u32 at = f->off + 40;
+		__u8 x[2];
+		if (next == 0) {
+			if (bpf_skb_load_bytes(skb, at, x, 2))
+				goto data;
+			next = x[0];
+			at += ((__u32)x[1] + 1) * 8;
+		}
+		if (next == 58 && !bpf_skb_load_bytes(skb, at, x, 1) &&
+		    (x[0] == 130 || x[0] == 131 || x[0] == 132 || x[0] == 143))
+			return GCLASS_CONTROL;
+	data:
+		if ((h[25] & 0x0f) <= 2)
+			return GCLASS_FLOODED;
+		mk.family = 6;
+		__builtin_memcpy(mk.addr, h + 24, 16);
+	} else {
+		return GCLASS_FLOODED;
+	}
+	__u32 *set = bpf_map_lookup_elem(&sluice_mdb, &mk);
+	return set ? *set : GCLASS_UNREGISTERED;
 }
 
 /* The core's `measure` (sluice_wire's gso_max_l3_len): what the frame is held to against
@@ -979,6 +1035,10 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		claim(skb, &f, &k);
 	if (mask & X_L3)
 		l3_extras(skb, &f, &k);
+	if ((mask & X_GROUP) && k.dst == DST_GROUP) {
+		__u32 g = group_class(skb, &f, vlan);
+		__builtin_memcpy(k.group, &g, 4);
+	}
 
 	struct sluice_verdict *v = bpf_map_lookup_elem(&sluice_verdicts, &k);
 	if (!v || v->generation != gen)

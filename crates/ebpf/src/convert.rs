@@ -17,7 +17,9 @@
 
 use std::net::IpAddr;
 
-use sluice_switch::{Action, Dest, DropCause, FastMac, FastPort, Key, Mode, NextHop, PortId, Station, Verdict};
+use sluice_switch::{
+    Action, Dest, DropCause, FastMac, FastPort, GroupClass, Key, Mode, NextHop, PortId, Station, Verdict,
+};
 use sluice_wire::MacAddr;
 
 use crate::abi;
@@ -146,6 +148,9 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
         Mode::L2 => abi::X_DST_STATION,
         Mode::L3 => abi::X_L3 | abi::X_GUEST,
     };
+    if p.snoops && mode == Mode::L2 {
+        m |= abi::X_GROUP;
+    }
     m
 }
 
@@ -266,6 +271,14 @@ pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) 
         k.proto = l3.proto;
         k.icmp6_type = l3.icmp6_type;
     }
+    // IGMP/MLD snooping: the group's class, as the program reads it (`group_class`).
+    let g = match key.group {
+        GroupClass::Flooded | GroupClass::Routers => abi::GCLASS_FLOODED,
+        GroupClass::Control => abi::GCLASS_CONTROL,
+        GroupClass::Unregistered => abi::GCLASS_UNREGISTERED,
+        GroupClass::Set(id) => id,
+    };
+    k.group = g.to_ne_bytes();
     Some(k)
 }
 
@@ -442,6 +455,7 @@ mod tests {
             guest_mac: None,
             storm: sluice_switch::StormControl::default(),
             rate: sluice_switch::RateLimit::default(),
+            snoops: false,
         }
     }
 
@@ -461,7 +475,16 @@ mod tests {
     }
 
     fn key(port: PortId, dst: Dest) -> Key {
-        Key { port, tag: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default(), tunnel: None }
+        Key {
+            port,
+            tag: None,
+            ethertype: 0x0800,
+            src: Station::Here,
+            dst,
+            extras: Extras::default(),
+            tunnel: None,
+            group: Default::default(),
+        }
     }
 
     fn out(port: PortId, tag: Option<u16>) -> Output {
@@ -488,6 +511,24 @@ mod tests {
         assert_eq!(l2.flags, 0, "Layer 2 answers sources from the station table");
         let bare = input(&FastPort { dev_mac: None, ..uplink() }, 3, Mode::L2, ROUTER);
         assert_eq!(bare.flags, 0, "no address of its own: nothing is the host's");
+    }
+
+    #[test]
+    fn a_snooping_switch_reads_the_group_class_and_its_sets_are_not_classes() {
+        let p = FastPort { snoops: true, ..port() };
+        assert_eq!(mask(&p, Mode::L2) & abi::X_GROUP, abi::X_GROUP);
+        assert_eq!(mask(&p, Mode::L3) & abi::X_GROUP, 0, "Layer 3 floods groups");
+        assert_eq!(sluice_switch::mdb::FIRST_SET, abi::GCLASS_FIRST_SET);
+        let places = |p: PortId| Some(Place { slot: p as u16 + 100, device: None });
+        for (class, want) in [
+            (GroupClass::Flooded, abi::GCLASS_FLOODED),
+            (GroupClass::Control, abi::GCLASS_CONTROL),
+            (GroupClass::Unregistered, abi::GCLASS_UNREGISTERED),
+            (GroupClass::Set(40), 40),
+        ] {
+            let k = Key { group: class, ..key(2, Dest::Group) };
+            assert_eq!(flow_key(&k, 1, places).unwrap().group, want.to_ne_bytes());
+        }
     }
 
     #[test]

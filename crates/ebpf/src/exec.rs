@@ -171,6 +171,8 @@ pub struct Executor {
     heard: RingBuf<MapData>,
     switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
     meters: Array<MapData, abi::Meter>,
+    /// IGMP/MLD snooping: registered groups → port set id (`sluice_mdb`).
+    mdb: HashMap<MapData, abi::MdbKey, u32>,
     /// Where the maps and links are pinned.
     dir: PathBuf,
 }
@@ -301,6 +303,7 @@ impl Executor {
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
         let meters = Array::try_from(take("sluice_meters")?).map_err(map_err("meters"))?;
+        let mdb = HashMap::try_from(take("sluice_mdb")?).map_err(map_err("mdb"))?;
         // (Taking over an earlier run's pins: its settings stand until changed.)
         let b = UpcallBudget::DEFAULT;
         let cfg = config.get(&0, 0).ok().filter(|c: &abi::ExecConfig| c.generation != 0).unwrap_or(abi::ExecConfig {
@@ -326,6 +329,7 @@ impl Executor {
             heard,
             switch_stats,
             meters,
+            mdb,
             dir: dir.to_path_buf(),
         })
     }
@@ -440,6 +444,19 @@ impl Executor {
     /// Layer 3: `ip` is no port's any more.
     pub fn remove_owner(&mut self, ip: std::net::IpAddr) {
         let _ = self.owners.remove(&tables::ip_key(ip));
+    }
+
+    /// IGMP/MLD snooping: group `ip` in `vlan` is registered with port set `set`, or
+    /// (`None`) not registered.
+    pub fn set_group(&mut self, vlan: u16, ip: std::net::IpAddr, set: Option<u32>) -> Result<(), Error> {
+        let k = tables::mdb_key(vlan, ip);
+        match set {
+            Some(s) => self.mdb.insert(k, s, 0).map_err(map_err("mdb")),
+            None => {
+                let _ = self.mdb.remove(&k);
+                Ok(())
+            }
+        }
     }
 
     /// Layer 3: LAN neighbour `ip`'s MAC on `vlan`.

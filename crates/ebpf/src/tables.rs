@@ -7,6 +7,12 @@ use sluice_wire::MacAddr;
 
 use crate::abi::{self, FibKey, FibVal};
 
+/// `sluice_mdb`'s key of group `ip` in `vlan`.
+pub fn mdb_key(vlan: u16, ip: IpAddr) -> abi::MdbKey {
+    let k = ip_key(ip);
+    abi::MdbKey { vlan, family: k.family, pad: 0, addr: k.addr }
+}
+
 /// The owners map's key of `ip`.
 pub fn ip_key(ip: IpAddr) -> abi::IpKey {
     let mut k = abi::IpKey::default();

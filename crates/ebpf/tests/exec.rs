@@ -975,3 +975,57 @@ fn rate_in_polices_by_bytes_what_the_verdict_charges() {
         assert_eq!(ex.counters(3).v[c::RX_DROP + d::RATE_LIMIT], 2);
     });
 }
+
+#[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in a network namespace of its own); scripts/test.sh runs it"]
+fn a_group_frames_class_is_looked_up_in_the_mdb_and_a_new_set_id_is_a_new_key() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-mdb");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (o1, _), (up, _)) = (veth("in0"), veth("out1"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        ex.set_input(i0, &input(0)).unwrap();
+        ex.set_station(1, A, 0, false).unwrap();
+        let group = MacAddr([1, 0, 0x5e, 1, 2, 3]);
+        ex.install_admit(&admit_key(0, abi::TAG_NONE, 0, abi::DST_GROUP), &admitted(1, abi::X_GROUP)).unwrap();
+        let key = |class: u32| abi::FlowKey {
+            group: class.to_ne_bytes(),
+            ..flow(0, 1, 0x0800, abi::SRC_HERE, abi::DST_GROUP, 0)
+        };
+        let data = frame(group, A, None, 0x0800, &ipv4([10, 0, 0, 1], [239, 1, 2, 3], 17, 100));
+        let igmp = frame(group, A, None, 0x0800, &ipv4([10, 0, 0, 1], [239, 1, 2, 3], 2, 40));
+        let mdns =
+            frame(MacAddr([1, 0, 0x5e, 0, 0, 0xfb]), A, None, 0x0800, &ipv4([10, 0, 0, 1], [224, 0, 0, 251], 17, 100));
+        // One verdict per class, each to port 1: which one a frame finds says its class.
+        let classes = [abi::GCLASS_FLOODED, abi::GCLASS_CONTROL, abi::GCLASS_UNREGISTERED, 16, 17];
+        for (i, &class) in classes.iter().enumerate() {
+            let mut v = forward(&[from_mac(out(o1, 1, abi::OUT_PEER), MacAddr([2, 0, 0, 0, 0x10, i as u8]))]);
+            v.generation = GEN;
+            ex.install(&key(class), &v).unwrap();
+        }
+        let class_of = |ex: &Executor, f: &[u8]| {
+            let r = run(ex, f, &at(i0));
+            assert_eq!(r.code, REDIRECT);
+            // (Each class's verdict writes a source address of its own.)
+            (r.frame[6..11] == [2, 0, 0, 0, 0x10]).then(|| classes[usize::from(r.frame[11])])
+        };
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_UNREGISTERED), "not in the mdb");
+        assert_eq!(class_of(&ex, &igmp), Some(abi::GCLASS_CONTROL), "IGMP");
+        assert_eq!(class_of(&ex, &mdns), Some(abi::GCLASS_FLOODED), "224.0.0.0/24 is never snooped");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), Some(16)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(16), "registered: its set id");
+        assert_eq!(class_of(&ex, &igmp), Some(abi::GCLASS_CONTROL), "IGMP stays the core's");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), Some(17)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(17), "a membership change: a new key, no generation bump");
+        ex.set_group(2, "239.1.2.3".parse().unwrap(), Some(16)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(17), "by VLAN");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), None).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_UNREGISTERED));
+        // Without X_GROUP the class is not read: the frame's key has 0.
+        ex.install_admit(&admit_key(0, abi::TAG_NONE, 0, abi::DST_GROUP), &admitted(1, 0)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_FLOODED));
+    });
+}

@@ -129,8 +129,23 @@ pub struct PortAddArgs {
     /// connects, retrying until QEMU is there (and again after QEMU restarts).
     #[arg(long)]
     pub client: bool,
+    /// IGMP/MLD snooping: the port leads to a multicast router and gets every group frame
+    /// and every report: auto (while queries are heard on it), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub mcast_router: McastRouterArg,
     #[command(flatten)]
     pub target: client::TargetByName,
+}
+
+/// `--mcast-router` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum McastRouterArg {
+    /// While IGMP or MLD queries are heard on the port.
+    Auto,
+    /// Always.
+    Always,
+    /// Never, even when queries are heard on it.
+    Never,
 }
 
 /// Port kinds on the command line.
@@ -351,6 +366,11 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         socket: a.socket,
         client: a.client,
         ifname: a.ifname,
+        mcast_router: match a.mcast_router {
+            McastRouterArg::Auto => sluice_api::config::McastRouterSpec::Auto,
+            McastRouterArg::Always => sluice_api::config::McastRouterSpec::Always,
+            McastRouterArg::Never => sluice_api::config::McastRouterSpec::Never,
+        },
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target.into())?;
@@ -505,6 +525,46 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
     );
     if !r.entries.is_empty() {
         println!("{t}");
+    }
+    Ok(())
+}
+
+pub fn mdb_show(target: &Target, json: bool) -> Result<()> {
+    let r: sluice_api::proto::MdbReport = Client::for_target(target)?.call(&Request::MdbShow)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    if !r.enabled {
+        println!("IGMP/MLD snooping is off (mcast_snooping = false): every group frame floods");
+        return Ok(());
+    }
+    let who = |q: &sluice_api::proto::MdbQuerierReport| match (&q.address, &q.port) {
+        (Some(a), Some(p)) => format!("{a} on {p}"),
+        _ => "this switch".into(),
+    };
+    println!(
+        "snooping {}; querier: IGMP {}, MLD {}",
+        if r.pruning { "on" } else { "starting (flooding until the first query is answered)" },
+        who(&r.querier_v4),
+        who(&r.querier_v6)
+    );
+    let mut t = table();
+    t.set_header(vec!["VLAN", "GROUP", "PORT", "EXPIRES"]);
+    for g in &r.groups {
+        for m in &g.ports {
+            t.add_row(vec![g.vlan.to_string(), g.group.clone(), m.port.clone(), format!("{:.0}s", m.expires_s)]);
+        }
+    }
+    println!("{} group(s)", r.groups.len());
+    if !r.groups.is_empty() {
+        println!("{t}");
+    }
+    for p in &r.routers {
+        match p.expires_s {
+            Some(s) => println!("router port {} (learned, {s:.0}s left)", p.port),
+            None => println!("router port {} (configured)", p.port),
+        }
     }
     Ok(())
 }

@@ -60,6 +60,13 @@ enum Cmd {
     /// Show and edit the MAC forwarding table.
     #[command(subcommand)]
     Fib(FibCmd),
+    /// IGMP/MLD snooping's multicast database.
+    ///
+    /// Examples:
+    ///   sluice mdb show
+    ///   sluice mdb show --json --switch sw0
+    #[command(subcommand)]
+    Mdb(MdbCmd),
     /// Show per-port counters (`sluice stats reset` zeroes them).
     Stats(cli::StatsArgs),
     /// A live view of the switch: each port's and traffic class's frames and bits per
@@ -374,6 +381,19 @@ enum PortCmd {
 }
 
 #[derive(Subcommand, Debug)]
+enum MdbCmd {
+    /// Show which ports joined which IP group (VLAN, group, member ports with the seconds
+    /// left of each membership), the router ports and the querier.
+    Show {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum FibCmd {
     /// Show the MAC table: VLAN, MAC, port, static or age.
     Show {
@@ -444,6 +464,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Top(top::TopArgs { once: true, .. })
             | Cmd::Port(PortCmd::List { .. })
             | Cmd::Fib(FibCmd::Show { .. })
+            | Cmd::Mdb(MdbCmd::Show { .. })
             | Cmd::Switch(SwitchCmd::List { .. })
             | Cmd::Lab(lab::LabCmd::List { .. })
             | Cmd::Bench(bench::BenchCmd::Profiles { .. })
@@ -488,6 +509,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             port::relay::run(&tap, netns.as_deref(), &listen, mtu)?
         }
         Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
+        Cmd::Mdb(MdbCmd::Show { json, target }) => cli::mdb_show(&target, json)?,
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,

@@ -200,6 +200,9 @@ impl Switch {
             hdr[..n].copy_from_slice(&frame[..n]);
             (key.extras.acl, flow) = self.acl_extras(&hdr[..n], now_ms);
         }
+        if rx.admitted && key.dst == Dest::Group {
+            key.group = self.group_class(fid, meta.vlan, now_ms);
+        }
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
         if admission.is_some() {
             self.learn_remote(id, &key, &from, src);

@@ -221,6 +221,10 @@ impl Switch {
     pub fn remove_port(&mut self, name: &str) -> Result<(PortId, Box<dyn Port>), SwitchError> {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
+        self.mdb.remove_port(id);
+        if self.mdb.take_wrapped() {
+            self.generation += 1;
+        }
         slot.count_refused();
         while let Some(q) = slot.queue.pop_any() {
             slot.counters.tx_drops.add(DropCause::UnknownPort);
