@@ -88,8 +88,26 @@ def listen(iface, join=None, port=None):
     print(json.dumps(counts))
 
 
+def wait_ipv6_source(iface, seconds=10.0):
+    """Waits until `iface` has an IPv6 address past duplicate address detection: until
+    then the kernel has no source address for a multicast datagram (EADDRNOTAVAIL)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                fields = line.split()
+                # address, ifindex, prefix length, scope, flags, name; 0x40: tentative,
+                # 0x08: DAD failed.
+                if fields[5] == iface and int(fields[4], 16) & 0x48 == 0:
+                    return
+        time.sleep(0.05)
+    raise SystemExit(f"{iface} had no IPv6 address past duplicate address detection within {seconds} s")
+
+
 def send(iface, group, port, n):
     g = ipaddress.ip_address(group)
+    if g.version == 6:
+        wait_ipv6_source(iface)
     if g.version == 4:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
