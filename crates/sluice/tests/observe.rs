@@ -153,7 +153,7 @@ fn the_metrics_endpoint_speaks_openmetrics_and_agrees_with_stats() {
         return;
     }
     // Port 0: the kernel picks one, and `sluice stats` says which.
-    let sw = Switch::new("metr", "metrics_listen = \"127.0.0.1:0\"");
+    let sw = Switch::new("metr", "metrics_listen = \"127.0.0.1:0\"\nmcast_snooping = false");
     let addr = sw.stats()["switch"]["metrics"].as_str().expect("stats names the metrics address").to_string();
     ns_ok(&sw.namespaces[0], "ping -c 5 -i 0.2 -W 5 10.79.0.2");
 
