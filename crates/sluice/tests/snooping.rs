@@ -23,52 +23,22 @@ fn helper() -> PathBuf {
 
 /// A switch of the test's own with `n` guests `SWITCHtI` (TAPs, or veths on the kernel
 /// datapath), IPv4 10.78.0.I/24, IPv6 on (no duplicate address detection).
-struct Switch {
-    name: String,
-    namespaces: Vec<String>,
-    child: Child,
-    dir: PathBuf,
+struct Switch(FileSwitch);
+
+impl std::ops::Deref for Switch {
+    type Target = FileSwitch;
+    fn deref(&self) -> &FileSwitch {
+        &self.0
+    }
 }
 
 impl Switch {
     fn new(tag: &str, n: usize, dp: Dp) -> Switch {
-        init();
         let name = unique(&match dp {
             Dp::User => tag.to_string(),
             Dp::Kernel => format!("{}k", &tag[..tag.len().min(4)]),
         });
-        let dir = scratch(&format!("snoop-{name}"));
-        let datapath = if dp == Dp::Kernel { "kernel" } else { "user" };
-        let mut cfg = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{TIMERS}");
-        let mut namespaces = vec![];
-        for i in 1..=n {
-            let ns = format!("{name}g{i}");
-            sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
-            namespaces.push(ns.clone());
-            let at = if dp == Dp::Kernel {
-                sh_ok(&format!("ip link add {name}t{i} type veth peer name {name}t{i} netns {ns}"));
-                "type = \"veth\"".to_string()
-            } else {
-                format!("netns = \"{ns}\"")
-            };
-            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\n{at}\n"));
-        }
-        let f = dir.join("sw.toml");
-        std::fs::write(&f, cfg).unwrap();
-        let log = std::fs::File::create(dir.join("sw.log")).unwrap();
-        let child = Command::new(BIN)
-            .args(["switch", "run", "--config", f.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let sw = Switch { name, namespaces, child, dir };
-        assert!(
-            wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
-            "switch did not start: {}",
-            std::fs::read_to_string(sw.dir.join("sw.log")).unwrap_or_default()
-        );
+        let sw = Switch(FileSwitch::start(name, dp, TIMERS, &vec![""; n], ""));
         for i in 1..=n {
             let t = sw.iface(i);
             ns_ok(
@@ -79,10 +49,6 @@ impl Switch {
             );
         }
         sw
-    }
-
-    fn iface(&self, i: usize) -> String {
-        format!("{}t{i}", self.name)
     }
 
     fn mdb(&self) -> Value {
@@ -129,19 +95,6 @@ impl Switch {
     /// Waits (at most 12 s) until snooping prunes: the start window is over.
     fn wait_pruning(&self) {
         assert!(wait_for(12, || self.mdb()["pruning"] == true), "snooping never started pruning: {}", self.mdb());
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
-        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
