@@ -45,10 +45,10 @@ TOOLS+=(libvirtd virtlogd virsh)
 # is driven as a runtime drives it, then by podman itself; it masquerades with nft.
 PACKAGES+=(podman containernetworking-plugins nftables)
 TOOLS+=(podman nft)
-# dnsmasq-base, busybox, nftables: a switch's gateway runs dnsmasq (DHCP, router
+# dnsmasq-base, nftables: a switch's gateway runs dnsmasq (DHCP, router
 # advertisements) and masquerades with nft; the guests in its tests ask for an address with
-# busybox's udhcpc.
-PACKAGES+=(dnsmasq-base busybox nftables)
+# busybox's udhcpc (busybox-static's, above: Debian's busybox conflicts with it).
+PACKAGES+=(dnsmasq-base nftables)
 TOOLS+=(dnsmasq busybox nft)
 
 missing=()

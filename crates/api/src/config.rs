@@ -202,6 +202,38 @@ pub struct PortSpec {
     /// guest's namespace (`eth0`, the CNI runtime's `CNI_IFNAME`); default: the port's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifname: Option<String>,
+    /// IGMP/MLD snooping: whether the port leads to a multicast router (gets every group
+    /// frame and every report): `auto` (when a query is heard on it), `always`, `never`.
+    #[serde(default, skip_serializing_if = "McastRouterSpec::is_auto")]
+    pub mcast_router: McastRouterSpec,
+}
+
+/// A port's `mcast_router` setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum McastRouterSpec {
+    /// A router port while queries are heard on it.
+    #[default]
+    Auto,
+    /// Always a router port.
+    Always,
+    /// Never a router port.
+    Never,
+}
+
+impl McastRouterSpec {
+    fn is_auto(&self) -> bool {
+        *self == McastRouterSpec::Auto
+    }
+
+    /// The core's setting.
+    pub fn core(self) -> sluice_switch::McastRouter {
+        match self {
+            McastRouterSpec::Auto => sluice_switch::McastRouter::Auto,
+            McastRouterSpec::Always => sluice_switch::McastRouter::Always,
+            McastRouterSpec::Never => sluice_switch::McastRouter::Never,
+        }
+    }
 }
 
 /// A VXLAN port's tunnel settings, checked.
@@ -339,6 +371,7 @@ impl PortSpec {
             socket: None,
             client: false,
             ifname: None,
+            mcast_router: McastRouterSpec::Auto,
         }
     }
 
@@ -530,6 +563,7 @@ impl PortSpec {
                 .map_err(|e| format!("port {:?}: forward_link_local: {e}", self.name))?,
             storm: self.storm_control()?,
             rate: self.rate_limit()?,
+            mcast_router: self.mcast_router.core(),
         })
     }
 
@@ -874,6 +908,47 @@ struct SwitchFile {
     #[serde(default)]
     acl: Vec<Spanned<AclEntry>>,
     conntrack_max: Option<Spanned<usize>>,
+    mcast_snooping: Option<bool>,
+    mcast_query_interval: Option<Spanned<u64>>,
+    mcast_query_response_interval: Option<Spanned<u64>>,
+    mcast_membership_interval: Option<Spanned<u64>>,
+}
+
+/// IGMP/MLD snooping's settings (seconds in the file).
+fn snooping(
+    f: &SwitchFile,
+    s: &mut sluice_switch::SnoopConfig,
+    err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    s.enabled = f.mcast_snooping.unwrap_or(true);
+    for (field, target, name) in [
+        (&f.mcast_query_interval, &mut s.query_interval_ms, "mcast_query_interval"),
+        (&f.mcast_query_response_interval, &mut s.query_response_ms, "mcast_query_response_interval"),
+        (&f.mcast_membership_interval, &mut s.membership_ms, "mcast_membership_interval"),
+    ] {
+        if let Some(v) = field {
+            if *v.get_ref() == 0 || *v.get_ref() > 3600 {
+                return Err(err(Some(v.span()), format!("{name} is in seconds: use 1 to 3600")));
+            }
+            *target = v.get_ref() * 1000;
+        }
+    }
+    if s.query_response_ms >= s.query_interval_ms {
+        let at = f.mcast_query_response_interval.as_ref().or(f.mcast_query_interval.as_ref()).map(|v| v.span());
+        return Err(err(at, "mcast_query_response_interval must be shorter than mcast_query_interval".into()));
+    }
+    // RFC 3376 §8: robustness 2 × query interval + response interval, unless set.
+    if f.mcast_membership_interval.is_none() {
+        s.membership_ms = 2 * s.query_interval_ms + s.query_response_ms;
+    } else if s.membership_ms <= s.query_interval_ms {
+        let at = f.mcast_membership_interval.as_ref().map(|v| v.span());
+        return Err(err(
+            at,
+            "mcast_membership_interval must be longer than mcast_query_interval (members answer each query)".into(),
+        ));
+    }
+    s.other_querier_ms = 2 * s.query_interval_ms + s.query_response_ms / 2;
+    Ok(())
 }
 
 /// A `[[acl]]` entry: a security-group rule of a port, or (`default = true`) the port's
@@ -1037,6 +1112,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         }
         core.watchdog_ms = *w.get_ref();
     }
+    snooping(&f, &mut core.snoop, &err)?;
     for c in &f.class {
         let class = c.get_ref().core(core.lossless).map_err(|m| err(Some(c.span()), m))?;
         core.classes.push(class);

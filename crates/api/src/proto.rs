@@ -20,7 +20,7 @@ use crate::config::PortSpec;
 pub const PROTOCOL: u32 = 2;
 
 /// Minor version: grows with each addition (a method, a field) an older client can ignore.
-pub const PROTOCOL_MINOR: u32 = 0;
+pub const PROTOCOL_MINOR: u32 = 1;
 
 /// The version `hello` reports to a client of the line protocol (`{"cmd":…}`), which
 /// checks for exactly this one.
@@ -170,6 +170,60 @@ pub enum Request {
         /// "allow" or "deny".
         action: String,
     },
+    /// Change a running port's rate limits, storm control or link-local forwarding; the
+    /// settings not given stay as they are.
+    PortSet {
+        /// The port's name.
+        name: String,
+        /// The settings to change.
+        #[serde(flatten)]
+        set: PortSettings,
+    },
+    /// Answered with IGMP/MLD snooping's multicast database ([`MdbReport`]).
+    MdbShow,
+}
+
+/// What `port_set` changes on a port (absent: unchanged; a rate of 0: no limit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PortSettings {
+    /// `rate_in`, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_in: Option<f64>,
+    /// `rate_out`, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_out: Option<f64>,
+    /// `burst`, KiB (0: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// `storm_broadcast_pps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// `storm_multicast_pps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_multicast_pps: Option<u32>,
+    /// `storm_burst` (0: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_burst: Option<u32>,
+    /// `forward_link_local` (an empty list: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_link_local: Option<Vec<String>>,
+}
+
+impl PortSettings {
+    /// Applies these changes to a port's description (a 0 removes a setting).
+    pub fn apply(&self, p: &mut PortSpec) {
+        let keep = |new: Option<f64>, old: Option<f64>| new.map(|r| (r > 0.0).then_some(r)).unwrap_or(old);
+        p.rate_in = keep(self.rate_in, p.rate_in);
+        p.rate_out = keep(self.rate_out, p.rate_out);
+        p.burst = self.burst.map(|b| (b > 0).then_some(b)).unwrap_or(p.burst);
+        let keep32 = |new: Option<u32>, old: Option<u32>| new.map(|r| (r > 0).then_some(r)).unwrap_or(old);
+        p.storm_broadcast_pps = keep32(self.storm_broadcast_pps, p.storm_broadcast_pps);
+        p.storm_multicast_pps = keep32(self.storm_multicast_pps, p.storm_multicast_pps);
+        p.storm_burst = keep32(self.storm_burst, p.storm_burst);
+        if let Some(f) = &self.forward_link_local {
+            p.forward_link_local = f.clone();
+        }
+    }
 }
 
 /// The methods (the names of [`Request`]'s variants).
@@ -197,6 +251,8 @@ pub const METHODS: &[&str] = &[
     "acl_del",
     "acl_list",
     "acl_default",
+    "port_set",
+    "mdb_show",
 ];
 
 /// JSON-RPC's version string.
@@ -887,6 +943,88 @@ pub struct FibEntryReport {
     /// Behind a tunnel port: the remote endpoint the station was heard from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+}
+
+/// One group's membership, in an [`MdbReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbGroupReport {
+    /// VLAN.
+    pub vlan: u16,
+    /// The IP group.
+    pub group: String,
+    /// Its port set's id (what the kernel datapath's `sluice_mdb` holds).
+    pub set: u32,
+    /// Member ports, each with the seconds left of its membership.
+    pub ports: Vec<MdbMemberReport>,
+}
+
+/// A member port of a group.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbMemberReport {
+    /// Port name.
+    pub port: String,
+    /// Seconds until the membership expires unless reported again.
+    pub expires_s: f64,
+}
+
+/// A router port.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbRouterReport {
+    /// Port name.
+    pub port: String,
+    /// Learned from queries: seconds left; `None`: configured (`mcast_router = "always"`).
+    pub expires_s: Option<f64>,
+}
+
+/// The querier of one family.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbQuerierReport {
+    /// `"switch"`: the switch sends the general queries itself; `"other"`: another
+    /// querier is heard.
+    pub who: String,
+    /// The other querier's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The port it is heard on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+}
+
+/// Per-port snooping counters.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbPortCounters {
+    /// Port name.
+    pub port: String,
+    /// Reports read.
+    pub reports: u64,
+    /// Leaves read.
+    pub leaves: u64,
+    /// Queries heard.
+    pub queries: u64,
+    /// Joins refused, the database or the port's share of it full.
+    pub mdb_full: u64,
+    /// Group records beyond a message's bound, not read.
+    pub truncated: u64,
+}
+
+/// Answer to [`Request::MdbShow`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MdbReport {
+    /// Snooping is on (`mcast_snooping`).
+    pub enabled: bool,
+    /// It prunes now (false during the first query response interval after start, when
+    /// every group frame still floods).
+    pub pruning: bool,
+    /// Memberships, by VLAN and group.
+    pub groups: Vec<MdbGroupReport>,
+    /// Router ports.
+    pub routers: Vec<MdbRouterReport>,
+    /// IGMP's querier.
+    pub querier_v4: MdbQuerierReport,
+    /// MLD's querier.
+    pub querier_v6: MdbQuerierReport,
+    /// Per-port counters.
+    pub counters: Vec<MdbPortCounters>,
 }
 
 /// Answer to [`Request::FibShow`].

@@ -603,6 +603,18 @@ impl Server {
                 return Ok(None);
             }
             Request::FibShow => json(self.jobs.run(fib_report)?)?,
+            Request::PortSet { name, set } => {
+                let spec = self.jobs.run(move |dp| dp.set_port(&name, &set))??;
+                let answer =
+                    serde_json::to_value(&spec).map_err(|e| Error::Refused(format!("encoding the port: {e}")))?;
+                self.remember(|r| {
+                    if let Some(p) = r.ports.iter_mut().find(|p| p.name == spec.name) {
+                        *p = spec;
+                    }
+                });
+                answer
+            }
+            Request::MdbShow => json(self.jobs.run(mdb_report)?)?,
             Request::FibAdd { mac, vlan, port } => {
                 let m = parse_mac(&mac)?;
                 let p = port.clone();
@@ -942,6 +954,55 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
         })
         .collect();
     FibReport { summary: fib_summary(dp), entries }
+}
+
+/// IGMP/MLD snooping's database as `sluice mdb show` prints it.
+fn mdb_report(dp: &mut Datapath) -> sluice_api::proto::MdbReport {
+    use sluice_api::proto::{MdbGroupReport, MdbMemberReport, MdbPortCounters, MdbQuerierReport, MdbRouterReport};
+    let v = dp.switch().mdb_view();
+    let s = |ms: u64| ms as f64 / 1000.0;
+    let querier = |q: &Option<(std::net::IpAddr, String)>| match q {
+        Some((a, p)) => MdbQuerierReport { who: "other".into(), address: Some(a.to_string()), port: Some(p.clone()) },
+        None => MdbQuerierReport { who: "switch".into(), address: None, port: None },
+    };
+    sluice_api::proto::MdbReport {
+        enabled: v.enabled,
+        pruning: v.pruning,
+        groups: v
+            .groups
+            .iter()
+            .map(|(e, names)| MdbGroupReport {
+                vlan: e.vlan,
+                group: e.group.to_string(),
+                set: e.set,
+                ports: e
+                    .ports
+                    .iter()
+                    .zip(names)
+                    .map(|(&(_, left), n)| MdbMemberReport { port: n.clone(), expires_s: s(left) })
+                    .collect(),
+            })
+            .collect(),
+        routers: v
+            .routers
+            .iter()
+            .map(|r| MdbRouterReport { port: r.port.clone(), expires_s: r.learned_ms.map(s) })
+            .collect(),
+        querier_v4: querier(&v.queriers[0]),
+        querier_v6: querier(&v.queriers[1]),
+        counters: v
+            .counters
+            .iter()
+            .map(|(p, c)| MdbPortCounters {
+                port: p.clone(),
+                reports: c.reports,
+                leaves: c.leaves,
+                queries: c.queries,
+                mdb_full: c.mdb_full,
+                truncated: c.truncated,
+            })
+            .collect(),
+    }
 }
 
 /// The wall clock in nanoseconds since the Unix epoch: the time each capture copy is stamped

@@ -140,11 +140,14 @@ impl Datapath {
 
     /// Hands forwarding between kernel ports to the kernel datapath `k`: from now on the
     /// core reports what the kernel must follow, and the frames it hands up are read here.
-    pub fn enable_kernel(&mut self, k: KernelSide) -> Result<()> {
+    pub fn enable_kernel(&mut self, mut k: KernelSide) -> Result<()> {
         self.epoll.add(k.upcall_fd(), UPCALL_TOKEN, true, false).context("watching the upcall TAP")?;
         self.epoll
             .add(k.heard_fd(), HEARD_TOKEN, true, false)
             .context("watching the kernel datapath's reports of stations heard behind tunnels")?;
+        if let Some(t) = k.take_tracker() {
+            self.sw.set_kernel_tracker(Some(Box::new(t)));
+        }
         self.sw.follow_fastpath();
         self.kernel = Some(k);
         Ok(())
@@ -230,6 +233,30 @@ impl Datapath {
 
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// `sluice port set`: changes port `name`'s rate limits, storm control and link-local
+    /// forwarding as `set` says, checked as a new port's would be; answers its new
+    /// description.
+    pub fn set_port(&mut self, name: &str, set: &sluice_api::proto::PortSettings) -> Result<PortSpec> {
+        let id = self.sw.port_id(name).ok_or_else(|| crate::error::Error::NoPort(name.to_string()))?;
+        let mut spec = self.specs.get(&id).cloned().ok_or_else(|| crate::error::Error::NoPort(name.to_string()))?;
+        set.apply(&mut spec);
+        let policy = spec.policy().map_err(sluice_api::Error::Port)?;
+        if policy.rate.rate_out > 0 && (self.kernel.is_none() || spec.kind != PortKind::Veth) {
+            return Err(sluice_api::Error::Port(format!(
+                "port {name:?}: rate_out is built for veth ports on the kernel datapath (a TBF qdisc on the switch's end); this port would not be shaped — leave rate_out out (rate_in works on every port)"
+            ))
+            .into());
+        }
+        self.sw.set_port_limits(name, &policy)?;
+        if let Some(k) = self.kernel.as_mut() {
+            k.sync(&mut self.sw);
+        }
+        self.apply_interest();
+        info!(port = %name, rate_in = policy.rate.rate_in, rate_out = policy.rate.rate_out, "port settings changed");
+        self.specs.insert(id, spec.clone());
+        Ok(spec)
     }
 
     /// Attaches a port and starts watching it.

@@ -560,14 +560,16 @@ fn supervise(sh: &Shared, args: &[String], switch: &str) {
 fn end_stale(conf: &Path) {
     let want = format!("--conf-file={}", conf.display());
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
+    // (Asked again before the SIGKILL: in the seconds between, the pid may have ended
+    // and been given to another process.)
+    let ours = |pid: i32| {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        exe.is_ok_and(|x| x == Path::new(DNSMASQ)) && cmdline.split(|&b| b == 0).any(|a| a == want.as_bytes())
+    };
     for e in rd.flatten().take(1 << 22) {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
-        if !exe.is_ok_and(|x| x == Path::new(DNSMASQ)) {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !cmdline.split(|&b| b == 0).any(|a| a == want.as_bytes()) {
+        if !ours(pid) {
             continue;
         }
         warn!(pid, "ending the dnsmasq an earlier run of this switch left");
@@ -577,7 +579,7 @@ fn end_stale(conf: &Path) {
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if ours(pid) {
             // SAFETY: as above.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }

@@ -217,6 +217,22 @@ pub struct KernelSide {
     keep: bool,
     /// Tunnel ports.
     tunnels: HashMap<PortId, TunnelSide>,
+    /// Security groups: the switch's connections in the kernel's conntrack, until the
+    /// core takes it ([`KernelSide::take_tracker`]); `None` on a kernel without the
+    /// conntrack kfuncs (the core then tracks every connection).
+    tracker: Option<sluice_ebpf::exec::Conntrack>,
+    /// The kernel classifies frames for security groups (it tracks connections).
+    classifies: bool,
+    /// The class set written and in use, and the epoch of the core's classes it holds
+    /// (`None`: to be written).
+    acl_set: u32,
+    acl_epoch: Option<u64>,
+}
+
+/// The kernel conntrack zone of switch `name`'s connections: one of its own, never the
+/// host's (0).
+pub fn ct_zone(name: &str) -> u16 {
+    (fnv1a(name) % 65_535 + 1) as u16
 }
 
 /// A slot for a new port at `now`: the lowest free one that has rested
@@ -237,14 +253,19 @@ impl KernelSide {
             return Err(sluice_ebpf::Error::NotBuilt.into());
         }
         // Security groups: whether this kernel takes conntrack kfunc calls from a TC
-        // program (until the kernel datapath looks connections up itself, the frames
-        // security groups judge go through the core either way).
-        match sluice_ebpf::kfunc::Probe::load() {
-            Ok(_) => tracing::debug!("the kernel takes the conntrack kfuncs"),
-            Err(e) => info!(
-                "the kernel does not take the conntrack kfuncs ({e}); security groups on this switch are decided and tracked by the core"
-            ),
-        }
+        // program; if not, the frames security groups judge go through the core.
+        let kfuncs = match sluice_ebpf::kfunc::Probe::load() {
+            Ok(_) => {
+                tracing::debug!("the kernel takes the conntrack kfuncs");
+                true
+            }
+            Err(e) => {
+                info!(
+                    "the kernel does not take the conntrack kfuncs ({e}); security groups on this switch are decided and tracked by the core"
+                );
+                false
+            }
+        };
         let sizes = Sizes { stations: cfg.fib_max.min(u32::MAX as usize) as u32, verdicts: VERDICTS };
         let dir = pin_dir(name);
         let lock = BpfLock::take()?;
@@ -302,6 +323,15 @@ impl KernelSide {
         ex.set_upcall_budget(UpcallBudget::DEFAULT)?;
         let generation = if takeover { ex.config().generation } else { gen_base };
         ex.configure(generation, ifindex)?;
+        let acl_set = ex.config().acl_set;
+        let tracker = if kfuncs {
+            let zone = ct_zone(name);
+            ex.set_conntrack(zone, sluice_switch::conntrack::kernel_timeouts_ms())?;
+            info!(switch = %name, zone, "security groups track connections in the kernel's conntrack (`conntrack -L -w {zone}` lists them)");
+            Some(ex.conntrack()?)
+        } else {
+            None
+        };
         // Only the program's upcalls into the TAP's queue: anyone in this namespace can bind
         // a socket to the TAP and send through it (SO_BINDTODEVICE needs no privilege), and
         // such frames would fill the queue the upcalls wait in. (Taken over in place, as the
@@ -338,7 +368,18 @@ impl KernelSide {
             freed_at: vec![None; abi::MAX_PORTS as usize],
             keep: false,
             tunnels: HashMap::new(),
+            classifies: tracker.is_some(),
+            tracker,
+            acl_set,
+            acl_epoch: None,
         })
+    }
+
+    /// The switch's connections in the kernel's conntrack, for the core
+    /// ([`Switch::set_kernel_tracker`]); `None` after the first call, or on a kernel
+    /// without the conntrack kfuncs.
+    pub fn take_tracker(&mut self) -> Option<sluice_ebpf::exec::Conntrack> {
+        self.tracker.take()
     }
 
     /// The upcall TAP's descriptor, for the event loop.
@@ -563,19 +604,48 @@ impl KernelSide {
     }
 
     /// Writes the core's generation, if it moved (not while an earlier run's verdicts
-    /// stand, during a takeover).
-    fn follow_generation(&mut self, sw: &Switch) {
+    /// stand, during a takeover) — with the security groups' classes, if they changed: a
+    /// new class set beside the one in use, switched to with the generation in one write.
+    fn follow_generation(&mut self, sw: &mut Switch) {
         if self.takeover {
             return;
         }
         let g = self.gen_base + sw.generation();
-        if g != self.generation {
-            match self.ex.configure(g, self.upcall_ifindex) {
-                Ok(()) => self.generation = g,
-                Err(e) => {
-                    self.map_updates_failed += 1;
-                    warn!(switch = %self.switch, "kernel datapath: {e:#}; its verdicts stay those of the rules before");
+        let (acl, epoch) = sw.acl_classes();
+        let new_set = (self.classifies && self.acl_epoch != Some(epoch)).then(|| self.acl_set.wrapping_add(1).max(1));
+        if g == self.generation && new_set.is_none() {
+            return;
+        }
+        if let Some(set) = new_set {
+            let addrs = acl.address_classes().map(|(c, p)| (c, p.addr, p.len));
+            let ports = acl.port_classes().filter(|&(c, _, _)| c != 0);
+            if let Err(e) = self.ex.write_acl_set(set, addrs, ports) {
+                // A set half written would classify frames unlike the core: the kernel
+                // stops classifying, and every frame security groups decide goes up.
+                self.map_updates_failed += 1;
+                self.ex.remove_acl_sets_but(self.acl_set);
+                self.classifies = false;
+                sw.set_kernel_tracker(None);
+                tracing::error!(switch = %self.switch, "kernel datapath: writing the security groups' classes: {e:#}; frames they decide go through the core from now on (its own connection tracking: connections the kernel remembered are judged by the rules again)");
+                return self.follow_generation(sw);
+            }
+        }
+        let r = match new_set {
+            Some(set) => self.ex.use_acl_set(g, set),
+            None => self.ex.configure(g, self.upcall_ifindex),
+        };
+        match r {
+            Ok(()) => {
+                self.generation = g;
+                if let Some(set) = new_set {
+                    self.acl_set = set;
+                    self.acl_epoch = Some(epoch);
+                    self.ex.remove_acl_sets_but(set);
                 }
+            }
+            Err(e) => {
+                self.map_updates_failed += 1;
+                warn!(switch = %self.switch, "kernel datapath: {e:#}; its verdicts stay those of the rules before");
             }
         }
     }
@@ -601,6 +671,9 @@ impl KernelSide {
                     }
                 },
                 FastChange::Port(id) => self.sync_port(sw, id),
+                FastChange::Group(vlan, ip) => {
+                    self.ex.set_group(vlan, ip, sw.fast_group(vlan, ip)).map_err(Error::from)
+                }
                 FastChange::Mac(vlan, mac) => {
                     let entry = sw.fast_mac(vlan, mac).and_then(|m| {
                         let e = convert::station(&m, |p| self.place(sw, p))?;
@@ -703,7 +776,8 @@ impl KernelSide {
             && a.action == abi::ACT_FORWARD
             && let Some(fk) = convert::flow_key(key, a.vlan, |q| self.place(sw, q))
         {
-            let e = convert::verdict(v, g, sw.admits(key), |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
+            let e =
+                convert::verdict(key, v, g, sw.admits(key), |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
             r = self.ex.install(&fk, &e);
         }
         match r {
@@ -948,7 +1022,7 @@ fn upcalled(
     tpid: u16,
     tci: u16,
     port_at: &[Option<PortId>],
-) -> Option<(PortId, usize, Option<sluice_switch::Tunneled>)> {
+) -> Option<(PortId, usize, sluice_switch::Handed)> {
     const MACS: usize = sluice_wire::VNET_HDR_LEN + 12;
     if tpid != 0x88a8 {
         return None;
@@ -960,7 +1034,7 @@ fn upcalled(
         buf.copy_within(MACS + tags.origin_len..end, MACS);
     }
     fix_vnet_after_untag(buf, 4 + tags.origin_len as u16);
-    Some((id, len - tags.origin_len, tags.tunnel))
+    Some((id, len - tags.origin_len, sluice_switch::Handed { tunnel: tags.tunnel, ct: tags.ct }))
 }
 
 /// The TAP computed the virtio header of an upcalled frame with the outer tags in it

@@ -443,6 +443,9 @@ abi! {
         pub src_mac: [u8; 6],
         /// `X_SRC_IP`, `CLAIM_V4` or `CLAIM_V6`: the claimed source address.
         pub src_ip: [u8; 16],
+        /// `X_GROUP`, `DST_GROUP`: the IP group's class, a `u32` in host order: `GCLASS_*`
+        /// or a port set id from `sluice_mdb`; else 0.
+        pub group: [u8; 4],
         // Security groups (`X_CT`), IPv4 and IPv6 frames; else all zero.
         /// `CTS_*`: the frame's connection as the kernel's conntrack has it.
         pub ct: u8,
@@ -450,7 +453,10 @@ abi! {
         pub ct_proto: u8,
         /// ICMP and ICMPv6: the message type.
         pub icmp_type: u8,
-        pub pad_ct: [u8; 3],
+        /// `CTS_MISS`, TCP: the segment's flags, `& CT_FLAGS` (the core tells a new
+        /// connection from an invalid segment by them).
+        pub ct_flags: u8,
+        pub pad_ct: [u8; 2],
         /// The class of the source address (`sluice_acl_v4`, `sluice_acl_v6`; 0: none).
         pub src_class: u32,
         /// The class of the destination address.
@@ -461,16 +467,18 @@ abi! {
 
     // Security groups on the kernel datapath: the kernel's conntrack, the core's classes.
 
-    /// [`FlowKey::ct`]: not tracked (not TCP or UDP, a later fragment, or no `X_CT`).
+    /// [`FlowKey::ct`]: not tracked by the kernel (not TCP or UDP, a later fragment, cut
+    /// short, or no `X_CT`).
     pub const CTS_UNTRACKED: u8 = 0 => CTS_UNTRACKED;
-    /// No connection: the rules decide.
-    pub const CTS_NEW: u8 = 1 => CTS_NEW;
+    /// No connection in the zone: the core's rules decide (with `ct_flags`, whether it may
+    /// open one).
+    pub const CTS_MISS: u8 = 1 => CTS_MISS;
     /// A remembered connection, in the direction it was opened.
     pub const CTS_ESTABLISHED: u8 = 2 => CTS_ESTABLISHED;
     /// A remembered connection's return traffic.
     pub const CTS_REPLY: u8 = 3 => CTS_REPLY;
-    /// A TCP segment other than a SYN with no connection.
-    pub const CTS_INVALID: u8 = 4 => CTS_INVALID;
+    /// The TCP flags [`FlowKey::ct_flags`] keeps: SYN, RST, ACK.
+    pub const CT_FLAGS: u8 = 0x16 => CT_FLAGS;
 
     /// [`Verdict::ct`]: nothing to do with the frame's connection.
     pub const CT_NONE: u8 = 0 => CT_NONE;
@@ -595,6 +603,9 @@ abi! {
     pub const UP_TUNNEL: u16 = 1 << 15 => UP_TUNNEL;
     /// See [`UP_TUNNEL`].
     pub const UP_ENDPOINT: u16 = 1 << 0 => UP_ENDPOINT;
+    /// Bits 12 to 14 of an upcall's outer TCI: the frame's `CTS_*` as the executor found it
+    /// (`X_CT`; else `CTS_UNTRACKED`), which the core decides it in.
+    pub const UP_CT_SHIFT: u16 = 12 => UP_CT_SHIFT;
 
     /// [`HeardEvent::family`]: the sender's address is IPv4, in the first 4 bytes.
     pub const HEARD_V4: u8 = 4 => HEARD_V4;
@@ -653,6 +664,9 @@ abi! {
         /// The class set the class tries are read in: the daemon writes a new set and then
         /// switches to it with the generation.
         pub acl_set: u32,
+        /// The core's connection timeouts (ms), by `(TCP ? 4 : 0) | (replied ? 2 : 0) |
+        /// (closing ? 1 : 0)`: what a commit and each frame of a connection set.
+        pub ct_timeouts: [u32; 8],
     }
 
     // Meters (storm control, rate limits): token buckets the daemon sets and the program
@@ -677,5 +691,30 @@ abi! {
         pub burst_ns: u64,
         /// The program's: `bpf_ktime_get_ns()` time the next unit is due at.
         pub tat: u64,
+    }
+
+    /// [`Admit::mask`]: IGMP/MLD snooping: read a group frame's IP group class
+    /// ([`FlowKey::group`]).
+    pub const X_GROUP: u16 = 1 << 7 => X_GROUP;
+    /// [`FlowKey::group`]: not a group the switch snoops (not IP, broadcast, a link-local
+    /// group).
+    pub const GCLASS_FLOODED: u32 = 0 => GCLASS_FLOODED;
+    /// An IGMP or MLD message.
+    pub const GCLASS_CONTROL: u32 = 1 => GCLASS_CONTROL;
+    /// A snooped group not in `sluice_mdb`.
+    pub const GCLASS_UNREGISTERED: u32 = 2 => GCLASS_UNREGISTERED;
+    /// Port set ids in `sluice_mdb` start here.
+    pub const GCLASS_FIRST_SET: u32 = 16 => GCLASS_FIRST_SET;
+
+    /// IGMP/MLD snooping: a registered group, in `sluice_mdb`; the value is its port set
+    /// id (at least `GCLASS_FIRST_SET`).
+    pub struct MdbKey => sluice_mdb_key {
+        /// The VLAN.
+        pub vlan: u16,
+        /// 4 or 6
+        pub family: u8,
+        pub pad: u8,
+        /// IPv4 in the first 4 bytes.
+        pub addr: [u8; 16],
     }
 }

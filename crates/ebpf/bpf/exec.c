@@ -199,6 +199,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_heard SEC(".maps");
 
+/* IGMP/MLD snooping: registered groups by (VLAN, family, group) -> port set id. The core
+ * writes it; the program only looks a group frame's class up (group_class). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct sluice_mdb_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_mdb SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -316,13 +326,16 @@ static __always_inline int meter_take(__u32 slot, __u32 kind, __u64 units)
  * with it; 0 for any other frame. */
 #define ORIGIN_SET (1u << 31)
 #define ORIGIN_ENDPOINT (1u << 24)
+/* Bits 25 to 27 of skb->cb[0]: the frame's CTS_* (X_CT), which goes up with it in the slot
+ * tag (UP_CT_SHIFT), so that the core decides it in the state the kernel found. */
+#define ORIGIN_CT_SHIFT 25
 
 /* The slot tag's TCI of a frame going up: for a tunnel's frame, its origin first, in two
  * 802.1Q tags that end up inside the slot's (UP_TUNNEL). -1 when a tag cannot be pushed. */
 static __always_inline int up_tag(struct __sk_buff *skb, __u32 slot)
 {
 	__u32 origin = skb->cb[0];
-	__u16 tci = slot & 0x0fff;
+	__u16 tci = (slot & 0x0fff) | (((origin >> ORIGIN_CT_SHIFT) & 7) << UP_CT_SHIFT);
 
 	if (!(origin & ORIGIN_SET))
 		return tci;
@@ -367,7 +380,8 @@ static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct slu
 		c->v[C_RX_DROP + D_UPCALL_LIMIT]++;
 		return TC_ACT_OK;
 	}
-	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
+	__u16 tci = (slot & 0x0fff) | (((skb->cb[0] >> ORIGIN_CT_SHIFT) & 7) << UP_CT_SHIFT);
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, tci)) {
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_OK;
 	}
@@ -518,6 +532,52 @@ static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f,
 	__u32 *owner = bpf_map_lookup_elem(&sluice_owners, &dk);
 	if (owner && *owner < SLUICE_MAX_PORTS)
 		k->owner = *owner + 1;
+}
+
+/* IGMP/MLD snooping (the core's snoop::target and Mdb::class): the class of a group
+ * frame's IP destination in `vlan` -- an IGMP or MLD message, a group never snooped
+ * (IPv4 224.0.0.0/24, IPv6 of interface- or link-local scope), a registered group's port
+ * set id from sluice_mdb, or unregistered. A lookup; no decision. */
+static __noinline __u32 group_class(struct __sk_buff *skb, const struct l2 *f, __u16 vlan)
+{
+	__u8 h[40];
+	struct sluice_mdb_key mk = { .vlan = vlan };
+
+	if (f->proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4 || (h[16] & 0xf0) != 0xe0)
+			return GCLASS_FLOODED;
+		if (h[9] == 2 /* IGMP */)
+			return GCLASS_CONTROL;
+		if (h[16] == 224 && h[17] == 0 && h[18] == 0)
+			return GCLASS_FLOODED;
+		mk.family = 4;
+		__builtin_memcpy(mk.addr, h + 16, 4);
+	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, f->off, h, 40) || h[24] != 0xff)
+			return GCLASS_FLOODED;
+		/* MLD: ICMPv6 130, 131, 132 or 143, after at most one hop-by-hop header. */
+		__u8 next = h[6];
+		__u32 at = f->off + 40;
+		__u8 x[2];
+		if (next == 0) {
+			if (bpf_skb_load_bytes(skb, at, x, 2))
+				goto data;
+			next = x[0];
+			at += ((__u32)x[1] + 1) * 8;
+		}
+		if (next == 58 && !bpf_skb_load_bytes(skb, at, x, 1) &&
+		    (x[0] == 130 || x[0] == 131 || x[0] == 132 || x[0] == 143))
+			return GCLASS_CONTROL;
+	data:
+		if ((h[25] & 0x0f) <= 2)
+			return GCLASS_FLOODED;
+		mk.family = 6;
+		__builtin_memcpy(mk.addr, h + 24, 16);
+	} else {
+		return GCLASS_FLOODED;
+	}
+	__u32 *set = bpf_map_lookup_elem(&sluice_mdb, &mk);
+	return set ? *set : GCLASS_UNREGISTERED;
 }
 
 /* The core's `measure` (sluice_wire's gso_max_l3_len): what the frame is held to against
@@ -688,25 +748,25 @@ static long send_out(__u32 i, void *ctx)
 
 	if (i >= SLUICE_MAX_OUTPUTS)
 		return 1;
-	struct sluice_out o;
-	__builtin_memcpy(&o, &r->v->outputs[i], sizeof(o));
-	__u32 oslot = o.slot;
+	/* (Read in place, not copied: the stack is the executor's and the callback's.) */
+	const struct sluice_out *o = &r->v->outputs[i];
+	__u32 oslot = o->slot;
 	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &oslot);
 	if (!oc)
 		return 0;
 	int last = i + 1 == r->n && !r->host;
 	oc->v[C_TX_OFFERED]++;
-	if (r->l3 > o.mtu) {
+	if (r->l3 > o->mtu) {
 		oc->v[C_TX_DROP + D_OVER_MTU]++;
 		return 0;
 	}
 	struct __sk_buff *skb = r->skb;
-	__u16 proto = (o.flags & OF_TAG) ? ETH_P_8021Q_BE : 0;
-	const __u8 *src = (o.flags & OF_SRC_MAC) ? o.src_mac : r->src;
+	__u16 proto = (o->flags & OF_TAG) ? ETH_P_8021Q_BE : 0;
+	const __u8 *src = (o->flags & OF_SRC_MAC) ? o->src_mac : r->src;
 	int rewrite = !mac_eq(src, r->cur_src);
-	if (retag(skb, &r->cur, &r->tci, proto, r->pcp | (o.vid & 0x0fff)) ||
+	if (retag(skb, &r->cur, &r->tci, proto, r->pcp | (o->vid & 0x0fff)) ||
 	    (rewrite && bpf_skb_store_bytes(skb, 6, src, 6, 0)) ||
-	    (o.kind == OUT_TUNNEL && tun_key(skb, &o, r->dmac, 1))) {
+	    (o->kind == OUT_TUNNEL && tun_key(skb, o, r->dmac, 1))) {
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return 0;
 	}
@@ -716,8 +776,8 @@ static long send_out(__u32 i, void *ctx)
 	 * skb->len, and popping one can move the next tag of the frame into the metadata.) */
 	__u64 bytes = skb->len + (skb->vlan_present ? 4 : 0);
 	if (last) {
-		skb->mark = (o.flags & OF_MARK) ? SLUICE_MARK : 0;
-		r->ret = o.kind == OUT_PEER ? bpf_redirect_peer(o.ifindex, 0) : bpf_redirect(o.ifindex, 0);
+		skb->mark = (o->flags & OF_MARK) ? SLUICE_MARK : 0;
+		r->ret = o->kind == OUT_PEER ? bpf_redirect_peer(o->ifindex, 0) : bpf_redirect(o->ifindex, 0);
 		if (r->ret == TC_ACT_SHOT) {
 			oc->v[C_TX_DROP + D_TX_ERROR]++;
 			return 0;
@@ -725,8 +785,8 @@ static long send_out(__u32 i, void *ctx)
 	} else {
 		/* (A copy always leaves through the device's egress; only a guest's lets it
 		 * in, and only marked.) */
-		skb->mark = (o.flags & OF_MARK) ? SLUICE_MARK : 0;
-		long e = bpf_clone_redirect(skb, o.ifindex, 0);
+		skb->mark = (o->flags & OF_MARK) ? SLUICE_MARK : 0;
+		long e = bpf_clone_redirect(skb, o->ifindex, 0);
 		skb->mark = r->mark;
 		if (e) {
 			oc->v[C_TX_DROP + D_TX_ERROR]++;
@@ -907,13 +967,6 @@ static int (*bpf_ct_change_status)(struct nf_conn *, __u32) = (void *)0x7f07;
 #define TCPF_RST 0x04
 #define TCPF_ACK 0x10
 
-/* The core's timeouts (ms): crates/switch/src/conntrack.rs. */
-#define TCP_UNREPLIED_MS 120000u
-#define TCP_ESTABLISHED_MS (5u * 24 * 3600 * 1000)
-#define TCP_CLOSING_MS 10000u
-#define UDP_UNREPLIED_MS 30000u
-#define UDP_REPLIED_MS 120000u
-
 /* An IP frame's connection, as X_CT reads it. */
 struct ct_frame {
 	struct bpf_sock_tuple t;
@@ -984,12 +1037,12 @@ static __always_inline int ct_read(struct __sk_buff *skb, const struct l2 *f, st
 	return 0;
 }
 
-/* The timeout (ms) of a connection of `proto` in its state. */
-static __always_inline __u32 ct_timeout(__u8 proto, int replied, int closing)
+/* The timeout (ms) of a connection of `proto` in its state: the core's, which the daemon
+ * writes into the configuration (ExecConfig::ct_timeouts). */
+static __always_inline __u32 ct_timeout(const struct sluice_exec_config *cfg, __u8 proto, int replied, int closing)
 {
-	if (proto == IPPROTO_TCP)
-		return closing ? TCP_CLOSING_MS : replied ? TCP_ESTABLISHED_MS : TCP_UNREPLIED_MS;
-	return replied ? UDP_REPLIED_MS : UDP_UNREPLIED_MS;
+	__u32 i = (proto == IPPROTO_TCP ? 4 : 0) | (replied ? 2 : 0) | (closing ? 1 : 0);
+	return cfg ? cfg->ct_timeouts[i & 7] : 0;
 }
 
 /* The class of address `a` (4 or 16 bytes) in class set `set`. */
@@ -1048,12 +1101,16 @@ static __noinline void ct_extras(struct __sk_buff *skb, const struct l2 *f, stru
 	struct bpf_ct_opts o = { .netns_id = -1, .l4proto = cf.proto, .ct_zone_id = zone };
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &cf.t, sz, &o, sizeof(o));
 	if (!ct) {
-		int syn = (cf.tcp_flags & (TCPF_SYN | TCPF_ACK | TCPF_RST)) == TCPF_SYN;
-		k->ct = (cf.proto == IPPROTO_TCP && !syn) ? CTS_INVALID : CTS_NEW;
+		/* (Whether a segment may open a connection is the core's to say, by its flags.) */
+		k->ct = CTS_MISS;
+		if (cf.proto == IPPROTO_TCP)
+			k->ct_flags = cf.tcp_flags & CT_FLAGS;
+		skb->cb[0] |= (__u32)CTS_MISS << ORIGIN_CT_SHIFT;
 		return;
 	}
 	int reply = o.dir != 0;
 	k->ct = reply ? CTS_REPLY : CTS_ESTABLISHED;
+	skb->cb[0] |= (__u32)k->ct << ORIGIN_CT_SHIFT;
 	unsigned long status = ct->status;
 	__u32 mark = ct->mark;
 	int replied = (status & IPS_SEEN_REPLY) != 0;
@@ -1071,7 +1128,7 @@ static __noinline void ct_extras(struct __sk_buff *skb, const struct l2 *f, stru
 	__u32 second = (__u32)(bpf_ktime_get_ns() >> 30) << CTM_SECOND_SHIFT;
 	if (changed || (mark & ~0xffu) != second) {
 		ct->mark = second | (closing ? CTM_CLOSING : 0);
-		bpf_ct_change_timeout(ct, ct_timeout(cf.proto, replied, closing));
+		bpf_ct_change_timeout(ct, ct_timeout(cfg, cf.proto, replied, closing));
 	}
 	bpf_ct_release(ct);
 }
@@ -1098,7 +1155,7 @@ static __noinline int ct_commit(struct __sk_buff *skb, const struct l2 *f)
 	struct nf_conn___init *n = bpf_skb_ct_alloc(skb, &cf.t, sz, &o, sizeof(o));
 	if (!n)
 		return o.error == -12 ? -1 : 0;
-	bpf_ct_set_timeout(n, ct_timeout(cf.proto, 0, 0));
+	bpf_ct_set_timeout(n, ct_timeout(cfg, cf.proto, 0, 0));
 	n->ct.mark = (__u32)(bpf_ktime_get_ns() >> 30) << CTM_SECOND_SHIFT;
 	struct nf_conn *ct = bpf_ct_insert_entry(n);
 	if (ct)
@@ -1251,6 +1308,10 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		claim(skb, &f, &k);
 	if (mask & X_L3)
 		l3_extras(skb, &f, &k);
+	if ((mask & X_GROUP) && k.dst == DST_GROUP) {
+		__u32 g = group_class(skb, &f, vlan);
+		__builtin_memcpy(k.group, &g, 4);
+	}
 	if (mask & X_CT)
 		ct_extras(skb, &f, &k);
 
@@ -1294,6 +1355,35 @@ SEC("classifier")
 int sluice_exec(struct __sk_buff *skb)
 {
 	return exec_frame(skb);
+}
+
+/* The daemon's access to the switch's connections in the kernel's conntrack, for frames
+ * the executor does not see: those the core decided after an upcall (the executor never
+ * saw that verdict, so it did not commit) and those of ports in user space. The daemon
+ * runs these on a frame with BPF_PROG_TEST_RUN (never attached). */
+
+/* X_CT's lookup, as the executor does it (the connection refreshed): the CTS_*. */
+SEC("classifier")
+int sluice_ct_lookup(struct __sk_buff *skb)
+{
+	struct l2 f = {};
+	struct sluice_flow_key k = {};
+
+	if (parse_l2(skb, &f))
+		return CTS_UNTRACKED;
+	ct_extras(skb, &f, &k);
+	return k.ct;
+}
+
+/* CT_COMMIT, as the executor does it: TC_ACT_OK; TC_ACT_SHOT when the table is full. */
+SEC("classifier")
+int sluice_ct_commit(struct __sk_buff *skb)
+{
+	struct l2 f = {};
+
+	if (parse_l2(skb, &f))
+		return TC_ACT_OK;
+	return ct_commit(skb, &f) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
 /* For tests alone (crates/ebpf/tests/exec.rs; never attached): BPF_PROG_TEST_RUN gives a

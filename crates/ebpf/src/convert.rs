@@ -17,7 +17,11 @@
 
 use std::net::IpAddr;
 
-use sluice_switch::{Action, Dest, DropCause, FastMac, FastPort, Key, Mode, NextHop, PortId, Station, Verdict};
+use sluice_switch::acl::CtState;
+use sluice_switch::conntrack::Found;
+use sluice_switch::{
+    Action, Dest, DropCause, FastMac, FastPort, GroupClass, Key, Mode, NextHop, PortId, Station, Verdict,
+};
 use sluice_wire::MacAddr;
 
 use crate::abi;
@@ -146,6 +150,12 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
         Mode::L2 => abi::X_DST_STATION,
         Mode::L3 => abi::X_L3 | abi::X_GUEST,
     };
+    if p.snoops && mode == Mode::L2 {
+        m |= abi::X_GROUP;
+    }
+    if p.acl {
+        m |= abi::X_CT;
+    }
     m
 }
 
@@ -266,7 +276,46 @@ pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) 
         k.proto = l3.proto;
         k.icmp6_type = l3.icmp6_type;
     }
+    // IGMP/MLD snooping: the group's class, as the program reads it (`group_class`).
+    let g = match key.group {
+        GroupClass::Flooded | GroupClass::Routers => abi::GCLASS_FLOODED,
+        GroupClass::Control => abi::GCLASS_CONTROL,
+        GroupClass::Unregistered => abi::GCLASS_UNREGISTERED,
+        GroupClass::Set(id) => id,
+    };
+    k.group = g.to_ne_bytes();
+    // Security groups: the frame's connection as the kernel's tracker has it (protocols
+    // it does not track are not looked up there), its classes.
+    if let Some(a) = x.acl.filter(|a| a.kernel) {
+        k.ct = if sluice_switch::conntrack::kernel_tracks(a.proto) { cts(a.ct) } else { abi::CTS_UNTRACKED };
+        k.ct_flags = a.tcp_flags;
+        k.ct_proto = a.proto;
+        k.icmp_type = a.icmp_type;
+        k.src_class = a.src;
+        k.dst_class = a.dst;
+        k.dport_class = a.dport;
+    }
     Some(k)
+}
+
+/// The key's `CTS_*` of the core's connection state `s`.
+fn cts(s: CtState) -> u8 {
+    match s {
+        CtState::Untracked => abi::CTS_UNTRACKED,
+        CtState::New | CtState::Invalid => abi::CTS_MISS,
+        CtState::Established => abi::CTS_ESTABLISHED,
+        CtState::Reply => abi::CTS_REPLY,
+    }
+}
+
+/// What the kernel's tracker found, as an upcall's tag or a lookup says it (`CTS_*`).
+pub fn found(cts: u8) -> Found {
+    match cts {
+        abi::CTS_MISS => Found::Miss,
+        abi::CTS_ESTABLISHED => Found::Original,
+        abi::CTS_REPLY => Found::Reply,
+        _ => Found::Untracked,
+    }
 }
 
 /// The program's index of drop cause `c` (its position in [`DropCause::ALL`]).
@@ -274,11 +323,15 @@ pub fn cause(c: DropCause) -> u8 {
     DropCause::ALL.iter().position(|&a| a == c).unwrap_or(abi::d::UNKNOWN_PORT) as u8
 }
 
-/// Stage 2's verdict: the core's verdict `v`, made in `generation`, with each output's
-/// port placed by `places` (a tunnel's VNI by `tunnels`); `teaches`: the core learns from
-/// frames with this key ([`sluice_switch::Switch::admits`]). A verdict the program cannot execute as the core would — more
-/// than [`abi::MAX_OUTPUTS`] outputs, or an output the kernel does not reach — goes up.
+/// Stage 2's verdict: the core's verdict `v` on a frame with key `key`, made in
+/// `generation`, with each output's port placed by `places` (a tunnel's VNI by
+/// `tunnels`); `teaches`: the core learns from frames with this key
+/// ([`sluice_switch::Switch::admits`]). A verdict the program cannot execute as the core
+/// would — more than [`abi::MAX_OUTPUTS`] outputs, an output the kernel does not reach, or
+/// one security groups made on a connection the kernel does not track (ICMP echo) — goes
+/// up.
 pub fn verdict(
+    key: &Key,
     v: &Verdict,
     generation: u64,
     teaches: bool,
@@ -292,10 +345,17 @@ pub fn verdict(
     if teaches {
         e.flags |= abi::V_TEACHES;
     }
-    if v.acl.consulted {
-        // Security groups decided it by its connection and classes, which the kernel's key
-        // does not carry: every such frame goes through the core.
+    // (A kernel that does not classify frames or track connections: every frame security
+    // groups decide goes through the core.)
+    let core_tracks = |a: &sluice_switch::acl::AclExtras| {
+        !a.kernel || (a.ct != CtState::Untracked && !sluice_switch::conntrack::kernel_tracks(a.proto))
+    };
+    if v.acl.consulted && key.extras.acl.as_ref().is_some_and(core_tracks) {
+        // Decided by a connection the core tracks (ICMP echo): such frames go through it.
         return up(e);
+    }
+    if v.acl.commit {
+        e.ct = abi::CT_COMMIT;
     }
     match v.action {
         Action::Up(_) => {
@@ -431,6 +491,7 @@ mod tests {
     use sluice_switch::{Extras, L3Extras, Output, Upcall};
 
     use super::*;
+    use sluice_switch::acl::AclExtras;
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
     const DEV: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xd]);
@@ -448,6 +509,8 @@ mod tests {
             guest_mac: None,
             storm: sluice_switch::StormControl::default(),
             rate: sluice_switch::RateLimit::default(),
+            snoops: false,
+            acl: false,
         }
     }
 
@@ -467,7 +530,16 @@ mod tests {
     }
 
     fn key(port: PortId, dst: Dest) -> Key {
-        Key { port, tag: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default(), tunnel: None }
+        Key {
+            port,
+            tag: None,
+            ethertype: 0x0800,
+            src: Station::Here,
+            dst,
+            extras: Extras::default(),
+            tunnel: None,
+            group: Default::default(),
+        }
     }
 
     fn out(port: PortId, tag: Option<u16>) -> Output {
@@ -494,6 +566,24 @@ mod tests {
         assert_eq!(l2.flags, 0, "Layer 2 answers sources from the station table");
         let bare = input(&FastPort { dev_mac: None, ..uplink() }, 3, Mode::L2, ROUTER);
         assert_eq!(bare.flags, 0, "no address of its own: nothing is the host's");
+    }
+
+    #[test]
+    fn a_snooping_switch_reads_the_group_class_and_its_sets_are_not_classes() {
+        let p = FastPort { snoops: true, ..port() };
+        assert_eq!(mask(&p, Mode::L2) & abi::X_GROUP, abi::X_GROUP);
+        assert_eq!(mask(&p, Mode::L3) & abi::X_GROUP, 0, "Layer 3 floods groups");
+        assert_eq!(sluice_switch::mdb::FIRST_SET, abi::GCLASS_FIRST_SET);
+        let places = |p: PortId| Some(Place { slot: p as u16 + 100, device: None });
+        for (class, want) in [
+            (GroupClass::Flooded, abi::GCLASS_FLOODED),
+            (GroupClass::Control, abi::GCLASS_CONTROL),
+            (GroupClass::Unregistered, abi::GCLASS_UNREGISTERED),
+            (GroupClass::Set(40), 40),
+        ] {
+            let k = Key { group: class, ..key(2, Dest::Group) };
+            assert_eq!(flow_key(&k, 1, places).unwrap().group, want.to_ne_bytes());
+        }
     }
 
     #[test]
@@ -598,6 +688,7 @@ mod tests {
         v.flood = true;
         v.learn_refused = true;
         let e = verdict(
+            &Key::default(),
             &v,
             7,
             true,
@@ -626,7 +717,7 @@ mod tests {
         v.storm = Some(sluice_switch::Storm::Multicast);
         let guest =
             |p: PortId| Some(Place { slot: p as u16, device: Some(Device { ifindex: 300 + p, reach: Reach::Guest }) });
-        let e = verdict(&v, 7, false, guest, no_tunnels);
+        let e = verdict(&Key::default(), &v, 7, false, guest, no_tunnels);
         assert_eq!(e.flags, abi::V_METER_IN | abi::V_STORM_MC);
         assert_eq!((e.outputs[0].kind, e.outputs[0].flags), (abi::OUT_EGRESS, abi::OF_MARK), "through the shaper");
         assert_eq!((e.outputs[1].kind, e.outputs[1].flags), (abi::OUT_PEER, abi::OF_MARK));
@@ -635,40 +726,69 @@ mod tests {
     #[test]
     fn next_hops_drops_and_upcalls() {
         let routed = Verdict { next_hop: Some(NextHop::Mac(A)), ..forward(vec![out(1, None)]) };
-        let e = verdict(&routed, 1, false, places, no_tunnels);
+        let e = verdict(&Key::default(), &routed, 1, false, places, no_tunnels);
         assert_eq!((e.next_hop, e.next_mac), (abi::NH_MAC, A.0));
         let lan = Verdict { next_hop: Some(NextHop::Neighbour), ..forward(vec![out(1, None)]) };
-        assert_eq!(verdict(&lan, 1, false, places, no_tunnels).next_hop, abi::NH_NEIGH);
+        assert_eq!(verdict(&Key::default(), &lan, 1, false, places, no_tunnels).next_hop, abi::NH_NEIGH);
         let dropped = Verdict {
             action: Action::Drop(DropCause::Isolated),
             learn_refused: true,
             pass_to_host: true,
             ..Verdict::default()
         };
-        let e = verdict(&dropped, 1, false, places, no_tunnels);
+        let e = verdict(&Key::default(), &dropped, 1, false, places, no_tunnels);
         assert_eq!(
             (e.action, e.cause, e.flags),
             (abi::ACT_DROP, abi::d::ISOLATED as u8, abi::V_LEARN_REFUSED | abi::V_HOST)
         );
         let neigh = Verdict { action: Action::Up(Upcall::Neigh), learn_refused: true, ..Verdict::default() };
-        let e = verdict(&neigh, 1, false, places, no_tunnels);
+        let e = verdict(&Key::default(), &neigh, 1, false, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, 0, 0));
     }
 
     #[test]
     fn what_the_kernel_cannot_send_goes_up() {
         let many = forward((0..17).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&many, 1, false, places, no_tunnels).action, abi::ACT_UP, "more than 16 outputs");
+        assert_eq!(
+            verdict(&Key::default(), &many, 1, false, places, no_tunnels).action,
+            abi::ACT_UP,
+            "more than 16 outputs"
+        );
         let sixteen = forward((0..16).map(|p| out(p % 8, None)).collect());
-        assert_eq!(verdict(&sixteen, 1, false, places, no_tunnels).n_out, 16);
+        assert_eq!(verdict(&Key::default(), &sixteen, 1, false, places, no_tunnels).n_out, 16);
+        // Security groups: up when the kernel neither classifies nor tracks, or for a
+        // connection only the core tracks (ICMP echo); else the kernel commits.
         let mut acl = forward(vec![out(1, None)]);
         acl.acl.consulted = true;
-        assert_eq!(verdict(&acl, 1, false, places, no_tunnels).action, abi::ACT_UP, "decided by security groups");
+        acl.acl.commit = true;
+        let with = |a: AclExtras| Key {
+            extras: sluice_switch::Extras { acl: Some(a), ..Default::default() },
+            ..Key::default()
+        };
+        let tcp = AclExtras { ct: CtState::New, proto: 6, tcp_flags: 0x02, ..AclExtras::default() };
+        let run = |k: &Key| verdict(k, &acl, 1, false, places, no_tunnels);
+        assert_eq!(run(&with(tcp)).action, abi::ACT_UP, "a kernel that does not track");
+        let e = run(&with(AclExtras { kernel: true, ..tcp }));
+        assert_eq!((e.action, e.ct), (abi::ACT_FORWARD, abi::CT_COMMIT), "TCP: the kernel commits");
+        let echo = AclExtras { kernel: true, ct: CtState::New, proto: 1, icmp_type: 8, ..AclExtras::default() };
+        assert_eq!(run(&with(echo)).action, abi::ACT_UP, "ICMP echo: the core's");
+        let unreachable = AclExtras { ct: CtState::Untracked, icmp_type: 3, ..echo };
+        assert_eq!(run(&with(unreachable)).action, abi::ACT_FORWARD, "no connection: the classes decide");
+        // The key as the kernel reads it: a miss with its flags; ICMP never looked up.
+        let fk = |a: AclExtras| flow_key(&with(a), 1, places).unwrap();
+        let k = fk(AclExtras { kernel: true, ct: CtState::Invalid, tcp_flags: 0x10, src: 3, dst: 4, dport: 5, ..tcp });
+        assert_eq!(
+            (k.ct, k.ct_flags, k.ct_proto, k.src_class, k.dst_class, k.dport_class),
+            (abi::CTS_MISS, 0x10, 6, 3, 4, 5)
+        );
+        assert_eq!((fk(echo).ct, fk(echo).ct_proto, fk(echo).icmp_type), (abi::CTS_UNTRACKED, 1, 8));
+        assert_eq!(fk(AclExtras { ct: CtState::Reply, ..tcp }).ct_proto, 0, "not classified by the kernel: nothing");
+        assert_eq!(fk(AclExtras { kernel: true, ct: CtState::Reply, ..tcp }).ct, abi::CTS_REPLY);
         let user = Verdict { pass_to_host: true, flood: true, ..forward(vec![out(1, None), out(9, None)]) };
-        let e = verdict(&user, 1, false, places, no_tunnels);
+        let e = verdict(&Key::default(), &user, 1, false, places, no_tunnels);
         assert_eq!((e.action, e.flags, e.n_out), (abi::ACT_UP, abi::V_HOST, 0), "a port in user space");
         assert_eq!(
-            verdict(&forward(vec![out(40, None)]), 1, false, places, no_tunnels).action,
+            verdict(&Key::default(), &forward(vec![out(40, None)]), 1, false, places, no_tunnels).action,
             abi::ACT_UP,
             "no place"
         );
@@ -684,7 +804,7 @@ mod tests {
             (p == 5).then_some(())?;
             Some(TunnelOut { vni: 1000 + u32::from(tag?), tagged: false })
         };
-        let e = verdict(&forward(vec![out(5, Some(20))]), 3, false, places5, per_vlan);
+        let e = verdict(&Key::default(), &forward(vec![out(5, Some(20))]), 3, false, places5, per_vlan);
         let o = e.outputs[0];
         assert_eq!(
             (o.kind, o.flags, o.vni, o.ifindex),
@@ -692,18 +812,18 @@ mod tests {
             "untagged, the VLAN in the VNI"
         );
         let single = |_: PortId, _: Option<u16>| Some(TunnelOut { vni: 7, tagged: true });
-        let o = verdict(&forward(vec![out(5, Some(20))]), 3, false, places5, single).outputs[0];
+        let o = verdict(&Key::default(), &forward(vec![out(5, Some(20))]), 3, false, places5, single).outputs[0];
         assert_eq!((o.flags, o.vid, o.vni), (abi::OF_REMOTE_DST | abi::OF_TAG, 20, 7), "a trunk's tag inside one VNI");
         let flood = Verdict { flood: true, ..forward(vec![out(1, None), out(5, Some(20))]) };
         assert_eq!(
-            verdict(&flood, 3, false, places5, single).action,
+            verdict(&Key::default(), &flood, 3, false, places5, single).action,
             abi::ACT_UP,
             "the port sends a flood to every endpoint"
         );
         let mirror = forward(vec![out(1, None), Output { mirror: true, ..out(5, None) }]);
-        assert_eq!(verdict(&mirror, 3, false, places5, single).action, abi::ACT_UP);
+        assert_eq!(verdict(&Key::default(), &mirror, 3, false, places5, single).action, abi::ACT_UP);
         assert_eq!(
-            verdict(&forward(vec![out(5, Some(30))]), 3, false, places5, |_, _| None).action,
+            verdict(&Key::default(), &forward(vec![out(5, Some(30))]), 3, false, places5, |_, _| None).action,
             abi::ACT_UP,
             "no VNI"
         );

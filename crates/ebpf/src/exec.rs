@@ -19,6 +19,7 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
@@ -41,6 +42,9 @@ const PROGRAM: &str = "sluice_exec";
 const TUNNELED: &str = "sluice_exec_tunneled";
 /// The guard at the egress of a guest's veth and of the upcall TAP.
 const EGRESS: &str = "sluice_egress";
+/// Security groups: the daemon's lookup of a frame's connection, and its commit.
+const CT_LOOKUP: &str = "sluice_ct_lookup";
+const CT_COMMIT: &str = "sluice_ct_commit";
 
 /// What an upcall's tags say beyond its frame: the input slot and, for a frame from a
 /// tunnel, where it came from, as the core's key has it ([`abi::UP_TUNNEL`]).
@@ -54,6 +58,9 @@ pub struct UpcallTags {
     /// How many bytes after the outer tag are the origin's tags, to take out: the frame is
     /// what follows them.
     pub origin_len: usize,
+    /// Security groups: what the kernel's tracker found of the frame's connection (`None`:
+    /// not looked up).
+    pub ct: Option<sluice_switch::conntrack::Found>,
 }
 
 impl UpcallTags {
@@ -62,8 +69,10 @@ impl UpcallTags {
     /// `None` when the origin's tags are not there.
     pub fn read(tci: u16, rest: &[u8]) -> Option<UpcallTags> {
         let slot = u32::from(tci & 0x0fff);
+        let cts = ((tci >> abi::UP_CT_SHIFT) & 7) as u8;
+        let ct = (cts != abi::CTS_UNTRACKED).then(|| crate::convert::found(cts));
         if tci & abi::UP_TUNNEL == 0 {
-            return Some(UpcallTags { slot, tunnel: None, origin_len: 0 });
+            return Some(UpcallTags { slot, tunnel: None, origin_len: 0, ct });
         }
         let tag = |at: usize| -> Option<u16> {
             let t = rest.get(at..at + 4)?;
@@ -72,7 +81,7 @@ impl UpcallTags {
         let (high, low) = (tag(0)?, tag(4)?);
         let vni = (u32::from(high) << 8) | u32::from(low >> 8);
         let tunnel = sluice_switch::Tunneled { vni, endpoint: low & abi::UP_ENDPOINT != 0 };
-        Some(UpcallTags { slot, tunnel: Some(tunnel), origin_len: 8 })
+        Some(UpcallTags { slot, tunnel: Some(tunnel), origin_len: 8, ct })
     }
 }
 
@@ -171,6 +180,14 @@ pub struct Executor {
     heard: RingBuf<MapData>,
     switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
     meters: Array<MapData, abi::Meter>,
+    /// IGMP/MLD snooping: registered groups → port set id (`sluice_mdb`).
+    mdb: HashMap<MapData, abi::MdbKey, u32>,
+    /// Security groups' address classes by class set (LPM: the set's 4 bytes, then the
+    /// address).
+    acl_v4: LpmTrie<MapData, [u8; 20], u32>,
+    acl_v6: LpmTrie<MapData, [u8; 20], u32>,
+    /// Their destination port classes (the set, the port, 2 bytes of padding).
+    acl_ports: LpmTrie<MapData, [u8; 8], u32>,
     /// Where the maps and links are pinned.
     dir: PathBuf,
 }
@@ -241,6 +258,55 @@ pub struct Ran {
     pub mark: u32,
 }
 
+/// The switch's connections in the kernel's conntrack (the executor's zone and
+/// timeouts), for the frames the executor does not see: the core's lookups of frames from
+/// ports in user space, and its commits of connections it decided to remember after an
+/// upcall (the executor never saw that verdict). Each runs a program of the executor's
+/// object on the frame with `BPF_PROG_TEST_RUN`, in the caller's network namespace — the
+/// executor's.
+#[derive(Debug)]
+pub struct Conntrack {
+    lookup: std::os::fd::OwnedFd,
+    commit: std::os::fd::OwnedFd,
+}
+
+impl Conntrack {
+    fn run(fd: &std::os::fd::OwnedFd, name: &str, frame: &[u8]) -> Result<u32, Error> {
+        let mut skb = SkBuff::default();
+        let mut out = vec![0u8; frame.len() + 64];
+        prog_test_run(fd.as_raw_fd(), frame, &mut out, &mut skb)
+            .map(|(code, _)| code)
+            .map_err(|e| Error::Load(format!("running {name} on a frame (BPF_PROG_TEST_RUN): {e}")))
+    }
+
+    /// Looks `frame`'s connection up (an untagged Ethernet frame; only its headers are
+    /// read), refreshing it as the executor does: its `CTS_*`.
+    pub fn lookup(&self, frame: &[u8]) -> Result<u8, Error> {
+        Self::run(&self.lookup, CT_LOOKUP, frame).map(|c| c as u8)
+    }
+
+    /// Remembers `frame`'s connection: `Ok(false)` when the kernel's table is full.
+    pub fn commit(&self, frame: &[u8]) -> Result<bool, Error> {
+        Self::run(&self.commit, CT_COMMIT, frame).map(|c| c != 2)
+    }
+}
+
+impl sluice_switch::conntrack::KernelTracker for Conntrack {
+    fn lookup(&mut self, frame: &[u8]) -> sluice_switch::conntrack::Found {
+        // (A run that fails finds nothing: the frame is judged by the rules.)
+        crate::convert::found(Conntrack::lookup(self, frame).unwrap_or(abi::CTS_MISS))
+    }
+
+    fn commit(&mut self, frame: &[u8]) -> Result<(), sluice_switch::conntrack::CtFull> {
+        match Conntrack::commit(self, frame) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(sluice_switch::conntrack::CtFull),
+            // (Not remembered: its return traffic is judged by the rules.)
+            Err(_) => Ok(()),
+        }
+    }
+}
+
 impl Executor {
     /// Loads the executor, pinning its maps in `dir` (a bpffs, see
     /// [`crate::ensure_bpffs`]) or reusing those pinned there under the same names.
@@ -277,7 +343,7 @@ impl Executor {
             .set_max_entries("sluice_verdicts", sizes.verdicts.max(1))
             .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
-        for name in [PROGRAM, EGRESS] {
+        for name in [PROGRAM, EGRESS, CT_LOOKUP, CT_COMMIT] {
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)
                 .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?
@@ -303,6 +369,10 @@ impl Executor {
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
         let meters = Array::try_from(take("sluice_meters")?).map_err(map_err("meters"))?;
+        let mdb = HashMap::try_from(take("sluice_mdb")?).map_err(map_err("mdb"))?;
+        let acl_v4 = LpmTrie::try_from(take("sluice_acl_v4")?).map_err(map_err("acl_v4"))?;
+        let acl_v6 = LpmTrie::try_from(take("sluice_acl_v6")?).map_err(map_err("acl_v6"))?;
+        let acl_ports = LpmTrie::try_from(take("sluice_acl_ports")?).map_err(map_err("acl_ports"))?;
         // (Taking over an earlier run's pins: its settings stand until changed.)
         let b = UpcallBudget::DEFAULT;
         let cfg = config.get(&0, 0).ok().filter(|c: &abi::ExecConfig| c.generation != 0).unwrap_or(abi::ExecConfig {
@@ -328,6 +398,10 @@ impl Executor {
             heard,
             switch_stats,
             meters,
+            mdb,
+            acl_v4,
+            acl_v6,
+            acl_ports,
             dir: dir.to_path_buf(),
         })
     }
@@ -346,9 +420,88 @@ impl Executor {
     }
 
     /// Security groups: the kernel conntrack zone the executor tracks the switch's
-    /// connections in (frames whose stage-1 mask has `X_CT`), and the class set it reads.
-    pub fn set_conntrack(&mut self, zone: u16, acl_set: u32) -> Result<(), Error> {
-        self.write_config(abi::ExecConfig { ct_zone: zone, acl_set, ..self.cfg })
+    /// connections in (frames whose stage-1 mask has `X_CT`), and the timeouts it gives
+    /// them (ms, indexed as [`abi::ExecConfig::ct_timeouts`]).
+    pub fn set_conntrack(&mut self, zone: u16, timeouts_ms: [u32; 8]) -> Result<(), Error> {
+        self.write_config(abi::ExecConfig { ct_zone: zone, ct_timeouts: timeouts_ms, ..self.cfg })
+    }
+
+    /// Security groups: writes class set `set` — address classes `addrs` (class, address,
+    /// prefix length) and destination port classes `ports` (class, first, last port; class
+    /// 0, what no entry covers, need not be written) — beside the set in use. Returns how
+    /// many entries it wrote.
+    pub fn write_acl_set(
+        &mut self,
+        set: u32,
+        addrs: impl IntoIterator<Item = (u32, std::net::IpAddr, u8)>,
+        ports: impl IntoIterator<Item = (u32, u16, u16)>,
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        for (class, addr, len) in addrs {
+            let mut k = [0u8; 20];
+            k[..4].copy_from_slice(&set.to_be_bytes());
+            let (trie, name) = match addr {
+                std::net::IpAddr::V4(a) => {
+                    k[4..8].copy_from_slice(&a.octets());
+                    (&mut self.acl_v4, "acl_v4")
+                }
+                std::net::IpAddr::V6(a) => {
+                    k[4..].copy_from_slice(&a.octets());
+                    (&mut self.acl_v6, "acl_v6")
+                }
+            };
+            trie.insert(&LpmKey::new(32 + u32::from(len), k), class, 0).map_err(map_err(name))?;
+            n += 1;
+        }
+        for (class, first, last) in ports {
+            for (port, len) in tables::port_prefixes(first, last) {
+                let mut k = [0u8; 8];
+                k[..4].copy_from_slice(&set.to_be_bytes());
+                k[4..6].copy_from_slice(&port.to_be_bytes());
+                self.acl_ports.insert(&LpmKey::new(32 + u32::from(len), k), class, 0).map_err(map_err("acl_ports"))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Makes class set `set` the one frames are classified in, with generation
+    /// `generation`, in one write (a frame never reads one set's classes with verdicts
+    /// made for another's).
+    pub fn use_acl_set(&mut self, generation: u64, set: u32) -> Result<(), Error> {
+        self.write_config(abi::ExecConfig { generation, acl_set: set, ..self.cfg })
+    }
+
+    /// Removes every class entry of a set other than `keep` (the sets replaced).
+    pub fn remove_acl_sets_but(&mut self, keep: u32) {
+        let keep = keep.to_be_bytes();
+        let old4: Vec<_> = self.acl_v4.keys().filter_map(Result::ok).filter(|k| k.data()[..4] != keep).collect();
+        for k in old4 {
+            let _ = self.acl_v4.remove(&k);
+        }
+        let old6: Vec<_> = self.acl_v6.keys().filter_map(Result::ok).filter(|k| k.data()[..4] != keep).collect();
+        for k in old6 {
+            let _ = self.acl_v6.remove(&k);
+        }
+        let oldp: Vec<_> = self.acl_ports.keys().filter_map(Result::ok).filter(|k| k.data()[..4] != keep).collect();
+        for k in oldp {
+            let _ = self.acl_ports.remove(&k);
+        }
+    }
+
+    /// The switch's connections in the kernel's conntrack, for the frames the executor
+    /// does not see (see [`Conntrack`]).
+    pub fn conntrack(&self) -> Result<Conntrack, Error> {
+        let fd = |name: &str| {
+            let prog: &SchedClassifier = self
+                .ebpf
+                .program(name)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| Error::Load(format!("the object has no program {name}")))?;
+            let fd = prog.fd().map_err(|e| Error::Load(format!("the program {name} is not loaded ({e})")))?;
+            fd.as_fd().try_clone_to_owned().map_err(|e| Error::Load(format!("duplicating {name}'s descriptor: {e}")))
+        };
+        Ok(Conntrack { lookup: fd(CT_LOOKUP)?, commit: fd(CT_COMMIT)? })
     }
 
     fn write_config(&mut self, c: abi::ExecConfig) -> Result<(), Error> {
@@ -448,6 +601,19 @@ impl Executor {
     /// Layer 3: `ip` is no port's any more.
     pub fn remove_owner(&mut self, ip: std::net::IpAddr) {
         let _ = self.owners.remove(&tables::ip_key(ip));
+    }
+
+    /// IGMP/MLD snooping: group `ip` in `vlan` is registered with port set `set`, or
+    /// (`None`) not registered.
+    pub fn set_group(&mut self, vlan: u16, ip: std::net::IpAddr, set: Option<u32>) -> Result<(), Error> {
+        let k = tables::mdb_key(vlan, ip);
+        match set {
+            Some(s) => self.mdb.insert(k, s, 0).map_err(map_err("mdb")),
+            None => {
+                let _ = self.mdb.remove(&k);
+                Ok(())
+            }
+        }
     }
 
     /// Layer 3: LAN neighbour `ip`'s MAC on `vlan`.
@@ -751,12 +917,15 @@ mod tests {
     #[test]
     fn an_upcalls_tags_say_its_slot_and_a_tunnels_origin() {
         let frame = [0x08, 0x06, 0, 1];
-        assert_eq!(UpcallTags::read(0x0123, &frame), Some(UpcallTags { slot: 0x123, tunnel: None, origin_len: 0 }));
+        assert_eq!(
+            UpcallTags::read(0x0123, &frame),
+            Some(UpcallTags { slot: 0x123, tunnel: None, origin_len: 0, ct: None })
+        );
         // VNI 0x12_3456 from an endpoint: 0x1234, then 0x56 << 8 | UP_ENDPOINT.
         let rest = [0x81, 0x00, 0x12, 0x34, 0x81, 0x00, 0x56, 0x01, 0x08, 0x06];
         let t = UpcallTags::read(abi::UP_TUNNEL | 7, &rest).unwrap();
         let origin = Tunneled { vni: 0x12_3456, endpoint: true };
-        assert_eq!(t, UpcallTags { slot: 7, tunnel: Some(origin), origin_len: 8 });
+        assert_eq!(t, UpcallTags { slot: 7, tunnel: Some(origin), origin_len: 8, ct: None });
         let stranger = [0x81, 0x00, 0, 0, 0x81, 0x00, 0x05, 0x00];
         assert_eq!(
             UpcallTags::read(abi::UP_TUNNEL, &stranger).unwrap().tunnel,
@@ -764,6 +933,11 @@ mod tests {
         );
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &rest[..7]), None, "cut short");
         assert_eq!(UpcallTags::read(abi::UP_TUNNEL, &[0x88, 0xa8, 0, 0, 0x81, 0x00, 0, 0]), None, "not 802.1Q");
+        // A connection's state as the executor found it, in bits 12 to 14.
+        let tci = 3 | (u16::from(abi::CTS_REPLY) << abi::UP_CT_SHIFT);
+        let t = UpcallTags::read(tci, &frame).unwrap();
+        assert_eq!((t.slot, t.ct), (3, Some(sluice_switch::conntrack::Found::Reply)));
+        assert_eq!(UpcallTags::read(3, &frame).unwrap().ct, None, "not looked up");
     }
 
     fn event(family: u8, addr: &[u8]) -> Vec<u8> {

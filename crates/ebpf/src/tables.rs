@@ -7,6 +7,29 @@ use sluice_wire::MacAddr;
 
 use crate::abi::{self, FibKey, FibVal};
 
+/// Ports `first..=last` as the fewest prefixes (a port, and how many of its 16 bits are
+/// fixed), for a longest-prefix-match table.
+pub fn port_prefixes(first: u16, last: u16) -> Vec<(u16, u8)> {
+    let mut out = Vec::new();
+    let (mut at, end) = (u32::from(first), u32::from(last));
+    while at <= end {
+        // The largest aligned block starting at `at` that stays within the range.
+        let mut size = if at == 0 { 1 << 16 } else { 1u32 << at.trailing_zeros().min(16) };
+        while at + size - 1 > end {
+            size >>= 1;
+        }
+        out.push((at as u16, 16 - size.trailing_zeros() as u8));
+        at += size;
+    }
+    out
+}
+
+/// `sluice_mdb`'s key of group `ip` in `vlan`.
+pub fn mdb_key(vlan: u16, ip: IpAddr) -> abi::MdbKey {
+    let k = ip_key(ip);
+    abi::MdbKey { vlan, family: k.family, pad: 0, addr: k.addr }
+}
+
 /// The owners map's key of `ip`.
 pub fn ip_key(ip: IpAddr) -> abi::IpKey {
     let mut k = abi::IpKey::default();
@@ -57,6 +80,23 @@ pub fn fib_val(slot: u32, is_static: bool) -> FibVal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_ranges_become_the_fewest_prefixes_that_cover_them_exactly() {
+        assert_eq!(port_prefixes(0, u16::MAX), vec![(0, 0)]);
+        assert_eq!(port_prefixes(80, 80), vec![(80, 16)]);
+        assert_eq!(port_prefixes(1024, 2047), vec![(1024, 6)]);
+        assert_eq!(port_prefixes(1, 3), vec![(1, 16), (2, 15)]);
+        assert_eq!(port_prefixes(65535, 65535), vec![(65535, 16)]);
+        // Every port of a range in exactly one prefix, none outside it.
+        for (a, b) in [(0u16, 21u16), (22, 22), (23, 1023), (1000, 60000), (3, 65535)] {
+            let ps = port_prefixes(a, b);
+            for p in (0..=u16::MAX).step_by(7).chain([a, b]) {
+                let n = ps.iter().filter(|&&(q, l)| l == 0 || (p ^ q) >> (16 - l) == 0).count();
+                assert_eq!(n, usize::from((a..=b).contains(&p)), "{p} in {a}-{b}: {ps:?}");
+            }
+        }
+    }
 
     #[test]
     fn addresses_key_by_family() {

@@ -382,6 +382,7 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
             forward_link_local: p.forward_link_local,
             storm: p.storm,
             rate: p.rate,
+            mcast_router: Default::default(),
         };
         let cfg = PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu: Some(p.mtu), policy };
         sw.add_port(cfg, Box::new(port)).expect("a valid port");
@@ -459,6 +460,16 @@ fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4_len: usize, options: bool) -
     h[10..12].copy_from_slice(&(!sum).to_be_bytes());
     h
 }
+
+/// IP groups destinations are drawn from (IGMP/MLD snooping): snooped ones reports join,
+/// and link-local ones that always flood.
+const IP_GROUPS_V4: [Ipv4Addr; 3] =
+    [Ipv4Addr::new(239, 1, 1, 1), Ipv4Addr::new(239, 1, 1, 2), Ipv4Addr::new(224, 0, 0, 251)];
+const IP_GROUPS_V6: [Ipv6Addr; 3] = [
+    Ipv6Addr::new(0xff0e, 0, 0, 0, 0, 0, 0, 1),
+    Ipv6Addr::new(0xff05, 0, 0, 0, 0, 0, 1, 3),
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1),
+];
 
 /// An IPv6 header for `payload` bytes after it, first header `next`.
 fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, next: u8, hops: u8, payload: usize) -> Vec<u8> {
@@ -586,17 +597,20 @@ impl World<'_> {
 
     /// A destination address: mostly another port's, or the LAN's.
     fn dst_v4(&self, r: &mut Rng) -> Ipv4Addr {
-        match r.below(10) {
+        match r.below(12) {
             0..=5 => self.own_v4(r.below(self.n())),
             6..=7 => lan_v4(r.below(4)),
+            // IGMP/MLD snooping: groups members join, and a link-local one.
+            10..=11 => r.pick(&IP_GROUPS_V4),
             _ => guest_v4(r.below(self.n() + 2)),
         }
     }
 
     fn dst_v6(&self, r: &mut Rng) -> Ipv6Addr {
-        match r.below(10) {
+        match r.below(12) {
             0..=5 => self.own_v6(r.below(self.n())),
             6..=7 => lan_v6(r.below(4)),
+            10..=11 => r.pick(&IP_GROUPS_V6),
             _ => guest_v6(r.below(self.n() + 2)),
         }
     }
@@ -618,7 +632,31 @@ impl World<'_> {
         let salt = r.below(256);
         let mut vnet = VnetHdr::default();
         let (what, mut f) = match r.below(100) {
-            0..=17 => {
+            0..=3 => {
+                // IGMP/MLD snooping: a membership report or leave (now and then with a bad
+                // checksum), or a query, to a group address and a group MAC address: the
+                // core reads it and the members it teaches shape later verdicts.
+                let g = r.pick(&IP_GROUPS_V4);
+                let kind = r.pick(&[0x16u8, 0x16, 0x17, 0x11, 0x22]);
+                let mut m = vec![kind, 0, 0, 0];
+                m.extend_from_slice(&g.octets());
+                if kind == 0x22 {
+                    m[4..8].copy_from_slice(&[0, 0, 0, 1]);
+                    m.extend_from_slice(&[r.pick(&[2u8, 3, 4]), 0, 0, 0]);
+                    m.extend_from_slice(&g.octets());
+                }
+                let c = sluice_wire::checksum::fold(sluice_wire::checksum::sum(&m, 0));
+                m[2..4].copy_from_slice(&c.to_be_bytes());
+                if r.chance(10) {
+                    m[3] ^= 1;
+                }
+                let o = g.octets();
+                let mut f = eth(MacAddr([1, 0, 0x5e, o[1] & 0x7f, o[2], o[3]]), src, 0x0800);
+                f.extend(ipv4(self.src_v4(r, from), g, 2, m.len(), r.chance(50)));
+                f.extend(m);
+                ("igmp", f)
+            }
+            4..=17 => {
                 let (s, d) = (self.src_v4(r, from), self.dst_v4(r));
                 let tcp = r.chance(40);
                 let opts = r.chance(10);
@@ -654,7 +692,7 @@ impl World<'_> {
                     }
                     ("neighbour discovery", b)
                 } else {
-                    let t = r.pick(&[128u8, 129, 133, 134, 135, 136, 143]);
+                    let t = r.pick(&[128u8, 129, 130, 131, 132, 133, 134, 135, 136, 143]);
                     let mut f = eth(dst, src, 0x86dd);
                     f.extend(ipv6(s, d, 58, r.pick(&[255, 64, 1]), 24));
                     f.push(t);
@@ -975,6 +1013,7 @@ struct Installed {
     owners: HashSet<IpAddr>,
     neigh: HashSet<(u16, IpAddr)>,
     inputs: HashSet<u32>,
+    groups: HashSet<(u16, IpAddr)>,
 }
 
 impl Installed {
@@ -1031,6 +1070,10 @@ impl Installed {
                     }
                     None => k.ex.remove_neighbour(vlan, ip),
                 },
+                FastChange::Group(vlan, ip) => {
+                    k.ex.set_group(vlan, ip, sw.fast_group(vlan, ip)).expect("mdb");
+                    self.groups.insert((vlan, ip));
+                }
             }
         }
         self.generation = self.gen_base + sw.generation();
@@ -1079,6 +1122,9 @@ impl Installed {
         }
         for &(vlan, ip) in &self.neigh {
             k.ex.remove_neighbour(vlan, ip);
+        }
+        for &(vlan, ip) in &self.groups {
+            let _ = k.ex.set_group(vlan, ip, None);
         }
         for &ifindex in &self.inputs {
             k.ex.clear_input(ifindex);
@@ -1606,7 +1652,17 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
     let admit = convert::admit(v, sw.stage1(key), &p, inst.mode, inst.generation);
     let flow = (admit.action == abi::ACT_FORWARD).then(|| {
         let fk = convert::flow_key(key, admit.vlan, |q| inst.place(q)).expect("every port is placed");
-        (fk, convert::verdict(v, inst.generation, sw.admits(key), |q| inst.place(q), |q, tag| inst.tunnel_out(q, tag)))
+        (
+            fk,
+            convert::verdict(
+                key,
+                v,
+                inst.generation,
+                sw.admits(key),
+                |q| inst.place(q),
+                |q, tag| inst.tunnel_out(q, tag),
+            ),
+        )
     });
     Converted { input, ak, admit, flow }
 }
@@ -1832,6 +1888,7 @@ fn check_switch(
         owners: HashSet::new(),
         neigh: HashSet::new(),
         inputs: HashSet::new(),
+        groups: HashSet::new(),
     };
     // A tunnel's settings and endpoints, as the daemon's `add_tunnel` writes them.
     for (p, t) in inst.places.iter().zip(&inst.tunnels) {

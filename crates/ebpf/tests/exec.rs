@@ -759,13 +759,13 @@ fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says
         assert_eq!(ex.take_heard(64), []);
         let tags = UpcallTags::read(2 | abi::UP_TUNNEL, &r.frame[12..]).expect("the origin's tags");
         let origin = Tunneled { vni: 5000, endpoint: true };
-        assert_eq!(tags, UpcallTags { slot: 2, tunnel: Some(origin), origin_len: 8 });
+        assert_eq!(tags, UpcallTags { slot: 2, tunnel: Some(origin), origin_len: 8, ct: None });
         let f = [&r.frame[..12], &r.frame[12 + tags.origin_len..]].concat();
         assert_eq!(f, from(A), "the frame as it came, once the origin's tags are out");
         sw.ingest_from(0, |buf| {
             buf[..12].fill(0);
             buf[12..12 + f.len()].copy_from_slice(&f);
-            Some((tid, f.len(), tags.tunnel))
+            Some((tid, f.len(), sluice_switch::Handed { tunnel: tags.tunnel, ct: None }))
         });
         assert_eq!(sw.fib().get(1, A).map(|e| e.port), Some(tid), "the core learned the station");
         ex.set_station(1, A, 2, false).unwrap();
@@ -998,7 +998,7 @@ fn connections_are_tracked_in_the_kernels_conntrack_as_the_verdict_commits_them(
         let mut ex = Executor::open(&pins.0, SIZES).unwrap();
         let ((i0, _), (i1, _), (o1, _), (up, _)) = (veth("in0"), veth("in1"), veth("out1"), veth("upc"));
         ex.configure(GEN, up).unwrap();
-        ex.set_conntrack(4242, 0).unwrap();
+        ex.set_conntrack(4242, sluice_switch::conntrack::kernel_timeouts_ms()).unwrap();
         ex.set_input(i0, &input(0)).unwrap();
         ex.set_input(i1, &input(1)).unwrap();
         ex.set_station(1, A, 0, false).unwrap();
@@ -1011,21 +1011,24 @@ fn connections_are_tracked_in_the_kernels_conntrack_as_the_verdict_commits_them(
             .unwrap();
         }
         let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
-        let key = |slot: u16, dst_slot: u16, proto: u8, ct: u8| abi::FlowKey {
+        let key = |slot: u16, dst_slot: u16, proto: u8, ct: u8, ct_flags: u8| abi::FlowKey {
             ct,
+            ct_flags,
             ct_proto: proto,
             ..flow(slot, 1, 0x0800, abi::SRC_HERE, abi::DST_STATION, dst_slot)
         };
         let pass = forward(&[out(o1, 1, abi::OUT_PEER)]);
         let commit = abi::Verdict { ct: abi::CT_COMMIT, ..pass };
         // Each state its own verdict, told apart by the drop cause it counts.
-        for proto in [6, 17] {
-            ex.install(&key(0, 1, proto, abi::CTS_NEW), &commit).unwrap();
-            ex.install(&key(0, 1, proto, abi::CTS_ESTABLISHED), &verdict(abi::ACT_DROP, d::SAME_PORT as u8)).unwrap();
-            ex.install(&key(1, 0, proto, abi::CTS_REPLY), &verdict(abi::ACT_DROP, d::ISOLATED as u8)).unwrap();
-            ex.install(&key(1, 0, proto, abi::CTS_INVALID), &verdict(abi::ACT_DROP, d::NOT_IP as u8)).unwrap();
-            ex.install(&key(1, 0, proto, abi::CTS_NEW), &verdict(abi::ACT_DROP, d::NO_ROUTE as u8)).unwrap();
+        // (A miss's key carries a TCP segment's SYN, ACK and RST: the core says which open.)
+        for (proto, syn, ack) in [(6, 0x02, 0x10), (17, 0, 0)] {
+            ex.install(&key(0, 1, proto, abi::CTS_MISS, syn), &commit).unwrap();
+            ex.install(&key(0, 1, proto, abi::CTS_ESTABLISHED, 0), &verdict(abi::ACT_DROP, d::SAME_PORT as u8))
+                .unwrap();
+            ex.install(&key(1, 0, proto, abi::CTS_REPLY, 0), &verdict(abi::ACT_DROP, d::ISOLATED as u8)).unwrap();
+            ex.install(&key(1, 0, proto, abi::CTS_MISS, ack), &verdict(abi::ACT_DROP, d::NOT_IP as u8)).unwrap();
         }
+        ex.install(&key(1, 0, 17, abi::CTS_MISS, 0), &verdict(abi::ACT_DROP, d::NO_ROUTE as u8)).unwrap();
         let out = |p: &[u8]| frame(B, A, None, 0x0800, p);
         let back = |p: &[u8]| frame(A, B, None, 0x0800, p);
         // UDP: new (committed), then established; the reply is a reply.
@@ -1053,5 +1056,89 @@ fn connections_are_tracked_in_the_kernels_conntrack_as_the_verdict_commits_them(
             assert_eq!(ours.len(), 2, "{table}");
             assert!(ours.iter().all(|l| !l.contains("UNREPLIED") && l.contains("ASSURED")), "{table}");
         }
+        // The daemon's half, for frames the executor does not see: a connection the core
+        // committed after an upcall is the executor's too; a lookup finds what it would.
+        let ct = ex.conntrack().unwrap();
+        let udp = out(&l4(a, b, 17, 7000, 53, 0));
+        assert_eq!(ct.lookup(&udp).unwrap(), abi::CTS_MISS);
+        assert!(ct.commit(&udp).unwrap());
+        assert_eq!(run(&ex, &udp, &at(i0)).code, SHOT, "established: the executor finds the daemon's commit");
+        assert_eq!(ct.lookup(&back(&l4(b, a, 17, 53, 7000, 0))).unwrap(), abi::CTS_REPLY);
+        // Classes: read in the set in use; a new set, switched to, classifies anew.
+        let classed = abi::FlowKey { src_class: 1, dst_class: 1, dport_class: 2, ..key(0, 1, 17, abi::CTS_MISS, 0) };
+        ex.install(&classed, &pass).unwrap();
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(
+            ex.write_acl_set(1, [(1, ip("10.0.0.0"), 24)], [(2, 50, 60)]).unwrap(),
+            1 + 4,
+            "50-51, 52-55, 56-59, 60"
+        );
+        let fresh = out(&l4(a, b, 17, 7001, 53, 0));
+        assert_eq!(run(&ex, &fresh, &at(i0)).code, REDIRECT, "set 0 still in use: no classes, the commit verdict");
+        ex.use_acl_set(GEN, 1).unwrap();
+        ex.remove_acl_sets_but(1);
+        let misses = ex.counters(0).v[c::MISSES];
+        assert_eq!(run(&ex, &out(&l4(a, b, 17, 7002, 53, 0)), &at(i0)).code, REDIRECT, "classes 1, 1, 2");
+        assert_eq!(ex.counters(0).v[c::MISSES], misses, "found");
+        run(&ex, &out(&l4(a, b, 17, 7003, 61, 0)), &at(i0));
+        assert_eq!(ex.counters(0).v[c::MISSES], misses + 1, "port 61: class 0, no verdict: up");
+        ex.write_acl_set(2, [], []).unwrap();
+        ex.use_acl_set(GEN, 2).unwrap();
+        ex.remove_acl_sets_but(2);
+        assert_eq!(ex.write_acl_set(1, [], []).unwrap(), 0, "set 1 removed");
+    });
+}
+
+#[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs on veths in a network namespace of its own); scripts/test.sh runs it"]
+fn a_group_frames_class_is_looked_up_in_the_mdb_and_a_new_set_id_is_a_new_key() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-mdb");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (o1, _), (up, _)) = (veth("in0"), veth("out1"), veth("upc"));
+        ex.configure(GEN, up).unwrap();
+        ex.set_input(i0, &input(0)).unwrap();
+        ex.set_station(1, A, 0, false).unwrap();
+        let group = MacAddr([1, 0, 0x5e, 1, 2, 3]);
+        ex.install_admit(&admit_key(0, abi::TAG_NONE, 0, abi::DST_GROUP), &admitted(1, abi::X_GROUP)).unwrap();
+        let key = |class: u32| abi::FlowKey {
+            group: class.to_ne_bytes(),
+            ..flow(0, 1, 0x0800, abi::SRC_HERE, abi::DST_GROUP, 0)
+        };
+        let data = frame(group, A, None, 0x0800, &ipv4([10, 0, 0, 1], [239, 1, 2, 3], 17, 100));
+        let igmp = frame(group, A, None, 0x0800, &ipv4([10, 0, 0, 1], [239, 1, 2, 3], 2, 40));
+        let mdns =
+            frame(MacAddr([1, 0, 0x5e, 0, 0, 0xfb]), A, None, 0x0800, &ipv4([10, 0, 0, 1], [224, 0, 0, 251], 17, 100));
+        // One verdict per class, each to port 1: which one a frame finds says its class.
+        let classes = [abi::GCLASS_FLOODED, abi::GCLASS_CONTROL, abi::GCLASS_UNREGISTERED, 16, 17];
+        for (i, &class) in classes.iter().enumerate() {
+            let mut v = forward(&[from_mac(out(o1, 1, abi::OUT_PEER), MacAddr([2, 0, 0, 0, 0x10, i as u8]))]);
+            v.generation = GEN;
+            ex.install(&key(class), &v).unwrap();
+        }
+        let class_of = |ex: &Executor, f: &[u8]| {
+            let r = run(ex, f, &at(i0));
+            assert_eq!(r.code, REDIRECT);
+            // (Each class's verdict writes a source address of its own.)
+            (r.frame[6..11] == [2, 0, 0, 0, 0x10]).then(|| classes[usize::from(r.frame[11])])
+        };
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_UNREGISTERED), "not in the mdb");
+        assert_eq!(class_of(&ex, &igmp), Some(abi::GCLASS_CONTROL), "IGMP");
+        assert_eq!(class_of(&ex, &mdns), Some(abi::GCLASS_FLOODED), "224.0.0.0/24 is never snooped");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), Some(16)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(16), "registered: its set id");
+        assert_eq!(class_of(&ex, &igmp), Some(abi::GCLASS_CONTROL), "IGMP stays the core's");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), Some(17)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(17), "a membership change: a new key, no generation bump");
+        ex.set_group(2, "239.1.2.3".parse().unwrap(), Some(16)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(17), "by VLAN");
+        ex.set_group(1, "239.1.2.3".parse().unwrap(), None).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_UNREGISTERED));
+        // Without X_GROUP the class is not read: the frame's key has 0.
+        ex.install_admit(&admit_key(0, abi::TAG_NONE, 0, abi::DST_GROUP), &admitted(1, 0)).unwrap();
+        assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_FLOODED));
     });
 }

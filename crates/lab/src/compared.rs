@@ -357,13 +357,16 @@ pub fn build(
             direct(&mut t, mtu)?;
             t
         }
-        "linux-bridge" => {
+        "linux-bridge" | "linux-bridge-acl" => {
             let mut t = Topology::new(path, ns("c"), ns("s"), "10.231.0.2", "fd31::2");
             for k in 2..=workers {
                 let (a4, a6) = (format!("10.231.0.{}", k + 1), format!("fd31::{:x}", k + 1));
                 t.more.push((ns(&format!("s{k}")), a4.parse()?, a6.parse()?));
             }
             bridge(&mut t, &ns("sw"), mtu)?;
+            if path == "linux-bridge-acl" {
+                bridge_acl(&ns("sw"), 1 + workers as usize)?;
+            }
             t.attach = Some(Attach::Bridge { ns: ns("sw") });
             t.spare_v4 = Some("10.231.0.250/24".into());
             t
@@ -402,6 +405,7 @@ pub fn build(
         | "sluice-l3-lan"
         | "smc"
         | "sluice-kernel"
+        | "sluice-kernel-acl"
         | "sluice-kernel-l3" => {
             // Lab names are at most 10 characters: the study's id is short and unique.
             let name = format!("{}{index}", id.trim_start_matches("sst"));
@@ -455,6 +459,9 @@ pub fn build(
             }
             if s.datapath == "kernel" {
                 t.host_devices = s.guests.iter().map(|g| g.tap.clone()).collect();
+            }
+            if path == "sluice-kernel-acl" {
+                switch_acl(&s.socket, s.guests.iter().map(|g| g.tap.as_str()))?;
             }
             t.switch_sockets = vec![s.socket.clone()];
             t.attach =
@@ -710,6 +717,41 @@ fn bridge(t: &mut Topology, sw: &str, mtu: u16) -> Result<()> {
     Ok(())
 }
 
+/// The security-group load on a sluice switch: the load's rules towards each guest, on
+/// the traffic its port sends it (`out`), through the switch's control socket.
+fn switch_acl<'a>(socket: &std::path::Path, ports: impl Iterator<Item = &'a str>) -> Result<()> {
+    use sluice_api::proto::{AclAdded, Request};
+    use sluice_switch::acl::AclRuleSpec;
+    let mut c = sluice_api::client::Client::connect(socket)?;
+    let subnet = (std::net::Ipv4Addr::new(10, 77, 0, 0), 24);
+    for port in ports {
+        for r in crate::acl_load::rules(subnet) {
+            let rule = AclRuleSpec {
+                dir: "out".into(),
+                action: if r.allow { "allow-related" } else { "deny" }.into(),
+                proto: Some("tcp".into()),
+                src: Some(format!("{}/{}", r.src.0, r.src.1)),
+                dport: r.dport.map(|p| p.to_string()),
+                priority: r.priority as i32,
+                ..AclRuleSpec::default()
+            };
+            c.call::<AclAdded>(&Request::AclAdd { port: port.to_string(), rule })
+                .with_context(|| format!("adding the security-group load to port {port}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The security-group load on the bridge in `sw`: `br_netfilter` on in that namespace
+/// (bridged IPv4 through the `inet` hooks and the connection tracker) and the load's
+/// nftables ruleset towards each of the `guests` guests (10.231.0.1 onwards).
+fn bridge_acl(sw: &str, guests: usize) -> Result<()> {
+    sh(&["ip", "netns", "exec", sw, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"])?;
+    let addrs: Vec<std::net::Ipv4Addr> = (1..=guests).map(|k| std::net::Ipv4Addr::new(10, 231, 0, k as u8)).collect();
+    let subnet = (std::net::Ipv4Addr::new(10, 231, 0, 0), 24);
+    crate::acl_load::nft_load(sw, &crate::acl_load::nft_ruleset("sluice_study_acl", &addrs, subnet))
+}
+
 fn ovs(t: &mut Topology, sw: &str, tag: &str, mtu: u16) -> Result<()> {
     let (c, s) = (t.client_ns.clone(), t.server_ns.clone());
     t.netns(sw)?;
@@ -830,6 +872,10 @@ fn tune_client(ns: &str) -> Result<()> {
 pub const PATHS: &[(&str, &str)] = &[
     ("direct", "a veth pair between the two guests: a dedicated adapter per guest"),
     ("linux-bridge", "the kernel's bridge in a switch namespace, a veth to each guest"),
+    (
+        "linux-bridge-acl",
+        "the same bridge enforcing a security group of 1,000 rules towards each guest with nftables (br_netfilter, connection tracking)",
+    ),
     ("router", "a router namespace forwarding between two subnets: a router guest"),
     ("sluice-l2", "a sluice switch, Layer 2, lossy, a TAP per guest"),
     ("sluice-l2-lossless", "the same sluice switch in lossless mode"),
@@ -852,6 +898,10 @@ pub const PATHS: &[(&str, &str)] = &[
     ),
     ("sluice-l3", "a sluice switch in Layer 3 mode"),
     ("sluice-kernel", "a sluice switch, Layer 2, on its kernel datapath: a veth pair per guest, TC programs forward"),
+    (
+        "sluice-kernel-acl",
+        "the same kernel-datapath sluice switch enforcing a security group of 1,000 rules towards each guest (connection tracking by the kernel's conntrack)",
+    ),
     ("sluice-kernel-l3", "the same kernel-datapath sluice switch in Layer 3 mode"),
     ("sluice-l2-lan", "a guest of a Layer 2 sluice switch to a host on the LAN, through the uplink"),
     ("sluice-l3-lan", "a guest of a Layer 3 sluice switch to a host on the LAN, through the uplink"),

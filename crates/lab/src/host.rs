@@ -538,7 +538,7 @@ fn is_zombie(pid: u32) -> bool {
 const GATEWAY: &str = "10.77.0.254/24";
 
 /// The script busybox's udhcpc runs (Debian's busybox ships none): applies the lease.
-const UDHCPC_SCRIPT: &str = "#!/bin/sh\n\
+pub const UDHCPC_SCRIPT: &str = "#!/bin/sh\n\
 case \"$1\" in\n\
 deconfig) ip link set \"$interface\" up; ip addr flush dev \"$interface\" ;;\n\
 bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/${mask:-24}\" dev \"$interface\";\n\

@@ -8,6 +8,7 @@
 //! Tests, studies and the demo build their topologies with this code, so that what is
 //! measured is what users run.
 
+pub mod acl_load;
 pub mod args;
 pub mod compared;
 pub mod error;

@@ -129,8 +129,23 @@ pub struct PortAddArgs {
     /// connects, retrying until QEMU is there (and again after QEMU restarts).
     #[arg(long)]
     pub client: bool,
+    /// IGMP/MLD snooping: the port leads to a multicast router and gets every group frame
+    /// and every report: auto (while queries are heard on it), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub mcast_router: McastRouterArg,
     #[command(flatten)]
     pub target: client::TargetByName,
+}
+
+/// `--mcast-router` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum McastRouterArg {
+    /// While IGMP or MLD queries are heard on the port.
+    Auto,
+    /// Always.
+    Always,
+    /// Never, even when queries are heard on it.
+    Never,
 }
 
 /// Port kinds on the command line.
@@ -351,6 +366,11 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         socket: a.socket,
         client: a.client,
         ifname: a.ifname,
+        mcast_router: match a.mcast_router {
+            McastRouterArg::Auto => sluice_api::config::McastRouterSpec::Auto,
+            McastRouterArg::Always => sluice_api::config::McastRouterSpec::Always,
+            McastRouterArg::Never => sluice_api::config::McastRouterSpec::Never,
+        },
     };
     spec.validate().map_err(anyhow::Error::msg)?;
     let mut c = Client::for_target(&a.target.into())?;
@@ -372,6 +392,67 @@ pub fn port_del(target: &Target, name: String, if_exists: bool) -> Result<()> {
     } else {
         println!("port {name} deleted");
     }
+    Ok(())
+}
+
+/// Arguments of `sluice port set`.
+#[derive(Debug, clap::Args)]
+pub struct PortSetArgs {
+    /// Port name.
+    pub name: String,
+    /// Rate limit of what the port's guest sends, Mbit/s on the wire (0 removes it).
+    #[arg(long, value_name = "MBIT")]
+    pub rate_in: Option<f64>,
+    /// Rate limit of what the port's guest is sent, Mbit/s on the wire (0 removes it;
+    /// kernel datapath, veth ports).
+    #[arg(long, value_name = "MBIT")]
+    pub rate_out: Option<f64>,
+    /// The rate limits' burst in KiB (at least 64; 0: the default, the larger of 2 × 64
+    /// KiB and half a second of the rate).
+    #[arg(long, value_name = "KIB")]
+    pub burst: Option<u64>,
+    /// Storm control: broadcast frames a second (0 removes it).
+    #[arg(long, value_name = "PPS")]
+    pub storm_broadcast_pps: Option<u32>,
+    /// Storm control: multicast frames a second (0 removes it).
+    #[arg(long, value_name = "PPS")]
+    pub storm_multicast_pps: Option<u32>,
+    /// Storm control: frames of each kind at once (0: the default).
+    #[arg(long, value_name = "FRAMES")]
+    pub storm_burst: Option<u32>,
+    /// The IEEE link-local addresses the port's frames may go to, replacing the list, e.g.
+    /// 0e (LLDP); `none` for none. Pause (01) and LACP (02) are never forwarded.
+    #[arg(long = "forward-link-local", value_name = "ADDR,…|none", value_delimiter = ',')]
+    pub forward_link_local: Option<Vec<String>>,
+    #[command(flatten)]
+    pub target: client::TargetByName,
+}
+
+pub fn port_set(a: PortSetArgs) -> Result<()> {
+    let set = PortSettings {
+        rate_in: a.rate_in,
+        rate_out: a.rate_out,
+        burst: a.burst,
+        storm_broadcast_pps: a.storm_broadcast_pps,
+        storm_multicast_pps: a.storm_multicast_pps,
+        storm_burst: a.storm_burst,
+        forward_link_local: a.forward_link_local.map(|l| l.into_iter().filter(|x| x != "none").collect()),
+    };
+    if set == PortSettings::default() {
+        bail!("nothing to change: give --rate-in, --rate-out, --burst, --storm-… or --forward-link-local (see --help)");
+    }
+    let mut c = Client::for_target(&a.target.into())?;
+    let spec: PortSpec = c.call(&Request::PortSet { name: a.name.clone(), set })?;
+    let mbit = |r: Option<f64>| r.map_or("none".to_string(), |r| format!("{r} Mbit/s"));
+    println!(
+        "port {}: rate_in {}, rate_out {}, storm broadcast {}, multicast {} pps, forward_link_local [{}]",
+        a.name,
+        mbit(spec.rate_in),
+        mbit(spec.rate_out),
+        spec.storm_broadcast_pps.map_or("-".into(), |p| p.to_string()),
+        spec.storm_multicast_pps.map_or("-".into(), |p| p.to_string()),
+        spec.forward_link_local.join(", ")
+    );
     Ok(())
 }
 
@@ -444,6 +525,46 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
     );
     if !r.entries.is_empty() {
         println!("{t}");
+    }
+    Ok(())
+}
+
+pub fn mdb_show(target: &Target, json: bool) -> Result<()> {
+    let r: sluice_api::proto::MdbReport = Client::for_target(target)?.call(&Request::MdbShow)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    if !r.enabled {
+        println!("IGMP/MLD snooping is off (mcast_snooping = false): every group frame floods");
+        return Ok(());
+    }
+    let who = |q: &sluice_api::proto::MdbQuerierReport| match (&q.address, &q.port) {
+        (Some(a), Some(p)) => format!("{a} on {p}"),
+        _ => "this switch".into(),
+    };
+    println!(
+        "snooping {}; querier: IGMP {}, MLD {}",
+        if r.pruning { "on" } else { "starting (flooding until the first query is answered)" },
+        who(&r.querier_v4),
+        who(&r.querier_v6)
+    );
+    let mut t = table();
+    t.set_header(vec!["VLAN", "GROUP", "PORT", "EXPIRES"]);
+    for g in &r.groups {
+        for m in &g.ports {
+            t.add_row(vec![g.vlan.to_string(), g.group.clone(), m.port.clone(), format!("{:.0}s", m.expires_s)]);
+        }
+    }
+    println!("{} group(s)", r.groups.len());
+    if !r.groups.is_empty() {
+        println!("{t}");
+    }
+    for p in &r.routers {
+        match p.expires_s {
+            Some(s) => println!("router port {} (learned, {s:.0}s left)", p.port),
+            None => println!("router port {} (configured)", p.port),
+        }
     }
     Ok(())
 }

@@ -60,6 +60,13 @@ enum Cmd {
     /// Show and edit the MAC forwarding table.
     #[command(subcommand)]
     Fib(FibCmd),
+    /// IGMP/MLD snooping's multicast database.
+    ///
+    /// Examples:
+    ///   sluice mdb show
+    ///   sluice mdb show --json --switch sw0
+    #[command(subcommand)]
+    Mdb(MdbCmd),
     /// Show per-port counters (`sluice stats reset` zeroes them).
     Stats(cli::StatsArgs),
     /// A live view of the switch: each port's and traffic class's frames and bits per
@@ -314,6 +321,16 @@ enum PortCmd {
     ///             -netdev vhost-user,id=n1,chardev=c1 -device virtio-net-pci,netdev=n1
     #[command(verbatim_doc_comment, after_help = EXIT_STATUS)]
     Add(Box<cli::PortAddArgs>),
+    /// Change a running port's rate limits, storm control or link-local forwarding; the
+    /// settings not given stay, a 0 removes one.
+    ///
+    /// Examples:
+    ///   sluice port set vm1 --rate-in 100 --rate-out 50     Mbit/s on the wire
+    ///   sluice port set vm1 --rate-in 0                     no rate-in limit
+    ///   sluice port set vm1 --storm-broadcast-pps 1000 --storm-burst 200
+    ///   sluice port set vm1 --forward-link-local 0e         the port's LLDP crosses
+    #[command(verbatim_doc_comment, after_help = EXIT_STATUS)]
+    Set(Box<cli::PortSetArgs>),
     /// Detach a port and delete its TAP device (or the veth pair the switch made for it).
     #[command(after_help = EXIT_STATUS)]
     Del {
@@ -360,6 +377,19 @@ enum PortCmd {
         /// The TAP's MTU.
         #[arg(long, default_value_t = 1500, value_parser = sluice_api::config::mtu_arg)]
         mtu: u16,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MdbCmd {
+    /// Show which ports joined which IP group (VLAN, group, member ports with the seconds
+    /// left of each membership), the router ports and the querier.
+    Show {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -434,6 +464,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Top(top::TopArgs { once: true, .. })
             | Cmd::Port(PortCmd::List { .. })
             | Cmd::Fib(FibCmd::Show { .. })
+            | Cmd::Mdb(MdbCmd::Show { .. })
             | Cmd::Switch(SwitchCmd::List { .. })
             | Cmd::Lab(lab::LabCmd::List { .. })
             | Cmd::Bench(bench::BenchCmd::Profiles { .. })
@@ -471,12 +502,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Switch(SwitchCmd::Stop { target }) => cli::switch_stop(&target)?,
         Cmd::Switch(SwitchCmd::Restart { target }) => cli::switch_restart(&target)?,
         Cmd::Port(PortCmd::Add(a)) => cli::port_add(*a)?,
+        Cmd::Port(PortCmd::Set(a)) => cli::port_set(*a)?,
         Cmd::Port(PortCmd::Del { name, if_exists, target }) => cli::port_del(&target, name, if_exists)?,
         Cmd::Port(PortCmd::List { json, target }) => cli::port_list(&target, json)?,
         Cmd::Port(PortCmd::Relay { tap, netns, listen, mtu }) => {
             port::relay::run(&tap, netns.as_deref(), &listen, mtu)?
         }
         Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
+        Cmd::Mdb(MdbCmd::Show { json, target }) => cli::mdb_show(&target, json)?,
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use serde_json::Value;
 
@@ -160,7 +158,9 @@ both_datapaths! {
         let server = ns_spawn(&lab.ns(2), "timeout 40 iperf3 -s -1");
         assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :5201").status.success()), "iperf3 listens");
         let client = ns_spawn(&lab.ns(1), &format!("iperf3 -c {} -t 5 -i 1 -J", lab.ip4(2)));
-        std::thread::sleep(Duration::from_millis(1500));
+        // (Until the transfer is under way: its first mebibyte has crossed the switch.)
+        let crossed = || lab.port(&g1)["counters"]["rx_bytes"].as_u64().unwrap_or(0);
+        assert!(wait_for(20, || crossed() >= 1 << 20), "the transfer did not start: {}", lab.port(&g1));
         acl_add(&lab, &g1, &["--dir", "in", "--action", "deny", "--proto", "tcp", "--dport", "5201", "--priority", "10"]);
         let out = client.wait_with_output().unwrap();
         let _ = server.wait_with_output();

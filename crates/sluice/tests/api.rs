@@ -201,7 +201,11 @@ fn jsonrpc_clients_of_this_and_a_newer_minor_version_are_answered_with_codes() {
     let lab = Lab::up("apirpc", &["--guests", "1"]);
     let mut c = Conn::open(&lab);
     let hello = c.call(1, "hello", json!({}));
-    assert_eq!((&hello["result"]["protocol"], &hello["result"]["protocol_minor"]), (&json!(2), &json!(0)), "{hello}");
+    assert_eq!(
+        (&hello["result"]["protocol"], &hello["result"]["protocol_minor"]),
+        (&json!(2), &json!(sluice_api::proto::PROTOCOL_MINOR)),
+        "{hello}"
+    );
     // A client of a newer minor version: a param this daemon does not know is ignored.
     let stats = c.call(2, "stats", json!({"port": lab.tap(1), "with_history_of_a_later_minor": true}));
     assert_eq!(stats["result"]["ports"][0]["name"], json!(lab.tap(1)), "{stats}");

@@ -13,14 +13,7 @@ use std::process::{Child, Command, Stdio};
 use common::*;
 use serde_json::Value;
 
-/// The busybox udhcpc script: Debian's busybox ships none; this one applies the lease.
-const UDHCPC_SCRIPT: &str = "#!/bin/sh\n\
-case \"$1\" in\n\
-deconfig) ip link set \"$interface\" up; ip addr flush dev \"$interface\" ;;\n\
-bound|renew) ip addr flush dev \"$interface\"; ip addr add \"$ip/${mask:-24}\" dev \"$interface\";\n\
-  [ -n \"$router\" ] && ip route replace default via \"${router%% *}\" dev \"$interface\" ;;\n\
-esac\n\
-exit 0\n";
+use sluice_lab::host::UDHCPC_SCRIPT;
 
 /// What one test made: namespaces, the daemon, its state directory; all removed on drop.
 struct Setup {

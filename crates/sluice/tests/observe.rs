@@ -11,11 +11,13 @@ use common::*;
 
 /// A switch of the test's own (user-space datapath) with guests `g1` and `g2` on TAPs,
 /// IPv6 off in the guests so that nothing but the test's traffic moves the counters.
-struct Switch {
-    name: String,
-    namespaces: Vec<String>,
-    child: Child,
-    dir: PathBuf,
+struct Switch(FileSwitch);
+
+impl std::ops::Deref for Switch {
+    type Target = FileSwitch;
+    fn deref(&self) -> &FileSwitch {
+        &self.0
+    }
 }
 
 impl Switch {
@@ -26,41 +28,8 @@ impl Switch {
     /// A switch on datapath `dp` with a guest per entry of `ports` (that port's settings):
     /// TAPs on the user-space datapath, veth pairs on the kernel one, `SWITCHtI` at both ends.
     fn with(tag: &str, extra: &str, ports: &[&str], dp: Dp) -> Switch {
-        init();
-        let name = unique(tag);
-        let dir = scratch(&format!("observe-{name}"));
-        let mut namespaces = vec![];
-        let datapath = if dp == Dp::Kernel { "kernel" } else { "user" };
-        let mut cfg = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{extra}\n");
-        for (i, settings) in ports.iter().enumerate().map(|(i, s)| (i + 1, s)) {
-            let ns = format!("{name}g{i}");
-            sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
-            ns_ok(&ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1");
-            namespaces.push(ns.clone());
-            let at = if dp == Dp::Kernel {
-                sh_ok(&format!("ip link add {name}t{i} type veth peer name {name}t{i} netns {ns}"));
-                "type = \"veth\"".to_string()
-            } else {
-                format!("netns = \"{ns}\"")
-            };
-            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\n{at}\n{settings}\n"));
-        }
-        let f = dir.join("sw.toml");
-        std::fs::write(&f, cfg).unwrap();
-        let log = std::fs::File::create(dir.join("sw.log")).unwrap();
-        let child = Command::new(BIN)
-            .args(["switch", "run", "--config", f.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let sw = Switch { name, namespaces, child, dir };
-        assert!(
-            wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
-            "switch did not start: {}",
-            std::fs::read_to_string(sw.dir.join("sw.log")).unwrap_or_default()
-        );
+        let no_ipv6 = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1";
+        let sw = Switch(FileSwitch::start(unique(tag), dp, extra, ports, no_ipv6));
         for i in 1..=ports.len() {
             ns_ok(
                 &sw.namespaces[i - 1],
@@ -72,21 +41,6 @@ impl Switch {
 
     fn stats(&self) -> serde_json::Value {
         serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &self.name])).unwrap()
-    }
-}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        // A clean stop removes a kernel datapath's upcall TAP and pins; the kill is for a
-        // switch that hangs.
-        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
-        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -153,7 +107,7 @@ fn the_metrics_endpoint_speaks_openmetrics_and_agrees_with_stats() {
         return;
     }
     // Port 0: the kernel picks one, and `sluice stats` says which.
-    let sw = Switch::new("metr", "metrics_listen = \"127.0.0.1:0\"");
+    let sw = Switch::new("metr", "metrics_listen = \"127.0.0.1:0\"\nmcast_snooping = false");
     let addr = sw.stats()["switch"]["metrics"].as_str().expect("stats names the metrics address").to_string();
     ns_ok(&sw.namespaces[0], "ping -c 5 -i 0.2 -W 5 10.79.0.2");
 

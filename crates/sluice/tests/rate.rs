@@ -81,6 +81,17 @@ both_datapaths! {
             let got = iperf(ns, &lab.ip4(1), 5201, 5);
             check(&format!("{dp:?} rate_in"), *r, got, base);
         }
+        // `sluice port set` changes a running port: the 10 Mbit/s port's limit removed, then
+        // set to 20.
+        let (ns10, tap10) = limited_in[0].clone();
+        sluice_ok(&["port", "set", &tap10, "--rate-in", "0", "--switch", &lab.name]);
+        let free = iperf(&ns10, &lab.ip4(1), 5201, 3);
+        eprintln!("{dp:?}: port set --rate-in 0: {free:.0} Mbit/s");
+        assert!(free > 50.0, "the limit was removed, yet {free:.1} Mbit/s");
+        sluice_ok(&["port", "set", &tap10, "--rate-in", "20", "--switch", &lab.name]);
+        let got = iperf(&ns10, &lab.ip4(1), 5201, 5);
+        check(&format!("{dp:?} port set --rate-in 20"), 20.0, got, base);
+        sluice_ok(&["port", "set", &tap10, "--rate-in", "10", "--switch", &lab.name]);
         // Transmit drops of the kernel's policer are counted at the input.
         let limited = lab.port(&limited_in[0].1);
         eprintln!("{dp:?}: rate_in 10: rx_drops.rate_limit {}", limited["counters"]["rx_drops"]["rate_limit"]);

@@ -21,7 +21,9 @@ both_datapaths! {
         let o = ns_sh(&a, &format!("ping -c 2 -W 1 {}", lab.ip4(1)));
         assert!(!o.status.success(), "VLAN 10 reached VLAN 1");
         let c = lab.port(&format!("{}-c", lab.name));
-        assert_eq!(c["counters"]["tx_offered"], 0, "nothing of VLAN 10 (ARP, ping) reached the VLAN 20 port: {c}");
+        // (The switch's own IGMP/MLD queries aside.)
+        let offered = c["counters"]["tx_offered"].as_u64().unwrap() - c["counters"]["generated"].as_u64().unwrap();
+        assert_eq!(offered, 0, "nothing of VLAN 10 (ARP, ping) reached the VLAN 20 port: {c}");
         assert_conserved(&lab.stats());
     }
 }

@@ -712,6 +712,7 @@ pub const BUILD_PATHS: &[&str] = &[
     "smc",
     "smc-loopback",
     "sluice-kernel",
+    "sluice-kernel-acl",
     "sluice-kernel-l3",
     "overlay-sluice",
     "overlay-sluice-kernel",

@@ -391,6 +391,14 @@ pub struct AclExtras {
     pub dport: u32,
     /// Its ICMP type (ICMP and ICMPv6).
     pub icmp_type: u8,
+    /// A TCP segment no connection holds (`New` or `Invalid`): its flags that say which
+    /// ([`crate::conntrack::MISS_FLAGS`]); else 0. The rules do not read it; a kernel's
+    /// key carries it so that the core, not the kernel, tells the two apart.
+    pub tcp_flags: u8,
+    /// A kernel datapath reads these extras itself and tracks the connections of the
+    /// protocols it can ([`crate::conntrack::kernel_tracks`]); else frames these extras
+    /// decide go through the core.
+    pub kernel: bool,
 }
 
 /// One port's rules and defaults, with the hits of each rule.
@@ -819,7 +827,7 @@ mod tests {
             src: t.addr_class(src.parse().unwrap()),
             dst: 0,
             dport: t.port_class(dport),
-            icmp_type: 0,
+            ..AclExtras::default()
         };
         let rows = [
             ("10.1.2.3", 22, Some((AclAction::Deny, Some(0)))),

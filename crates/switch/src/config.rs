@@ -43,6 +43,8 @@ pub struct SwitchConfig {
     /// An output of a lossless class that sends nothing for this long while frames wait
     /// for it is declared stuck and its class drops toward it (ms; 0: never).
     pub watchdog_ms: u64,
+    /// IGMP/MLD snooping.
+    pub snoop: crate::mdb::SnoopConfig,
 }
 
 /// Frames an input holds for full outputs before it stops being read, unless configured.
@@ -69,6 +71,7 @@ impl Default for SwitchConfig {
             classes: Vec::new(),
             hold_len: DEFAULT_HOLD_LEN,
             watchdog_ms: DEFAULT_WATCHDOG_MS,
+            snoop: crate::mdb::SnoopConfig::default(),
         }
     }
 }
@@ -124,6 +127,8 @@ pub struct PortPolicy {
     pub storm: StormControl,
     /// Rate limits: bits a second the port may send into the switch and be sent.
     pub rate: RateLimit,
+    /// Whether the port leads to a multicast router (IGMP/MLD snooping).
+    pub mcast_router: crate::mdb::McastRouter,
 }
 
 /// A port's rate limits, in bits a second on the wire (Ethernet frames, GSO frames by

@@ -80,15 +80,82 @@ struct Entry {
 
 impl Entry {
     fn timeout(&self) -> u64 {
-        match self.orig.proto {
-            6 if self.closing => TCP_CLOSING_MS,
-            6 if self.seen_reply => TCP_ESTABLISHED_MS,
-            6 => TCP_UNREPLIED_MS,
-            17 if self.seen_reply => UDP_REPLIED_MS,
-            17 => UDP_UNREPLIED_MS,
-            _ => ICMP_MS,
+        timeout_ms(self.orig.proto, self.seen_reply, self.closing)
+    }
+}
+
+/// How long a connection of IP protocol `proto` lives without a frame (ms): until a reply
+/// is seen, once one was, once a FIN or RST passed (TCP).
+pub fn timeout_ms(proto: u8, replied: bool, closing: bool) -> u64 {
+    match proto {
+        6 if closing => TCP_CLOSING_MS,
+        6 if replied => TCP_ESTABLISHED_MS,
+        6 => TCP_UNREPLIED_MS,
+        17 if replied => UDP_REPLIED_MS,
+        17 => UDP_UNREPLIED_MS,
+        _ => ICMP_MS,
+    }
+}
+
+/// The timeouts of the connections a kernel tracks (TCP and UDP), for its executor, by
+/// `(TCP ? 4 : 0) | (replied ? 2 : 0) | (closing ? 1 : 0)` (ms; UDP never closes).
+pub fn kernel_timeouts_ms() -> [u32; 8] {
+    std::array::from_fn(|i| {
+        let proto = if i & 4 != 0 { 6 } else { 17 };
+        timeout_ms(proto, i & 2 != 0, i & 1 != 0).min(u64::from(u32::MAX)) as u32
+    })
+}
+
+/// Whether a kernel datapath tracks IP protocol `proto`'s connections itself (its
+/// conntrack's lookups take TCP and UDP); others (ICMP echo) are the core's.
+pub fn kernel_tracks(proto: u8) -> bool {
+    matches!(proto, 6 | 17)
+}
+
+/// What a kernel's tracker found of a frame it handed up ([`kernel_tracks`] its protocol):
+/// the core decides the frame in that state instead of looking it up itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Not tracked (not read: a later fragment, cut short, or tracking off).
+    Untracked,
+    /// No connection: [`miss`] says whether the frame may open one.
+    Miss,
+    /// A connection, in the direction it was opened.
+    Original,
+    /// A connection's return traffic.
+    Reply,
+}
+
+impl Found {
+    /// The state a frame of flow `f` is decided in.
+    pub fn state(self, f: &Flow) -> CtState {
+        match (self, f.tuple) {
+            (Found::Miss, Some(t)) => miss(&t, f.tcp_flags),
+            (Found::Original, Some(_)) => CtState::Established,
+            (Found::Reply, Some(_)) => CtState::Reply,
+            _ => CtState::Untracked,
         }
     }
+}
+
+/// A kernel's connection tracker, for the frames of the protocols it tracks
+/// ([`kernel_tracks`]) that reach the core without its answer (from a port in user space)
+/// or that the core decides to remember.
+pub trait KernelTracker: Send {
+    /// Looks frame `frame` (untagged; its headers) up, as the kernel's datapath would (the
+    /// connection refreshed).
+    fn lookup(&mut self, frame: &[u8]) -> Found;
+    /// Remembers `frame`'s connection; `Err` when the table is full.
+    fn commit(&mut self, frame: &[u8]) -> Result<(), CtFull>;
+}
+
+/// The TCP flags that say whether a segment with no connection may open one.
+pub const MISS_FLAGS: u8 = TCP_SYN | TCP_ACK | TCP_RST;
+
+/// The state of a frame of tuple `t` with TCP flags `flags` that no connection holds: a
+/// TCP segment other than a SYN is invalid, anything else new.
+pub fn miss(t: &Tuple, flags: u8) -> CtState {
+    if t.proto == 6 && flags & MISS_FLAGS != TCP_SYN { CtState::Invalid } else { CtState::New }
 }
 
 /// The table was full: the connection was not remembered.
@@ -146,12 +213,12 @@ impl Tracker {
         } else if let Some(&o) = self.by_reply.get(&t) {
             (o, true)
         } else {
-            return Self::miss(&t, f.tcp_flags);
+            return miss(&t, f.tcp_flags);
         };
         let e = self.by_orig.get_mut(&orig).expect("indexes agree");
         if e.expires_ms <= now_ms {
             self.forget(&orig);
-            return Self::miss(&t, f.tcp_flags);
+            return miss(&t, f.tcp_flags);
         }
         if reply {
             e.seen_reply = true;
@@ -161,10 +228,6 @@ impl Tracker {
         }
         e.expires_ms = now_ms + e.timeout();
         if reply { CtState::Reply } else { CtState::Established }
-    }
-
-    fn miss(t: &Tuple, flags: u8) -> CtState {
-        if t.proto == 6 && flags & (TCP_SYN | TCP_ACK | TCP_RST) != TCP_SYN { CtState::Invalid } else { CtState::New }
     }
 
     /// Remembers frame `f`'s connection at `now_ms` (a new one its rules allowed); a

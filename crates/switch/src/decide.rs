@@ -29,6 +29,7 @@ use crate::counters::DropCause;
 use crate::fib::Fib;
 use crate::ids::PortId;
 use crate::l3::{L3Tables, Mode};
+use crate::mdb::{GroupClass, Mdb};
 use crate::tunnel::TunnelRules;
 use crate::vlan::{Ingress, VlanMode};
 
@@ -160,6 +161,9 @@ pub struct Key {
     pub dst: Dest,
     /// What the input's rules ask for.
     pub extras: Extras,
+    /// IGMP/MLD snooping: for a group frame in Layer 2 mode on a snooping switch, what the
+    /// multicast database says of its IP destination ([`GroupClass::Flooded`] otherwise).
+    pub group: GroupClass,
 }
 
 /// Why a frame goes to the core's slow work rather than out.
@@ -174,6 +178,9 @@ pub enum Upcall {
     /// The MAC address of the guest behind this port is not known yet: the frame waits
     /// for it while the switch asks (Layer 3).
     Resolve(PortId),
+    /// An IGMP or MLD message: the core reads it (memberships, queriers), then forwards
+    /// it (reports to router ports, queries to every port).
+    Snoop,
 }
 
 /// What happens to a frame.
@@ -346,6 +353,8 @@ pub(crate) struct Tables<'a, P: Ports + ?Sized> {
     pub l3: &'a L3Tables,
     /// The security groups.
     pub acl: &'a AclTables,
+    /// IGMP/MLD snooping's memberships and router ports.
+    pub mdb: &'a Mdb,
 }
 
 impl<P: Ports + ?Sized> Tables<'_, P> {
@@ -634,11 +643,41 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
             return;
         }
     }
+    if key.dst == Dest::Group && key.group == GroupClass::Control {
+        v.action = Action::Up(Upcall::Snoop);
+        return;
+    }
     v.action = Action::Forward;
     match key.dst {
         Dest::Station(p) => unicast(key.port, a, p, t, v),
-        Dest::Group | Dest::Unknown | Dest::Own | Dest::LinkLocal(_) | Dest::Broadcast => flood(key.port, a, t, v),
+        Dest::Group => group(key, a, t, v),
+        Dest::Unknown | Dest::Own | Dest::LinkLocal(_) | Dest::Broadcast => flood(key.port, a, t, v),
     }
+}
+
+/// IGMP/MLD snooping: a registered group to its members and router ports; an
+/// unregistered one to router ports while snooping prunes (the Linux bridge's rule with a
+/// querier present), flooded before; reports read to router ports; any other group frame
+/// flooded.
+#[inline]
+fn group<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut Verdict) {
+    let members: &[PortId] = match key.group {
+        GroupClass::Set(id) if t.mdb.pruning() => t.mdb.set(id),
+        GroupClass::Unregistered | GroupClass::Routers if t.mdb.pruning() || key.group == GroupClass::Routers => &[],
+        _ => return flood(key.port, a, t, v),
+    };
+    let e = t.egress(a.vid);
+    for (id, p) in t.ports.all() {
+        let wanted = members.binary_search(&id).is_ok() || t.mdb.is_router(id, p.policy.mcast_router);
+        if !wanted || id == key.port || p.failed.is_some() || !may_talk(&a.me.policy, &p.policy) {
+            continue;
+        }
+        if let Some(o) = e.output(id, p, false) {
+            v.outputs.push(o);
+        }
+    }
+    // (No member and no router port: like a flood with no other port in the VLAN, no
+    // port to deliver to.)
 }
 
 /// A frame to the station behind port `to`.
@@ -857,16 +896,31 @@ mod tests {
         fib: Fib,
         owners: L3Tables,
         acl: AclTables,
+        mdb: Mdb,
     }
 
     impl World {
         fn new(mode: Mode, ports: Vec<Option<PortRules>>) -> Self {
             let cfg = SwitchConfig { mode, router_mac: ROUTER, port_mac_limit: 1024, ..SwitchConfig::default() };
-            World { cfg, ports, fib: Fib::new(16, 1000), owners: L3Tables::new(16), acl: AclTables::default() }
+            World {
+                cfg,
+                ports,
+                fib: Fib::new(16, 1000),
+                owners: L3Tables::new(16),
+                acl: AclTables::default(),
+                mdb: Mdb::new(Default::default()),
+            }
         }
 
         fn tables(&self) -> Tables<'_, [Option<PortRules>]> {
-            Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.owners, acl: &self.acl }
+            Tables {
+                cfg: &self.cfg,
+                ports: &self.ports[..],
+                fib: &self.fib,
+                l3: &self.owners,
+                acl: &self.acl,
+                mdb: &self.mdb,
+            }
         }
 
         fn l2(ports: Vec<PortRules>) -> Self {
@@ -893,7 +947,16 @@ mod tests {
 
     /// A frame from `port`, its source known there, to `dst`.
     fn key(port: PortId, dst: Dest) -> Key {
-        Key { port, tag: None, tunnel: None, ethertype: 0x0800, src: Station::Here, dst, extras: Extras::default() }
+        Key {
+            port,
+            tag: None,
+            tunnel: None,
+            ethertype: 0x0800,
+            src: Station::Here,
+            dst,
+            extras: Extras::default(),
+            group: GroupClass::Flooded,
+        }
     }
 
     fn tagged(k: Key, vid: u16) -> Key {

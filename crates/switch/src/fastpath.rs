@@ -52,6 +52,12 @@ pub struct FastPort {
     /// Its rate limits: `rate_in` is the kernel's meter of the frames the core's verdicts
     /// mark (`Verdict::meter_in`), `rate_out` the daemon's qdisc.
     pub rate: crate::RateLimit,
+    /// IGMP/MLD snooping is on (Layer 2): a group frame's key holds its IP group's class.
+    pub snoops: bool,
+    /// Some port of the switch has security groups, and the kernel tracks connections
+    /// ([`crate::Switch::set_kernel_tracker`]): an IP frame's key holds its connection's
+    /// state and classes.
+    pub acl: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.
@@ -65,6 +71,9 @@ pub enum FastChange {
     Owner(IpAddr),
     /// Layer 3: a LAN neighbour's MAC address ([`crate::Switch::fast_neighbour`]).
     Neighbour(u16, IpAddr),
+    /// IGMP/MLD snooping: a group's port set ([`crate::Switch::fast_group`]; `None`
+    /// there: not registered).
+    Group(u16, IpAddr),
 }
 
 /// A MAC table entry as the kernel sees it.

@@ -229,6 +229,7 @@ fn switch_with(mode: Mode, specs: &[PortSpec], port_mac_limit: usize) -> (Switch
             forward_link_local: 0,
             storm: Default::default(),
             rate: Default::default(),
+            mcast_router: Default::default(),
         };
         let mtu = p.small_mtu.then_some(100);
         if let Some((per_vlan, remotes_only)) = p.tunnel {

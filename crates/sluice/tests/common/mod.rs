@@ -228,6 +228,84 @@ pub fn have(tool: &str) -> bool {
     ok
 }
 
+/// A switch of a test's own, run from a configuration file (`sluice switch run --config`)
+/// — for settings `lab up` does not take — with a guest namespace `SWITCHgI` per entry of
+/// `ports` (that port's settings): a TAP `SWITCHtI` on the user-space datapath, a veth pair
+/// `SWITCHtI` (both ends) on the kernel one. Stopped, and its namespaces and files removed,
+/// on drop.
+pub struct FileSwitch {
+    pub name: String,
+    pub namespaces: Vec<String>,
+    child: Child,
+    /// Its scratch directory (configuration, log), removed on drop.
+    pub dir: PathBuf,
+}
+
+impl FileSwitch {
+    /// Starts switch `name` on datapath `dp` with switch settings `extra`; `ns_setup` runs
+    /// in each guest namespace before its port is made (empty: nothing). Waits (at most
+    /// 10 s) until the switch answers, then brings each guest's interface up.
+    pub fn start(name: String, dp: Dp, extra: &str, ports: &[&str], ns_setup: &str) -> FileSwitch {
+        init();
+        let dir = scratch(&name);
+        let datapath = if dp == Dp::Kernel { "kernel" } else { "user" };
+        let mut cfg = format!("name = \"{name}\"\ndatapath = \"{datapath}\"\n{extra}\n");
+        let mut namespaces = vec![];
+        for (i, settings) in ports.iter().enumerate().map(|(i, s)| (i + 1, s)) {
+            let ns = format!("{name}g{i}");
+            sh_ok(&format!("ip netns add {ns} && ip -n {ns} link set lo up"));
+            namespaces.push(ns.clone());
+            if !ns_setup.is_empty() {
+                ns_ok(&ns, ns_setup);
+            }
+            let at = if dp == Dp::Kernel {
+                sh_ok(&format!("ip link add {name}t{i} type veth peer name {name}t{i} netns {ns}"));
+                "type = \"veth\"".to_string()
+            } else {
+                format!("netns = \"{ns}\"")
+            };
+            cfg.push_str(&format!("[[port]]\nname = \"{name}t{i}\"\n{at}\n{settings}\n"));
+        }
+        let f = dir.join("sw.toml");
+        std::fs::write(&f, cfg).unwrap();
+        let log = std::fs::File::create(dir.join("sw.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["switch", "run", "--config", f.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let sw = FileSwitch { name, namespaces, child, dir };
+        assert!(
+            wait_for(10, || sluice(&["port", "list", "--switch", &sw.name]).status.success()),
+            "switch did not start: {}",
+            std::fs::read_to_string(sw.dir.join("sw.log")).unwrap_or_default()
+        );
+        sw
+    }
+
+    /// Guest `i`'s interface (and its port's name), `SWITCHtI`.
+    pub fn iface(&self, i: usize) -> String {
+        format!("{}t{i}", self.name)
+    }
+}
+
+impl Drop for FileSwitch {
+    fn drop(&mut self) {
+        // A clean stop removes a kernel datapath's upcall TAP and pins; the kill is for a
+        // switch that hangs.
+        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
+        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A lab made by `sluice lab up`, removed by `sluice lab down` on drop.
 pub struct Lab {
     pub name: String,

@@ -20,7 +20,7 @@ use crate::queue::QueuedCopy;
 impl Switch {
     /// What [`decide`] reads besides a frame's key.
     pub(super) fn tables(&self) -> Tables<'_, [Option<PortSlot>]> {
-        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3, acl: &self.acl }
+        Tables { cfg: &self.cfg, ports: &self.ports[..], fib: &self.fib, l3: &self.l3, acl: &self.acl, mdb: &self.mdb }
     }
 
     /// The verdict on a frame with key `key` now: what the switch would do with it if it
@@ -84,6 +84,7 @@ impl Switch {
             Action::Up(Upcall::Learn) => self.drop_rx(from, fid, DropCause::UnknownPort),
             Action::Up(Upcall::Neigh) => self.neighbour_message(from, fid, now_ms),
             Action::Up(Upcall::Resolve(out)) => self.wait_for_next_hop(from, fid, key, out, now_ms),
+            Action::Up(Upcall::Snoop) => self.snoop_message(from, fid, key, now_ms),
             Action::Forward if hold == Hold::Fresh && v.storm.is_some_and(|k| !self.storm_take(from, k, now_ms)) => {
                 self.drop_rx(from, fid, DropCause::Storm)
             }

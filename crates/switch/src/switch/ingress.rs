@@ -16,6 +16,7 @@ use super::lossless::{Hold, Placement};
 use super::{PortSlot, Switch, mac_at};
 use crate::class;
 use crate::config::PortPolicy;
+use crate::conntrack::Found;
 use crate::counters::{DropCause, PortCounters};
 use crate::decide::{self, Dest, Key, L3Extras, PortRules, Station, Tunneled};
 use crate::fib::Learn;
@@ -44,6 +45,19 @@ struct Arrival {
     /// The datagram's VNI and sender, when the port reported them (a tunnel the core reads
     /// itself): a station admitted from it is learned behind the sender.
     sender: Option<Origin>,
+    /// Handed up by a kernel datapath that tracks connections: what its tracker found.
+    ct: Option<Found>,
+}
+
+/// What a kernel datapath says of a frame it hands up ([`Switch::ingest_from`]) beyond
+/// the port it came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handed {
+    /// From a tunnel: its VNI, and whether its sender is one of the port's endpoints.
+    pub tunnel: Option<Tunneled>,
+    /// Security groups: what the kernel's connection tracker found of it, when the kernel
+    /// looked it up.
+    pub ct: Option<Found>,
 }
 
 impl Arrival {
@@ -52,7 +66,7 @@ impl Arrival {
     fn read(s: &PortSlot) -> Option<Arrival> {
         let Some(t) = &s.rules.tunnel else { return Some(Arrival::default()) };
         let o = s.port.origin()?;
-        Some(Arrival { tunnel: Some(Tunneled { vni: o.vni, endpoint: t.knows(o.sender) }), sender: Some(o) })
+        Some(Arrival { tunnel: Some(Tunneled { vni: o.vni, endpoint: t.knows(o.sender) }), sender: Some(o), ct: None })
     }
 }
 
@@ -126,21 +140,22 @@ impl Switch {
     /// is received and dropped as [`DropCause::UpcallLost`]: the kernel counted it in, so
     /// the core counts its fate.
     pub fn ingest(&mut self, now_ms: u64, fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize)>) -> bool {
-        self.ingest_from(now_ms, |buf| fill(buf).map(|(id, len)| (id, len, None)))
+        self.ingest_from(now_ms, |buf| fill(buf).map(|(id, len)| (id, len, Handed::default())))
     }
 
-    /// [`Switch::ingest`] for a kernel datapath that says, for a frame from a tunnel, where
-    /// it came from (`fill` returns it third): its VNI and whether its sender is one of the
-    /// port's endpoints, which the decision reads. The kernel does not learn where the
-    /// tunnel's stations are; it reports them ([`Switch::tunnel_heard`]).
+    /// [`Switch::ingest`] for a kernel datapath that says more of the frame (`fill`
+    /// returns it third, [`Handed`]): for a frame from a tunnel, where it came from — its
+    /// VNI and whether its sender is one of the port's endpoints, which the decision reads
+    /// (the kernel does not learn where the tunnel's stations are; it reports them,
+    /// [`Switch::tunnel_heard`]) — and what its connection tracker found.
     pub fn ingest_from(
         &mut self,
         now_ms: u64,
-        fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize, Option<Tunneled>)>,
+        fill: impl FnOnce(&mut [u8]) -> Option<(PortId, usize, Handed)>,
     ) -> bool {
         self.now_ms = now_ms;
         let Some(fid) = self.pool.alloc() else { return false };
-        let Some((id, len, tunnel)) = fill(self.pool.buf_mut(fid)) else {
+        let Some((id, len, handed)) = fill(self.pool.buf_mut(fid)) else {
             self.pool.release(fid);
             return false;
         };
@@ -157,7 +172,7 @@ impl Switch {
             self.last_key = None;
             return true;
         }
-        self.ingress(id, fid, len, Arrival { tunnel, sender: None }, now_ms);
+        self.ingress(id, fid, len, Arrival { tunnel: handed.tunnel, sender: None, ct: handed.ct }, now_ms);
         self.settle();
         true
     }
@@ -192,13 +207,17 @@ impl Switch {
         let mut key = self.read_key(id, frame, rx.tag, rx.ethertype, rx.admitted);
         key.tunnel = from.tunnel;
         let mut flow = None;
+        // (The headers the rules read, out of the pool's borrow.)
+        let mut hdr = [0u8; 128];
+        let mut hdr_len = 0;
         if rx.admitted && self.acl.active() {
-            // (The headers the rules read, out of the pool's borrow.)
-            let mut hdr = [0u8; 128];
             let frame = self.pool.frame(fid);
-            let n = frame.len().min(hdr.len());
-            hdr[..n].copy_from_slice(&frame[..n]);
-            (key.extras.acl, flow) = self.acl_extras(&hdr[..n], now_ms);
+            hdr_len = frame.len().min(hdr.len());
+            hdr[..hdr_len].copy_from_slice(&frame[..hdr_len]);
+            (key.extras.acl, flow) = self.acl_extras(&hdr[..hdr_len], from.ct, now_ms);
+        }
+        if rx.admitted && key.dst == Dest::Group {
+            key.group = self.group_class(fid, meta.vlan, now_ms);
         }
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
         if admission.is_some() {
@@ -223,7 +242,7 @@ impl Switch {
         {
             s.counters.learn_refused += 1;
         }
-        self.acl_after(&key, flow, &mut v, now_ms);
+        self.acl_after(&key, &hdr[..hdr_len], flow, &mut v, now_ms);
         self.last_key = Some(key);
         if let Placement::Held(out) = self.execute(id, fid, &key, &v, Hold::Fresh, now_ms) {
             self.hold(id, fid, out, &key);

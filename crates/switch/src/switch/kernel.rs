@@ -22,6 +22,7 @@ impl Switch {
         self.fib.track_changes();
         self.l3.changed_owners = Some(self.l3.owners().map(|(ip, _)| ip).collect());
         self.l3.changed_neigh = Some(self.l3.neighbours().into_iter().map(|(v, ip, _)| (v, ip)).collect());
+        self.mdb.track_changes();
         let ids: Vec<PortId> = self.port_ids().collect();
         self.fast_changed = Some(ids);
         for (vlan, mac, _) in self.fib.entries() {
@@ -72,6 +73,7 @@ impl Switch {
             }
             c.clear();
         }
+        self.mdb.take_changes(|vlan, ip| f(FastChange::Group(vlan, ip)));
     }
 
     pub(super) fn note_fast(&mut self, id: PortId) {
@@ -105,6 +107,8 @@ impl Switch {
             guest_mac: if self.cfg.mode == Mode::L3 { r.guest_mac } else { None },
             storm: r.policy.storm,
             rate: r.policy.rate,
+            snoops: self.cfg.mode == Mode::L2 && self.mdb.config().enabled,
+            acl: self.acl.active() && self.kernel_ct.is_some(),
         })
     }
 
@@ -120,6 +124,14 @@ impl Switch {
 
     /// Layer 3: the MAC address of LAN neighbour `ip` on `vlan`, as a kernel datapath
     /// executes it.
+    /// IGMP/MLD snooping: group `ip`'s port set id in `vlan`, if registered.
+    pub fn fast_group(&self, vlan: u16, ip: IpAddr) -> Option<u32> {
+        match self.mdb.class(vlan, ip) {
+            crate::mdb::GroupClass::Set(id) => Some(id),
+            _ => None,
+        }
+    }
+
     pub fn fast_neighbour(&self, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
         self.l3.neighbour(vlan, ip)
     }

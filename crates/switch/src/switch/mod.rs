@@ -55,6 +55,7 @@ mod lossless;
 pub(crate) mod ports;
 mod resolve;
 mod security;
+pub(crate) mod snooping;
 pub(crate) mod transmit;
 
 /// Read/write readiness the switch wants from a port's device.
@@ -125,6 +126,13 @@ pub struct Switch {
     ct: Tracker,
     /// When expired connections were last swept (ms).
     ct_swept_ms: u64,
+    /// A kernel datapath's connection tracker: frames whose protocol a kernel tracks
+    /// ([`crate::conntrack::kernel_tracks`]) are then tracked there alone.
+    kernel_ct: Option<Box<dyn crate::conntrack::KernelTracker>>,
+    /// Moves with every change of the security groups' classes.
+    acl_epoch: u64,
+    /// IGMP/MLD snooping's database.
+    mdb: crate::mdb::Mdb,
 }
 
 impl fmt::Debug for Switch {
@@ -222,6 +230,7 @@ impl Switch {
             if cfg.classes.is_empty() { vec![ClassConfig::default_for(cfg.lossless)] } else { cfg.classes.clone() };
         let gen_class = class::classify(&classes, &[], 0, "");
         let fib_max = cfg.fib_max;
+        let cfg_snoop = cfg.snoop.clone();
         let mut pool = FramePool::new();
         pool.grow(1);
         if cfg.mode == Mode::L3 {
@@ -256,6 +265,9 @@ impl Switch {
             acl: AclTables::default(),
             ct: Tracker::new(DEFAULT_CT_MAX),
             ct_swept_ms: 0,
+            kernel_ct: None,
+            acl_epoch: 0,
+            mdb: crate::mdb::Mdb::new(cfg_snoop),
         })
     }
 
@@ -359,6 +371,7 @@ impl Switch {
             self.l3.expire(now_ms, self.cfg.aging_ms);
             self.expire_pending(now_ms);
         }
+        self.snoop_expire(now_ms);
     }
 
     /// Hands the ports whose wanted interest changed since the last call to `f`.

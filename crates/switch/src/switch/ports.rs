@@ -195,10 +195,36 @@ impl Switch {
         Ok(id)
     }
 
+    /// Changes port `name`'s rate limits, storm control and link-local forwarding to
+    /// `policy`'s (its other settings stay). A bucket whose rate and burst stay keeps what
+    /// it holds; a changed one starts full. The verdicts these settings mark change, so the
+    /// generation moves on.
+    pub fn set_port_limits(&mut self, name: &str, policy: &crate::PortPolicy) -> Result<(), SwitchError> {
+        let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
+        let s = self.ports[id as usize].as_mut().expect("port_id returned a live port");
+        let p = &mut s.rules.policy;
+        (p.rate, p.storm, p.forward_link_local) = (policy.rate, policy.storm, policy.forward_link_local);
+        for (b, m) in s.storm.iter_mut().zip(policy.storm.meters()) {
+            b.set(m);
+        }
+        s.rate_in.set(policy.rate.meter(policy.rate.rate_in));
+        if policy.rate.rate_in == 0 {
+            s.rate_paused_until_ms = None;
+        }
+        self.note_interest(id);
+        self.note_fast(id);
+        self.generation += 1;
+        Ok(())
+    }
+
     /// Detaches a port, dropping the frames queued for it, and returns it to the caller.
     pub fn remove_port(&mut self, name: &str) -> Result<(PortId, Box<dyn Port>), SwitchError> {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
+        self.mdb.remove_port(id);
+        if self.mdb.take_wrapped() {
+            self.generation += 1;
+        }
         slot.count_refused();
         while let Some(q) = slot.queue.pop_any() {
             slot.counters.tx_drops.add(DropCause::UnknownPort);

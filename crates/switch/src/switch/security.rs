@@ -5,8 +5,8 @@
 //! as `ct_full`), the rules' hits counted.
 
 use super::Switch;
-use crate::acl::{AclAction, AclError, AclExtras, AclListed, AclRuleSpec, Dir};
-use crate::conntrack::{self, Flow};
+use crate::acl::{AclAction, AclError, AclExtras, AclListed, AclRuleSpec, CtState, Dir};
+use crate::conntrack::{self, CtFull, Flow, Found};
 use crate::counters::DropCause;
 use crate::decide::{Action, Key, Verdict};
 use crate::ids::PortId;
@@ -113,8 +113,26 @@ impl Switch {
         self.ct.clear();
     }
 
+    /// A kernel datapath tracks the connections of the protocols it can
+    /// ([`conntrack::kernel_tracks`]) in its own table, `tracker`: frames it hands up say
+    /// what it found ([`Switch::ingest_from`]); others of those protocols are looked up
+    /// there, and connections the core decides to remember are remembered there. `None`:
+    /// the core tracks everything.
+    pub fn set_kernel_tracker(&mut self, tracker: Option<Box<dyn conntrack::KernelTracker>>) {
+        self.kernel_ct = tracker;
+        // (Keys carry the extras a kernel reads, or not: every verdict is made again.)
+        self.acl_changed();
+    }
+
+    /// The security groups' compiled classes, for a datapath that classifies frames
+    /// itself, and their epoch (it moves whenever they may have changed).
+    pub fn acl_classes(&self) -> (&crate::acl::AclTables, u64) {
+        (&self.acl, self.acl_epoch)
+    }
+
     fn acl_changed(&mut self) {
         self.generation += 1;
+        self.acl_epoch += 1;
         let ids: Vec<PortId> = self.port_ids().collect();
         for id in ids {
             self.note_fast(id);
@@ -122,42 +140,72 @@ impl Switch {
     }
 
     /// Before the decision: the security groups' extras of an admitted `frame` (untagged),
-    /// its connection's state looked up at `now_ms`; `None` when no port has rules.
-    pub(super) fn acl_extras(&mut self, frame: &[u8], now_ms: u64) -> (Option<AclExtras>, Option<Flow>) {
+    /// its connection's state looked up at `now_ms` — or, handed up by a kernel datapath
+    /// that tracks its protocol, what the kernel found (`found`); `None` when no port has
+    /// rules. Also the frame's flow, and whether the kernel tracks it.
+    pub(super) fn acl_extras(
+        &mut self,
+        frame: &[u8],
+        found: Option<Found>,
+        now_ms: u64,
+    ) -> (Option<AclExtras>, Option<(Flow, bool)>) {
         if !self.acl.active() {
             return (None, None);
         }
         let Some((flow, proto, src, dst, dport, icmp_type)) = conntrack::read_flow(frame) else {
-            return (Some(AclExtras::default()), None);
+            return (Some(AclExtras { kernel: self.kernel_ct.is_some(), ..AclExtras::default() }), None);
         };
+        let in_kernel = self.kernel_ct.is_some() && conntrack::kernel_tracks(proto);
+        let ct = match (found, self.kernel_ct.as_mut()) {
+            (Some(f), _) if in_kernel => f.state(&flow),
+            (None, Some(k)) if in_kernel => k.lookup(frame).state(&flow),
+            _ => self.ct.lookup(&flow, now_ms),
+        };
+        let missed = matches!(ct, CtState::New | CtState::Invalid) && proto == 6;
         let x = AclExtras {
-            ct: self.ct.lookup(&flow, now_ms),
+            ct,
             proto,
             src: self.acl.addr_class(src),
             dst: self.acl.addr_class(dst),
             dport: self.acl.port_class(dport),
             icmp_type,
+            tcp_flags: if missed { flow.tcp_flags & conntrack::MISS_FLAGS } else { 0 },
+            kernel: self.kernel_ct.is_some(),
         };
-        (Some(x), Some(flow))
+        (Some(x), Some((flow, in_kernel)))
     }
 
-    /// After the decision on a frame from port `id` with key `key`: remembers its
-    /// connection when the verdict says so (a full table drops it: `ct_full`), and counts
-    /// the rules' hits.
-    pub(super) fn acl_after(&mut self, key: &Key, flow: Option<Flow>, v: &mut Verdict, now_ms: u64) {
+    /// After the decision on a frame (`frame`, untagged) from port `id` with key `key`:
+    /// remembers its connection when the verdict says so — in the kernel's table when the
+    /// kernel tracks it — (a full table drops it: `ct_full`), and counts the rules' hits.
+    pub(super) fn acl_after(
+        &mut self,
+        key: &Key,
+        frame: &[u8],
+        flow: Option<(Flow, bool)>,
+        v: &mut Verdict,
+        now_ms: u64,
+    ) {
         if !v.acl.hits.is_empty() {
             self.acl.count(&v.acl.hits);
         }
         if v.acl.commit
             && v.action == Action::Forward
-            && let Some(f) = flow
+            && let Some((f, in_kernel)) = flow
             && key.extras.acl.is_some()
-            && self.ct.commit(&f, now_ms).is_err()
+            && self.commit(frame, &f, in_kernel, now_ms).is_err()
         {
             v.action = Action::Drop(DropCause::CtFull);
             v.outputs.clear();
             v.flood = false;
             v.next_hop = None;
+        }
+    }
+
+    fn commit(&mut self, frame: &[u8], f: &Flow, in_kernel: bool, now_ms: u64) -> Result<(), CtFull> {
+        match self.kernel_ct.as_mut() {
+            Some(k) if in_kernel => k.commit(frame),
+            _ => self.ct.commit(f, now_ms),
         }
     }
 

@@ -80,8 +80,13 @@ pub fn tcp4_checksums_ok(f: &[u8]) -> bool {
     checksum::fold(checksum::sum(tcp, pseudo)) == 0
 }
 
+/// A switch for these tests, which count every frame a port is sent and every move of the
+/// generation: without IGMP/MLD snooping, whose querier sends frames of its own and whose
+/// start bumps the generation once (it has tests of its own: `mdb`, `snoop`, and
+/// crates/sluice/tests/snooping.rs).
 pub fn cfg() -> SwitchConfig {
-    SwitchConfig { queue_len: 8, ..SwitchConfig::default() }
+    let snoop = sluice_switch::SnoopConfig { enabled: false, ..Default::default() };
+    SwitchConfig { queue_len: 8, snoop, ..SwitchConfig::default() }
 }
 
 pub fn access(vid: u16) -> VlanMode {
