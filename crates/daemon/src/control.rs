@@ -728,7 +728,10 @@ impl Server {
                 self.remember_acl()?;
                 return Ok(None);
             }
-            Request::AclList { port } => json(self.jobs.run(move |dp| acl_report(dp.switch(), port.as_deref()))?)?,
+            Request::AclList { port } => json(self.jobs.run(move |dp| {
+                dp.credit_kernel_hits();
+                acl_report(dp.switch(), port.as_deref())
+            })?)?,
             Request::AclDefault { port, dir, action } => {
                 use sluice_switch::acl;
                 let refused = |e: acl::AclError| Error::Refused(format!("default refused: {e}"));

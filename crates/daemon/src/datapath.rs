@@ -153,6 +153,13 @@ impl Datapath {
         Ok(())
     }
 
+    /// Security groups: the hits the kernel datapath counted, credited to their rules now.
+    pub fn credit_kernel_hits(&mut self) {
+        if let Some(k) = self.kernel.as_mut() {
+            k.credit_hits(&mut self.sw);
+        }
+    }
+
     /// The kernel datapath, if the switch runs one.
     pub fn kernel(&self) -> Option<&KernelSide> {
         self.kernel.as_ref()
@@ -482,6 +489,7 @@ impl Datapath {
                 if let Some(k) = self.kernel.as_mut() {
                     k.check_interfaces(&mut self.sw);
                     k.refresh_ages(&mut self.sw);
+                    k.credit_hits(&mut self.sw);
                 }
                 self.sw.expire(self.now_ms());
                 let events = &self.events;

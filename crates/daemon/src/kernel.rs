@@ -227,6 +227,18 @@ pub struct KernelSide {
     /// (`None`: to be written).
     acl_set: u32,
     acl_epoch: Option<u64>,
+    /// Verdicts security-group rules decided (`V_HITS`), by key: the rules, and the
+    /// verdict's count already credited to them.
+    credited: HashMap<abi::FlowKey, Credited>,
+    /// Hits of verdicts replaced, for their rules (at the next [`KernelSide::credit_hits`]).
+    uncredited: Vec<(Vec<(String, u32)>, u64)>,
+}
+
+/// The rules a verdict the kernel counts hits of was decided by (port name, rule id), and
+/// how many of its hits they were given.
+struct Credited {
+    rules: Vec<(String, u32)>,
+    seen: u32,
 }
 
 /// The kernel conntrack zone of switch `name`'s connections: one of its own, never the
@@ -372,6 +384,8 @@ impl KernelSide {
             tracker,
             acl_set,
             acl_epoch: None,
+            credited: HashMap::new(),
+            uncredited: Vec::new(),
         })
     }
 
@@ -778,7 +792,15 @@ impl KernelSide {
         {
             let e =
                 convert::verdict(key, v, g, sw.admits(key), |q| self.place(sw, q), |q, tag| self.tunnel_out(q, tag));
+            // (What the verdict this one replaces counted is its rules', credited later.)
+            if let Some(c) = self.credited.remove(&fk) {
+                let n = self.ex.verdict(&fk).map_or(0, |old| old.hits.wrapping_sub(c.seen));
+                self.uncredited.push((c.rules, u64::from(n)));
+            }
             r = self.ex.install(&fk, &e);
+            if r.is_ok() && e.flags & abi::V_HITS != 0 {
+                self.credited.insert(fk, Credited { rules: sw.acl_rule_ids(&v.acl.hits), seen: 0 });
+            }
         }
         match r {
             Ok(()) => self.installed += 1,
@@ -787,6 +809,31 @@ impl KernelSide {
                 warn!(switch = %self.switch, "kernel datapath: {e:#}; frames with this key keep going through user space");
             }
         }
+    }
+
+    /// Security groups: credits the rules with the hits the kernel counted on their
+    /// verdicts since the last call (verdicts of an older generation are forgotten once
+    /// credited).
+    pub fn credit_hits(&mut self, sw: &mut Switch) {
+        for (rules, n) in self.uncredited.drain(..) {
+            for (port, id) in &rules {
+                sw.acl_credit(port, *id, n);
+            }
+        }
+        let generation = self.generation;
+        let ex = &self.ex;
+        self.credited.retain(|k, c| {
+            let v = ex.verdict(k);
+            let hits = v.map_or(c.seen, |v| v.hits);
+            let n = u64::from(hits.wrapping_sub(c.seen));
+            if n > 0 {
+                for (port, id) in &c.rules {
+                    sw.acl_credit(port, *id, n);
+                }
+            }
+            c.seen = hits;
+            v.is_some_and(|v| v.generation == generation && v.flags & abi::V_HITS != 0)
+        });
     }
 
     /// Gives the core every frame waiting in the upcall TAP, at most `limit`, and installs

@@ -342,6 +342,9 @@ abi! {
     /// Charged to the input's `rate_in` meter (`METER_RATE_IN`, bytes); over it, dropped
     /// at the input (`rate_limit`).
     pub const V_METER_IN: u8 = 1 << 6 => V_METER_IN;
+    /// Security-group rules decided the verdict: each frame that finds it adds one to its
+    /// `hits` (the daemon credits them to the rules).
+    pub const V_HITS: u8 = 1 << 7 => V_HITS;
 
     /// [`Admit::mask`]: read the exact source MAC address ([`FlowKey::src_mac`]).
     pub const X_SRC_MAC: u16 = 1 << 0 => X_SRC_MAC;
@@ -589,7 +592,8 @@ abi! {
         pub ct: u8,
         /// `NH_MAC`: the destination MAC address.
         pub next_mac: [u8; 6],
-        pub pad2: u32,
+        /// `V_HITS`: the frames that found this verdict since it was installed.
+        pub hits: u32,
         /// The outputs, `n_out` of them.
         pub outputs: [Output; MAX_OUTPUTS],
     }

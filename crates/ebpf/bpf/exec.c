@@ -1318,6 +1318,8 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	struct sluice_verdict *v = bpf_map_lookup_elem(&sluice_verdicts, &k);
 	if (!v || v->generation != gen)
 		return miss(skb, slot, c, host);
+	if (v->flags & V_HITS)
+		__sync_fetch_and_add(&v->hits, 1);
 	/* Where a tunnel's station is heard from is reported only for a frame the core learns
 	 * from (V_TEACHES: it passed the checks that come before learning). */
 	if ((in_flags & IN_TUNNEL) && k.src == SRC_HERE && (v->flags & V_TEACHES))

@@ -357,6 +357,9 @@ pub fn verdict(
     if v.acl.commit {
         e.ct = abi::CT_COMMIT;
     }
+    if !v.acl.hits.is_empty() {
+        e.flags |= abi::V_HITS;
+    }
     match v.action {
         Action::Up(_) => {
             e.action = abi::ACT_UP;

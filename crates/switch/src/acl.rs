@@ -638,6 +638,27 @@ impl AclTables {
         }
     }
 
+    /// The rules `hits` names (port, position in its match order) as (port name, rule id),
+    /// which stay right when other rules come and go: for a datapath that counts the
+    /// later frames of a verdict itself and credits them ([`AclTables::credit`]).
+    pub fn rule_ids(&self, hits: &[(PortId, u32)]) -> Vec<(String, u32)> {
+        hits.iter()
+            .filter_map(|&(id, at)| {
+                let name = self.slots.get(id as usize)?.as_ref()?;
+                Some((name.clone(), self.by_port.get(name)?.rules.get(at as usize)?.id))
+            })
+            .collect()
+    }
+
+    /// Adds `n` hits to rule `id` of port `port`, if it is still there.
+    pub fn credit(&mut self, port: &str, id: u32, n: u64) {
+        if let Some(p) = self.by_port.get_mut(port)
+            && let Some(at) = p.rules.iter().position(|r| r.id == id)
+        {
+            p.hits[at] += n;
+        }
+    }
+
     /// Rebuilds the classes and the slots' bindings after a change of the rules.
     fn compile(&mut self) {
         for (i, s) in self.slots.iter_mut().enumerate() {

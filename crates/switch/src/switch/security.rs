@@ -92,6 +92,17 @@ impl Switch {
         self.acl.list(port)
     }
 
+    /// The rules a verdict's hits name, as (port name, rule id): see
+    /// [`crate::acl::AclTables::rule_ids`].
+    pub fn acl_rule_ids(&self, hits: &[(PortId, u32)]) -> Vec<(String, u32)> {
+        self.acl.rule_ids(hits)
+    }
+
+    /// Credits `n` hits a datapath counted to rule `id` of port `port`.
+    pub fn acl_credit(&mut self, port: &str, id: u32, n: u64) {
+        self.acl.credit(port, id, n);
+    }
+
     /// Zeroes the rules' hit counters.
     pub fn acl_reset_hits(&mut self) {
         self.acl.reset_hits();
