@@ -380,8 +380,7 @@ static __always_inline int up_copy(struct __sk_buff *skb, __u32 slot, struct slu
 		c->v[C_RX_DROP + D_UPCALL_LIMIT]++;
 		return TC_ACT_OK;
 	}
-	__u16 tci = (slot & 0x0fff) | (((skb->cb[0] >> ORIGIN_CT_SHIFT) & 7) << UP_CT_SHIFT);
-	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, tci)) {
+	if (!cfg || !cfg->upcall_ifindex || bpf_skb_vlan_push(skb, ETH_P_8021AD_BE, slot & 0x0fff)) {
 		c->v[C_RX_DROP + D_UPCALL_LOST]++;
 		return TC_ACT_OK;
 	}

@@ -6,11 +6,14 @@
 //! small MAC table, static stations, mirrors, uplinks with and without a device address,
 //! ports that forward some IEEE link-local addresses (pause and LACP among the asked),
 //! ports with storm control and rate limits at rates no run reaches (marked verdicts and
-//! paced outputs executed alike),
+//! paced outputs executed alike), security groups (rules by address, protocol, port and
+//! ICMP type, allow, deny and allow-related, defaults; each switch's connections in a
+//! conntrack zone of its own, the core told of the kernel's tracker),
 //! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
 //! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
 //! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
-//! the input's own address; untagged, tagged and priority-tagged; IPv4, IPv6, ARP,
+//! the input's own address; frames of connections (TCP segments with each kind of flags,
+//! UDP, ICMP echo) opened, repeated and answered; untagged, tagged and priority-tagged; IPv4, IPv6, ARP,
 //! neighbour discovery, other EtherTypes; GSO frames whose segments are sized around each
 //! output's MTU; frames cut short, with trailing bytes, with IP options and extension
 //! headers; into a tunnel port, from a datagram of a VNI it carries or not, sent by one of
@@ -72,6 +75,8 @@ use common::{Bpffs, root};
 use sluice_ebpf::abi::{self, c};
 use sluice_ebpf::convert::{self, Device, Place, Reach};
 use sluice_ebpf::exec::{Executor, Ran, RunCtx, Sizes, UpcallBudget};
+use sluice_switch::acl::{AclAction, AclRuleSpec, Dir};
+use sluice_switch::conntrack::KernelTracker;
 use sluice_switch::mem::{MemHandle, mem_port};
 use sluice_switch::tunnel::{self, TunnelRules, VniMap};
 use sluice_switch::{
@@ -211,6 +216,67 @@ struct SwitchSpec {
     statics: Vec<(u16, MacAddr, usize)>,
     /// The kernel's reports of stations heard behind a tunnel are left unread.
     forget_heard: bool,
+    /// Security groups: rules by port index, and defaults.
+    acls: Vec<(usize, AclRuleSpec)>,
+    acl_defaults: Vec<AclDefault>,
+}
+
+/// A port's default action for a direction.
+type AclDefault = (usize, Dir, AclAction);
+
+/// Security groups for a switch of `n` ports: rules naming the frames' addresses, ports
+/// and ICMP types, allow, deny and allow-related, either way, with priorities; defaults.
+fn gen_acls(r: &mut Rng, n: usize) -> (Vec<(usize, AclRuleSpec)>, Vec<AclDefault>) {
+    let mut rules = Vec::new();
+    for _ in 0..r.range(1, 8) {
+        let proto = r.pick(&[None, Some("tcp"), Some("tcp"), Some("udp"), Some("icmp"), Some("icmp6")]);
+        let v6 = proto == Some("icmp6") || (proto != Some("icmp") && r.chance(30));
+        let prefix = |r: &mut Rng| -> Option<String> {
+            r.chance(40).then(|| {
+                let k = r.below(n + 2);
+                match (v6, r.below(3)) {
+                    (false, 0) => format!("{}/32", guest_v4(k)),
+                    (false, 1) => "10.0.0.0/29".to_string(),
+                    (false, _) => "192.0.2.0/30".to_string(),
+                    (true, 0) => format!("{}/128", guest_v6(k)),
+                    (true, 1) => "fd00::/125".to_string(),
+                    (true, _) => "2001:db8::/126".to_string(),
+                }
+            })
+        };
+        let (src, dst) = (prefix(r), prefix(r));
+        let typed = proto.is_none() && src.is_none() && dst.is_none() && r.chance(30);
+        let ports = matches!(proto, Some("tcp" | "udp")) && r.chance(60);
+        let icmp = matches!(proto, Some("icmp" | "icmp6")) && r.chance(60);
+        rules.push((
+            r.below(n),
+            AclRuleSpec {
+                dir: r.pick(&["in", "out"]).to_string(),
+                action: r.pick(&["allow", "deny", "allow-related", "allow-related"]).to_string(),
+                proto: proto.map(str::to_string),
+                src,
+                dst,
+                dport: ports.then(|| r.pick(&["22", "80", "40000", "53", "20-100", "5000-40000"]).to_string()),
+                icmp_type: icmp.then(|| r.pick(&[8u8, 0, 3, 128, 129])).filter(|&t| v6 == (t >= 128)),
+                ethertype: typed.then(|| r.pick(&["ipv4", "ipv6", "arp"]).to_string()),
+                priority: r.below(4) as i32,
+            },
+        ));
+    }
+    // Mostly one broad rule that remembers connections, so that replies are seen.
+    if r.chance(70) {
+        let rule = AclRuleSpec {
+            dir: r.pick(&["in", "out"]).to_string(),
+            action: "allow-related".to_string(),
+            ..AclRuleSpec::default()
+        };
+        rules.push((r.below(n), rule));
+    }
+    let mut defaults = Vec::new();
+    for _ in 0..r.below(3) {
+        defaults.push((r.below(n), r.pick(&[Dir::In, Dir::Out]), r.pick(&[AclAction::Deny, AclAction::Allow])));
+    }
+    (rules, defaults)
 }
 
 /// Station `k`'s address (port `i`'s own station is `i + 1`).
@@ -341,6 +407,19 @@ fn gen_switch(r: &mut Rng) -> SwitchSpec {
         fib_max: if r.chance(15) { r.range(2, 10) } else { 8192 },
         statics,
         forget_heard: r.chance(30),
+        acls: Vec::new(),
+        acl_defaults: Vec::new(),
+    }
+    .with_acls(r, n)
+}
+
+impl SwitchSpec {
+    /// One switch in three gets security groups.
+    fn with_acls(mut self, r: &mut Rng, n: usize) -> SwitchSpec {
+        if r.chance(35) {
+            (self.acls, self.acl_defaults) = gen_acls(r, n);
+        }
+        self
     }
 }
 
@@ -391,6 +470,12 @@ fn build(spec: &SwitchSpec) -> (Switch, Vec<MemHandle>) {
     for &(vlan, mac, port) in &spec.statics {
         // (One another port locks is refused: fine.)
         let _ = sw.add_static_mac(vlan, mac, &format!("p{port}"));
+    }
+    for (port, rule) in &spec.acls {
+        sw.acl_add(&format!("p{port}"), rule).expect("a valid rule");
+    }
+    for &(port, dir, action) in &spec.acl_defaults {
+        sw.acl_default(&format!("p{port}"), dir, action).expect("a valid default");
     }
     sw.follow_fastpath();
     (sw, handles)
@@ -502,7 +587,12 @@ struct World<'a> {
     spec: &'a SwitchSpec,
     /// The MTUs of its ports: IP lengths and segments are sized around them.
     mtus: Vec<u16>,
+    /// The last connections' frames, for replies.
+    recent: std::cell::RefCell<Vec<Conn>>,
 }
+
+/// A connection's frame: source and destination address and port, IP protocol.
+type Conn = (IpAddr, IpAddr, u16, u16, u8);
 
 impl World<'_> {
     fn n(&self) -> usize {
@@ -631,7 +721,12 @@ impl World<'_> {
         let (dst, src) = (self.dst_mac(r, from), self.src_mac(r, from));
         let salt = r.below(256);
         let mut vnet = VnetHdr::default();
-        let (what, mut f) = match r.below(100) {
+        // (Frames of connections, more often where security groups read them.)
+        let pick = match r.below(100) {
+            n @ 12..=60 if !self.spec.acls.is_empty() && r.chance(30) => n % 8 + 4,
+            n => n,
+        };
+        let (what, mut f) = match pick {
             0..=3 => {
                 // IGMP/MLD snooping: a membership report or leave (now and then with a bad
                 // checksum), or a query, to a group address and a group MAC address: the
@@ -656,7 +751,8 @@ impl World<'_> {
                 f.extend(m);
                 ("igmp", f)
             }
-            4..=17 => {
+            4..=11 => self.connection(r, from, dst, src, salt),
+            12..=17 => {
                 let (s, d) = (self.src_v4(r, from), self.dst_v4(r));
                 let tcp = r.chance(40);
                 let opts = r.chance(10);
@@ -793,6 +889,82 @@ impl World<'_> {
             origin = Some((tunnel::Origin { vni, sender }, known));
         }
         Case { from, vnet, bytes: f, what, origin }
+    }
+
+    /// A frame of a connection, for security groups: TCP (a SYN, SYN-ACK, ACK, FIN or RST),
+    /// UDP or ICMP echo over IPv4 or IPv6, between a few addresses and ports, in either
+    /// direction (a reply swaps them), so that connections are opened, found and answered.
+    fn connection(&self, r: &mut Rng, from: usize, dst: MacAddr, src: MacAddr, salt: usize) -> (&'static str, Vec<u8>) {
+        // Half the time the reverse (mostly) or a repeat of a recent one; else mostly
+        // between the input's own address and another port's.
+        let recent = self.recent.borrow().last().copied().filter(|_| r.chance(50));
+        let (a, b, sport, dport, proto, reverse) = match recent {
+            Some((a, b, s, d, p)) if r.chance(70) => (b, a, d, s, p, true),
+            Some((a, b, s, d, p)) => (a, b, s, d, p, false),
+            None => {
+                let v6 = r.chance(35);
+                let to = r.below(self.n());
+                let (a, b): (IpAddr, IpAddr) = match (v6, r.chance(80)) {
+                    (false, true) => (self.own_v4(from).into(), self.own_v4(to).into()),
+                    (true, true) => (self.own_v6(from).into(), self.own_v6(to).into()),
+                    (false, false) => (self.src_v4(r, from).into(), self.dst_v4(r).into()),
+                    (true, false) => (self.src_v6(r, from).into(), self.dst_v6(r).into()),
+                };
+                let (s, d) = (r.pick(&[5000u16, 5001]), r.pick(&[22u16, 80, 53, 40000]));
+                let p = match r.below(10) {
+                    0..=4 => 6,
+                    5..=7 => 17,
+                    _ if v6 => 58,
+                    _ => 1,
+                };
+                (a, b, s, d, p, false)
+            }
+        };
+        {
+            let mut rec = self.recent.borrow_mut();
+            rec.push((a, b, sport, dport, proto));
+            if rec.len() > 8 {
+                rec.remove(0);
+            }
+        }
+        let data = r.pick(&[0usize, 0, 10, 100]);
+        let mut l4 = match proto {
+            6 => {
+                let flags = if reverse {
+                    r.pick(&[0x12u8, 0x12, 0x10, 0x18, 0x11, 0x04])
+                } else {
+                    r.pick(&[0x02u8, 0x02, 0x10, 0x18, 0x11, 0x04, 0x14])
+                };
+                let mut h = Vec::with_capacity(20);
+                h.extend_from_slice(&sport.to_be_bytes());
+                h.extend_from_slice(&dport.to_be_bytes());
+                h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+                h
+            }
+            17 => {
+                let mut h = Vec::with_capacity(8);
+                h.extend_from_slice(&sport.to_be_bytes());
+                h.extend_from_slice(&dport.to_be_bytes());
+                h.extend_from_slice(&((8 + data) as u16).to_be_bytes());
+                h.extend_from_slice(&[0, 0]);
+                h
+            }
+            _ => {
+                // ICMP echo: a request, or (mostly, in reverse) its reply; identifier 1.
+                let (request, reply) = if proto == 58 { (128u8, 129u8) } else { (8, 0) };
+                let t = if reverse == r.chance(80) { request } else { reply };
+                vec![t, 0, 0, 0, 0, 1, 0, 1]
+            }
+        };
+        l4.extend(pattern(data, salt));
+        let mut f = eth(dst, src, if a.is_ipv6() { 0x86dd } else { 0x0800 });
+        match (a, b) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => f.extend(ipv4(a, b, proto, l4.len(), false)),
+            (IpAddr::V6(a), IpAddr::V6(b)) => f.extend(ipv6(a, b, proto, 64, l4.len())),
+            _ => unreachable!("one family"),
+        }
+        f.extend(l4);
+        ("connection", f)
     }
 
     /// A GSO frame: TCP or UDP over IPv4 or IPv6, its segments sized around an output's
@@ -1014,6 +1186,29 @@ struct Installed {
     neigh: HashSet<(u16, IpAddr)>,
     inputs: HashSet<u32>,
     groups: HashSet<(u16, IpAddr)>,
+    /// Security groups: the class set written, and the epoch of the core's classes in it.
+    acl_set: u32,
+    acl_epoch: Option<u64>,
+}
+
+/// The kernel's conntrack as the daemon hands it to the core, but with the core's commits
+/// held until the kernel has run the frame: the core decides a frame before the kernel
+/// sees it here (a daemon's core, after), and the kernel must find the connection as it
+/// was.
+struct HeldCommits {
+    ct: sluice_ebpf::exec::Conntrack,
+    held: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl KernelTracker for HeldCommits {
+    fn lookup(&mut self, frame: &[u8]) -> sluice_switch::conntrack::Found {
+        KernelTracker::lookup(&mut self.ct, frame)
+    }
+
+    fn commit(&mut self, frame: &[u8]) -> Result<(), sluice_switch::conntrack::CtFull> {
+        self.held.lock().expect("not poisoned").push(frame.to_vec());
+        Ok(())
+    }
 }
 
 impl Installed {
@@ -1079,6 +1274,16 @@ impl Installed {
         self.generation = self.gen_base + sw.generation();
         let cfg = convert::config(self.generation, k.upcall, UpcallBudget { rate: 0, burst: 0 });
         k.ex.configure(cfg.generation, cfg.upcall_ifindex).expect("config");
+        // Security groups' classes, as the daemon writes them: a new set, switched to.
+        let (acl, epoch) = sw.acl_classes();
+        if self.acl_epoch != Some(epoch) {
+            self.acl_set += 1;
+            let addrs = acl.address_classes().map(|(c, p)| (c, p.addr, p.len));
+            k.ex.write_acl_set(self.acl_set, addrs, acl.port_classes().filter(|&(c, _, _)| c != 0)).expect("classes");
+            k.ex.use_acl_set(self.generation, self.acl_set).expect("config");
+            k.ex.remove_acl_sets_but(self.acl_set);
+            self.acl_epoch = Some(epoch);
+        }
     }
 
     /// The installed, current verdicts a frame with these keys finds: whether it hits.
@@ -1350,7 +1555,8 @@ fn expect_hit(
     let dst = convert::admit_key(key, 0).dst;
     let up = match v.action {
         Action::Up(_) => true,
-        Action::Drop(_) => false,
+        // (Dropped by security groups on a connection only the core tracks: the core's.)
+        Action::Drop(_) => !served,
         // More outputs than a verdict holds, or a next hop the kernel does not know (the
         // core parked the frame): the core's.
         Action::Forward => v.outputs.len() > abi::MAX_OUTPUTS || !core.placed || !served,
@@ -1672,7 +1878,9 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
 /// a tunnel), nor one into a tunnel to a destination the remote table does not have.
 fn served(k: &Kernel, inst: &Installed, case: &Case, v: &Verdict, cv: &Converted) -> bool {
     let Some((_, fv)) = &cv.flow else { return true };
-    if v.action == Action::Forward && fv.action == abi::ACT_UP {
+    // (A verdict the conversion hands up: more outputs than it holds, or security groups
+    // deciding by a connection only the core tracks.)
+    if matches!(v.action, Action::Forward | Action::Drop(_)) && fv.action == abi::ACT_UP {
         return false;
     }
     let dst = MacAddr(case.bytes[..6].try_into().expect("a whole header"));
@@ -1809,6 +2017,13 @@ impl Totals {
             Action::Up(Upcall::Resolve(_)) => "up: Resolve".into(),
             Action::Up(u) => format!("up: {u:?}"),
         };
+        if v.acl.consulted {
+            self.saw(format!("security groups: {fate}{}", if v.acl.commit { ", a connection remembered" } else { "" }));
+        }
+        if let Some(a) = core.decision.as_ref().and_then(|(k, _)| k.extras.acl) {
+            let whose = if sluice_switch::conntrack::kernel_tracks(a.proto) { "the kernel's" } else { "the core's" };
+            self.saw(format!("security groups: connection {:?}, {whose}", a.ct));
+        }
         self.saw(fate);
         if v.pass_to_host && !v.outputs.is_empty() {
             self.saw("the host's too");
@@ -1889,7 +2104,17 @@ fn check_switch(
         neigh: HashSet::new(),
         inputs: HashSet::new(),
         groups: HashSet::new(),
+        acl_set: (index as u32 + 1) << 12,
+        acl_epoch: None,
     };
+    // Security groups: the connections of this switch's frames in a zone of its own, the
+    // core told of the kernel's tracker (its commits held until the kernel ran the frame).
+    let zone = (index % 60_000) as u16 + 1_000;
+    k.ex.set_conntrack(zone, sluice_switch::conntrack::kernel_timeouts_ms()).expect("config");
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ct = k.ex.conntrack().expect("the conntrack programs");
+    sw.set_kernel_tracker(Some(Box::new(HeldCommits { ct, held: held.clone() })));
+    let committer = k.ex.conntrack().expect("the conntrack programs");
     // A tunnel's settings and endpoints, as the daemon's `add_tunnel` writes them.
     for (p, t) in inst.places.iter().zip(&inst.tunnels) {
         if let (Some(d), Some(t)) = (p.device, t) {
@@ -1903,12 +2128,16 @@ fn check_switch(
     let mut mtus: Vec<u16> = spec.ports.iter().map(|p| p.mtu).collect();
     mtus.sort_unstable();
     mtus.dedup();
-    let world = World { spec: &spec, mtus };
+    let world = World { spec: &spec, mtus, recent: Default::default() };
     let mut now_ms = 1_000;
     let mut keyed: Vec<Case> = Vec::new();
     let mut n = 0;
     while let Some(case) = next(&world) {
         n += 1;
+        // The connections the core remembered on the last frame, now that the kernel ran it.
+        for f in held.lock().expect("not poisoned").drain(..) {
+            committer.commit(&f).expect("a commit");
+        }
         // Frames that waited for a next hop's address give up first, so that nothing but
         // this frame moves the counters.
         if sw.ports().iter().any(|p| p.resolving > 0) {
@@ -2009,7 +2238,10 @@ fn check_switch(
         hand_heard(k, &inst, &mut sw, &heard, due, &v, t);
         // The last output, seen as a clone: the same verdict with every output cloned (not
         // for a GSO frame, whose clones a test run cannot send).
-        if let (Some((port, w)), Some((fk, fv)), false) = (&want.last, &cv.flow, case.vnet.is_gso()) {
+        // (Not for a verdict that committed a connection: the frame is of it now.)
+        if let (Some((port, w)), Some((fk, fv)), false) = (&want.last, &cv.flow, case.vnet.is_gso())
+            && fv.ct == abi::CT_NONE
+        {
             let witness = abi::Verdict { flags: fv.flags | abi::V_HOST, ..*fv };
             k.ex.install(fk, &witness).expect("verdicts");
             let obs = run(k, &inst, &case);
@@ -2256,7 +2488,16 @@ fn uplink(slot: u16, dev: Option<MacAddr>) -> PortSpec {
 }
 
 fn switch(mode: Mode, ports: Vec<PortSpec>) -> SwitchSpec {
-    SwitchSpec { mode, ports, port_mac_limit: 1024, fib_max: 8192, statics: Vec::new(), forget_heard: false }
+    SwitchSpec {
+        mode,
+        ports,
+        port_mac_limit: 1024,
+        fib_max: 8192,
+        statics: Vec::new(),
+        forget_heard: false,
+        acls: Vec::new(),
+        acl_defaults: Vec::new(),
+    }
 }
 
 fn case(from: usize, bytes: Vec<u8>, what: &str) -> Case {
