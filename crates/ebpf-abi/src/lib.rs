@@ -721,4 +721,20 @@ abi! {
         /// IPv4 in the first 4 bytes.
         pub addr: [u8; 16],
     }
+
+    /// A key of `sluice_group_prefixes` (LPM, core-written): which multicast destinations
+    /// are snooped. IPv4 as IPv4-mapped IPv6 (::ffff:0:0/96).
+    pub struct GroupPrefixKey => sluice_group_prefix_key {
+        /// The prefix's length (IPv4: 96 + its length).
+        pub prefixlen: u32,
+        /// The address.
+        pub addr: [u8; 16],
+    }
+    /// `sluice_group_prefixes`' value: multicast never snooped (flooded).
+    pub const GPFX_FLOODED: u32 = 1 => GPFX_FLOODED;
+    /// Multicast whose memberships decide (`sluice_mdb`).
+    pub const GPFX_SNOOPED: u32 = 2 => GPFX_SNOOPED;
+    /// `sluice_group_control` (an array, core-written): nonzero at an IPv4 protocol, or at
+    /// `GCONTROL_ICMP6` + an ICMPv6 type, whose group frames are the core's to read.
+    pub const GCONTROL_ICMP6: u32 = 256 => GCONTROL_ICMP6;
 }

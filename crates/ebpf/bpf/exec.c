@@ -209,6 +209,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_mdb SEC(".maps");
 
+/* IGMP/MLD snooping's classes of a group frame, core-written (the core's snoop::target):
+ * which multicast destinations are snooped, and which messages are the core's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sluice_group_prefix_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_group_prefixes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 512);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_group_control SEC(".maps");
+
 #define ETH_P_8021Q_BE bpf_htons(0x8100)
 #define ETH_P_8021AD_BE bpf_htons(0x88a8)
 #define SEEN_EVERY_NS 1000000000ULL
@@ -534,47 +553,56 @@ static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f,
 }
 
 /* IGMP/MLD snooping (the core's snoop::target and Mdb::class): the class of a group
- * frame's IP destination in `vlan` -- an IGMP or MLD message, a group never snooped
- * (IPv4 224.0.0.0/24, IPv6 of interface- or link-local scope), a registered group's port
- * set id from sluice_mdb, or unregistered. A lookup; no decision. */
+ * frame's IP destination in `vlan` -- a message the core reads, a group never snooped, a
+ * registered group's port set id from sluice_mdb, or unregistered -- by lookups in the
+ * tables the core wrote (sluice_group_prefixes, sluice_group_control); no decision. */
 static __noinline __u32 group_class(struct __sk_buff *skb, const struct l2 *f, __u16 vlan)
 {
 	__u8 h[40];
 	struct sluice_mdb_key mk = { .vlan = vlan };
+	struct sluice_group_prefix_key pk = {};
+	__u32 control = 0;
 
 	if (f->proto == bpf_htons(ETH_P_IP)) {
-		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4 || (h[16] & 0xf0) != 0xe0)
+		if (bpf_skb_load_bytes(skb, f->off, h, 20) || (h[0] >> 4) != 4)
 			return GCLASS_FLOODED;
-		if (h[9] == 2 /* IGMP */)
-			return GCLASS_CONTROL;
-		if (h[16] == 224 && h[17] == 0 && h[18] == 0)
-			return GCLASS_FLOODED;
+		control = h[9];
 		mk.family = 4;
 		__builtin_memcpy(mk.addr, h + 16, 4);
+		pk.prefixlen = 128;
+		pk.addr[10] = 0xff;
+		pk.addr[11] = 0xff;
+		__builtin_memcpy(pk.addr + 12, h + 16, 4);
 	} else if (f->proto == bpf_htons(ETH_P_IPV6)) {
-		if (bpf_skb_load_bytes(skb, f->off, h, 40) || h[24] != 0xff)
+		if (bpf_skb_load_bytes(skb, f->off, h, 40))
 			return GCLASS_FLOODED;
-		/* MLD: ICMPv6 130, 131, 132 or 143, after at most one hop-by-hop header. */
+		/* The ICMPv6 type, if any, after at most one hop-by-hop header. */
 		__u8 next = h[6];
 		__u32 at = f->off + 40;
 		__u8 x[2];
-		if (next == 0) {
-			if (bpf_skb_load_bytes(skb, at, x, 2))
-				goto data;
+		if (next == 0 && !bpf_skb_load_bytes(skb, at, x, 2)) {
 			next = x[0];
 			at += ((__u32)x[1] + 1) * 8;
 		}
-		if (next == 58 && !bpf_skb_load_bytes(skb, at, x, 1) &&
-		    (x[0] == 130 || x[0] == 131 || x[0] == 132 || x[0] == 143))
-			return GCLASS_CONTROL;
-	data:
-		if ((h[25] & 0x0f) <= 2)
-			return GCLASS_FLOODED;
+		if (next == 58 && !bpf_skb_load_bytes(skb, at, x, 1))
+			control = GCONTROL_ICMP6 + x[0];
 		mk.family = 6;
 		__builtin_memcpy(mk.addr, h + 24, 16);
+		pk.prefixlen = 128;
+		__builtin_memcpy(pk.addr, h + 24, 16);
 	} else {
 		return GCLASS_FLOODED;
 	}
+	/* Multicast first, then the core's messages, then snooped or not: snoop::target's
+	 * order, with its tables. */
+	__u32 *prefix = bpf_map_lookup_elem(&sluice_group_prefixes, &pk);
+	if (!prefix)
+		return GCLASS_FLOODED;
+	__u32 *c = control ? bpf_map_lookup_elem(&sluice_group_control, &control) : 0;
+	if (c && *c)
+		return GCLASS_CONTROL;
+	if (*prefix != GPFX_SNOOPED)
+		return GCLASS_FLOODED;
 	__u32 *set = bpf_map_lookup_elem(&sluice_mdb, &mk);
 	return set ? *set : GCLASS_UNREGISTERED;
 }

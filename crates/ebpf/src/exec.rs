@@ -188,6 +188,10 @@ pub struct Executor {
     acl_v6: LpmTrie<MapData, [u8; 20], u32>,
     /// Their destination port classes (the set, the port, 2 bytes of padding).
     acl_ports: LpmTrie<MapData, [u8; 8], u32>,
+    /// IGMP/MLD snooping's classes of group frames, written once (held: a program loaded
+    /// later, the tests' own, refers to their descriptors).
+    _group_prefixes: LpmTrie<MapData, [u8; 16], u32>,
+    _group_control: Array<MapData, u32>,
     /// Where the maps and links are pinned.
     dir: PathBuf,
 }
@@ -256,6 +260,32 @@ pub struct Ran {
     pub frame: Vec<u8>,
     /// `skb->mark` afterwards.
     pub mark: u32,
+}
+
+/// IGMP/MLD snooping: writes the core's classes of group frames (`sluice_group_prefixes`,
+/// `sluice_group_control`) from [`sluice_switch::snoop`]'s own lists.
+fn write_group_classes(
+    prefixes: &mut LpmTrie<MapData, [u8; 16], u32>,
+    control: &mut Array<MapData, u32>,
+) -> Result<(), Error> {
+    use sluice_switch::snoop::{self, GroupPrefix};
+    for &(addr, len, class) in snoop::group_prefixes() {
+        let (a, len) = match addr {
+            std::net::IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96 + u32::from(len)),
+            std::net::IpAddr::V6(a) => (a.octets(), u32::from(len)),
+        };
+        let v = match class {
+            GroupPrefix::Flooded => abi::GPFX_FLOODED,
+            GroupPrefix::Snooped => abi::GPFX_SNOOPED,
+        };
+        prefixes.insert(&LpmKey::new(len, a), v, 0).map_err(map_err("group_prefixes"))?;
+    }
+    let at = snoop::CONTROL_PROTOCOLS.iter().map(|&p| u32::from(p));
+    let at = at.chain(snoop::CONTROL_ICMP6_TYPES.iter().map(|&t| abi::GCONTROL_ICMP6 + u32::from(t)));
+    for i in at {
+        control.set(i, 1, 0).map_err(map_err("group_control"))?;
+    }
+    Ok(())
 }
 
 /// The switch's connections in the kernel's conntrack (the executor's zone and
@@ -370,6 +400,11 @@ impl Executor {
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
         let meters = Array::try_from(take("sluice_meters")?).map_err(map_err("meters"))?;
         let mdb = HashMap::try_from(take("sluice_mdb")?).map_err(map_err("mdb"))?;
+        let mut prefixes: LpmTrie<MapData, [u8; 16], u32> =
+            LpmTrie::try_from(take("sluice_group_prefixes")?).map_err(map_err("group_prefixes"))?;
+        let mut control: Array<MapData, u32> =
+            Array::try_from(take("sluice_group_control")?).map_err(map_err("group_control"))?;
+        write_group_classes(&mut prefixes, &mut control)?;
         let acl_v4 = LpmTrie::try_from(take("sluice_acl_v4")?).map_err(map_err("acl_v4"))?;
         let acl_v6 = LpmTrie::try_from(take("sluice_acl_v6")?).map_err(map_err("acl_v6"))?;
         let acl_ports = LpmTrie::try_from(take("sluice_acl_ports")?).map_err(map_err("acl_ports"))?;
@@ -402,6 +437,8 @@ impl Executor {
             acl_v4,
             acl_v6,
             acl_ports,
+            _group_prefixes: prefixes,
+            _group_control: control,
             dir: dir.to_path_buf(),
         })
     }

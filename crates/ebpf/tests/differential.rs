@@ -13,8 +13,9 @@
 //! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
 //! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
 //! the input's own address; frames of connections (TCP segments with each kind of flags,
-//! UDP, ICMP echo) opened, repeated and answered; untagged, tagged and priority-tagged; IPv4, IPv6, ARP,
-//! neighbour discovery, other EtherTypes; GSO frames whose segments are sized around each
+//! UDP, ICMP echo) opened, repeated and answered; IGMP and MLD (v1 and v2 reports, done,
+//! queries; with and without a hop-by-hop header; good and bad checksums); untagged, tagged
+//! and priority-tagged; IPv4, IPv6, ARP, neighbour discovery, other EtherTypes; GSO frames whose segments are sized around each
 //! output's MTU; frames cut short, with trailing bytes, with IP options and extension
 //! headers; into a tunnel port, from a datagram of a VNI it carries or not, sent by one of
 //! its endpoints or a stranger (the kernel's run given the tunnel key a VXLAN device
@@ -546,6 +547,52 @@ fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4_len: usize, options: bool) -
     h
 }
 
+/// An MLD message from `src`: a v1 report or done, a v2 report joining or leaving, or a
+/// general query, for one of [`IP_GROUPS_V6`], with a hop-by-hop header (Router Alert) or
+/// without, now and then with a bad checksum.
+fn mld(r: &mut Rng, src: MacAddr) -> Vec<u8> {
+    let g = r.pick(&IP_GROUPS_V6);
+    let all_routers = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+    let (dst, mut m) = match r.pick(&[131u8, 131, 132, 143, 143, 130]) {
+        143 => {
+            let mut m = vec![143, 0, 0, 0, 0, 0, 0, 1, r.pick(&[4u8, 4, 3]), 0, 0, 0];
+            m.extend_from_slice(&g.octets());
+            (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16), m)
+        }
+        130 => {
+            let mut m = vec![130, 0, 0, 0, 0x27, 0x10, 0, 0];
+            m.extend_from_slice(&[0; 16]);
+            (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1), m)
+        }
+        t => {
+            let mut m = vec![t, 0, 0, 0, 0, 0, 0, 0];
+            m.extend_from_slice(&g.octets());
+            (if t == 132 { all_routers } else { g }, m)
+        }
+    };
+    let from = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, r.range(1, 9) as u16);
+    let mut pseudo = from.octets().to_vec();
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&(m.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&m);
+    let c = sluice_wire::checksum::fold(sluice_wire::checksum::sum(&pseudo, 0));
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    if r.chance(10) {
+        m[3] ^= 1;
+    }
+    let o = dst.octets();
+    let mut f = eth(MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]]), src, 0x86dd);
+    if r.chance(70) {
+        f.extend(ipv6(from, dst, 0, 1, 8 + m.len()));
+        f.extend_from_slice(&[58, 0, 5, 2, 0, 0, 1, 0]);
+    } else {
+        f.extend(ipv6(from, dst, 58, 1, m.len()));
+    }
+    f.extend(m);
+    f
+}
+
 /// IP groups destinations are drawn from (IGMP/MLD snooping): snooped ones reports join,
 /// and link-local ones that always flood.
 const IP_GROUPS_V4: [Ipv4Addr; 3] =
@@ -727,6 +774,7 @@ impl World<'_> {
             n => n,
         };
         let (what, mut f) = match pick {
+            0..=3 if r.chance(40) => ("mld", mld(r, src)),
             0..=3 => {
                 // IGMP/MLD snooping: a membership report or leave (now and then with a bad
                 // checksum), or a query, to a group address and a group MAC address: the
@@ -2019,6 +2067,13 @@ impl Totals {
         };
         if v.acl.consulted {
             self.saw(format!("security groups: {fate}{}", if v.acl.commit { ", a connection remembered" } else { "" }));
+        }
+        if let Some((k, _)) = core.decision.as_ref().filter(|(k, _)| k.dst == sluice_switch::Dest::Group) {
+            let family = if case.bytes.windows(2).nth(12) == Some(&[0x86, 0xdd][..]) { "IPv6" } else { "IPv4" };
+            self.saw(match k.group {
+                sluice_switch::GroupClass::Set(_) => format!("group: {family}, registered"),
+                g => format!("group: {family}, {g:?}"),
+            });
         }
         if let Some(a) = core.decision.as_ref().and_then(|(k, _)| k.extras.acl) {
             let whose = if sluice_switch::conntrack::kernel_tracks(a.proto) { "the kernel's" } else { "the core's" };

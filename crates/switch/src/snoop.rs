@@ -28,14 +28,63 @@ pub enum Target {
     Group(IpAddr),
 }
 
-/// Whether a group is one the switch keeps memberships for: IPv4 multicast outside
-/// 224.0.0.0/24, IPv6 multicast of a scope wider than link-local (ff02::/16 and the
-/// interface-local ff01::/16 always flood, so neighbour discovery never depends on MLD).
+/// What a multicast destination's prefix says of it ([`group_prefixes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupPrefix {
+    /// Multicast the switch never snoops: flooded.
+    Flooded,
+    /// Multicast whose memberships decide where it goes.
+    Snooped,
+}
+
+/// IPv4 protocols whose group frames are the core's to read: IGMP.
+pub const CONTROL_PROTOCOLS: [u8; 1] = [2];
+/// ICMPv6 types whose group frames are the core's to read: MLD queries, reports, done.
+pub const CONTROL_ICMP6_TYPES: [u8; 4] = [130, 131, 132, 143];
+
+/// The multicast prefixes and what each says, the longest that holds an address deciding
+/// (an address none holds is not multicast): IPv4 multicast outside 224.0.0.0/24, IPv6
+/// multicast of a scope wider than link-local (ff02::/16 and the interface-local ff01::/16
+/// always flood, so neighbour discovery never depends on MLD), whatever its flags. A kernel
+/// datapath looks the same prefixes up in a table written from this list.
+pub fn group_prefixes() -> &'static [(IpAddr, u8, GroupPrefix)] {
+    static PREFIXES: std::sync::LazyLock<Vec<(IpAddr, u8, GroupPrefix)>> = std::sync::LazyLock::new(|| {
+        let mut v = vec![
+            (Ipv4Addr::new(224, 0, 0, 0).into(), 4, GroupPrefix::Snooped),
+            (Ipv4Addr::new(224, 0, 0, 0).into(), 24, GroupPrefix::Flooded),
+            (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0).into(), 8, GroupPrefix::Snooped),
+        ];
+        for flags in 0..16u16 {
+            for scope in 0..=2u16 {
+                v.push((
+                    Ipv6Addr::new(0xff00 | flags << 4 | scope, 0, 0, 0, 0, 0, 0, 0).into(),
+                    16,
+                    GroupPrefix::Flooded,
+                ));
+            }
+        }
+        v
+    });
+    &PREFIXES
+}
+
+/// What the longest of [`group_prefixes`] that holds `g` says; `None`: not multicast.
+pub fn group_prefix(g: IpAddr) -> Option<GroupPrefix> {
+    let holds = |p: IpAddr, len: u8| match (p, g) {
+        (IpAddr::V4(p), IpAddr::V4(a)) => {
+            u32::from(a) >> (32 - u32::from(len)) == u32::from(p) >> (32 - u32::from(len))
+        }
+        (IpAddr::V6(p), IpAddr::V6(a)) => {
+            u128::from(a) >> (128 - u32::from(len)) == u128::from(p) >> (128 - u32::from(len))
+        }
+        _ => false,
+    };
+    group_prefixes().iter().filter(|&&(p, len, _)| holds(p, len)).max_by_key(|&&(_, len, _)| len).map(|&(.., c)| c)
+}
+
+/// Whether a group is one the switch keeps memberships for ([`group_prefixes`]).
 pub fn snooped(g: IpAddr) -> bool {
-    match g {
-        IpAddr::V4(a) => a.is_multicast() && a.octets()[..3] != [224, 0, 0],
-        IpAddr::V6(a) => a.is_multicast() && !matches!(a.segments()[0] & 0xff0f, 0xff00..=0xff02),
-    }
+    group_prefix(g) == Some(GroupPrefix::Snooped)
 }
 
 /// What the key reader needs to know of an untagged frame (`f`, from its Ethernet header)
@@ -49,27 +98,26 @@ pub fn target(f: &[u8]) -> Target {
                 return Target::Flooded;
             }
             let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-            if !dst.is_multicast() {
-                return Target::Flooded;
-            }
             // IGMP to any group (224.0.0.22 reports and 224.0.0.1 queries too).
-            if ip[9] == 2 {
-                return Target::Control;
-            }
-            if snooped(dst.into()) { Target::Group(dst.into()) } else { Target::Flooded }
+            classed(dst.into(), CONTROL_PROTOCOLS.contains(&ip[9]))
         }
         0x86dd => {
             let Some(ip) = f.get(ETH..ETH + 40) else { return Target::Flooded };
             let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes"));
-            if !dst.is_multicast() {
-                return Target::Flooded;
-            }
-            if mld_type(f).is_some() {
-                return Target::Control;
-            }
-            if snooped(dst.into()) { Target::Group(dst.into()) } else { Target::Flooded }
+            classed(dst.into(), mld_type(f).is_some())
         }
         _ => Target::Flooded,
+    }
+}
+
+/// The target of a frame to IP destination `dst`, a control message or not: multicast
+/// first, then control, then the prefix (the order a kernel datapath looks them up in).
+fn classed(dst: IpAddr, control: bool) -> Target {
+    match group_prefix(dst) {
+        None => Target::Flooded,
+        Some(_) if control => Target::Control,
+        Some(GroupPrefix::Snooped) => Target::Group(dst),
+        Some(GroupPrefix::Flooded) => Target::Flooded,
     }
 }
 
@@ -86,7 +134,7 @@ fn mld_type(f: &[u8]) -> Option<(usize, u8)> {
         return None;
     }
     let t = *f.get(at)?;
-    matches!(t, 130 | 131 | 132 | 143).then_some((at, t))
+    CONTROL_ICMP6_TYPES.contains(&t).then_some((at, t))
 }
 
 /// What one IGMP or MLD message says.
@@ -316,6 +364,21 @@ mod tests {
     //! Each message kind read from bytes the tests write, and what is refused.
 
     use super::*;
+
+    #[test]
+    fn group_prefixes_say_what_is_snooped_the_longest_deciding() {
+        let c = |a: &str| group_prefix(a.parse().unwrap());
+        assert_eq!(c("10.0.0.1"), None, "not multicast");
+        assert_eq!(c("224.0.0.251"), Some(GroupPrefix::Flooded));
+        assert_eq!(c("224.0.1.1"), Some(GroupPrefix::Snooped));
+        assert_eq!(c("239.255.0.1"), Some(GroupPrefix::Snooped));
+        assert_eq!(c("fe80::1"), None);
+        assert_eq!(c("ff02::1:ff00:1"), Some(GroupPrefix::Flooded));
+        assert_eq!(c("ff12::1"), Some(GroupPrefix::Flooded), "a transient link-local group");
+        assert_eq!(c("ff01::1"), Some(GroupPrefix::Flooded));
+        assert_eq!(c("ff05::1:3"), Some(GroupPrefix::Snooped));
+        assert_eq!(c("ff3e::8000:1"), Some(GroupPrefix::Snooped), "source-specific, global");
+    }
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
