@@ -40,6 +40,7 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("smc-cost", include_str!("builtin/smc-cost.toml")),
     ("soak", include_str!("builtin/soak.toml")),
     ("vm-paths", include_str!("builtin/vm-paths.toml")),
+    ("policy", include_str!("builtin/policy.toml")),
 ];
 
 /// A reference tool a workload runs instead of `sluice bench`: what users measure paths
