@@ -1049,13 +1049,12 @@ fn connections_are_tracked_in_the_kernels_conntrack_as_the_verdict_commits_them(
             (c1[c::RX_DROP + d::ISOLATED], c1[c::RX_DROP + d::NO_ROUTE], c1[c::RX_DROP + d::NOT_IP], c1[c::MISSES]),
             (2, 1, 1, 0)
         );
-        // The entries are the kernel's, in the zone, and the reply marked them seen.
-        let table = std::fs::read_to_string("/proc/net/nf_conntrack").unwrap_or_default();
-        if !table.is_empty() {
-            let ours: Vec<&str> = table.lines().filter(|l| l.contains("zone=4242")).collect();
-            assert_eq!(ours.len(), 2, "{table}");
-            assert!(ours.iter().all(|l| !l.contains("UNREPLIED") && l.contains("ASSURED")), "{table}");
-        }
+        // The entries are the kernel's, in the zone, and the reply marked them seen (the
+        // table of this thread's namespace: /proc/net is the process's).
+        let table = std::fs::read_to_string("/proc/thread-self/net/nf_conntrack").expect("nf_conntrack's table");
+        let ours: Vec<&str> = table.lines().filter(|l| l.contains("zone=4242")).collect();
+        assert_eq!(ours.len(), 2, "{table}");
+        assert!(ours.iter().all(|l| !l.contains("UNREPLIED") && l.contains("ASSURED")), "{table}");
         // The daemon's half, for frames the executor does not see: a connection the core
         // committed after an upcall is the executor's too; a lookup finds what it would.
         let ct = ex.conntrack().unwrap();
