@@ -636,6 +636,10 @@ pub struct ConntrackReport {
     pub max: u64,
     /// New connections refused because the table was full (`ct_full` drops).
     pub full: u64,
+    /// The kernel datapath: the kernel conntrack zone its TCP and UDP connections are in
+    /// (the numbers above are the switch's own table's: ICMP echo, ports in user space).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_zone: Option<u16>,
 }
 
 /// The answer to `acl_list`.

@@ -730,7 +730,9 @@ impl Server {
             }
             Request::AclList { port } => json(self.jobs.run(move |dp| {
                 dp.credit_kernel_hits();
-                acl_report(dp.switch(), port.as_deref())
+                let mut r = acl_report(dp.switch(), port.as_deref());
+                r.conntrack.kernel_zone = dp.kernel().and_then(|k| k.conntrack_zone());
+                r
             })?)?,
             Request::AclDefault { port, dir, action } => {
                 use sluice_switch::acl;
@@ -1038,7 +1040,7 @@ fn acl_report(sw: &sluice_switch::Switch, port: Option<&str>) -> sluice_api::pro
     AclReport {
         rules,
         defaults,
-        conntrack: ConntrackReport { entries: c.entries as u64, max: c.max as u64, full: c.full },
+        conntrack: ConntrackReport { entries: c.entries as u64, max: c.max as u64, full: c.full, kernel_zone: None },
     }
 }
 

@@ -389,6 +389,12 @@ impl KernelSide {
         })
     }
 
+    /// The kernel conntrack zone the switch's TCP and UDP connections are in, when the
+    /// kernel tracks them.
+    pub fn conntrack_zone(&self) -> Option<u16> {
+        self.classifies.then(|| self.ex.config().ct_zone)
+    }
+
     /// The switch's connections in the kernel's conntrack, for the core
     /// ([`Switch::set_kernel_tracker`]); `None` after the first call, or on a kernel
     /// without the conntrack kfuncs.

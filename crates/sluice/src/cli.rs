@@ -1199,7 +1199,13 @@ pub fn acl(cmd: AclCmd) -> Result<()> {
                 println!("port {}: default in {}, out {}", d.port, d.dir_in, d.out);
             }
             let c = &r.conntrack;
-            println!("connections: {} of {} ({} refused when full)", c.entries, c.max, c.full);
+            match c.kernel_zone {
+                Some(z) => println!(
+                    "connections: TCP and UDP in the kernel's conntrack, zone {z} (`conntrack -L -w {z}`); ICMP echo and ports in user space: {} of {} ({} refused when full)",
+                    c.entries, c.max, c.full
+                ),
+                None => println!("connections: {} of {} ({} refused when full)", c.entries, c.max, c.full),
+            }
         }
         AclCmd::Default { port, dir, action, target } => {
             Client::for_target(&target)?.call_value(&Request::AclDefault { port, dir, action })?;

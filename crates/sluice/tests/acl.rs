@@ -115,6 +115,13 @@ both_datapaths! {
         assert!(!o.status.success(), "a ping into guest 1 is refused by its default");
         let l = acl_list(&lab);
         assert_eq!(l["defaults"][0]["out"], "deny", "{l}");
+        if dp == Dp::Kernel {
+            // The connection is the kernel's, in the switch's zone.
+            let zone = l["conntrack"]["kernel_zone"].as_u64().unwrap_or_else(|| panic!("a kernel zone: {l}"));
+            let table = std::fs::read_to_string("/proc/net/nf_conntrack").expect("nf_conntrack's table");
+            let ours = format!("zone={zone} ");
+            assert!(table.lines().any(|e| e.contains(&ours) && e.contains("dport=5003")), "zone {zone}: {table}");
+        }
         let _ = (l1.kill(), l2.kill(), l1.wait(), l2.wait());
         assert_settled_and_conserved(&lab);
     }
