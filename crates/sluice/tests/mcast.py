@@ -13,6 +13,18 @@
   mcast.py report IFACE GROUP
       Sends one IGMPv2 membership report for GROUP from a raw socket, without joining:
       a membership nobody refreshes (it never answers a query).
+  mcast.py stream IFACE GROUP PORT MBITS SECONDS
+      Sends 1,400-byte datagrams to GROUP:PORT out of IFACE at MBITS Mbit/s of UDP
+      payload (as iperf counts), paced every millisecond, for SECONDS (at most 60); prints
+      {"sent": datagrams, "ms": how long it took} on stdout.
+  mcast.py join IFACE GROUP PORT
+      Joins GROUP on IFACE (the kernel's membership, as listen does) without reading;
+      stops when stdin closes and prints {"_rx": frames, "_rx_bytes": bytes} IFACE
+      received meanwhile (its counters in /sys/class/net).
+
+listen's JSON also holds "_rx" (IFACE's received frames meanwhile, from its counters),
+"_control" (IGMP and ICMPv6 frames: queries, reports, neighbour discovery) and "_other"
+(every other frame that is not a UDP datagram to a group).
 """
 
 import ipaddress
@@ -37,26 +49,38 @@ def ifindex(iface):
     return socket.if_nametoindex(iface)
 
 
+def rx(iface):
+    with open(f"/sys/class/net/{iface}/statistics/rx_packets") as f:
+        frames = int(f.read())
+    with open(f"/sys/class/net/{iface}/statistics/rx_bytes") as f:
+        return frames, int(f.read())
+
+
+def join_group(iface, join, port):
+    g = ipaddress.ip_address(join)
+    if g.version == 4:
+        member = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        member.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        member.bind(("", int(port)))
+        # struct ip_mreqn: the group, no local address, the interface by index.
+        mreq = struct.pack("4s4si", g.packed, b"\0\0\0\0", ifindex(iface))
+        member.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+    else:
+        member = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        member.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        member.bind(("", int(port)))
+        mreq = struct.pack("16sI", g.packed, ifindex(iface))
+        member.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, mreq)
+    return member
+
+
 def listen(iface, join=None, port=None):
     p = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    p.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
     p.bind((iface, 0))
-    member = None
-    if join:
-        g = ipaddress.ip_address(join)
-        if g.version == 4:
-            member = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            member.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            member.bind(("", int(port)))
-            # struct ip_mreqn: the group, no local address, the interface by index.
-            mreq = struct.pack("4s4si", g.packed, b"\0\0\0\0", ifindex(iface))
-            member.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
-        else:
-            member = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-            member.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            member.bind(("", int(port)))
-            mreq = struct.pack("16sI", g.packed, ifindex(iface))
-            member.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, mreq)
-    counts = {}
+    member = join_group(iface, join, port) if join else None
+    counts = {"_control": 0, "_other": 0}
+    rx0 = rx(iface)
     sys.stderr.write("ready\n")
     sys.stderr.flush()
     deadline = time.time() + 120
@@ -83,9 +107,57 @@ def listen(iface, join=None, port=None):
             dst = ipaddress.ip_address(f[off + 24 : off + 40])
         if dst is not None and dst.is_multicast:
             counts[str(dst)] = counts.get(str(dst), 0) + 1
+        elif (et == 0x0800 and len(f) > off + 9 and f[off + 9] == 2) or (
+            et == 0x86DD and len(f) > off + 6 and f[off + 6] in (0, 58)
+        ):
+            counts["_control"] += 1
+        else:
+            counts["_other"] += 1
+    counts["_rx"] = rx(iface)[0] - rx0[0]
     if member:
         member.close()
     print(json.dumps(counts))
+
+
+def join(iface, group, port):
+    member = join_group(iface, group, port)
+    rx0 = rx(iface)
+    sys.stderr.write("ready\n")
+    sys.stderr.flush()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        r, _, _ = select.select([sys.stdin], [], [], 0.5)
+        if sys.stdin in r and not sys.stdin.buffer.read1(4096):
+            break
+    rx1 = rx(iface)
+    member.close()
+    print(json.dumps({"_rx": rx1[0] - rx0[0], "_rx_bytes": rx1[1] - rx0[1]}))
+
+
+def stream(iface, group, port, mbits, seconds):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    mreqn = struct.pack("4s4si", b"\0\0\0\0", b"\0\0\0\0", ifindex(iface))
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, mreqn)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+    payload = b"s" * 1400
+    per_s = float(mbits) * 1e6 / 8 / len(payload)
+    seconds = min(float(seconds), 60.0)
+    sent = 0
+    t0 = time.monotonic()
+    while True:
+        t = time.monotonic() - t0
+        if t >= seconds:
+            break
+        while sent < per_s * t:
+            try:
+                s.sendto(payload, (group, int(port)))
+            except BlockingIOError:
+                break
+            sent += 1
+        time.sleep(0.001)
+    ms = int((time.monotonic() - t0) * 1000)
+    print(json.dumps({"sent": sent, "ms": ms}))
 
 
 def wait_ipv6_source(iface, seconds=10.0):
@@ -144,5 +216,9 @@ if __name__ == "__main__":
         send(*sys.argv[2:])
     elif cmd == "report":
         report(*sys.argv[2:])
+    elif cmd == "stream":
+        stream(*sys.argv[2:])
+    elif cmd == "join":
+        join(*sys.argv[2:])
     else:
         sys.exit("usage: see the module docstring")

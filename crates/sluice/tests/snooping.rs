@@ -34,11 +34,16 @@ impl std::ops::Deref for Switch {
 
 impl Switch {
     fn new(tag: &str, n: usize, dp: Dp) -> Switch {
+        Switch::with(tag, n, dp, TIMERS)
+    }
+
+    /// The same with switch settings `extra`.
+    fn with(tag: &str, n: usize, dp: Dp, extra: &str) -> Switch {
         let name = unique(&match dp {
             Dp::User => tag.to_string(),
             Dp::Kernel => format!("{}k", &tag[..tag.len().min(4)]),
         });
-        let sw = Switch(FileSwitch::start(name, dp, TIMERS, &vec![""; n], ""));
+        let sw = Switch(FileSwitch::start(name, dp, extra, &vec![""; n], ""));
         for i in 1..=n {
             let t = sw.iface(i);
             ns_ok(
@@ -92,9 +97,40 @@ impl Switch {
         );
     }
 
-    /// Waits (at most 12 s) until snooping prunes: the start window is over.
-    fn wait_pruning(&self) {
-        assert!(wait_for(12, || self.mdb()["pruning"] == true), "snooping never started pruning: {}", self.mdb());
+    /// Guest `i` joins `group` (the kernel's membership) and reads nothing; [`counted`]
+    /// ends it.
+    fn joined(&self, i: usize, group: &str, port: u16) -> Child {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.namespaces[i - 1], "python3"])
+            .arg(helper())
+            .args(["join", &self.iface(i), group, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "guest {i} did not join");
+        c
+    }
+
+    /// Guest `i`'s received frames and bytes so far (its interface's counters).
+    fn rx(&self, i: usize) -> (u64, u64) {
+        let t = self.iface(i);
+        let out = ns_ok(
+            &self.namespaces[i - 1],
+            &format!("cat /sys/class/net/{t}/statistics/rx_packets /sys/class/net/{t}/statistics/rx_bytes"),
+        );
+        let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1])
+    }
+
+    /// Snooping prunes from the start: no window of flooding after the switch starts.
+    fn assert_pruning(&self) {
+        let m = self.mdb();
+        assert_eq!(m["pruning"], true, "snooping prunes from the start: {m}");
     }
 }
 
@@ -123,7 +159,7 @@ both_datapaths! {
             return;
         }
         let sw = Switch::new("igmp", 3, dp);
-        sw.wait_pruning();
+        sw.assert_pruning();
         let member = sw.listen(2, Some(("239.1.2.3", 5000)));
         let other = sw.listen(3, None);
         assert!(
@@ -163,7 +199,7 @@ both_datapaths! {
             return;
         }
         let sw = Switch::new("igage", 3, dp);
-        sw.wait_pruning();
+        sw.assert_pruning();
         // Guest 2 joins for real (it answers the switch's queries); guest 3 only sends a
         // report, with no membership behind it.
         let member = sw.listen(2, Some(("239.4.4.4", 5004)));
@@ -185,7 +221,7 @@ both_datapaths! {
             return;
         }
         let sw = Switch::new("mld", 3, dp);
-        sw.wait_pruning();
+        sw.assert_pruning();
         let member = sw.listen(2, Some(("ff0e::1:3", 5000)));
         let other = sw.listen(3, None);
         assert!(wait_for(6, || sw.members("ff0e::1:3") == [sw.iface(2)]), "the kernel's MLD report: {}", sw.mdb());
@@ -208,7 +244,7 @@ both_datapaths! {
             return;
         }
         let sw = Switch::new("five", 6, dp);
-        sw.wait_pruning();
+        sw.assert_pruning();
         let member = sw.listen(2, Some(("239.5.5.5", 5005)));
         let others: Vec<Child> = (3..=6).map(|i| sw.listen(i, None)).collect();
         assert!(wait_for(5, || sw.members("239.5.5.5") == [sw.iface(2)]), "{}", sw.mdb());
@@ -217,6 +253,134 @@ both_datapaths! {
         assert_eq!(n(&counted(member), "239.5.5.5"), 500);
         for (i, c) in (3..=6).zip(others) {
             assert_eq!(n(&counted(c), "239.5.5.5"), 0, "guest {i} got none of the stream");
+        }
+    }
+}
+
+/// What one guest received over an interval: UDP datagrams to the stream's group, IGMP
+/// and ICMPv6 frames (the switch's general queries), any other frame, and all frames
+/// (its interface's counter).
+#[derive(Debug)]
+struct Seen {
+    group: u64,
+    control: u64,
+    other: u64,
+    rx: u64,
+}
+
+impl Seen {
+    fn of(c: &HashMap<String, u64>, group: &str) -> Seen {
+        Seen { group: n(c, group), control: n(c, "_control"), other: n(c, "_other"), rx: n(c, "_rx") }
+    }
+}
+
+/// The host's CPU time stolen by the hypervisor, and all of it (ticks; /proc/stat).
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let v: Vec<u64> =
+        stat.lines().next().unwrap().split_whitespace().skip(1).take(8).map(|x| x.parse().unwrap()).collect();
+    (v[7], v.iter().sum())
+}
+
+/// The multicast figure on one switch: guest 1 streams to a group guest 2 joined; guests
+/// 3–6 are the non-members.
+#[derive(Debug)]
+struct Figure {
+    /// Datagrams sent, and in how long (ms).
+    sent: u64,
+    ms: u64,
+    /// The member's received frames and bytes over the stream.
+    member: (u64, u64),
+    /// Each non-member over a quiet interval, then over the stream.
+    quiet: Vec<Seen>,
+    stream: Vec<Seen>,
+    /// Host CPU steal over the stream (%).
+    steal: f64,
+}
+
+const STREAM_GROUP: &str = "239.6.6.6";
+
+impl Switch {
+    /// Measures the figure: a quiet interval of `seconds`, then a 100 Mbit/s stream of
+    /// `seconds`; with `snooping`, once guest 2's membership is registered. The guests'
+    /// IPv6 is off, so that nothing but the switch's queries and the stream reaches them.
+    fn figure(&self, snooping: bool, seconds: u32) -> Figure {
+        for i in 1..=6 {
+            ns_ok(&self.namespaces[i - 1], &format!("sysctl -qw net.ipv6.conf.{}.disable_ipv6=1", self.iface(i)));
+        }
+        let member = self.joined(2, STREAM_GROUP, 5006);
+        if snooping {
+            assert!(wait_for(5, || self.members(STREAM_GROUP) == [self.iface(2)]), "guest 2 joined: {}", self.mdb());
+        }
+        let span = std::time::Duration::from_millis(u64::from(seconds) * 1000 + 500);
+        let listeners: Vec<Child> = (3..=6).map(|i| self.listen(i, None)).collect();
+        std::thread::sleep(span);
+        let quiet = listeners.into_iter().map(|c| Seen::of(&counted(c), STREAM_GROUP)).collect();
+        let listeners: Vec<Child> = (3..=6).map(|i| self.listen(i, None)).collect();
+        let (m0, c0) = (self.rx(2), cpu_ticks());
+        let out = ns_ok(
+            &self.namespaces[0],
+            &format!("python3 {} stream {} {STREAM_GROUP} 5006 100 {seconds}", helper().display(), self.iface(1)),
+        );
+        settle();
+        let (m1, c1) = (self.rx(2), cpu_ticks());
+        let stream = listeners.into_iter().map(|c| Seen::of(&counted(c), STREAM_GROUP)).collect();
+        counted(member);
+        let sent: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("the sender said {out:?}: {e}"));
+        let f = Figure {
+            sent: sent["sent"].as_u64().unwrap(),
+            ms: sent["ms"].as_u64().unwrap(),
+            member: (m1.0 - m0.0, m1.1 - m0.1),
+            quiet,
+            stream,
+            steal: 100.0 * (c1.0 - c0.0) as f64 / (c1.1 - c0.1).max(1) as f64,
+        };
+        println!(
+            "multicast figure ({}, snooping {}): sent {} datagrams in {} ms ({:.1} Mbit/s of payload); member: {} frames, {:.1} Mbit/s; steal {:.1} %",
+            self.name,
+            if snooping { "on" } else { "off" },
+            f.sent,
+            f.ms,
+            f.sent as f64 * 1400.0 * 8.0 / (f.ms.max(1) as f64 * 1000.0),
+            f.member.0,
+            f.member.1 as f64 * 8.0 / (f.ms.max(1) as f64 * 1000.0),
+            f.steal
+        );
+        for (i, (q, s)) in (3..).zip(f.quiet.iter().zip(&f.stream)) {
+            println!("  guest {i}: quiet {q:?}; stream {s:?}");
+        }
+        f
+    }
+}
+
+both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, veths with BPF programs for the kernel datapath) and python3; scripts/test.sh runs it"]
+    fn a_100_mbit_group_stream_to_one_of_five_guests_costs_the_other_four_nothing(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let sw = Switch::new("mfig", 6, dp);
+        sw.assert_pruning();
+        let f = sw.figure(true, 5);
+        assert!(f.member.0 >= f.sent / 2, "the member receives the stream: {f:?}");
+        for (i, s) in (3..).zip(&f.stream) {
+            assert_eq!((s.group, s.other), (0, 0), "guest {i} received none of the stream: {f:?}");
+            assert_eq!(s.rx, s.control, "guest {i} received nothing but the switch's queries during the stream: {f:?}");
+        }
+    }
+}
+
+both_datapaths! {
+    #[ignore = "system tier: needs root (network namespaces, TAP devices, veths with BPF programs for the kernel datapath) and python3; scripts/test.sh runs it"]
+    fn with_snooping_off_a_group_stream_reaches_every_guest(dp: Dp) {
+        if !root() {
+            return;
+        }
+        let sw = Switch::with("moff", 6, dp, "mcast_snooping = false\n");
+        assert_eq!(sw.mdb()["pruning"], false);
+        let f = sw.figure(false, 5);
+        for (i, (q, s)) in (3..).zip(f.quiet.iter().zip(&f.stream)) {
+            assert!(s.rx >= q.rx + f.sent / 2, "guest {i} received the stream: {f:?}");
         }
     }
 }

@@ -20,8 +20,7 @@ pub struct SnoopConfig {
     pub enabled: bool,
     /// The switch's own general queries, when no other querier is heard (ms).
     pub query_interval_ms: u64,
-    /// The maximum response time its queries announce; also how long after start every
-    /// group frame still floods, so memberships made before are learned first (ms).
+    /// The maximum response time its queries announce (ms).
     pub query_response_ms: u64,
     /// A membership not reported again for this long is forgotten (ms).
     pub membership_ms: u64,
@@ -142,13 +141,9 @@ pub struct Mdb {
     others: [Option<OtherQuerier>; 2],
     /// When the switch sends its next general queries (ms); `None` before the first clock.
     next_query_ms: Option<u64>,
-    /// Until when every group frame floods (ms).
-    flood_until_ms: u64,
     counters: HashMap<PortId, SnoopCounters>,
     /// The last [`Mdb::expire`] (ms).
     checked_ms: u64,
-    /// [`Mdb::active`] at the last [`Mdb::expire`]: what decisions read.
-    pruning: bool,
     /// Groups whose port set changed since the last [`Mdb::take_changes`], while a
     /// kernel datapath follows.
     changed: Option<Vec<(u16, IpAddr)>>,
@@ -171,10 +166,8 @@ impl Mdb {
             learned_routers: BTreeMap::new(),
             others: [None, None],
             next_query_ms: None,
-            flood_until_ms: 0,
             counters: HashMap::new(),
             checked_ms: 0,
-            pruning: false,
             changed: None,
             wrapped: false,
         }
@@ -185,17 +178,13 @@ impl Mdb {
         &self.cfg
     }
 
-    /// Whether snooping prunes now: it is on and the start window is over (so every
-    /// member had a chance to answer the first query). Unregistered groups flood while it
-    /// is not.
-    pub fn active(&self, now_ms: u64) -> bool {
-        self.cfg.enabled && self.next_query_ms.is_some() && now_ms >= self.flood_until_ms
-    }
-
-    /// Whether snooping prunes, as of the last [`Mdb::expire`]: what decisions read (a
-    /// change moves the switch's generation).
+    /// Whether snooping prunes: whenever it is on, from the switch's first frame (the
+    /// Linux bridge with its own querier, less the bridge's delay after the querier
+    /// starts). No clock moves it, so no timer moves the switch's generation at start; a
+    /// membership made before the switch started is learned from the answer to its first
+    /// general query, sent at start.
     pub fn pruning(&self) -> bool {
-        self.pruning
+        self.cfg.enabled
     }
 
     /// The class of a frame to IP group `g` in VLAN `vid` (a snooped group).
@@ -235,11 +224,10 @@ impl Mdb {
     }
 
     /// Starts the clock at `now_ms` if it has not started: the first queries are due at
-    /// once and group frames flood for one response interval.
+    /// once.
     pub fn start(&mut self, now_ms: u64) {
         if self.next_query_ms.is_none() {
             self.next_query_ms = Some(now_ms);
-            self.flood_until_ms = now_ms.saturating_add(self.cfg.query_response_ms);
         }
     }
 
@@ -377,12 +365,10 @@ impl Mdb {
     }
 
     /// Ages memberships, router ports and other queriers at `now_ms`. Returns whether the
-    /// router ports or whether snooping prunes changed (what verdicts depend on besides
-    /// set ids), and whether queries are due (then the next ones are scheduled).
+    /// router ports changed (what verdicts depend on besides set ids), and whether queries
+    /// are due (then the next ones are scheduled).
     pub fn expire(&mut self, now_ms: u64) -> Expired {
-        let was_active = self.pruning;
         self.checked_ms = now_ms;
-        self.pruning = self.active(now_ms);
         let mut gone = Vec::new();
         for (k, g) in &mut self.groups {
             let before = g.ports.len();
@@ -419,11 +405,7 @@ impl Mdb {
             queries = [self.others[0].is_none(), self.others[1].is_none()];
             self.next_query_ms = Some(now_ms.saturating_add(self.cfg.query_interval_ms));
         }
-        Expired {
-            changed: routers_before != self.learned_routers.len() || was_active != self.pruning,
-            query_v4: queries[0],
-            query_v6: queries[1],
-        }
+        Expired { changed: routers_before != self.learned_routers.len(), query_v4: queries[0], query_v6: queries[1] }
     }
 
     /// When [`Mdb::expire`] has work next (ms), if ever.
@@ -431,11 +413,7 @@ impl Mdb {
         if !self.cfg.enabled {
             return None;
         }
-        let next = self.next_query_ms?;
-        let mut at = next;
-        if self.flood_until_ms > self.checked_ms {
-            at = at.min(self.flood_until_ms);
-        }
+        let mut at = self.next_query_ms?;
         // Memberships, router ports and queriers are aged at least once a second.
         if !self.groups.is_empty() || !self.learned_routers.is_empty() || self.others.iter().any(Option::is_some) {
             at = at.min(self.checked_ms.saturating_add(1000));
@@ -468,7 +446,7 @@ impl Mdb {
 /// What [`Mdb::expire`] found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Expired {
-    /// Router ports, or whether snooping prunes, changed: verdicts may differ.
+    /// Router ports changed: verdicts may differ.
     pub changed: bool,
     /// General queries are due in IPv4 (no other querier heard).
     pub query_v4: bool,
@@ -560,13 +538,30 @@ mod tests {
     }
 
     #[test]
+    fn snooping_prunes_from_the_start_and_no_timer_changes_what_verdicts_read() {
+        let mut m = Mdb::new(SnoopConfig { query_response_ms: 1_000, ..SnoopConfig::default() });
+        assert!(m.pruning(), "before the clock starts");
+        m.start(0);
+        assert!(m.join(1, g("239.1.2.3"), 2, 0));
+        // Every second of the first response intervals (and well past them): queries go
+        // out at start, but nothing a verdict reads changes.
+        for t in (0..=30_000).step_by(1_000) {
+            let e = m.expire(t);
+            assert!(!e.changed, "a verdict changed at {t} ms");
+            assert_eq!(e.query_v4, t == 0, "queries at start only, at {t} ms");
+            assert!(m.pruning());
+        }
+        assert!(matches!(m.class(1, g("239.1.2.3")), GroupClass::Set(s) if m.set(s) == [2]));
+        let off = Mdb::new(SnoopConfig { enabled: false, ..SnoopConfig::default() });
+        assert!(!off.pruning(), "snooping off floods");
+    }
+
+    #[test]
     fn the_switch_queries_until_another_querier_is_heard() {
         let mut m = mdb();
-        assert!(!m.active(0), "the start window floods");
         let e = m.expire(0);
         assert!(e.query_v4 && e.query_v6, "queries at once");
         assert!(!m.expire(1_500).query_v4, "not before the interval");
-        assert!(m.active(1_500));
         assert!(m.expire(2_000).query_v4);
         assert!(m.heard_query(5, g("10.0.0.9"), 2_100), "a new router port");
         assert!(m.is_router(5, McastRouter::Auto) && !m.is_router(5, McastRouter::Never));

@@ -28,7 +28,7 @@ pub struct RouterPort {
 pub struct MdbView {
     /// Snooping is on.
     pub enabled: bool,
-    /// It prunes now (the start window is over).
+    /// It prunes (snooping on: from the start).
     pub pruning: bool,
     /// Memberships, with port names.
     pub groups: Vec<(MdbEntry, Vec<String>)>,
