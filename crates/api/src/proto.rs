@@ -1016,8 +1016,8 @@ pub struct MdbPortCounters {
 pub struct MdbReport {
     /// Snooping is on (`mcast_snooping`).
     pub enabled: bool,
-    /// It prunes now (false during the first query response interval after start, when
-    /// every group frame still floods).
+    /// It prunes now: the same as `enabled`, since snooping prunes from the switch's first
+    /// frame (kept for the clients that read it).
     pub pruning: bool,
     /// Memberships, by VLAN and group.
     pub groups: Vec<MdbGroupReport>,

@@ -543,12 +543,7 @@ pub fn mdb_show(target: &Target, json: bool) -> Result<()> {
         (Some(a), Some(p)) => format!("{a} on {p}"),
         _ => "this switch".into(),
     };
-    println!(
-        "snooping {}; querier: IGMP {}, MLD {}",
-        if r.pruning { "on" } else { "starting (flooding until the first query is answered)" },
-        who(&r.querier_v4),
-        who(&r.querier_v6)
-    );
+    println!("snooping on; querier: IGMP {}, MLD {}", who(&r.querier_v4), who(&r.querier_v6));
     let mut t = table();
     t.set_header(vec!["VLAN", "GROUP", "PORT", "EXPIRES"]);
     for g in &r.groups {
