@@ -250,9 +250,9 @@ impl Datapath {
         let mut spec = self.specs.get(&id).cloned().ok_or_else(|| crate::error::Error::NoPort(name.to_string()))?;
         set.apply(&mut spec);
         let policy = spec.policy().map_err(sluice_api::Error::Port)?;
-        if policy.rate.rate_out > 0 && (self.kernel.is_none() || spec.kind != PortKind::Veth) {
+        if policy.rate.rate_out > 0 && self.kernel.is_some() && !shapeable(spec.kind) {
             return Err(sluice_api::Error::Port(format!(
-                "port {name:?}: rate_out is built for veth ports on the kernel datapath (a TBF qdisc on the switch's end); this port would not be shaped — leave rate_out out (rate_in works on every port)"
+                "port {name:?}: rate_out is not built for an uplink or a tunnel on the kernel datapath (the kernel sends to it with no shaper); this port would not be shaped — leave rate_out out, or run the switch on the user-space datapath (rate_in works on every port)"
             ))
             .into());
         }
@@ -270,9 +270,9 @@ impl Datapath {
     pub fn attach(&mut self, spec: PortSpec, a: Attachment) -> Result<PortId> {
         let vlan = spec.validate().map_err(sluice_api::Error::Port)?;
         let policy = spec.policy().map_err(sluice_api::Error::Port)?;
-        if policy.rate.rate_out > 0 && (self.kernel.is_none() || spec.kind != PortKind::Veth) {
+        if policy.rate.rate_out > 0 && self.kernel.is_some() && !shapeable(spec.kind) {
             return Err(sluice_api::Error::Port(format!(
-                "port {:?}: rate_out is built for veth ports on the kernel datapath (a TBF qdisc on the switch's end); this port would not be shaped — leave rate_out out (rate_in works on every port)",
+                "port {:?}: rate_out is not built for an uplink or a tunnel on the kernel datapath (the kernel sends to it with no shaper); this port would not be shaped — leave rate_out out, or run the switch on the user-space datapath (rate_in works on every port)",
                 spec.name
             ))
             .into());
@@ -548,4 +548,11 @@ impl Datapath {
             }
         }
     }
+}
+
+/// Whether `rate_out` shapes a port of `kind` on the kernel datapath: a veth guest's by the
+/// qdisc on its switch-side end, a TAP or a socket's by the switch's core, which sends to
+/// them; the kernel sends to an uplink or a tunnel itself, with no shaper.
+fn shapeable(kind: PortKind) -> bool {
+    !matches!(kind, PortKind::Uplink | PortKind::Vxlan)
 }

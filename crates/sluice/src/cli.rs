@@ -404,7 +404,7 @@ pub struct PortSetArgs {
     #[arg(long, value_name = "MBIT")]
     pub rate_in: Option<f64>,
     /// Rate limit of what the port's guest is sent, Mbit/s on the wire (0 removes it;
-    /// kernel datapath, veth ports).
+    /// shaped: frames wait; not on an uplink or a tunnel on the kernel datapath).
     #[arg(long, value_name = "MBIT")]
     pub rate_out: Option<f64>,
     /// The rate limits' burst in KiB (at least 64; 0: the default, the larger of 2 × 64

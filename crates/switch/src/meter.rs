@@ -74,6 +74,21 @@ impl Bucket {
         true
     }
 
+    /// A shaper's take: `units` pass now (0), or the nanoseconds to wait before they may.
+    /// More units than the burst holds pass when the bucket is full, running it into debt
+    /// that the next ones wait for (a frame larger than the burst is never stuck).
+    pub fn take_or_wait(&mut self, now_ns: u64, units: u64) -> u64 {
+        if self.take(now_ns, units) {
+            return 0;
+        }
+        if self.tat_ns <= now_ns {
+            self.tat_ns = now_ns + self.meter.cost_ns(units);
+            return 0;
+        }
+        // (Until the burst holds them, or, larger than the burst, until the bucket is full.)
+        self.wait_ns(now_ns, units).min(self.tat_ns - now_ns).max(1)
+    }
+
     /// How long from `now_ns` until `units` may pass (0: now).
     pub fn wait_ns(&self, now_ns: u64, units: u64) -> u64 {
         if self.meter.unit_ps == 0 {

@@ -223,7 +223,12 @@ impl Switch {
                     out.watch[ci].since_ms = now_ms;
                 }
                 let copy = QueuedCopy { fid, tag: o.tag.and_then(NonZeroU16::new), own_src: o.src_mac.is_some() };
-                if out.queue.push(class, copy) { None } else { Some(DropCause::QueueFull) }
+                match out.queue.push(class, copy) {
+                    true => None,
+                    // (A shaped port's queue fills because of its `rate_out`.)
+                    false if out.rate_out.meter.unit_ps != 0 => Some(DropCause::RateLimit),
+                    false => Some(DropCause::QueueFull),
+                }
             };
             match cause {
                 Some(c) => {

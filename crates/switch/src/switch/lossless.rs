@@ -89,7 +89,7 @@ impl Switch {
     /// toward it, so the inputs it held flow again — until it sends again.
     /// [`Switch::expire`] runs it too; a driver calls it alone at
     /// [`Switch::next_deadline_ms`]. It also resumes the reading of inputs whose `rate_in`
-    /// has paid for what they sent.
+    /// has paid for what they sent, and the sending of outputs whose `rate_out` has.
     pub fn watchdog(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
         self.resume_rate_limited(now_ms);
@@ -131,8 +131,10 @@ impl Switch {
     /// latest (its clock, ms) for the pause watchdog to keep its time and for an input
     /// paused by its `rate_in` to be read again; `None` when nothing waits.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        // (`rate_in`: the first input whose reading resumes.)
-        let resume = self.ports.iter().flatten().filter_map(|s| s.rate_paused_until_ms).min();
+        // (`rate_in`: the first input whose reading resumes; `rate_out`: the first output
+        // whose queue is sent from again.)
+        let resume =
+            self.ports.iter().flatten().flat_map(|s| [s.rate_paused_until_ms, s.shaped_until_ms]).flatten().min();
         let limit = self.cfg.watchdog_ms;
         if limit == 0 {
             return resume;
@@ -150,13 +152,26 @@ impl Switch {
     }
 
     /// `rate_in`: inputs whose bucket has paid its debt by `now_ms` are read again.
+    /// `rate_out`: outputs whose bucket has filled again send from their queues.
     fn resume_rate_limited(&mut self, now_ms: u64) {
+        let mut shaped = false;
         for id in 0..self.ports.len() as PortId {
             let Some(s) = self.ports.get_mut(id as usize).and_then(Option::as_mut) else { continue };
+            if s.shaped_until_ms.is_some_and(|at| at <= now_ms) {
+                s.shaped_until_ms = None;
+                if !s.dirty {
+                    s.dirty = true;
+                    self.dirty.push(id);
+                }
+                shaped = true;
+            }
             if s.rate_paused_until_ms.is_some_and(|at| at <= now_ms) {
                 s.rate_paused_until_ms = None;
                 self.note_interest(id);
             }
+        }
+        if shaped {
+            self.settle();
         }
     }
 

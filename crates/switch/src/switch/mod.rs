@@ -174,6 +174,10 @@ struct PortSlot {
     /// again (the driver's clock, ms): frames wait in the port's device meanwhile.
     rate_in: crate::meter::Bucket,
     rate_paused_until_ms: Option<u64>,
+    /// `rate_out`'s bucket (bytes), and while it is empty, when the port's queue may be
+    /// sent from again (the driver's clock, ms): frames wait in the queue meanwhile.
+    rate_out: crate::meter::Bucket,
+    shaped_until_ms: Option<u64>,
 }
 
 impl Ports for [Option<PortSlot>] {

@@ -161,6 +161,7 @@ impl Switch {
         self.generation += 1;
         let storm_buckets = cfg.policy.storm.meters().map(crate::meter::Bucket::new);
         let rate_in = crate::meter::Bucket::new(cfg.policy.rate.meter(cfg.policy.rate.rate_in));
+        let rate_out = crate::meter::Bucket::new(cfg.policy.rate.meter(cfg.policy.rate.rate_out));
         self.acl.bind(id, Some(&cfg.name));
         self.ports.push(Some(PortSlot {
             name: cfg.name,
@@ -191,6 +192,8 @@ impl Switch {
             storm: storm_buckets,
             rate_in,
             rate_paused_until_ms: None,
+            rate_out,
+            shaped_until_ms: None,
         }));
         Ok(id)
     }
@@ -210,6 +213,11 @@ impl Switch {
         s.rate_in.set(policy.rate.meter(policy.rate.rate_in));
         if policy.rate.rate_in == 0 {
             s.rate_paused_until_ms = None;
+        }
+        s.rate_out.set(policy.rate.meter(policy.rate.rate_out));
+        if policy.rate.rate_out == 0 && s.shaped_until_ms.take().is_some() && !s.dirty {
+            s.dirty = true;
+            self.dirty.push(id);
         }
         self.note_interest(id);
         self.note_fast(id);

@@ -70,6 +70,18 @@ impl Switch {
             }
             let Some((class, copy)) = s.queue.front() else { break };
             let (ci, fid) = (usize::from(class), copy.fid);
+            // `rate_out`: the queue waits while the port's bucket is empty.
+            if s.shaped_until_ms.is_some() {
+                break;
+            }
+            let now_ms = self.now_ms;
+            let len = u64::from(self.pool.meta(fid).len);
+            let s = self.slot_mut(d).expect("live");
+            let wait = s.rate_out.take_or_wait(now_ms.saturating_mul(1_000_000), len);
+            if wait > 0 {
+                s.shaped_until_ms = Some(now_ms + wait.div_ceil(1_000_000));
+                break;
+            }
             match self.transmit(d, copy) {
                 Sent::Ok => {
                     let len = u64::from(self.pool.meta(fid).len);
@@ -89,6 +101,9 @@ impl Switch {
                 }
                 Sent::Full => {
                     let s = self.slot_mut(d).expect("live");
+                    // (Not sent: the bucket gets back what the frame took.)
+                    let cost = s.rate_out.meter.cost_ns(len);
+                    s.rate_out.tat_ns = s.rate_out.tat_ns.saturating_sub(cost);
                     s.want_write = true;
                     self.note_interest(d);
                     break;
