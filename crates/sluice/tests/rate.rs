@@ -1,5 +1,6 @@
 //! Rate limits through both datapaths: iperf3 TCP from a guest whose port has `rate_in`,
-//! and to one whose port has `rate_out`, settles near the rate,
+//! and to one whose port has `rate_out`, settles near the rate (UDP beyond a user-space
+//! `rate_out` is counted as the port's tx `rate_limit`),
 //! and an unlimited transfer running beside a limited one keeps most of its solo rate.
 //!
 //! Rates are bits a second on the wire; iperf3 reports TCP goodput. A frame of a full
@@ -121,6 +122,20 @@ both_datapaths! {
             let p = lab.port(&tap);
             eprintln!("{dp:?} rate_out {r}: tx_drops.rate_limit {}", p["counters"]["tx_drops"]["rate_limit"]);
             outs.push(srv);
+        }
+        // UDP at five times the 100 Mbit/s port's rate (64 streams of 8 Mbit/s): on the
+        // user-space datapath the port's queue overflows and its drops are the port's tx
+        // `rate_limit`. (On the kernel datapath the TBF's drops are counted the same way,
+        // but local senders are held back by their sockets before its queue overflows: the
+        // count is printed only.)
+        let (ip100, tap100) = ("10.77.0.121".to_string(), format!("{}-o1", lab.name));
+        let drops = || lab.port(&tap100)["counters"]["tx_drops"]["rate_limit"].as_u64().unwrap_or(0);
+        let before = drops();
+        ns_ok(&lab.ns(2), &format!("timeout 30 iperf3 -c {ip100} -p 5203 -u -P 64 -b 8M -t 2 -J"));
+        let after = drops();
+        eprintln!("{dp:?} rate_out 100, UDP at 512 Mbit/s: tx_drops.rate_limit {before} -> {after}");
+        if dp == Dp::User {
+            assert!(after > before, "UDP at 5x the rate_out, yet no tx rate_limit drop counted ({before} -> {after})");
         }
         if dp == Dp::Kernel {
             let qdisc = sh_ok(&format!("tc qdisc show dev {}-o0", lab.name));
