@@ -15,7 +15,7 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     println!("cargo::rustc-check-cfg=cfg(sluice_bpf)");
-    for f in ["bpf/exec.c", "bpf/rejected.c", "bpf/tunnel_filter.c", "bpf/ct_probe.c"] {
+    for f in ["bpf/exec.c", "bpf/rejected.c", "bpf/tunnel_filter.c", "bpf/ct_probe.c", "bpf/conntrack.h"] {
         println!("cargo::rerun-if-changed={}", manifest.join(f).display());
     }
     println!("cargo::rerun-if-env-changed=CLANG");

@@ -13,30 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-struct bpf_ct_opts {
-	__s32 netns_id;
-	__s32 error;
-	__u8 l4proto;
-	__u8 dir;
-	__u16 ct_zone_id;
-	__u8 ct_zone_dir;
-	__u8 reserved[3];
-};
-struct nf_conn {
-	unsigned long status;
-} __attribute__((preserve_access_index));
-struct nf_conn___init {
-	struct nf_conn ct;
-} __attribute__((preserve_access_index));
-
-/* Placeholder ids: KFUNCS in src/kfunc.rs. */
-static struct nf_conn *(*bpf_skb_ct_lookup)(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
-					    struct bpf_ct_opts *, __u32) = (void *)0x7f00;
-static struct nf_conn___init *(*bpf_skb_ct_alloc)(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
-						  struct bpf_ct_opts *, __u32) = (void *)0x7f01;
-static struct nf_conn *(*bpf_ct_insert_entry)(struct nf_conn___init *) = (void *)0x7f02;
-static void (*bpf_ct_release)(struct nf_conn *) = (void *)0x7f03;
-static void (*bpf_ct_set_timeout)(struct nf_conn___init *, __u32) = (void *)0x7f04;
+#include "conntrack.h"
 
 #define ZONE 77
 
