@@ -239,77 +239,26 @@ fn bad_input_and_bounds_are_refused_naming_the_field() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A switch run from a configuration of its own (user-space datapath) with two TAP guests in
-/// namespaces of their own; all removed on drop.
-struct Own {
-    name: String,
-    child: std::process::Child,
-    ns: Vec<String>,
-    log: std::path::PathBuf,
-}
-
-impl Own {
-    fn start(tag: &str, body: &str) -> Own {
-        let name = unique(tag);
-        let dir = scratch(&name);
-        let conf = dir.join("s.toml");
-        std::fs::write(&conf, format!("name = \"{name}\"\ndatapath = \"user\"\n{body}")).unwrap();
-        let log = dir.join("switch.log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["switch", "run", "--config", conf.to_str().unwrap()])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut o = Own { name, child, ns: vec![], log };
-        assert!(
-            wait_for(10, || sluice(&["stats", "--switch", &o.name]).status.success()),
-            "the switch answers: {}",
-            std::fs::read_to_string(&o.log).unwrap_or_default()
-        );
-        for g in 1..=2 {
-            let ns = format!("sluice-{}-g{g}", o.name);
-            sh_ok(&format!("ip netns add {ns}"));
-            o.ns.push(ns.clone());
-            let tap = o.tap(g);
-            sluice_ok(&["port", "add", &tap, "--netns", &ns, "--switch", &o.name]);
-            ns_ok(&ns, &format!("ip link set lo up && ip addr add 10.78.0.{g}/24 dev {tap} && ip link set {tap} up"));
-        }
-        o
-    }
-
-    fn tap(&self, g: usize) -> String {
-        format!("{}-g{g}", self.name)
-    }
-}
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        let _ = sluice(&["switch", "stop", "--switch", &self.name]);
-        wait_for(10, || self.child.try_wait().is_ok_and(|s| s.is_some()));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for ns in &self.ns {
-            let _ = std::process::Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
 #[test]
 #[ignore = "system tier: needs root (a switch of its own, TAP devices in network namespaces), nc; scripts/test.sh runs it"]
 fn a_full_connection_table_drops_new_connections_counted_and_logged() {
     if !(root() && have("nc")) {
         return;
     }
-    let sw = Own::start("aclf", "conntrack_max = 3\n");
-    let g1 = sw.tap(1);
+    let sw = FileSwitch::start(unique("aclf"), Dp::User, "conntrack_max = 3", &["", ""], "");
+    for g in 1..=2 {
+        let t = sw.iface(g);
+        ns_ok(&sw.namespaces[g - 1], &format!("ip addr add 10.78.0.{g}/24 dev {t} && ip link set {t} up"));
+    }
+    let g1 = sw.iface(1);
+    let log = sw.dir.join("sw.log");
     sluice_ok(&["acl", "add", &g1, "--dir", "in", "--action", "allow-related", "--proto", "tcp", "--switch", &sw.name]);
     sluice_ok(&["acl", "default", &g1, "--dir", "out", "deny", "--switch", &sw.name]);
-    let mut l = ns_spawn(&sw.ns[1], "timeout 60 nc -k -l 5005");
-    assert!(wait_for(10, || ns_sh(&sw.ns[1], "ss -ltn | grep -q ':5005 '").status.success()), "nc listens");
+    let mut l = ns_spawn(&sw.namespaces[1], "timeout 60 nc -k -l 5005");
+    assert!(wait_for(10, || ns_sh(&sw.namespaces[1], "ss -ltn | grep -q ':5005 '").status.success()), "nc listens");
     // Each connection stays in the table for 10 s after its FIN: the fourth finds it full.
-    let ok: Vec<bool> = (0..5).map(|_| ns_sh(&sw.ns[0], "nc -z -w 2 10.78.0.2 5005").status.success()).collect();
+    let ok: Vec<bool> =
+        (0..5).map(|_| ns_sh(&sw.namespaces[0], "nc -z -w 2 10.78.0.2 5005").status.success()).collect();
     assert_eq!(&ok[..3], &[true, true, true], "{ok:?}");
     assert!(!ok[3] && !ok[4], "the table is full: {ok:?}");
     let stats: Value = serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &sw.name])).unwrap();
@@ -318,7 +267,7 @@ fn a_full_connection_table_drops_new_connections_counted_and_logged() {
     let list: Value = serde_json::from_str(&sluice_ok(&["acl", "list", "--json", "--switch", &sw.name])).unwrap();
     assert!(list["conntrack"]["full"].as_u64().unwrap() >= 2, "{list}");
     assert!(
-        wait_for(10, || std::fs::read_to_string(&sw.log).unwrap_or_default().contains("connection table is full")),
+        wait_for(10, || std::fs::read_to_string(&log).unwrap_or_default().contains("connection table is full")),
         "logged"
     );
     let _ = (l.kill(), l.wait());

@@ -6,9 +6,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use common::*;
 use serde_json::Value;
@@ -81,12 +80,7 @@ impl Switch {
         if let Some((g, p)) = join {
             c.args([g, &p.to_string()]);
         }
-        let mut c = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("python3");
-        let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the listener on guest {i} did not start");
-        c
+        spawn_ready(&mut c, &format!("the listener on guest {i}"))
     }
 
     /// Guest `i` sends `n` datagrams to `group`:`port`.
@@ -100,20 +94,10 @@ impl Switch {
     /// Guest `i` joins `group` (the kernel's membership) and reads nothing; [`counted`]
     /// ends it.
     fn joined(&self, i: usize, group: &str, port: u16) -> Child {
-        let mut c = Command::new("ip")
-            .args(["netns", "exec", &self.namespaces[i - 1], "python3"])
-            .arg(helper())
-            .args(["join", &self.iface(i), group, &port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "guest {i} did not join");
-        c
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.namespaces[i - 1], "python3"]).arg(helper());
+        c.args(["join", &self.iface(i), group, &port.to_string()]);
+        spawn_ready(&mut c, &format!("guest {i}'s join"))
     }
 
     /// Guest `i`'s received frames and bytes so far (its interface's counters).

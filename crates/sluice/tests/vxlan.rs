@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -261,18 +260,9 @@ fn endpoint_in(ns: &str, local: &str, vni: u32, sends: &[(&str, &[u8])], markers
     for m in markers {
         args.extend(["--marker".into(), m.to_string()]);
     }
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, "python3"])
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    std::io::BufReader::new(c.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "the test's VXLAN endpoint did not start");
-    c
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "python3"]).args(&args);
+    spawn_ready(&mut c, "the test's VXLAN endpoint")
 }
 
 /// Stops an [`endpoint`] and returns its count: `{"sent", "received", "markers"}`.

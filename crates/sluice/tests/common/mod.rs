@@ -244,7 +244,8 @@ pub struct FileSwitch {
 impl FileSwitch {
     /// Starts switch `name` on datapath `dp` with switch settings `extra`; `ns_setup` runs
     /// in each guest namespace before its port is made (empty: nothing). Waits (at most
-    /// 10 s) until the switch answers, then brings each guest's interface up.
+    /// 10 s) until the switch answers; the guests' interfaces ([`FileSwitch::iface`]) are
+    /// the caller's to address and bring up.
     pub fn start(name: String, dp: Dp, extra: &str, ports: &[&str], ns_setup: &str) -> FileSwitch {
         init();
         let dir = scratch(&name);
@@ -458,19 +459,19 @@ fn python_in(ns: &str) -> Command {
 /// Starts a raw-frame listener in `ns` (`""`: the test's own) on `iface` and waits until
 /// it is bound.
 pub fn listen_raw(ns: &str, iface: &str, ethertype: u16, seconds: f64) -> Child {
-    let mut c = python_in(ns)
-        .arg(rawframe())
-        .args(["recv", iface, &ethertype.to_string(), &seconds.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
+    let mut c = python_in(ns);
+    c.arg(rawframe()).args(["recv", iface, &ethertype.to_string(), &seconds.to_string()]);
+    spawn_ready(&mut c, "rawframe listener")
+}
+
+/// Spawns `cmd` (a helper that prints `ready` on its standard error once it is set up)
+/// with its standard streams piped, and waits for that line; `what` names it if it fails.
+pub fn spawn_ready(cmd: &mut Command, what: &str) -> Child {
     use std::io::BufRead;
-    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    let mut c = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect(what);
     let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready", "rawframe listener did not start");
+    std::io::BufReader::new(c.stderr.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{what} did not start");
     c
 }
 
