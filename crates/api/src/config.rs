@@ -190,6 +190,10 @@ pub struct PortSpec {
     /// VXLAN only: the UDP port, local and remote (default 4789).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dstport: Option<u16>,
+    /// VXLAN only: stations and flood lists come from EVPN routes (the switch's `[evpn]`
+    /// speaker); nothing is learned from datagrams.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evpn: bool,
     /// vhost-user only: the unix socket QEMU's `-chardev socket` uses; the switch listens
     /// on it (mode 0600), or connects to it with `client`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,6 +253,9 @@ pub struct VxlanSettings {
     pub vnis: sluice_switch::tunnel::VniMap,
     /// UDP port.
     pub dstport: u16,
+    /// Stations, flood lists and further endpoints come from EVPN routes; nothing is
+    /// learned from datagrams.
+    pub evpn: bool,
 }
 
 fn yes() -> bool {
@@ -368,6 +375,7 @@ impl PortSpec {
             vni: None,
             vni_map: None,
             dstport: None,
+            evpn: false,
             socket: None,
             client: false,
             ifname: None,
@@ -404,11 +412,12 @@ impl PortSpec {
             || self.remotes_only.is_some()
             || self.vni.is_some()
             || self.vni_map.is_some()
-            || self.dstport.is_some();
+            || self.dstport.is_some()
+            || self.evpn;
         if self.kind != PortKind::Vxlan {
             if any {
                 return Err(format!(
-                    "port {n:?}: `local`, `remotes`, `remotes_only`, `vni`, `vni_map` and `dstport` apply to vxlan ports only"
+                    "port {n:?}: `local`, `remotes`, `remotes_only`, `vni`, `vni_map`, `dstport` and `evpn` apply to vxlan ports only"
                 ));
             }
             return Ok(None);
@@ -442,9 +451,9 @@ impl PortSpec {
             remotes.push(a);
         }
         let remotes_only = self.remotes_only.unwrap_or(true);
-        if remotes_only && remotes.is_empty() {
+        if remotes_only && remotes.is_empty() && !self.evpn {
             return Err(format!(
-                "port {n:?}: a vxlan port accepts datagrams from its `remotes` only, and lists none; list the other hosts' underlay addresses (remotes = [\"192.168.77.2\"]), or set remotes_only = false to accept and learn any sender on the underlay"
+                "port {n:?}: a vxlan port accepts datagrams from its `remotes` only, and lists none; list the other hosts' underlay addresses (remotes = [\"192.168.77.2\"]), let EVPN routes name them (evpn = true), or set remotes_only = false to accept and learn any sender on the underlay"
             ));
         }
         let vni_ok = |v: u32| {
@@ -509,7 +518,7 @@ impl PortSpec {
         if dstport == 0 {
             return Err(format!("port {n:?}: dstport 0 is not a port; leave it out for 4789"));
         }
-        Ok(Some(VxlanSettings { local, remotes, remotes_only, vnis, dstport }))
+        Ok(Some(VxlanSettings { local, remotes, remotes_only, vnis, dstport, evpn: self.evpn }))
     }
 
     /// The port's security settings, checked.
@@ -912,6 +921,7 @@ struct SwitchFile {
     mcast_query_interval: Option<Spanned<u64>>,
     mcast_query_response_interval: Option<Spanned<u64>>,
     mcast_membership_interval: Option<Spanned<u64>>,
+    evpn: Option<Spanned<EvpnFile>>,
 }
 
 /// IGMP/MLD snooping's settings (seconds in the file).
@@ -1024,6 +1034,9 @@ pub struct Settings {
     pub acl_defaults: Vec<(String, sluice_switch::acl::Dir, sluice_switch::acl::AclAction)>,
     /// The connection table's size (user-space datapath).
     pub conntrack_max: usize,
+    /// EVPN (`[evpn]`): the BGP speaker that announces and receives the stations of the
+    /// port with `evpn = true`.
+    pub evpn: Option<EvpnSettings>,
 }
 
 /// Checks a switch name: 1–32 of letters, digits, `-`, `_`, `.`.
@@ -1210,6 +1223,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         return Err(err(at, m));
     }
     let gateway = gateway_settings(&f, &err)?;
+    let evpn = evpn_settings(&f, &err)?;
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
@@ -1338,6 +1352,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
                 .unwrap_or_else(|| libvirt_qemu_group().into_iter().collect()),
         },
         gateway,
+        evpn,
     })
 }
 
@@ -1494,6 +1509,12 @@ pub fn check_datapath(p: &PortSpec, datapath: DatapathKind) -> Result<(), String
     if p.kind == PortKind::Uplink && datapath == DatapathKind::Kernel && p.netns.is_some() {
         return Err(format!(
             "port {:?}: on the kernel datapath an uplink's interface must be in the switch's own namespace (the kernel sends to it by interface index); leave out `netns`, or run the switch with datapath = \"user\"",
+            p.name
+        ));
+    }
+    if p.evpn && datapath == DatapathKind::Kernel {
+        return Err(format!(
+            "port {:?}: an EVPN tunnel runs on the user-space datapath in this version; run the switch with datapath = \"user\" (TAP or vhost-user guests)",
             p.name
         ));
     }
@@ -2139,4 +2160,127 @@ port = "tap0"
         assert!(e.message.contains("65536"), "{e}");
         assert!(e.line.is_some(), "{e}");
     }
+}
+
+// ---- EVPN (`[evpn]`): docs/evpn.md. ----
+
+/// A switch's EVPN speaker and its sessions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvpnSettings {
+    /// Our AS number (iBGP: the peers' too). Two octets: the route targets are `ASN:VNI`.
+    pub asn: u32,
+    /// The router id and route distinguishers' address (`None`: the EVPN port's `local`).
+    pub router_id: Option<std::net::Ipv4Addr>,
+    /// The BGP peers (route reflectors, or the other hosts).
+    pub peers: Vec<std::net::IpAddr>,
+    /// The TCP port BGP listens on (179).
+    pub listen_port: u16,
+    /// Which speaker: one the switch starts and supervises, or one already running.
+    pub speaker: EvpnSpeaker,
+    /// Remote stations installed at most; routes beyond wait, counted.
+    pub max_routes: usize,
+    /// The EVPN port's name (the vxlan port with `evpn = true`).
+    pub port: String,
+}
+
+/// Where the EVPN speaker comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvpnSpeaker {
+    /// The switch starts this `gobgpd` (a path, or a name looked up in `PATH`) in the
+    /// tunnel's namespace, configures it over its API and restarts it when it dies.
+    Spawn(PathBuf),
+    /// A `gobgpd` already running, configured by its owner, whose API is this Unix socket:
+    /// the switch only announces and withdraws its own routes there.
+    Attach(PathBuf),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvpnFile {
+    asn: Option<u32>,
+    router_id: Option<String>,
+    #[serde(default)]
+    peers: Vec<String>,
+    listen_port: Option<u16>,
+    gobgpd: Option<PathBuf>,
+    attach: Option<PathBuf>,
+    max_routes: Option<usize>,
+}
+
+/// The AS an EVPN switch uses unless told (a private one).
+pub const DEFAULT_EVPN_ASN: u32 = 65000;
+
+fn evpn_settings(
+    f: &SwitchFile,
+    err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Option<EvpnSettings>, ConfigError> {
+    let evpn_ports: Vec<&Spanned<PortSpec>> = f.port.iter().filter(|p| p.get_ref().evpn).collect();
+    let Some(e) = &f.evpn else {
+        if let Some(p) = evpn_ports.first() {
+            return Err(err(
+                Some(p.span()),
+                format!(
+                    "port {:?} has evpn = true but the switch has no [evpn] table; add one naming the BGP peers, e.g. [evpn] peers = [\"192.168.77.254\"]",
+                    p.get_ref().name
+                ),
+            ));
+        }
+        return Ok(None);
+    };
+    let at = Some(e.span());
+    let v = e.get_ref();
+    let port = match evpn_ports.as_slice() {
+        [p] => p.get_ref().name.clone(),
+        [] => {
+            return Err(err(at, "[evpn] needs a vxlan port with evpn = true, whose stations it announces".into()));
+        }
+        [_, p, ..] => {
+            return Err(err(Some(p.span()), "only one port of a switch may have evpn = true".into()));
+        }
+    };
+    let asn = v.asn.unwrap_or(DEFAULT_EVPN_ASN);
+    if asn == 0 || asn > 65535 {
+        return Err(err(at, format!("[evpn] asn {asn}: use 1 to 65535 (the route targets are ASN:VNI)")));
+    }
+    let router_id = match &v.router_id {
+        None => None,
+        Some(r) => Some(r.parse::<std::net::Ipv4Addr>().map_err(|_| {
+            err(at.clone(), format!("[evpn] router_id {r:?} is not an IPv4 address (BGP router ids are)"))
+        })?),
+    };
+    let mut peers = Vec::new();
+    for p in &v.peers {
+        let a: std::net::IpAddr =
+            p.parse().map_err(|_| err(at.clone(), format!("[evpn] peer {p:?} is not an IP address")))?;
+        if a.is_unspecified() || a.is_multicast() || peers.contains(&a) {
+            return Err(err(
+                at.clone(),
+                format!("[evpn] peer {a} is not another host's unicast address, or is listed twice"),
+            ));
+        }
+        peers.push(a);
+    }
+    let speaker = match (&v.attach, &v.gobgpd) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                at,
+                "[evpn]: give `attach` (a running speaker's API socket) or `gobgpd` (the one to start), not both"
+                    .into(),
+            ));
+        }
+        (Some(a), None) => EvpnSpeaker::Attach(a.clone()),
+        (None, g) => EvpnSpeaker::Spawn(g.clone().unwrap_or_else(|| PathBuf::from("gobgpd"))),
+    };
+    if peers.is_empty() && matches!(speaker, EvpnSpeaker::Spawn(_)) {
+        return Err(err(
+            at,
+            "[evpn] lists no peers; name the route reflectors or other hosts, e.g. peers = [\"192.168.77.254\"]".into(),
+        ));
+    }
+    let max_routes = v.max_routes.unwrap_or(sluice_switch::evpn::DEFAULT_MAX_ROUTES);
+    if max_routes == 0 || max_routes > 1 << 20 {
+        return Err(err(at, format!("[evpn] max_routes {max_routes}: use 1 to 1048576")));
+    }
+    let listen_port = v.listen_port.unwrap_or(179);
+    Ok(Some(EvpnSettings { asn, router_id, peers, listen_port, speaker, max_routes, port }))
 }

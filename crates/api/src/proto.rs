@@ -181,6 +181,9 @@ pub enum Request {
     },
     /// Answered with IGMP/MLD snooping's multicast database ([`MdbReport`]).
     MdbShow,
+    /// Answered with the EVPN speaker, its sessions and the routes sent and received
+    /// ([`EvpnReport`]).
+    EvpnShow,
 }
 
 /// What `port_set` changes on a port (absent: unchanged; a rate of 0: no limit).
@@ -253,6 +256,7 @@ pub const METHODS: &[&str] = &[
     "acl_default",
     "port_set",
     "mdb_show",
+    "evpn_show",
 ];
 
 /// JSON-RPC's version string.
@@ -944,9 +948,18 @@ pub struct FibEntryReport {
     pub is_static: bool,
     /// Seconds since last seen (learned entries).
     pub age_s: Option<f64>,
-    /// Behind a tunnel port: the remote endpoint the station was heard from.
+    /// Behind a tunnel port: the remote endpoint the station was heard from, or (origin
+    /// `evpn`) the next hop of the route that put it there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// How the entry came: `learned`, `static` (configured) or `evpn` (another host's
+    /// route).
+    #[serde(default = "learned")]
+    pub origin: String,
+}
+
+fn learned() -> String {
+    "learned".into()
 }
 
 /// One group's membership, in an [`MdbReport`].
@@ -1009,6 +1022,87 @@ pub struct MdbPortCounters {
     pub mdb_full: u64,
     /// Group records beyond a message's bound, not read.
     pub truncated: u64,
+}
+
+/// The EVPN speaker, in an [`EvpnReport`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnSpeakerReport {
+    /// `spawned` (the switch runs it) or `attached` (one already running).
+    pub mode: String,
+    /// The speaker's API socket.
+    pub api: String,
+    /// `running`, `restarting`, `stopped` or `failed` (spawned); `connected` or
+    /// `disconnected` (attached).
+    pub state: String,
+    /// Its pid (spawned, while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Times it was started again.
+    pub restarts: u64,
+    /// Our AS and router id.
+    pub asn: u32,
+    /// The router id.
+    pub router_id: String,
+    /// Whether the agent is connected to its API now.
+    pub connected: bool,
+    /// Why the last connection ended, or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One BGP session, in an [`EvpnReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnPeerReport {
+    /// The peer's address.
+    pub address: String,
+    /// Its AS.
+    pub asn: u32,
+    /// `established`, `active`, `idle` …
+    pub state: String,
+}
+
+/// One EVPN route, in an [`EvpnReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnRouteReport {
+    /// 2 (a station) or 3 (a flood list membership).
+    #[serde(rename = "type")]
+    pub route_type: u8,
+    /// The VNI.
+    pub vni: u32,
+    /// The station (type 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Its IP address, when bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The endpoint: ours for routes sent, the originator's for routes received.
+    pub endpoint: String,
+    /// MAC mobility sequence number.
+    pub seq: u32,
+    /// A configured station.
+    pub sticky: bool,
+    /// Received routes: `installed` (the switch sends to it), `lost` (another route for the
+    /// station holds: a higher sequence number, or ours) or `over_limit` (waiting for room);
+    /// sent routes: `announced`.
+    pub status: String,
+}
+
+/// Answer to [`Request::EvpnShow`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnReport {
+    /// The EVPN port.
+    pub port: String,
+    /// The speaker.
+    pub speaker: EvpnSpeakerReport,
+    /// The BGP sessions.
+    pub peers: Vec<EvpnPeerReport>,
+    /// Routes announced.
+    pub sent: Vec<EvpnRouteReport>,
+    /// Routes received.
+    pub received: Vec<EvpnRouteReport>,
+    /// Counters: `received`, `installed`, `over_limit`, `claims_local`, `moved_away`,
+    /// `flood_over_limit`, `refused_<reason>`, `announce_errors`, `resyncs`.
+    pub counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// Answer to [`Request::MdbShow`].

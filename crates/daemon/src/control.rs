@@ -62,6 +62,13 @@ impl Jobs {
         })
     }
 
+    /// Runs `f` on the datapath without waiting for it.
+    pub fn post(&self, f: impl FnOnce(&mut Datapath) + Send + 'static) {
+        if self.tx.send(Box::new(f)).is_ok() {
+            self.wake.notify();
+        }
+    }
+
     /// Asks the datapath to stop.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Box::new(|dp: &mut Datapath| dp.request_stop()));
@@ -118,6 +125,8 @@ pub struct Server {
     pub monitor: std::sync::Mutex<Option<super::monitor::Monitor>>,
     /// The switch's gateway, when it has one.
     pub gateway: Option<std::sync::Arc<super::gateway::Gateway>>,
+    /// The switch's EVPN agent, when it has one.
+    pub evpn: Option<std::sync::Arc<super::evpn::Evpn>>,
 }
 
 /// Writes a refusal on a connection about to be closed (taken by the client by `due`).
@@ -485,6 +494,12 @@ impl Server {
                 static ADDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
                 let _one = ADDING.lock().unwrap_or_else(|p| p.into_inner());
                 let port = *port;
+                if port.evpn {
+                    return Err(Error::Api(sluice_api::Error::Port(format!(
+                        "port {:?}: an EVPN tunnel comes with the switch's [evpn] table, in its configuration file; it cannot be added to a running switch",
+                        port.name
+                    ))));
+                }
                 let (existing, missing) = {
                     let n = port.name.clone();
                     let watched = port.mirror.clone();
@@ -615,6 +630,14 @@ impl Server {
                 answer
             }
             Request::MdbShow => json(self.jobs.run(mdb_report)?)?,
+            Request::EvpnShow => match &self.evpn {
+                Some(e) => json(e.report())?,
+                None => {
+                    return Err(Error::Api(sluice_api::Error::Port(
+                        "the switch has no EVPN: add an [evpn] table and a vxlan port with evpn = true".into(),
+                    )));
+                }
+            },
             Request::FibAdd { mac, vlan, port } => {
                 let m = parse_mac(&mac)?;
                 let p = port.clone();
@@ -954,8 +977,14 @@ fn fib_report(dp: &mut Datapath) -> FibReport {
             mac: mac.to_string(),
             port: dp.switch().port_name(e.port).unwrap_or("?").to_string(),
             is_static: e.is_static,
-            age_s: (!e.is_static).then(|| now.saturating_sub(e.last_seen_ms) as f64 / 1000.0),
+            age_s: (!e.is_static && !e.remote).then(|| now.saturating_sub(e.last_seen_ms) as f64 / 1000.0),
             endpoint: dp.switch().port_endpoint(e.port, vlan, mac),
+            origin: match (e.is_static, e.remote) {
+                (true, _) => "static",
+                (_, true) => "evpn",
+                _ => "learned",
+            }
+            .into(),
         })
         .collect();
     FibReport { summary: fib_summary(dp), entries }

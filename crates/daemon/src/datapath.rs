@@ -65,6 +65,8 @@ pub struct Datapath {
     ct_full_logged: (u64, Option<Instant>),
     /// Where the switch's events go to subscribers.
     events: Arc<Hub>,
+    /// EVPN: where local station changes go (the agent).
+    evpn: Option<crate::evpn::Link>,
 }
 
 impl Datapath {
@@ -95,6 +97,7 @@ impl Datapath {
             full_logged: (0, None),
             ct_full_logged: (0, None),
             events: Arc::new(Hub::default()),
+            evpn: None,
         })
     }
 
@@ -104,15 +107,29 @@ impl Datapath {
     }
 
     /// Hands the core's station events to the subscribers (and drops them when there are
-    /// none), naming ports by the names they were attached with.
+    /// none), naming ports by the names they were attached with; and, with EVPN, the local
+    /// stations' changes to the agent.
     fn drain_events(&mut self) {
-        let Datapath { sw, events, specs, .. } = self;
-        if !events.listened() {
+        let Datapath { sw, events, specs, evpn, .. } = self;
+        if !events.listened() && evpn.is_none() {
             sw.take_events(|_| ());
             return;
         }
+        let mut taken = Vec::new();
+        let lost = sw.take_events(|e| taken.push(e));
+        if let Some(l) = evpn.as_ref() {
+            if lost > 0 {
+                l.resync.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            for e in &taken {
+                evpn_change(sw, l, e);
+            }
+        }
+        if !events.listened() {
+            return;
+        }
         let name = |id: PortId| specs.get(&id).map_or_else(|| format!("#{id}"), |s| s.name.clone());
-        let lost = sw.take_events(|e| {
+        for e in taken {
             use sluice_api::proto::EventKind as K;
             use sluice_switch::StationChange as C;
             let (mac, vlan, port) = (e.mac.to_string(), e.vlan, name(e.port));
@@ -122,10 +139,27 @@ impl Datapath {
                 C::Aged => K::StationAged { mac, vlan, port },
                 C::Removed => K::StationRemoved { mac, vlan, port, is_static: e.is_static },
             });
-        });
+        }
         if lost > 0 {
             events.lost(lost);
         }
+    }
+
+    /// EVPN: links the agent, which hears of local stations from now on.
+    pub fn set_evpn(&mut self, link: crate::evpn::Link) {
+        self.evpn = Some(link);
+    }
+
+    /// EVPN: the local stations the agent announces, as `(vni, mac, configured)`: every
+    /// station behind a port other than EVPN tunnel `port`, in a VLAN the tunnel carries.
+    pub fn evpn_local_stations(&self, port: PortId) -> Vec<(u32, sluice_wire::MacAddr, bool)> {
+        self.sw
+            .fib()
+            .entries()
+            .into_iter()
+            .filter(|(_, _, e)| e.port != port && !e.remote)
+            .filter_map(|(vlan, mac, e)| self.sw.evpn_vni_of(port, vlan).map(|vni| (vni, mac, e.is_static)))
+            .collect()
     }
 
     /// When the daemon started, as Unix time in nanoseconds.
@@ -553,6 +587,22 @@ impl Datapath {
 /// Whether `rate_out` shapes a port of `kind` on the kernel datapath: a veth guest's by the
 /// qdisc on its switch-side end, a TAP or a socket's by the switch's core, which sends to
 /// them; the kernel sends to an uplink or a tunnel itself, with no shaper.
+/// What a station event means to the EVPN agent: a station behind a local port is here
+/// (learned, moved here, configured) or gone; one that moved to the tunnel left.
+fn evpn_change(sw: &Switch, l: &crate::evpn::Link, e: &sluice_switch::StationEvent) {
+    use crate::evpn::Local;
+    use sluice_switch::StationChange as C;
+    let local_port = e.port != l.port;
+    let Some(vni) = sw.evpn_vni_of(l.port, e.vlan) else { return };
+    let (vni, mac) = (vni, e.mac);
+    match e.change {
+        C::Learned | C::Moved { .. } if local_port => l.tell(Local::Up { vni, mac, sticky: e.is_static }),
+        C::Moved { .. } => l.tell(Local::Down { vni, mac }),
+        C::Aged | C::Removed if local_port => l.tell(Local::Down { vni, mac }),
+        _ => {}
+    }
+}
+
 fn shapeable(kind: PortKind) -> bool {
     !matches!(kind, PortKind::Uplink | PortKind::Vxlan)
 }

@@ -9,15 +9,13 @@
 //! end carrying the address; on the user-space datapath a TAP, its device the host's end.
 //! dnsmasq reads only the configuration written here, in the daemon's root-owned run
 //! directory; its leases are kept in the state directory. It runs in the foreground as user
-//! `dnsmasq`, its stderr read into the daemon's log; when it exits it is started again
-//! after 1, 2, 4 … 60 s (back to 1 s once it ran a minute), and given up after
-//! [`MAX_QUICK_EXITS`] exits in a row that each came within a minute.
+//! `dnsmasq` under the daemon's supervision ([`crate::child`]: its stderr in the daemon's
+//! log, started again with back-off when it exits).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sluice_api::config::{GatewaySettings, PortKind, PortSpec, Settings};
@@ -33,18 +31,6 @@ pub const DNSMASQ: &str = "/usr/sbin/dnsmasq";
 pub const DNSMASQ_USER: &str = "dnsmasq";
 /// Its group.
 pub const DNSMASQ_GROUP: &str = "nogroup";
-/// Exits in a row, each within a minute of its start, after which dnsmasq is given up.
-pub const MAX_QUICK_EXITS: u32 = 10;
-/// The longest wait before starting it again.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// A run this long resets the back-off.
-const RAN_LONG: Duration = Duration::from_secs(60);
-/// How long dnsmasq has to end after SIGTERM before SIGKILL.
-const TERM_WITHIN: Duration = Duration::from_secs(5);
-/// Lines of its stderr kept to say why it exited.
-const LAST_LINES: usize = 5;
-/// The longest stderr line read whole.
-const MAX_LINE: u64 = 4096;
 /// The namespace the gateway pair's host end stays in: the daemon's own.
 const HOST_NETNS: &str = "/proc/self/ns/net";
 
@@ -82,34 +68,6 @@ impl Names {
     }
 }
 
-/// What the supervisor and the status share.
-#[derive(Default)]
-struct State {
-    stopping: bool,
-    dnsmasq: &'static str,
-    pid: Option<u32>,
-    restarts: u64,
-    last_exit: Option<String>,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    wake: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Waits up to `d` for a stop; true when one was asked for.
-    fn wait_stop(&self, d: Duration) -> bool {
-        let g = self.lock();
-        let (g, _) = self.wake.wait_timeout_while(g, d, |s| !s.stopping).unwrap_or_else(|p| p.into_inner());
-        g.stopping
-    }
-}
-
 /// A running gateway.
 pub struct Gateway {
     settings: GatewaySettings,
@@ -117,8 +75,8 @@ pub struct Gateway {
     kernel: bool,
     /// The run directory's `SWITCH/gateway` (holds `dnsmasq.conf`).
     dir: PathBuf,
-    shared: Arc<Shared>,
-    supervisor: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// dnsmasq, once started.
+    dnsmasq: Mutex<Option<crate::child::Supervisor>>,
 }
 
 impl Gateway {
@@ -129,17 +87,7 @@ impl Gateway {
         let kernel = s.datapath == sluice_api::config::DatapathKind::Kernel;
         let names = Names::of(&s.name, kernel);
         let dir = sluice_sys::paths::run_dir().join(&s.name).join("gateway");
-        let gw = Gateway {
-            settings: g.clone(),
-            names,
-            kernel,
-            dir,
-            shared: Arc::new(Shared {
-                state: Mutex::new(State { dnsmasq: "stopped", ..State::default() }),
-                wake: Condvar::new(),
-            }),
-            supervisor: Mutex::new(None),
-        };
+        let gw = Gateway { settings: g.clone(), names, kernel, dir, dnsmasq: Mutex::new(None) };
         if let Err(e) = gw.set_up(s, dp) {
             gw.tear_down(true);
             return Err(e);
@@ -185,21 +133,28 @@ impl Gateway {
                 String::from_utf8_lossy(&test.stderr).trim()
             );
         }
-        let shared = self.shared.clone();
-        let args = dnsmasq_args(&conf);
-        let switch = s.name.clone();
-        let t = std::thread::Builder::new()
-            .name("gateway".into())
-            .spawn(move || supervise(&shared, &args, &switch))
-            .context("starting the gateway's supervisor thread")?;
-        *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        let program = crate::child::Program {
+            label: "dnsmasq",
+            path: DNSMASQ.into(),
+            args: dnsmasq_args(&conf),
+            netns: None,
+            switch: s.name.clone(),
+            log_stdout: false,
+        };
+        let sup = crate::child::Supervisor::start(program).context("starting the gateway's supervisor thread")?;
+        *self.dnsmasq.lock().unwrap_or_else(|p| p.into_inner()) = Some(sup);
         info!(switch = %s.name, address = %format!("{}/{}", g.address, g.prefix), interface = %n.host, port = %n.port, dhcp = %format!("{}-{}", g.range.0, g.range.1), nft_table = %n.table, "gateway up");
         Ok(())
     }
 
     /// The gateway's state, for `sluice status`.
     pub fn status(&self) -> GatewayStatus {
-        let st = self.shared.lock();
+        let st = self
+            .dnsmasq
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or_else(|| crate::child::Status { state: "stopped", ..Default::default() }, |d| d.status());
         let g = &self.settings;
         GatewayStatus {
             address: format!("{}/{}", g.address, g.prefix),
@@ -210,14 +165,14 @@ impl Gateway {
             dns: g.dns,
             uplink: g.uplink.clone(),
             nft_table: self.names.table.clone(),
-            dnsmasq: st.dnsmasq.into(),
+            dnsmasq: st.state.into(),
             pid: st.pid,
             restarts: st.restarts,
             last_exit: st.last_exit.clone(),
         }
     }
 
-    /// Stops dnsmasq (SIGTERM, then SIGKILL after [`TERM_WITHIN`]). With `all` (the switch
+    /// Stops dnsmasq (SIGTERM, then SIGKILL after [`crate::child::TERM_WITHIN`]). With `all` (the switch
     /// stops), also deletes the nftables table, the configuration and the pair the daemon
     /// made; without (a restart in place), those stay for the next image.
     pub fn stop(&self, all: bool) {
@@ -225,10 +180,8 @@ impl Gateway {
     }
 
     fn tear_down(&self, all: bool) {
-        self.shared.lock().stopping = true;
-        self.shared.wake.notify_all();
-        if let Some(t) = self.supervisor.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = t.join();
+        if let Some(d) = self.dnsmasq.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            d.stop();
         }
         if !all {
             return;
@@ -410,153 +363,10 @@ fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Starts dnsmasq with `args`: stderr piped, its signal mask cleared, and SIGTERM when the
-/// thread that started it (the supervisor, which lives as long as the gateway) ends. The
-/// kernel clears that parent-death signal when dnsmasq drops to its user, so it covers its
-/// start only; a dnsmasq a killed daemon left is ended by the switch's next start
-/// ([`end_stale`]), or by the service manager, which stops the unit's whole cgroup.
-fn spawn(args: &[String]) -> std::io::Result<Child> {
-    let mut cmd = Command::new(DNSMASQ);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: the closure runs in the child between fork and exec and calls only
-    // sigemptyset, sigprocmask, prctl and getppid, all async-signal-safe, on a set of its
-    // own stack; it allocates nothing.
-    unsafe {
-        let parent = libc::getpid();
-        cmd.pre_exec(move || {
-            // (The daemon blocks its stop signals in every thread, for its signals thread;
-            // the mask is inherited, and dnsmasq must hear SIGTERM.)
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // (The parent died before the prctl: nobody would stop this one.)
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("the daemon is gone"));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
-
-/// Sends `sig` to child `c`, which has not been waited for (so its pid is still its own).
-fn signal(c: &Child, sig: i32) {
-    if let Ok(pid) = i32::try_from(c.id()) {
-        // SAFETY: kill with a pid of our unreaped child and a plain signal number.
-        unsafe { libc::kill(pid, sig) };
-    }
-}
-
-/// Reads dnsmasq's stderr into the log, keeping its last lines in `last`.
-fn read_stderr(r: impl Read, switch: String, last: Arc<Mutex<std::collections::VecDeque<String>>>) {
-    let mut r = BufReader::new(r);
-    loop {
-        let mut line = Vec::new();
-        match r.by_ref().take(MAX_LINE).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let text = String::from_utf8_lossy(&line).trim_end().to_string();
-        if text.is_empty() {
-            continue;
-        }
-        info!(switch = %switch, "dnsmasq: {text}");
-        let mut l = last.lock().unwrap_or_else(|p| p.into_inner());
-        if l.len() == LAST_LINES {
-            l.pop_front();
-        }
-        l.push_back(text);
-    }
-}
-
-/// Runs dnsmasq until the gateway stops, starting it again with back-off when it exits.
-fn supervise(sh: &Shared, args: &[String], switch: &str) {
-    let mut delay = Duration::from_secs(1);
-    let mut quick = 0;
-    loop {
-        if sh.lock().stopping {
-            break;
-        }
-        let started = Instant::now();
-        let why = match spawn(args) {
-            Err(e) => format!("could not start: {e}"),
-            Ok(mut child) => {
-                {
-                    let mut st = sh.lock();
-                    st.dnsmasq = "running";
-                    st.pid = Some(child.id());
-                }
-                info!(switch, pid = child.id(), "dnsmasq started");
-                let last = Arc::new(Mutex::new(std::collections::VecDeque::new()));
-                let reader = child.stderr.take().map(|e| {
-                    let (sw, l) = (switch.to_string(), last.clone());
-                    std::thread::Builder::new().name("dnsmasq-log".into()).spawn(move || read_stderr(e, sw, l))
-                });
-                let status = loop {
-                    match child.try_wait() {
-                        Ok(Some(st)) => break Some(st),
-                        Ok(None) => {}
-                        Err(e) => {
-                            warn!(switch, "cannot wait for dnsmasq: {e}");
-                            break None;
-                        }
-                    }
-                    if sh.wait_stop(Duration::from_millis(100)) {
-                        end(&mut child, switch);
-                        break None;
-                    }
-                };
-                if let Some(Ok(t)) = reader {
-                    let _ = t.join();
-                }
-                let Some(status) = status else {
-                    let mut st = sh.lock();
-                    (st.dnsmasq, st.pid) = ("stopped", None);
-                    return;
-                };
-                let lines: Vec<String> = last.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect();
-                let said =
-                    if lines.is_empty() { String::new() } else { format!("; its last words: {}", lines.join(" | ")) };
-                format!("exited ({status}) after {} s{said}", started.elapsed().as_secs())
-            }
-        };
-        if started.elapsed() >= RAN_LONG {
-            delay = Duration::from_secs(1);
-            quick = 0;
-        }
-        quick += 1;
-        {
-            let mut st = sh.lock();
-            st.pid = None;
-            st.last_exit = Some(why.clone());
-            st.dnsmasq = if quick >= MAX_QUICK_EXITS { "failed" } else { "restarting" };
-        }
-        if quick >= MAX_QUICK_EXITS {
-            tracing::error!(
-                switch,
-                "dnsmasq {why}; given up after {quick} exits in a row within a minute of their start: fix what its log says and restart the switch (`sluice switch restart`)"
-            );
-            return;
-        }
-        warn!(switch, "dnsmasq {why}; starting it again in {} s", delay.as_secs());
-        if sh.wait_stop(delay) {
-            sh.lock().dnsmasq = "stopped";
-            return;
-        }
-        sh.lock().restarts += 1;
-        delay = (delay * 2).min(MAX_BACKOFF);
-    }
-}
-
 /// Ends a dnsmasq an earlier run of this switch left (the daemon was killed: dnsmasq drops
 /// to its user, and a change of credentials clears the parent-death signal): a process
 /// whose program is [`DNSMASQ`] and whose command line names `conf`, the path of this
-/// switch's configuration. SIGTERM, then SIGKILL after [`TERM_WITHIN`].
+/// switch's configuration. SIGTERM, then SIGKILL after [`TERM_WITHIN`](crate::child::TERM_WITHIN).
 fn end_stale(conf: &Path) {
     let want = format!("--conf-file={}", conf.display());
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
@@ -575,7 +385,7 @@ fn end_stale(conf: &Path) {
         warn!(pid, "ending the dnsmasq an earlier run of this switch left");
         // SAFETY: kill with a pid and a plain signal number.
         unsafe { libc::kill(pid, libc::SIGTERM) };
-        let until = Instant::now() + TERM_WITHIN;
+        let until = Instant::now() + crate::child::TERM_WITHIN;
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -584,22 +394,6 @@ fn end_stale(conf: &Path) {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
-}
-
-/// Ends dnsmasq: SIGTERM, then SIGKILL when it has not exited within [`TERM_WITHIN`].
-fn end(c: &mut Child, switch: &str) {
-    signal(c, libc::SIGTERM);
-    let until = Instant::now() + TERM_WITHIN;
-    while Instant::now() < until {
-        if let Ok(Some(_)) = c.try_wait() {
-            info!(switch, "dnsmasq stopped");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    warn!(switch, "dnsmasq did not end within {} s of SIGTERM: killed", TERM_WITHIN.as_secs());
-    let _ = c.kill();
-    let _ = c.wait();
 }
 
 #[cfg(test)]

@@ -16,11 +16,13 @@
 //! [`STOP_WITHIN`], the process exits anyway, as after a crash: what the kernel datapath
 //! holds is adopted by the next run.
 
+mod child;
 mod control;
 mod datapath;
 mod deadline;
 pub mod error;
 mod events;
+mod evpn;
 mod gateway;
 pub mod kernel;
 pub mod metrics;
@@ -197,9 +199,25 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
             return Err(e);
         }
     };
+    let jobs = control::Jobs::new(tx, waker);
+    // EVPN: the speaker and the agent, once the ports are attached.
+    let evpn = match s.evpn.as_ref().map(|e| {
+        let spec = s.ports.iter().find(|p| p.name == e.port).expect("the config names the EVPN port among its ports");
+        let id = dp.switch().port_id(&spec.name).expect("the EVPN port is attached");
+        evpn::Evpn::start(&s, e, spec, id, &mut dp, jobs.clone())
+    }) {
+        None => None,
+        Some(Ok(e)) => Some(std::sync::Arc::new(e)),
+        Some(Err(e)) => {
+            if let Some(g) = &gateway {
+                g.stop(true);
+            }
+            let _ = std::fs::remove_file(&s.socket);
+            return Err(e);
+        }
+    };
     info!(switch = %s.name, socket = %s.socket.display(), mode = s.mode.as_str(), datapath = s.datapath.as_str(), lossless = s.core.lossless, poll = s.poll, ports = s.ports.len(), "switch started");
 
-    let jobs = control::Jobs::new(tx, waker);
     let ctl = std::sync::Arc::new(control::Server {
         settings: s.clone(),
         jobs: jobs.clone(),
@@ -207,6 +225,7 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         state_lock: std::sync::Mutex::new(()),
         monitor: std::sync::Mutex::new(None),
         gateway: gateway.clone(),
+        evpn: evpn.clone(),
     });
     if let Some(opened) = monitor {
         let started = monitor::Monitor::start(opened, ctl.monitor_source());
@@ -268,6 +287,9 @@ pub fn run_from(s: Settings, source: Option<Source>) -> Result<()> {
         .join()
         .map_err(|_| sluice_sys::failure!("the datapath thread panicked"))??;
     let _ = std::fs::remove_file(&s.socket);
+    if let Some(e) = &evpn {
+        e.stop();
+    }
     if let Some(g) = &gateway {
         g.stop(exit == datapath::Exit::Stop);
     }

@@ -39,19 +39,27 @@ pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_
 #[cfg(not(sluice_bpf))]
 pub(crate) static OBJECT: &[u8] = &[];
 
-/// A socket filter attached to a tunnel's socket: what it refused can be read back.
+/// A socket filter attached to a tunnel's socket: what it refused can be read back, and
+/// (an EVPN tunnel's) endpoints can be let in or out later.
 pub struct TunnelFilter {
     refused: PerCpuArray<MapData, u64>,
+    peers: HashMap<MapData, abi::IpKey, u32>,
 }
 
 impl TunnelFilter {
     /// Loads a filter that lets through datagrams from `endpoints` alone and attaches it
     /// to `socket` (a UDP socket of the same address family).
     pub fn attach(socket: BorrowedFd<'_>, endpoints: &[IpAddr]) -> Result<Self, Error> {
+        Self::attach_with_room(socket, endpoints, endpoints.len())
+    }
+
+    /// [`TunnelFilter::attach`], with room for `room` endpoints in all ([`TunnelFilter::allow`]
+    /// adds them later).
+    pub fn attach_with_room(socket: BorrowedFd<'_>, endpoints: &[IpAddr], room: usize) -> Result<Self, Error> {
         if OBJECT.is_empty() {
             return Err(Error::NotBuilt);
         }
-        let n = u32::try_from(endpoints.len().max(1)).map_err(|_| Error::Map("too many endpoints".into()))?;
+        let n = u32::try_from(room.max(endpoints.len()).max(1)).map_err(|_| Error::Map("too many endpoints".into()))?;
         let mut ebpf = aya::EbpfLoader::new()
             .set_max_entries("sluice_tunnel_peers", n)
             .load(OBJECT)
@@ -77,7 +85,17 @@ impl TunnelFilter {
         // keeping, which would detach it by the socket's descriptor number when dropped
         // (by then perhaps another socket's); the filter stays as long as the socket does.
         let _kept_by_the_socket = prog.take_link(link).map_err(|e| Error::Attach(e.to_string()))?;
-        Ok(TunnelFilter { refused })
+        Ok(TunnelFilter { refused, peers })
+    }
+
+    /// Lets datagrams from `addr` in (false: no room left; they stay refused).
+    pub fn allow(&mut self, addr: IpAddr) -> bool {
+        self.peers.insert(tables::ip_key(addr), 1, 0).is_ok()
+    }
+
+    /// Refuses datagrams from `addr` again.
+    pub fn forget(&mut self, addr: IpAddr) {
+        let _ = self.peers.remove(&tables::ip_key(addr));
     }
 
     /// Datagrams the filter refused so far, summed over CPUs.

@@ -204,7 +204,7 @@ fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
         (VlanMode::Trunk { allowed: vids.into_iter().collect(), native: None }, VniMap::PerVlan(pairs))
     };
     let remotes = (1..=r.range(1, 2) as u8).map(|n| endpoint(n, v6)).collect();
-    let rules = TunnelRules { vnis, remotes_only: r.chance(50), remotes };
+    let rules = TunnelRules { vnis, remotes_only: r.chance(50), remotes, evpn: false, announced: vec![] };
     (vlan, TunnelSpec { rules, local: endpoint(100, v6) })
 }
 

@@ -712,7 +712,13 @@ fn a_station_heard_behind_a_tunnel_is_reported_and_learned_only_if_the_core_says
         let mut sw = Switch::new(SwitchConfig::default()).unwrap();
         let caps = PortCaps { offload: true, lossless_input: false };
         let (tp, th) = mem_port(caps);
-        th.set_tunnel(TunnelRules { vnis: VniMap::Single(5000), remotes_only: true, remotes: vec![r1, r2] });
+        th.set_tunnel(TunnelRules {
+            vnis: VniMap::Single(5000),
+            remotes_only: true,
+            remotes: vec![r1, r2],
+            evpn: false,
+            announced: vec![],
+        });
         let port = |name: &str| PortConfig {
             name: name.into(),
             vlan: VlanMode::Access(1),

@@ -154,6 +154,10 @@ pub struct VxlanPort {
     /// The socket filter refusing unknown senders in the kernel, and how many of its
     /// refusals the switch has been told of.
     filter: Option<(sluice_ebpf::tunnel_filter::TunnelFilter, u64)>,
+    /// EVPN: stations and flood lists come from routes.
+    evpn: bool,
+    /// EVPN: the endpoints the routes name now (let in by the filter).
+    announced: Vec<IpAddr>,
 }
 
 impl VxlanPort {
@@ -173,7 +177,9 @@ impl VxlanPort {
         sock.set_nonblocking(true)?;
         sluice_sys::packet::grow_socket_buffers(sock.as_raw_fd(), SOCKET_BUFFER);
         let filter = if v.remotes_only && !send_only {
-            match sluice_ebpf::tunnel_filter::TunnelFilter::attach(sock.as_fd(), &v.remotes) {
+            // (An EVPN tunnel lets in the endpoints its routes name, as they come.)
+            let room = if v.evpn { v.remotes.len() + MAX_ENDPOINTS } else { v.remotes.len() };
+            match sluice_ebpf::tunnel_filter::TunnelFilter::attach_with_room(sock.as_fd(), &v.remotes, room) {
                 Ok(f) => Some((f, 0)),
                 Err(e) => {
                     tracing::warn!(
@@ -198,7 +204,12 @@ impl VxlanPort {
             sock,
             dstport: v.dstport,
             vnis: v.vnis.clone(),
-            table: Endpoints::new(v.remotes.clone(), v.remotes_only, MAX_STATIONS, MAX_ENDPOINTS, AGING_MS),
+            table: {
+                let t = Endpoints::new(v.remotes.clone(), v.remotes_only, MAX_STATIONS, MAX_ENDPOINTS, AGING_MS);
+                if v.evpn { t.evpn() } else { t }
+            },
+            evpn: v.evpn,
+            announced: Vec::new(),
             start: Instant::now(),
             bad_in: 0,
             last: None,
@@ -479,7 +490,36 @@ impl Port for VxlanPort {
     }
 
     fn tunnel(&self) -> Option<TunnelRules> {
-        Some(TunnelRules { vnis: self.vnis.clone(), remotes_only: self.remotes_only, remotes: self.remotes.clone() })
+        Some(TunnelRules {
+            vnis: self.vnis.clone(),
+            remotes_only: self.remotes_only,
+            remotes: self.remotes.clone(),
+            evpn: self.evpn,
+            announced: self.announced.clone(),
+        })
+    }
+
+    fn pin_remote(&mut self, vni: u32, mac: MacAddr, endpoint: Option<IpAddr>) {
+        self.table.pin(vni, mac, endpoint);
+    }
+
+    fn set_flood(&mut self, vni: u32, endpoints: &[IpAddr]) {
+        self.table.set_flood(vni, endpoints);
+    }
+
+    fn set_announced(&mut self, endpoints: &[IpAddr]) {
+        self.table.set_announced(endpoints);
+        if let Some((f, _)) = self.filter.as_mut() {
+            for gone in self.announced.iter().filter(|a| !endpoints.contains(a) && !self.remotes.contains(a)) {
+                f.forget(*gone);
+            }
+            for &new in endpoints.iter().filter(|a| !self.announced.contains(a)) {
+                if !f.allow(new) {
+                    tracing::warn!(endpoint = %new, "the tunnel's socket filter has no room for another EVPN endpoint: its datagrams are refused");
+                }
+            }
+        }
+        self.announced = endpoints.to_vec();
     }
 
     fn origin(&self) -> Option<Origin> {
@@ -578,6 +618,7 @@ mod tests {
             local: "127.0.0.1".parse().unwrap(),
             remotes: vec!["127.0.0.2".parse().unwrap()],
             remotes_only,
+            evpn: false,
             vnis: VniMap::Single(5000),
             dstport: 0,
         }

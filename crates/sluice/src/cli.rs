@@ -343,6 +343,7 @@ pub fn port_add(a: PortAddArgs) -> Result<()> {
         local: a.local,
         remotes: a.remotes,
         remotes_only: a.remotes_only,
+        evpn: false,
         vni: a.vni,
         vni_map: if a.vni_map.is_empty() {
             None
@@ -501,7 +502,7 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
     }
     let mut t = table();
     let tunnels = r.entries.iter().any(|e| e.endpoint.is_some());
-    let mut head = vec!["VLAN", "MAC", "PORT", "AGE"];
+    let mut head = vec!["VLAN", "MAC", "PORT", "AGE", "ORIGIN"];
     if tunnels {
         head.push("ENDPOINT");
     }
@@ -511,7 +512,8 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
             e.vlan.to_string(),
             e.mac.clone(),
             e.port.clone(),
-            e.age_s.map_or("static".into(), |a| format!("{a:.0}s")),
+            e.age_s.map_or("-".into(), |a| format!("{a:.0}s")),
+            e.origin.clone(),
         ];
         if tunnels {
             row.push(e.endpoint.clone().unwrap_or_default());
@@ -525,6 +527,66 @@ pub fn fib_show(target: &Target, vlan: Option<u16>, json: bool) -> Result<()> {
     );
     if !r.entries.is_empty() {
         println!("{t}");
+    }
+    Ok(())
+}
+
+pub fn evpn_show(target: &Target, json: bool) -> Result<()> {
+    let r: sluice_api::proto::EvpnReport = Client::for_target(target)?.call(&Request::EvpnShow)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let sp = &r.speaker;
+    let pid = sp.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+    println!(
+        "EVPN on port {}: AS {}, router id {}; speaker {} ({}{pid}, {} restarts), API {} ({})",
+        r.port,
+        sp.asn,
+        sp.router_id,
+        sp.mode,
+        sp.state,
+        sp.restarts,
+        sp.api,
+        if sp.connected { "connected" } else { "not connected" }
+    );
+    if let Some(e) = &sp.last_error
+        && !sp.connected
+    {
+        println!("last error: {e}");
+    }
+    let mut t = table();
+    t.set_header(vec!["PEER", "AS", "STATE"]);
+    for p in &r.peers {
+        t.add_row(vec![p.address.clone(), p.asn.to_string(), p.state.clone()]);
+    }
+    if !r.peers.is_empty() {
+        println!("{t}");
+    }
+    for (what, routes) in [("sent", &r.sent), ("received", &r.received)] {
+        println!("{} route(s) {what}", routes.len());
+        if routes.is_empty() {
+            continue;
+        }
+        let mut t = table();
+        t.set_header(vec!["TYPE", "VNI", "MAC", "IP", "ENDPOINT", "SEQ", "STATUS"]);
+        for x in routes.iter() {
+            let seq = if x.sticky { format!("{} sticky", x.seq) } else { x.seq.to_string() };
+            t.add_row(vec![
+                x.route_type.to_string(),
+                x.vni.to_string(),
+                x.mac.clone().unwrap_or_else(|| "-".into()),
+                x.ip.clone().unwrap_or_else(|| "-".into()),
+                x.endpoint.clone(),
+                seq,
+                x.status.clone(),
+            ]);
+        }
+        println!("{t}");
+    }
+    let nonzero: Vec<String> = r.counters.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+    if !nonzero.is_empty() {
+        println!("counters: {}", nonzero.join(", "));
     }
     Ok(())
 }

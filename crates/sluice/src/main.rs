@@ -67,6 +67,14 @@ enum Cmd {
     ///   sluice mdb show --json --switch sw0
     #[command(subcommand)]
     Mdb(MdbCmd),
+    /// EVPN: the BGP speaker, its sessions, and the routes the switch announced and
+    /// received (a switch with an `[evpn]` table; docs/evpn.md).
+    ///
+    /// Examples:
+    ///   sluice evpn show
+    ///   sluice evpn show --json --switch h1
+    #[command(subcommand, verbatim_doc_comment)]
+    Evpn(EvpnCmd),
     /// Show per-port counters (`sluice stats reset` zeroes them).
     Stats(cli::StatsArgs),
     /// A live view of the switch: each port's and traffic class's frames and bits per
@@ -381,6 +389,20 @@ enum PortCmd {
 }
 
 #[derive(Subcommand, Debug)]
+enum EvpnCmd {
+    /// Show the speaker (spawned or attached, its state), the BGP sessions, the routes
+    /// announced (type 2: a local station; type 3: this host floods the VNI) and received
+    /// (installed, lost to another route, or waiting for room), and the counters.
+    Show {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum MdbCmd {
     /// Show which ports joined which IP group (VLAN, group, member ports with the seconds
     /// left of each membership), the router ports and the querier.
@@ -465,6 +487,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Port(PortCmd::List { .. })
             | Cmd::Fib(FibCmd::Show { .. })
             | Cmd::Mdb(MdbCmd::Show { .. })
+            | Cmd::Evpn(EvpnCmd::Show { .. })
             | Cmd::Switch(SwitchCmd::List { .. })
             | Cmd::Lab(lab::LabCmd::List { .. })
             | Cmd::Bench(bench::BenchCmd::Profiles { .. })
@@ -510,6 +533,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
         Cmd::Mdb(MdbCmd::Show { json, target }) => cli::mdb_show(&target, json)?,
+        Cmd::Evpn(EvpnCmd::Show { json, target }) => cli::evpn_show(&target, json)?,
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,

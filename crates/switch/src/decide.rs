@@ -533,7 +533,9 @@ fn admit<'a, P: Ports + ?Sized>(key: &Key, t: &Tables<'a, P>) -> Result<Admitted
 #[inline]
 pub(crate) fn learning<P: Ports + ?Sized>(key: &Key, t: &Tables<'_, P>) -> Option<Admission> {
     let a = admit(key, t).ok()?;
-    let station = t.cfg.mode == Mode::L2 || !a.me.policy.uplink;
+    // (An EVPN tunnel's stations come from routes, never from its datagrams.)
+    let evpn = a.me.tunnel.as_ref().is_some_and(|t| t.evpn);
+    let station = (t.cfg.mode == Mode::L2 || !a.me.policy.uplink) && !evpn;
     Some(Admission { vid: a.vid, ip: a.learn_ip, station })
 }
 
@@ -1008,7 +1010,15 @@ mod tests {
     fn a_tunnels_origin_says_its_vlan_or_drops_it() {
         use crate::tunnel::VniMap;
         let tunnel = |vlan: VlanMode, vnis: VniMap, remotes_only: bool| {
-            with(port(vlan), |p| p.tunnel = Some(TunnelRules { vnis, remotes_only, remotes: vec![ip("192.0.2.1")] }))
+            with(port(vlan), |p| {
+                p.tunnel = Some(TunnelRules {
+                    vnis,
+                    remotes_only,
+                    remotes: vec![ip("192.0.2.1")],
+                    evpn: false,
+                    announced: vec![],
+                })
+            })
         };
         let w = World::l2(vec![
             tunnel(trunk(&[10], Some(1)), VniMap::Single(5000), true),

@@ -25,6 +25,9 @@ pub struct FibEntry {
     pub last_seen_ms: u64,
     /// Configured, not learned: never ages, never moves.
     pub is_static: bool,
+    /// Installed from another host's route (EVPN), not learned: never ages; a frame from a
+    /// local port moves it as it moves a learned station ([`Fib::add_remote`]).
+    pub remote: bool,
 }
 
 /// What [`Fib::learn_limited`] did with a source address.
@@ -244,7 +247,8 @@ impl Fib {
                 let from = e.port;
                 e.port = port;
                 e.last_seen_ms = now_ms;
-                Some(from)
+                // (A remote station was not counted behind its tunnel.)
+                Some((from, !std::mem::take(&mut e.remote)))
             }
             // (The port's limit first: a kernel datapath, which cannot see how full the
             // table is, tells the two refusals apart the same way.)
@@ -254,18 +258,23 @@ impl Fib {
                 return Learn::TableFull;
             }
             None => {
-                self.map.insert(StationKey::new(vlan, mac), FibEntry { port, last_seen_ms: now_ms, is_static: false });
+                self.map.insert(
+                    StationKey::new(vlan, mac),
+                    FibEntry { port, last_seen_ms: now_ms, is_static: false, remote: false },
+                );
                 self.note_full(false);
                 None
             }
         };
-        if let Some(from) = moved_from {
+        if let Some((from, counted)) = moved_from {
             self.moves += 1;
-            self.count(from, false);
+            if counted {
+                self.count(from, false);
+            }
         }
         if self.events.is_some() {
-            let change = moved_from.map_or(StationChange::Learned, |from| StationChange::Moved { from });
-            self.event(change, vlan, mac, &FibEntry { port, last_seen_ms: now_ms, is_static: false });
+            let change = moved_from.map_or(StationChange::Learned, |(from, _)| StationChange::Moved { from });
+            self.event(change, vlan, mac, &FibEntry { port, last_seen_ms: now_ms, is_static: false, remote: false });
         }
         self.count(port, true);
         self.note(vlan, mac);
@@ -317,16 +326,17 @@ impl Fib {
     /// The port behind `mac` on `vlan`, if known and not expired.
     pub fn lookup(&self, vlan: u16, mac: MacAddr, now_ms: u64) -> Option<PortId> {
         let e = self.map.get(&StationKey::new(vlan, mac))?;
-        (e.is_static || now_ms.saturating_sub(e.last_seen_ms) <= self.aging_ms).then_some(e.port)
+        (e.is_static || e.remote || now_ms.saturating_sub(e.last_seen_ms) <= self.aging_ms).then_some(e.port)
     }
 
     /// Adds or replaces a static entry.
     pub fn add_static(&mut self, vlan: u16, mac: MacAddr, port: PortId) {
         let was_full = self.is_full();
-        let entry = FibEntry { port, last_seen_ms: 0, is_static: true };
+        let entry = FibEntry { port, last_seen_ms: 0, is_static: true, remote: false };
         let old = self.map.insert(StationKey::new(vlan, mac), entry);
         if let Some(old) = old
             && !old.is_static
+            && !old.remote
         {
             self.count(old.port, false);
         }
@@ -343,11 +353,53 @@ impl Fib {
         let Some(old) = self.map.remove(&StationKey::new(vlan, mac)) else { return false };
         self.note_full(was_full);
         self.event(StationChange::Removed, vlan, mac, &old);
-        if !old.is_static {
+        if !old.is_static && !old.remote {
             self.count(old.port, false);
         }
         self.note(vlan, mac);
         true
+    }
+
+    /// Puts station `mac` on `vlan` behind `port` (a tunnel) from another host's route:
+    /// it never ages, and a frame from a local port moves it. A learned entry elsewhere is
+    /// moved; a static one stays, and false says so. A full table refuses a new station
+    /// (counted in `full_refusals`).
+    pub fn add_remote(&mut self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
+        if mac.is_multicast() || mac.is_zero() {
+            return false;
+        }
+        let was_full = self.is_full();
+        let entry = FibEntry { port, last_seen_ms: 0, is_static: false, remote: true };
+        let change = match self.map.get(&StationKey::new(vlan, mac)).copied() {
+            Some(old) if old.is_static => return false,
+            Some(old) if old.remote && old.port == port => return true,
+            Some(old) => {
+                if !old.remote {
+                    self.count(old.port, false);
+                }
+                self.moves += u64::from(old.port != port);
+                StationChange::Moved { from: old.port }
+            }
+            None if self.map.len() >= self.max_entries => {
+                self.full_refusals += 1;
+                return false;
+            }
+            None => StationChange::Learned,
+        };
+        self.map.insert(StationKey::new(vlan, mac), entry);
+        self.event(change, vlan, mac, &entry);
+        self.note_full(was_full);
+        self.note(vlan, mac);
+        true
+    }
+
+    /// Removes station `mac` on `vlan` if it is still the remote station [`Fib::add_remote`]
+    /// put behind `port` (a local port may have taken it since); true if it was.
+    pub fn remove_remote(&mut self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
+        match self.map.get(&StationKey::new(vlan, mac)) {
+            Some(e) if e.remote && e.port == port => self.remove(vlan, mac),
+            _ => false,
+        }
     }
 
     /// Forgets the entries `drop` picks (`change` says why, to listeners).
@@ -365,7 +417,7 @@ impl Fib {
             if d && let Some(q) = events.as_mut() {
                 q.push(StationEvent { change, vlan: k.vlan(), mac: k.mac(), port: e.port, is_static: e.is_static });
             }
-            if d && !e.is_static {
+            if d && !e.is_static && !e.remote {
                 freed.push(e.port);
             }
             !d
@@ -382,7 +434,9 @@ impl Fib {
     /// Forgets learned entries older than the aging time.
     pub fn expire(&mut self, now_ms: u64) {
         let aging = self.aging_ms;
-        self.forget(StationChange::Aged, |_, _, e| !e.is_static && now_ms.saturating_sub(e.last_seen_ms) > aging);
+        self.forget(StationChange::Aged, |_, _, e| {
+            !e.is_static && !e.remote && now_ms.saturating_sub(e.last_seen_ms) > aging
+        });
     }
 
     /// Forgets every entry pointing at `port` (the port was removed).
@@ -398,7 +452,7 @@ impl Fib {
 
     /// Forgets learned entries, keeping static ones.
     pub fn flush_learned(&mut self) {
-        self.forget(StationChange::Removed, |_, _, e| !e.is_static);
+        self.forget(StationChange::Removed, |_, _, e| !e.is_static && !e.remote);
     }
 
     /// Entries as (vlan, mac, entry), sorted by VLAN then MAC.

@@ -26,6 +26,7 @@ pub mod conntrack;
 pub mod counters;
 pub mod decide;
 pub mod events;
+pub mod evpn;
 pub mod fastpath;
 pub mod fib;
 pub mod hold;

@@ -134,6 +134,18 @@ pub trait Port: Send {
     /// stations are.
     fn learn_remote(&mut self, _vni: u32, _mac: sluice_wire::MacAddr, _sender: std::net::IpAddr) {}
 
+    /// An EVPN tunnel: station `mac` of `vni` is behind `endpoint` (installed from a
+    /// route; it does not age), or no longer (`None`).
+    fn pin_remote(&mut self, _vni: u32, _mac: sluice_wire::MacAddr, _endpoint: Option<std::net::IpAddr>) {}
+
+    /// An EVPN tunnel: `vni` floods to `endpoints` (its type-3 routes) besides the
+    /// configured remotes.
+    fn set_flood(&mut self, _vni: u32, _endpoints: &[std::net::IpAddr]) {}
+
+    /// An EVPN tunnel: the endpoints the routes name now, whose datagrams are accepted
+    /// besides the configured remotes'.
+    fn set_announced(&mut self, _endpoints: &[std::net::IpAddr]) {}
+
     /// Frames refused for the port before it could read them, since the last call, and
     /// why (a tunnel's socket filter drops datagrams from unknown endpoints in the kernel,
     /// where the port never sees them). The switch counts them as received and dropped for

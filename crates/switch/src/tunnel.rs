@@ -64,12 +64,17 @@ pub struct TunnelRules {
     pub remotes_only: bool,
     /// The configured endpoints.
     pub remotes: Vec<IpAddr>,
+    /// EVPN: stations and endpoints come from routes. Nothing is learned from datagrams,
+    /// and the endpoints the routes name are accepted besides `remotes`.
+    pub evpn: bool,
+    /// EVPN: the endpoints the routes name now (the switch keeps this up to date).
+    pub announced: Vec<IpAddr>,
 }
 
 impl TunnelRules {
-    /// Whether `sender` is one of the configured endpoints.
+    /// Whether `sender` is one of the endpoints: configured, or named by a route.
     pub fn knows(&self, sender: IpAddr) -> bool {
-        self.remotes.contains(&sender)
+        self.remotes.contains(&sender) || self.announced.contains(&sender)
     }
 }
 
@@ -112,6 +117,15 @@ pub struct Endpoints {
     aging_ms: u64,
     /// Stations not learned because the table was full.
     pub full_refusals: u64,
+    /// EVPN: stations installed from routes (they do not age; only routes move them).
+    pinned: HashMap<(u32, MacAddr), IpAddr>,
+    /// EVPN: each VNI's flood list (the endpoints of its type-3 routes), besides the
+    /// configured endpoints.
+    vni_flood: HashMap<u32, Vec<IpAddr>>,
+    /// EVPN: the endpoints routes name, accepted besides the configured ones.
+    announced: HashSet<IpAddr>,
+    /// Stations are learned from datagrams (off on an EVPN tunnel).
+    learning: bool,
 }
 
 impl Endpoints {
@@ -135,13 +149,50 @@ impl Endpoints {
             max_endpoints,
             aging_ms,
             full_refusals: 0,
+            pinned: HashMap::new(),
+            vni_flood: HashMap::new(),
+            announced: HashSet::new(),
+            learning: true,
         }
     }
 
-    /// Whether datagrams from `endpoint` are accepted: it is configured, or the table is
-    /// open to any sender.
+    /// An EVPN tunnel's table: nothing is learned from datagrams; stations, flood lists
+    /// and further endpoints come from routes ([`Endpoints::pin`], [`Endpoints::set_flood`],
+    /// [`Endpoints::set_announced`]).
+    pub fn evpn(mut self) -> Self {
+        self.learning = false;
+        self
+    }
+
+    /// Whether datagrams from `endpoint` are accepted: it is configured or named by a
+    /// route, or the table is open to any sender.
     pub fn accepts(&self, endpoint: IpAddr) -> bool {
-        !self.remotes_only || self.known.contains(&endpoint)
+        !self.remotes_only || self.known.contains(&endpoint) || self.announced.contains(&endpoint)
+    }
+
+    /// EVPN: station `mac` of `vni` is behind `endpoint` (from a route), or no longer.
+    pub fn pin(&mut self, vni: u32, mac: MacAddr, endpoint: Option<IpAddr>) {
+        match endpoint {
+            Some(ep) => self.pinned.insert((vni, mac), ep),
+            None => self.pinned.remove(&(vni, mac)),
+        };
+    }
+
+    /// EVPN: `vni` floods to `endpoints` (besides the configured ones).
+    pub fn set_flood(&mut self, vni: u32, endpoints: &[IpAddr]) {
+        let mut v: Vec<IpAddr> = endpoints.iter().copied().filter(|e| !self.known.contains(e)).collect();
+        v.sort();
+        v.dedup();
+        if v.is_empty() {
+            self.vni_flood.remove(&vni);
+        } else {
+            self.vni_flood.insert(vni, v);
+        }
+    }
+
+    /// EVPN: the endpoints the routes name now, accepted besides the configured ones.
+    pub fn set_announced(&mut self, endpoints: &[IpAddr]) {
+        self.announced = endpoints.iter().copied().collect();
     }
 
     /// Notes a frame from `mac` in `vni` that arrived from `endpoint` at `now_ms`. Returns
@@ -151,6 +202,9 @@ impl Endpoints {
     pub fn learn(&mut self, vni: u32, mac: MacAddr, endpoint: IpAddr, now_ms: u64) -> bool {
         if !self.accepts(endpoint) {
             return false;
+        }
+        if !self.learning {
+            return true;
         }
         if let Some(t) = self.heard.get_mut(&endpoint) {
             *t = now_ms;
@@ -178,6 +232,12 @@ impl Endpoints {
     /// ones and those heard from within the aging time. Calls `f` per endpoint.
     pub fn targets(&self, vni: u32, dst: MacAddr, now_ms: u64, mut f: impl FnMut(IpAddr)) {
         if !dst.is_multicast()
+            && let Some(&ep) = self.pinned.get(&(vni, dst))
+        {
+            f(ep);
+            return;
+        }
+        if !dst.is_multicast()
             && let Some(&(ep, seen)) = self.stations.get(&(vni, dst))
             && now_ms.saturating_sub(seen) < self.aging_ms
         {
@@ -185,6 +245,9 @@ impl Endpoints {
             return;
         }
         for &ep in &self.configured {
+            f(ep);
+        }
+        for &ep in self.vni_flood.get(&vni).into_iter().flatten() {
             f(ep);
         }
         for (&ep, &seen) in &self.heard {
@@ -220,7 +283,7 @@ impl Endpoints {
 
     /// The endpoint `mac` in `vni` is behind, if learned.
     pub fn endpoint_of(&self, vni: u32, mac: MacAddr) -> Option<IpAddr> {
-        self.stations.get(&(vni, mac)).map(|e| e.0)
+        self.pinned.get(&(vni, mac)).copied().or_else(|| self.stations.get(&(vni, mac)).map(|e| e.0))
     }
 
     /// Endpoints a flood goes to now (configured, then heard).
@@ -308,6 +371,26 @@ mod tests {
         assert_eq!(open.flood_set(1), [a, forger]);
         assert!(open.learn(7, B, ip("192.0.2.67"), 0), "accepted, though no room to flood to it");
         assert_eq!(open.flood_set(1).len(), 2);
+    }
+
+    #[test]
+    fn an_evpn_table_sends_by_routes_floods_per_vni_and_learns_nothing() {
+        let (conf, a, b) = (ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3"));
+        let mut t = Endpoints::new(vec![conf], true, 16, 16, 1000).evpn();
+        assert!(!t.accepts(a), "not yet named by a route");
+        t.set_announced(&[a, b]);
+        assert!(t.accepts(a) && t.accepts(b) && t.accepts(conf));
+        assert!(t.learn(7, A, a, 0), "accepted");
+        assert_eq!(t.stations().count(), 0, "but nothing learned");
+        t.set_flood(7, &[b, conf, a]);
+        assert_eq!(all(&t, 7, MacAddr::BROADCAST, 0), [conf, a, b], "the configured one once");
+        assert_eq!(all(&t, 8, MacAddr::BROADCAST, 0), [conf], "another VNI's list is its own");
+        t.pin(7, A, Some(b));
+        assert_eq!((all(&t, 7, A, 5000), t.endpoint_of(7, A)), (vec![b], Some(b)), "never ages");
+        t.pin(7, A, None);
+        assert_eq!(all(&t, 7, A, 0).len(), 3, "removed: floods");
+        t.set_flood(7, &[]);
+        assert_eq!(all(&t, 7, MacAddr::BROADCAST, 0), [conf]);
     }
 
     #[test]

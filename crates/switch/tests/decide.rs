@@ -234,7 +234,13 @@ fn switch_with(mode: Mode, specs: &[PortSpec], port_mac_limit: usize) -> (Switch
         let mtu = p.small_mtu.then_some(100);
         if let Some((per_vlan, remotes_only)) = p.tunnel {
             let vnis = if per_vlan { VniMap::PerVlan(vec![(1, 5001), (2, 5002)]) } else { VniMap::Single(5000) };
-            h.set_tunnel(TunnelRules { vnis, remotes_only, remotes: vec![endpoint(false)] });
+            h.set_tunnel(TunnelRules {
+                vnis,
+                remotes_only,
+                remotes: vec![endpoint(false)],
+                evpn: false,
+                announced: vec![],
+            });
         }
         sw.add_port(PortConfig { name: format!("p{i}"), vlan: p.vlan.clone(), mtu, policy }, Box::new(port)).unwrap();
         handles.push(h);

@@ -26,7 +26,7 @@ const STRANGER: &str = "192.0.2.66";
 /// endpoint is [`REMOTE`].
 fn add_tunnel(sw: &mut Switch, name: &str, vlan: VlanMode, vnis: VniMap, remotes_only: bool) -> (u32, MemHandle) {
     let (p, h) = mem_port(NO_OFFLOAD);
-    h.set_tunnel(TunnelRules { vnis, remotes_only, remotes: vec![ip(REMOTE)] });
+    h.set_tunnel(TunnelRules { vnis, remotes_only, remotes: vec![ip(REMOTE)], evpn: false, announced: vec![] });
     let cfg = PortConfig { name: name.into(), vlan, mtu: None, policy: PortPolicy::default() };
     (sw.add_port(cfg, Box::new(p)).unwrap(), h)
 }

@@ -130,6 +130,14 @@ fn open_checked(name: &str, flags: i32) -> io::Result<File> {
     Ok(f)
 }
 
+/// Moves the calling thread into namespace `ns` (a file [`open`] returned), for good: for a
+/// thread of its own that works there from then on (one that starts children there, whose
+/// parent-death signal is tied to the thread that forked them).
+pub fn enter(ns: &File) -> io::Result<()> {
+    // SAFETY: `ns` is an open namespace file; setns affects only the calling thread.
+    cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}
+
 /// Runs `f` on a new thread inside namespace `name` (or in the current one for `None`) and
 /// returns its result.
 pub fn run_in<T: Send + 'static>(

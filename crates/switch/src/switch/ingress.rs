@@ -411,6 +411,10 @@ impl Switch {
             Mode::L2 => match self.fib.get(vid, src) {
                 Some(e) if e.port == id => Station::Here,
                 Some(e) if e.is_static => Station::Static,
+                // An EVPN tunnel learns nothing: where its stations are, routes say.
+                _ if self.slot(id).is_some_and(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn)) => {
+                    Station::Unlearnable
+                }
                 Some(_) => Station::Elsewhere,
                 None => Station::Absent,
             },

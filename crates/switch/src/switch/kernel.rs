@@ -151,7 +151,7 @@ impl Switch {
     /// kernel's table is to say so too.
     pub fn tunnel_heard(&mut self, id: PortId, vni: u32, vlan: u16, mac: MacAddr, sender: IpAddr) -> bool {
         let Some(s) = self.slot(id).filter(|s| s.rules.failed.is_none()) else { return false };
-        let Some(t) = &s.rules.tunnel else { return false };
+        let Some(t) = s.rules.tunnel.as_ref().filter(|t| !t.evpn) else { return false };
         let origin = Some(Tunneled { vni, endpoint: t.knows(sender) });
         let joins = |tci| decide::stage1(&s.rules, tci, origin).is_ok_and(|i| i.vid == vlan);
         let here = match self.cfg.mode {

@@ -48,6 +48,7 @@ use crate::port::{Port, PortCaps};
 use crate::queue::{ClassQueues, QueuedCopy};
 
 mod capture;
+mod evpn;
 mod forward;
 pub(crate) mod ingress;
 mod kernel;
