@@ -68,6 +68,18 @@ pub struct UpArgs {
     /// checksums in software, as a NIC would).
     #[arg(long, requires = "hosts")]
     pub peer_kernel: bool,
+    /// With --hosts: the hosts find each other's stations over BGP EVPN instead of
+    /// flooding and learning. Each sluice host's switch runs a GoBGP speaker (`gobgpd`)
+    /// peering with a route reflector, FRR's `bgpd` in namespace `sluice-LAB-rr`
+    /// (192.168.77.254); the tunnels learn nothing from datagrams and list no remotes.
+    /// User-space datapath (TAP guests). Needs Debian's gobgpd and frr.
+    #[arg(long, requires = "hosts", conflicts_with = "peer_kernel")]
+    pub evpn: bool,
+    /// With --evpn: the last host is plain Linux with FRR — a kernel `vxlan` device and a
+    /// bridge, zebra and bgpd with `advertise-all-vni` — interoperating with the sluice hosts
+    /// over the route reflector.
+    #[arg(long, requires = "evpn")]
+    pub peer_frr: bool,
     /// Small QEMU VMs (0 to 8) next to the namespace guests, each attached by a vhost-user
     /// port: `vm1`… with the next addresses of the lab's table, Debian's kernel and an
     /// initramfs the lab builds (busybox, iperf3), under KVM where it works and TCG where
@@ -147,6 +159,8 @@ impl UpArgs {
             attach: AttachArg::Tap,
             hosts: 1,
             peer_kernel: false,
+            evpn: false,
+            peer_frr: false,
             vms: 0,
             accel: crate::vm::Accel::Auto,
             host: 0,

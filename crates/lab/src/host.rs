@@ -107,6 +107,7 @@ fn up_on(a: &UpArgs) -> Result<LabState> {
         sublabs: Vec::new(),
         exe: a.exe.clone(),
         gateway: a.gateway.then(|| GATEWAY.to_string()),
+        daemons: Vec::new(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -445,6 +446,18 @@ fn start_switch(s: &mut LabState, a: &UpArgs) -> Result<()> {
     if a.gateway {
         writeln!(f, "gateway = {GATEWAY:?}\ngateway_dhcp_range = \"10.77.0.100-10.77.0.199\"")?;
     }
+    if a.evpn && a.host > 0 {
+        // Host K of an EVPN lab: its tunnel, whose stations come from routes, and its speaker.
+        let k = a.host;
+        let parent = s.name.strip_suffix(&format!("h{k}")).unwrap_or(&s.name);
+        writeln!(
+            f,
+            "\n[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nnetns = \"sluice-{parent}-h{k}\"\nlocal = \"192.168.77.{k}\"\nvni = {}\nevpn = true\n\n[evpn]\nasn = {}\npeers = [{:?}]",
+            crate::hosts::LAB_VNI,
+            crate::frr::LAB_ASN,
+            crate::frr::RR_ADDRESS
+        )?;
+    }
     drop(f);
     let logf = fs::File::create(&log)?;
     let pid = spawn_detached(
@@ -633,6 +646,7 @@ pub fn down(name: &str) -> Result<()> {
             problems.push(e.to_string());
         }
     }
+    crate::frr::stop(&s.daemons);
     if s.started_switch {
         if let Some(c) = client.as_mut() {
             let _ = c.call_value(&Request::Shutdown);

@@ -55,6 +55,14 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
             needed_for: "with --peer-kernel, the kernel host's underlay fills checksums in software",
         });
     }
+    if a.evpn {
+        crate::frr::check_installed()?;
+        if a.datapath == Some(sluice_api::config::DatapathArg::Kernel) {
+            bail!(
+                "--evpn runs the hosts' switches on the user-space datapath in this version: leave out --datapath kernel"
+            );
+        }
+    }
     if let Ok(old) = LabState::load(&a.name) {
         return Err(Error::LabExists { name: old.name });
     }
@@ -73,6 +81,7 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
         sublabs: Vec::new(),
         exe: a.exe.clone(),
         gateway: None,
+        daemons: Vec::new(),
     };
     s.save()?;
     match build(&mut s, a) {
@@ -122,7 +131,10 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         sh(&["ip", "-n", &h, "addr", "add", &format!("192.168.77.{k}/24"), "dev", "u0"])?;
         sh(&["ip", "-n", &h, "addr", "add", &format!("fd78::{k}/64"), "dev", "u0", "nodad"])?;
     }
-    let kernel_host = a.peer_kernel.then_some(a.hosts);
+    if a.evpn {
+        reflector(s, &ul, &under)?;
+    }
+    let kernel_host = (a.peer_kernel || a.peer_frr).then_some(a.hosts);
     let mut sluice_hosts_up = 0;
     for &k in &hosts {
         let others: Vec<String> = hosts.iter().filter(|&&o| o != k).map(|o| format!("192.168.77.{o}")).collect();
@@ -136,6 +148,7 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         // Every sluice host on the datapath the first one got (a user-space tunnel end
         // cannot read the whole GSO frames a kernel one sends over a veth).
         let datapath = match (sluice_hosts_up, s.datapath.as_str()) {
+            _ if a.evpn => Some(sluice_api::config::DatapathArg::User),
             (0, _) => a.datapath,
             (_, "kernel") => Some(sluice_api::config::DatapathArg::Kernel),
             _ => Some(sluice_api::config::DatapathArg::User),
@@ -145,6 +158,17 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             .with_context(|| format!("host h{k}"))?;
         // (As its hosts' switches run: the kernel datapath unless told or unable.)
         s.datapath = hs.datapath.clone();
+        if a.evpn {
+            // (Its tunnel and speaker are in its switch's configuration.)
+            s.guests.extend(hs.guests.iter().map(|g| Guest {
+                created_netns: false,
+                added_port: false,
+                relay_pid: None,
+                ..g.clone()
+            }));
+            s.save()?;
+            continue;
+        }
         let spec = PortSpec {
             kind: PortKind::Vxlan,
             netns: Some(format!("sluice-{}-h{k}", s.name)),
@@ -169,21 +193,51 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// The route reflector of an EVPN lab: namespace `sluice-LAB-rr` on the underlay bridge
+/// at [`crate::frr::RR_ADDRESS`], FRR's zebra and bgpd in it.
+fn reflector(s: &mut LabState, ul: &str, under: &str) -> Result<()> {
+    let rr = format!("sluice-{}-rr", s.name);
+    netns_new(s, &rr)?;
+    sh(&["ip", "-n", ul, "link", "add", "urr", "mtu", under, "type", "veth", "peer", "name", "u0", "netns", &rr])?;
+    sh(&["ip", "-n", ul, "link", "set", "urr", "master", "br0", "up"])?;
+    sh(&["ip", "-n", &rr, "link", "set", "u0", "mtu", under, "up"])?;
+    sh(&["ip", "-n", &rr, "addr", "add", &format!("{}/24", crate::frr::RR_ADDRESS), "dev", "u0"])?;
+    let dir = sluice_sys::paths::labs_dir().join(format!("{}-frr-rr", s.name));
+    let started = crate::frr::start(&rr, &dir, &crate::frr::reflector_conf(&dir))?;
+    s.daemons.extend(started);
+    s.save()?;
+    Ok(())
+}
+
 /// Makes host `k` (namespace `h`, underlay address 192.168.77.K) a Linux tunnel end: `vx0`,
 /// the kernel's vxlan device (VNI [`LAB_VNI`], flooding to `remotes`), in bridge `br0` at
 /// `mtu`, both up.
 pub fn kernel_tunnel(h: &str, k: u32, mtu: u16, remotes: &[String]) -> Result<()> {
-    let m = mtu.to_string();
-    let (vni, local) = (LAB_VNI.to_string(), format!("192.168.77.{k}"));
-    sh(&[
-        "ip", "-n", h, "link", "add", "vx0", "mtu", &m, "type", "vxlan", "id", &vni, "local", &local, "dstport", "4789",
-    ])?;
-    add_bridge(h, mtu)?;
-    sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
-    sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
+    vxlan_device(h, k, mtu, false)?;
     for r in remotes {
         sh(&["ip", "netns", "exec", h, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vx0", "dst", r])?;
     }
+    Ok(())
+}
+
+/// `vx0` and `br0` of a Linux host; with `evpn`, learning off (FRR installs stations and
+/// the flood list from routes).
+fn vxlan_device(h: &str, k: u32, mtu: u16, evpn: bool) -> Result<()> {
+    let m = mtu.to_string();
+    let (vni, local) = (LAB_VNI.to_string(), format!("192.168.77.{k}"));
+    let mut args = vec![
+        "ip", "-n", h, "link", "add", "vx0", "mtu", &m, "type", "vxlan", "id", &vni, "local", &local, "dstport", "4789",
+    ];
+    if evpn {
+        args.push("nolearning");
+    }
+    sh(&args)?;
+    add_bridge(h, mtu)?;
+    sh(&["ip", "-n", h, "link", "set", "vx0", "master", "br0", "up"])?;
+    if evpn {
+        sh(&["ip", "-n", h, "link", "set", "vx0", "type", "bridge_slave", "learning", "off"])?;
+    }
+    sh(&["ip", "-n", h, "link", "set", "br0", "up"])?;
     Ok(())
 }
 
@@ -192,7 +246,15 @@ pub fn kernel_tunnel(h: &str, k: u32, mtu: u16, remotes: &[String]) -> Result<()
 fn kernel_peer(s: &mut LabState, a: &UpArgs, k: u32, others: &[String]) -> Result<()> {
     let h = format!("sluice-{}-h{k}", s.name);
     let m = a.mtu.to_string();
-    kernel_tunnel(&h, k, a.mtu, others)?;
+    if a.peer_frr {
+        vxlan_device(&h, k, a.mtu, true)?;
+        let dir = sluice_sys::paths::labs_dir().join(format!("{}-frr-h{k}", s.name));
+        let started = crate::frr::start(&h, &dir, &crate::frr::host_conf(&dir, &format!("192.168.77.{k}")))?;
+        s.daemons.extend(started);
+        s.save()?;
+    } else {
+        kernel_tunnel(&h, k, a.mtu, others)?;
+    }
     // A veth fills no checksum; a NIC would. The user-space ends read the bytes as sent.
     sh(&["ip", "netns", "exec", &h, "ethtool", "-K", "u0", "tx", "off"])?;
     for j in 1..=a.guests {

@@ -12,6 +12,7 @@ pub mod acl_load;
 pub mod args;
 pub mod compared;
 pub mod error;
+pub mod frr;
 pub mod guests;
 pub mod host;
 pub mod hosts;

@@ -107,6 +107,9 @@ pub struct LabState {
     /// The switch's gateway (`--gateway`): its address, the guests' router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
+    /// Daemons the lab started (FRR's, for EVPN), stopped by `down`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemons: Vec<crate::frr::Daemon>,
 }
 
 fn l2() -> String {
