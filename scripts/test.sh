@@ -50,6 +50,11 @@ TOOLS+=(podman nft)
 # busybox's udhcpc (busybox-static's, above: Debian's busybox conflicts with it).
 PACKAGES+=(dnsmasq-base nftables)
 TOOLS+=(dnsmasq busybox nft)
+# gobgpd, frr: EVPN — each sluice host's switch starts Debian's gobgpd; FRR's bgpd and zebra
+# are the route reflector and the Linux EVPN host the tests interoperate with (vtysh reads
+# their tables back).
+PACKAGES+=(gobgpd frr)
+TOOLS+=(gobgpd vtysh)
 
 missing=()
 for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
