@@ -20,7 +20,7 @@ use crate::config::PortSpec;
 pub const PROTOCOL: u32 = 2;
 
 /// Minor version: grows with each addition (a method, a field) an older client can ignore.
-pub const PROTOCOL_MINOR: u32 = 1;
+pub const PROTOCOL_MINOR: u32 = 2;
 
 /// The version `hello` reports to a client of the line protocol (`{"cmd":…}`), which
 /// checks for exactly this one.
@@ -679,6 +679,8 @@ pub fn schema() -> serde_json::Value {
         ("subscribe", g.subschema_for::<Subscribed>().to_value()),
         ("acl_add", g.subschema_for::<AclAdded>().to_value()),
         ("acl_list", g.subschema_for::<AclReport>().to_value()),
+        ("mdb_show", g.subschema_for::<MdbReport>().to_value()),
+        ("evpn_show", g.subschema_for::<EvpnReport>().to_value()),
     ];
     let event = g.subschema_for::<Event>();
     let error = g.subschema_for::<RpcError>();
