@@ -44,6 +44,10 @@ pub struct Program {
     /// It logs to stdout (gobgpd), not stderr (dnsmasq): that is the stream read into the
     /// daemon's log.
     pub log_stdout: bool,
+    /// Files an earlier run of it may have left that would stop it starting (a Unix
+    /// socket it listens on, after a SIGKILL), removed before each start: each in a
+    /// directory only root can write.
+    pub leftovers: Vec<PathBuf>,
 }
 
 /// A supervised child's state.
@@ -144,6 +148,9 @@ impl Drop for Supervisor {
 /// covers the start only; the service manager, which stops the unit's whole cgroup, covers
 /// the rest.
 fn spawn(p: &Program) -> std::io::Result<Child> {
+    for f in &p.leftovers {
+        let _ = std::fs::remove_file(f);
+    }
     {
         let mut cmd = Command::new(&p.path);
         cmd.args(&p.args).stdin(Stdio::null());

@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 
 use sluice_api::config::{EvpnSettings, EvpnSpeaker, PortSpec, Settings};
 use sluice_api::proto::{EvpnPeerReport, EvpnReport, EvpnRouteReport, EvpnSpeakerReport};
-use sluice_gobgp::api::{AfiSafi, AfiSafiConfig, Family, Global, Peer, PeerConf, Timers, TimersConfig, Transport};
+use sluice_gobgp::api::{
+    AfiSafi, AfiSafiConfig, Family, Global, Peer, PeerConf, SESSION_ESTABLISHED, Timers, TimersConfig, Transport,
+};
 use sluice_gobgp::paths::{self, Origin};
 use sluice_switch::PortId;
-use sluice_switch::evpn::{Action, Table};
+use sluice_switch::evpn::{Action, Heard, Table};
 use sluice_switch::tunnel::VniMap;
 use sluice_wire::MacAddr;
 use tracing::{info, warn};
@@ -112,6 +114,8 @@ struct Ctx {
     /// Our paths in the speaker, by station (type 2) and by VNI (type 3, MAC zero).
     sent: HashMap<(u32, MacAddr), (Vec<u8>, u32, bool)>,
     counters: std::collections::BTreeMap<String, u64>,
+    /// The agent's clock (stale routes' ages).
+    started: Instant,
 }
 
 impl Evpn {
@@ -153,8 +157,6 @@ impl Evpn {
                     );
                 }
                 let sock = dir.join("gobgp.sock");
-                // (Left by an earlier run; the directory is root's alone.)
-                let _ = std::fs::remove_file(&sock);
                 let program = Program {
                     label: "gobgpd",
                     path: gobgpd.clone(),
@@ -167,6 +169,8 @@ impl Evpn {
                     netns: spec.netns.clone(),
                     switch: s.name.clone(),
                     log_stdout: true,
+                    // (An earlier gobgpd's socket; the directory is root's alone.)
+                    leftovers: vec![sock.clone()],
                 };
                 let sup = Supervisor::start(program)
                     .map_err(|err| sluice_sys::error::Failure::new("starting the EVPN speaker (gobgpd)", err))?;
@@ -205,6 +209,7 @@ impl Evpn {
             table: Table::new(e.max_routes),
             sent: HashMap::new(),
             counters: Default::default(),
+            started: Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name("evpn".into())
@@ -317,9 +322,10 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
     ctx.sent.clear();
     set_connected(ctx, true, None);
     info!(api = %ctx.socket.display(), "EVPN: connected to the speaker");
-    // The watch's first answer is the whole table: what was received before is replaced.
+    // The watch's first answer is the whole table: what was received before stays
+    // installed, stale, until heard again (or withdrawn when stale).
     let mut acts = Vec::new();
-    ctx.table.forget_received(&mut acts);
+    ctx.table.hold_all(now_ms(ctx));
     resync_local(ctx, &mut acts)?;
     let mut stream = c.watch().await.map_err(|e| e.to_string())?;
     for vni in ctx.vnis.clone() {
@@ -340,11 +346,34 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 let Some(ev) = m else { return Err("the speaker ended its event stream".into()) };
                 let mut acts = Vec::new();
                 if let Some(t) = ev.table {
+                    let mut heard = Vec::new();
                     for p in &t.paths {
                         match paths::decode(p, ctx.origin.next_hop) {
-                            Ok(h) => ctx.table.heard(h, &mut acts),
+                            Ok(h) => heard.push((h, p.neighbor_ip.clone())),
                             Err(paths::Refused::Ours) => {}
                             Err(r) => *ctx.counters.entry(format!("refused_{}", r.name())).or_default() += 1,
+                        }
+                    }
+                    // A withdrawal because the session to its peer went down (not its
+                    // originator's) is held: forwarding goes on while the session flaps.
+                    let withdrawn = |h: &Heard| matches!(h, Heard::Mac(_, false) | Heard::Flood { up: false, .. });
+                    let up: std::collections::HashSet<String> = if heard.iter().any(|(h, _)| withdrawn(h)) {
+                        let peers = c.list_peers().await.map_err(|e| e.to_string())?;
+                        peers
+                            .iter()
+                            .filter(|p| p.state.as_ref().is_some_and(|s| s.session_state == SESSION_ESTABLISHED))
+                            .filter_map(|p| p.conf.as_ref().map(|c| c.neighbor_address.clone()))
+                            .collect()
+                    } else {
+                        Default::default()
+                    };
+                    let now = now_ms(ctx);
+                    for (h, from) in heard {
+                        if withdrawn(&h) && !up.contains(&from) {
+                            *ctx.counters.entry("held_stale".into()).or_default() += 1;
+                            ctx.table.hold(h, now);
+                        } else {
+                            ctx.table.heard(h, &mut acts);
                         }
                     }
                 }
@@ -364,6 +393,9 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 if ctx.stop.load(Ordering::SeqCst) {
                     return Ok(());
                 }
+                let mut acts = Vec::new();
+                ctx.table.expire_stale(now_ms(ctx), &mut acts);
+                carry_out(ctx, &mut c, acts).await;
                 if ctx.resync.swap(false, Ordering::Relaxed) {
                     *ctx.counters.entry("resyncs".into()).or_default() += 1;
                     let mut acts = Vec::new();
@@ -376,6 +408,11 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
             _ = ctx.wake.notified() => return Ok(()),
         }
     }
+}
+
+/// The agent's clock, in ms.
+fn now_ms(ctx: &Ctx) -> u64 {
+    ctx.started.elapsed().as_millis() as u64
 }
 
 /// Starts BGP on a speaker the switch started, and adds the peers (EVPN family).
@@ -551,6 +588,7 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("claims_local", t.claims_local),
         ("moved_away", t.moved_away),
         ("flood_over_limit", t.flood_over_limit),
+        ("stale", ctx.table.stale() as u64),
     ] {
         counters.insert(k.into(), v);
     }

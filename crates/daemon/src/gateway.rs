@@ -140,6 +140,7 @@ impl Gateway {
             netns: None,
             switch: s.name.clone(),
             log_stdout: false,
+            leftovers: Vec::new(),
         };
         let sup = crate::child::Supervisor::start(program).context("starting the gateway's supervisor thread")?;
         *self.dnsmasq.lock().unwrap_or_else(|p| p.into_inner()) = Some(sup);

@@ -205,3 +205,56 @@ fn a_guest_that_moves_is_reached_at_its_new_host_and_a_removed_one_is_withdrawn(
     );
     assert!(wait_for(30, || fib_entry(&lab, 1, &m1).is_none()), "h1 still has {m1}");
 }
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn a_session_that_flaps_or_a_speaker_that_dies_does_not_stop_forwarding() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::up("ef");
+    assert!(lab.reaches("h1g1", "10.77.0.2") && lab.reaches("h1g1", "10.77.0.3"));
+    let (m1, m2) = (mac(&lab, "h1g1"), mac(&lab, "h2g1"));
+    // Every session of the reflector is reset: the routes are withdrawn and sent again.
+    let rr_dir = run_dir().join("labs").join(format!("{}-frr-rr", lab.name));
+    ns_ok(&format!("sluice-{}-rr", lab.name), &format!("vtysh --vty_socket {} -c 'clear bgp *'", rr_dir.display()));
+    // The stations stay installed meanwhile (held stale), so the guests go on talking.
+    let e = fib_entry(&lab, 1, &m2).expect("h1 keeps h2's station while the session is reset");
+    assert_eq!(e["origin"], "evpn", "{e}");
+    let o = lab.exec("h1g1", "ping -c 3 -W 2 10.77.0.2");
+    assert!(o.status.success(), "forwarding stopped with the flap: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        wait_for(60, || {
+            let ev = lab.json(&["evpn", "show"], 1);
+            ev["peers"].as_array().unwrap().iter().all(|p| p["state"] == "established")
+        }),
+        "the session did not come back"
+    );
+    // h1's speaker is killed: the switch starts it again, forwarding goes on, and what h1
+    // announced is announced again (FRR's host has h1's guest back behind h1).
+    let pid = lab.json(&["evpn", "show"], 1)["speaker"]["pid"].as_u64().expect("the speaker's pid");
+    // SAFETY: kill with a pid the switch reported for its child, and a plain signal.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let o = lab.exec("h1g1", "ping -c 3 -W 2 10.77.0.2");
+    assert!(o.status.success(), "forwarding stopped with the speaker: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        wait_for(60, || {
+            let ev = lab.json(&["evpn", "show"], 1);
+            ev["speaker"]["restarts"].as_u64() >= Some(1)
+                && ev["speaker"]["connected"] == true
+                && ev["peers"].as_array().unwrap().iter().any(|p| p["state"] == "established")
+        }),
+        "the speaker was not started again: {}",
+        lab.json(&["evpn", "show"], 1)
+    );
+    assert!(
+        wait_for(60, || lab
+            .frr("show evpn mac vni 5000")
+            .lines()
+            .any(|l| l.starts_with(m1.as_str()) && l.contains("192.168.77.1"))),
+        "h1's guest was not announced again: {}",
+        lab.frr("show evpn mac vni 5000")
+    );
+    assert!(lab.reaches("h3g1", "10.77.0.1"));
+}

@@ -24,6 +24,9 @@ pub const DEFAULT_MAX_ROUTES: usize = 32_768;
 /// Endpoints of one VNI's flood list at most; further type-3 routes are counted and not
 /// used.
 pub const MAX_FLOOD_ENDPOINTS: usize = 256;
+/// How long a route whose session went down (or whose speaker is being reconnected) stays
+/// installed, unless heard again: a session that flaps does not stop forwarding.
+pub const STALE_MS: u64 = 60_000;
 
 /// A type-2 route: station `mac` of `vni` is behind `endpoint`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,8 +166,27 @@ pub struct Table {
     installed: usize,
     /// Stations waiting for room to be installed, oldest first.
     waiting: VecDeque<(u32, MacAddr)>,
+    /// Routes held after their session went down, and since when (ms): withdrawn when
+    /// [`Table::expire_stale`] finds them older than [`STALE_MS`], unless heard again.
+    stale: HashMap<Stale, u64>,
     /// What was refused or moved, counted.
     pub counters: Counters,
+}
+
+/// A route held stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Stale {
+    Mac(u32, MacAddr, IpAddr),
+    Flood(u32, IpAddr),
+}
+
+impl Stale {
+    fn of(h: &Heard) -> Stale {
+        match *h {
+            Heard::Mac(r, _) => Stale::Mac(r.vni, r.mac, r.endpoint),
+            Heard::Flood { vni, endpoint, .. } => Stale::Flood(vni, endpoint),
+        }
+    }
 }
 
 impl Table {
@@ -176,8 +198,53 @@ impl Table {
             max_routes,
             installed: 0,
             waiting: VecDeque::new(),
+            stale: HashMap::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// A route withdrawn because its session went down (not by its originator): it stays
+    /// installed, stale, until heard again or [`STALE_MS`] pass.
+    pub fn hold(&mut self, h: Heard, now_ms: u64) {
+        self.stale.entry(Stale::of(&h)).or_insert(now_ms);
+    }
+
+    /// Holds every received route stale (the speaker is being reconnected: it will tell
+    /// the whole table again).
+    pub fn hold_all(&mut self, now_ms: u64) {
+        let mut keys: Vec<Stale> = self
+            .stations
+            .values()
+            .flat_map(|s| s.remote.values().map(|r| Stale::Mac(r.vni, r.mac, r.endpoint)))
+            .collect();
+        keys.extend(self.flood.iter().flat_map(|(&v, eps)| eps.iter().map(move |&e| Stale::Flood(v, e))));
+        for k in keys {
+            self.stale.entry(k).or_insert(now_ms);
+        }
+    }
+
+    /// Withdraws the stale routes held longer than [`STALE_MS`] at `now_ms`.
+    pub fn expire_stale(&mut self, now_ms: u64, out: &mut Vec<Action>) {
+        let old: Vec<Stale> =
+            self.stale.iter().filter(|&(_, &t)| now_ms.saturating_sub(t) >= STALE_MS).map(|(&k, _)| k).collect();
+        for k in old {
+            self.stale.remove(&k);
+            let h = match k {
+                Stale::Mac(vni, mac, endpoint) => {
+                    let Some(r) = self.stations.get(&(vni, mac)).and_then(|s| s.remote.get(&endpoint)).copied() else {
+                        continue;
+                    };
+                    Heard::Mac(r, false)
+                }
+                Stale::Flood(vni, endpoint) => Heard::Flood { vni, endpoint, up: false },
+            };
+            self.apply(h, out);
+        }
+    }
+
+    /// Routes held stale now.
+    pub fn stale(&self) -> usize {
+        self.stale.len()
     }
 
     /// Station `mac` of `vni` is here now (learned, moved here, or configured: `sticky`).
@@ -214,6 +281,11 @@ impl Table {
     /// A route heard from the speaker.
     pub fn heard(&mut self, h: Heard, out: &mut Vec<Action>) {
         self.counters.received += 1;
+        self.stale.remove(&Stale::of(&h));
+        self.apply(h, out);
+    }
+
+    fn apply(&mut self, h: Heard, out: &mut Vec<Action>) {
         match h {
             Heard::Mac(r, true) => {
                 if r.mac.is_multicast() || r.mac.is_zero() {
@@ -338,6 +410,7 @@ impl Table {
             self.settle(vni, mac, out);
         }
         self.waiting.clear();
+        self.stale.clear();
         for (vni, _) in self.flood.drain() {
             out.push(Action::Flood { vni, endpoints: Vec::new() });
         }
@@ -473,6 +546,31 @@ mod tests {
             a,
             [Action::Uninstall { vni: 5000, mac: M }, Action::Install { vni: 5000, mac: N, endpoint: ip("192.0.2.1") }]
         );
+    }
+
+    #[test]
+    fn routes_of_a_session_that_went_down_stay_until_heard_again_or_stale() {
+        let mut t = Table::new(16);
+        let m = route(M, "192.0.2.1", 0);
+        let f = Heard::Flood { vni: 5000, endpoint: ip("192.0.2.1"), up: true };
+        run(&mut t, |t, o| t.heard(Heard::Mac(m, true), o));
+        run(&mut t, |t, o| t.heard(f, o));
+        // The session drops: its withdrawals are held, nothing changes.
+        t.hold(Heard::Mac(m, false), 1000);
+        t.hold(Heard::Flood { vni: 5000, endpoint: ip("192.0.2.1"), up: false }, 1000);
+        assert_eq!((t.installed(), t.stale()), (1, 2));
+        assert!(run(&mut t, |t, o| t.expire_stale(1000 + STALE_MS - 1, o)).is_empty());
+        // Back: heard again, no longer stale.
+        assert!(run(&mut t, |t, o| t.heard(Heard::Mac(m, true), o)).is_empty());
+        assert_eq!(t.stale(), 1);
+        // The flood route never came back: withdrawn when stale.
+        let a = run(&mut t, |t, o| t.expire_stale(1000 + STALE_MS, o));
+        assert_eq!(a, [Action::Flood { vni: 5000, endpoints: vec![] }]);
+        // A speaker reconnected: everything held; what is not heard again goes.
+        t.hold_all(5000);
+        let a = run(&mut t, |t, o| t.expire_stale(5000 + STALE_MS, o));
+        assert_eq!(a, [Action::Uninstall { vni: 5000, mac: M }]);
+        assert_eq!((t.installed(), t.stale()), (0, 0));
     }
 
     #[test]
