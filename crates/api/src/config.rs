@@ -1223,7 +1223,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
         return Err(err(at, m));
     }
     let gateway = gateway_settings(&f, &err)?;
-    let evpn = evpn_settings(&f, &err)?;
+    let evpn = evpn_settings(&f, core.fib_max, &err)?;
     let name = f.name.into_inner();
     let mut ports: Vec<PortSpec> = Vec::new();
     for p in &f.port {
@@ -1760,6 +1760,26 @@ mod tests {
     }
 
     #[test]
+    fn evpn_settings_come_with_their_port_and_bad_ones_name_the_line() {
+        let port = "[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nlocal = \"192.168.77.1\"\nvni = 5000\nevpn = true\n";
+        let ok = format!("name = \"sw0\"\n{port}\n[evpn]\npeers = [\"192.168.77.254\"]\n");
+        let s = parse_str(&ok).unwrap();
+        let e = s.evpn.unwrap();
+        assert_eq!((e.asn, e.port.as_str(), e.max_routes, e.router_id), (DEFAULT_EVPN_ASN, "vx0", 4096, None));
+        assert!(s.ports[0].vxlan().unwrap().unwrap().evpn, "no remotes needed");
+        let e = parse_str(&format!("name = \"sw0\"\n{port}")).unwrap_err();
+        assert!(e.message.contains("no [evpn] table") && e.to_string().contains(":2"), "{e}");
+        let e = parse_str("name = \"sw0\"\n[evpn]\npeers = [\"192.168.77.254\"]\n").unwrap_err();
+        assert!(e.message.contains("evpn = true"), "{e}");
+        let e = parse_str(&ok.replace("peers", "max_routes = 9000\npeers")).unwrap_err();
+        assert!(e.message.contains("mac_table_size"), "{e}");
+        let e = parse_str(&ok.replace("[\"192.168.77.254\"]", "[\"x\"]")).unwrap_err();
+        assert!(e.message.contains("not an IP address") && e.to_string().contains(":9"), "{e}");
+        let e = parse_str(&ok.replace("name = \"sw0\"", "name = \"sw0\"\ndatapath = \"kernel\"")).unwrap_err();
+        assert!(e.message.contains("user-space datapath"), "{e}");
+    }
+
+    #[test]
     fn monitor_settings_parse_with_their_units_and_name_the_line() {
         use std::time::Duration;
         assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
@@ -2212,6 +2232,7 @@ pub const DEFAULT_EVPN_ASN: u32 = 65000;
 
 fn evpn_settings(
     f: &SwitchFile,
+    fib_max: usize,
     err: &dyn Fn(Option<Range<usize>>, String) -> ConfigError,
 ) -> Result<Option<EvpnSettings>, ConfigError> {
     let evpn_ports: Vec<&Spanned<PortSpec>> = f.port.iter().filter(|p| p.get_ref().evpn).collect();
@@ -2277,9 +2298,15 @@ fn evpn_settings(
             "[evpn] lists no peers; name the route reflectors or other hosts, e.g. peers = [\"192.168.77.254\"]".into(),
         ));
     }
-    let max_routes = v.max_routes.unwrap_or(sluice_switch::evpn::DEFAULT_MAX_ROUTES);
-    if max_routes == 0 || max_routes > 1 << 20 {
-        return Err(err(at, format!("[evpn] max_routes {max_routes}: use 1 to 1048576")));
+    // (Half the MAC table by default: the rest stays for the local stations.)
+    let max_routes = v.max_routes.unwrap_or(fib_max / 2).max(1);
+    if max_routes > fib_max {
+        return Err(err(
+            at,
+            format!(
+                "[evpn] max_routes {max_routes} is more than the MAC table holds ({fib_max}, mac_table_size): raise mac_table_size or lower max_routes"
+            ),
+        ));
     }
     let listen_port = v.listen_port.unwrap_or(179);
     Ok(Some(EvpnSettings { asn, router_id, peers, listen_port, speaker, max_routes, port }))

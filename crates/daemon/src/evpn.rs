@@ -116,6 +116,12 @@ struct Ctx {
     counters: std::collections::BTreeMap<String, u64>,
     /// The agent's clock (stale routes' ages).
     started: Instant,
+    /// Received stations the switch could not install (configured here, or the MAC table
+    /// full), counted by the datapath; and what was last logged of it, when.
+    install_refused: Arc<std::sync::atomic::AtomicU64>,
+    refused_logged: (u64, Option<Instant>),
+    /// Routes over the bound, as last logged, and when.
+    over_logged: (u64, Option<Instant>),
 }
 
 impl Evpn {
@@ -210,14 +216,29 @@ impl Evpn {
             sent: HashMap::new(),
             counters: Default::default(),
             started: Instant::now(),
+            install_refused: Default::default(),
+            refused_logged: (0, None),
+            over_logged: (0, None),
         };
         let thread = std::thread::Builder::new()
             .name("evpn".into())
             .spawn(move || {
+                let report = ctx.report.clone();
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                match rt {
-                    Ok(rt) => rt.block_on(run(ctx)),
-                    Err(err) => tracing::error!("the EVPN agent cannot start its runtime: {err}; EVPN is off"),
+                let ended = match rt {
+                    Ok(rt) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(run(ctx)))),
+                    Err(err) => Ok(tracing::error!("the EVPN agent cannot start its runtime: {err}; EVPN is off")),
+                };
+                if let Err(p) = ended {
+                    let why = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    tracing::error!("the EVPN agent failed ({why}); routes stay as they are, nothing more is announced or installed: restart the switch");
+                    let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
+                    r.speaker.connected = false;
+                    r.speaker.last_error = Some(format!("the agent failed: {why}"));
                 }
             })
             .map_err(|err| sluice_sys::error::Failure::new("starting the EVPN agent's thread", err))?;
@@ -396,6 +417,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 let mut acts = Vec::new();
                 ctx.table.expire_stale(now_ms(ctx), &mut acts);
                 carry_out(ctx, &mut c, acts).await;
+                log_bounds(ctx);
                 if ctx.resync.swap(false, Ordering::Relaxed) {
                     *ctx.counters.entry("resyncs".into()).or_default() += 1;
                     let mut acts = Vec::new();
@@ -407,6 +429,31 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
             }
             _ = ctx.wake.notified() => return Ok(()),
         }
+    }
+}
+
+/// Logs, at most once a minute, routes held back by the bound and stations the switch
+/// could not install, when their counts grew.
+fn log_bounds(ctx: &mut Ctx) {
+    let due =
+        |l: &(u64, Option<Instant>), n: u64| n > l.0 && l.1.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+    let over = ctx.table.counters.over_limit;
+    if due(&ctx.over_logged, over) {
+        warn!(
+            max_routes = ctx.settings.max_routes,
+            over_limit = over,
+            waiting = ctx.table.waiting(),
+            "EVPN: peers announce more stations than max_routes; the rest wait, installed as room frees (raise max_routes and mac_table_size if they are genuine)"
+        );
+        ctx.over_logged = (over, Some(Instant::now()));
+    }
+    let refused = ctx.install_refused.load(Ordering::Relaxed);
+    if due(&ctx.refused_logged, refused) {
+        warn!(
+            refused,
+            "EVPN: received stations the switch could not install (configured here, or its MAC table is full)"
+        );
+        ctx.refused_logged = (refused, Some(Instant::now()));
     }
 }
 
@@ -483,18 +530,20 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
             other => for_switch.push(other),
         }
     }
-    if for_switch.is_empty() {
+    let endpoints: Option<Vec<IpAddr>> =
+        ctx.table.take_endpoints_changed().then(|| ctx.table.endpoints().into_iter().collect());
+    if for_switch.is_empty() && endpoints.is_none() {
         return;
     }
     let port = ctx.port;
-    let endpoints: Vec<IpAddr> = ctx.table.endpoints().into_iter().collect();
+    let refused = ctx.install_refused.clone();
     ctx.jobs.post(move |dp| {
         let sw = dp.switch_mut();
         for a in for_switch {
             match a {
                 Action::Install { vni, mac, endpoint } => {
                     if !sw.evpn_install(port, vni, mac, endpoint) {
-                        warn!(%mac, vni, %endpoint, "EVPN: a received station cannot be installed (configured here, or the MAC table is full)");
+                        refused.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Action::Uninstall { vni, mac } => sw.evpn_uninstall(port, vni, mac),
@@ -502,7 +551,9 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
                 Action::Announce { .. } | Action::Withdraw { .. } => {}
             }
         }
-        sw.evpn_endpoints(port, &endpoints);
+        if let Some(e) = endpoints {
+            sw.evpn_endpoints(port, &e);
+        }
     });
 }
 
@@ -589,6 +640,7 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("moved_away", t.moved_away),
         ("flood_over_limit", t.flood_over_limit),
         ("stale", ctx.table.stale() as u64),
+        ("install_refused", ctx.install_refused.load(Ordering::Relaxed)),
     ] {
         counters.insert(k.into(), v);
     }

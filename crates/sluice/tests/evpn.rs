@@ -10,6 +10,7 @@
 mod common;
 
 use std::process::Output;
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -22,15 +23,20 @@ struct EvpnLab {
 }
 
 impl EvpnLab {
+    /// Three hosts, the last Linux with FRR.
     fn up(tag: &str) -> EvpnLab {
+        EvpnLab::with(tag, &["--hosts", "3", "--peer-frr"])
+    }
+
+    fn with(tag: &str, hosts: &[&str]) -> EvpnLab {
         let name = unique(tag);
-        let args = ["lab", "up", "--name", &name, "--hosts", "3", "--guests", "1", "--evpn", "--peer-frr", "--json"];
+        let mut args = vec!["lab", "up", "--name", &name, "--guests", "1", "--evpn", "--json"];
+        args.extend(hosts);
         let o = sluice(&args);
         let mut lab = EvpnLab { name, guests: Vec::new() };
         assert!(o.status.success(), "lab up --evpn: {}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).expect("lab up --json");
         lab.guests = v["guests"].as_array().cloned().unwrap_or_default();
-        assert_eq!(lab.guests.len(), 3, "{v}");
         lab
     }
 
@@ -116,6 +122,12 @@ fn two_sluice_hosts_and_an_frr_host_exchange_routes_and_never_flood_known_unicas
         let e = fib_entry(&lab, h, &m3).unwrap_or_else(|| panic!("h{h} lacks {m3}"));
         assert_eq!((e["origin"].as_str(), e["endpoint"].as_str()), (Some("evpn"), Some("192.168.77.3")), "{e}");
     }
+    // (The report is the agent's view, refreshed every second.)
+    let full = |ev: &Value| {
+        let floods = ev["received"].as_array().unwrap().iter().filter(|r| r["type"] == 3).count();
+        floods == 2 && ev["peers"].as_array().unwrap().iter().any(|p| p["state"] == "established")
+    };
+    assert!(wait_for(30, || full(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
     let ev = lab.json(&["evpn", "show"], 1);
     let sent = ev["sent"].as_array().unwrap();
     assert!(sent.iter().any(|r| r["type"] == 2 && r["mac"] == m1.as_str()), "{ev}");
@@ -257,4 +269,146 @@ fn a_session_that_flaps_or_a_speaker_that_dies_does_not_stop_forwarding() {
         lab.frr("show evpn mac vni 5000")
     );
     assert!(lab.reaches("h3g1", "10.77.0.1"));
+}
+
+/// A rogue BGP speaker on the lab's underlay (192.168.77.50), peering with the reflector:
+/// its namespace and gobgpd are the test's, removed on drop.
+struct Rogue {
+    ns: String,
+    gobgpd: std::process::Child,
+    api: std::path::PathBuf,
+}
+
+impl Rogue {
+    fn start(lab: &EvpnLab) -> Rogue {
+        let ns = format!("sluice-{}-x", lab.name);
+        sh_ok(&format!("ip netns add {ns}"));
+        let ul = format!("sluice-{}-ul", lab.name);
+        sh_ok(&format!("ip -n {ul} link add ux type veth peer name u0 netns {ns}"));
+        sh_ok(&format!("ip -n {ul} link set ux master br0 up"));
+        ns_ok(&ns, "ip link set lo up && ip link set u0 up && ip addr add 192.168.77.50/24 dev u0");
+        let api = scratch(&format!("rogue-{}", lab.name)).join("gobgp.sock");
+        let gobgpd = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "gobgpd", "--log-level=warn", "--pprof-disable"])
+            .arg(format!("--api-hosts=unix://{}", api.display()))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("gobgpd");
+        assert!(wait_for(10, || api.exists()), "the rogue gobgpd opened no API");
+        Rogue { ns, gobgpd, api }
+    }
+}
+
+impl Drop for Rogue {
+    fn drop(&mut self) {
+        let _ = self.gobgpd.kill();
+        let _ = self.gobgpd.wait();
+        let _ = sh_ok(&format!("ip netns del {} || true", self.ns));
+    }
+}
+
+/// Sends `n` VXLAN datagrams (VNI 5000, a broadcast inside) from `ns` to 192.168.77.1.
+fn vxlan_datagrams(ns: &str, n: u32) {
+    let code = format!(
+        "import socket,struct\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\nhdr=struct.pack('!II',0x08000000,5000<<8)\nf=b'\\xff'*6+bytes([2,0x66,0,0,0,0x50])+b'\\x88\\xb5'+b'rogue'*10\nfor i in range({n}): s.sendto(hdr+f,('192.168.77.1',4789))\n"
+    );
+    let o = std::process::Command::new("ip").args(["netns", "exec", ns, "python3", "-c", &code]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn a_peer_that_announces_more_stations_than_the_bound_or_the_wrong_ones_is_counted_and_forwarding_goes_on() {
+    use sluice_gobgp::api::*;
+    use sluice_gobgp::paths::{Origin, mac_path};
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("eh", &["--hosts", "2"]);
+    assert!(lab.reaches("h1g1", "10.77.0.2"));
+    let rogue = Rogue::start(&lab);
+    let vx = || {
+        let st = lab.json(&["stats"], 1);
+        st["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vx0").cloned().unwrap()
+    };
+    let refused = || vx()["counters"]["rx_drops"]["unknown_endpoint"].as_u64().unwrap_or(0);
+    // Before it announces anything, its datagrams are refused: it is no endpoint.
+    let before = refused();
+    vxlan_datagrams(&rogue.ns, 20);
+    assert!(wait_for(10, || refused() >= before + 20), "unannounced datagrams not counted: {}", vx());
+    // A station configured on h1 (sticky there).
+    let (_, if1) = lab.guest("h1g1");
+    let port1 = lab.json(&["fib", "show"], 1)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] != "vx0")
+        .and_then(|e| e["port"].as_str().map(String::from))
+        .unwrap_or(if1);
+    let pinned = "02:00:00:00:99:01";
+    sluice_ok(&["fib", "add", pinned, &port1, "--switch", &lab.switch(1)]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let origin =
+        Origin { asn: 65000, router_id: "192.168.77.50".parse().unwrap(), next_hop: "192.168.77.50".parse().unwrap() };
+    let n = 10_000u32;
+    let started = std::time::Instant::now();
+    rt.block_on(async {
+        let mut c = sluice_gobgp::Client::connect(&rogue.api).await.expect("the rogue's API");
+        c.start_bgp(Global {
+            asn: 65000,
+            router_id: "192.168.77.50".into(),
+            listen_port: -1,
+            listen_addresses: vec![],
+        })
+        .await
+        .unwrap();
+        let peer = Peer {
+            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
+            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
+            timers: Some(Timers {
+                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
+            }),
+            transport: None,
+            state: None,
+        };
+        c.add_peer(peer).await.unwrap();
+        // It claims h1's configured station with a high number, and sends a route with no
+        // VNI (label 0).
+        c.add_path(mac_path(&origin, 5000, pinned.parse().unwrap(), None, 7, false)).await.unwrap();
+        let mut zero = mac_path(&origin, 5000, "02:00:00:00:99:02".parse().unwrap(), None, 0, false);
+        let mut nlri: EvpnMacIpAdvertisementRoute =
+            from_any(zero.nlri.as_ref().unwrap(), "EVPNMACIPAdvertisementRoute").unwrap();
+        nlri.labels = vec![0];
+        zero.nlri = Some(any("EVPNMACIPAdvertisementRoute", &nlri));
+        c.add_path(zero).await.unwrap();
+        // And more stations than h1 installs (its bound: half its MAC table, 4,096).
+        for i in 0..n {
+            let b = i.to_be_bytes();
+            let m = sluice_wire::MacAddr([0x02, 0x55, b[0], b[1], b[2], b[3]]);
+            c.add_path(mac_path(&origin, 5000, m, None, 0, false)).await.unwrap();
+        }
+    });
+    eprintln!("announced {n} routes in {:.1} s", started.elapsed().as_secs_f64());
+    // h1 installs up to its bound (half its MAC table) and counts the rest; forwarding goes
+    // on meanwhile.
+    let ok = wait_for(300, || {
+        let c = &lab.json(&["evpn", "show"], 1)["counters"];
+        c["installed"].as_u64() == Some(4096) && c["waiting"].as_u64().unwrap_or(0) >= u64::from(n) - 4096
+    });
+    let ev = lab.json(&["evpn", "show"], 1);
+    assert!(ok, "h1 did not settle at its bound: {}", ev["counters"]);
+    let c = &ev["counters"];
+    assert!(c["over_limit"].as_u64() >= Some(u64::from(n) - 4096), "{c}");
+    assert!(c["claims_local"].as_u64() >= Some(1), "the claim on a configured station is counted: {c}");
+    assert!(c["refused_bad_vni"].as_u64() >= Some(1), "the route with no VNI is counted: {c}");
+    let e = fib_entry(&lab, 1, pinned).expect("the configured station");
+    assert_eq!((e["origin"].as_str(), e["port"].as_str()), (Some("static"), Some(port1.as_str())), "{e}");
+    let o = lab.exec("h1g1", "ping -c 3 -W 2 10.77.0.2");
+    assert!(o.status.success(), "forwarding stopped: {}", String::from_utf8_lossy(&o.stdout));
+    // Named by routes now, the rogue's datagrams are taken (and flooded as any station's).
+    let before = refused();
+    vxlan_datagrams(&rogue.ns, 5);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(refused(), before, "an endpoint that routes name is accepted");
 }

@@ -14,13 +14,11 @@
 //! never taken by a non-sticky one. Between equal numbers the lower originator address
 //! wins.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
 use sluice_wire::MacAddr;
 
-/// Installed remote stations at most, unless configured otherwise.
-pub const DEFAULT_MAX_ROUTES: usize = 32_768;
 /// Endpoints of one VNI's flood list at most; further type-3 routes are counted and not
 /// used.
 pub const MAX_FLOOD_ENDPOINTS: usize = 256;
@@ -164,11 +162,16 @@ pub struct Table {
     flood: HashMap<u32, BTreeSet<IpAddr>>,
     max_routes: usize,
     installed: usize,
-    /// Stations waiting for room to be installed, oldest first.
+    /// Stations waiting for room to be installed, oldest first, and the same to look up.
     waiting: VecDeque<(u32, MacAddr)>,
+    waiting_set: HashSet<(u32, MacAddr)>,
     /// Routes held after their session went down, and since when (ms): withdrawn when
     /// [`Table::expire_stale`] finds them older than [`STALE_MS`], unless heard again.
     stale: HashMap<Stale, u64>,
+    /// Every endpoint a received route names, with how many do.
+    endpoint_refs: HashMap<IpAddr, usize>,
+    /// The set of endpoints changed since [`Table::take_endpoints_changed`].
+    endpoints_changed: bool,
     /// What was refused or moved, counted.
     pub counters: Counters,
 }
@@ -198,7 +201,10 @@ impl Table {
             max_routes,
             installed: 0,
             waiting: VecDeque::new(),
+            waiting_set: HashSet::new(),
             stale: HashMap::new(),
+            endpoint_refs: HashMap::new(),
+            endpoints_changed: false,
             counters: Counters::default(),
         }
     }
@@ -291,12 +297,15 @@ impl Table {
                 if r.mac.is_multicast() || r.mac.is_zero() {
                     return;
                 }
-                self.stations.entry((r.vni, r.mac)).or_default().remote.insert(r.endpoint, r);
+                if self.stations.entry((r.vni, r.mac)).or_default().remote.insert(r.endpoint, r).is_none() {
+                    self.endpoint_ref(r.endpoint, true);
+                }
                 self.settle(r.vni, r.mac, out);
             }
             Heard::Mac(r, false) => {
                 let Some(s) = self.stations.get_mut(&(r.vni, r.mac)) else { return };
                 if s.remote.remove(&r.endpoint).is_some() {
+                    self.endpoint_ref(r.endpoint, false);
                     self.settle(r.vni, r.mac, out);
                 }
             }
@@ -318,6 +327,23 @@ impl Table {
                 if set.is_empty() {
                     self.flood.remove(&vni);
                 }
+                if changed {
+                    self.endpoint_ref(endpoint, up);
+                }
+            }
+        }
+    }
+
+    fn endpoint_ref(&mut self, ep: IpAddr, up: bool) {
+        let n = self.endpoint_refs.entry(ep).or_insert(0);
+        if up {
+            *n += 1;
+            self.endpoints_changed |= *n == 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.endpoint_refs.remove(&ep);
+                self.endpoints_changed = true;
             }
         }
     }
@@ -356,7 +382,7 @@ impl Table {
             (None, Some(b)) => {
                 if self.installed >= self.max_routes {
                     self.counters.over_limit += 1;
-                    if !self.waiting.contains(&key) {
+                    if self.waiting_set.insert(key) {
                         self.waiting.push_back(key);
                     }
                 } else {
@@ -386,6 +412,7 @@ impl Table {
         while self.installed < self.max_routes
             && let Some(key) = self.waiting.pop_front()
         {
+            self.waiting_set.remove(&key);
             let Some(s) = self.stations.get_mut(&key) else { continue };
             if s.installed.is_some() || s.local.is_some() {
                 continue;
@@ -410,7 +437,10 @@ impl Table {
             self.settle(vni, mac, out);
         }
         self.waiting.clear();
+        self.waiting_set.clear();
         self.stale.clear();
+        self.endpoints_changed |= !self.endpoint_refs.is_empty();
+        self.endpoint_refs.clear();
         for (vni, _) in self.flood.drain() {
             out.push(Action::Flood { vni, endpoints: Vec::new() });
         }
@@ -433,9 +463,12 @@ impl Table {
 
     /// Every endpoint a route names: the tunnel accepts datagrams from these.
     pub fn endpoints(&self) -> BTreeSet<IpAddr> {
-        let mut set: BTreeSet<IpAddr> = self.flood.values().flatten().copied().collect();
-        set.extend(self.stations.values().flat_map(|s| s.remote.keys().copied()));
-        set
+        self.endpoint_refs.keys().copied().collect()
+    }
+
+    /// Whether [`Table::endpoints`] changed since the last call.
+    pub fn take_endpoints_changed(&mut self) -> bool {
+        std::mem::take(&mut self.endpoints_changed)
     }
 
     /// Remote stations installed now.
@@ -584,6 +617,7 @@ mod tests {
         assert!(run(&mut t, |t, o| t.heard(up(5000, "192.0.2.1"), o)).is_empty(), "again: no change");
         run(&mut t, |t, o| t.heard(up(6000, "192.0.2.3"), o));
         assert_eq!(t.endpoints().len(), 3);
+        assert!(t.take_endpoints_changed() && !t.take_endpoints_changed());
         let a = run(&mut t, |t, o| t.forget_received(o));
         assert_eq!(a.len(), 2);
         assert!(t.endpoints().is_empty());
