@@ -1082,8 +1082,9 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 		__builtin_memcpy(r.dmac, nv->mac, 6);
 	}
 	bpf_loop(n, plan_out, &r, 0);
+	/* (A flood may be the host's too: it keeps its copy, as settle() does.) */
 	if (r.up)
-		return up(skb, slot, c);
+		return (flags & V_HOST) ? up_copy(skb, slot, c) : up(skb, slot, c);
 
 	/* Decided and executable: counted, then done. */
 	c->v[(flags & V_FLOOD) ? C_FLOODED : C_FORWARDED]++;
