@@ -677,6 +677,61 @@ fn a_flood_into_a_tunnel_reaches_every_endpoint_from_the_kernel_on() {
     assert_conserved(&st);
 }
 
+/// On the kernel datapath, a tunnel open to any sender (`remotes_only = false`) floods to
+/// an endpoint it heard from too: the kernel, whose flood set is the configured remotes,
+/// stops replicating once the port's set is larger, and the port sends the floods — the
+/// heard endpoint gets every one.
+fn a_heard_endpoint_gets_the_floods_too_on() {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    const FRAMES: usize = 60;
+    let mut h = Hosts::new("vxhk", true);
+    let remotes = ["192.168.77.2".to_string(), "192.168.77.3".to_string()];
+    h.sluice_host_with(1, "192.168.77.1", &remotes, "", &format!("vni = {VNI}\nremotes_only = false"), 1450);
+    let marker = "flood from g1";
+    // Host 9 is no configured remote: it says hello (a station of its own) until heard.
+    let stranger = [0x02, 0x79, 0, 0, 0, 0x09];
+    let hello = frame([0xff; 6], stranger, None, 0x88b5, b"hello from host 9");
+    let mut endpoints: Vec<Child> = (2..=3u8)
+        .map(|i| {
+            let ns = h.host(i);
+            endpoint(&ns, &format!("192.168.77.{i}"), &[], &[marker])
+        })
+        .collect();
+    let ns9 = h.host(9);
+    endpoints.push(endpoint(&ns9, "192.168.77.9", &[("192.168.77.1", &hello)], &[marker]));
+    for i in [2, 3, 9] {
+        ns_ok(&h.ns("h1"), &format!("ping -c 1 -W 5 192.168.77.{i}"));
+    }
+    let fib = || sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(
+        wait_for(10, || fib().lines().any(|l| l.contains(&hex_mac(stranger)) && l.contains("192.168.77.9"))),
+        "the switch heard host 9's station behind it: {}",
+        fib()
+    );
+    // (The kernel's flood set follows the port's at the daemon's next turn, at most a
+    // second away.)
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let dev = format!("{}t", h.switch(1));
+    let src = mac_of(&h.guest(1), &dev);
+    let f = frame([0xff; 6], src, None, 0x88b5, marker.as_bytes());
+    for _ in 0..FRAMES / 20 {
+        send_raw(&h.guest(1), &dev, &vec![f.clone(); 20]);
+    }
+    let got: Vec<u64> =
+        endpoints.into_iter().map(|e| endpoint_report(e)["markers"][marker].as_u64().unwrap_or(0)).collect();
+    assert_eq!(got, [FRAMES as u64; 3], "the two remotes and the heard endpoint got each broadcast once");
+    let g1 = h.port(1, &dev);
+    assert_eq!(g1["kernel"]["flooded"].as_u64().unwrap_or(0), 0, "the kernel replicated none: {g1}");
+}
+
+#[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays, a VXLAN device and BPF), ethtool and python3; scripts/test.sh runs it"]
+fn a_heard_endpoint_gets_the_floods_too() {
+    a_heard_endpoint_gets_the_floods_too_on()
+}
+
 #[test]
 #[ignore = "system tier: needs root (network namespaces, veth underlays, a VXLAN device and BPF), ethtool and python3; scripts/test.sh runs it"]
 fn a_flood_into_a_tunnel_reaches_every_endpoint_from_the_kernel() {
