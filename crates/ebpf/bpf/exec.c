@@ -11,12 +11,12 @@
  * buffer, writing no forwarding state itself. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
  *
- * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs, or a fixed number of
- * tries; every read of the frame is bpf_skb_load_bytes of a fixed size at a bounded offset
- * (at most 90 bytes in), so "too short" means the frame is, never that its headers are
- * outside the linear part. What goes up is bounded per input by a token bucket
- * (`upcall_rate`, `upcall_burst` in sluice_exec_cfg): the excess is dropped, counted
- * `upcall_limit`.
+ * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs or SLUICE_MAX_FLOOD_EPS
+ * endpoints of a flood into a tunnel, or a fixed number of tries; every read of the frame
+ * is bpf_skb_load_bytes of a fixed size at a bounded offset (at most 90 bytes in), so "too
+ * short" means the frame is, never that its headers are outside the linear part. What
+ * goes up is bounded per input by a token bucket (`upcall_rate`, `upcall_burst` in
+ * sluice_exec_cfg): the excess is dropped, counted `upcall_limit`.
  *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
@@ -801,7 +801,8 @@ struct mac6 {
 /* Whether tunnel output `o` can be served for a frame to `d`: the tunnel's settings and
  * the entry its endpoint comes from are there, and a GSO frame goes to one endpoint (the
  * core bounds what a GSO frame may cost a tunnel that sends it to several: its call).
- * 0 if so. (A global function, as tun_copy.) */
+ * 0 if so. (A global function: the verifier checks it once, on its own, and the plan's
+ * loop sees only its result.) */
 __noinline int tun_ready(struct __sk_buff *skb, const struct sluice_out *o, const struct mac6 *d)
 {
 	const __u8 *remote;
