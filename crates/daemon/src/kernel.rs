@@ -150,6 +150,10 @@ struct TunnelSide {
     vnis: VniMap,
     /// Where the stations the kernel keeps hearing go, once a second.
     heard: std::sync::mpsc::Sender<Heard>,
+    /// The configured endpoints.
+    remotes: Vec<std::net::IpAddr>,
+    /// The VNIs whose floods the kernel replicates now (a `sluice_flood_eps` entry).
+    flooding: std::collections::HashSet<u32>,
 }
 
 /// The kernel side of one switch.
@@ -453,8 +457,14 @@ impl KernelSide {
         for &r in &t.remotes {
             self.ex.set_endpoint(t.ifindex, r)?;
         }
-        let side =
-            TunnelSide { ifindex: t.ifindex, v6: t.local.is_ipv6(), vnis: t.vnis.clone(), heard: t.heard.clone() };
+        let side = TunnelSide {
+            ifindex: t.ifindex,
+            v6: t.local.is_ipv6(),
+            vnis: t.vnis.clone(),
+            heard: t.heard.clone(),
+            remotes: t.remotes.clone(),
+            flooding: Default::default(),
+        };
         self.tunnels.insert(id, side);
         Ok(())
     }
@@ -715,7 +725,42 @@ impl KernelSide {
                 warn!(switch = %self.switch, "kernel datapath: {}; the frames it concerns go through user space", Report(&e));
             }
         }
+        self.sync_floods(sw);
         self.follow_generation(sw);
+    }
+
+    /// Keeps each tunnel VNI's flood set in the kernel the core's tunnel port's: its
+    /// configured endpoints while it floods to those alone, else none (floods go up, and
+    /// the port sends them). The port's flood set always holds its configured endpoints
+    /// (`Endpoints::targets`), so one of the same size is that set; one larger has heard
+    /// endpoints (`remotes_only = false`), which only the port knows — and then the kernel
+    /// stops replicating until they age out.
+    fn sync_floods(&mut self, sw: &Switch) {
+        for (&id, t) in self.tunnels.iter_mut() {
+            let vnis: Vec<(u16, u32)> = match &t.vnis {
+                VniMap::Single(vni) => vec![(0, *vni)],
+                VniMap::PerVlan(m) => m.clone(),
+            };
+            for (vlan, vni) in vnis {
+                let exact = sw.tunnel_fanout(id, vlan) == Some(t.remotes.len());
+                let eps = exact.then(|| convert::flood_eps(&t.remotes)).flatten();
+                if eps.is_some() == t.flooding.contains(&vni) {
+                    continue;
+                }
+                match self.ex.set_flood(t.ifindex, vni, eps.as_ref()) {
+                    Ok(()) if eps.is_some() => {
+                        t.flooding.insert(vni);
+                    }
+                    Ok(()) => {
+                        t.flooding.remove(&vni);
+                    }
+                    Err(e) => {
+                        self.map_updates_failed += 1;
+                        warn!(switch = %self.switch, "kernel datapath: {e:#}; floods into the tunnel go through user space");
+                    }
+                }
+            }
+        }
     }
 
     /// Writes port `id`'s input entry and lock as the core has them now, or frees its slot

@@ -88,6 +88,28 @@ abi! {
         pub seen_ns: u64,
     }
 
+    /// Endpoints a flood into a tunnel is replicated to, at most (`FloodEps::addrs`): a
+    /// tunnel whose flood set is larger has no `sluice_flood_eps` entry, and its floods go
+    /// up to the core.
+    pub const MAX_FLOOD_EPS: usize = 32 => SLUICE_MAX_FLOOD_EPS;
+
+    /// A tunnel's VNI in `sluice_flood_eps`.
+    pub struct FloodKey => sluice_flood_key {
+        /// The tunnel's device.
+        pub ifindex: u32,
+        pub vni: u32,
+    }
+
+    /// The endpoints a flood into a tunnel in one VNI goes to (head-end replication): the
+    /// core's flood set for that VNI, written by the core (`sluice_flood_eps`).
+    pub struct FloodEps => sluice_flood_eps_val {
+        /// How many of `addrs` are used (1 to `SLUICE_MAX_FLOOD_EPS`).
+        pub n: u32,
+        pub pad: u32,
+        /// The endpoints; IPv4 in the first 4 bytes of each.
+        pub addrs: [[u8; 16]; MAX_FLOOD_EPS],
+    }
+
     /// Layer 3: which port owns an address (`sluice_owners`); also a tunnel socket
     /// filter's endpoints (`sluice_tunnel_peers`).
     pub struct IpKey => sluice_ip_key {
@@ -536,6 +558,12 @@ abi! {
     /// `OUT_TUNNEL`: the remote endpoint is where the frame's destination was heard
     /// (`sluice_remotes`, by device, `vni` and destination MAC); else `remote`.
     pub const OF_REMOTE_DST: u8 = 1 << 4 => OF_REMOTE_DST;
+
+    /// `OUT_TUNNEL`: a flood's copy, sent to every endpoint of `sluice_flood_eps` for the
+    /// device and `vni` (one clone each, each with its own tunnel key) — or, for a unicast
+    /// destination `sluice_remotes` has, to that endpoint alone, as the core's tunnel port
+    /// sends it. No entry (or a GSO frame to more than one endpoint): the frame goes up.
+    pub const OF_FLOOD_EPS: u8 = 1 << 5 => OF_FLOOD_EPS;
 
     /// One output of a verdict: where a copy of the frame goes and what it looks like.
     pub struct Output => sluice_out {

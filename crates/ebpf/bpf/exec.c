@@ -11,12 +11,12 @@
  * buffer, writing no forwarding state itself. The layouts are crates/ebpf-abi's (abi.h).
  * docs/architecture.md, "One brain: the kernel executes the core's verdicts".
  *
- * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs, or a fixed number of
- * tries; every read of the frame is bpf_skb_load_bytes of a fixed size at a bounded offset
- * (at most 90 bytes in), so "too short" means the frame is, never that its headers are
- * outside the linear part. What goes up is bounded per input by a token bucket
- * (`upcall_rate`, `upcall_burst` in sluice_exec_cfg): the excess is dropped, counted
- * `upcall_limit`.
+ * Every loop is bpf_loop over at most SLUICE_MAX_OUTPUTS outputs or SLUICE_MAX_FLOOD_EPS
+ * endpoints of a flood into a tunnel, or a fixed number of tries; every read of the frame
+ * is bpf_skb_load_bytes of a fixed size at a bounded offset (at most 90 bytes in), so "too
+ * short" means the frame is, never that its headers are outside the linear part. What
+ * goes up is bounded per input by a token bucket (`upcall_rate`, `upcall_burst` in
+ * sluice_exec_cfg): the excess is dropped, counted `upcall_limit`.
  *
  * Offered under GPL-2.0 too only so that the kernel lets it call GPL-only helpers.
  */
@@ -190,6 +190,16 @@ struct {
 	__type(value, struct sluice_remote);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_remotes SEC(".maps");
+
+/* The endpoints a flood into a tunnel goes to, by (device, VNI): the core's flood set
+ * (core-written; no entry: floods into that tunnel go up). About 2 MB preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096); /* 64 tunnels of 64 VNIs */
+	__type(key, struct sluice_flood_key);
+	__type(value, struct sluice_flood_eps_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_flood_eps SEC(".maps");
 
 /* Stations heard behind a tunnel for the core to decide on (struct sluice_heard_event):
  * room for about 1,600 of them; a full ring is counted (C_HEARD_LOST). */
@@ -692,45 +702,147 @@ static __always_inline int retag(struct __sk_buff *skb, __u16 *cur, __u16 *tci, 
 	return 0;
 }
 
-/* Gives a copy for tunnel output `o` its tunnel key: the VNI, the remote endpoint (the
- * output's, or where destination `dmac` was heard), the tunnel's local address and TTL.
- * The device adds the outer headers. Nonzero when a table lacks the entry. */
-static __always_inline int tun_key(struct __sk_buff *skb, const struct sluice_out *o, const __u8 *dmac, int set)
+/* Where tunnel output `o`'s copy of a frame to `dmac` goes: one endpoint (`*remote`: the
+ * output's, or where the destination was heard), or for a flood's copy (OF_FLOOD_EPS) to a
+ * destination the remote table does not have, every endpoint of the flood set (`*flood`,
+ * 1 to SLUICE_MAX_FLOOD_EPS of them) — the core's tunnel port's `targets`. Nonzero when a
+ * table lacks the entry. */
+static __always_inline int tun_dest(const struct sluice_out *o, const __u8 *dmac, const __u8 **remote,
+				    const struct sluice_flood_eps_val **flood)
 {
 	__u32 ifindex = o->ifindex;
-	struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
-	const __u8 *remote = o->remote;
 
-	if (!t)
-		return -1;
-	if (o->flags & OF_REMOTE_DST) {
+	*remote = o->remote;
+	*flood = 0;
+	if (o->flags & (OF_REMOTE_DST | OF_FLOOD_EPS)) {
 		struct sluice_remote_key rk = { .ifindex = ifindex, .vni = o->vni };
 		__builtin_memcpy(rk.mac, dmac, 6);
-		struct sluice_remote *r = bpf_map_lookup_elem(&sluice_remotes, &rk);
-		if (!r)
+		struct sluice_remote *r = is_group(dmac) ? 0 : bpf_map_lookup_elem(&sluice_remotes, &rk);
+		if (r) {
+			*remote = r->addr;
+			return 0;
+		}
+		if (!(o->flags & OF_FLOOD_EPS))
 			return -1;
-		remote = r->addr;
+		struct sluice_flood_key fk = { .ifindex = ifindex, .vni = o->vni };
+		const struct sluice_flood_eps_val *f = bpf_map_lookup_elem(&sluice_flood_eps, &fk);
+		if (!f || !f->n || f->n > SLUICE_MAX_FLOOD_EPS)
+			return -1;
+		*flood = f;
 	}
-	if (!set)
-		return 0;
-	struct bpf_tunnel_key k = {};
+	return 0;
+}
+
+/* The executor's per-CPU scratch space, off its stack (the executor's frame, the sending
+ * loop's and a flood's fan-out loop's share 512 bytes): the tunnel key being set, and the
+ * state of a flood's copies into a tunnel (fan_one). Nothing in it outlives a call: a
+ * clone's transmit never runs the executor again on the same CPU before it returns (every
+ * device it reaches queues what it receives). */
+struct scratch {
+	struct bpf_tunnel_key key;
+	__u32 ifindex;  /* the flood's tunnel device */
+	__u32 vni;
+	__u32 n;        /* its endpoints */
+	__u32 last;     /* the last endpoint gets the frame itself */
+	__u32 sent;     /* a copy left */
+	__s32 ret;      /* bpf_redirect's, for the frame itself */
+	__u32 slot;     /* the output's slot, where it is counted */
+	__u32 bytes;    /* its length, tag included */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} sluice_scratch SEC(".maps");
+
+static __always_inline struct scratch *scratch(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&sluice_scratch, &zero);
+}
+
+/* Gives a copy into tunnel `t` its tunnel key: VNI `vni`, endpoint `remote`, the tunnel's
+ * local address and TTL. The device adds the outer headers. Nonzero on failure. */
+static __always_inline int set_key(struct __sk_buff *skb, const struct sluice_tunnel *t, __u32 vni,
+				   const __u8 *remote)
+{
+	struct scratch *sc = scratch();
+	if (!sc)
+		return -1;
+	struct bpf_tunnel_key *k = &sc->key;
 	__u64 flags;
-	k.tunnel_id = o->vni;
-	k.tunnel_ttl = t->ttl;
+	__builtin_memset(k, 0, sizeof(*k));
+	k->tunnel_id = vni;
+	k->tunnel_ttl = t->ttl;
 	if (t->flags & TUN_V6) {
-		__builtin_memcpy(k.remote_ipv6, remote, 16);
-		__builtin_memcpy(k.local_ipv6, t->local, 16);
+		__builtin_memcpy(k->remote_ipv6, remote, 16);
+		__builtin_memcpy(k->local_ipv6, t->local, 16);
 		flags = BPF_F_TUNINFO_IPV6;
 	} else {
 		__u32 r4, l4;
 		__builtin_memcpy(&r4, remote, 4);
 		__builtin_memcpy(&l4, t->local, 4);
-		k.remote_ipv4 = bpf_ntohl(r4);
-		k.local_ipv4 = bpf_ntohl(l4);
+		k->remote_ipv4 = bpf_ntohl(r4);
+		k->local_ipv4 = bpf_ntohl(l4);
 		/* No outer UDP checksum over IPv4, as the kernel's vxlan sends by default. */
 		flags = BPF_F_ZERO_CSUM_TX;
 	}
-	return bpf_skb_set_tunnel_key(skb, &k, sizeof(k), flags) ? -1 : 0;
+	return bpf_skb_set_tunnel_key(skb, k, sizeof(*k), flags) ? -1 : 0;
+}
+
+/* A MAC address passed to a global function (whose pointer arguments are checked
+ * against the size of what they point to). */
+struct mac6 {
+	__u8 b[6];
+};
+
+/* Whether tunnel output `o` can be served for a frame to `d`: the tunnel's settings and
+ * the entry its endpoint comes from are there, and a GSO frame goes to one endpoint (the
+ * core bounds what a GSO frame may cost a tunnel that sends it to several: its call).
+ * 0 if so. (A global function: the verifier checks it once, on its own, and the plan's
+ * loop sees only its result.) */
+__noinline int tun_ready(struct __sk_buff *skb, const struct sluice_out *o, const struct mac6 *d)
+{
+	const __u8 *remote;
+	const struct sluice_flood_eps_val *flood;
+
+	if (!o || !d)
+		return -1;
+	__u32 ifindex = o->ifindex;
+	if (!bpf_map_lookup_elem(&sluice_tunnels, &ifindex) || tun_dest(o, d->b, &remote, &flood))
+		return -1;
+	if (flood && flood->n > 1 && skb->gso_size)
+		return -1;
+	return 0;
+}
+
+/* Readies the copy of tunnel output `o` for a frame to `d`: 0 when it goes to one endpoint
+ * (its tunnel key set), 1 when it is a flood's copy for every endpoint of the flood set
+ * (the scratch space says which tunnel, VNI and how many endpoints: fan_out sends them),
+ * -1 when a table lacks the entry. A global function, as tun_ready: the verifier checks it
+ * once, on its own, and it keeps its locals off send_out's frame. */
+__noinline int tun_out(struct __sk_buff *skb, const struct sluice_out *o, const struct mac6 *d)
+{
+	const __u8 *remote;
+	const struct sluice_flood_eps_val *flood;
+
+	if (!o || !d)
+		return -1;
+	__u32 ifindex = o->ifindex;
+	const struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
+	if (!t || tun_dest(o, d->b, &remote, &flood))
+		return -1;
+	if (!flood)
+		return set_key(skb, t, o->vni, remote) ? -1 : 0;
+	struct scratch *sc = scratch();
+	if (!sc)
+		return -1;
+	sc->ifindex = ifindex;
+	sc->vni = o->vni;
+	sc->n = flood->n < SLUICE_MAX_FLOOD_EPS ? flood->n : SLUICE_MAX_FLOOD_EPS;
+	return 1;
 }
 
 /* A verdict being executed (bpf_loop's callbacks see it through a pointer to the stack). */
@@ -749,6 +861,7 @@ struct run {
 	__u8 src[6];    /* its source MAC address as it arrived */
 	__u8 cur_src[6]; /* and as it is now */
 	int ret;        /* what the frame itself came to */
+	__u8 fan;       /* the last output is a flood into a tunnel, its copies to be sent */
 };
 
 /* The plan, before anything is changed: every tunnel output has its tables' entries. */
@@ -759,16 +872,57 @@ static long plan_out(__u32 i, void *ctx)
 	if (i >= SLUICE_MAX_OUTPUTS)
 		return 1;
 	const struct sluice_out *o = &r->v->outputs[i];
-	if (o->kind == OUT_TUNNEL && tun_key(r->skb, o, r->dmac, 0)) {
+	if (o->kind == OUT_TUNNEL && tun_ready(r->skb, o, (const struct mac6 *)r->dmac)) {
 		r->up = 1;
 		return 1;
 	}
 	return 0;
 }
 
+/* Endpoint `i` of a flood into a tunnel (the scratch space says which tunnel, VNI and how
+ * many endpoints; bpf_loop's context is the frame): the copy's own tunnel key, then a clone
+ * out of the device — whose vxlan transmit (no queue) reads the key before the next one is
+ * set — or, the last endpoint of the frame's last output, the frame itself. */
+static long fan_one(__u32 i, void *ctx)
+{
+	struct __sk_buff *skb = *(struct __sk_buff **)ctx;
+	struct scratch *sc = scratch();
+
+	if (!sc || i >= sc->n || i >= SLUICE_MAX_FLOOD_EPS)
+		return 1;
+	__u32 ifindex = sc->ifindex;
+	struct sluice_flood_key fk = { .ifindex = ifindex, .vni = sc->vni };
+	const struct sluice_tunnel *t = bpf_map_lookup_elem(&sluice_tunnels, &ifindex);
+	const struct sluice_flood_eps_val *f = bpf_map_lookup_elem(&sluice_flood_eps, &fk);
+	if (!t || !f)
+		return 1;
+	/* (Masked after a barrier the compiler cannot see through, so that the verifier sees
+	 * the index bounded: SLUICE_MAX_FLOOD_EPS is a power of two.) */
+	__u32 at = i;
+	asm volatile("" : "+r"(at));
+	at &= SLUICE_MAX_FLOOD_EPS - 1;
+	if (set_key(skb, t, sc->vni, f->addrs[at]))
+		return 0;
+	/* (set_key used the scratch space's key; the rest of it is this loop's.) */
+	sc = scratch();
+	if (!sc)
+		return 1;
+	if (sc->last && i + 1 == sc->n) {
+		sc->ret = bpf_redirect(ifindex, 0);
+		if (sc->ret != TC_ACT_SHOT)
+			sc->sent = 1;
+	} else if (!bpf_clone_redirect(skb, ifindex, 0)) {
+		sc = scratch();
+		if (sc)
+			sc->sent = 1;
+	}
+	return 0;
+}
+
 /* Output `i`: offered, measured against its MTU, tagged, rewritten, then cloned to it —
- * or, the last (unless the host takes the frame), given the frame itself. Counted at the
- * output (offered, over_mtu, tx_error, sent). */
+ * or, the last (unless the host takes the frame), given the frame itself; a flood's copy
+ * into a tunnel, always the last output, is left to fan_out. Counted at the output
+ * (offered, over_mtu, tx_error, sent). */
 static long send_out(__u32 i, void *ctx)
 {
 	struct run *r = ctx;
@@ -791,9 +945,11 @@ static long send_out(__u32 i, void *ctx)
 	__u16 proto = (o->flags & OF_TAG) ? ETH_P_8021Q_BE : 0;
 	const __u8 *src = (o->flags & OF_SRC_MAC) ? o->src_mac : r->src;
 	int rewrite = !mac_eq(src, r->cur_src);
-	if (retag(skb, &r->cur, &r->tci, proto, r->pcp | (o->vid & 0x0fff)) ||
-	    (rewrite && bpf_skb_store_bytes(skb, 6, src, 6, 0)) ||
-	    (o->kind == OUT_TUNNEL && tun_key(skb, o, r->dmac, 1))) {
+	/* (A flood's copy into a tunnel is always the last output: convert::output_order.) */
+	int fan = o->kind == OUT_TUNNEL ? tun_out(skb, o, (const struct mac6 *)r->dmac) : 0;
+	if (fan < 0 || (fan && i + 1 != r->n) ||
+	    retag(skb, &r->cur, &r->tci, proto, r->pcp | (o->vid & 0x0fff)) ||
+	    (rewrite && bpf_skb_store_bytes(skb, 6, src, 6, 0))) {
 		oc->v[C_TX_DROP + D_TX_ERROR]++;
 		return 0;
 	}
@@ -802,7 +958,20 @@ static long send_out(__u32 i, void *ctx)
 	/* (What the skb holds, not what retag() knows of: a tag kept in the frame is in
 	 * skb->len, and popping one can move the next tag of the frame into the metadata.) */
 	__u64 bytes = skb->len + (skb->vlan_present ? 4 : 0);
-	if (last) {
+	if (fan) {
+		/* A flood into a tunnel: its copies are sent by fan_out, from the executor's own
+		 * frame. */
+		struct scratch *sc = scratch();
+		if (!sc) {
+			oc->v[C_TX_DROP + D_TX_ERROR]++;
+			return 0;
+		}
+		sc->last = last;
+		sc->slot = oslot;
+		sc->bytes = bytes;
+		r->fan = 1;
+		return 0;
+	} else if (last) {
 		skb->mark = (o->flags & OF_MARK) ? SLUICE_MARK : 0;
 		r->ret = o->kind == OUT_PEER ? bpf_redirect_peer(o->ifindex, 0) : bpf_redirect(o->ifindex, 0);
 		if (r->ret == TC_ACT_SHOT) {
@@ -825,6 +994,41 @@ static long send_out(__u32 i, void *ctx)
 	if (skb->gso_size)
 		oc->v[C_TX_GSO]++;
 	return 0;
+}
+
+/* The copies of a flood into a tunnel that send_out prepared (the scratch space says
+ * where): one per endpoint of the flood set (fan_one), all one frame the tunnel port was
+ * given, as the core counts what it gives its tunnel port. A loop of the executor's own,
+ * not one inside send_out's: three frames on the stack would not fit. */
+static __always_inline void fan_out(struct run *r)
+{
+	struct scratch *sc = scratch();
+	if (!sc)
+		return;
+	struct __sk_buff *skb = r->skb;
+	sc->sent = 0;
+	sc->ret = TC_ACT_SHOT;
+	skb->mark = 0;
+	bpf_loop(sc->n < SLUICE_MAX_FLOOD_EPS ? sc->n : SLUICE_MAX_FLOOD_EPS, fan_one, &r->skb, 0);
+	sc = scratch();
+	if (!sc)
+		return;
+	if (sc->last)
+		r->ret = sc->ret;
+	else
+		skb->mark = r->mark;
+	__u32 slot = sc->slot;
+	struct sluice_counters *oc = bpf_map_lookup_elem(&sluice_stats, &slot);
+	if (!oc)
+		return;
+	if (!sc->sent) {
+		oc->v[C_TX_DROP + D_TX_ERROR]++;
+		return;
+	}
+	oc->v[C_TX_FRAMES]++;
+	oc->v[C_TX_BYTES] += sc->bytes;
+	if (skb->gso_size)
+		oc->v[C_TX_GSO]++;
 }
 
 /* Executes a verdict with outputs, for a frame of measure `l3` (see measure()). What the
@@ -879,8 +1083,9 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 		__builtin_memcpy(r.dmac, nv->mac, 6);
 	}
 	bpf_loop(n, plan_out, &r, 0);
+	/* (A flood may be the host's too: it keeps its copy, as settle() does.) */
 	if (r.up)
-		return up(skb, slot, c);
+		return (flags & V_HOST) ? up_copy(skb, slot, c) : up(skb, slot, c);
 
 	/* Decided and executable: counted, then done. */
 	c->v[(flags & V_FLOOD) ? C_FLOODED : C_FORWARDED]++;
@@ -890,6 +1095,8 @@ static __always_inline int execute(struct __sk_buff *skb, __u32 slot, struct slu
 	if (nh != NH_NONE && bpf_skb_store_bytes(skb, 0, r.dmac, 6, 0))
 		return drop(c, D_TX_ERROR);
 	bpf_loop(n, send_out, &r, 0);
+	if (r.fan)
+		fan_out(&r);
 	if (!r.host)
 		return r.ret;
 	/* The host's frame as it arrived: its tag (in the metadata now), addresses and mark. */
@@ -1165,6 +1372,33 @@ static __noinline int ct_commit(struct __sk_buff *skb, const struct l2 *f)
 	return 0;
 }
 
+/* A tunnel's frame's origin: the key the device left when it took the outer headers off
+ * (VNI, sender), into the stage-1 key `ak` and `o`, and skb->cb[0] (up_tag). Nonzero when
+ * the frame has no key. Not inlined: its key off the executor's stack, which the sending
+ * loops share. */
+static __noinline int tunnel_origin(struct __sk_buff *skb, __u32 ifindex, __u32 in_flags,
+				    struct sluice_admit_key *ak, struct origin *o)
+{
+	struct bpf_tunnel_key tk = {};
+	struct sluice_endpoint_key ek = { .ifindex = ifindex };
+	if (in_flags & IN_TUNNEL_V6) {
+		if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), BPF_F_TUNINFO_IPV6))
+			return -1;
+		__builtin_memcpy(ek.addr, tk.remote_ipv6, 16);
+	} else {
+		if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0))
+			return -1;
+		__u32 a = bpf_htonl(tk.remote_ipv4);
+		__builtin_memcpy(ek.addr, &a, 4);
+	}
+	o->vni = tk.tunnel_id;
+	__builtin_memcpy(o->addr, ek.addr, 16);
+	ak->vni = tk.tunnel_id;
+	ak->endpoint = bpf_map_lookup_elem(&sluice_endpoints, &ek) != 0;
+	skb->cb[0] = ORIGIN_SET | (ak->endpoint ? ORIGIN_ENDPOINT : 0) | (ak->vni & 0xffffff);
+	return 0;
+}
+
 /* The program's body: sluice_exec, and sluice_exec_tunneled after it gave the frame a
  * tunnel key. */
 static __always_inline int exec_frame(struct __sk_buff *skb)
@@ -1187,29 +1421,9 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 	struct sluice_admit_key ak = { .slot = slot };
 	struct origin o = {};
 	skb->cb[0] = 0;
-	if (in_flags & IN_TUNNEL) {
-		/* The device took the outer headers off and left their key. */
-		struct bpf_tunnel_key tk = {};
-		struct sluice_endpoint_key ek = { .ifindex = ifindex };
-		if (in_flags & IN_TUNNEL_V6) {
-			if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), BPF_F_TUNINFO_IPV6)) {
-				c->v[C_TUN_BAD]++;
-				return TC_ACT_SHOT;
-			}
-			__builtin_memcpy(ek.addr, tk.remote_ipv6, 16);
-		} else {
-			if (bpf_skb_get_tunnel_key(skb, &tk, sizeof(tk), 0)) {
-				c->v[C_TUN_BAD]++;
-				return TC_ACT_SHOT;
-			}
-			__u32 a = bpf_htonl(tk.remote_ipv4);
-			__builtin_memcpy(ek.addr, &a, 4);
-		}
-		o.vni = tk.tunnel_id;
-		__builtin_memcpy(o.addr, ek.addr, 16);
-		ak.vni = tk.tunnel_id;
-		ak.endpoint = bpf_map_lookup_elem(&sluice_endpoints, &ek) != 0;
-		skb->cb[0] = ORIGIN_SET | (ak.endpoint ? ORIGIN_ENDPOINT : 0) | (ak.vni & 0xffffff);
+	if ((in_flags & IN_TUNNEL) && tunnel_origin(skb, ifindex, in_flags, &ak, &o)) {
+		c->v[C_TUN_BAD]++;
+		return TC_ACT_SHOT;
 	}
 	struct l2 f = {};
 	if (parse_l2(skb, &f)) {

@@ -61,8 +61,9 @@ pub enum Reach {
     Uplink,
     /// Into a tunnel's VXLAN device, with a tunnel key: to the endpoint the remote table
     /// has the destination behind (a frame to a station not there goes up, and the core's
-    /// tunnel port sends it). A flood or a mirror's copy into a tunnel goes up: the port
-    /// sends it to every endpoint.
+    /// tunnel port sends it). A flood's copy goes to every endpoint of the tunnel's flood
+    /// set in `sluice_flood_eps`, a clone and a key each (no entry: up). A mirror's copy
+    /// into a tunnel goes up: the port sends it.
     Tunnel,
 }
 
@@ -88,6 +89,23 @@ pub fn tunnel(local: IpAddr, ttl: u8) -> abi::Tunnel {
         }
     }
     t
+}
+
+/// A tunnel VNI's flood set `eps` (the endpoints the core's tunnel port sends a flood in
+/// that VNI to) as `sluice_flood_eps` holds it; `None` when the kernel cannot send it
+/// (none, or more than [`abi::MAX_FLOOD_EPS`]): floods go up, and the port sends them.
+pub fn flood_eps(eps: &[IpAddr]) -> Option<abi::FloodEps> {
+    if eps.is_empty() || eps.len() > abi::MAX_FLOOD_EPS {
+        return None;
+    }
+    let mut v = abi::FloodEps { n: eps.len() as u32, ..abi::FloodEps::default() };
+    for (a, slot) in eps.iter().zip(v.addrs.iter_mut()) {
+        match a {
+            IpAddr::V4(a) => slot[..4].copy_from_slice(&a.octets()),
+            IpAddr::V6(a) => *slot = a.octets(),
+        }
+    }
+    Some(v)
 }
 
 /// The input entry `e` of a tunnel's VXLAN device, whose underlay is IPv6 if `v6`: its
@@ -388,7 +406,9 @@ pub fn verdict(
     if v.outputs.len() > abi::MAX_OUTPUTS {
         return up(e);
     }
-    for (o, out) in v.outputs.iter().zip(e.outputs.iter_mut()) {
+    let tunnel = |p: PortId| places(p).and_then(|p| p.device).is_some_and(|d| d.reach == Reach::Tunnel);
+    let Some(order) = output_order(v, tunnel) else { return up(e) };
+    for (o, out) in order.iter().map(|&i| &v.outputs[i]).zip(e.outputs.iter_mut()) {
         let Some((place, dev)) = places(o.port).and_then(|p| Some((p, p.device?))) else { return up(e) };
         let (kind, marked) = match dev.reach {
             // A paced copy (the port's `rate_out`) leaves through the device's egress, where
@@ -402,11 +422,13 @@ pub fn verdict(
         *out = abi::Output { ifindex: dev.ifindex, slot: place.slot, mtu: o.mtu, kind, ..abi::Output::default() };
         let mut tag = o.tag;
         if dev.reach == Reach::Tunnel {
-            let Some(t) = tunnels(o.port, o.tag).filter(|_| !v.flood && !o.mirror && v.next_hop.is_none()) else {
+            let Some(t) = tunnels(o.port, o.tag).filter(|_| !o.mirror && v.next_hop.is_none()) else {
                 return up(e);
             };
             out.vni = t.vni;
-            out.flags |= abi::OF_REMOTE_DST;
+            // (A flood's copy goes where the port would send it: the station's endpoint
+            // if the remote table has it, else every endpoint of the flood set.)
+            out.flags |= if v.flood { abi::OF_FLOOD_EPS } else { abi::OF_REMOTE_DST };
             tag = tag.filter(|_| t.tagged);
         }
         if let Some(vid) = tag {
@@ -437,6 +459,21 @@ pub fn verdict(
         Some(NextHop::Neighbour) => e.next_hop = abi::NH_NEIGH,
     }
     e
+}
+
+/// The order the kernel executes verdict `v`'s outputs in (indexes into `v.outputs`): the
+/// core's, but a flood's copy into a tunnel (`tunnel` says which ports are tunnels; not a
+/// mirror's copy) last — the executor sends its copies to each endpoint from a loop of its
+/// own once the other outputs have theirs. `None` when a flood goes into more than one
+/// tunnel: the core sends it.
+pub fn output_order(v: &Verdict, tunnel: impl Fn(PortId) -> bool) -> Option<Vec<usize>> {
+    let fanned = |o: &sluice_switch::Output| v.flood && !o.mirror && v.next_hop.is_none() && tunnel(o.port);
+    let (mut order, last): (Vec<usize>, Vec<usize>) = (0..v.outputs.len()).partition(|&i| !fanned(&v.outputs[i]));
+    if last.len() > 1 {
+        return None;
+    }
+    order.extend(last);
+    Some(order)
 }
 
 /// A verdict the core is to execute itself: up, the host's copy kept. (`learn_refused` is
@@ -818,10 +855,18 @@ mod tests {
         let o = verdict(&Key::default(), &forward(vec![out(5, Some(20))]), 3, false, places5, single).outputs[0];
         assert_eq!((o.flags, o.vid, o.vni), (abi::OF_REMOTE_DST | abi::OF_TAG, 20, 7), "a trunk's tag inside one VNI");
         let flood = Verdict { flood: true, ..forward(vec![out(1, None), out(5, Some(20))]) };
+        let e = verdict(&Key::default(), &flood, 3, false, places5, single);
         assert_eq!(
-            verdict(&Key::default(), &flood, 3, false, places5, single).action,
-            abi::ACT_UP,
-            "the port sends a flood to every endpoint"
+            (e.action, e.n_out, e.outputs[1].flags, e.outputs[1].vni),
+            (abi::ACT_FORWARD, 2, abi::OF_FLOOD_EPS | abi::OF_TAG, 7),
+            "a flood's copy goes to every endpoint of the flood set"
+        );
+        let first = Verdict { flood: true, ..forward(vec![out(5, Some(20)), out(1, None), out(2, None)]) };
+        let e = verdict(&Key::default(), &first, 3, false, places5, single);
+        assert_eq!(
+            e.outputs[..3].iter().map(|o| o.ifindex).collect::<Vec<_>>(),
+            [301, 302, 305],
+            "the tunnel's copies last, the rest in the core's order"
         );
         let mirror = forward(vec![out(1, None), Output { mirror: true, ..out(5, None) }]);
         assert_eq!(verdict(&Key::default(), &mirror, 3, false, places5, single).action, abi::ACT_UP);
@@ -835,6 +880,11 @@ mod tests {
         assert_eq!((a.vni, a.endpoint, a.dst), (1020, 1, abi::DST_GROUP));
         let i = tunnel_input(input(&port(), 55, Mode::L2, ROUTER), true);
         assert_eq!(i.flags, abi::IN_TUNNEL | abi::IN_TUNNEL_V6);
+        let eps: Vec<IpAddr> = vec!["192.0.2.1".parse().unwrap(), "fd00::2".parse().unwrap()];
+        let f = flood_eps(&eps).expect("two endpoints");
+        assert_eq!((f.n, f.addrs[0][..4].to_vec(), f.addrs[1][15], f.addrs[2]), (2, vec![192, 0, 2, 1], 2, [0; 16]));
+        assert!(flood_eps(&[]).is_none(), "nowhere: the core's");
+        assert!(flood_eps(&vec![eps[0]; abi::MAX_FLOOD_EPS + 1]).is_none(), "too many: the core's");
         let t = tunnel("fd00::1".parse().unwrap(), 64);
         assert_eq!((t.flags, t.ttl, t.local[15]), (abi::TUN_V6, 64, 1));
     }

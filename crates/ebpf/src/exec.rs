@@ -177,6 +177,8 @@ pub struct Executor {
     tunnels: HashMap<MapData, u32, abi::Tunnel>,
     remotes: HashMap<MapData, abi::RemoteKey, abi::Remote>,
     endpoints: HashMap<MapData, abi::EndpointKey, u32>,
+    /// Each tunnel VNI's flood set (`sluice_flood_eps`).
+    floods: HashMap<MapData, abi::FloodKey, abi::FloodEps>,
     heard: RingBuf<MapData>,
     switch_stats: PerCpuArray<MapData, abi::SwitchCounters>,
     meters: Array<MapData, abi::Meter>,
@@ -396,6 +398,7 @@ impl Executor {
         let tunnels = HashMap::try_from(take("sluice_tunnels")?).map_err(map_err("tunnels"))?;
         let remotes = HashMap::try_from(take("sluice_remotes")?).map_err(map_err("remotes"))?;
         let endpoints = HashMap::try_from(take("sluice_endpoints")?).map_err(map_err("endpoints"))?;
+        let floods = HashMap::try_from(take("sluice_flood_eps")?).map_err(map_err("flood_eps"))?;
         let heard = RingBuf::try_from(take("sluice_heard")?).map_err(map_err("heard"))?;
         let switch_stats = PerCpuArray::try_from(take("sluice_switch_stats")?).map_err(map_err("switch_stats"))?;
         let meters = Array::try_from(take("sluice_meters")?).map_err(map_err("meters"))?;
@@ -430,6 +433,7 @@ impl Executor {
             tunnels,
             remotes,
             endpoints,
+            floods,
             heard,
             switch_stats,
             meters,
@@ -677,6 +681,24 @@ impl Executor {
         self.endpoints.insert(k, 1, 0).map_err(map_err("endpoints"))
     }
 
+    /// Where a flood into tunnel device `ifindex` in VNI `vni` goes: every endpoint of
+    /// `eps` ([`crate::convert::flood_eps`]), or — `None` — the core (floods go up).
+    pub fn set_flood(&mut self, ifindex: u32, vni: u32, eps: Option<&abi::FloodEps>) -> Result<(), Error> {
+        let k = abi::FloodKey { ifindex, vni };
+        match eps {
+            Some(v) => self.floods.insert(k, v, 0).map_err(map_err("flood_eps")),
+            None => {
+                let _ = self.floods.remove(&k);
+                Ok(())
+            }
+        }
+    }
+
+    /// The flood set of tunnel device `ifindex` in VNI `vni`, as the program has it.
+    pub fn flood(&self, ifindex: u32, vni: u32) -> Option<abi::FloodEps> {
+        self.floods.get(&abi::FloodKey { ifindex, vni }, 0).ok()
+    }
+
     /// Where station `mac` of VNI `vni` behind tunnel device `ifindex` is, heard from now
     /// (its last-seen stamp, which the program moves on while it hears it there).
     pub fn set_remote(&mut self, ifindex: u32, vni: u32, mac: MacAddr, addr: std::net::IpAddr) -> Result<(), Error> {
@@ -852,7 +874,8 @@ impl Executor {
         let _ = self.remotes.remove(&abi::RemoteKey { ifindex, vni, mac: mac.0, pad: [0; 2] });
     }
 
-    /// Forgets the tunnel on device `ifindex`: its settings, endpoints and remote stations.
+    /// Forgets the tunnel on device `ifindex`: its settings, endpoints, flood sets and remote
+    /// stations.
     pub fn clear_tunnel(&mut self, ifindex: u32) {
         let _ = self.tunnels.remove(&ifindex);
         let heard: Vec<abi::RemoteKey> = self.remotes.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
@@ -862,6 +885,10 @@ impl Executor {
         let known: Vec<abi::EndpointKey> = self.endpoints.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
         for k in known {
             let _ = self.endpoints.remove(&k);
+        }
+        let floods: Vec<abi::FloodKey> = self.floods.keys().flatten().filter(|k| k.ifindex == ifindex).collect();
+        for k in floods {
+            let _ = self.floods.remove(&k);
         }
     }
 

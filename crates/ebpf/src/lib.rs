@@ -102,7 +102,7 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
 pub fn pins_compatible(dir: &Path, sizes: exec::Sizes) -> Option<bool> {
     use std::mem::size_of;
     let stations = Some(sizes.stations.max(1));
-    let want: [(&str, usize, usize, Option<u32>); 13] = [
+    let want: [(&str, usize, usize, Option<u32>); 14] = [
         ("sluice_inputs", 4, size_of::<abi::Input>(), Some(MAX_PORTS)),
         ("sluice_admits", size_of::<abi::AdmitKey>(), size_of::<abi::Admit>(), None),
         ("sluice_verdicts", size_of::<abi::FlowKey>(), size_of::<abi::Verdict>(), Some(sizes.verdicts.max(1))),
@@ -116,6 +116,7 @@ pub fn pins_compatible(dir: &Path, sizes: exec::Sizes) -> Option<bool> {
         ("sluice_tunnels", 4, size_of::<abi::Tunnel>(), None),
         ("sluice_remotes", size_of::<abi::RemoteKey>(), size_of::<abi::Remote>(), None),
         ("sluice_endpoints", size_of::<abi::EndpointKey>(), 4, None),
+        ("sluice_flood_eps", size_of::<abi::FloodKey>(), size_of::<abi::FloodEps>(), None),
     ];
     if !dir.join("sluice_inputs").exists() {
         // An earlier build's datapath (its maps have other names), or nothing.

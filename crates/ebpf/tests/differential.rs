@@ -37,8 +37,10 @@
 //!    clone.
 //!
 //! Out of a tunnel, known unicast is sent by the kernel to the endpoint its remote table
-//! has the destination behind, or goes up when it has none there; a flood, a mirror's copy
-//! or a routed frame into a tunnel goes up. The kernel's reports of stations heard behind a
+//! has the destination behind, or goes up when it has none there; a flood's copy into a
+//! tunnel (of one to three endpoints) is sent once per endpoint of the tunnel's flood set
+//! (or to the one the remote table has the destination behind), counted as one frame; a
+//! mirror's copy or a routed frame into a tunnel goes up. The kernel's reports of stations heard behind a
 //! tunnel are handed to the core after each frame, as the daemon does (on one switch in
 //! three they are left unread); a station the frame taught the core must have been
 //! reported.
@@ -182,13 +184,13 @@ fn vni_for(vid: u16) -> u32 {
     5000 + u32::from(vid)
 }
 
-/// A tunnel's configured endpoint `n` (1 or 2), a stranger (any other `n`), IPv4 or IPv6.
+/// A tunnel's configured endpoint `n` (1 to 3), a stranger (any other `n`), IPv4 or IPv6.
 fn endpoint(n: u8, v6: bool) -> IpAddr {
     if v6 { Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, n.into()).into() } else { Ipv4Addr::new(192, 0, 2, n).into() }
 }
 
 /// A tunnel: one VNI (an access port) or a VNI per VLAN (a trunk of those VLANs, as the
-/// daemon makes it), open to any sender or to its endpoints alone, with one or two
+/// daemon makes it), open to any sender or to its endpoints alone, with one to three
 /// endpoints, over IPv4 (one in five over IPv6).
 fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
     let v6 = r.chance(20);
@@ -203,7 +205,7 @@ fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
         let pairs = vids.iter().map(|&v| (v, vni_for(v))).collect();
         (VlanMode::Trunk { allowed: vids.into_iter().collect(), native: None }, VniMap::PerVlan(pairs))
     };
-    let remotes = (1..=r.range(1, 2) as u8).map(|n| endpoint(n, v6)).collect();
+    let remotes = (1..=r.range(1, 3) as u8).map(|n| endpoint(n, v6)).collect();
     let rules = TunnelRules { vnis, remotes_only: r.chance(50), remotes, evpn: false, announced: vec![] };
     (vlan, TunnelSpec { rules, local: endpoint(100, v6) })
 }
@@ -1578,7 +1580,9 @@ fn expect_up(
 /// `key`; `served`: whether the kernel's tables serve every output the verdict has (an
 /// output into a tunnel needs the destination in the remote table; one the conversion
 /// cannot give the kernel goes up).
+#[allow(clippy::too_many_arguments)]
 fn expect_hit(
+    k: &Kernel,
     case: &Case,
     inst: &Installed,
     core: &CoreSide,
@@ -1639,8 +1643,15 @@ fn expect_hit(
     let mut mark = None;
     let mut code = SHOT;
     let mut counters = counters;
-    for (i, o) in v.outputs.iter().enumerate() {
+    // (In the kernel's order, a flood's copy into a tunnel last; that output sends a copy
+    // to each endpoint of the flood set, the last endpoint's being the frame itself.)
+    let fv = convert::verdict(key, v, 0, false, |q| inst.place(q), |q, tag| inst.tunnel_out(q, tag));
+    let dst = MacAddr(case.bytes[..6].try_into().expect("a whole header"));
+    for ((i, o), fo) in kernel_order(inst, v).into_iter().map(|j| &v.outputs[j]).enumerate().zip(&fv.outputs) {
         let Some(w) = copy(o) else { continue };
+        for _ in 1..fanout(k, inst, o.port as usize, fo, dst) {
+            sent.push((Some(o.port as usize), w.clone()));
+        }
         // Where the two differ, by design for now: the core counts the frame it gives a
         // tunnel port (with its VLAN's tag, which a port with a VNI per VLAN takes off
         // before sending it); the kernel counts what the tunnel's device is given.
@@ -1921,9 +1932,31 @@ fn convert_decision(sw: &Switch, inst: &Installed, from: usize, key: &Key, v: &V
     Converted { input, ak, admit, flow }
 }
 
+/// The kernel's order of verdict `v`'s outputs (a flood's copy into a tunnel last:
+/// `convert::output_order`).
+fn kernel_order(inst: &Installed, v: &Verdict) -> Vec<usize> {
+    let tunnel = |p: PortId| inst.tunnels.get(p as usize).is_some_and(Option::is_some);
+    convert::output_order(v, tunnel).unwrap_or_else(|| (0..v.outputs.len()).collect())
+}
+
+/// How many copies the kernel sends for output `fo` of a frame to `dst`: a flood's copy
+/// into a tunnel goes to the endpoint the remote table has the destination behind, else to
+/// each endpoint of the tunnel's flood set — where the core's tunnel port would send it.
+fn fanout(k: &Kernel, inst: &Installed, port: usize, fo: &abi::Output, dst: MacAddr) -> usize {
+    if fo.kind != abi::OUT_TUNNEL || fo.flags & abi::OF_FLOOD_EPS == 0 {
+        return 1;
+    }
+    if !dst.is_multicast() && inst.remote(k, port, fo.vni, dst, None) {
+        return 1;
+    }
+    inst.places[port].device.and_then(|d| k.ex.flood(d.ifindex, fo.vni)).map_or(0, |f| f.n as usize)
+}
+
 /// Whether the kernel's tables serve every output of the core's verdict `v` as converted:
-/// not a verdict the conversion sends up (a flood, a mirror's copy or a routed frame into
-/// a tunnel), nor one into a tunnel to a destination the remote table does not have.
+/// not a verdict the conversion sends up (a mirror's copy or a routed frame into a tunnel,
+/// a flood into two), nor one into a tunnel to a destination the remote table does not
+/// have, nor a flood's copy into a tunnel whose flood set the kernel lacks, or a GSO
+/// frame's for several endpoints.
 fn served(k: &Kernel, inst: &Installed, case: &Case, v: &Verdict, cv: &Converted) -> bool {
     let Some((_, fv)) = &cv.flow else { return true };
     // (A verdict the conversion hands up: more outputs than it holds, or security groups
@@ -1932,10 +1965,11 @@ fn served(k: &Kernel, inst: &Installed, case: &Case, v: &Verdict, cv: &Converted
         return false;
     }
     let dst = MacAddr(case.bytes[..6].try_into().expect("a whole header"));
-    v.outputs.iter().zip(&fv.outputs).all(|(o, fo)| {
+    kernel_order(inst, v).iter().map(|&i| &v.outputs[i]).zip(&fv.outputs).all(|(o, fo)| {
+        let copies = fanout(k, inst, o.port as usize, fo, dst);
         fo.kind != abi::OUT_TUNNEL
-            || fo.flags & abi::OF_REMOTE_DST == 0
-            || inst.remote(k, o.port as usize, fo.vni, dst, None)
+            || (fo.flags & abi::OF_REMOTE_DST != 0 && inst.remote(k, o.port as usize, fo.vni, dst, None))
+            || (fo.flags & abi::OF_FLOOD_EPS != 0 && copies > 0 && (copies == 1 || !case.vnet.is_gso()))
     })
 }
 
@@ -2042,12 +2076,17 @@ impl Totals {
             if inst.tunnels[o.port as usize].is_none() {
                 continue;
             }
-            self.saw(if v.flood || o.mirror || v.next_hop.is_some() {
-                "tunnel out: a flood, a mirror's copy or a routed frame, up"
+            let endpoints = inst.tunnels[o.port as usize].as_ref().map_or(0, |t| t.rules.remotes.len());
+            self.saw(if o.mirror || v.next_hop.is_some() {
+                "tunnel out: a mirror's copy or a routed frame, up".to_string()
+            } else if v.flood && served {
+                format!("tunnel out: a flood, replicated by the kernel (a set of {endpoints} endpoints)")
+            } else if v.flood {
+                "tunnel out: a flood, up (a GSO frame for several endpoints)".to_string()
             } else if served {
-                "tunnel out: sent to the station's endpoint by the kernel"
+                "tunnel out: sent to the station's endpoint by the kernel".to_string()
             } else {
-                "tunnel out: its endpoint not in the remote table, up"
+                "tunnel out: its endpoint not in the remote table, up".to_string()
             });
         }
     }
@@ -2177,6 +2216,15 @@ fn check_switch(
             for &r in &t.rules.remotes {
                 k.ex.set_endpoint(d.ifindex, r).expect("endpoints");
             }
+            // Each VNI's flood set, as the daemon's `sync_floods` writes it for a port that
+            // floods to its configured endpoints (an in-memory port learns no others).
+            let vnis: Vec<u32> = match &t.rules.vnis {
+                VniMap::Single(v) => vec![*v],
+                VniMap::PerVlan(m) => m.iter().map(|p| p.1).collect(),
+            };
+            for vni in vnis {
+                k.ex.set_flood(d.ifindex, vni, convert::flood_eps(&t.rules.remotes).as_ref()).expect("floods");
+            }
         }
     }
     inst.sync(k, &mut sw);
@@ -2252,7 +2300,7 @@ fn check_switch(
             }
             inst.install(k, cv.ak, cv.admit, cv.flow);
         }
-        let want = expect_hit(&case, &inst, &core, &key, &v, &cv.input, served);
+        let want = expect_hit(k, &case, &inst, &core, &key, &v, &cv.input, served);
         let obs = if hit { obs } else { run(k, &inst, &case) };
         if !hit {
             heard.extend(obs.heard.iter().cloned());

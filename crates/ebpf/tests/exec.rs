@@ -1147,3 +1147,108 @@ fn a_group_frames_class_is_looked_up_in_the_mdb_and_a_new_set_id_is_a_new_key() 
         assert_eq!(class_of(&ex, &data), Some(abi::GCLASS_FLOODED));
     });
 }
+
+/// One VXLAN datagram as the underlay carries it (IPv4, no options): its outer destination
+/// address, VNI and inner frame; `None` for anything else.
+fn vxlan_datagram(wire: &[u8]) -> Option<([u8; 4], u32, Vec<u8>)> {
+    let udp = 14 + 20;
+    if wire.len() < udp + 16 || wire[12..14] != [0x08, 0x00] || wire[23] != 17 || wire[udp + 2..udp + 4] != [0x12, 0xb5]
+    {
+        return None;
+    }
+    let dst = wire[30..34].try_into().ok()?;
+    let h = &wire[udp + 8..udp + 16];
+    let vni = u32::from_be_bytes([0, h[4], h[5], h[6]]);
+    Some((dst, vni, wire[udp + 16..].to_vec()))
+}
+
+#[test]
+#[ignore = "system tier: needs root (BPF: the executor's programs, a vxlan device and veths in a network namespace of its own); scripts/test.sh runs it"]
+fn a_flood_into_a_tunnel_is_one_datagram_per_endpoint_each_with_its_own_key() {
+    if !root() {
+        return;
+    }
+    in_fresh_netns(|| {
+        let pins = Bpffs::new("sluice-exec-test");
+        let mut ex = Executor::open(&pins.0, SIZES).unwrap();
+        let ((i0, _), (x1, x1p), (_, unp), (up, _)) = (veth("in0"), veth("x1"), veth("un"), veth("upc"));
+        // The underlay: the local address on `un`, three endpoints behind it (static
+        // neighbours, so nothing waits for ARP), every datagram read on its peer; a vxlan
+        // device in external mode.
+        sh("ip addr add 198.51.100.1/24 dev un && \
+            ip neigh add 198.51.100.11 lladdr 02:00:00:00:01:11 dev un && \
+            ip neigh add 198.51.100.12 lladdr 02:00:00:00:01:12 dev un && \
+            ip neigh add 198.51.100.13 lladdr 02:00:00:00:01:13 dev un && \
+            ip link add vx type vxlan external dstport 4789 && ip link set vx up");
+        let vx: u32 = sh("ip -o link show dev vx").split(':').next().unwrap().trim().parse().unwrap();
+        let (wire, s1) = (Sniffer::on(unp), Sniffer::on(x1p));
+        ex.configure(GEN, up).unwrap();
+        ex.set_upcall_budget(UpcallBudget { rate: 0, burst: 0 }).unwrap();
+        ex.set_input(i0, &input(0)).unwrap();
+        ex.set_station(10, A, 0, false).unwrap();
+        let local: std::net::IpAddr = "198.51.100.1".parse().unwrap();
+        ex.set_tunnel(vx, &sluice_ebpf::convert::tunnel(local, 64)).unwrap();
+        let eps: Vec<std::net::IpAddr> =
+            ["198.51.100.11", "198.51.100.12", "198.51.100.13"].iter().map(|a| a.parse().unwrap()).collect();
+        ex.set_flood(vx, 5000, sluice_ebpf::convert::flood_eps(&eps).as_ref()).unwrap();
+
+        // A broadcast flooded to a guest (x1) and into the tunnel in VNI 5000: the
+        // tunnel's output last, a copy per endpoint.
+        let payload = ipv4([10, 0, 0, 1], [10, 0, 0, 255], 17, 80);
+        let f = frame(BROADCAST, A, None, 0x0800, &payload);
+        let tunnel = abi::Output { vni: 5000, flags: abi::OF_FLOOD_EPS, ..out(vx, 3, abi::OUT_TUNNEL) };
+        let v = abi::Verdict { flags: abi::V_FLOOD, ..forward(&[out(x1, 1, abi::OUT_PEER), tunnel]) };
+        let ak = admit_key(0, abi::TAG_NONE, 0, abi::DST_BROADCAST);
+        let fk = flow(0, 10, 0x0800, abi::SRC_HERE, abi::DST_BROADCAST, 0);
+        ex.install_admit(&ak, &admitted(10, 0)).unwrap();
+        ex.install(&fk, &v).unwrap();
+        let datagrams = |n: usize| -> Vec<([u8; 4], u32, Vec<u8>)> {
+            let mut got = Vec::new();
+            while got.len() < n {
+                let Some((w, _)) = wire.next(WAIT, |w| vxlan_datagram(w).is_some()) else { break };
+                got.push(vxlan_datagram(&w).unwrap());
+            }
+            got.sort();
+            got
+        };
+        let r = run(&ex, &f, &at(i0));
+        // The frame itself goes to the last endpoint (a test run carries no redirect out);
+        // the first two get clones, each with its own key.
+        assert_eq!(r.code, REDIRECT);
+        assert!(s1.next(WAIT, |fr| fr.ends_with(&payload)).is_some(), "the guest got no copy");
+        let want = |last: u8| (1..=last).map(|i| ([198, 51, 100, 10 + i], 5000, f.clone())).collect::<Vec<_>>();
+        assert_eq!(datagrams(2), want(2), "endpoints .11 and .12, the frame inside");
+        expect(&ex, 3, &[(c::TX_OFFERED, 1), (c::TX_FRAMES, 1), (c::TX_BYTES, f.len() as u64)]);
+
+        // With the host taking the frame on, every endpoint gets a clone: three datagrams,
+        // to three addresses (the key lives in a per-CPU metadata dst each
+        // bpf_skb_set_tunnel_key overwrites; each clone is encapsulated before the next).
+        ex.install(&fk, &abi::Verdict { flags: abi::V_FLOOD | abi::V_HOST, ..v }).unwrap();
+        let r = run(&ex, &f, &at(i0));
+        assert_eq!(r.code, OK);
+        assert_eq!(datagrams(3), want(3), "one datagram per endpoint");
+        assert!(datagrams(1).is_empty(), "no more than one each");
+
+        // A unicast destination the remote table has: that endpoint alone, as the core's
+        // tunnel port sends it.
+        let to_b = frame(B, A, None, 0x0800, &payload);
+        ex.set_remote(vx, 5000, B, eps[1]).unwrap();
+        let ak = admit_key(0, abi::TAG_NONE, 0, abi::DST_UNKNOWN);
+        let fk = flow(0, 10, 0x0800, abi::SRC_HERE, abi::DST_UNKNOWN, 0);
+        ex.install_admit(&ak, &admitted(10, 0)).unwrap();
+        ex.install(&fk, &abi::Verdict { flags: abi::V_FLOOD | abi::V_HOST, ..v }).unwrap();
+        run(&ex, &to_b, &at(i0));
+        assert_eq!(datagrams(3), vec![([198, 51, 100, 12], 5000, to_b.clone())]);
+
+        // No flood set for the tunnel: up, before anything is sent or counted there.
+        let fk = flow(0, 10, 0x0800, abi::SRC_HERE, abi::DST_BROADCAST, 0);
+        ex.install(&fk, &v).unwrap();
+        ex.set_flood(vx, 5000, None).unwrap();
+        let before = ex.counters(3).v;
+        let r = run(&ex, &f, &at(i0));
+        assert_eq!(r.code, REDIRECT);
+        assert_eq!(ex.counters(0).v[c::UPCALLS], 1);
+        assert_eq!(ex.counters(3).v, before, "nothing counted at the tunnel");
+        assert!(datagrams(1).is_empty(), "nothing sent into it");
+    });
+}

@@ -613,6 +613,131 @@ fn a_guests_udp_gso_broadcast_leaves_as_at_most_the_budget_on(kernel: bool) {
 
 /// Namespace `ns`'s UDP counter `field` (`InDatagrams`: datagrams its sockets' owners
 /// read; `InErrors`: datagrams dropped on their way to a socket), of IPv6 if `v6`.
+/// On the kernel datapath, a broadcast from a guest into a tunnel of three remotes is
+/// replicated by the kernel: every endpoint receives every frame, and the guest's port
+/// sends next to nothing up.
+fn a_flood_into_a_tunnel_reaches_every_endpoint_from_the_kernel_on() {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    const FRAMES: usize = 200;
+    let mut h = Hosts::new("vxrk", true);
+    h.sluice_host(1, &[2, 3, 4]);
+    let marker = "arp broadcast from g1";
+    let endpoints: Vec<Child> = (2..=4u8)
+        .map(|i| {
+            let ns = h.host(i);
+            endpoint(&ns, &format!("192.168.77.{i}"), &[], &[marker])
+        })
+        .collect();
+    // ARP requests (broadcast), the marker after the ARP message.
+    let dev = format!("{}t", h.switch(1));
+    let src = mac_of(&h.guest(1), &dev);
+    let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1];
+    arp.extend_from_slice(&src);
+    arp.extend_from_slice(&[10, 78, 0, 1, 0, 0, 0, 0, 0, 0, 10, 78, 0, 99]);
+    arp.extend_from_slice(marker.as_bytes());
+    // (The underlay's neighbours first: datagrams to an address not resolved yet wait in
+    // a short queue, and a burst overflows it — the underlay's business, not the switch's.)
+    for i in 2..=4 {
+        ns_ok(&h.ns("h1"), &format!("ping -c 1 -W 5 192.168.77.{i}"));
+    }
+    // One broadcast first, which goes up (the key has no verdict yet): the core floods it
+    // and installs the verdict; then the burst, the kernel's.
+    let f = frame([0xff; 6], src, None, 0x0806, &arp);
+    send_raw(&h.guest(1), &dev, std::slice::from_ref(&f));
+    let flooded = || h.port(1, &dev)["counters"]["flooded"].as_u64().unwrap_or(0);
+    assert!(wait_for(10, || flooded() >= 1), "the first broadcast was not flooded: {}", h.port(1, &dev));
+    // (In batches: the test's endpoints read with one Python loop each, and a copy the
+    // kernel clones takes more of a receive buffer than the frame itself — 600 at once
+    // overflowed theirs, counted as the endpoints' RcvbufErrors, none lost by the switch.)
+    for _ in 0..FRAMES / 20 {
+        send_raw(&h.guest(1), &dev, &vec![f.clone(); 20]);
+    }
+    let got: Vec<u64> = endpoints
+        .into_iter()
+        .map(|e| {
+            let r = endpoint_report(e);
+            r["markers"][marker].as_u64().unwrap_or(0)
+        })
+        .collect();
+    let all = FRAMES as u64 + 1;
+    assert_eq!(got, [all; 3], "each endpoint got each broadcast once");
+    // The burst the kernel flooded itself, a copy per endpoint: nothing of it went up (what
+    // did is the first broadcast and the guest's own few frames: neighbour discovery).
+    let g1 = h.port(1, &dev);
+    let k = &g1["kernel"];
+    let n = |f: &str| k[f].as_u64().unwrap_or(0);
+    assert!(n("flooded") >= FRAMES as u64 && n("upcalls") < 20, "{g1}");
+    let vx = h.port(1, "vx0");
+    // (One frame each given to the tunnel, and the guest's own, flooded by the core.)
+    assert!(vx["counters"]["tx_frames"].as_u64().unwrap_or(0) >= all, "{vx}");
+    let st: serde_json::Value =
+        serde_json::from_str(&sluice_ok(&["stats", "--switch", &h.switch(1), "--json"])).unwrap();
+    assert_conserved(&st);
+}
+
+/// On the kernel datapath, a tunnel open to any sender (`remotes_only = false`) floods to
+/// an endpoint it heard from too: the kernel, whose flood set is the configured remotes,
+/// stops replicating once the port's set is larger, and the port sends the floods — the
+/// heard endpoint gets every one.
+fn a_heard_endpoint_gets_the_floods_too_on() {
+    if !root() || !have("ethtool") || !have("python3") {
+        return;
+    }
+    const FRAMES: usize = 60;
+    let mut h = Hosts::new("vxhk", true);
+    let remotes = ["192.168.77.2".to_string(), "192.168.77.3".to_string()];
+    h.sluice_host_with(1, "192.168.77.1", &remotes, "", &format!("vni = {VNI}\nremotes_only = false"), 1450);
+    let marker = "flood from g1";
+    // Host 9 is no configured remote: it says hello (a station of its own) until heard.
+    let stranger = [0x02, 0x79, 0, 0, 0, 0x09];
+    let hello = frame([0xff; 6], stranger, None, 0x88b5, b"hello from host 9");
+    let mut endpoints: Vec<Child> = (2..=3u8)
+        .map(|i| {
+            let ns = h.host(i);
+            endpoint(&ns, &format!("192.168.77.{i}"), &[], &[marker])
+        })
+        .collect();
+    let ns9 = h.host(9);
+    endpoints.push(endpoint(&ns9, "192.168.77.9", &[("192.168.77.1", &hello)], &[marker]));
+    for i in [2, 3, 9] {
+        ns_ok(&h.ns("h1"), &format!("ping -c 1 -W 5 192.168.77.{i}"));
+    }
+    let fib = || sluice_ok(&["fib", "show", "--switch", &h.switch(1)]);
+    assert!(
+        wait_for(10, || fib().lines().any(|l| l.contains(&hex_mac(stranger)) && l.contains("192.168.77.9"))),
+        "the switch heard host 9's station behind it: {}",
+        fib()
+    );
+    // (The kernel's flood set follows the port's at the daemon's next turn, at most a
+    // second away.)
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let dev = format!("{}t", h.switch(1));
+    let src = mac_of(&h.guest(1), &dev);
+    let f = frame([0xff; 6], src, None, 0x88b5, marker.as_bytes());
+    for _ in 0..FRAMES / 20 {
+        send_raw(&h.guest(1), &dev, &vec![f.clone(); 20]);
+    }
+    let got: Vec<u64> =
+        endpoints.into_iter().map(|e| endpoint_report(e)["markers"][marker].as_u64().unwrap_or(0)).collect();
+    assert_eq!(got, [FRAMES as u64; 3], "the two remotes and the heard endpoint got each broadcast once");
+    let g1 = h.port(1, &dev);
+    assert_eq!(g1["kernel"]["flooded"].as_u64().unwrap_or(0), 0, "the kernel replicated none: {g1}");
+}
+
+#[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays, a VXLAN device and BPF), ethtool and python3; scripts/test.sh runs it"]
+fn a_heard_endpoint_gets_the_floods_too() {
+    a_heard_endpoint_gets_the_floods_too_on()
+}
+
+#[test]
+#[ignore = "system tier: needs root (network namespaces, veth underlays, a VXLAN device and BPF), ethtool and python3; scripts/test.sh runs it"]
+fn a_flood_into_a_tunnel_reaches_every_endpoint_from_the_kernel() {
+    a_flood_into_a_tunnel_reaches_every_endpoint_from_the_kernel_on()
+}
+
 fn udp_mib(ns: &str, v6: bool, field: &str) -> u64 {
     if v6 {
         let t = ns_ok(ns, "cat /proc/net/snmp6");

@@ -167,6 +167,14 @@ impl Switch {
         true
     }
 
+    /// How many endpoints tunnel port `id` sends a broadcast in `vlan` to itself
+    /// ([`crate::Port::fanout`]): its flood set's size, which a kernel datapath that
+    /// replicates floods checks its copy against. `None`: no such port, or it failed.
+    pub fn tunnel_fanout(&self, id: PortId, vlan: u16) -> Option<usize> {
+        let s = self.slot(id).filter(|s| s.rules.failed.is_none() && s.rules.tunnel.is_some())?;
+        Some(s.port.fanout(vlan, MacAddr::BROADCAST))
+    }
+
     /// Taking over a kernel datapath an earlier run left: station `mac` of `vlan` was
     /// learned behind port `id` there. Learned again unless port `id` may not send from
     /// it (another port locks it now).
