@@ -227,7 +227,10 @@ impl Evpn {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 let ended = match rt {
                     Ok(rt) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(run(ctx)))),
-                    Err(err) => Ok(tracing::error!("the EVPN agent cannot start its runtime: {err}; EVPN is off")),
+                    Err(err) => {
+                        tracing::error!("the EVPN agent cannot start its runtime: {err}; EVPN is off");
+                        Ok(())
+                    }
                 };
                 if let Err(p) = ended {
                     let why = p
