@@ -42,6 +42,9 @@ pub const QUEUE: usize = 65_536;
 const API_WAIT: Duration = Duration::from_secs(10);
 /// The longest pause between attempts to reach the speaker.
 const MAX_RETRY: Duration = Duration::from_secs(10);
+/// How often the received routes are compared with the speaker's table, and mended (a
+/// change the agent missed is then at most this old).
+const RECONCILE: Duration = Duration::from_secs(30);
 /// Sessions' timers: a connection attempt every 5 s, hold 9 s, keepalive 3 s (a lab and a
 /// data centre both want a lost host noticed in seconds).
 const TIMERS: TimersConfig = TimersConfig { connect_retry: 5, hold_time: 9, keepalive_interval: 3 };
@@ -122,6 +125,8 @@ struct Ctx {
     refused_logged: (u64, Option<Instant>),
     /// Routes over the bound, as last logged, and when.
     over_logged: (u64, Option<Instant>),
+    /// When (on `started`'s clock) the table is next compared with the speaker's.
+    next_reconcile: Duration,
 }
 
 impl Evpn {
@@ -219,6 +224,7 @@ impl Evpn {
             install_refused: Default::default(),
             refused_logged: (0, None),
             over_logged: (0, None),
+            next_reconcile: RECONCILE,
         };
         let thread = std::thread::Builder::new()
             .name("evpn".into())
@@ -427,12 +433,52 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                     resync_local(ctx, &mut acts)?;
                     carry_out(ctx, &mut c, acts).await;
                 }
+                if ctx.started.elapsed() >= ctx.next_reconcile {
+                    reconcile(ctx, &mut c).await?;
+                    ctx.next_reconcile = ctx.started.elapsed() + RECONCILE;
+                }
                 let peers = c.list_peers().await.map_err(|e| e.to_string())?;
                 publish(ctx, &peers);
             }
             _ = ctx.wake.notified() => return Ok(()),
         }
     }
+}
+
+/// Compares the routes the agent holds with the speaker's best paths, and mends the
+/// difference: a route it lacks is taken, one the speaker no longer has is withdrawn
+/// (unless held stale). Counted as `reconciled`.
+async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::Result<(), String> {
+    let dests = c.list_paths().await.map_err(|e| e.to_string())?;
+    let mut rib = std::collections::HashSet::new();
+    let mut acts = Vec::new();
+    let mut mended = 0u64;
+    let known = ctx.table.received_keys();
+    for d in &dests {
+        for p in d.paths.iter().filter(|p| p.best) {
+            let Ok(h) = paths::decode(p, ctx.origin.next_hop) else { continue };
+            let key = sluice_switch::evpn::RouteKey::of(&h);
+            rib.insert(key);
+            if !known.contains(&key) {
+                mended += 1;
+                ctx.table.heard(h, &mut acts);
+            }
+        }
+    }
+    let gone: Vec<(sluice_switch::evpn::RouteKey, Heard)> =
+        ctx.table.received_routes().filter(|(k, _)| !rib.contains(k)).collect();
+    for (key, h) in gone {
+        if !ctx.table.is_stale(&key) {
+            mended += 1;
+            ctx.table.heard(h, &mut acts);
+        }
+    }
+    if mended > 0 {
+        *ctx.counters.entry("reconciled".into()).or_default() += mended;
+        warn!(routes = mended, "EVPN: routes the agent had missed were mended from the speaker's table");
+    }
+    carry_out(ctx, c, acts).await;
+    Ok(())
 }
 
 /// Logs, at most once a minute, routes held back by the bound and stations the switch

@@ -176,21 +176,26 @@ pub struct Table {
     pub counters: Counters,
 }
 
-/// A route held stale.
+/// A received route, by what names it: (VNI, MAC, originator) or (VNI, originator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Stale {
+pub enum RouteKey {
+    /// A type-2 route.
     Mac(u32, MacAddr, IpAddr),
+    /// A type-3 route.
     Flood(u32, IpAddr),
 }
 
-impl Stale {
-    fn of(h: &Heard) -> Stale {
+impl RouteKey {
+    /// The route `h` is about.
+    pub fn of(h: &Heard) -> RouteKey {
         match *h {
-            Heard::Mac(r, _) => Stale::Mac(r.vni, r.mac, r.endpoint),
-            Heard::Flood { vni, endpoint, .. } => Stale::Flood(vni, endpoint),
+            Heard::Mac(r, _) => RouteKey::Mac(r.vni, r.mac, r.endpoint),
+            Heard::Flood { vni, endpoint, .. } => RouteKey::Flood(vni, endpoint),
         }
     }
 }
+
+type Stale = RouteKey;
 
 impl Table {
     /// A table installing at most `max_routes` remote stations.
@@ -223,7 +228,7 @@ impl Table {
             .values()
             .flat_map(|s| s.remote.values().map(|r| Stale::Mac(r.vni, r.mac, r.endpoint)))
             .collect();
-        keys.extend(self.flood.iter().flat_map(|(&v, eps)| eps.iter().map(move |&e| Stale::Flood(v, e))));
+        keys.extend(self.flood.iter().flat_map(|(&v, eps)| eps.iter().map(move |&e| RouteKey::Flood(v, e))));
         for k in keys {
             self.stale.entry(k).or_insert(now_ms);
         }
@@ -251,6 +256,28 @@ impl Table {
     /// Routes held stale now.
     pub fn stale(&self) -> usize {
         self.stale.len()
+    }
+
+    /// Whether route `k` is held stale.
+    pub fn is_stale(&self, k: &RouteKey) -> bool {
+        self.stale.contains_key(k)
+    }
+
+    /// Every received route's key.
+    pub fn received_keys(&self) -> HashSet<RouteKey> {
+        self.received_routes().map(|(k, _)| k).collect()
+    }
+
+    /// Every received route, by key, as its withdrawal (for mending a difference).
+    pub fn received_routes(&self) -> impl Iterator<Item = (RouteKey, Heard)> + '_ {
+        let macs = self
+            .stations
+            .values()
+            .flat_map(|s| s.remote.values().map(|r| (RouteKey::Mac(r.vni, r.mac, r.endpoint), Heard::Mac(*r, false))));
+        let floods = self.flood.iter().flat_map(|(&vni, eps)| {
+            eps.iter().map(move |&endpoint| (RouteKey::Flood(vni, endpoint), Heard::Flood { vni, endpoint, up: false }))
+        });
+        macs.chain(floods)
     }
 
     /// Station `mac` of `vni` is here now (learned, moved here, or configured: `sticky`).
