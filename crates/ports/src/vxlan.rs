@@ -155,14 +155,16 @@ struct Run {
 }
 
 impl Run {
-    /// The next datagram of the run, if any is left.
-    fn next(&mut self) -> Option<&[u8]> {
-        if self.at >= self.len {
-            return None;
-        }
-        let start = self.at;
-        self.at = (start + self.segment.max(1)).min(self.len);
-        Some(&self.buf[start..self.at])
+    /// Where the next datagram lies, if any is left.
+    fn peek(&self) -> Option<std::ops::Range<usize>> {
+        (self.at < self.len).then(|| self.at..(self.at + self.segment.max(1)).min(self.len))
+    }
+
+    /// The next datagram's bounds, taking it.
+    fn next(&mut self) -> Option<std::ops::Range<usize>> {
+        let r = self.peek()?;
+        self.at = r.end;
+        Some(r)
     }
 }
 
@@ -510,20 +512,37 @@ impl Port for VxlanPort {
                 self.run_in.from = got.from.ip();
                 continue;
             };
-            let Ok((vni, inner)) = vxlan::decap(datagram) else {
+            let Ok((vni, inner)) = vxlan::decap(&self.run_in.buf[datagram]) else {
                 self.bad_in += 1;
                 continue;
             };
-            let len = inner.len();
-            if len > room {
+            if inner.len() > room {
                 self.bad_in += 1;
                 continue;
             }
-            buf[VNET_HDR_LEN..VNET_HDR_LEN + len].copy_from_slice(inner);
             // Whether it is taken, and in which VLAN, is the switch's decision.
             self.last = Some(Origin { vni, sender: self.run_in.from });
-            buf[..VNET_HDR_LEN].fill(0);
-            return Ok(Some(len));
+            let (head, out) = buf.split_at_mut(VNET_HDR_LEN);
+            let out = &mut out[..room];
+            // More of the run behind it: the segments of one TCP flow that follow on go to
+            // the switch as one GSO frame.
+            if self.run_in.peek().is_some()
+                && let Some(mut merge) = sluice_wire::gro::Merge::start(inner, out)
+            {
+                while let Some(next) = self.run_in.peek() {
+                    match vxlan::decap(&self.run_in.buf[next]) {
+                        Ok((v, inner)) if v == vni && merge.push(inner, out) => {}
+                        _ => break,
+                    }
+                    self.run_in.next();
+                }
+                let (len, hdr) = merge.finish(out);
+                hdr.emit(head.try_into().expect("the virtio header's length"));
+                return Ok(Some(len));
+            }
+            out[..inner.len()].copy_from_slice(inner);
+            head.fill(0);
+            return Ok(Some(inner.len()));
         }
         // A run of datagrams refused here (counted): the rest waits for the next turn of the
         // event loop, so an underlay host sending garbage cannot hold the datapath (the
@@ -888,6 +907,53 @@ mod tests {
             got.extend_from_slice(&l4[20..]);
         }
         assert_eq!(got, &frame[54..]);
+    }
+
+    #[test]
+    fn a_gso_frame_sent_by_one_port_arrives_at_another_as_one_gso_frame() {
+        // The receiver: a port on 127.0.0.2 whose remote is the sender's address.
+        let mut v = settings(false);
+        v.local = "127.0.0.2".parse().unwrap();
+        v.remotes = vec!["127.0.0.1".parse().unwrap()];
+        let mut rx = VxlanPort::open(&v, false).unwrap();
+        let mut s = settings(false);
+        s.dstport = rx.sock.local_addr().unwrap().port();
+        s.remotes = vec![v.local];
+        let mut tx = VxlanPort::open(&s, true).unwrap();
+        let frame = tcp_frame(4000, 30_000);
+        let vnet = VnetHdr {
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4,
+            gso_size: 1448,
+            hdr_len: 54,
+            csum_start: 34,
+            csum_offset: 16,
+            ..VnetHdr::default()
+        };
+        send_frame(&mut tx, &frame, vnet);
+        let mut buf = vec![0u8; sluice_switch::pool::FRAME_BUF_LEN];
+        let mut payload = Vec::new();
+        let mut gso_frames = 0;
+        for _ in 0..1000 {
+            match rx.recv(&mut buf).unwrap() {
+                Some(n) => {
+                    assert_eq!(rx.origin().map(|o| o.sender), Some(s.local));
+                    let h = VnetHdr::parse(&buf[..VNET_HDR_LEN]).unwrap();
+                    let f = &buf[VNET_HDR_LEN..VNET_HDR_LEN + n];
+                    if h.is_gso() {
+                        gso_frames += 1;
+                        assert_eq!((h.gso_size, h.csum_start, h.csum_offset), (1448, 34, 16));
+                    }
+                    payload.extend_from_slice(&f[54..]);
+                    if payload.len() >= 30_000 {
+                        break;
+                    }
+                }
+                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(payload, &frame[54..], "the stream, whole and in order");
+        assert!(gso_frames >= 1, "the segments merged again");
     }
 
     #[test]
