@@ -29,9 +29,9 @@
 //! On the kernel datapath the tunnel is also a `vxlan` device in external mode in the
 //! switch's namespace, its socket in the underlay's: the TC program sends known unicast
 //! into it with a tunnel key and reads the key of what arrives, learning stations in a map
-//! ([`Heard`] brings them here once a second). The port's socket then only sends what the
-//! core sends (floods, frames from user-space ports), from an ephemeral source port, and
-//! the device receives everything.
+//! ([`Heard`] brings them here once a second). The port's sockets then only send what the
+//! core sends (floods, frames from user-space ports), and the device receives everything
+//! (the port's own receiving socket is bound to an ephemeral port and refuses what comes).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
