@@ -95,6 +95,8 @@ pub const AGING_MS: u64 = 300_000;
 /// The sockets datagrams leave from, one per outer source port; the inner flow's hash
 /// picks one.
 pub const SOURCE_PORTS: usize = 16;
+/// Runs a merge may read beyond the one it started in.
+const READS_AHEAD: usize = 4;
 /// The read buffer of the receiving socket: a run of datagrams `UDP_GRO` coalesced (at
 /// most 64 KiB of UDP payload), or one datagram of any size UDP allows.
 const RUN_BUFFER: usize = 64 * 1024 + 1024;
@@ -350,6 +352,28 @@ impl VxlanPort {
     }
 }
 
+impl VxlanPort {
+    /// Reads the next run of datagrams (one, or several of one sender and size) into
+    /// `run_in`: false when nothing is waiting. A run refused — cut short (larger than any
+    /// frame the switch takes) or sent to the send-only socket of a tunnel whose device
+    /// receives — is counted and left empty.
+    fn read_run(&mut self) -> io::Result<bool> {
+        let Some(got) = udp::recv_segments(self.sock.as_raw_fd(), &mut self.run_in.buf)? else {
+            return Ok(false);
+        };
+        let run = &mut self.run_in;
+        (run.len, run.at) = (0, 0);
+        if got.truncated || self.device.is_some() {
+            self.bad_in += 1;
+            return Ok(true);
+        }
+        run.len = got.len;
+        run.segment = got.segment.unwrap_or(got.len);
+        run.from = got.from.ip();
+        Ok(true)
+    }
+}
+
 impl Drop for VxlanPort {
     /// The kernel device goes with the port (if it is still the one made).
     fn drop(&mut self) {
@@ -495,22 +519,11 @@ impl Port for VxlanPort {
         self.last = None;
         for _ in 0..REFUSED_PER_CALL {
             let Some(datagram) = self.run_in.next() else {
-                let got = match udp::recv_segments(self.sock.as_raw_fd(), &mut self.run_in.buf) {
-                    Ok(Some(g)) => g,
-                    Ok(None) => return Ok(None),
+                match self.read_run() {
+                    Ok(true) => continue,
+                    Ok(false) => return Ok(None),
                     Err(e) => return Err(PortError::Io(e)),
-                };
-                if got.truncated || self.device.is_some() {
-                    // A datagram larger than any frame the switch takes, or sent to the
-                    // send-only socket of a tunnel whose device receives.
-                    self.bad_in += 1;
-                    continue;
                 }
-                self.run_in.len = got.len;
-                self.run_in.at = 0;
-                self.run_in.segment = got.segment.unwrap_or(got.len);
-                self.run_in.from = got.from.ip();
-                continue;
             };
             let Ok((vni, inner)) = vxlan::decap(&self.run_in.buf[datagram]) else {
                 self.bad_in += 1;
@@ -529,7 +542,21 @@ impl Port for VxlanPort {
             if self.run_in.peek().is_some()
                 && let Some(mut merge) = sluice_wire::gro::Merge::start(inner, out)
             {
-                while let Some(next) = self.run_in.peek() {
+                let (sender, mut reads) = (self.run_in.from, 0);
+                loop {
+                    let Some(next) = self.run_in.peek() else {
+                        // The run ends, the frame may not: a sender's frame too large for
+                        // one send comes as two runs (a few reads ahead at most).
+                        reads += 1;
+                        if reads <= READS_AHEAD
+                            && merge.is_open()
+                            && matches!(self.read_run(), Ok(true))
+                            && self.run_in.from == sender
+                        {
+                            continue;
+                        }
+                        break;
+                    };
                     match vxlan::decap(&self.run_in.buf[next]) {
                         Ok((v, inner)) if v == vni && merge.push(inner, out) => {}
                         _ => break,
@@ -920,7 +947,8 @@ mod tests {
         s.dstport = rx.sock.local_addr().unwrap().port();
         s.remotes = vec![v.local];
         let mut tx = VxlanPort::open(&s, true).unwrap();
-        let frame = tcp_frame(4000, 30_000);
+        // 45 segments: more than one send carries, so two runs of datagrams.
+        let frame = tcp_frame(4000, 64_000);
         let vnet = VnetHdr {
             flags: VnetHdr::F_NEEDS_CSUM,
             gso_type: VnetHdr::GSO_TCPV4,
@@ -945,7 +973,7 @@ mod tests {
                         assert_eq!((h.gso_size, h.csum_start, h.csum_offset), (1448, 34, 16));
                     }
                     payload.extend_from_slice(&f[54..]);
-                    if payload.len() >= 30_000 {
+                    if payload.len() >= 64_000 {
                         break;
                     }
                 }
@@ -953,7 +981,7 @@ mod tests {
             }
         }
         assert_eq!(payload, &frame[54..], "the stream, whole and in order");
-        assert!(gso_frames >= 1, "the segments merged again");
+        assert_eq!(gso_frames, 1, "the segments merged again, across the two runs");
     }
 
     #[test]

@@ -142,6 +142,11 @@ impl Merge {
         true
     }
 
+    /// Whether the merge may take another segment (no shorter one, no PSH, room for more).
+    pub fn is_open(&self) -> bool {
+        !self.closed && self.segments < MAX_MERGE_SEGMENTS
+    }
+
     /// Segments in the frame so far.
     pub fn segments(&self) -> usize {
         self.segments
