@@ -627,7 +627,7 @@ impl Port for VxlanPort {
                 }
                 true
             });
-            if cut.is_err() {
+            if cut.is_err() || first == 0 {
                 return Err(PortError::Refused(DropCause::Malformed));
             }
             (&self.run_out, first)
