@@ -473,12 +473,22 @@ impl Datapath {
         let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         let mut events: Vec<Event> = Vec::with_capacity(256);
         let mut next_expire = Instant::now() + Duration::from_secs(1);
+        // Ports whose last batch was full: read again on the next turn whatever epoll says
+        // (a tunnel holds the rest of a run of datagrams it read at once, which leaves its
+        // socket unreadable).
+        let mut again: Vec<PortId> = Vec::new();
         while !self.stop {
             // Once a second for aging, sooner when the pause watchdog has a deadline.
             let watchdog = self.sw.next_deadline_ms().map(|at| at.saturating_sub(self.now_ms()));
-            let timeout = if self.poll { 0 } else { watchdog.map_or(1000, |w| w.clamp(1, 1000) as i32) };
+            let timeout =
+                if self.poll || !again.is_empty() { 0 } else { watchdog.map_or(1000, |w| w.clamp(1, 1000) as i32) };
             self.epoll.wait(&mut buf, timeout, &mut events)?;
             let now = self.now_ms();
+            for id in std::mem::take(&mut again) {
+                if self.sw.on_readable(id, now) {
+                    again.push(id);
+                }
+            }
             for ev in &events {
                 if ev.token == WAKE_TOKEN {
                     self.wake.drain();
@@ -509,8 +519,8 @@ impl Datapath {
                 if ev.writable {
                     self.sw.on_writable(id);
                 }
-                if ev.readable {
-                    self.sw.on_readable(id, now);
+                if ev.readable && self.sw.on_readable(id, now) && !again.contains(&id) {
+                    again.push(id);
                 }
             }
             self.apply_interest();

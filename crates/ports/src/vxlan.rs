@@ -17,15 +17,21 @@
 //! too. Where the filter cannot be loaded the port says so once; the switch's decision
 //! refuses such datagrams then, as it does any that pass the filter.
 //!
-//! The port has no offloads: the switch cuts GSO frames and completes checksums before
-//! they get here, so what leaves is what any VXLAN endpoint can read.
+//! Datagrams leave from one of [`SOURCE_PORTS`] sockets bound to `local` with ports the
+//! kernel chose, picked by a hash of the inner flow (RFC 7348 §5: the outer source port
+//! is the underlay's ECMP entropy); they arrive on the tunnel port's socket. The port takes
+//! GSO frames whole: it cuts one into segments with complete inner checksums
+//! ([`sluice_wire::segment`]), each behind its VXLAN header, and hands the kernel a run of
+//! them in one `sendmsg` (`UDP_SEGMENT`), so what leaves is still what any VXLAN endpoint
+//! can read. The receiving socket has `UDP_GRO`: one read takes a run of datagrams of one
+//! sender, which the port hands to the switch one frame at a time.
 //!
 //! On the kernel datapath the tunnel is also a `vxlan` device in external mode in the
 //! switch's namespace, its socket in the underlay's: the TC program sends known unicast
 //! into it with a tunnel key and reads the key of what arrives, learning stations in a map
-//! ([`Heard`] brings them here once a second). The port's socket then only sends what the
-//! core sends (floods, frames from user-space ports), from an ephemeral source port, and
-//! the device receives everything.
+//! ([`Heard`] brings them here once a second). The port's sockets then only send what the
+//! core sends (floods, frames from user-space ports), and the device receives everything
+//! (the port's own receiving socket is bound to an ephemeral port and refuses what comes).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -36,8 +42,9 @@ use std::time::Instant;
 use sluice_switch::port::DeviceDrops;
 use sluice_switch::tunnel::{Endpoints, Origin, TunnelRules, VniMap};
 use sluice_switch::{DropCause, OutFrame, Port, PortCaps, PortError, TxOutcome};
+use sluice_sys::udp;
 use sluice_wire::vxlan::{self, VXLAN_HDR_LEN};
-use sluice_wire::{MacAddr, VNET_HDR_LEN};
+use sluice_wire::{MacAddr, VNET_HDR_LEN, VnetHdr};
 
 use sluice_api::config::{PortSpec, VxlanSettings};
 use sluice_sys::error::{Context, Failure};
@@ -85,6 +92,17 @@ const SOCKET_BUFFER: libc::c_int = 8 << 20;
 const REFUSED_PER_CALL: usize = 64;
 /// Aging of learned stations and endpoints (the switch's default).
 pub const AGING_MS: u64 = 300_000;
+/// The sockets datagrams leave from, one per outer source port; the inner flow's hash
+/// picks one.
+pub const SOURCE_PORTS: usize = 16;
+/// Runs a merge may read beyond the one it started in.
+const READS_AHEAD: usize = 4;
+/// The read buffer of the receiving socket: a run of datagrams `UDP_GRO` coalesced (at
+/// most 64 KiB of UDP payload), or one datagram of any size UDP allows.
+const RUN_BUFFER: usize = 64 * 1024 + 1024;
+/// The receive buffer of a send socket: nothing is read from them, so what an underlay
+/// host sends to their ports is held in a few kilobytes and dropped beyond.
+const SEND_SOCKET_RCVBUF: libc::c_int = 4096;
 
 /// What the kernel datapath heard behind a tunnel, sent to its port once a second.
 pub struct Heard {
@@ -125,9 +143,38 @@ struct Device {
     refused: u64,
 }
 
+/// A run of datagrams one read took (`UDP_GRO`), handed to the switch one at a time.
+struct Run {
+    buf: Vec<u8>,
+    /// Bytes read.
+    len: usize,
+    /// Where the next datagram starts.
+    at: usize,
+    /// Each datagram's size (the last may be shorter).
+    segment: usize,
+    /// The sender of them all.
+    from: IpAddr,
+}
+
+impl Run {
+    /// Where the next datagram lies, if any is left.
+    fn peek(&self) -> Option<std::ops::Range<usize>> {
+        (self.at < self.len).then(|| self.at..(self.at + self.segment.max(1)).min(self.len))
+    }
+
+    /// The next datagram's bounds, taking it.
+    fn next(&mut self) -> Option<std::ops::Range<usize>> {
+        let r = self.peek()?;
+        self.at = r.end;
+        Some(r)
+    }
+}
+
 /// A VXLAN tunnel attached to the switch.
 pub struct VxlanPort {
     sock: UdpSocket,
+    /// The sockets datagrams leave from (see [`SOURCE_PORTS`]).
+    senders: Vec<UdpSocket>,
     dstport: u16,
     vnis: VniMap,
     table: Endpoints,
@@ -145,6 +192,11 @@ pub struct VxlanPort {
     lost_out: u64,
     /// One outgoing datagram: the header, then the frame.
     out: Vec<u8>,
+    /// A GSO frame's datagrams back to back; and where each segment is built.
+    run_out: Vec<u8>,
+    scratch: Vec<u8>,
+    /// The datagrams the last read took, not yet handed to the switch.
+    run_in: Run,
     /// The UDP socket table of the socket's namespace (/proc/net/udp or udp6, opened from
     /// inside it) and the socket's inode: the kernel's count of datagrams it dropped for
     /// this socket (a full receive buffer) is read from there.
@@ -176,6 +228,10 @@ impl VxlanPort {
         })?;
         sock.set_nonblocking(true)?;
         sluice_sys::packet::grow_socket_buffers(sock.as_raw_fd(), SOCKET_BUFFER);
+        if !send_only && let Err(e) = udp::enable_gro(sock.as_raw_fd()) {
+            tracing::warn!(local = %v.local, dstport = v.dstport, "the tunnel reads one datagram per call (UDP_GRO: {e})");
+        }
+        let senders = (0..SOURCE_PORTS).map(|_| send_socket(v.local)).collect::<io::Result<Vec<_>>>()?;
         let filter = if v.remotes_only && !send_only {
             // (An EVPN tunnel lets in the endpoints its routes name, as they come.)
             let room = if v.evpn { v.remotes.len() + MAX_ENDPOINTS } else { v.remotes.len() };
@@ -202,6 +258,7 @@ impl VxlanPort {
         );
         Ok(VxlanPort {
             sock,
+            senders,
             dstport: v.dstport,
             vnis: v.vnis.clone(),
             table: {
@@ -217,6 +274,9 @@ impl VxlanPort {
             remotes_only: v.remotes_only,
             lost_out: 0,
             out: Vec::with_capacity(VXLAN_HDR_LEN + 65_536),
+            run_out: Vec::with_capacity(2 * 65_536),
+            scratch: vec![0; 65_536],
+            run_in: Run { buf: vec![0; RUN_BUFFER], len: 0, at: 0, segment: 0, from: v.local },
             udp_table,
             device: None,
             filter,
@@ -303,6 +363,28 @@ impl VxlanPort {
     }
 }
 
+impl VxlanPort {
+    /// Reads the next run of datagrams (one, or several of one sender and size) into
+    /// `run_in`: false when nothing is waiting. A run refused — cut short (larger than any
+    /// frame the switch takes) or sent to the send-only socket of a tunnel whose device
+    /// receives — is counted and left empty.
+    fn read_run(&mut self) -> io::Result<bool> {
+        let Some(got) = udp::recv_segments(self.sock.as_raw_fd(), &mut self.run_in.buf)? else {
+            return Ok(false);
+        };
+        let run = &mut self.run_in;
+        (run.len, run.at) = (0, 0);
+        if got.truncated || self.device.is_some() {
+            self.bad_in += 1;
+            return Ok(true);
+        }
+        run.len = got.len;
+        run.segment = got.segment.unwrap_or(got.len);
+        run.from = got.from.ip();
+        Ok(true)
+    }
+}
+
 impl Drop for VxlanPort {
     /// The kernel device goes with the port (if it is still the one made).
     fn drop(&mut self) {
@@ -313,6 +395,36 @@ impl Drop for VxlanPort {
             tracing::warn!(port = %d.name, "removing the tunnel's device: {e}");
         }
     }
+}
+
+/// A socket datagrams leave from: bound to `local` and a port the kernel chooses, with the
+/// tunnel's send buffer and almost no receive buffer (it is never read).
+fn send_socket(local: IpAddr) -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(local, 0))
+        .map_err(|e| io::Error::new(e.kind(), format!("binding a UDP send socket on {local} for the tunnel: {e}")))?;
+    s.set_nonblocking(true)?;
+    if sluice_sys::proc::set_int_option(&s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER).is_err() {
+        let _ = sluice_sys::proc::set_int_option(&s, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER);
+    }
+    let _ = sluice_sys::proc::set_int_option(&s, libc::SOL_SOCKET, libc::SO_RCVBUF, SEND_SOCKET_RCVBUF);
+    Ok(s)
+}
+
+/// Which of [`SOURCE_PORTS`] send sockets carries an inner frame: a hash of its flow (the
+/// 5-tuple the switch's connection tracker reads, [`sluice_switch::conntrack::read_flow`]),
+/// else of its first 14 bytes. `frame` is an untagged Ethernet frame, or any 12 bytes
+/// followed by the EtherType and what comes after it (the 12 are read only for frames
+/// that are not IP).
+fn source_index(frame: &[u8]) -> usize {
+    use std::hash::{Hash, Hasher};
+    // The standard library's SipHash with fixed keys: the same flow leaves from the same
+    // port for the switch's lifetime.
+    let mut h = std::hash::DefaultHasher::new();
+    match sluice_switch::conntrack::read_flow(frame).and_then(|(f, ..)| f.tuple) {
+        Some(t) => t.hash(&mut h),
+        None => frame.get(..14).hash(&mut h),
+    }
+    (h.finish() % SOURCE_PORTS as u64) as usize
 }
 
 /// Runs `ip ARGS` (in namespace `netns`, if given); the error says what `ip` said.
@@ -408,37 +520,67 @@ impl Port for VxlanPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { offload: false, lossless_input: false }
+        PortCaps { offload: true, lossless_input: false }
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {
-        // The datagram lands so that its inner frame starts at buf[VNET_HDR_LEN], with the
-        // room for a tag the switch's buffers keep.
-        let at = VNET_HDR_LEN - VXLAN_HDR_LEN;
+        // The inner frame goes to buf[VNET_HDR_LEN], with the room for a tag the switch's
+        // buffers keep.
+        let room = buf.len().saturating_sub(VNET_HDR_LEN + 4);
         self.last = None;
         for _ in 0..REFUSED_PER_CALL {
-            let room = buf.len().saturating_sub(at + 4);
-            let (n, from) = match self.sock.recv_from(&mut buf[at..at + room]) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(PortError::Io(e)),
+            let Some(datagram) = self.run_in.next() else {
+                match self.read_run() {
+                    Ok(true) => continue,
+                    Ok(false) => return Ok(None),
+                    Err(e) => return Err(PortError::Io(e)),
+                }
             };
-            if n == room || self.device.is_some() {
-                // Possibly cut short (a datagram larger than any frame the switch takes), or
-                // sent to the send-only socket of a tunnel whose device receives.
+            let Ok((vni, inner)) = vxlan::decap(&self.run_in.buf[datagram]) else {
+                self.bad_in += 1;
+                continue;
+            };
+            if inner.len() > room {
                 self.bad_in += 1;
                 continue;
             }
-            let Ok((vni, inner)) = vxlan::decap(&buf[at..at + n]) else {
-                self.bad_in += 1;
-                continue;
-            };
-            let len = inner.len();
             // Whether it is taken, and in which VLAN, is the switch's decision.
-            self.last = Some(Origin { vni, sender: from.ip() });
-            buf[..VNET_HDR_LEN].fill(0);
-            return Ok(Some(len));
+            self.last = Some(Origin { vni, sender: self.run_in.from });
+            let (head, out) = buf.split_at_mut(VNET_HDR_LEN);
+            let out = &mut out[..room];
+            // More of the run behind it: the segments of one TCP flow that follow on go to
+            // the switch as one GSO frame.
+            if self.run_in.peek().is_some()
+                && let Some(mut merge) = sluice_wire::gro::Merge::start(inner, out)
+            {
+                let (sender, mut reads) = (self.run_in.from, 0);
+                loop {
+                    let Some(next) = self.run_in.peek() else {
+                        // The run ends, the frame may not: a sender's frame too large for
+                        // one send comes as two runs (a few reads ahead at most).
+                        reads += 1;
+                        if reads <= READS_AHEAD
+                            && merge.is_open()
+                            && matches!(self.read_run(), Ok(true))
+                            && self.run_in.from == sender
+                        {
+                            continue;
+                        }
+                        break;
+                    };
+                    match vxlan::decap(&self.run_in.buf[next]) {
+                        Ok((v, inner)) if v == vni && merge.push(inner, out) => {}
+                        _ => break,
+                    }
+                    self.run_in.next();
+                }
+                let (len, hdr) = merge.finish(out);
+                hdr.emit(head.try_into().expect("the virtio header's length"));
+                return Ok(Some(len));
+            }
+            out[..inner.len()].copy_from_slice(inner);
+            head.fill(0);
+            return Ok(Some(inner.len()));
         }
         // A run of datagrams refused here (counted): the rest waits for the next turn of the
         // event loop, so an underlay host sending garbage cannot hold the datapath (the
@@ -456,24 +598,71 @@ impl Port for VxlanPort {
             self.lost_out += 1;
             return Ok(TxOutcome::Sent);
         };
+        let Ok(mut hdr) = VnetHdr::parse(&f.vnet) else {
+            return Err(PortError::Refused(DropCause::Malformed));
+        };
         self.out.clear();
         self.out.extend_from_slice(&vxlan::header(vni));
         self.out.extend_from_slice(f.macs);
         // A per-VLAN tunnel carries the VLAN in the VNI; a single-VNI port is an access
         // port and gets no tag.
-        if matches!(self.vnis, VniMap::Single(_))
-            && let Some(tag) = f.tag
-        {
-            self.out.extend_from_slice(&tag);
+        match f.tag {
+            Some(tag) if matches!(self.vnis, VniMap::Single(_)) => self.out.extend_from_slice(&tag),
+            // (The switch counted the tag in the checksum's offset.)
+            Some(_) => hdr.csum_start = hdr.csum_start.saturating_sub(4),
+            None => {}
         }
+        let rest_at = self.out.len();
         self.out.extend_from_slice(f.rest);
+        let source = source_index(&self.out[rest_at - 12..]);
         let now = self.now_ms();
-        let (out, sock, port) = (&self.out, &self.sock, self.dstport);
+        // What goes to each endpoint: one datagram, or a GSO frame's segments, each behind
+        // the header, in runs of equal-sized datagrams the kernel sends as one.
+        let (buf, segment): (&[u8], usize) = if hdr.is_gso() {
+            if self.table.fanout(vni, MacAddr(dst), now) > 1 {
+                // Sent to several endpoints, a frame costs its segments at each: bounded,
+                // as the switch bounds the floods of ports it cuts frames for.
+                let segments = (f.rest.len() / usize::from(hdr.gso_size.max(1))).max(1);
+                if segments * self.table.fanout(vni, MacAddr(dst), now) > sluice_switch::FLOOD_DATAGRAMS_PER_FRAME {
+                    return Err(PortError::Refused(DropCause::GsoLimit));
+                }
+            }
+            self.run_out.clear();
+            let (run, header) = (&mut self.run_out, &self.out[..VXLAN_HDR_LEN]);
+            let mut first = 0;
+            let cut = sluice_wire::segment(&self.out[VXLAN_HDR_LEN..], &hdr, &mut self.scratch, |seg| {
+                run.extend_from_slice(header);
+                run.extend_from_slice(seg);
+                if first == 0 {
+                    first = VXLAN_HDR_LEN + seg.len();
+                }
+                true
+            });
+            if cut.is_err() || first == 0 {
+                return Err(PortError::Refused(DropCause::Malformed));
+            }
+            (&self.run_out, first)
+        } else {
+            if hdr.needs_csum() && sluice_wire::fill_partial_checksum(&mut self.out[VXLAN_HDR_LEN..], &hdr).is_err() {
+                return Err(PortError::Refused(DropCause::Malformed));
+            }
+            (&self.out, self.out.len())
+        };
+        // Runs the kernel takes in one send: at most its segment count, within a datagram.
+        let per_send = (udp::MAX_SEND / segment).clamp(1, udp::MAX_SEGMENTS) * segment;
+        let (fd, port) = (self.senders[source].as_raw_fd(), self.dstport);
         let (mut sent, mut busy, mut lost) = (0u64, 0u64, 0u64);
-        self.table.targets(vni, MacAddr(dst), now, |ep| match sock.send_to(out, SocketAddr::new(ep, port)) {
-            Ok(_) => sent += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => busy += 1,
-            Err(_) => lost += 1,
+        self.table.targets(vni, MacAddr(dst), now, |ep| {
+            let to = SocketAddr::new(ep, port);
+            for (i, chunk) in buf.chunks(per_send).enumerate() {
+                match udp::send_segments(fd, to, chunk, segment) {
+                    Ok(true) => {}
+                    // Nothing of this copy left yet: it may be offered again.
+                    Ok(false) if i == 0 => return busy += 1,
+                    Ok(false) | Err(_) => return lost += 1,
+                }
+            }
+            sent += 1;
         });
         // Full only when no copy left: offering the frame again must not send a second
         // copy to an endpoint that took the first.
@@ -684,6 +873,156 @@ mod tests {
 
     fn is_root() -> bool {
         sluice_sys::user::euid() == 0
+    }
+
+    /// An untagged IPv4 TCP frame 10.0.0.1:`sport` -> 10.0.0.2:80 with `payload` bytes
+    /// (the checksums left for whoever sends it).
+    fn tcp_frame(sport: u16, payload: usize) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + 20 + payload) as u16;
+        f.extend_from_slice(&[
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            1,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+            10,
+            0,
+            0,
+            1,
+            10,
+            0,
+            0,
+            2,
+        ]);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&[0, 80, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+        f.extend((0..payload).map(|i| (i * 13) as u8));
+        f
+    }
+
+    /// A port sending to a UDP socket on 127.0.0.2 (its only remote), and that socket.
+    fn port_and_receiver() -> (VxlanPort, UdpSocket) {
+        let remote = UdpSocket::bind("127.0.0.2:0").unwrap();
+        let mut v = settings(false);
+        v.dstport = remote.local_addr().unwrap().port();
+        remote.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        (VxlanPort::open(&v, true).unwrap(), remote)
+    }
+
+    fn send_frame(p: &mut VxlanPort, frame: &[u8], vnet: VnetHdr) {
+        let mut h = [0u8; VNET_HDR_LEN];
+        vnet.emit(&mut h);
+        let out = OutFrame { vnet: h, macs: &frame[..12], tag: None, rest: &frame[12..] };
+        assert!(matches!(p.send(&out), Ok(TxOutcome::Sent)));
+    }
+
+    #[test]
+    fn different_inner_flows_leave_from_different_source_ports() {
+        let (mut p, remote) = port_and_receiver();
+        let mut ports = std::collections::BTreeMap::new();
+        let mut buf = vec![0u8; 2048];
+        for sport in 1000..1032u16 {
+            let frame = tcp_frame(sport, 10);
+            for _ in 0..2 {
+                send_frame(&mut p, &frame, VnetHdr::default());
+                let (n, from) = remote.recv_from(&mut buf).unwrap();
+                assert_eq!(&buf[VXLAN_HDR_LEN..n], &frame[..]);
+                assert_eq!(ports.entry(sport).or_insert(from.port()), &from.port(), "one flow, one source port");
+            }
+        }
+        let distinct: std::collections::BTreeSet<_> = ports.values().collect();
+        assert!(distinct.len() > 4, "32 flows from {} source ports", distinct.len());
+        assert!(!distinct.contains(&p.dstport));
+    }
+
+    #[test]
+    fn a_gso_frame_leaves_as_segments_with_complete_checksums() {
+        let (mut p, remote) = port_and_receiver();
+        let (payload, mss) = (20_000usize, 1448u16);
+        let frame = tcp_frame(4000, payload);
+        let vnet = VnetHdr {
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4,
+            gso_size: mss,
+            hdr_len: 54,
+            csum_start: 34,
+            csum_offset: 16,
+            ..VnetHdr::default()
+        };
+        send_frame(&mut p, &frame, vnet);
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while got.len() < payload {
+            let (n, _) = remote.recv_from(&mut buf).unwrap();
+            let (vni, seg) = vxlan::decap(&buf[..n]).unwrap();
+            assert_eq!(vni, 5000);
+            let ip = &seg[14..];
+            assert_eq!(sluice_wire::checksum::fold(sluice_wire::checksum::sum(&ip[..20], 0)), 0, "IPv4 header");
+            let l4 = &ip[20..];
+            let pseudo = sluice_wire::checksum::pseudo_v4([10, 0, 0, 1], [10, 0, 0, 2], 6, l4.len() as u32);
+            assert_eq!(sluice_wire::checksum::fold(sluice_wire::checksum::sum(l4, pseudo)), 0, "TCP checksum");
+            let seq = u32::from_be_bytes(l4[4..8].try_into().unwrap());
+            assert_eq!(seq as usize - 1, got.len(), "in order");
+            assert!(l4.len() - 20 <= usize::from(mss));
+            got.extend_from_slice(&l4[20..]);
+        }
+        assert_eq!(got, &frame[54..]);
+    }
+
+    #[test]
+    fn a_gso_frame_sent_by_one_port_arrives_at_another_as_one_gso_frame() {
+        // The receiver: a port on 127.0.0.2 whose remote is the sender's address.
+        let mut v = settings(false);
+        v.local = "127.0.0.2".parse().unwrap();
+        v.remotes = vec!["127.0.0.1".parse().unwrap()];
+        let mut rx = VxlanPort::open(&v, false).unwrap();
+        let mut s = settings(false);
+        s.dstport = rx.sock.local_addr().unwrap().port();
+        s.remotes = vec![v.local];
+        let mut tx = VxlanPort::open(&s, true).unwrap();
+        // 45 segments: more than one send carries, so two runs of datagrams.
+        let frame = tcp_frame(4000, 64_000);
+        let vnet = VnetHdr {
+            flags: VnetHdr::F_NEEDS_CSUM,
+            gso_type: VnetHdr::GSO_TCPV4,
+            gso_size: 1448,
+            hdr_len: 54,
+            csum_start: 34,
+            csum_offset: 16,
+            ..VnetHdr::default()
+        };
+        send_frame(&mut tx, &frame, vnet);
+        let mut buf = vec![0u8; sluice_switch::pool::FRAME_BUF_LEN];
+        let mut payload = Vec::new();
+        let mut gso_frames = 0;
+        for _ in 0..1000 {
+            match rx.recv(&mut buf).unwrap() {
+                Some(n) => {
+                    assert_eq!(rx.origin().map(|o| o.sender), Some(s.local));
+                    let h = VnetHdr::parse(&buf[..VNET_HDR_LEN]).unwrap();
+                    let f = &buf[VNET_HDR_LEN..VNET_HDR_LEN + n];
+                    if h.is_gso() {
+                        gso_frames += 1;
+                        assert_eq!((h.gso_size, h.csum_start, h.csum_offset), (1448, 34, 16));
+                    }
+                    payload.extend_from_slice(&f[54..]);
+                    if payload.len() >= 64_000 {
+                        break;
+                    }
+                }
+                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(payload, &frame[54..], "the stream, whole and in order");
+        assert_eq!(gso_frames, 1, "the segments merged again, across the two runs");
     }
 
     #[test]

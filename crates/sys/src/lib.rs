@@ -16,6 +16,7 @@ pub mod paths;
 pub mod proc;
 pub mod time;
 pub mod tun;
+pub mod udp;
 pub mod user;
 
 use std::io;

@@ -27,19 +27,19 @@ const TCP_CWR: u8 = 0x80;
 /// Where the headers of a GSO frame are. Offsets are from the start of the frame and
 /// satisfy `l3 < l4 < payload <= end <= frame.len()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Layout {
+pub(crate) struct Layout {
     /// Start of the IP header.
-    l3: usize,
+    pub(crate) l3: usize,
     /// True for IPv4, false for IPv6.
-    v4: bool,
+    pub(crate) v4: bool,
     /// Start of the TCP or UDP header.
-    l4: usize,
+    pub(crate) l4: usize,
     /// True for TCP, false for UDP.
-    tcp: bool,
+    pub(crate) tcp: bool,
     /// Start of the L4 payload (end of all headers).
-    payload: usize,
+    pub(crate) payload: usize,
     /// End of the IP packet; bytes after it (link padding) are not part of any segment.
-    end: usize,
+    pub(crate) end: usize,
 }
 
 /// True for the IPv6 next-header values that introduce an extension header.
@@ -67,7 +67,7 @@ fn put(b: &mut [u8], at: usize, v: &[u8]) {
 
 /// Finds the headers of a GSO frame of kind `kind` (a `VnetHdr::GSO_*` without ECN) and
 /// checks that they describe one consistent packet of that kind.
-fn layout(frame: &[u8], kind: u8) -> Result<Layout, WireError> {
+pub(crate) fn layout(frame: &[u8], kind: u8) -> Result<Layout, WireError> {
     let want_tcp = match kind {
         VnetHdr::GSO_TCPV4 | VnetHdr::GSO_TCPV6 => true,
         VnetHdr::GSO_UDP_L4 => false,

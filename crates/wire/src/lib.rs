@@ -18,6 +18,7 @@ extern crate std;
 pub mod checksum;
 mod error;
 pub mod ethernet;
+pub mod gro;
 pub mod gso;
 pub mod neigh;
 pub mod pcap;
