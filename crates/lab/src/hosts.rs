@@ -158,29 +158,21 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
             .with_context(|| format!("host h{k}"))?;
         // (As its hosts' switches run: the kernel datapath unless told or unable.)
         s.datapath = hs.datapath.clone();
-        if a.evpn {
-            // (Its tunnel and speaker are in its switch's configuration.)
-            s.guests.extend(hs.guests.iter().map(|g| Guest {
-                created_netns: false,
-                added_port: false,
-                relay_pid: None,
-                ..g.clone()
-            }));
-            s.save()?;
-            continue;
+        // (With EVPN its tunnel and speaker are in its switch's configuration.)
+        if !a.evpn {
+            let spec = PortSpec {
+                kind: PortKind::Vxlan,
+                netns: Some(format!("sluice-{}-h{k}", s.name)),
+                local: Some(format!("192.168.77.{k}")),
+                remotes: others,
+                vni: Some(LAB_VNI),
+                ..PortSpec::tap("vx0")
+            };
+            Client::connect(&hs.socket)?
+                .call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })
+                .map_err(Error::from)
+                .with_context(|| format!("host h{k}: adding its tunnel port"))?;
         }
-        let spec = PortSpec {
-            kind: PortKind::Vxlan,
-            netns: Some(format!("sluice-{}-h{k}", s.name)),
-            local: Some(format!("192.168.77.{k}")),
-            remotes: others,
-            vni: Some(LAB_VNI),
-            ..PortSpec::tap("vx0")
-        };
-        Client::connect(&hs.socket)?
-            .call_value(&Request::PortAdd { port: Box::new(spec), may_exist: false })
-            .map_err(Error::from)
-            .with_context(|| format!("host h{k}: adding its tunnel port"))?;
         // The host lab owns its guests; this lab lists them for `lab exec`.
         s.guests.extend(hs.guests.iter().map(|g| Guest {
             created_netns: false,
