@@ -2,9 +2,11 @@
 """EVPN convergence on a lab of three sluice hosts (docs/evpn.md), as root.
 
   scripts/evpn-convergence.py [--sluice PATH] [--stations 1000] [--repeat 20] [--name evc]
+                              [--datapath kernel|user]
 
-Makes `sluice lab up --hosts 3 --evpn --guests 1` (each host's switch with its gobgpd, FRR's
-bgpd as the route reflector), then measures, printing a Markdown report:
+Makes `sluice lab up --hosts 3 --evpn --guests 1 --datapath D` (each host's switch with its
+gobgpd, FRR's bgpd as the route reflector; the kernel datapath unless told), then measures,
+printing a Markdown report:
 
 - the time from `lab up` to every session established and every host in every other's
   flood list;
@@ -33,6 +35,7 @@ ap.add_argument("--sluice", default="sluice")
 ap.add_argument("--stations", type=int, default=1000)
 ap.add_argument("--repeat", type=int, default=20)
 ap.add_argument("--name", default="evc")
+ap.add_argument("--datapath", choices=["kernel", "user"], default="kernel")
 a = ap.parse_args()
 S, N, LAB = a.sluice, a.stations, a.name
 POLL = 0.02
@@ -102,7 +105,7 @@ def mac(k, i, tag=0):
 
 st0 = steal()
 t0 = time.monotonic()
-up = json.loads(run(S, "lab", "up", "--name", LAB, "--hosts", "3", "--evpn", "--guests", "1", "--json"))
+up = json.loads(run(S, "lab", "up", "--name", LAB, "--hosts", "3", "--evpn", "--guests", "1", "--datapath", a.datapath, "--json"))
 try:
     guests = {g["guest"]: (g["netns"], g["tap"]) for g in up["guests"]}
 
@@ -180,8 +183,8 @@ try:
 
     st1 = steal()
     steal_pct = 100.0 * (st1[0] - st0[0]) / max(1, st1[1] - st0[1])
-    print(f"# EVPN convergence: 3 sluice hosts x {N} stations\n")
-    print(f"command: `scripts/evpn-convergence.py --stations {N} --repeat {a.repeat}`; host CPU steal over the run {steal_pct:.1f} %\n")
+    print(f"# EVPN convergence: 3 sluice hosts x {N} stations, {a.datapath} datapath\n")
+    print(f"command: `scripts/evpn-convergence.py --stations {N} --repeat {a.repeat} --datapath {a.datapath}`; host CPU steal over the run {steal_pct:.1f} %\n")
     print("| measure | value |\n|---|---|")
     print(f"| `lab up` (making the lab included) to every session established and every flood list full | {t_lab:.1f} s |")
     for k in (1, 2, 3):

@@ -150,10 +150,12 @@ struct TunnelSide {
     vnis: VniMap,
     /// Where the stations the kernel keeps hearing go, once a second.
     heard: std::sync::mpsc::Sender<Heard>,
-    /// The configured endpoints.
-    remotes: Vec<std::net::IpAddr>,
-    /// The VNIs whose floods the kernel replicates now (a `sluice_flood_eps` entry).
-    flooding: std::collections::HashSet<u32>,
+    /// The endpoints written in `sluice_endpoints` (the core's
+    /// [`Switch::tunnel_endpoints`]).
+    endpoints: Vec<std::net::IpAddr>,
+    /// Each VNI's flood set as written in `sluice_flood_eps` (none: floods of that VNI go
+    /// up).
+    floods: HashMap<u32, Vec<std::net::IpAddr>>,
 }
 
 /// The kernel side of one switch.
@@ -202,6 +204,8 @@ pub struct KernelSide {
     pub upcalls_refused: u64,
     /// Changes of the core the kernel's tables refused.
     map_updates_failed: u64,
+    /// A tunnel's routes changed: its flood sets are to be written again.
+    floods_due: bool,
     /// Verdicts installed after upcalls.
     installed: u64,
     mode: Mode,
@@ -375,6 +379,7 @@ impl KernelSide {
             started,
             upcalls_refused: 0,
             map_updates_failed: 0,
+            floods_due: false,
             installed: 0,
             mode: cfg.mode,
             router_mac: cfg.router_mac,
@@ -462,8 +467,8 @@ impl KernelSide {
             v6: t.local.is_ipv6(),
             vnis: t.vnis.clone(),
             heard: t.heard.clone(),
-            remotes: t.remotes.clone(),
-            flooding: Default::default(),
+            endpoints: t.remotes.clone(),
+            floods: HashMap::new(),
         };
         self.tunnels.insert(id, side);
         Ok(())
@@ -700,7 +705,21 @@ impl KernelSide {
                         Ok(())
                     }
                 },
+                FastChange::Port(id) if self.tunnels.contains_key(&id) => {
+                    self.floods_due = true;
+                    self.sync_port(sw, id).and_then(|()| self.sync_endpoints(sw, id))
+                }
                 FastChange::Port(id) => self.sync_port(sw, id),
+                FastChange::Remote(id, vni, mac) => match self.tunnels.get(&id) {
+                    Some(t) => match sw.fast_remote(id, vni, mac) {
+                        Some(ep) => self.ex.set_remote(t.ifindex, vni, mac, ep).map_err(Error::from),
+                        None => {
+                            self.ex.forget_remote(t.ifindex, vni, mac);
+                            Ok(())
+                        }
+                    },
+                    None => Ok(()),
+                },
                 FastChange::Group(vlan, ip) => {
                     self.ex.set_group(vlan, ip, sw.fast_group(vlan, ip)).map_err(Error::from)
                 }
@@ -725,16 +744,19 @@ impl KernelSide {
                 warn!(switch = %self.switch, "kernel datapath: {}; the frames it concerns go through user space", Report(&e));
             }
         }
-        self.sync_floods(sw);
+        if std::mem::take(&mut self.floods_due) {
+            self.sync_floods(sw);
+        }
         self.follow_generation(sw);
     }
 
-    /// Keeps each tunnel VNI's flood set in the kernel the core's tunnel port's: its
-    /// configured endpoints while it floods to those alone, else none (floods go up, and
-    /// the port sends them). The port's flood set always holds its configured endpoints
-    /// (`Endpoints::targets`), so one of the same size is that set; one larger has heard
-    /// endpoints (`remotes_only = false`), which only the port knows — and then the kernel
-    /// stops replicating until they age out.
+    /// Keeps each tunnel VNI's flood set in the kernel the core's tunnel port's
+    /// ([`Switch::tunnel_floods`]: its configured endpoints, an EVPN tunnel's flood list,
+    /// endpoints heard from): the kernel replicates a flood to exactly those. A set the
+    /// kernel cannot hold (none, or more than `MAX_FLOOD_EPS`) is taken out: floods of that
+    /// VNI go up, and the port sends them. Called when a tunnel's routes change, when the
+    /// core learned a station behind one (and so perhaps an endpoint), and once a second
+    /// (heard endpoints age).
     fn sync_floods(&mut self, sw: &Switch) {
         for (&id, t) in self.tunnels.iter_mut() {
             let vnis: Vec<(u16, u32)> = match &t.vnis {
@@ -742,25 +764,47 @@ impl KernelSide {
                 VniMap::PerVlan(m) => m.clone(),
             };
             for (vlan, vni) in vnis {
-                let exact = sw.tunnel_fanout(id, vlan) == Some(t.remotes.len());
-                let eps = exact.then(|| convert::flood_eps(&t.remotes)).flatten();
-                if eps.is_some() == t.flooding.contains(&vni) {
+                let want = sw.tunnel_floods(id, vlan).filter(|v| convert::flood_eps(v).is_some()).unwrap_or_default();
+                if t.floods.get(&vni).map_or(want.is_empty(), |had| *had == want) {
                     continue;
                 }
+                let eps = convert::flood_eps(&want);
                 match self.ex.set_flood(t.ifindex, vni, eps.as_ref()) {
-                    Ok(()) if eps.is_some() => {
-                        t.flooding.insert(vni);
+                    Ok(()) if want.is_empty() => {
+                        t.floods.remove(&vni);
                     }
                     Ok(()) => {
-                        t.flooding.remove(&vni);
+                        t.floods.insert(vni, want);
                     }
                     Err(e) => {
+                        // (Taken out, so that floods go up rather than to an old set.)
+                        self.ex.set_flood(t.ifindex, vni, None).ok();
+                        t.floods.remove(&vni);
                         self.map_updates_failed += 1;
                         warn!(switch = %self.switch, "kernel datapath: {e:#}; floods into the tunnel go through user space");
                     }
                 }
             }
         }
+    }
+
+    /// Keeps tunnel port `id`'s endpoints in the kernel (`sluice_endpoints`: a datagram
+    /// from one is its endpoint's in stage 1's key) the core's: the configured ones and, on
+    /// an EVPN tunnel, those its routes name.
+    fn sync_endpoints(&mut self, sw: &Switch, id: PortId) -> Result<()> {
+        let Some(t) = self.tunnels.get_mut(&id) else { return Ok(()) };
+        let want = sw.tunnel_endpoints(id);
+        for gone in t.endpoints.iter().filter(|a| !want.contains(a)) {
+            self.ex.remove_endpoint(t.ifindex, *gone);
+        }
+        t.endpoints.retain(|a| want.contains(a));
+        for &new in &want {
+            if !t.endpoints.contains(&new) {
+                self.ex.set_endpoint(t.ifindex, new)?;
+                t.endpoints.push(new);
+            }
+        }
+        Ok(())
     }
 
     /// Writes port `id`'s input entry and lock as the core has them now, or frees its slot
@@ -919,6 +963,11 @@ impl KernelSide {
                 self.upcalls_refused += 1;
                 continue;
             }
+            // (A frame from a tunnel may have taught its port an endpoint, which the
+            // tunnel's floods then go to as well.)
+            if sw.last_decision().is_some_and(|(k, _)| self.tunnels.contains_key(&k.port)) {
+                self.floods_due = true;
+            }
             self.sync(sw);
             self.install_last(sw);
         }
@@ -930,7 +979,12 @@ impl KernelSide {
     pub fn read_heard(&mut self, sw: &mut Switch) {
         let port_at = &self.port_at;
         let port_of = |slot: u32| port_at.get(slot as usize).copied().flatten().filter(|&id| id != RESERVED);
-        sluice_ebpf::heard::hand_to_core(&mut self.ex, sw, port_of, HEARD_BATCH);
+        let (_, learned) = sluice_ebpf::heard::hand_to_core(&mut self.ex, sw, port_of, HEARD_BATCH);
+        // (A station learned behind a tunnel may be its first from that endpoint, which
+        // the tunnel's floods then go to as well.)
+        if learned > 0 {
+            self.sync_floods(sw);
+        }
     }
 
     /// Checks that every interface the program is attached to is still there (a veth can be
@@ -977,9 +1031,11 @@ impl KernelSide {
         }
         let aging_ns = sluice_ports::vxlan::AGING_MS * 1_000_000;
         for (id, t) in &self.tunnels {
+            // (An EVPN tunnel's stations are its routes': they go when they are withdrawn.)
+            let routed = sw.fast_port(*id).is_some_and(|p| p.routed);
             let mut stations = self.ex.remotes(t.ifindex, t.v6);
             stations.retain(|&(vni, mac, _, seen_ns)| {
-                let fresh = now_ns.saturating_sub(seen_ns) < aging_ns;
+                let fresh = routed || now_ns.saturating_sub(seen_ns) < aging_ns;
                 if !fresh {
                     self.ex.forget_remote(t.ifindex, vni, mac);
                 }
@@ -988,6 +1044,7 @@ impl KernelSide {
             let refused = self.slot_of.get(id).map_or(0, |&s| self.ex.counters(s).v[abi::c::TUN_BAD]);
             let _ = t.heard.send(Heard { stations, now_ns, refused });
         }
+        self.sync_floods(sw);
     }
 
     /// Port `id`'s counters as the switch reports them: the core's for what it handled,

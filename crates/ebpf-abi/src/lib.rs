@@ -728,6 +728,11 @@ abi! {
     /// [`Admit::mask`]: IGMP/MLD snooping: read a group frame's IP group class
     /// ([`FlowKey::group`]).
     pub const X_GROUP: u16 = 1 << 7 => X_GROUP;
+    /// An EVPN tunnel's input: routes say where its stations are, so a source the station
+    /// table has neither behind the input nor configured (`SRC_STATIC`) is
+    /// `SRC_UNLEARNABLE` (the core's `Station::Unlearnable`), never `SRC_ELSEWHERE` or
+    /// `SRC_ABSENT`.
+    pub const X_ROUTED: u16 = 1 << 8 => X_ROUTED;
     /// [`FlowKey::group`]: not a group the switch snoops (not IP, broadcast, a link-local
     /// group).
     pub const GCLASS_FLOODED: u32 = 0 => GCLASS_FLOODED;

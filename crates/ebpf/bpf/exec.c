@@ -1505,8 +1505,12 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 				__u64 now = bpf_ktime_get_ns();
 				if (now - s->seen_ns > SEEN_EVERY_NS)
 					s->seen_ns = now;
+			} else if (s && (s->flags & FIB_STATIC)) {
+				k.src = SRC_STATIC;
+			} else if (mask & X_ROUTED) {
+				k.src = SRC_UNLEARNABLE;
 			} else if (s) {
-				k.src = (s->flags & FIB_STATIC) ? SRC_STATIC : SRC_ELSEWHERE;
+				k.src = SRC_ELSEWHERE;
 			}
 		}
 	}

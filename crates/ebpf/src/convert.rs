@@ -174,6 +174,9 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
     if p.acl {
         m |= abi::X_CT;
     }
+    if p.routed && mode == Mode::L2 {
+        m |= abi::X_ROUTED;
+    }
     m
 }
 
@@ -551,6 +554,7 @@ mod tests {
             rate: sluice_switch::RateLimit::default(),
             snoops: false,
             acl: false,
+            routed: false,
         }
     }
 
@@ -631,6 +635,8 @@ mod tests {
         let mac = FastPort { mac: Some(A), ..port() };
         let ips = FastPort { checks_ips: true, ..port() };
         assert_eq!(mask(&port(), Mode::L2), abi::X_LOCKS | abi::X_DST_STATION);
+        let evpn = FastPort { routed: true, ..port() };
+        assert_eq!(mask(&evpn, Mode::L2), abi::X_LOCKS | abi::X_DST_STATION | abi::X_ROUTED, "sources from routes");
         assert_eq!(mask(&mac, Mode::L2), abi::X_SRC_MAC | abi::X_DST_STATION);
         assert_eq!(mask(&ips, Mode::L3), abi::X_LOCKS | abi::X_SRC_IP | abi::X_L3 | abi::X_GUEST);
         let lan = FastPort { checks_ips: true, ..uplink() };

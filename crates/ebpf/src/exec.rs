@@ -674,11 +674,16 @@ impl Executor {
         self.tunnels.insert(ifindex, t, 0).map_err(map_err("tunnels"))
     }
 
-    /// Makes `addr` one of tunnel device `ifindex`'s configured endpoints (its frames'
+    /// Makes `addr` one of tunnel device `ifindex`'s endpoints (its frames'
     /// stage-1 key says so).
     pub fn set_endpoint(&mut self, ifindex: u32, addr: std::net::IpAddr) -> Result<(), Error> {
         let k = abi::EndpointKey { ifindex, addr: tables::ip_key(addr).addr };
         self.endpoints.insert(k, 1, 0).map_err(map_err("endpoints"))
+    }
+
+    /// Makes `addr` no longer one of tunnel device `ifindex`'s endpoints.
+    pub fn remove_endpoint(&mut self, ifindex: u32, addr: std::net::IpAddr) {
+        let _ = self.endpoints.remove(&abi::EndpointKey { ifindex, addr: tables::ip_key(addr).addr });
     }
 
     /// Where a flood into tunnel device `ifindex` in VNI `vni` goes: every endpoint of

@@ -10,7 +10,8 @@
 //! ICMP type, allow, deny and allow-related, defaults; each switch's connections in a
 //! conntrack zone of its own, the core told of the kernel's tracker),
 //! VXLAN tunnel ports (one VNI or one per VLAN, open or to their endpoints alone, IPv4 or
-//! IPv6 underlay) — and seeded frames — unicast to known and unknown stations, group,
+//! IPv6 underlay; EVPN tunnels, whose routes — stations behind announced endpoints, per-VNI
+//! flood lists — change every eighth frame) — and seeded frames — unicast to known and unknown stations, group,
 //! IEEE link-local (01:80:C2:00:00:00 to 0F, and 10 just past them), to
 //! the input's own address; frames of connections (TCP segments with each kind of flags,
 //! UDP, ICMP echo) opened, repeated and answered; IGMP and MLD (v1 and v2 reports, done,
@@ -43,7 +44,9 @@
 //! mirror's copy or a routed frame into a tunnel goes up. The kernel's reports of stations heard behind a
 //! tunnel are handed to the core after each frame, as the daemon does (on one switch in
 //! three they are left unread); a station the frame taught the core must have been
-//! reported.
+//! reported. After each frame, every EVPN tunnel's stations in the kernel's remote table
+//! and its flood sets must be the core's, as the daemon writes them from the changes the
+//! core reports.
 //!
 //! At the end of each switch the generation moves on in the kernel alone: every frame
 //! with a key is then a miss. A frame the core drops before it has a key (not valid, a GSO
@@ -184,14 +187,16 @@ fn vni_for(vid: u16) -> u32 {
     5000 + u32::from(vid)
 }
 
-/// A tunnel's configured endpoint `n` (1 to 3), a stranger (any other `n`), IPv4 or IPv6.
+/// A tunnel's configured endpoint `n` (1 to 3), one an EVPN tunnel's routes name (4, 5),
+/// a stranger (any other `n`), IPv4 or IPv6.
 fn endpoint(n: u8, v6: bool) -> IpAddr {
     if v6 { Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, n.into()).into() } else { Ipv4Addr::new(192, 0, 2, n).into() }
 }
 
 /// A tunnel: one VNI (an access port) or a VNI per VLAN (a trunk of those VLANs, as the
 /// daemon makes it), open to any sender or to its endpoints alone, with one to three
-/// endpoints, over IPv4 (one in five over IPv6).
+/// endpoints, over IPv4 (one in five over IPv6). One in three is an EVPN tunnel, to its
+/// endpoints alone, whose routes name two more (4 and 5).
 fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
     let v6 = r.chance(20);
     let (vlan, vnis) = if r.chance(50) {
@@ -206,7 +211,9 @@ fn gen_tunnel(r: &mut Rng) -> (VlanMode, TunnelSpec) {
         (VlanMode::Trunk { allowed: vids.into_iter().collect(), native: None }, VniMap::PerVlan(pairs))
     };
     let remotes = (1..=r.range(1, 3) as u8).map(|n| endpoint(n, v6)).collect();
-    let rules = TunnelRules { vnis, remotes_only: r.chance(50), remotes, evpn: false, announced: vec![] };
+    let evpn = r.chance(33);
+    let announced = if evpn { vec![endpoint(4, v6), endpoint(5, v6)] } else { vec![] };
+    let rules = TunnelRules { vnis, remotes_only: evpn || r.chance(50), remotes, evpn, announced };
     (vlan, TunnelSpec { rules, local: endpoint(100, v6) })
 }
 
@@ -933,7 +940,11 @@ impl World<'_> {
                 VniMap::PerVlan(m) => m.iter().map(|p| p.1).collect(),
             };
             let vni = if r.chance(85) { r.pick(&carried) } else { vni_for(r.range(1, 9) as u16) + 100 };
-            let sender = endpoint(if r.chance(75) { r.range(1, 2) as u8 } else { 66 }, v6);
+            let sender = match r.below(8) {
+                0 => endpoint(66, v6),
+                1 if t.rules.evpn => endpoint(4, v6),
+                _ => endpoint(r.range(1, 2) as u8, v6),
+            };
             let known = t.rules.knows(sender);
             let _ = write!(what, ", from a tunnel: VNI {vni} from {sender}");
             origin = Some((tunnel::Origin { vni, sender }, known));
@@ -1275,6 +1286,9 @@ impl Installed {
             match ch {
                 FastChange::Port(id) => {
                     let i = id as usize;
+                    if self.tunnels[i].is_some() {
+                        self.sync_tunnel(k, sw, i);
+                    }
                     let place = self.places[i];
                     let ifindex = place.device.expect("every port has a device").ifindex;
                     let p = sw.fast_port(id).expect("no port is removed");
@@ -1319,6 +1333,13 @@ impl Installed {
                     k.ex.set_group(vlan, ip, sw.fast_group(vlan, ip)).expect("mdb");
                     self.groups.insert((vlan, ip));
                 }
+                FastChange::Remote(id, vni, mac) => {
+                    let ifindex = self.places[id as usize].device.expect("every port has a device").ifindex;
+                    match sw.fast_remote(id, vni, mac) {
+                        Some(ep) => k.ex.set_remote(ifindex, vni, mac, ep).expect("remotes"),
+                        None => k.ex.forget_remote(ifindex, vni, mac),
+                    }
+                }
             }
         }
         self.generation = self.gen_base + sw.generation();
@@ -1333,6 +1354,29 @@ impl Installed {
             k.ex.use_acl_set(self.generation, self.acl_set).expect("config");
             k.ex.remove_acl_sets_but(self.acl_set);
             self.acl_epoch = Some(epoch);
+        }
+    }
+
+    /// Tunnel port `i`'s endpoints and flood sets as the daemon writes them when the core
+    /// reports the port changed (`KernelSide::sync_endpoints`, `sync_floods`): the core's
+    /// tunnel port's.
+    fn sync_tunnel(&self, k: &mut Kernel, sw: &Switch, i: usize) {
+        {
+            let (Some(t), Some(d)) = (&self.tunnels[i], self.places[i].device) else { return };
+            for ep in (1..=5).chain([66]).map(|n| endpoint(n, t.local.is_ipv6())) {
+                k.ex.remove_endpoint(d.ifindex, ep);
+            }
+            for ep in sw.tunnel_endpoints(i as PortId) {
+                k.ex.set_endpoint(d.ifindex, ep).expect("endpoints");
+            }
+            let pairs: Vec<(u16, u32)> = match &t.rules.vnis {
+                VniMap::Single(v) => vec![(0, *v)],
+                VniMap::PerVlan(m) => m.clone(),
+            };
+            for (vlan, vni) in pairs {
+                let eps = sw.tunnel_floods(i as PortId, vlan).and_then(|v| convert::flood_eps(&v));
+                k.ex.set_flood(d.ifindex, vni, eps.as_ref()).expect("floods");
+            }
         }
     }
 
@@ -2164,6 +2208,93 @@ fn one_switch(k: &mut Kernel, seed: u64, index: u64, frames: usize, t: &mut Tota
     });
 }
 
+/// An EVPN tunnel's routes, as its switch's agent would install them: a few stations
+/// behind the endpoints the routes name, each VNI's flood list; changed as frames go by
+/// (a station withdrawn, moved to the other endpoint, a flood list shrunk or grown).
+struct Routes {
+    /// (tunnel port, its VNIs, IPv6 underlay)
+    tunnels: Vec<(usize, Vec<u32>, bool)>,
+    rng: Rng,
+}
+
+impl Routes {
+    fn new(spec: &SwitchSpec, index: u64) -> Routes {
+        let tunnels = spec
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let t = p.tunnel.as_ref().filter(|t| t.rules.evpn)?;
+                let vnis = match &t.rules.vnis {
+                    VniMap::Single(v) => vec![*v],
+                    VniMap::PerVlan(m) => m.iter().map(|p| p.1).collect(),
+                };
+                Some((i, vnis, t.local.is_ipv6()))
+            })
+            .collect();
+        Routes { tunnels, rng: Rng(index ^ 0xe7b9) }
+    }
+
+    /// The first routes: every VNI floods to both route endpoints, and stations 1 to 6
+    /// (which frames use too) are behind one of them.
+    fn install(&mut self, sw: &mut Switch) {
+        for (i, vnis, v6) in self.tunnels.clone() {
+            let both = [endpoint(4, v6), endpoint(5, v6)];
+            sw.evpn_endpoints(i as PortId, &both);
+            for &vni in &vnis {
+                sw.evpn_flood(i as PortId, vni, &both);
+                for k in 1..=6 {
+                    let ep = both[self.rng.below(2)];
+                    sw.evpn_install(i as PortId, vni, station(k), ep);
+                }
+            }
+        }
+    }
+
+    /// Whether the kernel's tables hold every EVPN tunnel's routes as the core has them: each
+    /// station's endpoint in the remote table, each VNI's flood set.
+    fn agree(&self, k: &Kernel, inst: &Installed, sw: &Switch) -> Result<(), String> {
+        for (i, vnis, _) in &self.tunnels {
+            let d = inst.places[*i].device.expect("every port has a device");
+            for &vni in vnis {
+                for mac in (1..=12).map(station) {
+                    let core = sw.fast_remote(*i as PortId, vni, mac).map(ip16);
+                    let kernel = k.ex.remote(d.ifindex, vni, mac).map(|r| r.addr);
+                    if core != kernel {
+                        return Err(format!("VNI {vni} station {mac}: core {core:?}, kernel {kernel:?}"));
+                    }
+                }
+                let vlan = inst.tunnels[*i].as_ref().and_then(|t| t.rules.vnis.vlan_of(vni)).flatten().unwrap_or(0);
+                let core = sw.tunnel_floods(*i as PortId, vlan).and_then(|v| convert::flood_eps(&v));
+                let kernel = k.ex.flood(d.ifindex, vni);
+                if core != kernel {
+                    return Err(format!("VNI {vni}: core floods to {core:?}, kernel to {kernel:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One change, at random: a station's route withdrawn, moved or added; a flood list
+    /// changed.
+    fn churn(&mut self, sw: &mut Switch) {
+        if self.tunnels.is_empty() {
+            return;
+        }
+        let (i, vnis, v6) = self.tunnels[self.rng.below(self.tunnels.len())].clone();
+        let vni = self.rng.pick(&vnis);
+        let both = [endpoint(4, v6), endpoint(5, v6)];
+        let mac = station(self.rng.range(1, 12));
+        match self.rng.below(4) {
+            0 => sw.evpn_uninstall(i as PortId, vni, mac),
+            1 => sw.evpn_flood(i as PortId, vni, &both[..self.rng.range(0, 2)]),
+            _ => {
+                sw.evpn_install(i as PortId, vni, mac, both[self.rng.below(2)]);
+            }
+        }
+    }
+}
+
 /// Runs the frames `next` gives (from the switch's world, until `None`) through a switch
 /// built from `spec` and through the kernel; panics on the first disagreement. `index`
 /// sets the kernel's generations apart from every other switch's.
@@ -2213,20 +2344,12 @@ fn check_switch(
     for (p, t) in inst.places.iter().zip(&inst.tunnels) {
         if let (Some(d), Some(t)) = (p.device, t) {
             k.ex.set_tunnel(d.ifindex, &convert::tunnel(t.local, 64)).expect("tunnels");
-            for &r in &t.rules.remotes {
-                k.ex.set_endpoint(d.ifindex, r).expect("endpoints");
-            }
-            // Each VNI's flood set, as the daemon's `sync_floods` writes it for a port that
-            // floods to its configured endpoints (an in-memory port learns no others).
-            let vnis: Vec<u32> = match &t.rules.vnis {
-                VniMap::Single(v) => vec![*v],
-                VniMap::PerVlan(m) => m.iter().map(|p| p.1).collect(),
-            };
-            for vni in vnis {
-                k.ex.set_flood(d.ifindex, vni, convert::flood_eps(&t.rules.remotes).as_ref()).expect("floods");
-            }
         }
     }
+    // An EVPN tunnel's routes: stations behind the endpoints they name, and each VNI's
+    // flood list (the sync below writes them as the daemon does).
+    let mut routes = Routes::new(&spec, index);
+    routes.install(&mut sw);
     inst.sync(k, &mut sw);
     let mut mtus: Vec<u16> = spec.ports.iter().map(|p| p.mtu).collect();
     mtus.sort_unstable();
@@ -2252,8 +2375,14 @@ fn check_switch(
         for h in &handles {
             let _ = h.take_remotes();
         }
+        if n % 8 == 0 {
+            routes.churn(&mut sw);
+        }
         let core = core_receives(&mut sw, &handles, &case, now_ms);
         inst.sync(k, &mut sw);
+        if let Err(why) = routes.agree(k, &inst, &sw) {
+            panic!("{origin:?}, frame {n}: the kernel's tunnel tables are not the core's: {why}");
+        }
         t.cases += 1;
         // What the core's tunnel port was told the frame teaches (where its source is).
         let taught = handles[case.from].take_remotes();
@@ -2310,6 +2439,9 @@ fn check_switch(
             report("the kernel executed the installed verdict otherwise", &obs, Some(&want), why, describe(&cv));
         }
         t.decided(&case, &v, &core);
+        if case.origin.is_some() && spec.ports[case.from].tunnel.as_ref().is_some_and(|t| t.rules.evpn) {
+            t.saw(format!("EVPN tunnel in: a source keyed {:?}", key.src));
+        }
         t.tunnelled(&inst, &case, &v, &core, served);
         if let Some((vni, mac, sender)) = due
             && !heard.iter().any(|h| (h.vni, h.mac, h.sender) == (vni, mac, sender))

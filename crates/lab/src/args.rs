@@ -72,7 +72,7 @@ pub struct UpArgs {
     /// flooding and learning. Each sluice host's switch runs a GoBGP speaker (`gobgpd`)
     /// peering with a route reflector, FRR's `bgpd` in namespace `sluice-LAB-rr`
     /// (192.168.77.254); the tunnels learn nothing from datagrams and list no remotes.
-    /// User-space datapath (TAP guests). Needs Debian's gobgpd and frr.
+    /// Either datapath (`--datapath`; the kernel one by default). Needs Debian's gobgpd and frr.
     #[arg(long, requires = "hosts", conflicts_with = "peer_kernel")]
     pub evpn: bool,
     /// With --evpn: the last host is plain Linux with FRR — a kernel `vxlan` device and a

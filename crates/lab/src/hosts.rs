@@ -57,11 +57,6 @@ pub fn up(a: &UpArgs) -> Result<LabState> {
     }
     if a.evpn {
         crate::frr::check_installed()?;
-        if a.datapath == Some(sluice_api::config::DatapathArg::Kernel) {
-            bail!(
-                "--evpn runs the hosts' switches on the user-space datapath in this version: leave out --datapath kernel"
-            );
-        }
     }
     if let Ok(old) = LabState::load(&a.name) {
         return Err(Error::LabExists { name: old.name });
@@ -148,7 +143,6 @@ fn build(s: &mut LabState, a: &UpArgs) -> Result<()> {
         // Every sluice host on the datapath the first one got (a user-space tunnel end
         // cannot read the whole GSO frames a kernel one sends over a veth).
         let datapath = match (sluice_hosts_up, s.datapath.as_str()) {
-            _ if a.evpn => Some(sluice_api::config::DatapathArg::User),
             (0, _) => a.datapath,
             (_, "kernel") => Some(sluice_api::config::DatapathArg::Kernel),
             _ => Some(sluice_api::config::DatapathArg::User),

@@ -760,6 +760,18 @@ impl Port for VxlanPort {
         self.vni_of(vlan).map_or(1, |vni| self.table.fanout(vni, dst, self.now_ms()))
     }
 
+    fn floods_to(&self, vlan: u16) -> Vec<IpAddr> {
+        let mut v = Vec::new();
+        if let Some(vni) = self.vni_of(vlan) {
+            self.table.targets(vni, MacAddr::BROADCAST, self.now_ms(), |ep| v.push(ep));
+        }
+        v
+    }
+
+    fn routed_endpoint(&self, vni: u32, mac: MacAddr) -> Option<IpAddr> {
+        self.table.routed(vni, mac)
+    }
+
     fn tick(&mut self) -> Option<String> {
         let now = self.now_ms();
         if let Some(d) = self.device.as_mut() {

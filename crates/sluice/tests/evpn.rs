@@ -22,7 +22,8 @@ struct EvpnLab {
 }
 
 impl EvpnLab {
-    /// Three hosts, the last Linux with FRR.
+    /// Three hosts, the last Linux with FRR; the sluice hosts on the kernel datapath (the
+    /// lab's default: veth guests).
     fn up(tag: &str) -> EvpnLab {
         EvpnLab::with(tag, &["--hosts", "3", "--peer-frr"])
     }
@@ -102,11 +103,43 @@ fn two_sluice_hosts_and_an_frr_host_exchange_routes_and_never_flood_known_unicas
     }
     init();
     let lab = EvpnLab::up("ev");
+    exchange_routes_and_never_flood_known_unicast(&lab);
+    // The kernel forwarded the guests' frames into the tunnel and out of it itself: the
+    // routes' stations, endpoints and flood lists are in its tables.
+    // Broadcasts from h1's guest: after the first, the kernel replicates them to the VNI's
+    // flood list (h2 and h3) itself.
+    let _ = lab.exec("h1g1", "ping -b -c 4 -i 0.2 -W 1 10.77.0.255");
+    let st = lab.json(&["stats"], 1);
+    let port = |name: &str| st["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap();
+    let vx = port("vx0");
+    assert!(vx["kernel"]["forwarded"].as_u64() > Some(20), "the kernel datapath did not forward: {vx}");
+    let (_, g1) = lab.guest("h1g1");
+    let g1 = port(&g1);
+    assert!(g1["kernel"]["flooded"].as_u64() >= Some(1), "no flood replicated in the kernel: {g1}");
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn on_the_user_space_datapath_too_routes_are_exchanged_and_known_unicast_never_flooded() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("eu", &["--hosts", "3", "--peer-frr", "--datapath", "user"]);
+    exchange_routes_and_never_flood_known_unicast(&lab);
+    let st = lab.json(&["stats"], 1);
+    let vx = st["ports"].as_array().unwrap().iter().find(|p| p["name"] == "vx0").cloned().unwrap();
+    assert!(vx["kernel"].is_null(), "a user-space datapath: {vx}");
+}
+
+/// Routes of both types go both ways between two sluice hosts and FRR's host; the guests
+/// reach each other; known unicast is never flooded; every remote station is a route's.
+fn exchange_routes_and_never_flood_known_unicast(lab: &EvpnLab) {
     // Every pair talks, once the sessions are up and the routes are in.
     for (from, to) in [("h1g1", "10.77.0.2"), ("h1g1", "10.77.0.3"), ("h3g1", "10.77.0.2"), ("h2g1", "10.77.0.1")] {
         assert!(lab.reaches(from, to), "{from} cannot reach {to}");
     }
-    let (m1, m2, m3) = (mac(&lab, "h1g1"), mac(&lab, "h2g1"), mac(&lab, "h3g1"));
+    let (m1, m2, m3) = (mac(lab, "h1g1"), mac(lab, "h2g1"), mac(lab, "h3g1"));
     // FRR learned the sluice hosts' stations as type-2 routes behind their endpoints.
     let frr = lab.frr("show evpn mac vni 5000");
     for (m, ep) in [(&m1, "192.168.77.1"), (&m2, "192.168.77.2")] {
@@ -118,7 +151,7 @@ fn two_sluice_hosts_and_an_frr_host_exchange_routes_and_never_flood_known_unicas
     assert!(vni.contains("192.168.77.1") && vni.contains("192.168.77.2"), "{vni}");
     // sluice learned FRR's station from its route, not from datagrams.
     for h in [1, 2] {
-        let e = fib_entry(&lab, h, &m3).unwrap_or_else(|| panic!("h{h} lacks {m3}"));
+        let e = fib_entry(lab, h, &m3).unwrap_or_else(|| panic!("h{h} lacks {m3}"));
         assert_eq!((e["origin"].as_str(), e["endpoint"].as_str()), (Some("evpn"), Some("192.168.77.3")), "{e}");
     }
     // (The report is the agent's view, refreshed every second.)
@@ -202,7 +235,7 @@ fn a_guest_that_moves_is_reached_at_its_new_host_and_a_removed_one_is_withdrawn(
     let r = h2["sent"].as_array().unwrap().iter().find(|r| r["mac"] == m1.as_str()).cloned();
     assert!(r.as_ref().is_some_and(|r| r["seq"].as_u64() >= Some(1)), "h2 announces it with a higher number: {h2}");
     // The guest's port is removed at h2: its route is withdrawn everywhere.
-    // (A sluice host's guest interface is its switch port's TAP, of the same name.)
+    // (A sluice host's guest is its switch port of the name the lab's table gives.)
     sluice_ok(&["port", "del", &if2, "--switch", &lab.switch(2)]);
     assert!(
         wait_for(30, || !lab.frr("show evpn mac vni 5000").contains(m1.as_str())),

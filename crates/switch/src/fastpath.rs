@@ -58,6 +58,10 @@ pub struct FastPort {
     /// ([`crate::Switch::set_kernel_tracker`]): an IP frame's key holds its connection's
     /// state and classes.
     pub acl: bool,
+    /// An EVPN tunnel: where its stations are, routes say; a source the station table has
+    /// neither behind it nor configured is `Unlearnable`, and nothing is learned from its
+    /// frames.
+    pub routed: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.
@@ -74,6 +78,10 @@ pub enum FastChange {
     /// IGMP/MLD snooping: a group's port set ([`crate::Switch::fast_group`]; `None`
     /// there: not registered).
     Group(u16, IpAddr),
+    /// EVPN: where tunnel port `.0` sends station `.2` of VNI `.1`
+    /// ([`crate::Switch::fast_remote`]; `None` there: no route for it). A change of the
+    /// port's flood lists or of the endpoints its routes name is a [`FastChange::Port`].
+    Remote(PortId, u32, MacAddr),
 }
 
 /// A MAC table entry as the kernel sees it.

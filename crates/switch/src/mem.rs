@@ -15,7 +15,7 @@ use sluice_wire::{MacAddr, VNET_HDR_LEN, VnetHdr};
 
 use crate::counters::DropCause;
 use crate::port::{OutFrame, Port, PortCaps, PortError, TxOutcome};
-use crate::tunnel::{Origin, TunnelRules};
+use crate::tunnel::{Endpoints, Origin, TunnelRules};
 
 /// A station a tunnel was told is behind a sender: (VNI, MAC, sender).
 pub type Remote = (u32, MacAddr, std::net::IpAddr);
@@ -34,6 +34,8 @@ struct Inner {
     fast: Option<u32>,
     refused: Option<(DropCause, u64)>,
     tunnel: Option<TunnelRules>,
+    /// A tunnel's routes (EVPN): its stations, flood lists and further endpoints.
+    routes: Option<Endpoints>,
     origin: Option<Origin>,
     remotes: Vec<Remote>,
 }
@@ -86,7 +88,11 @@ impl MemHandle {
     /// Makes the port a tunnel with these rules (before it is attached: the switch reads
     /// them then).
     pub fn set_tunnel(&self, rules: TunnelRules) {
-        lock(&self.inner).tunnel = Some(rules);
+        let mut i = lock(&self.inner);
+        // (Stations it is told it learned are recorded, not kept: `take_remotes`.)
+        let t = Endpoints::new(rules.remotes.clone(), rules.remotes_only, 8192, 256, u64::MAX / 4);
+        i.routes = Some(if rules.evpn { t.evpn() } else { t });
+        i.tunnel = Some(rules);
     }
 
     /// Takes the stations the switch said are behind which sender ([`Port::learn_remote`]),
@@ -193,6 +199,38 @@ impl Port for MemPort {
 
     fn learn_remote(&mut self, vni: u32, mac: MacAddr, sender: std::net::IpAddr) {
         lock(&self.inner).remotes.push((vni, mac, sender));
+    }
+
+    fn pin_remote(&mut self, vni: u32, mac: MacAddr, endpoint: Option<std::net::IpAddr>) {
+        if let Some(t) = lock(&self.inner).routes.as_mut() {
+            t.pin(vni, mac, endpoint);
+        }
+    }
+
+    fn set_flood(&mut self, vni: u32, endpoints: &[std::net::IpAddr]) {
+        if let Some(t) = lock(&self.inner).routes.as_mut() {
+            t.set_flood(vni, endpoints);
+        }
+    }
+
+    fn set_announced(&mut self, endpoints: &[std::net::IpAddr]) {
+        if let Some(t) = lock(&self.inner).routes.as_mut() {
+            t.set_announced(endpoints);
+        }
+    }
+
+    fn floods_to(&self, vlan: u16) -> Vec<std::net::IpAddr> {
+        let i = lock(&self.inner);
+        let (Some(r), Some(t)) = (i.tunnel.as_ref(), i.routes.as_ref()) else { return Vec::new() };
+        let mut v = Vec::new();
+        if let Some(vni) = r.vnis.vni_of(Some(vlan)) {
+            t.targets(vni, MacAddr::BROADCAST, 0, |ep| v.push(ep));
+        }
+        v
+    }
+
+    fn routed_endpoint(&self, vni: u32, mac: MacAddr) -> Option<std::net::IpAddr> {
+        lock(&self.inner).routes.as_ref()?.routed(vni, mac)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PortError> {

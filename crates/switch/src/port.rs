@@ -191,6 +191,18 @@ pub trait Port: Send {
         1
     }
 
+    /// The endpoints a tunnel sends a flood in `vlan` to itself (each once): what a kernel
+    /// datapath that replicates floods into the tunnel writes. Empty for other ports.
+    fn floods_to(&self, _vlan: u16) -> Vec<std::net::IpAddr> {
+        Vec::new()
+    }
+
+    /// EVPN: the endpoint a route puts station `mac` of `vni` behind
+    /// ([`Port::pin_remote`]), if any.
+    fn routed_endpoint(&self, _vni: u32, _mac: sluice_wire::MacAddr) -> Option<std::net::IpAddr> {
+        None
+    }
+
     /// Where a station the switch learned behind this port really is, for a port that
     /// reaches several places (a tunnel: the remote endpoint `mac` in `vlan` was heard
     /// from), as text for `sluice fib show`.

@@ -286,6 +286,11 @@ impl Endpoints {
         self.pinned.get(&(vni, mac)).copied().or_else(|| self.stations.get(&(vni, mac)).map(|e| e.0))
     }
 
+    /// EVPN: the endpoint a route puts `mac` of `vni` behind, if any.
+    pub fn routed(&self, vni: u32, mac: MacAddr) -> Option<IpAddr> {
+        self.pinned.get(&(vni, mac)).copied()
+    }
+
     /// Endpoints a flood goes to now (configured, then heard).
     pub fn flood_set(&self, now_ms: u64) -> Vec<IpAddr> {
         let mut v = Vec::new();

@@ -31,6 +31,7 @@ impl Switch {
         if let Some(s) = self.slot_mut(id) {
             s.port.pin_remote(vni, mac, Some(endpoint));
         }
+        self.note_fast_remote(id, vni, mac);
         true
     }
 
@@ -42,6 +43,7 @@ impl Switch {
         if let Some(s) = self.slot_mut(id) {
             s.port.pin_remote(vni, mac, None);
         }
+        self.note_fast_remote(id, vni, mac);
     }
 
     /// `vni` of EVPN tunnel port `id` floods to `endpoints` besides its configured remotes.
@@ -49,6 +51,7 @@ impl Switch {
         if let Some(s) = self.slot_mut(id) {
             s.port.set_flood(vni, endpoints);
         }
+        self.note_fast(id);
     }
 
     /// The endpoints EVPN tunnel port `id`'s routes name now: their datagrams are taken
@@ -60,6 +63,7 @@ impl Switch {
             t.announced = endpoints.to_vec();
             s.port.set_announced(endpoints);
         }
+        self.note_fast(id);
     }
 
     /// Whether port `id` is an EVPN tunnel, and its VNI for frames of `vlan`.

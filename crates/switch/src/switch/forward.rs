@@ -33,11 +33,12 @@ impl Switch {
     }
 
     /// Whether a frame with key `key` passes, now, the checks that come before learning
-    /// (its input, VLAN, EtherType, locks and source addresses): whether the switch learns
-    /// from it. A datapath that reports what it hears behind a tunnel reports it for such
-    /// frames only.
+    /// (its input, VLAN, EtherType, locks and source addresses) on a port that learns
+    /// stations: whether the switch learns where its source is. A datapath that reports
+    /// what it hears behind a tunnel reports it for such frames only (never for an EVPN
+    /// tunnel's, whose stations come from routes).
     pub fn admits(&self, key: &Key) -> bool {
-        decide::learning(key, &self.tables()).is_some()
+        decide::learning(key, &self.tables()).is_some_and(|a| a.station)
     }
 
     /// Stage 1 of the decision on a frame with key `key` now: the VLAN it joins, or why

@@ -220,7 +220,8 @@ impl Switch {
             key.group = self.group_class(fid, meta.vlan, now_ms);
         }
         let admission = if rx.admitted { self.learn(id, &mut key, src, meta.vlan, now_ms) } else { None };
-        if admission.is_some() {
+        // (An EVPN tunnel learns nothing from datagrams: `station` is off there.)
+        if admission.is_some_and(|a| a.station) {
             self.learn_remote(id, &key, &from, src);
         }
         self.owner_after_learning(fid, &mut key, admission);

@@ -74,11 +74,23 @@ impl Switch {
             c.clear();
         }
         self.mdb.take_changes(|vlan, ip| f(FastChange::Group(vlan, ip)));
+        self.fast_remotes.sort_unstable();
+        self.fast_remotes.dedup();
+        for (id, vni, mac) in self.fast_remotes.drain(..) {
+            f(FastChange::Remote(id, vni, mac));
+        }
     }
 
     pub(super) fn note_fast(&mut self, id: PortId) {
         if let Some(c) = self.fast_changed.as_mut() {
             c.push(id);
+        }
+    }
+
+    /// EVPN: the route for station `mac` of `vni` behind tunnel port `id` changed.
+    pub(super) fn note_fast_remote(&mut self, id: PortId, vni: u32, mac: MacAddr) {
+        if self.fast_changed.is_some() {
+            self.fast_remotes.push((id, vni, mac));
         }
     }
 
@@ -109,6 +121,7 @@ impl Switch {
             rate: r.policy.rate,
             snoops: self.cfg.mode == Mode::L2 && self.mdb.config().enabled,
             acl: self.acl.active() && self.kernel_ct.is_some(),
+            routed: r.tunnel.as_ref().is_some_and(|t| t.evpn),
         })
     }
 
@@ -167,12 +180,29 @@ impl Switch {
         true
     }
 
-    /// How many endpoints tunnel port `id` sends a broadcast in `vlan` to itself
-    /// ([`crate::Port::fanout`]): its flood set's size, which a kernel datapath that
-    /// replicates floods checks its copy against. `None`: no such port, or it failed.
-    pub fn tunnel_fanout(&self, id: PortId, vlan: u16) -> Option<usize> {
+    /// The endpoints tunnel port `id` sends a flood in `vlan` to ([`crate::Port::floods_to`]):
+    /// what a kernel datapath that replicates floods writes. `None`: no such port, or it
+    /// failed.
+    pub fn tunnel_floods(&self, id: PortId, vlan: u16) -> Option<Vec<IpAddr>> {
         let s = self.slot(id).filter(|s| s.rules.failed.is_none() && s.rules.tunnel.is_some())?;
-        Some(s.port.fanout(vlan, MacAddr::BROADCAST))
+        Some(s.port.floods_to(vlan))
+    }
+
+    /// The endpoints tunnel port `id` takes datagrams from as its own (stage 1's
+    /// `endpoint`): the configured ones, and on an EVPN tunnel those its routes name.
+    pub fn tunnel_endpoints(&self, id: PortId) -> Vec<IpAddr> {
+        let Some(t) = self.slot(id).and_then(|s| s.rules.tunnel.as_ref()) else { return Vec::new() };
+        let mut v: Vec<IpAddr> = t.remotes.iter().chain(&t.announced).copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// EVPN: the endpoint tunnel port `id`'s route for station `mac` of `vni` names, as a
+    /// kernel datapath executes it; `None` when there is no such route (or port).
+    pub fn fast_remote(&self, id: PortId, vni: u32, mac: MacAddr) -> Option<IpAddr> {
+        let s = self.slot(id).filter(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn))?;
+        s.port.routed_endpoint(vni, mac)
     }
 
     /// Taking over a kernel datapath an earlier run left: station `mac` of `vlan` was

@@ -119,6 +119,9 @@ pub struct Switch {
     /// Ports whose fast-path rules changed since the last
     /// [`Switch::take_fastpath_changes`]; `None` while no kernel datapath follows.
     fast_changed: Option<Vec<PortId>>,
+    /// EVPN: remote stations whose route changed since the last
+    /// [`Switch::take_fastpath_changes`] (kept only while a kernel datapath follows).
+    fast_remotes: Vec<(PortId, u32, MacAddr)>,
     /// Packet captures, by id (`None`: ended and taken).
     captures: Vec<Option<Capture>>,
     /// Security groups: every port's rules, compiled.
@@ -266,6 +269,7 @@ impl Switch {
             l3: L3Tables::new(fib_max),
             locked: HashMap::new(),
             fast_changed: None,
+            fast_remotes: Vec::new(),
             captures: Vec::new(),
             acl: AclTables::default(),
             ct: Tracker::new(DEFAULT_CT_MAX),
