@@ -67,14 +67,15 @@ pub struct TunnelRules {
     /// EVPN: stations and endpoints come from routes. Nothing is learned from datagrams,
     /// and the endpoints the routes name are accepted besides `remotes`.
     pub evpn: bool,
-    /// EVPN: the endpoints the routes name now (the switch keeps this up to date).
+    /// EVPN: the endpoints the routes name now, sorted (the switch keeps this up to date:
+    /// [`crate::Switch::evpn_endpoints`]). Hundreds of hosts: looked up by halves.
     pub announced: Vec<IpAddr>,
 }
 
 impl TunnelRules {
     /// Whether `sender` is one of the endpoints: configured, or named by a route.
     pub fn knows(&self, sender: IpAddr) -> bool {
-        self.remotes.contains(&sender) || self.announced.contains(&sender)
+        self.remotes.contains(&sender) || self.announced.binary_search(&sender).is_ok()
     }
 }
 

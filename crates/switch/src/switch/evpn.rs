@@ -61,6 +61,8 @@ impl Switch {
             && let Some(t) = s.rules.tunnel.as_mut()
         {
             t.announced = endpoints.to_vec();
+            t.announced.sort_unstable();
+            t.announced.dedup();
             s.port.set_announced(endpoints);
         }
         self.note_fast(id);
