@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_api::config::{EvpnSettings, EvpnSpeaker, PortSpec, Settings};
-use sluice_api::proto::{EvpnPeerReport, EvpnReport, EvpnRouteReport, EvpnSpeakerReport};
+use sluice_api::proto::{EvpnDuplicateReport, EvpnPeerReport, EvpnReport, EvpnRouteReport, EvpnSpeakerReport};
 use sluice_gobgp::api::{
     AfiSafi, AfiSafiConfig, Family, Global, Peer, PeerConf, SESSION_ESTABLISHED, Timers, TimersConfig, Transport,
 };
@@ -90,8 +90,20 @@ impl Link {
     }
 }
 
+/// The operator's request to clear duplicates (of one VNI, of one station), and where the
+/// agent answers how many it cleared.
+struct Clear {
+    vni: Option<u32>,
+    mac: Option<MacAddr>,
+    reply: std::sync::mpsc::SyncSender<usize>,
+}
+
+/// How long `evpn clear-duplicates` waits for the agent.
+const CLEAR_WAIT: Duration = Duration::from_secs(5);
+
 /// A running agent.
 pub struct Evpn {
+    clear: tokio::sync::mpsc::Sender<Clear>,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -109,6 +121,7 @@ struct Ctx {
     spawned: bool,
     jobs: Jobs,
     rx: tokio::sync::mpsc::Receiver<Local>,
+    clear: tokio::sync::mpsc::Receiver<Clear>,
     resync: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
@@ -189,6 +202,7 @@ impl Evpn {
             }
         };
         let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
+        let (clear_tx, clear) = tokio::sync::mpsc::channel(4);
         let resync = Arc::new(AtomicBool::new(false));
         dp.set_evpn(Link { port, tx, resync: resync.clone() });
         let stop = Arc::new(AtomicBool::new(false));
@@ -213,11 +227,12 @@ impl Evpn {
             spawned: speaker.is_some(),
             jobs,
             rx,
+            clear,
             resync,
             stop: stop.clone(),
             wake: wake.clone(),
             report: report.clone(),
-            table: Table::new(e.max_routes),
+            table: Table::new(e.max_routes).with_dup_rule(e.dup),
             sent: HashMap::new(),
             counters: Default::default(),
             started: Instant::now(),
@@ -252,7 +267,22 @@ impl Evpn {
             })
             .map_err(|err| sluice_sys::error::Failure::new("starting the EVPN agent's thread", err))?;
         info!(switch = %s.name, port = %spec.name, asn = e.asn, %router_id, peers = ?e.peers, "EVPN agent started");
-        Ok(Evpn { stop, wake, thread: Mutex::new(Some(thread)), report, speaker })
+        Ok(Evpn { clear: clear_tx, stop, wake, thread: Mutex::new(Some(thread)), report, speaker })
+    }
+
+    /// Clears the duplicates of `vni` and `mac` (all: `None`): they are decided afresh.
+    /// How many; an error when the agent cannot do it now (it is not connected to its
+    /// speaker).
+    pub fn clear_duplicates(&self, vni: Option<u32>, mac: Option<MacAddr>) -> std::result::Result<usize, String> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let busy = || {
+            format!(
+                "the EVPN agent did not take the request within {} s: is it connected to its speaker (sluice evpn show)?",
+                CLEAR_WAIT.as_secs()
+            )
+        };
+        self.clear.try_send(Clear { vni, mac, reply }).map_err(|_| busy())?;
+        answer.recv_timeout(CLEAR_WAIT).map_err(|_| busy())
     }
 
     /// The agent's view, for `sluice evpn show`.
@@ -403,7 +433,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                             *ctx.counters.entry("held_stale".into()).or_default() += 1;
                             ctx.table.hold(h, now);
                         } else {
-                            ctx.table.heard(h, &mut acts);
+                            ctx.table.heard(h, now, &mut acts);
                         }
                     }
                 }
@@ -425,6 +455,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 }
                 let mut acts = Vec::new();
                 ctx.table.expire_stale(now_ms(ctx), &mut acts);
+                ctx.table.expire_duplicates(now_ms(ctx), &mut acts);
                 carry_out(ctx, &mut c, acts).await;
                 log_bounds(ctx);
                 if ctx.resync.swap(false, Ordering::Relaxed) {
@@ -440,6 +471,16 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 let peers = c.list_peers().await.map_err(|e| e.to_string())?;
                 publish(ctx, &peers);
             }
+            r = ctx.clear.recv() => {
+                let Some(r) = r else { return Ok(()) };
+                let mut acts = Vec::new();
+                let n = ctx.table.clear_duplicates(r.vni, r.mac, now_ms(ctx), &mut acts);
+                if n > 0 {
+                    info!(stations = n, "EVPN: duplicates cleared by the operator");
+                }
+                let _ = r.reply.send(n);
+                carry_out(ctx, &mut c, acts).await;
+            }
             _ = ctx.wake.notified() => return Ok(()),
         }
     }
@@ -454,6 +495,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
     let mut acts = Vec::new();
     let mut mended = 0u64;
     let known = ctx.table.received_keys();
+    let now = now_ms(ctx);
     for d in &dests {
         for p in d.paths.iter().filter(|p| p.best) {
             let Ok(h) = paths::decode(p, ctx.origin.next_hop) else { continue };
@@ -461,7 +503,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
             rib.insert(key);
             if !known.contains(&key) {
                 mended += 1;
-                ctx.table.heard(h, &mut acts);
+                ctx.table.heard(h, now, &mut acts);
             }
         }
     }
@@ -470,7 +512,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
     for (key, h) in gone {
         if !ctx.table.is_stale(&key) {
             mended += 1;
-            ctx.table.heard(h, &mut acts);
+            ctx.table.heard(h, now, &mut acts);
         }
     }
     if mended > 0 {
@@ -536,9 +578,10 @@ async fn configure(ctx: &Ctx, c: &mut sluice_gobgp::Client) -> std::result::Resu
 
 /// Takes a local change into the table.
 fn local(ctx: &mut Ctx, l: Local, acts: &mut Vec<Action>) {
+    let now = now_ms(ctx);
     match l {
-        Local::Up { vni, mac, sticky } => ctx.table.local_up(vni, mac, sticky, acts),
-        Local::Down { vni, mac } => ctx.table.local_down(vni, mac, acts),
+        Local::Up { vni, mac, sticky } => ctx.table.local_up(vni, mac, sticky, now, acts),
+        Local::Down { vni, mac } => ctx.table.local_down(vni, mac, now, acts),
     }
 }
 
@@ -552,11 +595,12 @@ fn resync_local(ctx: &mut Ctx, acts: &mut Vec<Action>) -> std::result::Result<()
     let here = ctx.jobs.run(move |dp| dp.evpn_local_stations(port)).map_err(|e| e.to_string())?;
     let now: std::collections::HashSet<(u32, MacAddr)> = here.iter().map(|&(v, m, _)| (v, m)).collect();
     let gone: Vec<_> = ctx.table.announced().filter(|&(v, m, _, _)| !now.contains(&(v, m))).collect();
+    let t = now_ms(ctx);
     for (vni, mac, _, _) in gone {
-        ctx.table.local_down(vni, mac, acts);
+        ctx.table.local_down(vni, mac, t, acts);
     }
     for (vni, mac, sticky) in here {
-        ctx.table.local_up(vni, mac, sticky, acts);
+        ctx.table.local_up(vni, mac, sticky, t, acts);
     }
     Ok(())
 }
@@ -576,6 +620,26 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
                     warn!(%mac, vni, "EVPN: withdrawing a station's route: {e}");
                 }
             }
+            Action::Duplicate { vni, mac, moves, here, hosts } => {
+                let hosts: Vec<String> = here
+                    .then(|| format!("{} (here)", ctx.origin.next_hop))
+                    .into_iter()
+                    .chain(hosts.iter().map(|h| h.to_string()))
+                    .collect();
+                warn!(
+                    %mac,
+                    vni,
+                    moves,
+                    window_s = ctx.settings.dup.window_ms / 1000,
+                    hosts = %hosts.join(", "),
+                    "EVPN: a station moves between hosts too often (two hosts have its MAC, or there is a loop): declared duplicate; what is announced and installed for it stays as it is, {}",
+                    match ctx.settings.dup.hold_ms {
+                        0 => "until `sluice evpn clear-duplicates`".to_string(),
+                        h => format!("for {} s (or until `sluice evpn clear-duplicates`)", h / 1000),
+                    }
+                );
+            }
+            Action::Recovered { vni, mac } => info!(%mac, vni, "EVPN: a duplicate station is no longer frozen"),
             other => for_switch.push(other),
         }
     }
@@ -597,7 +661,10 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
                 }
                 Action::Uninstall { vni, mac } => sw.evpn_uninstall(port, vni, mac),
                 Action::Flood { vni, endpoints } => sw.evpn_flood(port, vni, &endpoints),
-                Action::Announce { .. } | Action::Withdraw { .. } => {}
+                Action::Announce { .. }
+                | Action::Withdraw { .. }
+                | Action::Duplicate { .. }
+                | Action::Recovered { .. } => {}
             }
         }
         if let Some(e) = endpoints {
@@ -688,6 +755,7 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("claims_local", t.claims_local),
         ("moved_away", t.moved_away),
         ("flood_over_limit", t.flood_over_limit),
+        ("duplicates", t.duplicates),
         ("stale", ctx.table.stale() as u64),
         ("install_refused", ctx.install_refused.load(Ordering::Relaxed)),
     ] {
@@ -704,7 +772,30 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
             })
         })
         .collect();
+    let now = now_ms(ctx);
+    let hold = ctx.settings.dup.hold_ms;
+    let mut duplicates: Vec<EvpnDuplicateReport> = ctx
+        .table
+        .duplicates()
+        .map(|d| EvpnDuplicateReport {
+            vni: d.vni,
+            mac: d.mac.to_string(),
+            moves: d.moves,
+            hosts: d
+                .here
+                .then_some(ctx.origin.next_hop)
+                .into_iter()
+                .chain(d.hosts.iter().copied())
+                .map(|a| a.to_string())
+                .collect(),
+            here: d.here,
+            frozen_s: now.saturating_sub(d.since_ms) / 1000,
+            recovers_in_s: (hold > 0).then(|| (d.since_ms + hold).saturating_sub(now).div_ceil(1000)),
+        })
+        .collect();
+    duplicates.sort_by(|a, b| (a.vni, &a.mac).cmp(&(b.vni, &b.mac)));
     let mut r = ctx.report.lock().unwrap_or_else(|p| p.into_inner());
+    r.duplicates = duplicates;
     r.peers = peers;
     r.sent = sent;
     r.received = received;

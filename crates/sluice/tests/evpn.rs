@@ -211,6 +211,74 @@ fn a_guest_that_moves_is_reached_at_its_new_host_and_a_removed_one_is_withdrawn(
     assert!(wait_for(30, || fib_entry(&lab, 1, &m1).is_none()), "h1 still has {m1}");
 }
 
+/// The highest sequence number host `h` sends or has received for `mac`, and whether it
+/// reports `mac` duplicate.
+fn seq_and_duplicate(lab: &EvpnLab, h: u8, mac: &str) -> (u64, bool) {
+    let ev = lab.json(&["evpn", "show"], h);
+    let routes = ev["sent"].as_array().unwrap().iter().chain(ev["received"].as_array().unwrap());
+    let seq = routes.filter(|r| r["mac"] == mac).filter_map(|r| r["seq"].as_u64()).max().unwrap_or(0);
+    let dup = ev["duplicates"].as_array().unwrap().iter().any(|d| d["mac"] == mac && d["vni"] == 5000);
+    (seq, dup)
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn a_mac_on_two_hosts_at_once_is_declared_duplicate_and_its_sequence_number_stops_rising() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("ed", &["--hosts", "2"]);
+    assert!(lab.reaches("h1g1", "10.77.0.2"));
+    // h2's guest takes h1's guest's MAC: both send, each host takes the station from the
+    // other in turn, and each take raises its number.
+    let m1 = mac(&lab, "h1g1");
+    let (ns2, if2) = lab.guest("h2g1");
+    ns_ok(&ns2, &format!("ip link set {if2} down"));
+    ns_ok(&ns2, &format!("ip link set {if2} address {m1}"));
+    ns_ok(&ns2, &format!("ip link set {if2} up"));
+    // (A neighbour that answers nobody: each guest's ARP requests are broadcast from m1.)
+    let send = |g: &str| {
+        let _ = lab.exec(g, "ping -c 1 -W 1 10.77.0.99");
+    };
+    let mut flaps = 0;
+    let dup_somewhere = || (1..=2).any(|h| seq_and_duplicate(&lab, h, &m1).1);
+    while flaps < 40 && !dup_somewhere() {
+        send(if flaps % 2 == 0 { "h2g1" } else { "h1g1" });
+        flaps += 1;
+    }
+    let (h1, h2) = (lab.json(&["evpn", "show"], 1), lab.json(&["evpn", "show"], 2));
+    assert!(dup_somewhere(), "{m1} moved {flaps} times and is not duplicate: {h1} {h2}");
+    // (Once both hosts have each other's last route, they agree on the number.)
+    let top = || [seq_and_duplicate(&lab, 1, &m1).0, seq_and_duplicate(&lab, 2, &m1).0];
+    assert!(wait_for(10, || top()[0] == top()[1]), "the hosts disagree on {m1}'s number: {:?}", top());
+    let before = top()[0];
+    assert!(before >= 2, "it moved before it was frozen: {before}");
+    let counted = |ev: &Value| ev["counters"]["duplicates"].as_u64().unwrap_or(0);
+    assert!(counted(&h1) + counted(&h2) >= 1, "{h1} {h2}");
+    // Both guests keep sending: the number no longer rises anywhere.
+    for i in 0..8 {
+        send(if i % 2 == 0 { "h2g1" } else { "h1g1" });
+    }
+    assert!(
+        !wait_for(3, || top().iter().any(|&s| s > before)),
+        "the number rose after {m1} was declared duplicate: {before} then {:?}",
+        top()
+    );
+    assert!(dup_somewhere(), "still frozen (dup_hold is 180 s)");
+    // The operator clears it: decided afresh, its guest having spoken there, that host
+    // takes it (and the other host, whose moves still count, may declare it duplicate in
+    // turn).
+    let h = if seq_and_duplicate(&lab, 1, &m1).1 { 1 } else { 2 };
+    let out = sluice_ok(&["evpn", "clear-duplicates", "--mac", &m1, "--switch", &lab.switch(h)]);
+    assert!(out.contains("1 duplicate station(s) cleared"), "{out}");
+    assert!(
+        wait_for(10, || !seq_and_duplicate(&lab, h, &m1).1),
+        "{m1} is still duplicate on h{h} after it was cleared"
+    );
+    assert!(wait_for(10, || top().iter().all(|&s| s > before)), "not decided afresh: {:?}", top());
+}
+
 #[test]
 #[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
 fn a_session_that_flaps_or_a_speaker_that_dies_does_not_stop_forwarding() {
