@@ -138,6 +138,11 @@ struct Ctx {
     refused_logged: (u64, Option<Instant>),
     /// Routes over the bound, as last logged, and when.
     over_logged: (u64, Option<Instant>),
+    /// The IP bindings given to the switch (ARP suppression): `(vni, ip, mac)`.
+    bound: std::collections::HashSet<(u32, IpAddr, MacAddr)>,
+    /// From the switch: ARP requests it answered from the bindings, and bindings it
+    /// refused (full).
+    suppression: Arc<[std::sync::atomic::AtomicU64; 2]>,
     /// When (on `started`'s clock) the table is next compared with the speaker's.
     next_reconcile: Duration,
 }
@@ -239,6 +244,8 @@ impl Evpn {
             install_refused: Default::default(),
             refused_logged: (0, None),
             over_logged: (0, None),
+            bound: Default::default(),
+            suppression: Default::default(),
             next_reconcile: RECONCILE,
         };
         let thread = std::thread::Builder::new()
@@ -464,6 +471,8 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                     resync_local(ctx, &mut acts)?;
                     carry_out(ctx, &mut c, acts).await;
                 }
+                let suppression = ctx.suppression.clone();
+                ctx.jobs.post(move |dp| suppression[0].store(dp.switch_mut().arp_suppressed(), Ordering::Relaxed));
                 if ctx.started.elapsed() >= ctx.next_reconcile {
                     reconcile(ctx, &mut c).await?;
                     ctx.next_reconcile = ctx.started.elapsed() + RECONCILE;
@@ -645,13 +654,30 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
     }
     let endpoints: Option<Vec<IpAddr>> =
         ctx.table.take_endpoints_changed().then(|| ctx.table.endpoints().into_iter().collect());
-    if for_switch.is_empty() && endpoints.is_none() {
+    // The addresses installed stations' routes bind, for ARP suppression: what changed.
+    let (mut unbind, mut bind) = (Vec::new(), Vec::new());
+    if ctx.table.has_ip_routes() || !ctx.bound.is_empty() {
+        let now: std::collections::HashSet<_> = ctx.table.bindings().collect();
+        unbind.extend(ctx.bound.difference(&now).map(|&(vni, ip, _)| (vni, ip)));
+        bind.extend(now.difference(&ctx.bound).copied());
+        ctx.bound = now;
+    }
+    if for_switch.is_empty() && endpoints.is_none() && unbind.is_empty() && bind.is_empty() {
         return;
     }
     let port = ctx.port;
     let refused = ctx.install_refused.clone();
+    let suppression = ctx.suppression.clone();
     ctx.jobs.post(move |dp| {
         let sw = dp.switch_mut();
+        for (vni, ip) in unbind {
+            sw.evpn_unbind(port, vni, ip);
+        }
+        for (vni, ip, mac) in bind {
+            if !sw.evpn_bind(port, vni, ip, mac) {
+                suppression[1].fetch_add(1, Ordering::Relaxed);
+            }
+        }
         for a in for_switch {
             match a {
                 Action::Install { vni, mac, endpoint } => {
@@ -756,6 +782,10 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("moved_away", t.moved_away),
         ("flood_over_limit", t.flood_over_limit),
         ("duplicates", t.duplicates),
+        ("ips_over_limit", t.ips_over_limit),
+        ("bindings", ctx.bound.len() as u64),
+        ("arp_suppressed", ctx.suppression[0].load(Ordering::Relaxed)),
+        ("bind_refused", ctx.suppression[1].load(Ordering::Relaxed)),
         ("stale", ctx.table.stale() as u64),
         ("install_refused", ctx.install_refused.load(Ordering::Relaxed)),
     ] {

@@ -467,3 +467,86 @@ fn a_peer_that_announces_more_stations_than_the_bound_or_the_wrong_ones_is_count
     assert!(wait_for(10, || rx() >= rx0 + 5), "the rogue's datagrams were not taken: {}", vx());
     assert_eq!(refused(), before, "an endpoint that routes name is accepted");
 }
+
+/// Whether `frames` (captured on the underlay) hold a VXLAN datagram carrying an ARP
+/// request for `target`.
+fn arp_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 4]) -> bool {
+    // (Outer Ethernet, IPv4 without options, UDP 4789, VXLAN: the inner frame at 50.)
+    frames.iter().any(|(_, f)| {
+        f.len() >= 92 && f[23] == 17 && f[36..38] == [0x12, 0xb5] && f[62..64] == [0x08, 0x06] && f[88..92] == target
+    })
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not_sent_into_the_tunnel() {
+    use sluice_gobgp::api::*;
+    use sluice_gobgp::paths::{Origin, mac_path};
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("es", &["--hosts", "2"]);
+    assert!(lab.reaches("h1g1", "10.77.0.2"));
+    // Another host announces a station with its address, as FRR does for a host whose
+    // address it knows (a MAC-only route and a MAC+IP one).
+    let rogue = Rogue::start(&lab);
+    let far = "02:00:00:00:77:50";
+    let origin =
+        Origin { asn: 65000, router_id: "192.168.77.50".parse().unwrap(), next_hop: "192.168.77.50".parse().unwrap() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = sluice_gobgp::Client::connect(&rogue.api).await.expect("the rogue's API");
+        c.start_bgp(Global {
+            asn: 65000,
+            router_id: "192.168.77.50".into(),
+            listen_port: -1,
+            listen_addresses: vec![],
+        })
+        .await
+        .unwrap();
+        let peer = Peer {
+            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
+            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
+            timers: Some(Timers {
+                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
+            }),
+            transport: None,
+            state: None,
+        };
+        c.add_peer(peer).await.unwrap();
+        c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), None, 0, false)).await.unwrap();
+        c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), Some("10.77.0.50".parse().unwrap()), 0, false))
+            .await
+            .unwrap();
+    });
+    let bound = || lab.json(&["evpn", "show"], 1)["counters"]["bindings"].as_u64() == Some(1);
+    assert!(wait_for(30, bound), "h1 did not take the binding: {}", lab.json(&["evpn", "show"], 1));
+    let ev = lab.json(&["evpn", "show"], 1);
+    assert!(
+        ev["received"].as_array().unwrap().iter().any(|r| r["mac"] == far && r["ip"] == "10.77.0.50"),
+        "the MAC+IP route is listed: {ev}"
+    );
+    // h1's guest asks for the bound address: the switch answers, nothing crosses the
+    // underlay; for an unbound one the request is flooded into the tunnel as before.
+    let (ns1, if1) = lab.guest("h1g1");
+    let ul = format!("sluice-{}-ul", lab.name);
+    for (addr, answered) in [([10, 77, 0, 50], true), ([10, 77, 0, 51], false)] {
+        let a = format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
+        ns_ok(&ns1, &format!("ip neigh flush dev {if1}"));
+        // (h1's port of the underlay bridge: all it sends into the tunnel.)
+        let underlay = listen_raw(&ul, "u1", 0x0800, 3.0);
+        let _ = lab.exec("h1g1", &format!("ping -c 1 -W 1 {a}"));
+        let crossed = arp_in_tunnel(&received(underlay), addr);
+        let neigh = ns_ok(&ns1, &format!("ip neigh show {a} dev {if1}"));
+        if answered {
+            assert!(neigh.contains(far), "h1g1 did not learn {a} at {far}: {neigh}");
+            assert!(!crossed, "the request for {a} crossed the underlay");
+        } else {
+            assert!(crossed, "the request for {a}, which no route binds, was not flooded into the tunnel");
+            assert!(!neigh.contains("lladdr"), "{neigh}");
+        }
+    }
+    let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
+    assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
+}

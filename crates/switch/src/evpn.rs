@@ -23,6 +23,11 @@
 //! nothing installed, until [`DupRule::hold_ms`] pass (or the operator clears it). Then
 //! the latest local state and received routes decide it afresh, with its moves counted
 //! from zero. A station configured here (sticky) is never taken, so it never moves.
+//!
+//! IP bindings (RFC 7432 §7.2): a host's MAC-only route and its routes binding an address
+//! to the station are one station of that host, present while any is, with the highest
+//! number among them; [`Table::bindings`] gives the addresses of the installed stations,
+//! which the switch answers ARP requests for.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -35,6 +40,9 @@ pub const MAX_FLOOD_ENDPOINTS: usize = 256;
 /// How long a route whose session went down (or whose speaker is being reconnected) stays
 /// installed, unless heard again: a session that flaps does not stop forwarding.
 pub const STALE_MS: u64 = 60_000;
+/// Routes binding an IP address to one station that one host may have installed at most;
+/// further ones are counted and not used.
+pub const MAX_IPS_PER_STATION: usize = 16;
 
 /// When a station that keeps moving is declared duplicate, and how long it stays frozen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +194,8 @@ pub struct Counters {
     pub flood_over_limit: u64,
     /// Stations declared duplicate.
     pub duplicates: u64,
+    /// MAC+IP routes beyond [`MAX_IPS_PER_STATION`] of one host for one station.
+    pub ips_over_limit: u64,
 }
 
 /// Our own announcement of a local station.
@@ -198,7 +208,11 @@ struct Local {
 /// A station's routes.
 #[derive(Clone, Debug, Default)]
 struct Station {
-    /// Received, by originator endpoint.
+    /// Received, by originator endpoint and IP address: the MAC-only route (`None`) and
+    /// those binding an address.
+    routes: BTreeMap<(IpAddr, Option<IpAddr>), MacRoute>,
+    /// Each originator's routes as one, which is what decides: the highest sequence
+    /// number, sticky if one is (derived from `routes`).
     remote: BTreeMap<IpAddr, MacRoute>,
     /// Ours, while the station is here.
     local: Option<Local>,
@@ -227,6 +241,22 @@ impl Station {
     /// sticky first, then the lowest originator.
     fn best_remote(&self) -> Option<&MacRoute> {
         self.remote.values().min_by_key(|r| (std::cmp::Reverse((r.sticky, r.seq)), r.endpoint))
+    }
+
+    /// Derives `remote`'s entry for `ep` from its routes again: whether it exists now.
+    fn summarize(&mut self, ep: IpAddr) -> bool {
+        let mut of = self.routes.range((ep, None)..).take_while(|((e, _), _)| *e == ep).map(|(_, r)| r);
+        let Some(first) = of.next().copied() else {
+            self.remote.remove(&ep);
+            return false;
+        };
+        let r = of.fold(MacRoute { ip: None, ..first }, |a, r| MacRoute {
+            seq: a.seq.max(r.seq),
+            sticky: a.sticky || r.sticky,
+            ..a
+        });
+        self.remote.insert(ep, r);
+        true
     }
 
     fn frozen(&self) -> bool {
@@ -295,6 +325,8 @@ pub struct Table {
     dup_rule: DupRule,
     /// Stations whose moves are being counted, or that are frozen.
     watched: HashSet<(u32, MacAddr)>,
+    /// Received routes that bind an IP address.
+    ip_routes: usize,
     /// What was refused or moved, counted.
     pub counters: Counters,
 }
@@ -302,8 +334,8 @@ pub struct Table {
 /// A received route, by what names it: (VNI, MAC, originator) or (VNI, originator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RouteKey {
-    /// A type-2 route.
-    Mac(u32, MacAddr, IpAddr),
+    /// A type-2 route (VNI, MAC, originator, the IP address it binds).
+    Mac(u32, MacAddr, IpAddr, Option<IpAddr>),
     /// A type-3 route.
     Flood(u32, IpAddr),
 }
@@ -312,7 +344,7 @@ impl RouteKey {
     /// The route `h` is about.
     pub fn of(h: &Heard) -> RouteKey {
         match *h {
-            Heard::Mac(r, _) => RouteKey::Mac(r.vni, r.mac, r.endpoint),
+            Heard::Mac(r, _) => RouteKey::Mac(r.vni, r.mac, r.endpoint, r.ip),
             Heard::Flood { vni, endpoint, .. } => RouteKey::Flood(vni, endpoint),
         }
     }
@@ -335,6 +367,7 @@ impl Table {
             endpoints_changed: false,
             dup_rule: DupRule::default(),
             watched: HashSet::new(),
+            ip_routes: 0,
             counters: Counters::default(),
         }
     }
@@ -357,7 +390,7 @@ impl Table {
         let mut keys: Vec<Stale> = self
             .stations
             .values()
-            .flat_map(|s| s.remote.values().map(|r| Stale::Mac(r.vni, r.mac, r.endpoint)))
+            .flat_map(|s| s.routes.values().map(|r| Stale::Mac(r.vni, r.mac, r.endpoint, r.ip)))
             .collect();
         keys.extend(self.flood.iter().flat_map(|(&v, eps)| eps.iter().map(move |&e| RouteKey::Flood(v, e))));
         for k in keys {
@@ -372,8 +405,9 @@ impl Table {
         for k in old {
             self.stale.remove(&k);
             let h = match k {
-                Stale::Mac(vni, mac, endpoint) => {
-                    let Some(r) = self.stations.get(&(vni, mac)).and_then(|s| s.remote.get(&endpoint)).copied() else {
+                Stale::Mac(vni, mac, endpoint, ip) => {
+                    let Some(r) = self.stations.get(&(vni, mac)).and_then(|s| s.routes.get(&(endpoint, ip))).copied()
+                    else {
                         continue;
                     };
                     Heard::Mac(r, false)
@@ -404,7 +438,7 @@ impl Table {
         let macs = self
             .stations
             .values()
-            .flat_map(|s| s.remote.values().map(|r| (RouteKey::Mac(r.vni, r.mac, r.endpoint), Heard::Mac(*r, false))));
+            .flat_map(|s| s.routes.values().map(|r| (RouteKey::of(&Heard::Mac(*r, true)), Heard::Mac(*r, false))));
         let floods = self.flood.iter().flat_map(|(&vni, eps)| {
             eps.iter().map(move |&endpoint| (RouteKey::Flood(vni, endpoint), Heard::Flood { vni, endpoint, up: false }))
         });
@@ -473,15 +507,34 @@ impl Table {
                 if r.mac.is_multicast() || r.mac.is_zero() {
                     return;
                 }
-                if self.stations.entry((r.vni, r.mac)).or_default().remote.insert(r.endpoint, r).is_none() {
+                let s = self.stations.entry((r.vni, r.mac)).or_default();
+                let key = (r.endpoint, r.ip);
+                if r.ip.is_some() && !s.routes.contains_key(&key) {
+                    let bound = s.routes.range((r.endpoint, None)..).take_while(|((e, _), _)| *e == r.endpoint);
+                    if bound.filter(|((_, ip), _)| ip.is_some()).count() >= MAX_IPS_PER_STATION {
+                        self.counters.ips_over_limit += 1;
+                        return;
+                    }
+                }
+                let had = s.remote.contains_key(&r.endpoint);
+                if s.routes.insert(key, r).is_none() && r.ip.is_some() {
+                    self.ip_routes += 1;
+                }
+                s.summarize(r.endpoint);
+                if !had {
                     self.endpoint_ref(r.endpoint, true);
                 }
                 self.settle(r.vni, r.mac, now, out);
             }
             Heard::Mac(r, false) => {
                 let Some(s) = self.stations.get_mut(&(r.vni, r.mac)) else { return };
-                if s.remote.remove(&r.endpoint).is_some() {
-                    self.endpoint_ref(r.endpoint, false);
+                if s.routes.remove(&(r.endpoint, r.ip)).is_some() {
+                    if r.ip.is_some() {
+                        self.ip_routes -= 1;
+                    }
+                    if !s.summarize(r.endpoint) {
+                        self.endpoint_ref(r.endpoint, false);
+                    }
                     self.settle(r.vni, r.mac, now, out);
                 }
             }
@@ -730,6 +783,8 @@ impl Table {
         for (vni, mac) in keys {
             if let Some(s) = self.stations.get_mut(&(vni, mac)) {
                 s.remote.clear();
+                self.ip_routes -= s.routes.keys().filter(|(_, ip)| ip.is_some()).count();
+                s.routes.clear();
             }
             self.settle(vni, mac, now_ms, out);
         }
@@ -750,7 +805,22 @@ impl Table {
 
     /// Received routes: each with whether it is the one installed.
     pub fn received(&self) -> impl Iterator<Item = (&MacRoute, bool)> + '_ {
-        self.stations.values().flat_map(|s| s.remote.values().map(move |r| (r, s.installed == Some(r.endpoint))))
+        self.stations.values().flat_map(|s| s.routes.values().map(move |r| (r, s.installed == Some(r.endpoint))))
+    }
+
+    /// Whether any received route binds an IP address (else [`Table::bindings`] is
+    /// empty).
+    pub fn has_ip_routes(&self) -> bool {
+        self.ip_routes > 0
+    }
+
+    /// The IP addresses of installed stations, as their routes from the endpoint they are
+    /// installed behind bind them: `(vni, ip, mac)`.
+    pub fn bindings(&self) -> impl Iterator<Item = (u32, IpAddr, MacAddr)> + '_ {
+        self.stations.iter().flat_map(|(&(vni, mac), s)| {
+            let ep = s.installed;
+            s.routes.keys().filter(move |(e, _)| Some(*e) == ep).filter_map(move |&(_, ip)| ip.map(|ip| (vni, ip, mac)))
+        })
     }
 
     /// Each VNI's flood list.
@@ -1036,5 +1106,41 @@ mod tests {
             [Action::Recovered { vni: 5000, mac: M }, Action::Install { vni: 5000, mac: M, endpoint: ip("192.0.2.2") }]
         );
         assert_eq!(t.installed(), 1);
+    }
+
+    #[test]
+    fn mac_ip_routes_bind_addresses_and_the_station_stays_while_any_route_of_its_host_does() {
+        let mut t = Table::new(16);
+        let with_ip = |a: &str, seq| MacRoute { ip: Some(ip(a)), ..route(M, "192.0.2.1", seq) };
+        // FRR announces the MAC alone and the MAC with its address: one station.
+        let a = run(&mut t, |t, o| t.heard(Heard::Mac(with_ip("10.0.0.1", 0), true), 0, o));
+        assert_eq!(a, [Action::Install { vni: 5000, mac: M, endpoint: ip("192.0.2.1") }], "a MAC+IP route alone");
+        assert!(run(&mut t, |t, o| t.heard(Heard::Mac(route(M, "192.0.2.1", 0), true), 0, o)).is_empty());
+        assert_eq!(t.bindings().collect::<Vec<_>>(), [(5000, ip("10.0.0.1"), M)]);
+        assert_eq!((t.received().count(), t.endpoints().len()), (2, 1));
+        // The address's route goes (its neighbour entry aged): the station stays.
+        assert!(run(&mut t, |t, o| t.heard(Heard::Mac(with_ip("10.0.0.1", 0), false), 0, o)).is_empty());
+        assert_eq!((t.bindings().count(), t.installed()), (0, 1));
+        // A move is told by both routes; the higher number of any of them counts.
+        run(&mut t, |t, o| t.heard(Heard::Mac(with_ip("10.0.0.1", 0), true), 0, o));
+        let a = run(&mut t, |t, o| {
+            t.heard(Heard::Mac(MacRoute { ip: Some(ip("10.0.0.1")), ..route(M, "192.0.2.2", 1) }, true), 0, o)
+        });
+        assert_eq!(a, [Action::Install { vni: 5000, mac: M, endpoint: ip("192.0.2.2") }]);
+        assert_eq!(t.bindings().collect::<Vec<_>>(), [(5000, ip("10.0.0.1"), M)], "the new host's binding");
+        // One host binds at most MAX_IPS_PER_STATION addresses to a station.
+        for i in 0..MAX_IPS_PER_STATION as u8 + 4 {
+            run(&mut t, |t, o| t.heard(Heard::Mac(with_ip(&format!("10.0.1.{i}"), 0), true), 0, o));
+        }
+        assert_eq!(t.counters.ips_over_limit, 5, "one of its 16 was bound already");
+        // The last of the first host's routes goes: nothing kept of it.
+        let keys: Vec<_> = t
+            .received_routes()
+            .filter(|(k, _)| matches!(k, RouteKey::Mac(_, _, e, _) if *e == ip("192.0.2.1")))
+            .collect();
+        for (_, h) in keys {
+            run(&mut t, |t, o| t.heard(h, 0, o));
+        }
+        assert_eq!(t.endpoints().into_iter().collect::<Vec<_>>(), [ip("192.0.2.2")]);
     }
 }
