@@ -5,7 +5,9 @@
 //! of both types are exchanged both ways, guests on all three hosts reach each other,
 //! known unicast is never flooded, a guest that moves is reached at its new host and its
 //! old route is withdrawn, a removed guest's route is withdrawn, and what a peer should not
-//! send is counted while forwarding goes on.
+//! send is counted while forwarding goes on. A MAC on two hosts at once is declared
+//! duplicate and its number stops rising; an address another host's route binds (FRR's,
+//! for its guest) is answered by the switch, its ARP request never crossing the underlay.
 
 mod common;
 
@@ -547,6 +549,45 @@ fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not
             assert!(!neigh.contains("lladdr"), "{neigh}");
         }
     }
+    let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
+    assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn frr_binds_its_guests_address_and_a_sluice_host_answers_arp_for_it() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::up("ea");
+    assert!(lab.reaches("h1g1", "10.77.0.3"));
+    let m3 = mac(&lab, "h3g1");
+    // The FRR host's bridge gets an address and talks to its guest: zebra learns the
+    // guest's address and FRR announces a MAC+IP route for it.
+    let h3 = format!("sluice-{}-h3", lab.name);
+    ns_ok(&h3, "ip addr add 10.77.0.253/24 dev br0 && ping -c 1 -W 1 10.77.0.3");
+    assert!(
+        wait_for(30, || lab.frr("show evpn arp-cache vni all").lines().any(|l| l.starts_with("10.77.0.3 "))),
+        "FRR did not learn its guest's address: {}",
+        lab.frr("show evpn arp-cache vni all")
+    );
+    let bound = |ev: &Value| {
+        ev["received"].as_array().unwrap().iter().any(|r| r["mac"] == m3.as_str() && r["ip"] == "10.77.0.3")
+            && ev["counters"]["bindings"].as_u64() >= Some(1)
+    };
+    assert!(wait_for(30, || bound(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
+    // h1's guest resolves it: answered by h1's switch, nothing crosses the underlay.
+    let (ns1, if1) = lab.guest("h1g1");
+    ns_ok(&ns1, &format!("ip neigh flush dev {if1}"));
+    let ul = format!("sluice-{}-ul", lab.name);
+    let underlay = listen_raw(&ul, "u1", 0x0800, 3.0);
+    let o = lab.exec("h1g1", "ping -c 1 -W 1 10.77.0.3");
+    let crossed = arp_in_tunnel(&received(underlay), [10, 77, 0, 3]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(!crossed, "h1g1's request for 10.77.0.3 crossed the underlay");
+    let neigh = ns_ok(&ns1, &format!("ip neigh show 10.77.0.3 dev {if1}"));
+    assert!(neigh.contains(m3.as_str()), "{neigh}");
     let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
     assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
 }
