@@ -111,6 +111,9 @@ pub struct Evpn {
     speaker: Option<Arc<Supervisor>>,
 }
 
+/// One of our paths in the speaker: its id, the sequence number and stickiness it has.
+type SentPath = (Vec<u8>, u32, bool);
+
 /// What the agent thread works with.
 struct Ctx {
     settings: EvpnSettings,
@@ -129,6 +132,8 @@ struct Ctx {
     table: Table,
     /// Our paths in the speaker, by station (type 2) and by VNI (type 3, MAC zero).
     sent: HashMap<(u32, MacAddr), (Vec<u8>, u32, bool)>,
+    /// Our type-2 paths binding a local station's address, with the station's number.
+    sent_ips: HashMap<(u32, MacAddr, IpAddr), SentPath>,
     counters: std::collections::BTreeMap<String, u64>,
     /// The agent's clock (stale routes' ages).
     started: Instant,
@@ -239,6 +244,7 @@ impl Evpn {
             report: report.clone(),
             table: Table::new(e.max_routes).with_dup_rule(e.dup),
             sent: HashMap::new(),
+            sent_ips: HashMap::new(),
             counters: Default::default(),
             started: Instant::now(),
             install_refused: Default::default(),
@@ -387,6 +393,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
         c.delete_all_paths().await.map_err(|e| e.to_string())?;
     }
     ctx.sent.clear();
+    ctx.sent_ips.clear();
     set_connected(ctx, true, None);
     info!(api = %ctx.socket.display(), "EVPN: connected to the speaker");
     // The watch's first answer is the whole table: what was received before stays
@@ -473,6 +480,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 }
                 let suppression = ctx.suppression.clone();
                 ctx.jobs.post(move |dp| suppression[0].store(dp.switch_mut().arp_suppressed(), Ordering::Relaxed));
+                announce_bindings(ctx, &mut c).await?;
                 if ctx.started.elapsed() >= ctx.next_reconcile {
                     reconcile(ctx, &mut c).await?;
                     ctx.next_reconcile = ctx.started.elapsed() + RECONCILE;
@@ -712,6 +720,47 @@ async fn announce(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, vni: u32, mac: Ma
     }
 }
 
+/// Announces the addresses local stations' ARP messages bound to them (a MAC+IP route
+/// each, with the station's number, while the station is announced) and withdraws those
+/// gone or renumbered.
+async fn announce_bindings(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::Result<(), String> {
+    let port = ctx.port;
+    let here = ctx.jobs.run(move |dp| dp.evpn_local_bindings(port)).map_err(|e| e.to_string())?;
+    let ours: HashMap<(u32, MacAddr), (u32, bool)> =
+        ctx.table.announced().map(|(vni, mac, seq, sticky)| ((vni, mac), (seq, sticky))).collect();
+    let want: HashMap<(u32, MacAddr, IpAddr), (u32, bool)> =
+        here.into_iter().filter_map(|(vni, mac, ip)| ours.get(&(vni, mac)).map(|&n| ((vni, mac, ip), n))).collect();
+    let gone: Vec<_> = ctx
+        .sent_ips
+        .iter()
+        .filter(|(k, (_, seq, sticky))| want.get(k) != Some(&(*seq, *sticky)))
+        .map(|(k, _)| *k)
+        .collect();
+    for k in gone {
+        if let Some((uuid, _, _)) = ctx.sent_ips.remove(&k)
+            && let Err(e) = c.delete_path(uuid).await
+        {
+            *ctx.counters.entry("announce_errors".into()).or_default() += 1;
+            warn!(mac = %k.1, vni = k.0, ip = %k.2, "EVPN: withdrawing a station's address: {e}");
+        }
+    }
+    for (k, (seq, sticky)) in want {
+        if ctx.sent_ips.contains_key(&k) {
+            continue;
+        }
+        match c.add_path(paths::mac_path(&ctx.origin, k.0, k.1, Some(k.2), seq, sticky)).await {
+            Ok(uuid) => {
+                ctx.sent_ips.insert(k, (uuid, seq, sticky));
+            }
+            Err(e) => {
+                *ctx.counters.entry("announce_errors".into()).or_default() += 1;
+                warn!(mac = %k.1, vni = k.0, ip = %k.2, "EVPN: announcing a station's address: {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Publishes the agent's state for `evpn show`.
 fn publish(ctx: &Ctx, peers: &[Peer]) {
     let state_name = |n: i32| {
@@ -739,8 +788,18 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
             sticky,
             status: "announced".into(),
         })
+        .chain(ctx.sent_ips.iter().map(|(&(vni, mac, ip), &(_, seq, sticky))| EvpnRouteReport {
+            route_type: 2,
+            vni,
+            mac: Some(mac.to_string()),
+            ip: Some(ip.to_string()),
+            endpoint: ctx.origin.next_hop.to_string(),
+            seq,
+            sticky,
+            status: "announced".into(),
+        }))
         .collect();
-    sent.sort_by(|a, b| (a.vni, a.route_type, &a.mac).cmp(&(b.vni, b.route_type, &b.mac)));
+    sent.sort_by(|a, b| (a.vni, a.route_type, &a.mac, &a.ip).cmp(&(b.vni, b.route_type, &b.mac, &b.ip)));
     let mut received: Vec<EvpnRouteReport> = ctx
         .table
         .received()

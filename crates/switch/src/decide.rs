@@ -164,9 +164,9 @@ pub struct Key {
     /// IGMP/MLD snooping: for a group frame in Layer 2 mode on a snooping switch, what the
     /// multicast database says of its IP destination ([`GroupClass::Flooded`] otherwise).
     pub group: GroupClass,
-    /// EVPN ARP suppression: a broadcast ARP request from a port that is no tunnel, on a
-    /// switch that holds IP bindings from EVPN routes; cleared when the core found no
-    /// binding to answer it with and decides it again.
+    /// EVPN: an ARP message from a port that is no tunnel, on a switch with an EVPN
+    /// tunnel (the core reads its sender's binding, and answers a request from the
+    /// bindings); cleared when the core decides it again.
     pub suppress: bool,
 }
 
@@ -185,8 +185,9 @@ pub enum Upcall {
     /// An IGMP or MLD message: the core reads it (memberships, queriers), then forwards
     /// it (reports to router ports, queries to every port).
     Snoop,
-    /// An ARP request EVPN's bindings may answer (Layer 2): the core answers it when it
-    /// holds the target's binding, else decides it again to be flooded as before.
+    /// An ARP message from a local port on a switch with EVPN (Layer 2): the core learns
+    /// its sender's address, answers a request when it holds the target's binding, and
+    /// decides anything else again, to be forwarded as before.
     Suppress,
 }
 
@@ -656,8 +657,8 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         v.action = Action::Up(Upcall::Snoop);
         return;
     }
-    // (Read by the key reader: a broadcast ARP request, not from a tunnel.)
-    if key.suppress && key.dst == Dest::Broadcast && key.ethertype == 0x0806 && key.tunnel.is_none() {
+    // (Read by the key reader: ARP, not from a tunnel.)
+    if key.suppress && key.ethertype == 0x0806 && key.tunnel.is_none() {
         v.action = Action::Up(Upcall::Suppress);
         return;
     }

@@ -1,7 +1,8 @@
 //! EVPN's ARP suppression in the core: a broadcast ARP request from a local port for an
 //! address an EVPN route binds is answered by the switch out of that port and goes no
 //! further (not into the tunnel, not to the other ports); one for an address no route
-//! binds, and probes, are flooded as before.
+//! binds, and probes, are flooded as before. A local station's ARP messages bind its
+//! address to it while it stays behind its port.
 
 mod common;
 
@@ -68,5 +69,26 @@ fn a_request_for_a_bound_address_is_answered_here_and_goes_nowhere_else() {
     sw.evpn_unbind(t.0, 5000, bound.into());
     send(&mut sw, a.0, &a.1, &request(1, me, bound), 2);
     assert_eq!((t.1.take_sent().len(), sw.arp_suppressed()), (1, 1));
+    assert_conserved(&sw);
+}
+
+#[test]
+fn a_local_stations_arp_messages_bind_its_address_while_it_stays_behind_its_port() {
+    let mut sw = Switch::new(cfg()).unwrap();
+    let _t = evpn_tunnel(&mut sw);
+    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
+    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    let me = Ipv4Addr::new(10, 0, 0, 1);
+    send(&mut sw, a.0, &a.1, &request(1, me, Ipv4Addr::new(10, 0, 0, 2)), 0);
+    assert_eq!(sw.local_bindings(), [(1, IpAddr::V4(me), MacAddr(mac(1)))]);
+    // A probe binds nothing; a station claims at most four addresses.
+    send(&mut sw, a.0, &a.1, &request(2, Ipv4Addr::UNSPECIFIED, me), 1);
+    for i in 10..20 {
+        send(&mut sw, a.0, &a.1, &request(1, Ipv4Addr::new(10, 0, 0, i), me), 2);
+    }
+    assert_eq!(sw.local_bindings().len(), 4);
+    // It moves to another port: its bindings go with its old place.
+    send(&mut sw, b.0, &b.1, &eth(BCAST, mac(1), 0x88b5, 50), 3);
+    assert!(sw.local_bindings().is_empty());
     assert_conserved(&sw);
 }

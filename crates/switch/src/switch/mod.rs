@@ -139,6 +139,8 @@ pub struct Switch {
     bindings: std::collections::HashMap<(u16, std::net::IpAddr), MacAddr>,
     /// ARP requests answered from `bindings`.
     arp_suppressed: u64,
+    /// EVPN's local bindings, by VLAN and address, from local stations' ARP messages.
+    local_bound: std::collections::HashMap<(u16, std::net::IpAddr), suppress::LocalBinding>,
 }
 
 impl fmt::Debug for Switch {
@@ -280,6 +282,7 @@ impl Switch {
             mdb: crate::mdb::Mdb::new(cfg_snoop),
             bindings: std::collections::HashMap::new(),
             arp_suppressed: 0,
+            local_bound: std::collections::HashMap::new(),
         })
     }
 
