@@ -470,12 +470,20 @@ fn a_peer_that_announces_more_stations_than_the_bound_or_the_wrong_ones_is_count
     assert_eq!(refused(), before, "an endpoint that routes name is accepted");
 }
 
-/// Whether `frames` (captured on the underlay) hold a VXLAN datagram carrying an ARP
-/// request for `target`.
+/// Whether `frames` (captured on the underlay) hold a VXLAN datagram from h1
+/// (192.168.77.1) carrying a broadcast ARP request for `target`. (A unicast one, a guest
+/// checking a neighbour it knows, goes to the station, as it should; other hosts flood
+/// their own.)
 fn arp_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 4]) -> bool {
     // (Outer Ethernet, IPv4 without options, UDP 4789, VXLAN: the inner frame at 50.)
     frames.iter().any(|(_, f)| {
-        f.len() >= 92 && f[23] == 17 && f[36..38] == [0x12, 0xb5] && f[62..64] == [0x08, 0x06] && f[88..92] == target
+        f.len() >= 92
+            && f[23] == 17
+            && f[26..30] == [192, 168, 77, 1]
+            && f[36..38] == [0x12, 0xb5]
+            && f[50..56] == [0xff; 6]
+            && f[62..64] == [0x08, 0x06]
+            && f[88..92] == target
     })
 }
 
