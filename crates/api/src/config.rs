@@ -1774,6 +1774,24 @@ mod tests {
     }
 
     #[test]
+    fn evpn_duplicate_detection_has_frr_like_defaults_and_bad_keys_name_their_line() {
+        use sluice_switch::evpn::DupRule;
+        let port = "[[port]]\nname = \"vx0\"\ntype = \"vxlan\"\nlocal = \"192.168.77.1\"\nvni = 5000\nevpn = true\n";
+        let ok = format!("name = \"sw0\"\n{port}\n[evpn]\npeers = [\"192.168.77.254\"]\n");
+        assert_eq!(parse_str(&ok).unwrap().evpn.unwrap().dup, DupRule::default());
+        let set = |keys: &str| parse_str(&format!("{ok}{keys}"));
+        let e = set("dup_max_moves = 3\ndup_window = 60\ndup_hold = 0\n").unwrap().evpn.unwrap();
+        assert_eq!(e.dup, DupRule { max_moves: 3, window_ms: 60_000, hold_ms: 0 });
+        assert_eq!(set("dup_max_moves = 0\n").unwrap().evpn.unwrap().dup.max_moves, 0, "off");
+        let e = set("dup_max_moves = 1\n").unwrap_err();
+        assert!(e.message.contains("2 to 1000") && e.to_string().contains(":11"), "{e}");
+        let e = set("dup_window = 1\ndup_hold = 10\n").unwrap_err();
+        assert!(e.message.contains("dup_window") && e.to_string().contains(":11"), "{e}");
+        let e = set("dup_hold = 10\n").unwrap_err();
+        assert!(e.message.contains("clear-duplicates") && e.to_string().contains(":11"), "{e}");
+    }
+
+    #[test]
     fn monitor_settings_parse_with_their_units_and_name_the_line() {
         use std::time::Duration;
         assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
@@ -2195,6 +2213,9 @@ pub struct EvpnSettings {
     pub max_routes: usize,
     /// The EVPN port's name (the vxlan port with `evpn = true`).
     pub port: String,
+    /// When a station that keeps moving is duplicate, and how long it stays frozen
+    /// (`dup_max_moves`, `dup_window`, `dup_hold`).
+    pub dup: sluice_switch::evpn::DupRule,
 }
 
 /// Where the EVPN speaker comes from.
@@ -2219,6 +2240,9 @@ struct EvpnFile {
     gobgpd: Option<PathBuf>,
     attach: Option<PathBuf>,
     max_routes: Option<usize>,
+    dup_max_moves: Option<Spanned<u32>>,
+    dup_window: Option<Spanned<u64>>,
+    dup_hold: Option<Spanned<u64>>,
 }
 
 /// The AS an EVPN switch uses unless told (a private one).
@@ -2303,5 +2327,35 @@ fn evpn_settings(
         ));
     }
     let listen_port = v.listen_port.unwrap_or(179);
-    Ok(Some(EvpnSettings { asn, router_id, peers, listen_port, speaker, max_routes, port }))
+    let mut dup = sluice_switch::evpn::DupRule::default();
+    if let Some(n) = &v.dup_max_moves {
+        dup.max_moves = *n.get_ref();
+        if dup.max_moves == 1 || dup.max_moves > 1000 {
+            return Err(err(
+                Some(n.span()),
+                format!("[evpn] dup_max_moves {}: use 2 to 1000 moves, or 0 to detect no duplicates", dup.max_moves),
+            ));
+        }
+    }
+    if let Some(w) = &v.dup_window {
+        let w = (*w.get_ref(), w.span());
+        if !(2..=1800).contains(&w.0) {
+            return Err(err(Some(w.1), format!("[evpn] dup_window {}: use 2 to 1800 seconds", w.0)));
+        }
+        dup.window_ms = w.0 * 1000;
+    }
+    if let Some(h) = &v.dup_hold {
+        let h = (*h.get_ref(), h.span());
+        if h.0 != 0 && !(30..=3600).contains(&h.0) {
+            return Err(err(
+                Some(h.1),
+                format!(
+                    "[evpn] dup_hold {}: use 30 to 3600 seconds, or 0 to hold duplicates until `sluice evpn clear-duplicates`",
+                    h.0
+                ),
+            ));
+        }
+        dup.hold_ms = h.0 * 1000;
+    }
+    Ok(Some(EvpnSettings { asn, router_id, peers, listen_port, speaker, max_routes, port, dup }))
 }

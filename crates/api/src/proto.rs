@@ -20,7 +20,7 @@ use crate::config::PortSpec;
 pub const PROTOCOL: u32 = 2;
 
 /// Minor version: grows with each addition (a method, a field) an older client can ignore.
-pub const PROTOCOL_MINOR: u32 = 2;
+pub const PROTOCOL_MINOR: u32 = 3;
 
 /// The version `hello` reports to a client of the line protocol (`{"cmd":…}`), which
 /// checks for exactly this one.
@@ -184,6 +184,16 @@ pub enum Request {
     /// Answered with the EVPN speaker, its sessions and the routes sent and received
     /// ([`EvpnReport`]).
     EvpnShow,
+    /// Stations EVPN declared duplicate are decided afresh now, without waiting for
+    /// `dup_hold` to pass. Answered with [`EvpnCleared`].
+    EvpnClearDuplicates {
+        /// Only this VNI's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vni: Option<u32>,
+        /// Only this station (`aa:bb:cc:dd:ee:ff`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mac: Option<String>,
+    },
 }
 
 /// What `port_set` changes on a port (absent: unchanged; a rate of 0: no limit).
@@ -257,6 +267,7 @@ pub const METHODS: &[&str] = &[
     "port_set",
     "mdb_show",
     "evpn_show",
+    "evpn_clear_duplicates",
 ];
 
 /// JSON-RPC's version string.
@@ -681,6 +692,7 @@ pub fn schema() -> serde_json::Value {
         ("acl_list", g.subschema_for::<AclReport>().to_value()),
         ("mdb_show", g.subschema_for::<MdbReport>().to_value()),
         ("evpn_show", g.subschema_for::<EvpnReport>().to_value()),
+        ("evpn_clear_duplicates", g.subschema_for::<EvpnCleared>().to_value()),
     ];
     let event = g.subschema_for::<Event>();
     let error = g.subschema_for::<RpcError>();
@@ -1103,8 +1115,39 @@ pub struct EvpnReport {
     /// Routes received.
     pub received: Vec<EvpnRouteReport>,
     /// Counters: `received`, `installed`, `over_limit`, `claims_local`, `moved_away`,
-    /// `flood_over_limit`, `refused_<reason>`, `announce_errors`, `resyncs`.
+    /// `flood_over_limit`, `duplicates`, `refused_<reason>`, `announce_errors`, `resyncs`.
     pub counters: std::collections::BTreeMap<String, u64>,
+    /// Stations declared duplicate, frozen now (since 2.3).
+    #[serde(default)]
+    pub duplicates: Vec<EvpnDuplicateReport>,
+}
+
+/// A station that moved between hosts too often, declared duplicate: nothing is announced,
+/// withdrawn or installed for it until it recovers. In an [`EvpnReport`].
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnDuplicateReport {
+    /// The VNI.
+    pub vni: u32,
+    /// The station.
+    pub mac: String,
+    /// The moves counted within `dup_window` that made it duplicate.
+    pub moves: u32,
+    /// The hosts that have it: endpoints, this host's first when it is here.
+    pub hosts: Vec<String>,
+    /// Whether it is here (behind a local port).
+    pub here: bool,
+    /// Seconds since it was declared duplicate.
+    pub frozen_s: u64,
+    /// Seconds until it recovers by itself (absent: `dup_hold = 0`, until cleared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovers_in_s: Option<u64>,
+}
+
+/// Answer to [`Request::EvpnClearDuplicates`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EvpnCleared {
+    /// Stations no longer frozen.
+    pub cleared: u64,
 }
 
 /// Answer to [`Request::MdbShow`].

@@ -638,6 +638,16 @@ impl Server {
                     )));
                 }
             },
+            Request::EvpnClearDuplicates { vni, mac } => {
+                let Some(e) = &self.evpn else {
+                    return Err(Error::Api(sluice_api::Error::Port(
+                        "the switch has no EVPN: add an [evpn] table and a vxlan port with evpn = true".into(),
+                    )));
+                };
+                let mac = mac.as_deref().map(parse_mac).transpose()?;
+                let n = e.clear_duplicates(vni, mac).map_err(|m| Error::Api(sluice_api::Error::Port(m)))?;
+                json(sluice_api::proto::EvpnCleared { cleared: n as u64 })?
+            }
             Request::FibAdd { mac, vlan, port } => {
                 let m = parse_mac(&mac)?;
                 let p = port.clone();

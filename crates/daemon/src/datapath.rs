@@ -162,6 +162,16 @@ impl Datapath {
             .collect()
     }
 
+    /// EVPN: the addresses local stations' ARP messages bound to them, as `(vni, mac,
+    /// ip)`, in the VLANs EVPN tunnel `port` carries.
+    pub fn evpn_local_bindings(&mut self, port: PortId) -> Vec<(u32, sluice_wire::MacAddr, std::net::IpAddr)> {
+        let bound = self.sw.local_bindings();
+        bound
+            .into_iter()
+            .filter_map(|(vlan, ip, mac)| self.sw.evpn_vni_of(port, vlan).map(|vni| (vni, mac, ip)))
+            .collect()
+    }
+
     /// When the daemon started, as Unix time in nanoseconds.
     pub fn started_unix_ns(&self) -> u64 {
         self.started_unix_ns

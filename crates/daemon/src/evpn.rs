@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_api::config::{EvpnSettings, EvpnSpeaker, PortSpec, Settings};
-use sluice_api::proto::{EvpnPeerReport, EvpnReport, EvpnRouteReport, EvpnSpeakerReport};
+use sluice_api::proto::{EvpnDuplicateReport, EvpnPeerReport, EvpnReport, EvpnRouteReport, EvpnSpeakerReport};
 use sluice_gobgp::api::{
     AfiSafi, AfiSafiConfig, Family, Global, Peer, PeerConf, SESSION_ESTABLISHED, Timers, TimersConfig, Transport,
 };
@@ -90,14 +90,29 @@ impl Link {
     }
 }
 
+/// The operator's request to clear duplicates (of one VNI, of one station), and where the
+/// agent answers how many it cleared.
+struct Clear {
+    vni: Option<u32>,
+    mac: Option<MacAddr>,
+    reply: std::sync::mpsc::SyncSender<usize>,
+}
+
+/// How long `evpn clear-duplicates` waits for the agent.
+const CLEAR_WAIT: Duration = Duration::from_secs(5);
+
 /// A running agent.
 pub struct Evpn {
+    clear: tokio::sync::mpsc::Sender<Clear>,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     report: Arc<Mutex<EvpnReport>>,
     speaker: Option<Arc<Supervisor>>,
 }
+
+/// One of our paths in the speaker: its id, the sequence number and stickiness it has.
+type SentPath = (Vec<u8>, u32, bool);
 
 /// What the agent thread works with.
 struct Ctx {
@@ -109,6 +124,7 @@ struct Ctx {
     spawned: bool,
     jobs: Jobs,
     rx: tokio::sync::mpsc::Receiver<Local>,
+    clear: tokio::sync::mpsc::Receiver<Clear>,
     resync: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
@@ -116,6 +132,8 @@ struct Ctx {
     table: Table,
     /// Our paths in the speaker, by station (type 2) and by VNI (type 3, MAC zero).
     sent: HashMap<(u32, MacAddr), (Vec<u8>, u32, bool)>,
+    /// Our type-2 paths binding a local station's address, with the station's number.
+    sent_ips: HashMap<(u32, MacAddr, IpAddr), SentPath>,
     counters: std::collections::BTreeMap<String, u64>,
     /// The agent's clock (stale routes' ages).
     started: Instant,
@@ -125,6 +143,11 @@ struct Ctx {
     refused_logged: (u64, Option<Instant>),
     /// Routes over the bound, as last logged, and when.
     over_logged: (u64, Option<Instant>),
+    /// The IP bindings given to the switch (ARP suppression): `(vni, ip, mac)`.
+    bound: std::collections::HashSet<(u32, IpAddr, MacAddr)>,
+    /// From the switch: ARP requests it answered from the bindings, and bindings it
+    /// refused (full).
+    suppression: Arc<[std::sync::atomic::AtomicU64; 2]>,
     /// When (on `started`'s clock) the table is next compared with the speaker's.
     next_reconcile: Duration,
 }
@@ -189,6 +212,7 @@ impl Evpn {
             }
         };
         let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
+        let (clear_tx, clear) = tokio::sync::mpsc::channel(4);
         let resync = Arc::new(AtomicBool::new(false));
         dp.set_evpn(Link { port, tx, resync: resync.clone() });
         let stop = Arc::new(AtomicBool::new(false));
@@ -213,17 +237,21 @@ impl Evpn {
             spawned: speaker.is_some(),
             jobs,
             rx,
+            clear,
             resync,
             stop: stop.clone(),
             wake: wake.clone(),
             report: report.clone(),
-            table: Table::new(e.max_routes),
+            table: Table::new(e.max_routes).with_dup_rule(e.dup),
             sent: HashMap::new(),
+            sent_ips: HashMap::new(),
             counters: Default::default(),
             started: Instant::now(),
             install_refused: Default::default(),
             refused_logged: (0, None),
             over_logged: (0, None),
+            bound: Default::default(),
+            suppression: Default::default(),
             next_reconcile: RECONCILE,
         };
         let thread = std::thread::Builder::new()
@@ -252,7 +280,22 @@ impl Evpn {
             })
             .map_err(|err| sluice_sys::error::Failure::new("starting the EVPN agent's thread", err))?;
         info!(switch = %s.name, port = %spec.name, asn = e.asn, %router_id, peers = ?e.peers, "EVPN agent started");
-        Ok(Evpn { stop, wake, thread: Mutex::new(Some(thread)), report, speaker })
+        Ok(Evpn { clear: clear_tx, stop, wake, thread: Mutex::new(Some(thread)), report, speaker })
+    }
+
+    /// Clears the duplicates of `vni` and `mac` (all: `None`): they are decided afresh.
+    /// How many; an error when the agent cannot do it now (it is not connected to its
+    /// speaker).
+    pub fn clear_duplicates(&self, vni: Option<u32>, mac: Option<MacAddr>) -> std::result::Result<usize, String> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let busy = || {
+            format!(
+                "the EVPN agent did not take the request within {} s: is it connected to its speaker (sluice evpn show)?",
+                CLEAR_WAIT.as_secs()
+            )
+        };
+        self.clear.try_send(Clear { vni, mac, reply }).map_err(|_| busy())?;
+        answer.recv_timeout(CLEAR_WAIT).map_err(|_| busy())
     }
 
     /// The agent's view, for `sluice evpn show`.
@@ -350,6 +393,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
         c.delete_all_paths().await.map_err(|e| e.to_string())?;
     }
     ctx.sent.clear();
+    ctx.sent_ips.clear();
     set_connected(ctx, true, None);
     info!(api = %ctx.socket.display(), "EVPN: connected to the speaker");
     // The watch's first answer is the whole table: what was received before stays
@@ -403,7 +447,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                             *ctx.counters.entry("held_stale".into()).or_default() += 1;
                             ctx.table.hold(h, now);
                         } else {
-                            ctx.table.heard(h, &mut acts);
+                            ctx.table.heard(h, now, &mut acts);
                         }
                     }
                 }
@@ -425,6 +469,7 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 }
                 let mut acts = Vec::new();
                 ctx.table.expire_stale(now_ms(ctx), &mut acts);
+                ctx.table.expire_duplicates(now_ms(ctx), &mut acts);
                 carry_out(ctx, &mut c, acts).await;
                 log_bounds(ctx);
                 if ctx.resync.swap(false, Ordering::Relaxed) {
@@ -433,12 +478,25 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                     resync_local(ctx, &mut acts)?;
                     carry_out(ctx, &mut c, acts).await;
                 }
+                let suppression = ctx.suppression.clone();
+                ctx.jobs.post(move |dp| suppression[0].store(dp.switch_mut().arp_suppressed(), Ordering::Relaxed));
+                announce_bindings(ctx, &mut c).await?;
                 if ctx.started.elapsed() >= ctx.next_reconcile {
                     reconcile(ctx, &mut c).await?;
                     ctx.next_reconcile = ctx.started.elapsed() + RECONCILE;
                 }
                 let peers = c.list_peers().await.map_err(|e| e.to_string())?;
                 publish(ctx, &peers);
+            }
+            r = ctx.clear.recv() => {
+                let Some(r) = r else { return Ok(()) };
+                let mut acts = Vec::new();
+                let n = ctx.table.clear_duplicates(r.vni, r.mac, now_ms(ctx), &mut acts);
+                if n > 0 {
+                    info!(stations = n, "EVPN: duplicates cleared by the operator");
+                }
+                let _ = r.reply.send(n);
+                carry_out(ctx, &mut c, acts).await;
             }
             _ = ctx.wake.notified() => return Ok(()),
         }
@@ -454,6 +512,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
     let mut acts = Vec::new();
     let mut mended = 0u64;
     let known = ctx.table.received_keys();
+    let now = now_ms(ctx);
     for d in &dests {
         for p in d.paths.iter().filter(|p| p.best) {
             let Ok(h) = paths::decode(p, ctx.origin.next_hop) else { continue };
@@ -461,7 +520,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
             rib.insert(key);
             if !known.contains(&key) {
                 mended += 1;
-                ctx.table.heard(h, &mut acts);
+                ctx.table.heard(h, now, &mut acts);
             }
         }
     }
@@ -470,7 +529,7 @@ async fn reconcile(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::
     for (key, h) in gone {
         if !ctx.table.is_stale(&key) {
             mended += 1;
-            ctx.table.heard(h, &mut acts);
+            ctx.table.heard(h, now, &mut acts);
         }
     }
     if mended > 0 {
@@ -536,9 +595,10 @@ async fn configure(ctx: &Ctx, c: &mut sluice_gobgp::Client) -> std::result::Resu
 
 /// Takes a local change into the table.
 fn local(ctx: &mut Ctx, l: Local, acts: &mut Vec<Action>) {
+    let now = now_ms(ctx);
     match l {
-        Local::Up { vni, mac, sticky } => ctx.table.local_up(vni, mac, sticky, acts),
-        Local::Down { vni, mac } => ctx.table.local_down(vni, mac, acts),
+        Local::Up { vni, mac, sticky } => ctx.table.local_up(vni, mac, sticky, now, acts),
+        Local::Down { vni, mac } => ctx.table.local_down(vni, mac, now, acts),
     }
 }
 
@@ -552,11 +612,12 @@ fn resync_local(ctx: &mut Ctx, acts: &mut Vec<Action>) -> std::result::Result<()
     let here = ctx.jobs.run(move |dp| dp.evpn_local_stations(port)).map_err(|e| e.to_string())?;
     let now: std::collections::HashSet<(u32, MacAddr)> = here.iter().map(|&(v, m, _)| (v, m)).collect();
     let gone: Vec<_> = ctx.table.announced().filter(|&(v, m, _, _)| !now.contains(&(v, m))).collect();
+    let t = now_ms(ctx);
     for (vni, mac, _, _) in gone {
-        ctx.table.local_down(vni, mac, acts);
+        ctx.table.local_down(vni, mac, t, acts);
     }
     for (vni, mac, sticky) in here {
-        ctx.table.local_up(vni, mac, sticky, acts);
+        ctx.table.local_up(vni, mac, sticky, t, acts);
     }
     Ok(())
 }
@@ -576,18 +637,55 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
                     warn!(%mac, vni, "EVPN: withdrawing a station's route: {e}");
                 }
             }
+            Action::Duplicate { vni, mac, moves, here, hosts } => {
+                let hosts: Vec<String> = here
+                    .then(|| format!("{} (here)", ctx.origin.next_hop))
+                    .into_iter()
+                    .chain(hosts.iter().map(|h| h.to_string()))
+                    .collect();
+                warn!(
+                    %mac,
+                    vni,
+                    moves,
+                    window_s = ctx.settings.dup.window_ms / 1000,
+                    hosts = %hosts.join(", "),
+                    "EVPN: a station moves between hosts too often (two hosts have its MAC, or there is a loop): declared duplicate; what is announced and installed for it stays as it is, {}",
+                    match ctx.settings.dup.hold_ms {
+                        0 => "until `sluice evpn clear-duplicates`".to_string(),
+                        h => format!("for {} s (or until `sluice evpn clear-duplicates`)", h / 1000),
+                    }
+                );
+            }
+            Action::Recovered { vni, mac } => info!(%mac, vni, "EVPN: a duplicate station is no longer frozen"),
             other => for_switch.push(other),
         }
     }
     let endpoints: Option<Vec<IpAddr>> =
         ctx.table.take_endpoints_changed().then(|| ctx.table.endpoints().into_iter().collect());
-    if for_switch.is_empty() && endpoints.is_none() {
+    // The addresses installed stations' routes bind, for ARP suppression: what changed.
+    let (mut unbind, mut bind) = (Vec::new(), Vec::new());
+    if ctx.table.has_ip_routes() || !ctx.bound.is_empty() {
+        let now: std::collections::HashSet<_> = ctx.table.bindings().collect();
+        unbind.extend(ctx.bound.difference(&now).map(|&(vni, ip, _)| (vni, ip)));
+        bind.extend(now.difference(&ctx.bound).copied());
+        ctx.bound = now;
+    }
+    if for_switch.is_empty() && endpoints.is_none() && unbind.is_empty() && bind.is_empty() {
         return;
     }
     let port = ctx.port;
     let refused = ctx.install_refused.clone();
+    let suppression = ctx.suppression.clone();
     ctx.jobs.post(move |dp| {
         let sw = dp.switch_mut();
+        for (vni, ip) in unbind {
+            sw.evpn_unbind(port, vni, ip);
+        }
+        for (vni, ip, mac) in bind {
+            if !sw.evpn_bind(port, vni, ip, mac) {
+                suppression[1].fetch_add(1, Ordering::Relaxed);
+            }
+        }
         for a in for_switch {
             match a {
                 Action::Install { vni, mac, endpoint } => {
@@ -597,7 +695,10 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
                 }
                 Action::Uninstall { vni, mac } => sw.evpn_uninstall(port, vni, mac),
                 Action::Flood { vni, endpoints } => sw.evpn_flood(port, vni, &endpoints),
-                Action::Announce { .. } | Action::Withdraw { .. } => {}
+                Action::Announce { .. }
+                | Action::Withdraw { .. }
+                | Action::Duplicate { .. }
+                | Action::Recovered { .. } => {}
             }
         }
         if let Some(e) = endpoints {
@@ -617,6 +718,47 @@ async fn announce(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, vni: u32, mac: Ma
             warn!(%mac, vni, "EVPN: announcing a station: {e}");
         }
     }
+}
+
+/// Announces the addresses local stations' ARP messages bound to them (a MAC+IP route
+/// each, with the station's number, while the station is announced) and withdraws those
+/// gone or renumbered.
+async fn announce_bindings(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::Result<(), String> {
+    let port = ctx.port;
+    let here = ctx.jobs.run(move |dp| dp.evpn_local_bindings(port)).map_err(|e| e.to_string())?;
+    let ours: HashMap<(u32, MacAddr), (u32, bool)> =
+        ctx.table.announced().map(|(vni, mac, seq, sticky)| ((vni, mac), (seq, sticky))).collect();
+    let want: HashMap<(u32, MacAddr, IpAddr), (u32, bool)> =
+        here.into_iter().filter_map(|(vni, mac, ip)| ours.get(&(vni, mac)).map(|&n| ((vni, mac, ip), n))).collect();
+    let gone: Vec<_> = ctx
+        .sent_ips
+        .iter()
+        .filter(|(k, (_, seq, sticky))| want.get(k) != Some(&(*seq, *sticky)))
+        .map(|(k, _)| *k)
+        .collect();
+    for k in gone {
+        if let Some((uuid, _, _)) = ctx.sent_ips.remove(&k)
+            && let Err(e) = c.delete_path(uuid).await
+        {
+            *ctx.counters.entry("announce_errors".into()).or_default() += 1;
+            warn!(mac = %k.1, vni = k.0, ip = %k.2, "EVPN: withdrawing a station's address: {e}");
+        }
+    }
+    for (k, (seq, sticky)) in want {
+        if ctx.sent_ips.contains_key(&k) {
+            continue;
+        }
+        match c.add_path(paths::mac_path(&ctx.origin, k.0, k.1, Some(k.2), seq, sticky)).await {
+            Ok(uuid) => {
+                ctx.sent_ips.insert(k, (uuid, seq, sticky));
+            }
+            Err(e) => {
+                *ctx.counters.entry("announce_errors".into()).or_default() += 1;
+                warn!(mac = %k.1, vni = k.0, ip = %k.2, "EVPN: announcing a station's address: {e}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Publishes the agent's state for `evpn show`.
@@ -646,8 +788,18 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
             sticky,
             status: "announced".into(),
         })
+        .chain(ctx.sent_ips.iter().map(|(&(vni, mac, ip), &(_, seq, sticky))| EvpnRouteReport {
+            route_type: 2,
+            vni,
+            mac: Some(mac.to_string()),
+            ip: Some(ip.to_string()),
+            endpoint: ctx.origin.next_hop.to_string(),
+            seq,
+            sticky,
+            status: "announced".into(),
+        }))
         .collect();
-    sent.sort_by(|a, b| (a.vni, a.route_type, &a.mac).cmp(&(b.vni, b.route_type, &b.mac)));
+    sent.sort_by(|a, b| (a.vni, a.route_type, &a.mac, &a.ip).cmp(&(b.vni, b.route_type, &b.mac, &b.ip)));
     let mut received: Vec<EvpnRouteReport> = ctx
         .table
         .received()
@@ -688,6 +840,11 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("claims_local", t.claims_local),
         ("moved_away", t.moved_away),
         ("flood_over_limit", t.flood_over_limit),
+        ("duplicates", t.duplicates),
+        ("ips_over_limit", t.ips_over_limit),
+        ("bindings", ctx.bound.len() as u64),
+        ("arp_suppressed", ctx.suppression[0].load(Ordering::Relaxed)),
+        ("bind_refused", ctx.suppression[1].load(Ordering::Relaxed)),
         ("stale", ctx.table.stale() as u64),
         ("install_refused", ctx.install_refused.load(Ordering::Relaxed)),
     ] {
@@ -704,7 +861,30 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
             })
         })
         .collect();
+    let now = now_ms(ctx);
+    let hold = ctx.settings.dup.hold_ms;
+    let mut duplicates: Vec<EvpnDuplicateReport> = ctx
+        .table
+        .duplicates()
+        .map(|d| EvpnDuplicateReport {
+            vni: d.vni,
+            mac: d.mac.to_string(),
+            moves: d.moves,
+            hosts: d
+                .here
+                .then_some(ctx.origin.next_hop)
+                .into_iter()
+                .chain(d.hosts.iter().copied())
+                .map(|a| a.to_string())
+                .collect(),
+            here: d.here,
+            frozen_s: now.saturating_sub(d.since_ms) / 1000,
+            recovers_in_s: (hold > 0).then(|| (d.since_ms + hold).saturating_sub(now).div_ceil(1000)),
+        })
+        .collect();
+    duplicates.sort_by(|a, b| (a.vni, &a.mac).cmp(&(b.vni, &b.mac)));
     let mut r = ctx.report.lock().unwrap_or_else(|p| p.into_inner());
+    r.duplicates = duplicates;
     r.peers = peers;
     r.sent = sent;
     r.received = received;

@@ -583,6 +583,7 @@ mod tests {
             extras: Extras::default(),
             tunnel: None,
             group: Default::default(),
+            suppress: false,
         }
     }
 

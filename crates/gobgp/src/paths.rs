@@ -264,4 +264,21 @@ mod tests {
         bad.nlri = Some(Any { type_url: format!("x/{PACKAGE}.{MAC_ROUTE}"), value: vec![0xff, 0xff] });
         assert_eq!(decode(&bad, local), Err(Refused::Malformed));
     }
+
+    #[test]
+    fn a_route_binding_an_ipv4_or_ipv6_address_round_trips_and_a_bad_address_is_refused() {
+        let m: MacAddr = "02:00:00:00:0a:01".parse().unwrap();
+        let local: IpAddr = "192.0.2.9".parse().unwrap();
+        for a in ["10.77.0.1", "fd00::1"] {
+            let a: IpAddr = a.parse().unwrap();
+            let p = from_peer(mac_path(&origin(), 5000, m, Some(a), 0, false), "192.0.2.1");
+            let Ok(Heard::Mac(r, true)) = decode(&p, local) else { panic!("{p:?}") };
+            assert_eq!((r.mac, r.ip, r.vni), (m, Some(a), 5000));
+        }
+        let mut p = from_peer(mac_path(&origin(), 5000, m, None, 0, false), "192.0.2.1");
+        let mut nlri: EvpnMacIpAdvertisementRoute = from_any(p.nlri.as_ref().unwrap(), MAC_ROUTE).unwrap();
+        nlri.ip_address = "10.77.0.300".into();
+        p.nlri = Some(any(MAC_ROUTE, &nlri));
+        assert_eq!(decode(&p, local), Err(Refused::Malformed));
+    }
 }

@@ -584,10 +584,33 @@ pub fn evpn_show(target: &Target, json: bool) -> Result<()> {
         }
         println!("{t}");
     }
+    if !r.duplicates.is_empty() {
+        println!("{} station(s) duplicate (moved between hosts too often): frozen", r.duplicates.len());
+        let mut t = table();
+        t.set_header(vec!["VNI", "MAC", "MOVES", "HOSTS", "FROZEN", "RECOVERS IN"]);
+        for d in &r.duplicates {
+            t.add_row(vec![
+                d.vni.to_string(),
+                d.mac.clone(),
+                d.moves.to_string(),
+                d.hosts.join(" "),
+                format!("{} s", d.frozen_s),
+                d.recovers_in_s.map_or_else(|| "when cleared".into(), |s| format!("{s} s")),
+            ]);
+        }
+        println!("{t}");
+    }
     let nonzero: Vec<String> = r.counters.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     if !nonzero.is_empty() {
         println!("counters: {}", nonzero.join(", "));
     }
+    Ok(())
+}
+
+pub fn evpn_clear_duplicates(target: &Target, vni: Option<u32>, mac: Option<String>) -> Result<()> {
+    let r: sluice_api::proto::EvpnCleared =
+        Client::for_target(target)?.call(&Request::EvpnClearDuplicates { vni, mac })?;
+    println!("{} duplicate station(s) cleared", r.cleared);
     Ok(())
 }
 

@@ -392,11 +392,24 @@ enum PortCmd {
 enum EvpnCmd {
     /// Show the speaker (spawned or attached, its state), the BGP sessions, the routes
     /// announced (type 2: a local station; type 3: this host floods the VNI) and received
-    /// (installed, lost to another route, or waiting for room), and the counters.
+    /// (installed, lost to another route, or waiting for room), the stations declared
+    /// duplicate, and the counters.
     Show {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stations declared duplicate (they moved between hosts `dup_max_moves` times within
+    /// `dup_window`) are decided afresh now, without waiting for `dup_hold`.
+    ClearDuplicates {
+        /// Only this VNI's.
+        #[arg(long)]
+        vni: Option<u32>,
+        /// Only this station (aa:bb:cc:dd:ee:ff).
+        #[arg(long)]
+        mac: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -534,6 +547,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Fib(FibCmd::Show { vlan, json, target }) => cli::fib_show(&target, vlan, json)?,
         Cmd::Mdb(MdbCmd::Show { json, target }) => cli::mdb_show(&target, json)?,
         Cmd::Evpn(EvpnCmd::Show { json, target }) => cli::evpn_show(&target, json)?,
+        Cmd::Evpn(EvpnCmd::ClearDuplicates { vni, mac, target }) => cli::evpn_clear_duplicates(&target, vni, mac)?,
         Cmd::Fib(FibCmd::Add { mac, port, vlan, target }) => cli::fib_add(&target, mac, port, vlan)?,
         Cmd::Fib(FibCmd::Del { mac, vlan, target }) => cli::fib_del(&target, mac, vlan)?,
         Cmd::Stats(a) => cli::stats(a)?,

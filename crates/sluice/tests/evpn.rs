@@ -5,7 +5,9 @@
 //! of both types are exchanged both ways, guests on all three hosts reach each other,
 //! known unicast is never flooded, a guest that moves is reached at its new host and its
 //! old route is withdrawn, a removed guest's route is withdrawn, and what a peer should not
-//! send is counted while forwarding goes on.
+//! send is counted while forwarding goes on. A MAC on two hosts at once is declared
+//! duplicate and its number stops rising; an address another host's route binds (FRR's,
+//! for its guest) is answered by the switch, its ARP request never crossing the underlay.
 
 mod common;
 
@@ -244,6 +246,74 @@ fn a_guest_that_moves_is_reached_at_its_new_host_and_a_removed_one_is_withdrawn(
     assert!(wait_for(30, || fib_entry(&lab, 1, &m1).is_none()), "h1 still has {m1}");
 }
 
+/// The highest sequence number host `h` sends or has received for `mac`, and whether it
+/// reports `mac` duplicate.
+fn seq_and_duplicate(lab: &EvpnLab, h: u8, mac: &str) -> (u64, bool) {
+    let ev = lab.json(&["evpn", "show"], h);
+    let routes = ev["sent"].as_array().unwrap().iter().chain(ev["received"].as_array().unwrap());
+    let seq = routes.filter(|r| r["mac"] == mac).filter_map(|r| r["seq"].as_u64()).max().unwrap_or(0);
+    let dup = ev["duplicates"].as_array().unwrap().iter().any(|d| d["mac"] == mac && d["vni"] == 5000);
+    (seq, dup)
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn a_mac_on_two_hosts_at_once_is_declared_duplicate_and_its_sequence_number_stops_rising() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("ed", &["--hosts", "2"]);
+    assert!(lab.reaches("h1g1", "10.77.0.2"));
+    // h2's guest takes h1's guest's MAC: both send, each host takes the station from the
+    // other in turn, and each take raises its number.
+    let m1 = mac(&lab, "h1g1");
+    let (ns2, if2) = lab.guest("h2g1");
+    ns_ok(&ns2, &format!("ip link set {if2} down"));
+    ns_ok(&ns2, &format!("ip link set {if2} address {m1}"));
+    ns_ok(&ns2, &format!("ip link set {if2} up"));
+    // (A neighbour that answers nobody: each guest's ARP requests are broadcast from m1.)
+    let send = |g: &str| {
+        let _ = lab.exec(g, "ping -c 1 -W 1 10.77.0.99");
+    };
+    let mut flaps = 0;
+    let dup_somewhere = || (1..=2).any(|h| seq_and_duplicate(&lab, h, &m1).1);
+    while flaps < 40 && !dup_somewhere() {
+        send(if flaps % 2 == 0 { "h2g1" } else { "h1g1" });
+        flaps += 1;
+    }
+    let (h1, h2) = (lab.json(&["evpn", "show"], 1), lab.json(&["evpn", "show"], 2));
+    assert!(dup_somewhere(), "{m1} moved {flaps} times and is not duplicate: {h1} {h2}");
+    // (Once both hosts have each other's last route, they agree on the number.)
+    let top = || [seq_and_duplicate(&lab, 1, &m1).0, seq_and_duplicate(&lab, 2, &m1).0];
+    assert!(wait_for(10, || top()[0] == top()[1]), "the hosts disagree on {m1}'s number: {:?}", top());
+    let before = top()[0];
+    assert!(before >= 2, "it moved before it was frozen: {before}");
+    let counted = |ev: &Value| ev["counters"]["duplicates"].as_u64().unwrap_or(0);
+    assert!(counted(&h1) + counted(&h2) >= 1, "{h1} {h2}");
+    // Both guests keep sending: the number no longer rises anywhere.
+    for i in 0..8 {
+        send(if i % 2 == 0 { "h2g1" } else { "h1g1" });
+    }
+    assert!(
+        !wait_for(3, || top().iter().any(|&s| s > before)),
+        "the number rose after {m1} was declared duplicate: {before} then {:?}",
+        top()
+    );
+    assert!(dup_somewhere(), "still frozen (dup_hold is 180 s)");
+    // The operator clears it: decided afresh, its guest having spoken there, that host
+    // takes it (and the other host, whose moves still count, may declare it duplicate in
+    // turn).
+    let h = if seq_and_duplicate(&lab, 1, &m1).1 { 1 } else { 2 };
+    let out = sluice_ok(&["evpn", "clear-duplicates", "--mac", &m1, "--switch", &lab.switch(h)]);
+    assert!(out.contains("1 duplicate station(s) cleared"), "{out}");
+    assert!(
+        wait_for(10, || !seq_and_duplicate(&lab, h, &m1).1),
+        "{m1} is still duplicate on h{h} after it was cleared"
+    );
+    assert!(wait_for(10, || top().iter().all(|&s| s > before)), "not decided afresh: {:?}", top());
+}
+
 #[test]
 #[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
 fn a_session_that_flaps_or_a_speaker_that_dies_does_not_stop_forwarding() {
@@ -431,4 +501,148 @@ fn a_peer_that_announces_more_stations_than_the_bound_or_the_wrong_ones_is_count
     vxlan_datagrams(&rogue.ns, 5);
     assert!(wait_for(10, || rx() >= rx0 + 5), "the rogue's datagrams were not taken: {}", vx());
     assert_eq!(refused(), before, "an endpoint that routes name is accepted");
+}
+
+/// Whether `frames` (captured on the underlay) hold a VXLAN datagram from h1
+/// (192.168.77.1) carrying a broadcast ARP request for `target`. (A unicast one, a guest
+/// checking a neighbour it knows, goes to the station, as it should; other hosts flood
+/// their own.)
+fn arp_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 4]) -> bool {
+    // (Outer Ethernet, IPv4 without options, UDP 4789, VXLAN: the inner frame at 50.)
+    frames.iter().any(|(_, f)| {
+        f.len() >= 92
+            && f[23] == 17
+            && f[26..30] == [192, 168, 77, 1]
+            && f[36..38] == [0x12, 0xb5]
+            && f[50..56] == [0xff; 6]
+            && f[62..64] == [0x08, 0x06]
+            && f[88..92] == target
+    })
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not_sent_into_the_tunnel() {
+    use sluice_gobgp::api::*;
+    use sluice_gobgp::paths::{Origin, mac_path};
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::with("es", &["--hosts", "2"]);
+    assert!(lab.reaches("h1g1", "10.77.0.2"));
+    // Another host announces a station with its address, as FRR does for a host whose
+    // address it knows (a MAC-only route and a MAC+IP one).
+    let rogue = Rogue::start(&lab);
+    let far = "02:00:00:00:77:50";
+    let origin =
+        Origin { asn: 65000, router_id: "192.168.77.50".parse().unwrap(), next_hop: "192.168.77.50".parse().unwrap() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = sluice_gobgp::Client::connect(&rogue.api).await.expect("the rogue's API");
+        c.start_bgp(Global {
+            asn: 65000,
+            router_id: "192.168.77.50".into(),
+            listen_port: -1,
+            listen_addresses: vec![],
+        })
+        .await
+        .unwrap();
+        let peer = Peer {
+            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
+            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
+            timers: Some(Timers {
+                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
+            }),
+            transport: None,
+            state: None,
+        };
+        c.add_peer(peer).await.unwrap();
+        c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), None, 0, false)).await.unwrap();
+        c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), Some("10.77.0.50".parse().unwrap()), 0, false))
+            .await
+            .unwrap();
+    });
+    // (Installed with its address: the binding is the switch's once that is listed.)
+    let bound = |ev: &Value| {
+        ev["received"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["mac"] == far && r["ip"] == "10.77.0.50" && r["status"] == "installed")
+    };
+    assert!(wait_for(30, || bound(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
+    // h1's guest asks for the bound address: the switch answers, nothing crosses the
+    // underlay; for an unbound one the request is flooded into the tunnel as before.
+    let (ns1, if1) = lab.guest("h1g1");
+    let ul = format!("sluice-{}-ul", lab.name);
+    for (addr, answered) in [([10, 77, 0, 50], true), ([10, 77, 0, 51], false)] {
+        let a = format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
+        ns_ok(&ns1, &format!("ip neigh flush dev {if1}"));
+        // (h1's port of the underlay bridge: all it sends into the tunnel.)
+        let underlay = listen_raw(&ul, "u1", 0x0800, 3.0);
+        let _ = lab.exec("h1g1", &format!("ping -c 1 -W 1 {a}"));
+        let crossed = arp_in_tunnel(&received(underlay), addr);
+        let neigh = ns_ok(&ns1, &format!("ip neigh show {a} dev {if1}"));
+        if answered {
+            assert!(neigh.contains(far), "h1g1 did not learn {a} at {far}: {neigh}");
+            assert!(!crossed, "the request for {a} crossed the underlay");
+        } else {
+            assert!(crossed, "the request for {a}, which no route binds, was not flooded into the tunnel");
+            assert!(!neigh.contains("lladdr"), "{neigh}");
+        }
+    }
+    let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
+    assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
+}
+
+#[test]
+#[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
+fn addresses_are_bound_both_ways_with_frr_and_arp_for_them_is_answered_by_the_switch() {
+    if !tools() {
+        return;
+    }
+    init();
+    let lab = EvpnLab::up("ea");
+    assert!(lab.reaches("h1g1", "10.77.0.3"));
+    let m3 = mac(&lab, "h3g1");
+    // The FRR host's bridge gets an address and talks to its guest: zebra learns the
+    // guest's address and FRR announces a MAC+IP route for it.
+    let h3 = format!("sluice-{}-h3", lab.name);
+    ns_ok(&h3, "ip addr add 10.77.0.253/24 dev br0 && ping -c 1 -W 1 10.77.0.3");
+    assert!(
+        wait_for(30, || lab.frr("show evpn arp-cache vni all").lines().any(|l| l.starts_with("10.77.0.3 "))),
+        "FRR did not learn its guest's address: {}",
+        lab.frr("show evpn arp-cache vni all")
+    );
+    let bound = |ev: &Value| {
+        ev["received"].as_array().unwrap().iter().any(|r| r["mac"] == m3.as_str() && r["ip"] == "10.77.0.3")
+            && ev["counters"]["bindings"].as_u64() >= Some(1)
+    };
+    assert!(wait_for(30, || bound(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
+    // h1's guest resolves it: answered by h1's switch, nothing crosses the underlay.
+    let (ns1, if1) = lab.guest("h1g1");
+    ns_ok(&ns1, &format!("ip neigh flush dev {if1}"));
+    let ul = format!("sluice-{}-ul", lab.name);
+    let underlay = listen_raw(&ul, "u1", 0x0800, 3.0);
+    let o = lab.exec("h1g1", "ping -c 1 -W 1 10.77.0.3");
+    let crossed = arp_in_tunnel(&received(underlay), [10, 77, 0, 3]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(!crossed, "h1g1's request for 10.77.0.3 crossed the underlay");
+    let neigh = ns_ok(&ns1, &format!("ip neigh show 10.77.0.3 dev {if1}"));
+    assert!(neigh.contains(m3.as_str()), "{neigh}");
+    let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
+    assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
+    // The other way: h1's guest's ARP messages bound its address on h1, which announces
+    // it; FRR lists it as a remote neighbour behind h1.
+    let m1 = mac(&lab, "h1g1");
+    let sent =
+        |ev: &Value| ev["sent"].as_array().unwrap().iter().any(|r| r["mac"] == m1.as_str() && r["ip"] == "10.77.0.1");
+    assert!(wait_for(30, || sent(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
+    let remote = || {
+        lab.frr("show evpn arp-cache vni all")
+            .lines()
+            .any(|l| l.starts_with("10.77.0.1 ") && l.contains("remote") && l.contains("192.168.77.1"))
+    };
+    assert!(wait_for(30, remote), "FRR lacks h1g1's address: {}", lab.frr("show evpn arp-cache vni all"));
 }

@@ -164,6 +164,10 @@ pub struct Key {
     /// IGMP/MLD snooping: for a group frame in Layer 2 mode on a snooping switch, what the
     /// multicast database says of its IP destination ([`GroupClass::Flooded`] otherwise).
     pub group: GroupClass,
+    /// EVPN: an ARP message from a port that is no tunnel, on a switch with an EVPN
+    /// tunnel (the core reads its sender's binding, and answers a request from the
+    /// bindings); cleared when the core decides it again.
+    pub suppress: bool,
 }
 
 /// Why a frame goes to the core's slow work rather than out.
@@ -181,6 +185,10 @@ pub enum Upcall {
     /// An IGMP or MLD message: the core reads it (memberships, queriers), then forwards
     /// it (reports to router ports, queries to every port).
     Snoop,
+    /// An ARP message from a local port on a switch with EVPN (Layer 2): the core learns
+    /// its sender's address, answers a request when it holds the target's binding, and
+    /// decides anything else again, to be forwarded as before.
+    Suppress,
 }
 
 /// What happens to a frame.
@@ -649,6 +657,11 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         v.action = Action::Up(Upcall::Snoop);
         return;
     }
+    // (Read by the key reader: ARP, not from a tunnel.)
+    if key.suppress && key.ethertype == 0x0806 && key.tunnel.is_none() {
+        v.action = Action::Up(Upcall::Suppress);
+        return;
+    }
     v.action = Action::Forward;
     match key.dst {
         Dest::Station(p) => unicast(key.port, a, p, t, v),
@@ -958,6 +971,7 @@ mod tests {
             dst,
             extras: Extras::default(),
             group: GroupClass::Flooded,
+            suppress: false,
         }
     }
 

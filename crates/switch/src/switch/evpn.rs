@@ -14,7 +14,7 @@ use crate::ids::PortId;
 impl Switch {
     /// The VLAN frames of `vni` join on EVPN tunnel port `id` (its stage 1, as for a
     /// datagram from one of its endpoints), if the port carries `vni`.
-    fn evpn_vlan(&self, id: PortId, vni: u32) -> Option<u16> {
+    pub(super) fn evpn_vlan(&self, id: PortId, vni: u32) -> Option<u16> {
         let s = self.slot(id)?;
         s.rules.tunnel.as_ref().filter(|t| t.evpn)?;
         decide::stage1(&s.rules, None, Some(Tunneled { vni, endpoint: true })).ok().map(|i| i.vid)

@@ -292,6 +292,7 @@ impl Switch {
         if checked && self.claims_locked(&r.policy, src) {
             key.src = Station::Locked;
         }
+        key.suppress = !l3 && r.tunnel.is_none() && self.suppress_candidate(ethertype);
         key
     }
 

@@ -57,6 +57,7 @@ pub(crate) mod ports;
 mod resolve;
 mod security;
 pub(crate) mod snooping;
+mod suppress;
 pub(crate) mod transmit;
 
 /// Read/write readiness the switch wants from a port's device.
@@ -137,6 +138,12 @@ pub struct Switch {
     acl_epoch: u64,
     /// IGMP/MLD snooping's database.
     mdb: crate::mdb::Mdb,
+    /// EVPN's IP bindings, by VLAN and address: the station ARP requests are answered with.
+    bindings: std::collections::HashMap<(u16, std::net::IpAddr), MacAddr>,
+    /// ARP requests answered from `bindings`.
+    arp_suppressed: u64,
+    /// EVPN's local bindings, by VLAN and address, from local stations' ARP messages.
+    local_bound: std::collections::HashMap<(u16, std::net::IpAddr), suppress::LocalBinding>,
 }
 
 impl fmt::Debug for Switch {
@@ -277,6 +284,9 @@ impl Switch {
             kernel_ct: None,
             acl_epoch: 0,
             mdb: crate::mdb::Mdb::new(cfg_snoop),
+            bindings: std::collections::HashMap::new(),
+            arp_suppressed: 0,
+            local_bound: std::collections::HashMap::new(),
         })
     }
 

@@ -1,0 +1,131 @@
+//! EVPN's IP bindings and ARP suppression (docs/architecture.md, "EVPN: many hosts, one
+//! LAN", IP bindings and ARP/ND suppression).
+//!
+//! Remote bindings: the IPv4 and IPv6 addresses other hosts' routes bind to their
+//! stations, by VLAN; a broadcast ARP request from a local port for one of them is
+//! answered to the asker instead of being flooded into the tunnel. Local bindings: the
+//! sender address of each ARP message a local station sends, while it is learned behind
+//! that port, for the agent to announce; bounded, and dropped when the station ages or
+//! moves. Which frames come here is `decide`'s rule
+//! ([`Upcall::Suppress`](crate::decide::Upcall::Suppress)); a frame not answered is
+//! decided again and forwarded as before.
+
+use std::net::IpAddr;
+
+use sluice_wire::MacAddr;
+use sluice_wire::neigh::{self, Neigh};
+
+use super::Switch;
+use super::lossless::Hold;
+use crate::decide::{self, Key};
+use crate::ids::PortId;
+
+/// Remote bindings a switch holds at most; further ones are refused.
+pub const MAX_BINDINGS: usize = 65_536;
+/// Local bindings a switch holds at most; further ones are not learned.
+pub const MAX_LOCAL_BINDINGS: usize = 16_384;
+/// Addresses learned for one local station at most.
+pub const MAX_LOCAL_IPS_PER_STATION: usize = 4;
+
+/// A local binding: the station an address was last seen from, and behind which port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LocalBinding {
+    mac: MacAddr,
+    port: PortId,
+}
+
+impl Switch {
+    /// Binds `ip` to station `mac` of `vni` (behind EVPN tunnel port `id`): ARP requests
+    /// for `ip` from the VLAN's local ports are answered with `mac`. False when it cannot
+    /// be: the port carries no such VNI, or [`MAX_BINDINGS`] are held.
+    pub fn evpn_bind(&mut self, id: PortId, vni: u32, ip: IpAddr, mac: MacAddr) -> bool {
+        let Some(vlan) = self.evpn_vlan(id, vni) else { return false };
+        if self.bindings.len() >= MAX_BINDINGS && !self.bindings.contains_key(&(vlan, ip)) {
+            return false;
+        }
+        self.bindings.insert((vlan, ip), mac);
+        true
+    }
+
+    /// Removes the binding of `ip` in `vni` of EVPN tunnel port `id`.
+    pub fn evpn_unbind(&mut self, id: PortId, vni: u32, ip: IpAddr) {
+        if let Some(vlan) = self.evpn_vlan(id, vni) {
+            self.bindings.remove(&(vlan, ip));
+        }
+    }
+
+    /// ARP requests answered from the bindings, not flooded.
+    pub fn arp_suppressed(&self) -> u64 {
+        self.arp_suppressed
+    }
+
+    /// The addresses of local stations learned from their ARP messages, as `(vlan, ip,
+    /// mac)`, of stations still learned behind the port they were seen from; those of
+    /// stations gone or moved are forgotten now.
+    pub fn local_bindings(&mut self) -> Vec<(u16, IpAddr, MacAddr)> {
+        let fib = &self.fib;
+        self.local_bound.retain(|&(vlan, _), b| fib.get(vlan, b.mac).is_some_and(|e| e.port == b.port && !e.remote));
+        self.local_bound.iter().map(|(&(vlan, ip), b)| (vlan, ip, b.mac)).collect()
+    }
+
+    /// Whether the key reader marks a frame of `ethertype` for [`Switch::suppress_arp`]:
+    /// ARP, on a switch with an EVPN tunnel.
+    pub(super) fn suppress_candidate(&self, ethertype: u16) -> bool {
+        ethertype == 0x0806 && self.ports.iter().flatten().any(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn))
+    }
+
+    /// ARP message `fid` from local port `from` (decided by `key`): learns its sender's
+    /// address, answers a broadcast request from the remote bindings, or decides it again
+    /// to be forwarded as before. Probes and announcements (sender 0.0.0.0, or asking for
+    /// its own address) are forwarded.
+    pub(super) fn suppress_arp(&mut self, from: PortId, fid: u32, key: &Key, now_ms: u64) {
+        let vlan = self.pool.meta(fid).vlan;
+        let broadcast = key.dst == decide::Dest::Broadcast;
+        let mut answer = None;
+        match neigh::parse_neigh(self.pool.frame(fid)) {
+            Some(Neigh::ArpRequest { sender_mac, sender_ip, target }) => {
+                self.learn_local_binding(from, vlan, sender_mac, sender_ip.into());
+                if broadcast && !sender_ip.is_unspecified() && sender_ip != target {
+                    answer = self.bindings.get(&(vlan, target.into())).map(|&m| (sender_mac, sender_ip, target, m));
+                }
+            }
+            Some(Neigh::ArpReply { sender_mac, sender_ip }) => {
+                self.learn_local_binding(from, vlan, sender_mac, sender_ip.into());
+            }
+            _ => {}
+        }
+        if let Some((sender_mac, sender_ip, target, mac)) = answer {
+            self.slot_mut(from).expect("caller checked").counters.consumed += 1;
+            self.pool.release(fid);
+            self.arp_suppressed += 1;
+            self.emit(from, vlan, |b| neigh::write_arp(b, 2, sender_mac, mac, target, sender_mac, sender_ip));
+            return;
+        }
+        let k = Key { suppress: false, ..*key };
+        let mut v = std::mem::take(&mut self.again);
+        decide::decide(&k, &self.tables(), &mut v);
+        self.execute(from, fid, &k, &v, Hold::Never, now_ms);
+        self.again = v;
+    }
+
+    /// Station `mac`, learned behind `from` on `vlan`, says it has `ip`: bound, within
+    /// the bounds. (A sender claiming another port's station teaches nothing.)
+    fn learn_local_binding(&mut self, from: PortId, vlan: u16, mac: MacAddr, ip: IpAddr) {
+        let unusable = match ip {
+            IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast(),
+            IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+        };
+        if unusable || !self.fib.get(vlan, mac).is_some_and(|e| e.port == from && !e.remote) {
+            return;
+        }
+        let b = LocalBinding { mac, port: from };
+        if self.local_bound.get(&(vlan, ip)) == Some(&b) {
+            return;
+        }
+        let held = self.local_bound.values().filter(|x| x.mac == mac).count();
+        if self.local_bound.len() >= MAX_LOCAL_BINDINGS || held >= MAX_LOCAL_IPS_PER_STATION {
+            return;
+        }
+        self.local_bound.insert((vlan, ip), b);
+    }
+}
