@@ -395,6 +395,33 @@ impl Rogue {
     }
 }
 
+impl Rogue {
+    /// Its speaker, BGP started and peering with the lab's reflector for EVPN.
+    async fn speaker(&self) -> sluice_gobgp::Client {
+        use sluice_gobgp::api::*;
+        let mut c = sluice_gobgp::Client::connect(&self.api).await.expect("the rogue's API");
+        c.start_bgp(Global {
+            asn: 65000,
+            router_id: "192.168.77.50".into(),
+            listen_port: -1,
+            listen_addresses: vec![],
+        })
+        .await
+        .unwrap();
+        let peer = Peer {
+            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
+            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
+            timers: Some(Timers {
+                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
+            }),
+            transport: None,
+            state: None,
+        };
+        c.add_peer(peer).await.unwrap();
+        c
+    }
+}
+
 impl Drop for Rogue {
     fn drop(&mut self) {
         let _ = self.gobgpd.kill();
@@ -443,25 +470,7 @@ fn a_peer_that_announces_more_stations_than_the_bound_or_the_wrong_ones_is_count
     let n = 10_000u32;
     let started = std::time::Instant::now();
     rt.block_on(async {
-        let mut c = sluice_gobgp::Client::connect(&rogue.api).await.expect("the rogue's API");
-        c.start_bgp(Global {
-            asn: 65000,
-            router_id: "192.168.77.50".into(),
-            listen_port: -1,
-            listen_addresses: vec![],
-        })
-        .await
-        .unwrap();
-        let peer = Peer {
-            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
-            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
-            timers: Some(Timers {
-                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
-            }),
-            transport: None,
-            state: None,
-        };
-        c.add_peer(peer).await.unwrap();
+        let mut c = rogue.speaker().await;
         // It claims h1's configured station with a high number, and sends a route with no
         // VNI (label 0).
         c.add_path(mac_path(&origin, 5000, pinned.parse().unwrap(), None, 7, false)).await.unwrap();
@@ -523,7 +532,6 @@ fn arp_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 4]) -> bool {
 #[test]
 #[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
 fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not_sent_into_the_tunnel() {
-    use sluice_gobgp::api::*;
     use sluice_gobgp::paths::{Origin, mac_path};
     if !tools() {
         return;
@@ -539,25 +547,7 @@ fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not
         Origin { asn: 65000, router_id: "192.168.77.50".parse().unwrap(), next_hop: "192.168.77.50".parse().unwrap() };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let mut c = sluice_gobgp::Client::connect(&rogue.api).await.expect("the rogue's API");
-        c.start_bgp(Global {
-            asn: 65000,
-            router_id: "192.168.77.50".into(),
-            listen_port: -1,
-            listen_addresses: vec![],
-        })
-        .await
-        .unwrap();
-        let peer = Peer {
-            conf: Some(PeerConf { local_asn: 65000, neighbor_address: "192.168.77.254".into(), peer_asn: 65000 }),
-            afi_safis: vec![AfiSafi { config: Some(AfiSafiConfig { family: Some(Family::evpn()), enabled: true }) }],
-            timers: Some(Timers {
-                config: Some(TimersConfig { connect_retry: 1, hold_time: 9, keepalive_interval: 3 }),
-            }),
-            transport: None,
-            state: None,
-        };
-        c.add_peer(peer).await.unwrap();
+        let mut c = rogue.speaker().await;
         c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), None, 0, false)).await.unwrap();
         c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), Some("10.77.0.50".parse().unwrap()), 0, false))
             .await
