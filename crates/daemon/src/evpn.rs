@@ -143,11 +143,11 @@ struct Ctx {
     refused_logged: (u64, Option<Instant>),
     /// Routes over the bound, as last logged, and when.
     over_logged: (u64, Option<Instant>),
-    /// The IP bindings given to the switch (ARP suppression): `(vni, ip, mac)`.
+    /// The IP bindings given to the switch (ARP and ND suppression): `(vni, ip, mac)`.
     bound: std::collections::HashSet<(u32, IpAddr, MacAddr)>,
-    /// From the switch: ARP requests it answered from the bindings, and bindings it
-    /// refused (full).
-    suppression: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// From the switch: ARP requests it answered from the bindings, bindings it
+    /// refused (full), and neighbour solicitations it answered.
+    suppression: Arc<[std::sync::atomic::AtomicU64; 3]>,
     /// When (on `started`'s clock) the table is next compared with the speaker's.
     next_reconcile: Duration,
 }
@@ -479,7 +479,11 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                     carry_out(ctx, &mut c, acts).await;
                 }
                 let suppression = ctx.suppression.clone();
-                ctx.jobs.post(move |dp| suppression[0].store(dp.switch_mut().arp_suppressed(), Ordering::Relaxed));
+                ctx.jobs.post(move |dp| {
+                    let sw = dp.switch_mut();
+                    suppression[0].store(sw.arp_suppressed(), Ordering::Relaxed);
+                    suppression[2].store(sw.nd_suppressed(), Ordering::Relaxed);
+                });
                 announce_bindings(ctx, &mut c).await?;
                 if ctx.started.elapsed() >= ctx.next_reconcile {
                     reconcile(ctx, &mut c).await?;
@@ -662,7 +666,7 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
     }
     let endpoints: Option<Vec<IpAddr>> =
         ctx.table.take_endpoints_changed().then(|| ctx.table.endpoints().into_iter().collect());
-    // The addresses installed stations' routes bind, for ARP suppression: what changed.
+    // The addresses installed stations' routes bind, for ARP and ND suppression: what changed.
     let (mut unbind, mut bind) = (Vec::new(), Vec::new());
     if ctx.table.has_ip_routes() || !ctx.bound.is_empty() {
         let now: std::collections::HashSet<_> = ctx.table.bindings().collect();
@@ -720,7 +724,7 @@ async fn announce(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, vni: u32, mac: Ma
     }
 }
 
-/// Announces the addresses local stations' ARP messages bound to them (a MAC+IP route
+/// Announces the addresses local stations' ARP and neighbour-discovery messages bound to them (a MAC+IP route
 /// each, with the station's number, while the station is announced) and withdraws those
 /// gone or renumbered.
 async fn announce_bindings(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::Result<(), String> {
@@ -844,6 +848,7 @@ fn publish(ctx: &Ctx, peers: &[Peer]) {
         ("ips_over_limit", t.ips_over_limit),
         ("bindings", ctx.bound.len() as u64),
         ("arp_suppressed", ctx.suppression[0].load(Ordering::Relaxed)),
+        ("nd_suppressed", ctx.suppression[2].load(Ordering::Relaxed)),
         ("bind_refused", ctx.suppression[1].load(Ordering::Relaxed)),
         ("stale", ctx.table.stale() as u64),
         ("install_refused", ctx.install_refused.load(Ordering::Relaxed)),

@@ -458,11 +458,11 @@ abi! {
         pub owner: u16,
         /// `X_SRC_IP`: `CLAIM_*`.
         pub claim: u8,
-        /// `X_L3`: `L3X_*`.
+        /// `X_L3`: `L3X_*`; `X_ND`: `L3X_HOP255` alone.
         pub l3: u8,
-        /// `X_L3`, IPv6: the next header; else 0.
+        /// `X_L3` or `X_ND`, IPv6: the next header; else 0.
         pub proto: u8,
-        /// `X_L3`, ICMPv6: the message type; else 0.
+        /// `X_L3` or `X_ND`, ICMPv6: the message type; else 0.
         pub icmp6_type: u8,
         /// `X_SRC_MAC`: the source MAC address.
         pub src_mac: [u8; 6],
@@ -733,6 +733,10 @@ abi! {
     /// `SRC_UNLEARNABLE` (the core's `Station::Unlearnable`), never `SRC_ELSEWHERE` or
     /// `SRC_ABSENT`.
     pub const X_ROUTED: u16 = 1 << 8 => X_ROUTED;
+    /// A port whose address resolution the core reads (EVPN's suppression): read an IPv6
+    /// frame's neighbour-discovery facts, as `X_L3` does ([`FlowKey::proto`],
+    /// [`FlowKey::icmp6_type`], `L3X_HOP255`).
+    pub const X_ND: u16 = 1 << 9 => X_ND;
     /// [`FlowKey::group`]: not a group the switch snoops (not IP, broadcast, a link-local
     /// group).
     pub const GCLASS_FLOODED: u32 = 0 => GCLASS_FLOODED;

@@ -521,6 +521,28 @@ static __always_inline void claim(struct __sk_buff *skb, const struct l2 *f, str
 		__builtin_memset(k->src_ip, 0, 16);
 }
 
+/* What neighbour discovery reads of an IPv6 frame whose 40-byte header is `h` (the core's
+ * `nd_facts`): the next header, whether the hop limit is 255, ICMPv6's type. */
+static __always_inline void nd_facts_of(struct __sk_buff *skb, const struct l2 *f, const __u8 *h,
+					struct sluice_flow_key *k)
+{
+	k->proto = h[6];
+	if (h[7] == 255)
+		k->l3 |= L3X_HOP255;
+	__u8 type;
+	if (h[6] == 58 /* ICMPv6 */ && !bpf_skb_load_bytes(skb, f->off + 40, &type, 1))
+		k->icmp6_type = type;
+}
+
+/* X_ND (EVPN's suppression): neighbour discovery's facts of an IPv6 frame. */
+static __always_inline void nd_facts(struct __sk_buff *skb, const struct l2 *f, struct sluice_flow_key *k)
+{
+	__u8 h[40];
+
+	if (f->proto == bpf_htons(ETH_P_IPV6) && !bpf_skb_load_bytes(skb, f->off, h, 40))
+		nd_facts_of(skb, f, h, k);
+}
+
 /* Layer 3 mode's extras (the core's `l3_extras`): whether the addresses can be read, the
  * owner of the destination address, IPv6's next header, hop limit and ICMPv6 type. */
 static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f, struct sluice_flow_key *k)
@@ -547,12 +569,7 @@ static __always_inline void l3_extras(struct __sk_buff *skb, const struct l2 *f,
 			return;
 		dk.family = 6;
 		__builtin_memcpy(dk.addr, h + 24, 16);
-		k->proto = h[6];
-		if (h[7] == 255)
-			k->l3 |= L3X_HOP255;
-		__u8 type;
-		if (h[6] == 58 /* ICMPv6 */ && !bpf_skb_load_bytes(skb, f->off + 40, &type, 1))
-			k->icmp6_type = type;
+		nd_facts_of(skb, f, h, k);
 	} else {
 		return;
 	}
@@ -1528,6 +1545,8 @@ static __always_inline int exec_frame(struct __sk_buff *skb)
 		claim(skb, &f, &k);
 	if (mask & X_L3)
 		l3_extras(skb, &f, &k);
+	if (mask & X_ND)
+		nd_facts(skb, &f, &k);
 	if ((mask & X_GROUP) && k.dst == DST_GROUP) {
 		__u32 g = group_class(skb, &f, vlan);
 		__builtin_memcpy(k.group, &g, 4);

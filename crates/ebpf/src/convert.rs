@@ -177,6 +177,9 @@ pub fn mask(p: &FastPort, mode: Mode) -> u16 {
     if p.routed && mode == Mode::L2 {
         m |= abi::X_ROUTED;
     }
+    if p.suppressed {
+        m |= abi::X_ND;
+    }
     m
 }
 
@@ -288,14 +291,17 @@ pub fn flow_key(key: &Key, vlan: u16, places: impl Fn(PortId) -> Option<Place>) 
         if l3.readable {
             k.l3 |= abi::L3X_READABLE;
         }
-        if l3.hop255 {
-            k.l3 |= abi::L3X_HOP255;
-        }
         if let Some(o) = l3.owner {
             k.owner = places(o)?.slot + 1;
         }
-        k.proto = l3.proto;
-        k.icmp6_type = l3.icmp6_type;
+    }
+    // Neighbour discovery's facts: Layer 3 mode's, or EVPN suppression's.
+    if let Some(nd) = x.l3.map(|l3| l3.nd).or(x.nd) {
+        if nd.hop255 {
+            k.l3 |= abi::L3X_HOP255;
+        }
+        k.proto = nd.proto;
+        k.icmp6_type = nd.icmp6_type;
     }
     // IGMP/MLD snooping: the group's class, as the program reads it (`group_class`).
     let g = match key.group {
@@ -531,7 +537,7 @@ pub fn config(generation: u64, upcall_ifindex: u32, budget: crate::exec::UpcallB
 mod tests {
     use std::net::Ipv4Addr;
 
-    use sluice_switch::{Extras, L3Extras, Output, Upcall};
+    use sluice_switch::{Extras, L3Extras, NdFacts, Output, Upcall};
 
     use super::*;
     use sluice_switch::acl::AclExtras;
@@ -555,6 +561,7 @@ mod tests {
             snoops: false,
             acl: false,
             routed: false,
+            suppressed: false,
         }
     }
 
@@ -638,6 +645,8 @@ mod tests {
         assert_eq!(mask(&port(), Mode::L2), abi::X_LOCKS | abi::X_DST_STATION);
         let evpn = FastPort { routed: true, ..port() };
         assert_eq!(mask(&evpn, Mode::L2), abi::X_LOCKS | abi::X_DST_STATION | abi::X_ROUTED, "sources from routes");
+        let local = FastPort { suppressed: true, ..port() };
+        assert_eq!(mask(&local, Mode::L2), abi::X_LOCKS | abi::X_DST_STATION | abi::X_ND, "resolution the core reads");
         assert_eq!(mask(&mac, Mode::L2), abi::X_SRC_MAC | abi::X_DST_STATION);
         assert_eq!(mask(&ips, Mode::L3), abi::X_LOCKS | abi::X_SRC_IP | abi::X_L3 | abi::X_GUEST);
         let lan = FastPort { checks_ips: true, ..uplink() };
@@ -710,13 +719,21 @@ mod tests {
         let extras = Extras {
             src_mac: Some(A),
             src_ip: Some(Some(Ipv4Addr::new(10, 0, 0, 1).into())),
-            l3: Some(L3Extras { readable: true, owner: Some(5), proto: 58, icmp6_type: 135, hop255: true }),
+            l3: Some(L3Extras {
+                readable: true,
+                owner: Some(5),
+                nd: NdFacts { proto: 58, icmp6_type: 135, hop255: true },
+            }),
             acl: None,
+            nd: None,
         };
         let f = flow_key(&Key { extras, dst: Dest::Own, ..k }, 10, places).unwrap();
         assert_eq!((f.dst, f.dst_slot, f.src_mac, f.claim), (abi::DST_OWN, 0, A.0, abi::CLAIM_V4));
         assert_eq!(&f.src_ip[..6], &[10, 0, 0, 1, 0, 0]);
         assert_eq!((f.l3, f.owner, f.proto, f.icmp6_type), (abi::L3X_READABLE | abi::L3X_HOP255, 106, 58, 135));
+        let nd = Extras { nd: Some(NdFacts { proto: 58, icmp6_type: 136, hop255: true }), ..Extras::default() };
+        let f = flow_key(&Key { extras: nd, ..k }, 10, places).unwrap();
+        assert_eq!((f.l3, f.proto, f.icmp6_type), (abi::L3X_HOP255, 58, 136), "EVPN's suppression: the facts alone");
         let short = Extras { src_ip: Some(None), ..Extras::default() };
         let f = flow_key(&Key { extras: short, ..k }, 10, places).unwrap();
         assert_eq!((f.claim, f.src_ip), (abi::CLAIM_SHORT, [0; 16]));

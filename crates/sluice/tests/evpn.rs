@@ -529,9 +529,27 @@ fn arp_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 4]) -> bool {
     })
 }
 
+/// Whether `frames` (captured on the underlay) hold a VXLAN datagram from h1 carrying a
+/// neighbour solicitation for `target` to a group (as [`arp_in_tunnel`]).
+fn nd_in_tunnel(frames: &[(Option<u16>, Vec<u8>)], target: [u8; 16]) -> bool {
+    // (The inner frame at 50: its IPv6 header at 64, ICMPv6 at 104, the target at 112.)
+    frames.iter().any(|(_, f)| {
+        f.len() >= 128
+            && f[23] == 17
+            && f[26..30] == [192, 168, 77, 1]
+            && f[36..38] == [0x12, 0xb5]
+            && f[50..52] == [0x33, 0x33]
+            && f[62..64] == [0x86, 0xdd]
+            && f[70] == 58
+            && f[104] == 135
+            && f[112..128] == target
+    })
+}
+
 #[test]
 #[ignore = "system tier: needs root, gobgpd and FRR (bgpd, zebra, vtysh); scripts/test.sh runs it"]
-fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not_sent_into_the_tunnel() {
+fn an_arp_request_or_a_neighbour_solicitation_for_an_address_a_route_binds_is_answered_by_the_switch_and_not_sent_into_the_tunnel()
+ {
     use sluice_gobgp::paths::{Origin, mac_path};
     if !tools() {
         return;
@@ -549,9 +567,11 @@ fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not
     rt.block_on(async {
         let mut c = rogue.speaker().await;
         c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), None, 0, false)).await.unwrap();
-        c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), Some("10.77.0.50".parse().unwrap()), 0, false))
-            .await
-            .unwrap();
+        for ip in ["10.77.0.50", "fd77::50"] {
+            c.add_path(mac_path(&origin, 5000, far.parse().unwrap(), Some(ip.parse().unwrap()), 0, false))
+                .await
+                .unwrap();
+        }
     });
     // (Installed with its address: the binding is the switch's once that is listed.)
     let bound = |ev: &Value| {
@@ -559,7 +579,9 @@ fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["mac"] == far && r["ip"] == "10.77.0.50" && r["status"] == "installed")
+            .filter(|r| r["mac"] == far && r["status"] == "installed")
+            .any(|r| r["ip"] == "10.77.0.50")
+            && ev["received"].as_array().unwrap().iter().any(|r| r["mac"] == far && r["ip"] == "fd77::50")
     };
     assert!(wait_for(30, || bound(&lab.json(&["evpn", "show"], 1))), "{}", lab.json(&["evpn", "show"], 1));
     // h1's guest asks for the bound address: the switch answers, nothing crosses the
@@ -583,6 +605,26 @@ fn an_arp_request_for_an_address_a_route_binds_is_answered_by_the_switch_and_not
         }
     }
     let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["arp_suppressed"].as_u64() >= Some(1);
+    assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
+    // IPv6 alike: a neighbour solicitation for the bound address is answered by the
+    // switch with an advertisement; one for an unbound address goes into the tunnel.
+    // (The lab's guests have addresses in fd77::/64.)
+    for (a, answered) in [("fd77::50", true), ("fd77::51", false)] {
+        let target = a.parse::<std::net::Ipv6Addr>().unwrap().octets();
+        ns_ok(&ns1, &format!("ip -6 neigh flush dev {if1}"));
+        let underlay = listen_raw(&ul, "u1", 0x0800, 3.0);
+        let _ = lab.exec("h1g1", &format!("ping -6 -c 1 -W 1 {a}"));
+        let crossed = nd_in_tunnel(&received(underlay), target);
+        let neigh = ns_ok(&ns1, &format!("ip -6 neigh show {a} dev {if1}"));
+        if answered {
+            assert!(neigh.contains(far), "h1g1 did not learn {a} at {far}: {neigh}");
+            assert!(!crossed, "the solicitation for {a} crossed the underlay");
+        } else {
+            assert!(crossed, "the solicitation for {a}, which no route binds, was not flooded into the tunnel");
+            assert!(!neigh.contains("lladdr"), "{neigh}");
+        }
+    }
+    let suppressed = || lab.json(&["evpn", "show"], 1)["counters"]["nd_suppressed"].as_u64() >= Some(1);
     assert!(wait_for(5, suppressed), "not counted: {}", lab.json(&["evpn", "show"], 1)["counters"]);
 }
 

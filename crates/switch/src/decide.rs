@@ -108,12 +108,29 @@ pub struct L3Extras {
     pub readable: bool,
     /// The guest port that owns the destination IP address (IP frames).
     pub owner: Option<PortId>,
-    /// IPv6: the next header (58: ICMPv6); 0 for other frames.
+    /// IPv6: what neighbour discovery reads.
+    pub nd: NdFacts,
+}
+
+/// What neighbour discovery reads of an IPv6 frame: its next header, ICMPv6 type and
+/// whether its hop limit is 255; all zero for other frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NdFacts {
+    /// The next header (58: ICMPv6).
     pub proto: u8,
     /// ICMPv6: the message type; 0 for other frames.
     pub icmp6_type: u8,
-    /// IPv6: the hop limit is 255 (neighbour discovery is only that).
+    /// The hop limit is 255 (neighbour discovery is only that).
     pub hop255: bool,
+}
+
+impl NdFacts {
+    /// A frame of `ethertype` with these facts is a neighbour solicitation or
+    /// advertisement (RFC 4861: ICMPv6 135 or 136, hop limit 255).
+    #[inline]
+    pub fn resolution(self, ethertype: u16) -> bool {
+        ethertype == 0x86dd && self.proto == 58 && self.hop255 && matches!(self.icmp6_type, 135 | 136)
+    }
 }
 
 /// What the input's rules ask to be read of a frame beyond its headers (the input's
@@ -128,6 +145,9 @@ pub struct Extras {
     pub src_ip: Option<Option<IpAddr>>,
     /// Layer 3 mode's extras.
     pub l3: Option<L3Extras>,
+    /// EVPN's suppression: what neighbour discovery reads, for an input whose address
+    /// resolution the core reads (the key's `suppress`).
+    pub nd: Option<NdFacts>,
     /// Security groups: the frame's connection state and classes, when any port of the
     /// switch has rules.
     pub acl: Option<AclExtras>,
@@ -164,9 +184,10 @@ pub struct Key {
     /// IGMP/MLD snooping: for a group frame in Layer 2 mode on a snooping switch, what the
     /// multicast database says of its IP destination ([`GroupClass::Flooded`] otherwise).
     pub group: GroupClass,
-    /// EVPN: an ARP message from a port that is no tunnel, on a switch with an EVPN
-    /// tunnel (the core reads its sender's binding, and answers a request from the
-    /// bindings); cleared when the core decides it again.
+    /// EVPN: the input is a port that is no tunnel, on a switch with an EVPN tunnel; its
+    /// address resolution (ARP, and neighbour discovery by `extras.nd`) is the core's to
+    /// read (it learns the sender's binding, and answers a request from the bindings).
+    /// Cleared when the core decides such a frame again.
     pub suppress: bool,
 }
 
@@ -185,9 +206,10 @@ pub enum Upcall {
     /// An IGMP or MLD message: the core reads it (memberships, queriers), then forwards
     /// it (reports to router ports, queries to every port).
     Snoop,
-    /// An ARP message from a local port on a switch with EVPN (Layer 2): the core learns
-    /// its sender's address, answers a request when it holds the target's binding, and
-    /// decides anything else again, to be forwarded as before.
+    /// An ARP message or a neighbour solicitation or advertisement from a local port on a
+    /// switch with EVPN (Layer 2): the core learns its sender's address, answers a
+    /// request when it holds the target's binding, and decides anything else again, to be
+    /// forwarded as before.
     Suppress,
 }
 
@@ -657,8 +679,9 @@ fn l2<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         v.action = Action::Up(Upcall::Snoop);
         return;
     }
-    // (Read by the key reader: ARP, not from a tunnel.)
-    if key.suppress && key.ethertype == 0x0806 && key.tunnel.is_none() {
+    // (Read by the key reader: address resolution, not from a tunnel.)
+    let resolution = key.ethertype == 0x0806 || key.extras.nd.is_some_and(|n| n.resolution(key.ethertype));
+    if key.suppress && resolution && key.tunnel.is_none() {
         v.action = Action::Up(Upcall::Suppress);
         return;
     }
@@ -742,9 +765,7 @@ fn l3<P: Ports + ?Sized>(key: &Key, a: &Admitted<'_>, t: &Tables<'_, P>, v: &mut
         return;
     }
     let l3 = key.extras.l3.unwrap_or_default();
-    // Neighbour discovery: ICMPv6 solicitations and advertisements with hop limit 255.
-    let nd = key.ethertype == 0x86dd && l3.proto == 58 && l3.hop255 && matches!(l3.icmp6_type, 135 | 136);
-    if key.ethertype == 0x0806 || nd {
+    if key.ethertype == 0x0806 || l3.nd.resolution(key.ethertype) {
         v.action = Action::Up(Upcall::Neigh);
         return;
     }
@@ -1318,7 +1339,8 @@ mod tests {
             ..key(port, dst)
         };
         let ipv4 = |owner: Option<PortId>| L3Extras { readable: true, owner, ..L3Extras::default() };
-        let icmp6 = |t: u8| L3Extras { readable: true, proto: 58, icmp6_type: t, hop255: true, owner: None };
+        let icmp6 =
+            |t: u8| L3Extras { readable: true, nd: NdFacts { proto: 58, icmp6_type: t, hop255: true }, owner: None };
         let to = |port: PortId, src: MacAddr| Output { src_mac: Some(src), ..out(port, None) };
         let routed = |o: Output, hop: NextHop| Verdict { next_hop: Some(hop), ..fwd(vec![o]) };
         let from_lan =

@@ -62,6 +62,9 @@ pub struct FastPort {
     /// neither behind it nor configured is `Unlearnable`, and nothing is learned from its
     /// frames.
     pub routed: bool,
+    /// Its address resolution is the core's to read (EVPN's ARP/ND suppression): a
+    /// kernel reads an IPv6 frame's neighbour-discovery facts into the key.
+    pub suppressed: bool,
 }
 
 /// A key whose kernel entry must be rewritten from the core's state now.

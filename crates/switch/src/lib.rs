@@ -50,7 +50,7 @@ pub use config::{
 pub use config::{LINK_LOCAL_NEVER, RateLimit, StormControl};
 pub use counters::{ClassCounters, DropCause, PortCounters};
 pub use decide::Storm;
-pub use decide::{Action, Dest, Extras, Key, L3Extras, NextHop, Output, Station, Tunneled, Upcall, Verdict};
+pub use decide::{Action, Dest, Extras, Key, L3Extras, NdFacts, NextHop, Output, Station, Tunneled, Upcall, Verdict};
 pub use events::{StationChange, StationEvent};
 pub use fastpath::{FastChange, FastMac, FastPort};
 pub use fib::{Fib, FibEntry};

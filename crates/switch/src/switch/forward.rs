@@ -86,7 +86,7 @@ impl Switch {
             Action::Up(Upcall::Neigh) => self.neighbour_message(from, fid, now_ms),
             Action::Up(Upcall::Resolve(out)) => self.wait_for_next_hop(from, fid, key, out, now_ms),
             Action::Up(Upcall::Snoop) => self.snoop_message(from, fid, key, now_ms),
-            Action::Up(Upcall::Suppress) => self.suppress_arp(from, fid, key, now_ms),
+            Action::Up(Upcall::Suppress) => self.suppress(from, fid, key, now_ms),
             Action::Forward if hold == Hold::Fresh && v.storm.is_some_and(|k| !self.storm_take(from, k, now_ms)) => {
                 self.drop_rx(from, fid, DropCause::Storm)
             }

@@ -18,7 +18,7 @@ use crate::class;
 use crate::config::PortPolicy;
 use crate::conntrack::Found;
 use crate::counters::{DropCause, PortCounters};
-use crate::decide::{self, Dest, Key, L3Extras, PortRules, Station, Tunneled};
+use crate::decide::{self, Dest, Key, L3Extras, NdFacts, PortRules, Station, Tunneled};
 use crate::fib::Learn;
 use crate::ids::PortId;
 use crate::l3::Mode;
@@ -292,7 +292,10 @@ impl Switch {
         if checked && self.claims_locked(&r.policy, src) {
             key.src = Station::Locked;
         }
-        key.suppress = !l3 && r.tunnel.is_none() && self.suppress_candidate(ethertype);
+        key.suppress = self.suppresses(r);
+        if key.suppress {
+            key.extras.nd = Some(nd_facts(frame, ethertype));
+        }
         key
     }
 
@@ -309,14 +312,7 @@ impl Switch {
                 if let Some((_, dst)) = neigh::ip_endpoints(frame) {
                     x.readable = true;
                     x.owner = self.l3.owner(dst);
-                    if ethertype == 0x86dd {
-                        // (An IPv6 header was read whole: its next header and hop limit.)
-                        x.proto = frame[20];
-                        x.hop255 = frame[21] == 255;
-                        if x.proto == 58 {
-                            x.icmp6_type = frame.get(ETH_HDR_LEN + 40).copied().unwrap_or(0);
-                        }
-                    }
+                    x.nd = nd_facts(frame, ethertype);
                 }
             }
             _ => {}
@@ -446,6 +442,17 @@ impl Switch {
 /// The source address an untagged frame claims: an IPv4 or IPv6 source, or an ARP sender
 /// address. `None` for other frames, or when the header is cut short (`Some(None)` means
 /// "an IP or ARP frame too short to say").
+/// What neighbour discovery reads of an untagged frame of `ethertype`: an IPv6 header
+/// whole, its next header and hop limit, and ICMPv6's type when the next header is
+/// ICMPv6 (the kernel datapath's `nd_facts` reads the same bytes).
+fn nd_facts(frame: &[u8], ethertype: u16) -> NdFacts {
+    let Some(ip) = frame.get(ETH_HDR_LEN..ETH_HDR_LEN + 40).filter(|_| ethertype == 0x86dd) else {
+        return NdFacts::default();
+    };
+    let icmp6_type = if ip[6] == 58 { frame.get(ETH_HDR_LEN + 40).copied().unwrap_or(0) } else { 0 };
+    NdFacts { proto: ip[6], icmp6_type, hop255: ip[7] == 255 }
+}
+
 fn claimed_source(frame: &[u8]) -> Option<Option<IpAddr>> {
     let ethertype = frame.get(12..14).map_or(0, |t| u16::from_be_bytes([t[0], t[1]]));
     let v4 = |at: usize| frame.get(at..at + 4).map(|a| IpAddr::from(Ipv4Addr::new(a[0], a[1], a[2], a[3])));

@@ -122,6 +122,7 @@ impl Switch {
             snoops: self.cfg.mode == Mode::L2 && self.mdb.config().enabled,
             acl: self.acl.active() && self.kernel_ct.is_some(),
             routed: r.tunnel.as_ref().is_some_and(|t| t.evpn),
+            suppressed: self.suppresses(r),
         })
     }
 

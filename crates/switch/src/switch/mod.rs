@@ -138,11 +138,13 @@ pub struct Switch {
     acl_epoch: u64,
     /// IGMP/MLD snooping's database.
     mdb: crate::mdb::Mdb,
-    /// EVPN's IP bindings, by VLAN and address: the station ARP requests are answered with.
+    /// EVPN's IP bindings, by VLAN and address: the station ARP requests and neighbour
+    /// solicitations are answered with.
     bindings: std::collections::HashMap<(u16, std::net::IpAddr), MacAddr>,
-    /// ARP requests answered from `bindings`.
-    arp_suppressed: u64,
-    /// EVPN's local bindings, by VLAN and address, from local stations' ARP messages.
+    /// ARP requests and neighbour solicitations answered from `bindings`.
+    suppressed: [u64; 2],
+    /// EVPN's local bindings, by VLAN and address, from local stations' ARP and
+    /// neighbour-discovery messages.
     local_bound: std::collections::HashMap<(u16, std::net::IpAddr), suppress::LocalBinding>,
 }
 
@@ -285,7 +287,7 @@ impl Switch {
             acl_epoch: 0,
             mdb: crate::mdb::Mdb::new(cfg_snoop),
             bindings: std::collections::HashMap::new(),
-            arp_suppressed: 0,
+            suppressed: [0; 2],
             local_bound: std::collections::HashMap::new(),
         })
     }

@@ -1,11 +1,12 @@
-//! EVPN's IP bindings and ARP suppression (docs/architecture.md, "EVPN: many hosts, one
-//! LAN", IP bindings and ARP/ND suppression).
+//! EVPN's IP bindings and ARP/ND suppression (docs/architecture.md, "EVPN: many hosts,
+//! one LAN", IP bindings and ARP/ND suppression).
 //!
 //! Remote bindings: the IPv4 and IPv6 addresses other hosts' routes bind to their
-//! stations, by VLAN; a broadcast ARP request from a local port for one of them is
-//! answered to the asker instead of being flooded into the tunnel. Local bindings: the
-//! sender address of each ARP message a local station sends, while it is learned behind
-//! that port, for the agent to announce; bounded, and dropped when the station ages or
+//! stations, by VLAN; a broadcast ARP request or a neighbour solicitation from a local
+//! port for one of them is answered to the asker instead of being flooded into the
+//! tunnel. Local bindings: the sender address of each ARP message, neighbour
+//! solicitation or advertisement a local station sends, while it is learned behind that
+//! port, for the agent to announce; bounded, and dropped when the station ages or
 //! moves. Which frames come here is `decide`'s rule
 //! ([`Upcall::Suppress`](crate::decide::Upcall::Suppress)); a frame not answered is
 //! decided again and forwarded as before.
@@ -17,8 +18,9 @@ use sluice_wire::neigh::{self, Neigh};
 
 use super::Switch;
 use super::lossless::Hold;
-use crate::decide::{self, Key};
+use crate::decide::{self, Key, PortRules};
 use crate::ids::PortId;
+use crate::l3::Mode;
 
 /// Remote bindings a switch holds at most; further ones are refused.
 pub const MAX_BINDINGS: usize = 65_536;
@@ -56,49 +58,83 @@ impl Switch {
 
     /// ARP requests answered from the bindings, not flooded.
     pub fn arp_suppressed(&self) -> u64 {
-        self.arp_suppressed
+        self.suppressed[0]
     }
 
-    /// The addresses of local stations learned from their ARP messages, as `(vlan, ip,
-    /// mac)`, of stations still learned behind the port they were seen from; those of
-    /// stations gone or moved are forgotten now.
+    /// Neighbour solicitations answered from the bindings, not flooded.
+    pub fn nd_suppressed(&self) -> u64 {
+        self.suppressed[1]
+    }
+
+    /// The addresses of local stations learned from their ARP and neighbour-discovery
+    /// messages, as `(vlan, ip, mac)`, of stations still learned behind the port they were
+    /// seen from; those of stations gone or moved are forgotten now.
     pub fn local_bindings(&mut self) -> Vec<(u16, IpAddr, MacAddr)> {
         let fib = &self.fib;
         self.local_bound.retain(|&(vlan, _), b| fib.get(vlan, b.mac).is_some_and(|e| e.port == b.port && !e.remote));
         self.local_bound.iter().map(|(&(vlan, ip), b)| (vlan, ip, b.mac)).collect()
     }
 
-    /// Whether the key reader marks a frame of `ethertype` for [`Switch::suppress_arp`]:
-    /// ARP, on a switch with an EVPN tunnel.
-    pub(super) fn suppress_candidate(&self, ethertype: u16) -> bool {
-        ethertype == 0x0806 && self.ports.iter().flatten().any(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn))
+    /// Whether the address resolution of a port with rules `r` is the core's to read
+    /// ([`Switch::suppress`]; the key's `suppress`): a port that is no tunnel, in Layer 2
+    /// mode, on a switch with an EVPN tunnel.
+    pub(super) fn suppresses(&self, r: &PortRules) -> bool {
+        self.cfg.mode == Mode::L2
+            && r.tunnel.is_none()
+            && self.ports.iter().flatten().any(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn))
     }
 
-    /// ARP message `fid` from local port `from` (decided by `key`): learns its sender's
-    /// address, answers a broadcast request from the remote bindings, or decides it again
-    /// to be forwarded as before. Probes and announcements (sender 0.0.0.0, or asking for
-    /// its own address) are forwarded.
-    pub(super) fn suppress_arp(&mut self, from: PortId, fid: u32, key: &Key, now_ms: u64) {
+    /// Address-resolution message `fid` from local port `from` (decided by `key`): learns
+    /// its sender's address, answers a request from the remote bindings, or decides it
+    /// again to be forwarded as before. An ARP request is answered when broadcast, a
+    /// neighbour solicitation when sent to a group (its solicited-node address); probes
+    /// and announcements (an ARP sender 0.0.0.0 or asking for its own address, a
+    /// solicitation from `::` in duplicate address detection) are forwarded.
+    pub(super) fn suppress(&mut self, from: PortId, fid: u32, key: &Key, now_ms: u64) {
         let vlan = self.pool.meta(fid).vlan;
-        let broadcast = key.dst == decide::Dest::Broadcast;
+        let frame = self.pool.frame(fid);
+        let eth_src = super::mac_at(frame, 6);
         let mut answer = None;
-        match neigh::parse_neigh(self.pool.frame(fid)) {
+        match neigh::parse_neigh(frame) {
             Some(Neigh::ArpRequest { sender_mac, sender_ip, target }) => {
                 self.learn_local_binding(from, vlan, sender_mac, sender_ip.into());
-                if broadcast && !sender_ip.is_unspecified() && sender_ip != target {
-                    answer = self.bindings.get(&(vlan, target.into())).map(|&m| (sender_mac, sender_ip, target, m));
+                if key.dst == decide::Dest::Broadcast && !sender_ip.is_unspecified() && sender_ip != target {
+                    answer = self
+                        .bindings
+                        .get(&(vlan, target.into()))
+                        .map(|&m| Answer::Arp(sender_mac, sender_ip, target, m));
                 }
             }
             Some(Neigh::ArpReply { sender_mac, sender_ip }) => {
                 self.learn_local_binding(from, vlan, sender_mac, sender_ip.into());
             }
-            _ => {}
+            Some(Neigh::Solicit { src, target, lla }) => {
+                let asker = lla.unwrap_or(eth_src);
+                self.learn_local_binding(from, vlan, asker, src.into());
+                if key.dst == decide::Dest::Group && !src.is_unspecified() && src != target {
+                    answer = self.bindings.get(&(vlan, target.into())).map(|&m| Answer::Nd(asker, src, target, m));
+                }
+            }
+            Some(Neigh::Advert { target, lla }) => {
+                self.learn_local_binding(from, vlan, lla.unwrap_or(eth_src), target.into());
+            }
+            None => {}
         }
-        if let Some((sender_mac, sender_ip, target, mac)) = answer {
+        if let Some(a) = answer {
             self.slot_mut(from).expect("caller checked").counters.consumed += 1;
             self.pool.release(fid);
-            self.arp_suppressed += 1;
-            self.emit(from, vlan, |b| neigh::write_arp(b, 2, sender_mac, mac, target, sender_mac, sender_ip));
+            match a {
+                Answer::Arp(asker, asker_ip, target, mac) => {
+                    self.suppressed[0] += 1;
+                    self.emit(from, vlan, |b| neigh::write_arp(b, 2, asker, mac, target, asker, asker_ip));
+                }
+                Answer::Nd(asker, asker_ip, target, mac) => {
+                    self.suppressed[1] += 1;
+                    let m =
+                        neigh::NdFields { advert: true, solicited: true, src: target, dst: asker_ip, target, lla: mac };
+                    self.emit(from, vlan, |b| neigh::write_nd(b, asker, mac, &m));
+                }
+            }
             return;
         }
         let k = Key { suppress: false, ..*key };
@@ -128,4 +164,11 @@ impl Switch {
         }
         self.local_bound.insert((vlan, ip), b);
     }
+}
+
+/// The switch's answer to a request, from a binding: to the asker's MAC and address, for
+/// the target address, with the bound MAC.
+enum Answer {
+    Arp(MacAddr, std::net::Ipv4Addr, std::net::Ipv4Addr, MacAddr),
+    Nd(MacAddr, std::net::Ipv6Addr, std::net::Ipv6Addr, MacAddr),
 }
