@@ -413,6 +413,10 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
     }
     carry_out(ctx, &mut c, acts).await;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // Routes held stale age only once the speaker has told its table in this session (the
+    // watch's first answer, or a comparison with its table): a speaker too busy to answer
+    // does not make the switch forget what it had.
+    let mut synced = false;
     loop {
         tokio::select! {
             m = stream.message() => {
@@ -420,6 +424,10 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 let Some(ev) = m else { return Err("the speaker ended its event stream".into()) };
                 let mut acts = Vec::new();
                 if let Some(t) = ev.table {
+                    if !synced {
+                        synced = true;
+                        ctx.table.restamp_stale(now_ms(ctx));
+                    }
                     let mut heard = Vec::new();
                     for p in &t.paths {
                         match paths::decode(p, ctx.origin.next_hop) {
@@ -468,7 +476,9 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                     return Ok(());
                 }
                 let mut acts = Vec::new();
-                ctx.table.expire_stale(now_ms(ctx), &mut acts);
+                if synced {
+                    ctx.table.expire_stale(now_ms(ctx), &mut acts);
+                }
                 ctx.table.expire_duplicates(now_ms(ctx), &mut acts);
                 carry_out(ctx, &mut c, acts).await;
                 log_bounds(ctx);
@@ -488,6 +498,10 @@ async fn session_inner(ctx: &mut Ctx) -> std::result::Result<(), String> {
                 if ctx.started.elapsed() >= ctx.next_reconcile {
                     reconcile(ctx, &mut c).await?;
                     ctx.next_reconcile = ctx.started.elapsed() + RECONCILE;
+                    if !synced {
+                        synced = true;
+                        ctx.table.restamp_stale(now_ms(ctx));
+                    }
                 }
                 let peers = c.list_peers().await.map_err(|e| e.to_string())?;
                 publish(ctx, &peers);

@@ -185,7 +185,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 16384); /* set at load: twice the switch's MAC table size, at least this */
 	__type(key, struct sluice_remote_key);
 	__type(value, struct sluice_remote);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

@@ -134,6 +134,15 @@ pub struct Sizes {
     pub verdicts: u32,
 }
 
+/// The size of the remote table (`sluice_remotes`: where each station behind a tunnel
+/// is, by device, VNI and MAC): twice the station table's, and at least 16,384. It is an
+/// LRU map, so that a table full of heard stations takes a new one; sized so, the
+/// stations the core installs — at most the station table's size — never make it evict
+/// one (the kernel's LRU may take one a little before it is full).
+pub fn remotes_size(sizes: Sizes) -> u32 {
+    sizes.stations.max(1).saturating_mul(2).max(16_384)
+}
+
 /// How many upcalls each input may make: a token bucket per input slot, in the kernel.
 /// A frame that would go up from an input whose bucket is empty is dropped and counted
 /// `upcall_limit` at that input.
@@ -373,6 +382,7 @@ impl Executor {
             .set_max_entries("sluice_owners", stations)
             .set_max_entries("sluice_neigh", stations)
             .set_max_entries("sluice_verdicts", sizes.verdicts.max(1))
+            .set_max_entries("sluice_remotes", remotes_size(sizes))
             .load(object)
             .map_err(|e| Error::Load(format!("{e:#}")))?;
         for name in [PROGRAM, EGRESS, CT_LOOKUP, CT_COMMIT] {

@@ -114,7 +114,7 @@ pub fn pins_compatible(dir: &Path, sizes: exec::Sizes) -> Option<bool> {
         ("sluice_owners", size_of::<abi::IpKey>(), 4, stations),
         ("sluice_neigh", size_of::<abi::NeighKey>(), size_of::<abi::NeighVal>(), stations),
         ("sluice_tunnels", 4, size_of::<abi::Tunnel>(), None),
-        ("sluice_remotes", size_of::<abi::RemoteKey>(), size_of::<abi::Remote>(), None),
+        ("sluice_remotes", size_of::<abi::RemoteKey>(), size_of::<abi::Remote>(), Some(exec::remotes_size(sizes))),
         ("sluice_endpoints", size_of::<abi::EndpointKey>(), 4, None),
         ("sluice_flood_eps", size_of::<abi::FloodKey>(), size_of::<abi::FloodEps>(), None),
     ];

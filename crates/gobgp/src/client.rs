@@ -15,6 +15,10 @@ use crate::api::*;
 /// How long one call may take before it fails (a speaker that stopped answering).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The largest message taken from the speaker: a table of some hundreds of thousands of
+/// routes (the switch's memory is the bound).
+pub const MAX_MESSAGE: usize = 128 << 20;
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -62,7 +66,10 @@ impl Client {
             }))
             .await
             .map_err(|source| Error::Connect { path: path.to_path_buf(), source })?;
-        Ok(Client { inner: tonic::client::Grpc::new(channel) })
+        // The watch's first answer is the speaker's whole table in one message: 100,000
+        // routes make tens of MB, past gRPC's usual 4 MB bound.
+        let inner = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        Ok(Client { inner })
     }
 
     async fn unary<Q, A>(&mut self, call: &'static str, at: PathAndQuery, q: Q) -> Result<A, Error>

@@ -398,6 +398,15 @@ impl Table {
         }
     }
 
+    /// Starts every stale route's [`STALE_MS`] again at `now_ms`: the speaker has begun to
+    /// tell its table after a reconnection, and what it was too busy to tell before is
+    /// not gone for that.
+    pub fn restamp_stale(&mut self, now_ms: u64) {
+        for t in self.stale.values_mut() {
+            *t = now_ms;
+        }
+    }
+
     /// Withdraws the stale routes held longer than [`STALE_MS`] at `now_ms`.
     pub fn expire_stale(&mut self, now_ms: u64, out: &mut Vec<Action>) {
         let old: Vec<Stale> =
@@ -967,9 +976,12 @@ mod tests {
         // The flood route never came back: withdrawn when stale.
         let a = run(&mut t, |t, o| t.expire_stale(1000 + STALE_MS, o));
         assert_eq!(a, [Action::Flood { vni: 5000, endpoints: vec![] }]);
-        // A speaker reconnected: everything held; what is not heard again goes.
+        // A speaker reconnected: everything held; what is not heard again goes, counted from
+        // when the speaker began to tell its table (it was too busy until 9000).
         t.hold_all(5000);
-        let a = run(&mut t, |t, o| t.expire_stale(5000 + STALE_MS, o));
+        t.restamp_stale(9000);
+        assert!(run(&mut t, |t, o| t.expire_stale(5000 + STALE_MS, o)).is_empty());
+        let a = run(&mut t, |t, o| t.expire_stale(9000 + STALE_MS, o));
         assert_eq!(a, [Action::Uninstall { vni: 5000, mac: M }]);
         assert_eq!((t.installed(), t.stale()), (0, 0));
     }

@@ -88,9 +88,14 @@ fn a_local_stations_arp_messages_bind_its_address_while_it_stays_behind_its_port
         send(&mut sw, a.0, &a.1, &request(1, Ipv4Addr::new(10, 0, 0, i), me), 2);
     }
     assert_eq!(sw.local_bindings().len(), 4);
-    // It moves to another port: its bindings go with its old place.
+    // It moves to another port: its bindings go with its old place, and it binds anew
+    // there.
     send(&mut sw, b.0, &b.1, &eth(BCAST, mac(1), 0x88b5, 50), 3);
     assert!(sw.local_bindings().is_empty());
+    for i in 30..40 {
+        send(&mut sw, b.0, &b.1, &request(1, Ipv4Addr::new(10, 0, 0, i), me), 4);
+    }
+    assert_eq!(sw.local_bindings().len(), 4);
     assert_conserved(&sw);
 }
 

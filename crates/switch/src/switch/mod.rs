@@ -143,9 +143,15 @@ pub struct Switch {
     bindings: std::collections::HashMap<(u16, std::net::IpAddr), MacAddr>,
     /// ARP requests and neighbour solicitations answered from `bindings`.
     suppressed: [u64; 2],
+    /// A port is an EVPN tunnel (`note_evpn`): the other ports' address resolution is the
+    /// core's to read.
+    evpn: bool,
     /// EVPN's local bindings, by VLAN and address, from local stations' ARP and
     /// neighbour-discovery messages.
     local_bound: std::collections::HashMap<(u16, std::net::IpAddr), suppress::LocalBinding>,
+    /// How many of `local_bound` each station has (at most
+    /// [`suppress::MAX_LOCAL_IPS_PER_STATION`]).
+    local_per_station: std::collections::HashMap<MacAddr, u8>,
 }
 
 impl fmt::Debug for Switch {
@@ -288,7 +294,9 @@ impl Switch {
             mdb: crate::mdb::Mdb::new(cfg_snoop),
             bindings: std::collections::HashMap::new(),
             suppressed: [0; 2],
+            evpn: false,
             local_bound: std::collections::HashMap::new(),
+            local_per_station: std::collections::HashMap::new(),
         })
     }
 

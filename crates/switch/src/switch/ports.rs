@@ -195,6 +195,7 @@ impl Switch {
             rate_out,
             shaped_until_ms: None,
         }));
+        self.note_evpn();
         Ok(id)
     }
 
@@ -229,6 +230,7 @@ impl Switch {
     pub fn remove_port(&mut self, name: &str) -> Result<(PortId, Box<dyn Port>), SwitchError> {
         let id = self.port_id(name).ok_or_else(|| SwitchError::NoSuchPort(name.to_string()))?;
         let mut slot = self.ports[id as usize].take().expect("port_id returned a live port");
+        self.note_evpn();
         self.mdb.remove_port(id);
         if self.mdb.take_wrapped() {
             self.generation += 1;

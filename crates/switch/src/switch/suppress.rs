@@ -70,8 +70,14 @@ impl Switch {
     /// messages, as `(vlan, ip, mac)`, of stations still learned behind the port they were
     /// seen from; those of stations gone or moved are forgotten now.
     pub fn local_bindings(&mut self) -> Vec<(u16, IpAddr, MacAddr)> {
-        let fib = &self.fib;
-        self.local_bound.retain(|&(vlan, _), b| fib.get(vlan, b.mac).is_some_and(|e| e.port == b.port && !e.remote));
+        let (fib, per_station) = (&self.fib, &mut self.local_per_station);
+        self.local_bound.retain(|&(vlan, _), b| {
+            let kept = fib.get(vlan, b.mac).is_some_and(|e| e.port == b.port && !e.remote);
+            if !kept {
+                forget_one(per_station, b.mac);
+            }
+            kept
+        });
         self.local_bound.iter().map(|(&(vlan, ip), b)| (vlan, ip, b.mac)).collect()
     }
 
@@ -79,9 +85,13 @@ impl Switch {
     /// ([`Switch::suppress`]; the key's `suppress`): a port that is no tunnel, in Layer 2
     /// mode, on a switch with an EVPN tunnel.
     pub(super) fn suppresses(&self, r: &PortRules) -> bool {
-        self.cfg.mode == Mode::L2
-            && r.tunnel.is_none()
-            && self.ports.iter().flatten().any(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn))
+        self.cfg.mode == Mode::L2 && r.tunnel.is_none() && self.evpn
+    }
+
+    /// Notes whether any port is an EVPN tunnel, after a port comes or goes (a port's
+    /// tunnel rules are its own from when it is added).
+    pub(super) fn note_evpn(&mut self) {
+        self.evpn = self.ports.iter().flatten().any(|s| s.rules.tunnel.as_ref().is_some_and(|t| t.evpn));
     }
 
     /// Address-resolution message `fid` from local port `from` (decided by `key`): learns
@@ -158,11 +168,24 @@ impl Switch {
         if self.local_bound.get(&(vlan, ip)) == Some(&b) {
             return;
         }
-        let held = self.local_bound.values().filter(|x| x.mac == mac).count();
-        if self.local_bound.len() >= MAX_LOCAL_BINDINGS || held >= MAX_LOCAL_IPS_PER_STATION {
+        let held = self.local_per_station.get(&mac).copied().unwrap_or(0);
+        if self.local_bound.len() >= MAX_LOCAL_BINDINGS || usize::from(held) >= MAX_LOCAL_IPS_PER_STATION {
             return;
         }
-        self.local_bound.insert((vlan, ip), b);
+        *self.local_per_station.entry(mac).or_insert(0) += 1;
+        if let Some(old) = self.local_bound.insert((vlan, ip), b) {
+            forget_one(&mut self.local_per_station, old.mac);
+        }
+    }
+}
+
+/// One local binding of station `mac` fewer.
+fn forget_one(per_station: &mut std::collections::HashMap<MacAddr, u8>, mac: MacAddr) {
+    if let Some(n) = per_station.get_mut(&mac) {
+        *n -= 1;
+        if *n == 0 {
+            per_station.remove(&mac);
+        }
     }
 }
 
