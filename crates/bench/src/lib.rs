@@ -7,7 +7,7 @@
 //!
 //! - [`profile`]: uperf's profile.xml, parsed into a [`profile::Profile`].
 //! - [`result`]: what a run measured, and the figures derived from it.
-//! - [`cpu`]: CPU accounting from /proc.
+//! - [`cpu`]: CPU accounting from /proc; [`copy`]: the machine's copy bandwidth.
 //! - [`report`]: tables, JSON and CSV.
 //! - [`script`]: what each data connection does, and the rules for exact counts.
 //! - [`control`], [`client`], [`server`]: the engine; `sys`: the socket calls it makes
@@ -18,6 +18,7 @@ pub mod buf;
 pub mod builtin;
 pub mod client;
 pub mod control;
+pub mod copy;
 pub mod cpu;
 pub mod pa;
 pub mod profile;

@@ -71,6 +71,9 @@ pub struct HostInfo {
     /// Open vSwitch's version, when the study has the ovs path and OVS is installed.
     #[serde(default)]
     pub ovs: String,
+    /// One core's copy rate before the run (stream results are read as a share of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<sluice_bench::copy::CopyRate>,
     /// The study's other builds of sluice, a line each (`builds`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub builds: Vec<String>,

@@ -81,6 +81,15 @@ pub fn table_markdown(t: &Table) -> String {
             t.rate_label(),
             vals.iter().map(|v| v.as_ref().map_or_else(dash, |v| stat_cell(&v.rate, &v.runs))).collect(),
         );
+        if let Some(c) = t.copy_mb_s.filter(|c| t.per_mb && *c > 0.0) {
+            row(
+                &mut md,
+                "of one core's copy rate (memory)",
+                vals.iter()
+                    .map(|v| v.as_ref().map_or_else(dash, |v| format!("{:.0}%", 100.0 * v.rate.median / c)))
+                    .collect(),
+            );
+        }
         if t.latency {
             row(
                 &mut md,
@@ -185,6 +194,14 @@ pub fn markdown(
             h.sluice,
             h.load_before * 100.0
         );
+        if let Some(c) = h.copy {
+            let _ = writeln!(
+                md,
+                "  - One core copies {:.1} GB/s within its cache and {:.1} GB/s from memory to memory (`memcpy`; the limit of a byte stream between two processes is one copy per byte).",
+                c.cached_mb_s / 1000.0,
+                c.memory_mb_s / 1000.0
+            );
+        }
         if !h.ovs.is_empty() {
             let _ = writeln!(md, "  - {}", h.ovs);
         }
@@ -384,6 +401,27 @@ pub fn write_all(dir: &Path, sf: &StudyFile, cells: &[CellRecord]) -> Result<std
 mod tests {
     use super::*;
     use crate::spec::Family;
+
+    #[test]
+    fn a_stream_is_read_as_a_share_of_one_cores_copy_rate() {
+        let mut sf = study_file(false);
+        sf.runs[0].host.copy = Some(sluice_bench::copy::CopyRate { cached_mb_s: 40_000.0, memory_mb_s: 10_000.0 });
+        let mut cells = Vec::new();
+        for rep in 1..=3 {
+            for (p, mb) in [("sluice-l2", 2000.0), ("linux-bridge", 1000.0)] {
+                // (A stream: one transaction of many bytes.)
+                let mut c = cell(p, Condition::Quiet, rep, 0.1, 0.0, Some(0.01));
+                c.result.client.bytes_sent = (mb * 1e6 * 10.0) as u64;
+                c.result.client.bytes_received = 0;
+                cells.push(c);
+            }
+        }
+        let t = &crate::table::tables(&sf, &cells)[0];
+        assert!(t.per_mb);
+        let md = table_markdown(t);
+        assert!(md.contains("| of one core's copy rate (memory) | 20% |"), "{md}");
+        assert!(md.contains("| of one core's copy rate (memory) | 10% |"), "{md}");
+    }
 
     #[test]
     fn percent_differences() {

@@ -120,6 +120,7 @@ pub fn host_info(paths: &[String]) -> HostInfo {
         sluice: env!("CARGO_PKG_VERSION").into(),
         load_before: sluice_bench::cpu::host_load(Duration::from_secs(1)).unwrap_or(0.0),
         ovs: if paths.iter().any(|p| p == "ovs") { ovs_version() } else { String::new() },
+        copy: Some(sluice_bench::copy::measure()),
         builds: Vec::new(),
     }
 }

@@ -217,6 +217,9 @@ pub struct Table {
     pub latency: bool,
     /// Per path and condition, per connection count.
     pub rows: Vec<Row>,
+    /// One core's copy rate from memory, MB/s, as the first run measured it (a stream's
+    /// rate is shown as a share of it).
+    pub copy_mb_s: Option<f64>,
 }
 
 impl Table {
@@ -343,6 +346,7 @@ pub fn tables(sf: &StudyFile, cells: &[CellRecord]) -> Vec<Table> {
                     conditions,
                     latency,
                     rows,
+                    copy_mb_s: sf.runs.first().and_then(|r| r.host.copy).map(|c| c.memory_mb_s),
                 });
             }
         }
