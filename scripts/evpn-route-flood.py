@@ -24,6 +24,7 @@ The lab is taken down at the end, whatever happens (unless KEEP_LAB=1, to look i
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,10 +39,12 @@ ap.add_argument("--gobgpd", help="the gobgpd binary h1 runs (default: the first 
 a = ap.parse_args()
 S, N, LAB = a.sluice, a.routes, a.name
 env = dict(os.environ)
+# (A directory of our own for the speaker's name on PATH, and the batch file; both go at
+# the end.)
+scratch = tempfile.mkdtemp(prefix="sluice-erf-")
 if a.gobgpd:
-    d = tempfile.mkdtemp(prefix="sluice-erf-")
-    os.symlink(os.path.abspath(a.gobgpd), os.path.join(d, "gobgpd"))
-    env["PATH"] = d + ":" + env.get("PATH", "")
+    os.symlink(os.path.abspath(a.gobgpd), os.path.join(scratch, "gobgpd"))
+    env["PATH"] = scratch + ":" + env.get("PATH", "")
 
 
 def run(*args, check=True, timeout=300):
@@ -89,15 +92,14 @@ try:
     gobgpd = [ev["speaker"]["pid"]]
     summary = json.loads(run(S, "switch", "list", "--json"))
     daemon = [next(s["switch"]["pid"] for s in summary if s["switch"]["name"] == f"{LAB}h1")]
-    batch = tempfile.NamedTemporaryFile("w", prefix="sluice-erf-", suffix=".batch", delete=False)
-    for i in range(N):
-        b = i.to_bytes(4, "big")
-        batch.write("fdb add 02:66:%02x:%02x:%02x:%02x dev p1 master dynamic\n" % tuple(b))
-    batch.close()
+    batch = os.path.join(scratch, "fdb.batch")
+    with open(batch, "w") as f:
+        for i in range(N):
+            b = i.to_bytes(4, "big")
+            f.write("fdb add 02:66:%02x:%02x:%02x:%02x dev p1 master dynamic\n" % tuple(b))
     print(f"adding {N:,} stations to h2's bridge ...", file=sys.stderr)
     start = time.monotonic()
-    run("ip", "netns", "exec", f"sluice-{LAB}-h2", "bridge", "-batch", batch.name)
-    os.unlink(batch.name)
+    run("ip", "netns", "exec", f"sluice-{LAB}-h2", "bridge", "-batch", batch)
     added = time.monotonic() - start
     rows, lost = [], 0
     while True:
@@ -137,3 +139,4 @@ try:
 finally:
     if os.environ.get("KEEP_LAB") != "1":
         subprocess.run([S, "lab", "down", "--name", LAB], capture_output=True, env=env, timeout=300)
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -680,7 +680,8 @@ async fn carry_out(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, acts: Vec<Action
     }
     let endpoints: Option<Vec<IpAddr>> =
         ctx.table.take_endpoints_changed().then(|| ctx.table.endpoints().into_iter().collect());
-    // The addresses installed stations' routes bind, for ARP and ND suppression: what changed.
+    // The addresses installed stations' routes bind, for ARP and ND suppression: what
+    // changed.
     let (mut unbind, mut bind) = (Vec::new(), Vec::new());
     if ctx.table.has_ip_routes() || !ctx.bound.is_empty() {
         let now: std::collections::HashSet<_> = ctx.table.bindings().collect();
@@ -738,9 +739,9 @@ async fn announce(ctx: &mut Ctx, c: &mut sluice_gobgp::Client, vni: u32, mac: Ma
     }
 }
 
-/// Announces the addresses local stations' ARP and neighbour-discovery messages bound to them (a MAC+IP route
-/// each, with the station's number, while the station is announced) and withdraws those
-/// gone or renumbered.
+/// Announces the addresses local stations' ARP and neighbour-discovery messages bound to
+/// them (a MAC+IP route each, with the station's number, while the station is announced)
+/// and withdraws those gone or renumbered.
 async fn announce_bindings(ctx: &mut Ctx, c: &mut sluice_gobgp::Client) -> std::result::Result<(), String> {
     let port = ctx.port;
     let here = ctx.jobs.run(move |dp| dp.evpn_local_bindings(port)).map_err(|e| e.to_string())?;
