@@ -124,7 +124,8 @@ try:
         print(f"- h1's agent had received all {N:,} routes after **{rows[-1][0]:.0f} s** (polled every 5 s).")
     else:
         print(f"- After {rows[-1][0]:.0f} s (the limit) h1's agent had received **{rows[-1][1]:,}** of {N:,}.")
-    print(f"- h1 installed {c.get('installed', 0):,} (its bound), kept {c.get('waiting', 0):,} waiting, "
+    bound = " (its bound)" if c.get("waiting", 0) else ""
+    print(f"- h1 installed {c.get('installed', 0):,}{bound}, kept {c.get('waiting', 0):,} waiting, "
           f"counted {c.get('over_limit', 0):,} over the limit.")
     print(f"- h1g1 → h2g1 pings lost while the routes arrived: {lost} of {len(rows)}.")
     for name, ps in [("h1's gobgpd", gobgpd), ("h1's switch daemon", daemon)]:
