@@ -32,6 +32,19 @@ fn evpn_tunnel(sw: &mut Switch) -> (u32, MemHandle) {
     (sw.add_port(cfg, Box::new(p)).unwrap(), h)
 }
 
+/// A port of a test switch: its id and the handle of its in-memory end.
+type Port = (u32, MemHandle);
+
+/// A switch with an EVPN tunnel ([`evpn_tunnel`]) and two local ports, `a` and `b`, in
+/// its VLAN.
+fn evpn_switch() -> (Switch, Port, Port, Port) {
+    let mut sw = Switch::new(cfg()).unwrap();
+    let t = evpn_tunnel(&mut sw);
+    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
+    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    (sw, t, a, b)
+}
+
 fn request(from: u8, sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
     let mut b = vec![0u8; 64];
     let n = neigh::write_arp(&mut b, 1, MacAddr::BROADCAST, MacAddr(mac(from)), sender, MacAddr::default(), target)
@@ -42,10 +55,7 @@ fn request(from: u8, sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
 
 #[test]
 fn a_request_for_a_bound_address_is_answered_here_and_goes_nowhere_else() {
-    let mut sw = Switch::new(cfg()).unwrap();
-    let t = evpn_tunnel(&mut sw);
-    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
-    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    let (mut sw, t, a, b) = evpn_switch();
     let (me, bound, unknown) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 50), Ipv4Addr::new(10, 0, 0, 51));
     let far = MacAddr(mac(50));
     assert!(sw.evpn_bind(t.0, 5000, bound.into(), far));
@@ -75,10 +85,7 @@ fn a_request_for_a_bound_address_is_answered_here_and_goes_nowhere_else() {
 
 #[test]
 fn a_local_stations_arp_messages_bind_its_address_while_it_stays_behind_its_port() {
-    let mut sw = Switch::new(cfg()).unwrap();
-    let _t = evpn_tunnel(&mut sw);
-    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
-    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    let (mut sw, _t, a, b) = evpn_switch();
     let me = Ipv4Addr::new(10, 0, 0, 1);
     send(&mut sw, a.0, &a.1, &request(1, me, Ipv4Addr::new(10, 0, 0, 2)), 0);
     assert_eq!(sw.local_bindings(), [(1, IpAddr::V4(me), MacAddr(mac(1)))]);
@@ -112,10 +119,7 @@ fn solicit(from: u8, src: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
 
 #[test]
 fn a_solicitation_for_a_bound_address_is_answered_here_and_goes_nowhere_else() {
-    let mut sw = Switch::new(cfg()).unwrap();
-    let t = evpn_tunnel(&mut sw);
-    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
-    let b = add(&mut sw, "b", access(1), None, OFFLOAD);
+    let (mut sw, t, a, b) = evpn_switch();
     let me: Ipv6Addr = "fd00::1".parse().unwrap();
     let (bound, unknown): (Ipv6Addr, Ipv6Addr) = ("fd00::50".parse().unwrap(), "fd00::51".parse().unwrap());
     let far = MacAddr(mac(50));
@@ -148,9 +152,7 @@ fn a_solicitation_for_a_bound_address_is_answered_here_and_goes_nowhere_else() {
 
 #[test]
 fn a_local_stations_advertisement_binds_its_address() {
-    let mut sw = Switch::new(cfg()).unwrap();
-    let _t = evpn_tunnel(&mut sw);
-    let a = add(&mut sw, "a", access(1), None, OFFLOAD);
+    let (mut sw, _t, a, _b) = evpn_switch();
     let me: Ipv6Addr = "fd00::1".parse().unwrap();
     let m = neigh::NdFields {
         advert: true,
