@@ -661,10 +661,17 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     assert_eq!(sums.trim(), "1", "the 100 MB file arrived intact");
     let _ = std::fs::remove_file(&got);
 
-    let o = run(&["timeout", "120", "ab", "-n", "2000", "-c", "50", &url("small")]).output().unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "ab: {text}{}", String::from_utf8_lossy(&o.stderr));
-    assert!(text.contains("Complete requests:      2000") && text.contains("Failed requests:        0"), "{text}");
+    // ab opens a connection per request: under the automatic rule most stay on TCP, the
+    // first and the probes move (a mix on one epoll set, each socket where its first
+    // `connect` put it); with the rule off, all 2,000 move.
+    for opts in [&[][..], &["--short", "0"][..]] {
+        let o = launched_with(&p, opts, &["timeout", "120", "ab", "-n", "2000", "-c", "50", &url("small")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "ab {opts:?}: {text}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(text.contains("Complete requests:      2000") && text.contains("Failed requests:        0"), "{text}");
+    }
 
     let paths: Vec<String> = (0..sizes.len()).flat_map(|_| (0..sizes.len()).map(|i| format!("/p{i}"))).collect();
     let mut args = vec!["pipeline", "127.0.0.1", &port];
@@ -682,7 +689,9 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
 
     let st = p.stats();
     let moved = st["smc_client"].as_u64().unwrap();
-    assert!(moved >= 2002, "curl's, ab's and the pipelined client's connections: {st}");
+    let short = st["fallback_client"]["short"].as_u64().unwrap();
+    assert!(moved >= 2002 && short > 0, "curl's, ab's and the pipelined client's connections: {st}");
+    assert_eq!(moved + short, st["connections_client"].as_u64().unwrap(), "{st}");
     assert_eq!(st["smc_server"].as_u64(), Some(moved), "the workers took every connection: {st}");
     assert_eq!(st["handshake_errors"], 0, "{st}");
 }
@@ -864,7 +873,23 @@ fn a_reply_written_just_before_close_is_read_whole() {
     assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port}"))));
     let to = format!("127.0.0.1:{port}");
     let o = std::process::Command::new(BIN)
-        .args(["smc", "run", "--", BIN, "bench", "run", "--to", &to, "-m", "crr-64x8k", "--conns", "50"])
+        // (Every connection on shared memory: the automatic rule would keep most on TCP.)
+        .args([
+            "smc",
+            "run",
+            "--short",
+            "0",
+            "--",
+            BIN,
+            "bench",
+            "run",
+            "--to",
+            &to,
+            "-m",
+            "crr-64x8k",
+            "--conns",
+            "50",
+        ])
         .args(["--duration", "4", "--json"])
         .env("SLUICE_RUN_DIR", &p.dir)
         .output()
@@ -917,4 +942,64 @@ fn zero_copy_sends_stay_on_tcp_when_asked_first_and_complete_as_copies_when_move
     assert_eq!(w[3], "[1]", "as copied (SO_EE_CODE_ZEROCOPY_COPIED): {zc}");
     let st = p.stats();
     assert_eq!(st["smc_client"], 1, "{st}");
+}
+
+/// Which connections move. A program whose connections to one server turn out short (a
+/// 1,000-byte reply, then the end) keeps its next ones there on TCP (`short`), but for a
+/// probe now and then; one whose connections each move a MiB keeps them all on shared
+/// memory; `--short 0` turns the rule off. The operator's rules (`--tcp`: a port, a
+/// program; on the server's side, its listener) keep on TCP what they name (`rule`).
+/// Every byte arrives, whichever way.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn short_connections_stay_on_tcp_long_ones_move_and_rules_keep_what_they_name() {
+    // Twelve connections in turn from one client process, each the server's `bytes`:
+    // the statistics after them.
+    let twelve = |tag: &str, n: u16, server_opts: &[&str], client_opts: &[&str], bytes: usize| {
+        let p = Peers::new(tag);
+        let port = port(n);
+        let modes = vec![format!("source:{bytes}"); 12].join(",");
+        let (s, mut out) = p.serve_cmd(launched_with(&p, server_opts, &["python3", PEER, "serve-seq", &port, &modes]));
+        let s = Killed(s);
+        let got = p.run_cmd(launched_with(
+            &p,
+            client_opts,
+            &["python3", PEER, "connect-seq", "127.0.0.1", &port, "12", "sink"],
+        ));
+        let mut sent = String::new();
+        for _ in 0..12 {
+            std::io::BufRead::read_line(&mut out, &mut sent).unwrap();
+        }
+        drop(s);
+        assert_eq!(got.trim(), sent.trim(), "every connection's bytes arrive ({tag})");
+        assert_eq!(got.lines().count(), 12);
+        let st = p.stats();
+        assert_eq!(st["connections_client"], 12, "{st}");
+        st
+    };
+    let short = |st: &serde_json::Value| st["fallback_client"]["short"].as_u64().unwrap();
+    let rule = |st: &serde_json::Value| st["fallback_client"]["rule"].as_u64().unwrap();
+
+    // Two short ones teach it; then four stay on TCP, a probe moves, four more stay and
+    // the twelfth probes (the gaps then double, up to 64).
+    let st = twelve("auto-short", 30, &[], &[], 1000);
+    assert_eq!((st["smc_client"].as_u64().unwrap(), short(&st)), (4, 8), "{st}");
+    assert_eq!(st["fallback_server"]["no_proposal"], 8, "{st}");
+    // Long ones all move.
+    let st = twelve("auto-long", 31, &[], &[], 1 << 20);
+    assert_eq!((st["smc_client"].as_u64().unwrap(), short(&st)), (12, 0), "{st}");
+    // The rule off: short ones move too.
+    let st = twelve("auto-off", 32, &[], &["--short", "0"], 1000);
+    assert_eq!((st["smc_client"].as_u64().unwrap(), short(&st)), (12, 0), "{st}");
+    // A rule on the client: its destination's port; its program.
+    let port_rule = port(33);
+    let st = twelve("rule-port", 33, &[], &["--tcp", &port_rule], 1 << 20);
+    assert_eq!((st["smc_client"].as_u64().unwrap(), rule(&st)), (0, 12), "{st}");
+    let st = twelve("rule-prog", 34, &[], &["--tcp", "prog:python3"], 1 << 20);
+    assert_eq!((st["smc_client"].as_u64().unwrap(), rule(&st)), (0, 12), "{st}");
+    // A rule on the server: its listener is not registered; clients meet no sluice
+    // listener there.
+    let st = twelve("rule-listener", 35, &["--tcp", "127.0.0.0/8"], &[], 1 << 20);
+    assert_eq!(st["smc_client"], 0, "{st}");
+    assert_eq!(st["fallback_client"]["no_listener"], 12, "{st}");
 }

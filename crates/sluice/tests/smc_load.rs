@@ -37,7 +37,8 @@ both_datapaths! {
         );
         assert!(wait_for(10, || ns_sh(&lab.ns(2), "ss -ltn | grep -q :20000").status.success()), "bench serve");
         let o = std::process::Command::new("ip")
-            .args(["netns", "exec", &lab.ns(1), BIN, "smc", "run", "--", BIN, "bench", "run"])
+            // (Every connection on shared memory: the automatic rule would keep most on TCP.)
+            .args(["netns", "exec", &lab.ns(1), BIN, "smc", "run", "--short", "0", "--", BIN, "bench", "run"])
             .args(["--to", &lab.ip4(2), "-m", "crr-64x8k", "--conns", "10,50", "--duration", "3", "--json"])
             .env("SLUICE_RUN_DIR", &p.dir)
             .output()

@@ -25,6 +25,9 @@
   smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit
   smc_peer.py many ADDR PORT N           open N connections at once, each sends its index
                                          and reads it back; prints "ok N"
+  smc_peer.py connect-seq ADDR PORT N MODE
+                                         connect N times in turn, one process, each
+                                         connection running MODE: print each result
 
 MODE:
   sink             read to EOF, print "<bytes> <sha256>"
@@ -698,6 +701,12 @@ def main():
                         del conns[fd]
                         done += 1
         print(f"echoed {done}", flush=True)
+    elif cmd == "connect-seq":
+        addr, port, n, mode = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        for _ in range(n):
+            c = socket.create_connection((addr, port))
+            run_mode(c, mode)
+            c.close()
     elif cmd == "many":
         addr, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
         socks = [socket.create_connection((addr, port)) for _ in range(n)]

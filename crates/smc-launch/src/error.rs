@@ -35,6 +35,9 @@ pub enum Error {
         /// Why.
         cause: io::Error,
     },
+    /// A rule or a threshold of the launcher's file or command line is wrong.
+    #[error("{0}")]
+    Config(String),
     /// Anything else, said in a sentence.
     #[error(transparent)]
     Failed(#[from] Failure),

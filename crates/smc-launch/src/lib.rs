@@ -6,6 +6,7 @@
 //! `LD_PRELOAD` and its settings in `SLUICE_SMC` — when the user may use the fast path
 //! ([`layout`]); otherwise it says so once and runs the program on plain TCP.
 
+pub mod choice;
 mod elf;
 pub mod error;
 mod layout;
@@ -49,9 +50,15 @@ pub enum SmcCmd {
     /// two ends of the connection before any memory is shared (docs/smc.md, "Who may use
     /// it").
     ///
+    /// A connection that would not gain stays on TCP: by the operator's rules (--tcp, and
+    /// /etc/sluice/smc.toml: `tcp = ["5432", "prog:curl"]`, `short = "64k"`), and by an
+    /// automatic rule that keeps a destination's connections on TCP once they have proved
+    /// too short to repay the handshake (--short). `sluice smc stats` counts both.
+    ///
     ///   sluice smc run -- iperf3 -s
     ///   sluice smc run -r 128k -t 128k -- iperf3 -c 10.77.0.2
     ///   sluice smc run --max-buffer 1m -- redis-server
+    ///   sluice smc run --tcp 5432 --tcp prog:curl -- ./start-services.sh
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Host-wide counters of the fast path, like `smcd stats`: connections, how many moved
@@ -119,6 +126,22 @@ pub struct RunArgs {
     /// 0 never looks.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub spin: u32,
+    /// Connections that stay on TCP (repeatable): a port (5432), a port range
+    /// (8000-8099), an address or network (10.1.0.0/16, fd00::/8), one with a port
+    /// (10.1.0.0/16:443, [fd00::1]:443), or a program (prog:psql, by its executable's
+    /// name: all its connections). A client's destination or a listener's own address is
+    /// matched; added to the rules of the host's file.
+    #[arg(long = "tcp", value_name = "RULE", value_parser = choice::parse_rule)]
+    pub tcp: Vec<String>,
+    /// The automatic rule: after two connections of the program to one destination each
+    /// moved less than SIZE (both ways) in fewer than 16 transfers, its next connections
+    /// there stay on TCP (too short to repay the handshake), but for a probe now and then;
+    /// 0 turns it off [default: the host's file, else 64k].
+    #[arg(long, value_name = "SIZE", value_parser = choice::parse_short)]
+    pub short: Option<u64>,
+    /// The file of rules to read [default: /etc/sluice/smc.toml, when it exists].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     pub cmd: Vec<String>,
@@ -256,6 +279,7 @@ pub fn sluice_in(netns: &str, cpu: Option<u8>, under_launcher: bool) -> Result<s
 
 fn run(a: RunArgs) -> Result<()> {
     let program = &a.cmd[0];
+    let choice = choice::gather(a.config.as_deref(), &a.tcp, a.short).map_err(Error::Config)?;
     let lib = match layout::verdict(program)? {
         layout::Verdict::Load(lib) => lib,
         layout::Verdict::Plain(why) => {
@@ -274,6 +298,8 @@ fn run(a: RunArgs) -> Result<()> {
     };
     let mut settings =
         format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
+    settings.push(',');
+    settings.push_str(&choice::settings(&choice));
     if let Some(path) = sluice_sys::which(program) {
         if is_static(&path) {
             eprintln!(

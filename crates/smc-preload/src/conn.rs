@@ -242,6 +242,11 @@ pub struct Conn {
     pub info: Option<crate::info::Line>,
     /// Ring sizes to count when the connection moves (a client's, at the decision).
     pub sizes: (usize, usize),
+    /// The peer's address (a client's destination: how it ended is told to the automatic
+    /// rule, crate::choose).
+    pub peer: Option<std::net::SocketAddr>,
+    /// A client's server committed it (how it ends is then worth telling).
+    moved: AtomicBool,
     /// Why this side gave up on its pending connection (a `Reason` as a byte; 0: it did
     /// not).
     abandoned: std::sync::atomic::AtomicU8,
@@ -410,6 +415,8 @@ impl Conn {
             abandoned: std::sync::atomic::AtomicU8::new(0),
             regs: std::sync::Mutex::new(Vec::new()),
             born: std::time::Instant::now(),
+            peer: None,
+            moved: AtomicBool::new(false),
             handover: std::sync::Mutex::new(false),
         })
     }
@@ -445,6 +452,7 @@ impl Conn {
     /// A pending client's server committed: the connection is on shared memory.
     pub fn mark_moved(&self) {
         if self.pending.swap(false, Ordering::AcqRel) {
+            self.moved.store(true, Ordering::Relaxed);
             crate::stats::smc(false, self.sizes.0, self.sizes.1);
             self.regs.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
@@ -1063,6 +1071,11 @@ impl Conn {
         self.grew.fetch_or(self.tx.capacity() > self.sizes.1 || self.rx.capacity() > self.sizes.0, Ordering::Relaxed);
         if self.role == Role::Server {
             self.control.server_done(self.generation);
+        } else if let Some(dst) = self.peer
+            && self.moved.load(Ordering::Relaxed)
+        {
+            let (bytes, moves) = self.tally.lifetime();
+            crate::choose::ended(dst, bytes, moves);
         }
     }
 }

@@ -691,6 +691,11 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
     let me = sys::pid();
     let Some(door) = g.as_mut().filter(|d| d.pid == me) else { return Err(Reason::NoProposal) };
     door.pump();
+    if door.nothing_announced() {
+        // Announcements come before their SYN: none here means none for this connection,
+        // and no `sock_diag` lookup is needed to say so.
+        return Err(Reason::NoProposal);
+    }
     // The client end, if it is in this namespace (its owner while a process holds it).
     let end = diag::with(|d| d.client_end(peer, local)).map(|f| (f.cookie, (f.inode != 0).then_some(f.uid)));
     let r = door.take(end, local, peer);
@@ -703,6 +708,13 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
 }
 
 impl Door {
+    /// True when no announcement waits at the door, read or unread (a client's first
+    /// association still in the door's queue, or messages not yet read, make its epoll
+    /// instance ready).
+    fn nothing_announced(&self) -> bool {
+        self.peers.values().all(|p| p.announces.is_empty()) && sys::epoll_ready(self.epfd, &mut [0u64; 1], 0) == 0
+    }
+
     /// [`take`], the door pumped and the client end looked up.
     fn take(&mut self, end: Option<ClientEnd>, local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
         // Across namespaces: which announcements to wait for, if the proof is not here.

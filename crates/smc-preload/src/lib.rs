@@ -20,6 +20,7 @@ use sluice_smc::stats::Counter;
 mod arena;
 mod assoc;
 mod cabi;
+mod choose;
 mod claim;
 mod conn;
 mod diag;
@@ -101,6 +102,8 @@ extern "C" fn init() {
     let _ = RUN_DIR.set(PathBuf::from(dir));
     let _ = FAULT.set(env(c"SLUICE_SMC_FAULT").unwrap_or_default());
     let Some(s) = env(c"SLUICE_SMC") else { return };
+    let mut rules = Vec::new();
+    let mut short = sluice_smc::auto::DEFAULT_SHORT_BYTES;
     for kv in s.split(',') {
         match kv.split_once('=') {
             Some(("r", v)) => RMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
@@ -109,9 +112,12 @@ extern "C" fn init() {
             Some(("rmax", v)) => RMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             Some(("tmax", v)) => TMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             Some(("uring", "1")) => IO_URING.store(true, Ordering::Relaxed),
+            Some(("tcp", v)) => rules.push(v),
+            Some(("short", v)) => short = v.parse().unwrap_or(short),
             _ => {}
         }
     }
+    choose::set_up(&rules, short);
     ACTIVE.store(true, Ordering::Relaxed);
     sys::pid_after_fork();
     sys::before_fork(pending::before_fork);
@@ -303,6 +309,7 @@ fn convert(
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
+    conn.peer = peer;
     conn.settle_in();
     // Timeouts set before the connection moved to shared memory are the TCP socket's.
     conn.rcvtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_RCVTIMEO), Ordering::Relaxed);
@@ -345,11 +352,19 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const c_void, len: u32) -> c_
 unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
     // SAFETY: the caller's address of `len` bytes.
     let dst = unsafe { sys::sockaddr_to(addr, len) };
-    let Some(dst) = dst.filter(|_| is_tcp(fd)) else {
+    // A socket whose connection has begun is asked how it went: the first `connect` chose
+    // its path, and it stays there (a choice made again could move a socket the program
+    // has already registered with epoll).
+    let Some(dst) = dst.filter(|_| is_tcp(fd) && !sys::tcp_started(fd)) else {
         // SAFETY: the caller's arguments.
         return unsafe { real::connect(fd, addr, len) };
     };
     stats::count(Counter::ConnsClient);
+    if let Some(reason) = choose::client(dst) {
+        stats::fallback(reason, false);
+        // SAFETY: the caller's arguments.
+        return unsafe { real::connect(fd, addr, len) };
+    }
     let cands = registry::listeners_for(dst);
     let early = if cands.is_empty() {
         Some(Reason::NoListener)
@@ -491,6 +506,10 @@ fn register(fd: c_int) {
         return;
     }
     let Some(addr) = sys::sock_addr(fd, false) else { return };
+    if choose::listener_kept(addr) {
+        // A rule keeps it on TCP: unregistered, no client meets it.
+        return;
+    }
     door::start();
     stats::prepare();
     let channel = claim::channel();

@@ -110,6 +110,10 @@ pub struct Tally {
     tx_calls: AtomicU64,
     rx_calls: AtomicU64,
     pending: AtomicU64,
+    /// Bytes moved either way, and the transfers that moved them, over the connection's
+    /// life (never flushed: what the automatic rule is told when it ends).
+    life_bytes: AtomicU64,
+    life_moves: AtomicU64,
 }
 
 impl Tally {
@@ -131,11 +135,25 @@ impl Tally {
     /// Bytes written into shared memory.
     pub fn tx(&self, n: usize) {
         self.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.moved(n);
+    }
+
+    fn moved(&self, n: usize) {
+        if n > 0 {
+            self.life_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            self.life_moves.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes moved either way over the connection's life, and the transfers.
+    pub fn lifetime(&self) -> (u64, u64) {
+        (self.life_bytes.load(Ordering::Relaxed), self.life_moves.load(Ordering::Relaxed))
     }
 
     /// Bytes read from shared memory.
     pub fn rx(&self, n: usize) {
         self.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.moved(n);
     }
 
     fn tick(&self) {

@@ -793,6 +793,16 @@ pub fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     (r == 0).then_some(v)
 }
 
+/// True for a TCP socket that has begun a connection (its state is not CLOSE): a second
+/// `connect` on it asks how the first went (as a non-blocking program's event loop does).
+pub fn tcp_started(fd: c_int) -> bool {
+    const IPPROTO_TCP: c_int = 6;
+    const TCP_INFO: c_int = 11;
+    const TCP_CLOSE: c_int = 7;
+    // The first bytes of `struct tcp_info`: the state is the first.
+    sockopt_int(fd, IPPROTO_TCP, TCP_INFO).is_some_and(|v| v.to_ne_bytes()[0] as c_int != TCP_CLOSE)
+}
+
 /// Sets an integer socket option.
 pub fn set_sockopt_int(fd: c_int, level: c_int, name: c_int, v: c_int) {
     // SAFETY: `v` has 4 bytes.

@@ -74,11 +74,17 @@ pub enum Reason {
     /// The client closed the connection before its server decided, with nothing written:
     /// there was nothing to move.
     ClosedEarly = 20,
+    /// A rule of the operator's (`sluice smc run --tcp`) keeps the connection, or the
+    /// program, on TCP.
+    Rule = 21,
+    /// The automatic rule: this process's recent connections to the destination were too
+    /// short to repay the handshake (sluice_smc::auto).
+    Short = 22,
 }
 
 impl Reason {
     /// Every reason, in display order.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 22] = [
         Reason::NoListener,
         Reason::NoProposal,
         Reason::DoorUnreachable,
@@ -99,6 +105,8 @@ impl Reason {
         Reason::TakenAsTcp,
         Reason::IoUring,
         Reason::ClosedEarly,
+        Reason::Rule,
+        Reason::Short,
     ];
 
     /// The reason's name in stats and JSON.
@@ -124,6 +132,8 @@ impl Reason {
             Reason::TakenAsTcp => "taken_as_tcp",
             Reason::IoUring => "io_uring",
             Reason::ClosedEarly => "closed_early",
+            Reason::Rule => "rule",
+            Reason::Short => "short",
         }
     }
 
@@ -143,6 +153,8 @@ impl Reason {
                 | Reason::TakenAsTcp
                 | Reason::IoUring
                 | Reason::ClosedEarly
+                | Reason::Rule
+                | Reason::Short
         )
     }
 

@@ -7,10 +7,10 @@
 
 use crate::msg::Reason;
 
-/// First word of the segment: "SLSMCST6" (the layout of this build; "…5" had no
-/// `taken_as_tcp`, `io_uring` and `closed_early` reasons, "…4" no `zerocopy`, "…3" no `buffers_grown`,
-/// "…2" one fallback reason fewer, "…1" two).
-pub const MAGIC: u64 = 0x3654_5343_4d53_4c53;
+/// First word of the segment: "SLSMCST7" (the layout of this build; "…6" had no `rule`
+/// and `short` reasons, "…5" no `taken_as_tcp`, `io_uring` and `closed_early` reasons,
+/// "…4" no `zerocopy`, "…3" no `buffers_grown`, "…2" one fallback reason fewer, "…1" two).
+pub const MAGIC: u64 = 0x3754_5343_4d53_4c53;
 /// Size of the segment file.
 pub const LEN: usize = 4096;
 
