@@ -33,9 +33,10 @@ pub enum SmcCmd {
     /// Buffers start at SMC's size: the TCP default buffer (net.ipv4.tcp_rmem and
     /// tcp_wmem, middle value) rounded up to a power of two, halved, at least 16 KiB. Like
     /// TCP's, a connection's buffer grows — doubling each time it is found full, up to the
-    /// TCP maximum (the last value of tcp_rmem/tcp_wmem, rounded down to a power of two),
-    /// or --max-buffer — while idle connections keep the small one. -r and -t fix the
-    /// sizes (no growth), as with the kernel's SMC.
+    /// TCP maximum (the last value of tcp_rmem/tcp_wmem, rounded down to a power of two)
+    /// but no more than an eighth of the CPU's last-level cache (a ring that stays in the
+    /// cache streams fastest), or --max-buffer — while idle connections keep the small one.
+    /// -r and -t fix the sizes (no growth), as with the kernel's SMC.
     ///
     /// Nothing busy-polls for long: a wait for the peer looks for its answer for a few
     /// microseconds first (--spin: twice the recent wait, at most 50 µs, and only while
@@ -118,7 +119,8 @@ pub struct RunArgs {
     /// Send buffer size per connection, fixed (as -r).
     #[arg(short = 't', long = "tmem", value_name = "SIZE", value_parser = parse_size)]
     pub tmem: Option<usize>,
-    /// The most a growing buffer grows to (16k to 64m) [default: the TCP maxima].
+    /// The most a growing buffer grows to (16k to 64m) [default: the TCP maxima, at most an
+    /// eighth of the last-level cache].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_buffer: Option<usize>,
     /// The longest a wait for the peer looks for its answer before it sleeps, in

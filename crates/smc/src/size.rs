@@ -33,11 +33,45 @@ pub fn max_from_tcp_max(tcp_max: usize) -> usize {
 
 /// The most (receive, send) buffers grow to on this host: the TCP maxima (the last value
 /// of `tcp_rmem` and `tcp_wmem`) rounded down to a power of two (256 KiB each if they
-/// cannot be read).
+/// cannot be read), and no more than the CPU's caches hold well ([`cache_cap`]).
 pub fn host_maxima() -> (usize, usize) {
     let read =
         |f: &str| std::fs::read_to_string(f).ok().as_deref().and_then(tcp_max_of).map_or(256 * 1024, max_from_tcp_max);
-    (read("/proc/sys/net/ipv4/tcp_rmem"), read("/proc/sys/net/ipv4/tcp_wmem"))
+    let cap = cache_cap(host_last_level_cache());
+    (read("/proc/sys/net/ipv4/tcp_rmem").min(cap), read("/proc/sys/net/ipv4/tcp_wmem").min(cap))
+}
+
+/// The most a ring grows to for a last-level cache of `llc` bytes (`None`: unknown): an
+/// eighth of it, rounded down to a power of two, 1 MiB to 64 MiB (4 MiB when unknown). A
+/// stream whose ring stays in the cache copies at the cache's rate, one whose ring is the
+/// size of the cache nearer memory's (docs/results/2026-11-28-smc-ring-size.md).
+pub fn cache_cap(llc: Option<usize>) -> usize {
+    let Some(llc) = llc.filter(|l| *l > 0) else { return 4 << 20 };
+    let eighth = llc / 8;
+    let down = if eighth == 0 { 0 } else { 1usize << (usize::BITS - 1 - eighth.leading_zeros()) };
+    down.clamp(1 << 20, MAX)
+}
+
+/// The size of the largest cache CPU 0 has (its last level), from sysfs.
+pub fn host_last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .take(16)
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|s| cache_size_of(&s))
+        .max()
+}
+
+/// A sysfs cache size ("32768K", "1M", "512").
+pub fn cache_size_of(s: &str) -> Option<usize> {
+    let t = s.trim();
+    let (num, mult) = match t.as_bytes().last()? {
+        b'K' => (&t[..t.len() - 1], 1usize << 10),
+        b'M' => (&t[..t.len() - 1], 1 << 20),
+        b'G' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
 }
 
 /// The default (receive, send) buffer sizes on this host, from the calling thread's
@@ -87,6 +121,18 @@ mod tests {
         assert_eq!(tcp_max_of("4096 16384 4194304").map(max_from_tcp_max), Some(4 << 20));
         assert_eq!(max_from_tcp_max(1 << 40), MAX);
         assert_eq!(max_from_tcp_max(1000), MIN);
+    }
+
+    #[test]
+    fn rings_grow_to_an_eighth_of_the_last_level_cache() {
+        assert_eq!(cache_size_of("32768K\n"), Some(32 << 20));
+        assert_eq!(cache_size_of("1M"), Some(1 << 20));
+        assert_eq!(cache_size_of("x"), None);
+        assert_eq!(cache_cap(Some(32 << 20)), 4 << 20);
+        assert_eq!(cache_cap(Some(48 << 20)), 4 << 20, "rounded down");
+        assert_eq!(cache_cap(Some(2 << 20)), 1 << 20, "at least 1 MiB");
+        assert_eq!(cache_cap(Some(1 << 40)), MAX);
+        assert_eq!(cache_cap(None), 4 << 20);
     }
 
     #[test]
