@@ -1,5 +1,6 @@
 //! What the launcher reads of a program's ELF file: whether it has an interpreter (is
-//! dynamically linked) and which libraries it names as needed (`DT_NEEDED`). 64-bit
+//! dynamically linked), which libraries it names as needed (`DT_NEEDED`), and the names of
+//! its sections (a Go program has `.go.buildinfo`). 64-bit
 //! little-endian files only; anything else, or a file cut short, reads as "cannot tell".
 
 /// An ELF file's bytes, checked to be 64-bit little-endian.
@@ -55,6 +56,26 @@ impl<'a> Elf<'a> {
         self.segments()
             .find(|&(t, _, va, size)| t == PT_LOAD && addr >= va && addr - va < size)
             .and_then(|(_, off, va, _)| off.checked_add(addr - va))
+    }
+
+    /// The names of the file's sections (at most 512; none when it has no table of them).
+    pub fn section_names(&self) -> Vec<String> {
+        let shoff = self.u64_at(40).unwrap_or(0) as usize;
+        let size = self.u16_at(58).unwrap_or(0) as usize;
+        let count = if size < 64 { 0 } else { (self.u16_at(60).unwrap_or(0) as usize).min(512) };
+        let strndx = self.u16_at(62).unwrap_or(0) as usize;
+        let header = |i: usize| shoff.checked_add(i.checked_mul(size)?);
+        // The section of names: its file offset.
+        let Some(names) = header(strndx).and_then(|h| self.u64_at(h.checked_add(24)?)) else { return Vec::new() };
+        (0..count)
+            .filter_map(|i| {
+                let name = self.u32_at(header(i)?)?;
+                let start = usize::try_from(names.checked_add(name)?).ok()?;
+                let rest = self.0.get(start..)?;
+                let end = rest.iter().take(256).position(|&c| c == 0)?;
+                Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+            })
+            .collect()
     }
 
     /// The libraries the file names as needed, in order (empty for a static program).

@@ -303,7 +303,12 @@ fn run(a: RunArgs) -> Result<()> {
     settings.push(',');
     settings.push_str(&choice::settings(&choice));
     if let Some(path) = sluice_sys::which(program) {
-        if is_static(&path) {
+        if is_go(&path) {
+            eprintln!(
+                "sluice: warning: {} is a Go program: Go makes its own socket system calls, which the preload library cannot see, so its connections stay on TCP",
+                path.display()
+            );
+        } else if is_static(&path) {
             eprintln!(
                 "sluice: warning: {} is statically linked: the preload library cannot reach it, so its connections stay on TCP",
                 path.display()
@@ -355,6 +360,13 @@ fn is_static(path: &Path) -> bool {
     elf::Elf::parse(&b).is_some_and(|e| !e.has_interp())
 }
 
+/// True for a Go program (it has Go's build information section): Go's runtime makes its
+/// socket system calls itself, past the C library, even when it is dynamically linked.
+fn is_go(path: &Path) -> bool {
+    let Ok(b) = std::fs::read(path) else { return false };
+    elf::Elf::parse(&b).is_some_and(|e| e.section_names().iter().any(|n| n == ".go.buildinfo"))
+}
+
 /// True for a program linked with liburing (it names the library among those it needs).
 /// Its io_uring calls bypass the library. A program that only mentions the name (as this
 /// one does) is not one; one that loads liburing itself with `dlopen` is not seen.
@@ -379,6 +391,15 @@ mod tests {
         let plain = uses_liburing(&file);
         let _ = std::fs::remove_file(&file);
         assert!(linked && !plain);
+    }
+
+    #[test]
+    fn go_programs_are_told_apart() {
+        assert!(!is_go(Path::new("/bin/sh")), "sh is C");
+        assert!(!is_go(&std::env::current_exe().unwrap()), "this is Rust");
+        if Path::new("/usr/bin/gobgpd").exists() {
+            assert!(is_go(Path::new("/usr/bin/gobgpd")), "gobgpd is Go (stripped, dynamically linked)");
+        }
     }
 
     #[test]
