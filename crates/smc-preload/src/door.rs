@@ -680,6 +680,17 @@ fn drop_announce(a: Announce, reason: Reason) {
     t.decline(reason);
 }
 
+/// True when this process's door holds no announcement, read or waiting to be read (a
+/// connection accepted now was then announced by nobody: announcements come before their
+/// SYN).
+pub fn nothing_announced() -> bool {
+    let mut g = DOOR.lock().unwrap_or_else(|p| p.into_inner());
+    let me = sys::pid();
+    let Some(door) = g.as_mut().filter(|d| d.pid == me) else { return true };
+    door.pump();
+    door.nothing_announced()
+}
+
 /// The proposal for the connection just accepted (local address `local`, peer `peer`),
 /// proven: the connection's client socket in hand, its user allowed. Waits (at most
 /// [`PROOF_WAIT_MS`]) only for the proofs of announcements that may be this

@@ -355,7 +355,7 @@ unsafe fn connect_smc(fd: c_int, addr: *const c_void, len: u32) -> c_int {
     // A socket whose connection has begun is asked how it went: the first `connect` chose
     // its path, and it stays there (a choice made again could move a socket the program
     // has already registered with epoll).
-    let Some(dst) = dst.filter(|_| is_tcp(fd) && !sys::tcp_started(fd)) else {
+    let Some(dst) = dst.filter(|_| sys::tcp_unstarted(fd)) else {
         // SAFETY: the caller's arguments.
         return unsafe { real::connect(fd, addr, len) };
     };
@@ -570,6 +570,11 @@ fn accepted(listener: c_int, fd: c_int) {
     else {
         return;
     };
+    if owner == sys::pid() && door::nothing_announced() {
+        // The common case of a client that stays on TCP, without asking the addresses.
+        stats::count(Counter::ConnsServer);
+        return stats::fallback(Reason::NoProposal, true);
+    }
     let (Some(local), Some(peer)) = (sys::sock_addr(fd, false), sys::sock_addr(fd, true)) else { return };
     stats::count(Counter::ConnsServer);
     // A listener inherited across fork (a pre-forking server: the parent listens, a child

@@ -793,14 +793,15 @@ pub fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
     (r == 0).then_some(v)
 }
 
-/// True for a TCP socket that has begun a connection (its state is not CLOSE): a second
-/// `connect` on it asks how the first went (as a non-blocking program's event loop does).
-pub fn tcp_started(fd: c_int) -> bool {
+/// True for a TCP socket that has not begun a connection (its state is CLOSE), in one
+/// system call: only a TCP socket answers `TCP_INFO`. A second `connect` on a socket that
+/// has begun one asks how the first went (as a non-blocking program's event loop does).
+pub fn tcp_unstarted(fd: c_int) -> bool {
     const IPPROTO_TCP: c_int = 6;
     const TCP_INFO: c_int = 11;
-    const TCP_CLOSE: c_int = 7;
+    const TCP_CLOSE: u8 = 7;
     // The first bytes of `struct tcp_info`: the state is the first.
-    sockopt_int(fd, IPPROTO_TCP, TCP_INFO).is_some_and(|v| v.to_ne_bytes()[0] as c_int != TCP_CLOSE)
+    sockopt_int(fd, IPPROTO_TCP, TCP_INFO).is_some_and(|v| v.to_ne_bytes()[0] == TCP_CLOSE)
 }
 
 /// Sets an integer socket option.
