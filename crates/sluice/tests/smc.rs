@@ -981,7 +981,7 @@ fn short_connections_stay_on_tcp_long_ones_move_and_rules_keep_what_they_name() 
     let rule = |st: &serde_json::Value| st["fallback_client"]["rule"].as_u64().unwrap();
 
     // Two short ones teach it; then four stay on TCP, a probe moves, four more stay and
-    // the twelfth probes (the gaps then double, up to 64).
+    // the twelfth probes (the gaps then double, up to 256).
     let st = twelve("auto-short", 30, &[], &[], 1000);
     assert_eq!((st["smc_client"].as_u64().unwrap(), short(&st)), (4, 8), "{st}");
     assert_eq!(st["fallback_server"]["no_proposal"], 8, "{st}");

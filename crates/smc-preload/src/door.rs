@@ -288,7 +288,7 @@ fn watch(me: u32, watch_epfd: c_int) {
         let n = sys::epoll_ready(watch_epfd, &mut ready, if waiting { UNSEEN_MS as i32 / 2 } else { -1 });
         let mut g = DOOR.lock().unwrap_or_else(|p| p.into_inner());
         let Some(d) = g.as_mut().filter(|d| d.pid == me) else { return };
-        d.pump();
+        let _ = d.pump();
         for &fd in &ready[..n] {
             let fd = fd as c_int;
             if let Some(p) = d.peers.get(&fd).filter(|p| p.across) {
@@ -351,8 +351,9 @@ impl Door {
     }
 
     /// Takes in what waits at the door: new associations, then every message queued on
-    /// those that have some; lets go of what went stale.
-    fn pump(&mut self) {
+    /// those that have some; lets go of what went stale. Answers how many of the door's
+    /// descriptors were ready.
+    fn pump(&mut self) -> usize {
         self.held = self.peers.values().map(|p| 1 + 3 * p.announces.len() + p.proofs.len()).sum();
         let mut ready = [0u64; 64];
         let n = sys::epoll_ready(self.epfd, &mut ready, 0);
@@ -375,6 +376,7 @@ impl Door {
                 foreign::release(p.proofs.remove(0).tcp);
             }
         }
+        n
     }
 
     /// Accepts the associations waiting at the door, from allowed users only.
@@ -687,7 +689,11 @@ pub fn nothing_announced() -> bool {
     let mut g = DOOR.lock().unwrap_or_else(|p| p.into_inner());
     let me = sys::pid();
     let Some(door) = g.as_mut().filter(|d| d.pid == me) else { return true };
-    door.pump();
+    // Nothing was ready: nothing can be waiting unread (what arrives from now on is for
+    // later connections).
+    if door.pump() == 0 {
+        return door.peers.values().all(|p| p.announces.is_empty());
+    }
     door.nothing_announced()
 }
 
@@ -701,7 +707,7 @@ pub fn take(local: SocketAddr, peer: SocketAddr) -> Result<Taken, Reason> {
     let mut g = DOOR.lock().unwrap_or_else(|p| p.into_inner());
     let me = sys::pid();
     let Some(door) = g.as_mut().filter(|d| d.pid == me) else { return Err(Reason::NoProposal) };
-    door.pump();
+    let _ = door.pump();
     if door.nothing_announced() {
         // Announcements come before their SYN: none here means none for this connection,
         // and no `sock_diag` lookup is needed to say so.
@@ -757,7 +763,7 @@ impl Door {
             let left = deadline.saturating_duration_since(now).as_millis().clamp(1, 5) as i32;
             let mut ready = [0u64; 1];
             sys::epoll_ready(self.epfd, &mut ready, left);
-            self.pump();
+            let _ = self.pump();
         }
     }
 
