@@ -489,6 +489,18 @@ impl Conn {
         std::mem::take(&mut *self.regs.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// The program's epoll registrations of the pending descriptor, left in place.
+    pub fn regs(&self) -> Vec<(c_int, [u8; 16])> {
+        self.regs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// True for a pending connection whose server has decided against it (or that this
+    /// side gave up on): it is going back to TCP, and what its descriptor reports until
+    /// then (the pair's end closing) is not the connection's.
+    pub fn falling_back(&self) -> bool {
+        self.is_pending() && self.decision().is_some_and(|(st, _)| st != State::Committed)
+    }
+
     /// Looks at a pending connection's decision: Ok while undecided or committed (the
     /// connection is then moved), [`FELL_BACK`] once it is known to stay on TCP. With
     /// `signals`, also asks whether the server took it as TCP (bytes or an end on the TCP
