@@ -281,9 +281,11 @@ def check(r):
         after = r.counters()
         moved = after["bytes_redirected"] - before["bytes_redirected"]
         added = after["sockets_added"] - before["sockets_added"]
+        passed = after["msgs_passed"] - before["msgs_passed"]
         intact = int(got) == 64 << 20 and sent == received
         print(f"{mode}: {int(got)} bytes received, sha256 {'matches' if intact else 'DIFFERS'}; "
-              f"{added} sockets added to the sockhash, {moved} bytes redirected")
+              f"{added} sockets added to the sockhash, {moved} bytes redirected, "
+              f"{passed} sends whose peer was not in the sockhash")
         if not intact:
             failures.append(f"{mode}: the bytes arrived changed or short")
         if mode == "sockmap" and (added < 2 or moved < 64 << 20):
@@ -307,9 +309,11 @@ def measure(r):
     for rep in range(a.reps):
         for w in WORKLOADS:
             for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
-                before = r.counters()["bytes_redirected"]
+                before = r.counters()
                 value, seconds, work = RUNNERS[w](r.cgroups[CGROUP_OF[mode]], r.scratch, f"{w}-{mode}-{rep}")
-                moved = r.counters()["bytes_redirected"] - before
+                after = r.counters()
+                moved = after["bytes_redirected"] - before["bytes_redirected"]
+                passed = after["msgs_passed"] - before["msgs_passed"]
                 if mode == "sockmap":
                     redirected[w] += moved
                 elif moved:
@@ -317,7 +321,8 @@ def measure(r):
                 results[w][mode].append(value)
                 cpu[w][mode].append(seconds * UNITS[w][3] / work if work else float("nan"))
                 print(f"  {w} {mode} rep {rep + 1}: {fmt(value)} {UNITS[w][0]}, {fmt(cpu[w][mode][-1])} "
-                      f"{UNITS[w][2]}, {moved / 1e6:.0f} MB redirected", file=sys.stderr, flush=True)
+                      f"{UNITS[w][2]}, {moved / 1e6:.0f} MB redirected, {passed} sends through the stack",
+                      file=sys.stderr, flush=True)
     steal1, total1 = stat()
     elapsed = time.monotonic() - started
 
