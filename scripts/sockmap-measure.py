@@ -40,6 +40,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -58,7 +59,7 @@ CGROUP_OF = {"tcp": "off", "sockmap": "on"}
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--reps", type=int, default=5, help="repetitions of each workload and mode (default 5)")
 ap.add_argument("--duration", type=float, default=5.0, help="seconds of each run (default 5)")
-ap.add_argument("--workloads", default="iperf3,sockperf,crr")
+ap.add_argument("--workloads", default="iperf3,sockperf,crr", help="which, comma-separated (default all)")
 ap.add_argument("--sluice", help="the sluice binary for crr")
 ap.add_argument("--check", action="store_true", help="verify the redirection instead of measuring")
 a = ap.parse_args()
@@ -237,8 +238,7 @@ def find_sluice():
     built = os.path.join(REPO, "target", "release", "sluice")
     if os.access(built, os.X_OK):
         return built
-    from shutil import which
-    return which("sluice")
+    return shutil.which("sluice")
 
 
 def stat():
@@ -247,7 +247,7 @@ def stat():
 
 
 CHECK_CHILD = r"""
-import hashlib, random, socket, sys, threading
+import hashlib, random, socket, threading
 n = 64 << 20
 ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(1)
 c = socket.create_connection(ls.getsockname(), timeout=60)
@@ -353,7 +353,7 @@ if "crr" in WORKLOADS and not a.check:
         print("no sluice binary (build it: cargo build --release -p sluice, or give --sluice): "
               "crr left out", file=sys.stderr)
         WORKLOADS.remove("crr")
-missing = [t for t in ("iperf3", "sockperf") if t in WORKLOADS and not __import__("shutil").which(t)]
+missing = [t for t in ("iperf3", "sockperf") if t in WORKLOADS and not shutil.which(t)]
 if missing:
     sys.exit(f"missing: {', '.join(missing)} (apt-get install -y {' '.join(missing)})")
 
