@@ -92,8 +92,12 @@ fn wait(
             }
             // A slice: whatever went back to TCP in it was not reported.
             let _ = pending::sweep(pending::moves());
+        } else {
+            // All it reported was of connections gone back to TCP, or going back on
+            // another thread (whose pair's end then reports again at once until that
+            // thread is done): wait on, a moment later.
+            std::thread::sleep(Duration::from_micros(200));
         }
-        // Else all it reported was of connections gone back to TCP: wait on.
     };
     if r != 0 {
         LOOP.record(start.elapsed());
