@@ -13,7 +13,6 @@ mod layout;
 pub mod stats;
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::Command;
 
 use sluice_sys::error::Context;
@@ -302,18 +301,23 @@ fn run(a: RunArgs) -> Result<()> {
         format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
     settings.push(',');
     settings.push_str(&choice::settings(&choice));
-    if let Some(path) = sluice_sys::which(program) {
-        if is_go(&path) {
+    // The program's file, read once (a missing or unreadable one, or a script, says
+    // nothing).
+    let file = sluice_sys::which(program).and_then(|p| Some((std::fs::read(&p).ok()?, p)));
+    if let Some((bytes, path)) = &file
+        && let Some(elf) = elf::Elf::parse(bytes)
+    {
+        if elf_is_go(&elf) {
             eprintln!(
                 "sluice: warning: {} is a Go program: Go makes its own socket system calls, which the preload library cannot see, so its connections stay on TCP",
                 path.display()
             );
-        } else if is_static(&path) {
+        } else if !elf.has_interp() {
             eprintln!(
                 "sluice: warning: {} is statically linked: the preload library cannot reach it, so its connections stay on TCP",
                 path.display()
             );
-        } else if uses_liburing(&path) {
+        } else if elf_uses_liburing(&elf) {
             // Its io_uring calls bypass the library: its connections stay on TCP, counted.
             settings.push_str(",uring=1");
         }
@@ -353,31 +357,41 @@ fn sweep_stale() {
     }
 }
 
-/// True for an ELF executable without an interpreter (statically linked); false when it
-/// cannot tell (scripts, unreadable files).
-fn is_static(path: &Path) -> bool {
-    let Ok(b) = std::fs::read(path) else { return false };
-    elf::Elf::parse(&b).is_some_and(|e| !e.has_interp())
-}
-
 /// True for a Go program (it has Go's build information section): Go's runtime makes its
 /// socket system calls itself, past the C library, even when it is dynamically linked.
-fn is_go(path: &Path) -> bool {
-    let Ok(b) = std::fs::read(path) else { return false };
-    elf::Elf::parse(&b).is_some_and(|e| e.section_names().iter().any(|n| n == ".go.buildinfo"))
+fn elf_is_go(e: &elf::Elf) -> bool {
+    e.section_names().iter().any(|n| n == ".go.buildinfo")
 }
 
 /// True for a program linked with liburing (it names the library among those it needs).
 /// Its io_uring calls bypass the library. A program that only mentions the name (as this
 /// one does) is not one; one that loads liburing itself with `dlopen` is not seen.
-fn uses_liburing(path: &Path) -> bool {
-    let Ok(b) = std::fs::read(path) else { return false };
-    elf::Elf::parse(&b).is_some_and(|e| e.needed().iter().any(|l| l.starts_with("liburing.so")))
+fn elf_uses_liburing(e: &elf::Elf) -> bool {
+    e.needed().iter().any(|l| l.starts_with("liburing.so"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    /// What `what` says of the ELF file at `path` (false when it cannot tell).
+    fn file_is(path: &Path, what: fn(&elf::Elf) -> bool) -> bool {
+        let Ok(b) = std::fs::read(path) else { return false };
+        elf::Elf::parse(&b).is_some_and(|e| what(&e))
+    }
+
+    fn is_go(path: &Path) -> bool {
+        file_is(path, elf_is_go)
+    }
+
+    fn uses_liburing(path: &Path) -> bool {
+        file_is(path, elf_uses_liburing)
+    }
+
+    fn is_static(path: &Path) -> bool {
+        file_is(path, |e| !e.has_interp())
+    }
 
     #[test]
     fn programs_that_use_liburing_are_found() {
