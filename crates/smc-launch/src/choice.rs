@@ -33,12 +33,7 @@ pub struct Choice {
 /// A threshold: bytes, or with `k`, `m` or `g` (powers of 1024); 0 turns the rule off.
 pub fn parse_short(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
+    let (num, mult) = sluice_smc::size::split_unit(t);
     num.trim()
         .parse::<u64>()
         .ok()

@@ -64,14 +64,19 @@ pub fn host_last_level_cache() -> Option<usize> {
 
 /// A sysfs cache size ("32768K", "1M", "512").
 pub fn cache_size_of(s: &str) -> Option<usize> {
-    let t = s.trim();
-    let (num, mult) = match t.as_bytes().last()? {
-        b'K' => (&t[..t.len() - 1], 1usize << 10),
-        b'M' => (&t[..t.len() - 1], 1 << 20),
-        b'G' => (&t[..t.len() - 1], 1 << 30),
+    let (num, mult) = split_unit(s.trim());
+    num.parse::<usize>().ok()?.checked_mul(mult as usize)
+}
+
+/// A size's number and the multiplier its unit says: none (bytes), `k`, `m` or `g`
+/// (powers of 1024, either case).
+pub fn split_unit(t: &str) -> (&str, u64) {
+    match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
         _ => (t, 1),
-    };
-    num.parse::<usize>().ok()?.checked_mul(mult)
+    }
 }
 
 /// The default (receive, send) buffer sizes on this host, from the calling thread's
@@ -86,15 +91,9 @@ pub fn host_defaults() -> (usize, usize) {
 /// (powers of 1024). The result is rounded up to a power of two and must lie between
 /// 16 KiB and 64 MiB.
 pub fn parse(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1usize << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
+    let (num, mult) = split_unit(s.trim());
     let n: usize = num.parse().map_err(|_| format!("{s:?} is not a size: write it as 65536, 64k or 1m"))?;
-    let bytes = n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))?;
+    let bytes = n.checked_mul(mult as usize).ok_or_else(|| format!("{s:?} is too large"))?;
     if !(MIN..=MAX).contains(&bytes.next_power_of_two()) || bytes == 0 {
         return Err(format!("buffer size {s} is out of range: use 16k to 64m"));
     }
