@@ -81,12 +81,16 @@ pub fn table_markdown(t: &Table) -> String {
             t.rate_label(),
             vals.iter().map(|v| v.as_ref().map_or_else(dash, |v| stat_cell(&v.rate, &v.runs))).collect(),
         );
-        if let Some(c) = t.copy_mb_s.filter(|c| t.per_mb && *c > 0.0) {
+        if t.per_mb && t.copy_mb_s.is_some_and(|c| c > 0.0) {
             row(
                 &mut md,
                 "of one core's copy rate (memory)",
                 vals.iter()
-                    .map(|v| v.as_ref().map_or_else(dash, |v| format!("{:.0}%", 100.0 * v.rate.median / c)))
+                    .map(|v| {
+                        v.as_ref()
+                            .and_then(|v| t.copy_share(v))
+                            .map_or_else(dash, |s| format!("{:.0}%", 100.0 * s.median))
+                    })
                     .collect(),
             );
         }

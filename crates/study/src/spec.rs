@@ -7,8 +7,10 @@
 //! list is non-empty and every number is in range; every condition applies to at least
 //! one of the paths; every goal names a workload of the study and compares with `quiet`,
 //! which the conditions then hold with another, or with a control the conditions hold
-//! with the condition it is the control of (`against = "vm-feed"`, with `rings`). Errors
-//! name the file and line.
+//! with the condition it is the control of (`against = "vm-feed"`, with `rings`); every
+//! goal against the baseline names a workload of the study (or `*`), a connection count
+//! of the study (or none), paths of the study other than the baseline, and one bound that
+//! the workload can measure. Errors name the file and line.
 
 use std::path::Path;
 
@@ -200,9 +202,13 @@ pub struct Study {
     /// What the host does while the cells run: `quiet`, or an attack (conditions.rs).
     #[serde(default = "quiet_only")]
     pub conditions: Vec<Condition>,
-    /// What the study means to show, checked in the report.
+    /// What the study means to show under its attacks, checked in the report.
     #[serde(default)]
     pub goals: Vec<Goal>,
+    /// What the study means to show of its paths against the baseline, checked in the
+    /// report (written in the same `goals` list of the study file, with `paths`).
+    #[serde(default)]
+    pub baseline_goals: Vec<BaselineGoal>,
     /// Other sluice executables the study's `PATH@BUILD` paths run their switches with,
     /// by build name (the executable running the study is the unnamed build).
     #[serde(default)]
@@ -302,6 +308,83 @@ impl Goal {
     }
 }
 
+/// A goal against the study's baseline: each of `paths` quiet against the baseline quiet,
+/// on one workload (or every one) at one connection count (or every one the study runs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineGoal {
+    /// The workload, `None` for every workload of the study (`workload = "*"`).
+    pub workload: Option<String>,
+    /// The connection count, `None` for every count of the study.
+    pub conns: Option<u32>,
+    /// The paths judged, each against the baseline.
+    pub paths: Vec<String>,
+    /// What it asks.
+    pub bound: Versus,
+}
+
+/// A bound of a goal against the baseline: on the ratio of a path to the baseline (the
+/// median of the per-repetition ratios), or on a stream's share of one core's copy rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Versus {
+    /// The rate is at least this many times the baseline's (`at_least`).
+    AtLeast(f64),
+    /// The mean latency (a round trip, for sockperf) is at most this many times the
+    /// baseline's (`latency_at_most`).
+    LatencyAtMost(f64),
+    /// The total CPU per unit (per MB or per transaction) is at most this many times the
+    /// baseline's (`cpu_at_most`).
+    CpuAtMost(f64),
+    /// The rate (MB/s) is at least this share of one core's copy rate from memory
+    /// (`copy_share_at_least`).
+    CopyShareAtLeast(f64),
+}
+
+impl Versus {
+    /// The key the study file writes it with.
+    pub fn key(self) -> &'static str {
+        match self {
+            Versus::AtLeast(_) => "at_least",
+            Versus::LatencyAtMost(_) => "latency_at_most",
+            Versus::CpuAtMost(_) => "cpu_at_most",
+            Versus::CopyShareAtLeast(_) => "copy_share_at_least",
+        }
+    }
+
+    /// True if larger ratios are better (the worst of several is the smallest).
+    pub fn higher_is_better(self) -> bool {
+        matches!(self, Versus::AtLeast(_) | Versus::CopyShareAtLeast(_))
+    }
+
+    /// True if `ratio` meets it.
+    pub fn met_by(self, ratio: f64) -> bool {
+        match self {
+            Versus::AtLeast(x) | Versus::CopyShareAtLeast(x) => ratio >= x,
+            Versus::LatencyAtMost(x) | Versus::CpuAtMost(x) => ratio <= x,
+        }
+    }
+}
+
+impl BaselineGoal {
+    /// The goal in words, against `baseline`: "iperf3 at 1 conn: rate at least 2× loopback's".
+    pub fn describe(&self, baseline: &str) -> String {
+        let conns = |n: u32| format!("{n} conn{}", if n == 1 { "" } else { "s" });
+        let at = match (&self.workload, self.conns) {
+            (Some(w), Some(n)) => format!("{w} at {}", conns(n)),
+            (Some(w), None) => format!("{w} at every connection count"),
+            (None, Some(n)) => format!("every workload at {}", conns(n)),
+            (None, None) => "every workload at every connection count".into(),
+        };
+        let what = match self.bound {
+            Versus::AtLeast(x) => format!("rate at least {x}× {baseline}'s"),
+            Versus::LatencyAtMost(x) => format!("mean latency at most {x}× {baseline}'s"),
+            Versus::CpuAtMost(x) => format!("CPU per unit (total) at most {x}× {baseline}'s"),
+            Versus::CopyShareAtLeast(x) => format!("rate at least {}% of one core's copy rate (memory)", x * 100.0),
+        };
+        format!("{at}: {what}")
+    }
+}
+
 impl Study {
     /// True if some workload is a partition-aggregate point (every path then builds six
     /// guests).
@@ -353,6 +436,31 @@ struct RawGoal {
     latency_within: Option<f64>,
     #[serde(default)]
     against: Option<String>,
+    #[serde(default)]
+    conns: Option<u32>,
+    #[serde(default)]
+    paths: Option<Vec<String>>,
+    #[serde(default)]
+    at_least: Option<f64>,
+    #[serde(default)]
+    latency_at_most: Option<f64>,
+    #[serde(default)]
+    cpu_at_most: Option<f64>,
+    #[serde(default)]
+    copy_share_at_least: Option<f64>,
+}
+
+impl RawGoal {
+    /// True if it is a goal against the baseline (it names paths, a connection count or
+    /// one of their bounds).
+    fn versus_baseline(&self) -> bool {
+        self.paths.is_some()
+            || self.conns.is_some()
+            || self.at_least.is_some()
+            || self.latency_at_most.is_some()
+            || self.cpu_at_most.is_some()
+            || self.copy_share_at_least.is_some()
+    }
 }
 
 fn no_builds() -> Spanned<std::collections::BTreeMap<String, Spanned<String>>> {
@@ -603,8 +711,15 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         ));
     }
     let mut goals = Vec::new();
+    let mut baseline_goals = Vec::new();
     for g in &raw.goals {
         let rg = g.get_ref();
+        if rg.versus_baseline() {
+            let goal =
+                baseline_goal(rg, &baseline, &paths, &workloads, &conns, &conditions).map_err(|m| err(g.span(), m))?;
+            baseline_goals.push(goal);
+            continue;
+        }
         let Some(w) = workloads.iter().find(|w| w.name == rg.workload) else {
             return Err(err(
                 g.span(),
@@ -693,9 +808,122 @@ pub fn parse(text: &str, file: &str, dir: &Path) -> Result<Study, SpecError> {
         queries,
         conditions,
         goals,
+        baseline_goals,
         builds,
         leftovers: raw.leftovers,
     })
+}
+
+/// Checks a goal against the baseline (`rg` names paths, a connection count or one of the
+/// bounds `at_least`, `latency_at_most`, `cpu_at_most`, `copy_share_at_least`).
+fn baseline_goal(
+    rg: &RawGoal,
+    baseline: &str,
+    paths: &[String],
+    workloads: &[Workload],
+    conns: &[u32],
+    conditions: &[Condition],
+) -> Result<BaselineGoal, String> {
+    const BOUNDS: &str = "at_least (rate), latency_at_most, cpu_at_most or copy_share_at_least";
+    if rg.keeps_rate.is_some() || rg.latency_within.is_some() || rg.against.is_some() {
+        return Err(format!(
+            "a goal either compares paths with the baseline (paths, with {BOUNDS}) or each path under attack with itself (keeps_rate or latency_within, with against): not both"
+        ));
+    }
+    let Some(named) = &rg.paths else {
+        return Err(format!(
+            "a goal with {BOUNDS} compares paths with the baseline {baseline:?}: name them, e.g. paths = [{:?}]",
+            paths.iter().find(|p| *p != baseline).map_or("PATH", |p| p.as_str())
+        ));
+    };
+    let bounds = [
+        rg.at_least.map(Versus::AtLeast),
+        rg.latency_at_most.map(Versus::LatencyAtMost),
+        rg.cpu_at_most.map(Versus::CpuAtMost),
+        rg.copy_share_at_least.map(Versus::CopyShareAtLeast),
+    ];
+    let bound = match bounds.iter().flatten().collect::<Vec<_>>()[..] {
+        [b] => *b,
+        [] => return Err(format!("a goal against the baseline needs one bound: {BOUNDS}")),
+        [..] => {
+            let keys: Vec<&str> = bounds.iter().flatten().map(|b| b.key()).collect();
+            return Err(format!(
+                "a goal against the baseline has one bound, and this one has {}: write a goal for each",
+                keys.join(" and ")
+            ));
+        }
+    };
+    let (Versus::AtLeast(x) | Versus::LatencyAtMost(x) | Versus::CpuAtMost(x) | Versus::CopyShareAtLeast(x)) = bound;
+    let top = if matches!(bound, Versus::CopyShareAtLeast(_)) { 10.0 } else { 1000.0 };
+    if !(x > 0.0 && x <= top) {
+        return Err(format!("{} must be more than 0 and at most {top}", bound.key()));
+    }
+    if !conditions.contains(&Condition::Quiet) {
+        return Err("a goal against the baseline compares quiet cells: conditions needs \"quiet\"".into());
+    }
+    let workload = match rg.workload.as_str() {
+        "*" => {
+            if !matches!(bound, Versus::AtLeast(_)) {
+                return Err(format!(
+                    "workload = \"*\" (every workload) takes at_least only, not {}: name the workload",
+                    bound.key()
+                ));
+            }
+            None
+        }
+        name => {
+            let Some(w) = workloads.iter().find(|w| w.name == name) else {
+                return Err(format!(
+                    "goal about workload {name:?}, which the study does not run ({}, or \"*\" for every one)",
+                    workloads.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
+                ));
+            };
+            if w.pa.is_some() {
+                return Err("partition-aggregate points have a section of their own: a goal cannot compare them".into());
+            }
+            let streams = [Tool::Iperf3, Tool::Nginx10m];
+            match (bound, w.tool) {
+                (Versus::LatencyAtMost(_), Some(t)) if streams.contains(&t) => {
+                    return Err(format!("workload {name:?} measures no latency; give it at_least or cpu_at_most"));
+                }
+                (Versus::CopyShareAtLeast(_), Some(t)) if !streams.contains(&t) => {
+                    return Err(format!(
+                        "workload {name:?} is measured in requests or round trips a second, not MB/s: copy_share_at_least needs a stream"
+                    ));
+                }
+                _ => {}
+            }
+            if w.tool == Some(Tool::Sockperf) && rg.conns.is_some_and(|n| n != 1) {
+                return Err("workload \"sockperf\" measures one connection: give it conns = 1".into());
+            }
+            Some(w.name.clone())
+        }
+    };
+    if let Some(n) = rg.conns
+        && !conns.contains(&n)
+    {
+        return Err(format!(
+            "conns = {n}: the study runs {}",
+            conns.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if named.is_empty() {
+        return Err("paths is empty: name the paths to compare with the baseline".into());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for p in named {
+        if p == baseline {
+            return Err(format!("path {p:?} is the baseline: a goal compares other paths with it"));
+        }
+        if !paths.contains(p) {
+            return Err(format!("path {p:?} is not one of the study's paths ({})", paths.join(", ")));
+        }
+        if out.contains(p) {
+            return Err(format!("path {p:?} is listed twice"));
+        }
+        out.push(p.clone());
+    }
+    Ok(BaselineGoal { workload, conns: rg.conns, paths: out, bound })
 }
 
 /// The paths whose switch a study may start with another build (`PATH@BUILD`).
@@ -957,6 +1185,177 @@ goals = [{ workload = "rr-200x1000", keeps_rate = 0.9, GOAL }]
         v.as_object_mut().unwrap().remove("against");
         let old: Goal = serde_json::from_value(v).unwrap();
         assert_eq!(old.against, Condition::Quiet);
+    }
+
+    /// A study of shared memory against TCP loopback, with one goal (`GOAL`, line 7).
+    const SMC: &str = r#"name = "s"
+baseline = "loopback"
+paths = ["smc-loopback", "smc", "loopback"]
+workloads = ["iperf3", "sockperf", "crr-64x8k"]
+conns = [1, 50]
+goals = [
+  GOAL,
+]
+"#;
+
+    #[test]
+    fn goals_against_the_baseline_are_read_beside_the_attack_goals() {
+        let s = p(&SMC.replace(
+            "GOAL",
+            r#"{ workload = "iperf3", conns = 1, paths = ["smc-loopback", "smc"], at_least = 2.0 },
+  { workload = "sockperf", conns = 1, paths = ["smc"], latency_at_most = 0.5 },
+  { workload = "sockperf", conns = 1, paths = ["smc"], cpu_at_most = 1 },
+  { workload = "iperf3", conns = 1, paths = ["smc-loopback"], copy_share_at_least = 0.5 },
+  { workload = "*", paths = ["smc-loopback", "smc"], at_least = 0.95 },
+  { workload = "crr-64x8k", paths = ["smc"], at_least = 1 }"#,
+        ))
+        .unwrap();
+        assert!(s.goals.is_empty());
+        let b = &s.baseline_goals;
+        assert_eq!(b.len(), 6);
+        assert_eq!(
+            b[0],
+            BaselineGoal {
+                workload: Some("iperf3".into()),
+                conns: Some(1),
+                paths: vec!["smc-loopback".into(), "smc".into()],
+                bound: Versus::AtLeast(2.0)
+            }
+        );
+        assert_eq!(
+            [b[1].bound, b[2].bound, b[3].bound],
+            [Versus::LatencyAtMost(0.5), Versus::CpuAtMost(1.0), Versus::CopyShareAtLeast(0.5)]
+        );
+        assert_eq!((b[4].workload.as_deref(), b[4].conns), (None, None));
+        let words: Vec<String> = b.iter().map(|g| g.describe("loopback")).collect();
+        assert_eq!(
+            words,
+            [
+                "iperf3 at 1 conn: rate at least 2× loopback's",
+                "sockperf at 1 conn: mean latency at most 0.5× loopback's",
+                "sockperf at 1 conn: CPU per unit (total) at most 1× loopback's",
+                "iperf3 at 1 conn: rate at least 50% of one core's copy rate (memory)",
+                "every workload at every connection count: rate at least 0.95× loopback's",
+                "crr-64x8k at every connection count: rate at least 1× loopback's",
+            ]
+        );
+        assert!(b[0].bound.met_by(2.0) && !b[0].bound.met_by(1.99));
+        assert!(b[1].bound.met_by(0.5) && !b[1].bound.met_by(0.51));
+        // A study.json written before these goals existed has none.
+        let mut v = serde_json::to_value(&s).unwrap();
+        v.as_object_mut().unwrap().remove("baseline_goals");
+        let old: Study = serde_json::from_value(v).unwrap();
+        assert!(old.baseline_goals.is_empty());
+    }
+
+    #[test]
+    fn a_goal_against_the_baseline_is_refused_with_its_line_and_why() {
+        let cases = [
+            (
+                r#"{ workload = "redis-get", conns = 1, paths = ["smc"], at_least = 2 }"#,
+                "workload \"redis-get\", which the study does not run (iperf3, sockperf, crr-64x8k, or \"*\" for every one)",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["smc", "sluice-l2"], at_least = 2 }"#,
+                "path \"sluice-l2\" is not one of the study's paths (smc-loopback, smc, loopback)",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["loopback"], at_least = 2 }"#,
+                "path \"loopback\" is the baseline",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 10, paths = ["smc"], at_least = 2 }"#,
+                "conns = 10: the study runs 1, 50",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["smc"], at_least = 2, cpu_at_most = 1 }"#,
+                "has one bound, and this one has at_least and cpu_at_most",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["smc"] }"#,
+                "needs one bound: at_least (rate), latency_at_most, cpu_at_most or copy_share_at_least",
+            ),
+            (
+                r#"{ workload = "*", paths = ["smc"], latency_at_most = 0.5 }"#,
+                "workload = \"*\" (every workload) takes at_least only, not latency_at_most",
+            ),
+            (
+                r#"{ workload = "*", paths = ["smc"], copy_share_at_least = 0.5 }"#,
+                "takes at_least only, not copy_share_at_least",
+            ),
+            (
+                r#"{ workload = "iperf3", conns = 1, at_least = 2 }"#,
+                "compares paths with the baseline \"loopback\": name them, e.g. paths = [\"smc-loopback\"]",
+            ),
+            (r#"{ workload = "iperf3", paths = ["smc"], keeps_rate = 0.9 }"#, "not both"),
+            (r#"{ workload = "iperf3", paths = ["smc"], at_least = 2, against = "vm-feed" }"#, "not both"),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["smc"], latency_at_most = 0.5 }"#,
+                "\"iperf3\" measures no latency",
+            ),
+            (
+                r#"{ workload = "sockperf", conns = 1, paths = ["smc"], copy_share_at_least = 0.5 }"#,
+                "copy_share_at_least needs a stream",
+            ),
+            (
+                r#"{ workload = "sockperf", conns = 50, paths = ["smc"], cpu_at_most = 1 }"#,
+                "measures one connection: give it conns = 1",
+            ),
+            (r#"{ workload = "iperf3", conns = 1, paths = [], at_least = 2 }"#, "paths is empty"),
+            (
+                r#"{ workload = "iperf3", conns = 1, paths = ["smc", "smc"], at_least = 2 }"#,
+                "path \"smc\" is listed twice",
+            ),
+            (r#"{ workload = "iperf3", conns = 1, paths = ["smc"], at_least = 0 }"#, "at_least must be more than 0"),
+            (r#"{ workload = "iperf3", conns = 1, paths = ["smc"], colour = 1 }"#, "unknown field `colour`"),
+        ];
+        for (goal, want) in cases {
+            let e = p(&SMC.replace("GOAL", goal)).unwrap_err();
+            assert_eq!(e.line, 7, "{goal}: {e}");
+            assert!(e.to_string().starts_with("t.toml:7: "), "{e}");
+            assert!(e.message.contains(want), "{goal}: {e}");
+        }
+        // Against the baseline means quiet cells.
+        let e = p(&RINGS
+            .replace(
+                "{ workload = \"rr-200x1000\", keeps_rate = 0.9, GOAL }",
+                "{ workload = \"rr-200x1000\", paths = [\"sluice-l2\"], at_least = 1 }",
+            )
+            .replace("paths = [\"sluice-l2\"]\n", "paths = [\"sluice-l2\", \"linux-bridge\"]\n")
+            .replace("baseline = \"sluice-l2\"", "baseline = \"linux-bridge\"")
+            .replace("[\"quiet\", \"rings\", \"vm-feed\"]", "[\"rings\"]"))
+        .unwrap_err();
+        assert!(e.message.contains("conditions needs \"quiet\""), "{e}");
+    }
+
+    #[test]
+    fn smc_vs_tcp_states_the_products_targets_against_tcp_loopback() {
+        let s = parse(builtin("smc-vs-tcp").unwrap(), "smc-vs-tcp", Path::new(".")).unwrap();
+        assert_eq!(s.baseline, "loopback");
+        let both = ["smc-loopback", "smc"];
+        let find = |w: Option<&str>, n: Option<u32>, b: Versus| {
+            s.baseline_goals
+                .iter()
+                .find(|g| g.workload.as_deref() == w && g.conns == n && g.bound == b)
+                .unwrap_or_else(|| panic!("{w:?} {n:?} {b:?}"))
+                .paths
+                .clone()
+        };
+        for (w, n, b) in [
+            (Some("iperf3"), Some(1), Versus::AtLeast(2.0)),
+            (Some("str-20x20m"), Some(1), Versus::AtLeast(2.0)),
+            (Some("crr-64x8k"), Some(1), Versus::AtLeast(1.0)),
+            (Some("crr-64x8k"), Some(50), Versus::AtLeast(1.0)),
+            (Some("nginx-1k"), Some(50), Versus::AtLeast(1.5)),
+            (Some("redis-get"), Some(50), Versus::AtLeast(1.5)),
+            (Some("sockperf"), Some(1), Versus::LatencyAtMost(0.5)),
+            (Some("sockperf"), Some(1), Versus::CpuAtMost(1.0)),
+            (None, None, Versus::AtLeast(0.95)),
+        ] {
+            assert_eq!(find(w, n, b), both);
+        }
+        assert_eq!(find(Some("iperf3"), Some(1), Versus::CopyShareAtLeast(0.5)), ["smc-loopback"]);
+        assert_eq!(s.baseline_goals.len(), 10);
     }
 
     #[test]

@@ -249,6 +249,22 @@ impl Table {
         self.base_row(row).and_then(|r| r.values[i].as_ref())
     }
 
+    /// `v`'s rate as a share of one core's copy rate from memory: the median, smallest and
+    /// largest of its repetitions over that rate. `None` unless the table is of a stream
+    /// (MB/s) and the copy rate was measured.
+    pub fn copy_share(&self, v: &Values) -> Option<Ratio> {
+        let c = self.copy_mb_s.filter(|c| self.per_mb && *c > 0.0)?;
+        let r = v.rate;
+        Some(Ratio {
+            median: r.median / c,
+            min: r.min / c,
+            max: r.max / c,
+            n: r.n,
+            within_noise: false,
+            noisy: v.noisy(),
+        })
+    }
+
     /// A file-name stem for this table.
     pub fn slug(&self) -> String {
         format!("{}-mtu{}-{}", self.workload, self.mtu, format!("{}", self.family).to_lowercase())
