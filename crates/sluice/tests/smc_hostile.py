@@ -24,6 +24,12 @@ hostile local user would:
                   the ring the server reads
         bad-cons  an honest connection; then write an out-of-range consumer cursor into
                   the ring the server writes into
+        slow-publish:N
+                  an honest connection, written as a writer that is descheduled between
+                  its two steps: N messages of 3,000 bytes, each counted whole, its first
+                  half published and rung, the rest published 5 ms later (each after the
+                  server has read the one before); prints "<bytes> <sha256>" of them all,
+                  or "server gone after N messages"
       Prints what happened, one line per step.
   smc_hostile.py decoy RUNDIR ADDR PORT SECONDS
       Register as a sluice listener for ADDR:PORT (run it in another namespace), with a
@@ -237,6 +243,8 @@ def client(rundir, ip, port, attack):
         struct.pack_into("<Q", m, CS + PROD, (cons + (1 << 40)) % (1 << 64))
         to_them.send(b"\x01")
         print("wrote bad producer cursor", flush=True)
+    elif attack.startswith("slow-publish:"):
+        slow_publish(m, to_them, int(attack.partition(":")[2]))
     elif attack == "bad-cons":
         # Wait until the server has filled the ring a little, then lie about our cursor.
         for _ in range(500):
@@ -256,6 +264,43 @@ def client(rundir, ip, port, attack):
     # Stay on the connection a moment, so the server meets the damage while we live.
     time.sleep(1.5)
     tcp.close()
+
+
+AVAIL, BELL = (1 << 28) - 1, 1 << 28
+
+
+def slow_publish(m, to_them, count):
+    """Writes COUNT messages into the ring the server reads as the library's writer does —
+    bytes copied, then counted in the state word (a new epoch: BELL), then the producer
+    cursor published, then the doorbell rung — but with the second half of each message
+    counted with the first and published 5 ms after it, as when the writer loses its CPU
+    between counting and publishing. Each message waits until the server has read the
+    one before (its cursor caught up, the count back to 0) and is back in its wait; the
+    state word is written only then, so no update of the server's is lost."""
+    h, total = hashlib.sha256(), 0
+    for i in range(count):
+        prod = struct.unpack_from("<Q", m, CS + PROD)[0]
+        deadline = time.monotonic() + 10
+        while (struct.unpack_from("<Q", m, CS + CONS)[0] != prod
+               or struct.unpack_from("<I", m, CS + STATE)[0] & AVAIL) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.02)
+        msg = bytes((i * 7 + j) % 251 for j in range(3000))
+        for j, b in enumerate(msg):
+            m[CS + HEADER + (prod + j) % AREA] = b
+        w = struct.unpack_from("<I", m, CS + STATE)[0]
+        struct.pack_into("<I", m, CS + STATE, (w & ~AVAIL & 0xFFFFFFFF) | BELL | len(msg))
+        struct.pack_into("<Q", m, CS + PROD, prod + 1500)
+        try:
+            to_them.send(b"\x01")
+        except BrokenPipeError:
+            print(f"server gone after {i} messages", flush=True)
+            return
+        time.sleep(0.005)
+        struct.pack_into("<Q", m, CS + PROD, prod + len(msg))
+        h.update(msg)
+        total += len(msg)
+    print(f"{total} {h.hexdigest()}", flush=True)
 
 
 def register(rundir, ip, port, backlog=16):

@@ -157,6 +157,23 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
     assert_eq!(st["smc_server"], 0, "{st}");
 }
 
+/// A writer that loses its CPU between counting bytes and publishing them (a virtual CPU
+/// the host takes away) has rung the doorbell for bytes the reader cannot see yet: a
+/// program that epoll told "readable" must not be told EAGAIN (wrk counts that as an
+/// error) — its read waits until the bytes are published.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn a_read_after_readable_waits_for_bytes_counted_and_not_yet_published() {
+    let p = Peers::new("slowpub");
+    let port = port(34);
+    let server = Server::start(&p, true, &["serve", &port, "strict-sink:epoll"]);
+    let out = run(hostile(&p, None, &["client", "127.0.0.1", &port, "slow-publish:20"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0], "decision commit");
+    assert_eq!(server.output(), lines[1], "every byte, and no read said EAGAIN after epoll said readable");
+}
+
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {

@@ -220,6 +220,10 @@ pub struct Conn {
     pub nonblock: AtomicBool,
     rd_shut: AtomicBool,
     wr_shut: AtomicBool,
+    /// A read waited [`BELL_WAIT_MS`] for bytes counted and never published: the peer
+    /// garbled its count (or died between its two steps); later reads do not wait for
+    /// them again.
+    count_waited_out: AtomicBool,
     /// A write found the peer's ring full: its window doubles the next time a write finds
     /// it empty (only then may it change: sluice_smc::ring, "The window").
     grow_wanted: AtomicBool,
@@ -401,6 +405,7 @@ impl Conn {
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
+            count_waited_out: AtomicBool::new(false),
             grow_wanted: AtomicBool::new(false),
             grew: AtomicBool::new(false),
             reader_waits: crate::spin::Adaptive::new(),
@@ -853,16 +858,12 @@ impl Conn {
                 return if self.rx.has_flags(FLAG_RESET) { Err(sys::ECONNRESET) } else { Ok(got) };
             }
             if nonblock && got == 0 && !looked_for_count && self.rx.counted() {
-                // Counted and not yet published: the writer is between two stores, and its
-                // doorbell may already have made the descriptor readable. A program told
-                // "readable" must not be told EAGAIN (wrk counts that as an error): wait
-                // the moment it takes — a few yields (the writer may need this CPU),
-                // bounded in case the peer garbled the count.
+                // Counted and not yet published: the writer is between two stores, and the
+                // doorbell of this epoch may already have made the descriptor readable. A
+                // program told "readable" must not be told EAGAIN (wrk counts that as an
+                // error): wait until they are published.
                 looked_for_count = true;
-                if (0..64).any(|_| {
-                    std::thread::yield_now();
-                    !self.rx.is_empty()
-                }) {
+                if self.await_published(fd) {
                     continue;
                 }
             }
@@ -883,6 +884,42 @@ impl Conn {
                 Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
             }
         }
+    }
+
+    /// Waits for bytes counted in the receive ring and not yet published; true once they
+    /// are. The writer publishes right after it counts, so a few yields (it may need this
+    /// CPU) nearly always do. It can lose its CPU in between, though — a virtual CPU the
+    /// host takes away, a preemption — for longer than a yield: where our descriptor holds
+    /// a doorbell byte, so that poll may have told the program "readable", the wait goes
+    /// on in sleeps of 50 µs for up to [`BELL_WAIT_MS`] (a writer descheduled for that
+    /// long is rare; a program that reads without being told may be told EAGAIN, as TCP
+    /// would). A count that is not published by then was garbled or its writer died: the
+    /// read gives up, and later reads on this connection do not wait for it again, so a
+    /// hostile peer costs this reader one such wait.
+    fn await_published(&self, fd: c_int) -> bool {
+        let published = || !self.rx.is_empty();
+        if (0..64).any(|_| {
+            std::thread::yield_now();
+            published()
+        }) {
+            return true;
+        }
+        if self.count_waited_out.load(Ordering::Relaxed) || sys::pending(fd).unwrap_or(0) == 0 {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(BELL_WAIT_MS as u64);
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            if published() {
+                return true;
+            }
+            if !self.rx.counted() {
+                // Nothing counted any more: nothing to wait for.
+                return false;
+            }
+        }
+        self.count_waited_out.store(true, Ordering::Relaxed);
+        false
     }
 
     /// `write`/`send` on descriptor `fd`.
