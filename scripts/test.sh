@@ -50,6 +50,10 @@ TOOLS+=(podman nft)
 # busybox's udhcpc (busybox-static's, above: Debian's busybox conflicts with it).
 PACKAGES+=(dnsmasq-base nftables)
 TOOLS+=(dnsmasq busybox nft)
+# postgresql: a fork-per-connection server (postmaster and backends) on the shared-memory
+# fast path, driven by its pgbench (the package also starts Debian's own cluster; the
+# test starts a server of its own, as nobody, on a port of its own).
+PACKAGES+=(postgresql)
 # gobgpd, frr: EVPN — each sluice host's switch starts Debian's gobgpd; FRR's bgpd and zebra
 # are the route reflector and the Linux EVPN host the tests interoperate with (vtysh reads
 # their tables back).
@@ -67,6 +71,7 @@ for t in man groff dpkg-deb dpkg-shlibdeps strip; do command -v "$t" >/dev/null 
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || missing+=(python3-prometheus-client)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || missing+=(linux-image-amd64)
+ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 if [ "${CI:-}" = true ] || [ ${#missing[@]} -gt 0 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "installing test tools (missing: ${missing[*]})"

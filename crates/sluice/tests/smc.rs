@@ -696,6 +696,103 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     assert_eq!(st["handshake_errors"], 0, "{st}");
 }
 
+/// PostgreSQL as Debian ships it, run as an unprivileged member of the fast path's group:
+/// its postmaster accepts each connection, forks a backend for it and closes its own copy
+/// (the backend first closes the postmaster's listeners; it exits without closing the
+/// connection). pgbench under the launcher, every connection moved (`--short 0`): a new
+/// connection per transaction, then four long ones with TPC-B's writes — every
+/// transaction done, none failed, and every connection on shared memory at both ends.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root; the server runs as nobody), postgresql, setpriv and groupadd; scripts/test.sh runs it"]
+fn postgres_forks_a_backend_per_connection_on_shared_memory() {
+    let bin = sh_ok("ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1").trim().to_string();
+    if bin.is_empty() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "postgresql is not installed");
+        eprintln!("skipped: needs postgresql (apt-get install postgresql)");
+        return;
+    }
+    let p = Peers::new("postgres");
+    let (_g, gid) = Group::new(&p, "pg");
+    let dir = p.dir.join("pg");
+    let (data, sock) = (dir.join("data"), dir.join("sock"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&sock).unwrap();
+    sh_ok(&format!(
+        "chmod a+rX {} {} && chown {NOBODY} {} {}",
+        p.dir.display(),
+        dir.display(),
+        data.display(),
+        sock.display()
+    ));
+    let (data_s, sock_s) = (data.display().to_string(), sock.display().to_string());
+    let initdb =
+        as_nobody(&[], &[&format!("{bin}/initdb"), "-D", &data_s, "-A", "trust", "-U", "postgres"]).output().unwrap();
+    assert!(initdb.status.success(), "initdb: {}", String::from_utf8_lossy(&initdb.stderr));
+    let port = port(11);
+    let launcher = reachable(BIN);
+    let postgres = format!("{bin}/postgres");
+    let mut server = as_nobody(
+        &[gid],
+        &[
+            &launcher,
+            "smc",
+            "run",
+            "--",
+            &postgres,
+            "-D",
+            &data_s,
+            "-k",
+            &sock_s,
+            "-p",
+            &port,
+            "-c",
+            "listen_addresses=127.0.0.1",
+        ],
+    );
+    server.env("SLUICE_RUN_DIR", &p.dir).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let _server = Killed(std::os::unix::process::CommandExt::process_group(&mut server, 0).spawn().unwrap());
+    let ready = || {
+        std::process::Command::new(format!("{bin}/pg_isready"))
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(wait_for(30, ready), "postgres did not accept connections on port {port}");
+    let pgbench = format!("{bin}/pgbench");
+    let bench = |args: &[&str]| {
+        let mut argv = vec![pgbench.as_str(), "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-n"];
+        argv.extend(args);
+        argv.push("postgres");
+        let o = launched_with(&p, &["--short", "0"], &argv).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "pgbench {args:?}: {text}");
+        text
+    };
+    let init = launched_with(
+        &p,
+        &["--short", "0"],
+        &[&pgbench, "-i", "-s", "1", "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "postgres"],
+    )
+    .output()
+    .unwrap();
+    assert!(init.status.success(), "pgbench -i: {}", String::from_utf8_lossy(&init.stderr));
+    // A connection per transaction: 400 backends forked, each on shared memory.
+    let text = bench(&["-C", "-S", "-c", "4", "-j", "2", "-t", "100"]);
+    assert!(text.contains("number of transactions actually processed: 400/400"), "{text}");
+    assert!(text.contains("number of failed transactions: 0 "), "{text}");
+    // Four long connections, TPC-B's reads and writes.
+    let text = bench(&["-c", "4", "-j", "2", "-t", "500"]);
+    assert!(text.contains("number of transactions actually processed: 2000/2000"), "{text}");
+    assert!(text.contains("number of failed transactions: 0 "), "{text}");
+    let st = p.stats();
+    let moved = st["smc_client"].as_u64().unwrap();
+    assert!(moved >= 404, "pgbench -i's, the 400 and the 4: {st}");
+    assert_eq!(st["connections_client"].as_u64(), Some(moved), "every connection moved: {st}");
+    assert_eq!(st["smc_server"].as_u64(), Some(moved), "the postmaster took every one: {st}");
+    assert_eq!(st["handshake_errors"], 0, "{st}");
+    assert_eq!(st["peer_faults"], 0, "{st}");
+}
+
 /// A moved connection costs the program three descriptors where TCP costs one (the
 /// application's, and among the library's high numbers its TCP socket and the peer's
 /// doorbell end), not five as it once did: the rings live in the association's arena

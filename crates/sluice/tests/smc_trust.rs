@@ -315,34 +315,6 @@ fn users_the_fast_path_is_not_open_to_get_plain_tcp_and_one_message() {
     assert_eq!(st["fallback_server"]["no_proposal"], 1, "{st}");
 }
 
-/// A group of the test's own, deleted on drop.
-struct Group(String);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("groupdel").arg(&self.0).status();
-    }
-}
-
-impl Group {
-    /// A new group named after this process and `tag`; the runtime directory `p` set up
-    /// for it with `sluice smc setup`.
-    fn new(p: &Peers, tag: &str) -> (Group, u32) {
-        let name = format!("sluicet{}{tag}", std::process::id() % 100_000);
-        sh_ok(&format!("groupadd {name}"));
-        let g = Group(name);
-        let gid: u32 = sh_ok(&format!("getent group {} | cut -d: -f3", g.0)).trim().parse().unwrap();
-        let said = std::process::Command::new(BIN)
-            .args(["smc", "setup", "--group", &g.0])
-            .env("SLUICE_RUN_DIR", &p.dir)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&said.stdout);
-        assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
-        (g, gid)
-    }
-}
-
 #[test]
 #[ignore = "system tier: needs root (programs run as nobody, network namespaces and mounts), python3, setpriv and groupadd; scripts/test.sh runs it"]
 fn members_of_the_fast_paths_group_use_it_and_other_users_cannot_reach_it() {

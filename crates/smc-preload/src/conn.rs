@@ -163,6 +163,14 @@ impl Side {
     fn owed(&self) -> &AtomicU32 {
         self.word(2)
     }
+
+    /// How many processes besides one hold the connection: each fork adds one (counted by
+    /// the parent before it forks), each process's last close takes one off.
+    fn others(&self) -> &AtomicU32 {
+        // SAFETY: as in `word`: the second u32 of line 2, 4-byte aligned, inside the slot,
+        // written only through atomics.
+        unsafe { &*self.at.add(2 * 64 + 4).cast::<AtomicU32>() }
+    }
 }
 
 impl Drop for Side {
@@ -173,6 +181,7 @@ impl Drop for Side {
         let mut pool = SIDES.lock().unwrap_or_else(|p| p.into_inner());
         if pool.0 == sys::pid() {
             (0..3).for_each(|l| self.word(l).store(0, Ordering::Relaxed));
+            self.others().store(0, Ordering::Relaxed);
             pool.1.push(self.at as usize);
         }
     }
@@ -214,7 +223,7 @@ pub struct Conn {
     pending: AtomicBool,
     /// The client's slot lease.
     lease: Option<Box<dyn Lease>>,
-    /// The process that made the connection (a forked child does not end it on close).
+    /// The process that made the connection (the one that decides a pending one).
     pub owner: u32,
     /// O_NONBLOCK on the application's descriptor (shared by its duplicates).
     pub nonblock: AtomicBool,
@@ -1108,8 +1117,22 @@ impl Conn {
     }
 
     /// The last descriptor of the connection in this process was closed.
+    /// This process is about to fork: the child holds the connection too.
+    pub fn forking(&self) {
+        self.side.others().fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// This process lets go of the connection: true when no other process holds it.
+    fn let_go(&self) -> bool {
+        self.side.others().fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_err()
+    }
+
+    /// This process closed its last descriptor of the connection (or exits holding it).
+    /// As with TCP, the connection ends only with the last process that holds it: a
+    /// fork-per-connection server (postgres) closes its copy right after forking the
+    /// process that serves it, and that process may exit without closing it at all.
     pub fn closed(&self) {
-        if sys::pid() != self.owner {
+        if !self.let_go() {
             return;
         }
         if !self.rx.is_empty() {

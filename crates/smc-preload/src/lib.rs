@@ -83,7 +83,13 @@ fn env(name: &CStr) -> Option<String> {
 
 /// At exit: what the live connections counted since their last addition goes into the
 /// statistics (a program may exit without closing them).
+///
+/// Then each connection it holds ends as at its last close (the kernel closes the
+/// descriptors of a process that exits): unless another process holds it too, its peer
+/// reads end of file after the last bytes, or a reset for bytes left unread, and its
+/// client may use the slot again.
 extern "C" fn flush_at_exit() {
+    let mut ended: Vec<Arc<Conn>> = Vec::new();
     // (try_lock: a thread that held the lock when exit began must not hang the exit.)
     for (fd, slot) in SLOTS.iter().enumerate() {
         if marked(fd as c_int)
@@ -91,6 +97,30 @@ extern "C" fn flush_at_exit() {
             && let Some(c) = c.as_ref()
         {
             c.tally.flush();
+            if !c.is_pending() && !ended.iter().any(|e| Arc::ptr_eq(e, c)) {
+                ended.push(c.clone());
+            }
+        }
+    }
+    for c in ended {
+        c.closed();
+    }
+}
+
+/// Before a fork: the child holds every connection this process holds (counted once per
+/// connection, however many descriptors name it).
+pub(crate) fn forking() {
+    if spin::LIVE.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut seen: Vec<Arc<Conn>> = Vec::new();
+    for (fd, slot) in SLOTS.iter().enumerate() {
+        if marked(fd as c_int)
+            && let Some(c) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+            && !seen.iter().any(|e| Arc::ptr_eq(e, c))
+        {
+            c.forking();
+            seen.push(c.clone());
         }
     }
 }
@@ -550,9 +580,17 @@ pub(crate) fn listener_zerocopy(port: u16) -> bool {
     fds.into_iter().any(zerocopy::enabled)
 }
 
+/// Listener `fd` is being closed. Its entry goes only when the process that registered it
+/// closes it: a forked child closing its copy (postgres's children close the
+/// postmaster's listeners first thing) leaves the listener its parent still holds
+/// registered.
 fn unregister(fd: c_int) {
-    let Some((addr, path, ..)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else { return };
-    let _ = std::fs::remove_file(path);
+    let Some((addr, path, owner, _)) = listeners().lock().unwrap_or_else(|p| p.into_inner()).remove(&fd) else {
+        return;
+    };
+    if owner == sys::pid() {
+        let _ = std::fs::remove_file(path);
+    }
     let mut ports = PORTS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(i) = ports.iter().position(|p| *p == addr.port()) {
         ports.remove(i);

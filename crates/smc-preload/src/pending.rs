@@ -230,6 +230,7 @@ pub fn sweep(since: u64) -> Vec<Fallen> {
 /// descriptor could not be moved back to TCP by the parent).
 pub extern "C" fn before_fork() {
     crate::conn::FORKS.fetch_add(1, Ordering::Relaxed);
+    crate::forking();
     if WATCHING.load(Ordering::Relaxed) == 0 {
         return;
     }

@@ -222,3 +222,31 @@ impl Drop for Netns {
         let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
+
+/// A group of the test's own, deleted on drop.
+pub struct Group(pub String);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("groupdel").arg(&self.0).status();
+    }
+}
+
+impl Group {
+    /// A new group named after this process and `tag`; the runtime directory `p` set up
+    /// for it with `sluice smc setup`.
+    pub fn new(p: &Peers, tag: &str) -> (Group, u32) {
+        let name = format!("sluicet{}{tag}", std::process::id() % 100_000);
+        sh_ok(&format!("groupadd {name}"));
+        let g = Group(name);
+        let gid: u32 = sh_ok(&format!("getent group {} | cut -d: -f3", g.0)).trim().parse().unwrap();
+        let said = std::process::Command::new(BIN)
+            .args(["smc", "setup", "--group", &g.0])
+            .env("SLUICE_RUN_DIR", &p.dir)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&said.stdout);
+        assert!(said.contains(&format!("open to root and members of group {}", g.0)), "{said}");
+        (g, gid)
+    }
+}
