@@ -54,6 +54,10 @@ TOOLS+=(dnsmasq busybox nft)
 # fast path, driven by its pgbench (the package also starts Debian's own cluster; the
 # test starts a server of its own, as nobody, on a port of its own).
 PACKAGES+=(postgresql)
+# memcached, libmemcached-tools: a threaded event-loop server and its tools (memcslap,
+# memccp, memccat) on the shared-memory fast path.
+PACKAGES+=(memcached libmemcached-tools)
+TOOLS+=(memcached memcslap memccp memccat)
 # gobgpd, frr: EVPN — each sluice host's switch starts Debian's gobgpd; FRR's bgpd and zebra
 # are the route reflector and the Linux EVPN host the tests interoperate with (vtysh reads
 # their tables back).

@@ -337,25 +337,43 @@ impl Ring {
 
     /// Producer: copies as much of `data` as fits and publishes it.
     pub fn push(&self, data: &[u8]) -> Result<Push, Corrupt> {
+        self.push_all(&[data])
+    }
+
+    /// Producer: copies as much of `bufs`, in order, as fits and publishes it in one step —
+    /// a reader sees a vectored write whole or not at all (at most what fits), as TCP sends
+    /// it in one segment, never the first buffers without the rest.
+    pub fn push_all(&self, bufs: &[&[u8]]) -> Result<Push, Corrupt> {
         let h = self.header();
         let prod = h.prod.0.prod.load(Ordering::Relaxed);
         let cons = h.cons.0.cons.load(Ordering::Acquire);
         let w = self.window()?;
         let free = w - self.used(prod, cons, w)?;
-        let n = data.len().min(free);
+        let mut n = 0usize;
+        for data in bufs {
+            if n == free {
+                break;
+            }
+            let k = data.len().min(free - n);
+            if k == 0 {
+                continue;
+            }
+            let at = (prod as usize).wrapping_add(n) & (w - 1);
+            let first = k.min(w - at);
+            // SAFETY: n + k ≤ free ≤ w ≤ size (checked above), `at` < w (masked), so
+            // [at, at+first) and [0, k-first) lie in the data area, which stays mapped. The
+            // peer may write these bytes while we copy (it can lie about its cursor, or just
+            // write): shared memory another process writes is never behind a Rust reference
+            // here, only raw pointers, and what a racing peer can garble is this
+            // connection's bytes alone.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.data().add(at), first);
+                std::ptr::copy_nonoverlapping(data.as_ptr().add(first), self.data(), k - first);
+            }
+            n += k;
+        }
         if n == 0 {
             return Ok(Push::default());
-        }
-        let at = (prod as usize) & (w - 1);
-        let first = n.min(w - at);
-        // SAFETY: n ≤ free ≤ w ≤ size (checked above), `at` < w (masked), so [at, at+first)
-        // and [0, n-first) lie in the data area, which stays mapped. The peer may write
-        // these bytes while we copy (it can lie about its cursor, or just write): shared
-        // memory another process writes is never behind a Rust reference here, only raw
-        // pointers, and what a racing peer can garble is this connection's bytes alone.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.data().add(at), first);
-            std::ptr::copy_nonoverlapping(data.as_ptr().add(first), self.data(), n - first);
         }
         // Count before publishing, so the consumer never subtracts what was not added.
         let mut p = Push { n, ..Push::default() };
@@ -594,6 +612,32 @@ mod tests {
         // Every empty→non-empty transition was matched by a non-empty→empty one.
         assert_eq!(wakes, empties);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_vectored_push_publishes_its_buffers_at_once_in_order_as_far_as_they_fit() {
+        let mut mem = region(4096);
+        let len = mem.len() * 64;
+        let ptr = mem.as_mut_ptr().cast::<u8>();
+        // SAFETY: `mem` outlives both views and is used only through them.
+        let w = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
+        // SAFETY: as above.
+        let r = unsafe { Ring::attach(ptr, len) }.unwrap();
+        let mut out = vec![0u8; 4096];
+        // Move the cursors near the end, so the buffers wrap.
+        w.push(&[9; 4000]).unwrap();
+        assert_eq!(r.pop(&mut out, false).unwrap().n, 4000);
+        let (a, b, c) = ([1u8; 60], [2u8; 0], [3u8; 100]);
+        assert_eq!(w.push_all(&[&a, &b, &c]).unwrap(), Push { n: 160, ring_bell: true, wake_sleeper: false });
+        let p = r.pop(&mut out, false).unwrap();
+        assert_eq!(p, Pop { n: 160, take_bell: true, emptied: true }, "one epoch for the three");
+        assert!(out[..60].iter().all(|&x| x == 1) && out[60..160].iter().all(|&x| x == 3));
+        // As far as they fit: 4096 of 3 × 2000.
+        let big = [7u8; 2000];
+        assert_eq!(w.push_all(&[&big, &big, &big]).unwrap().n, 4096);
+        assert_eq!(w.push_all(&[&big]).unwrap().n, 0, "full");
+        assert_eq!(r.pop(&mut out, false).unwrap().n, 4096);
+        assert!(out.iter().all(|&x| x == 7));
     }
 
     #[test]
