@@ -792,6 +792,23 @@ fn postgres_forks_a_backend_per_connection_on_shared_memory() {
     assert_eq!(st["peer_faults"], 0, "{st}");
 }
 
+/// A server that runs another program (fork, then exec) while it holds a connection, and
+/// then closes the connection with bytes unread: the child, alive, never held it (the
+/// descriptor is close-on-exec), so the close ends the connection — the client reads a
+/// reset, as from TCP, not a bare end of file.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn a_close_after_running_another_program_ends_the_connection() {
+    let p = Peers::new("execchild");
+    let port = port(16);
+    let (s, _out) = p.serve(true, &["serve", &port, "exec-child:3+pause:1"]);
+    let _s = Killed(s);
+    let got = p.run(true, &["connect", "127.0.0.1", &port, "source:1000+sink-or-error"]);
+    assert_eq!(got, "ConnectionResetError", "the server closed with 1,000 bytes unread");
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
+}
+
 /// memcached (worker threads on libevent's epoll) and libmemcached's tools under the
 /// launcher: memcslap's sets and gets complete (memcached answers a get with one `sendmsg`
 /// of three buffers), a 500 KB value stored with memccp comes back intact through

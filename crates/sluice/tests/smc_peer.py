@@ -40,6 +40,8 @@ MODE:
   pregate:PATH     (connect; first) bind the socket, print "port … cookie …", wait until
                    PATH exists (at most 60 s), then connect: "pregate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
+  sink-or-error    as sink, but an error ends it: print the error's name
+  exec-child[:S]   run `sleep S` (default 2) in a child, forked then exec'd, not waited for
   bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
                    the reader falls asleep between them), print "<bytes> <sha256>"
   nibble           read to EOF in blocking reads of 7 or 200 bytes; after each, whenever
@@ -496,6 +498,16 @@ def run_mode(c, mode):
             print(out, flush=True)
             out = None
             time.sleep(float(arg))
+        elif kind == "sink-or-error":
+            try:
+                out = sink(c)
+            except OSError as e:
+                out = type(e).__name__
+        elif kind == "exec-child":
+            # Another program in a child (fork, then exec), left running: the connection
+            # is close-on-exec, as Python makes every descriptor, so it is not the child's.
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", arg or "2"])
         elif kind == "forever":
             try:
                 while True:

@@ -164,13 +164,40 @@ impl Side {
         self.word(2)
     }
 
-    /// How many processes besides one hold the connection: each fork adds one (counted by
-    /// the parent before it forks), each process's last close takes one off.
-    fn others(&self) -> &AtomicU32 {
-        // SAFETY: as in `word`: the second u32 of line 2, 4-byte aligned, inside the slot,
-        // written only through atomics.
-        unsafe { &*self.at.add(2 * 64 + 4).cast::<AtomicU32>() }
+    /// Forks under way (counted by the parent before it forks), whose children have not
+    /// named themselves among the holders yet — or could not, the table being full.
+    fn forks(&self) -> &AtomicU32 {
+        self.line2(1)
     }
+
+    /// The processes that hold the connection, by pid (0: a free entry): its maker, and
+    /// each child forked since, which names itself as it starts.
+    fn holder(&self, i: usize) -> &AtomicU32 {
+        self.line2(2 + i)
+    }
+
+    fn line2(&self, word: usize) -> &AtomicU32 {
+        debug_assert!(word < 16);
+        // SAFETY: as in `word`: u32 number `word` (< 16) of the 64-byte line 2, 4-byte
+        // aligned, inside the slot, written only through atomics.
+        unsafe { &*self.at.add(2 * 64 + 4 * word).cast::<AtomicU32>() }
+    }
+}
+
+/// Processes a connection's holder table names.
+const HOLDERS: usize = 14;
+
+/// Whether process `pid` holds the socket whose inode is `ino` (one of its descriptors is
+/// it). A process that is gone (or a zombie) does not; one whose descriptors this process
+/// may not look at (another user's) is taken to.
+fn holds(pid: u32, ino: u64) -> bool {
+    let dir = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(d) => d,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    let want = format!("socket:[{ino}]");
+    // Bounded: a process has at most as many descriptors as its limit allows.
+    dir.take(1 << 20).flatten().any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
 }
 
 impl Drop for Side {
@@ -181,7 +208,7 @@ impl Drop for Side {
         let mut pool = SIDES.lock().unwrap_or_else(|p| p.into_inner());
         if pool.0 == sys::pid() {
             (0..3).for_each(|l| self.word(l).store(0, Ordering::Relaxed));
-            self.others().store(0, Ordering::Relaxed);
+            (1..16).for_each(|w| self.line2(w).store(0, Ordering::Relaxed));
             pool.1.push(self.at as usize);
         }
     }
@@ -225,6 +252,9 @@ pub struct Conn {
     lease: Option<Box<dyn Lease>>,
     /// The process that made the connection (the one that decides a pending one).
     pub owner: u32,
+    /// The inode of the application's descriptor (our end of the pair): how another
+    /// process is seen to still hold the connection.
+    pub app_ino: Option<u64>,
     /// O_NONBLOCK on the application's descriptor (shared by its duplicates).
     pub nonblock: AtomicBool,
     rd_shut: AtomicBool,
@@ -413,6 +443,8 @@ impl Conn {
             return None;
         };
         let sizes = (rx.capacity(), tx.capacity());
+        // Its maker holds it (the side's words are fresh: no fork since they were taken).
+        side.holder(0).store(sys::pid(), Ordering::Release);
         Some(Conn {
             rx,
             tx,
@@ -427,6 +459,7 @@ impl Conn {
             pending: AtomicBool::new(role == Role::Client),
             lease,
             owner: sys::pid(),
+            app_ino: None,
             nonblock: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
@@ -838,7 +871,9 @@ impl Conn {
                 if !self.rx.is_empty() {
                     continue;
                 }
-                return Ok(got);
+                // A peer that closed with bytes of ours unread reset the connection, as
+                // TCP's would: after the data, a reset rather than end of file.
+                return if got == 0 && self.rx.has_flags(FLAG_RESET) { Err(sys::ECONNRESET) } else { Ok(got) };
             }
             // Still waiting for the server's decision: it may have declined, or taken the
             // connection as plain TCP (then our bytes go there, and so does this read).
@@ -1138,14 +1173,47 @@ impl Conn {
     }
 
     /// The last descriptor of the connection in this process was closed.
-    /// This process is about to fork: the child holds the connection too.
+    /// This process is about to fork: the child will hold the connection too.
     pub fn forking(&self) {
-        self.side.others().fetch_add(1, Ordering::AcqRel);
+        self.side.forks().fetch_add(1, Ordering::AcqRel);
     }
 
-    /// This process lets go of the connection: true when no other process holds it.
+    /// In a child just forked: it names itself among the holders (the fork its parent
+    /// counted is done). With the table full it stays counted as a fork under way: a
+    /// holder that cannot be looked up, so the connection is never ended under it.
+    pub fn forked_child(&self) {
+        let me = sys::pid();
+        if (0..HOLDERS)
+            .any(|i| self.side.holder(i).compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire).is_ok())
+        {
+            let _ = self.side.forks().fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// This process lets go of the connection (its last descriptor of it closes, or it
+    /// exits): true when no other process holds it any more — none is being forked, and
+    /// every other process the table names is gone or has no descriptor of it left (a
+    /// child that ran another program closed it, if it was close-on-exec).
     fn let_go(&self) -> bool {
-        self.side.others().fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_err()
+        let me = sys::pid();
+        let mut others = Vec::new();
+        for i in 0..HOLDERS {
+            let h = self.side.holder(i);
+            if h.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                match h.load(Ordering::Acquire) {
+                    0 => {}
+                    pid => others.push(pid),
+                }
+            }
+        }
+        if self.side.forks().load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        match self.app_ino {
+            _ if others.is_empty() => true,
+            Some(ino) => !others.into_iter().any(|pid| holds(pid, ino)),
+            None => false,
+        }
     }
 
     /// This process closed its last descriptor of the connection (or exits holding it).

@@ -107,6 +107,26 @@ extern "C" fn flush_at_exit() {
     }
 }
 
+/// In a child just forked: it names itself a holder of each connection it inherited. (A
+/// descriptor's lock held by a thread of the parent at the fork stays held here: its
+/// connection stays counted as a fork under way, never ended under this child.)
+extern "C" fn forked() {
+    if spin::LIVE.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut seen: Vec<Arc<Conn>> = Vec::new();
+    for (fd, slot) in SLOTS.iter().enumerate() {
+        if marked(fd as c_int)
+            && let Ok(c) = slot.try_lock()
+            && let Some(c) = c.as_ref()
+            && !seen.iter().any(|e| Arc::ptr_eq(e, c))
+        {
+            c.forked_child();
+            seen.push(c.clone());
+        }
+    }
+}
+
 /// Before a fork: the child holds every connection this process holds (counted once per
 /// connection, however many descriptors name it).
 pub(crate) fn forking() {
@@ -151,6 +171,8 @@ extern "C" fn init() {
     ACTIVE.store(true, Ordering::Relaxed);
     sys::pid_after_fork();
     sys::before_fork(pending::before_fork);
+    // (After `pid_after_fork`'s handler: children's handlers run in the order made.)
+    sys::in_child_after_fork(forked);
     // SAFETY: atexit with functions that live as long as the process (run in reverse:
     // pending bytes are delivered first, then the counters flushed).
     unsafe {
@@ -334,6 +356,7 @@ fn convert(
         let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
         real::dup3(app_end, fd, cloexec);
         real::close(app_end);
+        conn.app_ino = sys::file_id(fd).map(|(_, ino)| ino);
         if fl >= 0 && fl & sys::O_NONBLOCK != 0 {
             real::fcntl(fd, sys::F_SETFL, (fl & sys::O_NONBLOCK) as usize);
             conn.nonblock.store(true, Ordering::Relaxed);

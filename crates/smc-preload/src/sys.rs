@@ -155,6 +155,12 @@ pub fn before_fork(f: extern "C" fn()) {
     unsafe { pthread_atfork(Some(f), None, None) };
 }
 
+/// Runs `f` in the child after every fork (registered once, at load).
+pub fn in_child_after_fork(f: extern "C" fn()) {
+    // SAFETY: registers a child handler that lives as long as the process.
+    unsafe { pthread_atfork(None, None, Some(f)) };
+}
+
 /// Makes a forked child ask its own pid again (called once, at load).
 pub fn pid_after_fork() {
     // SAFETY: registers a child handler that only stores to an atomic.
