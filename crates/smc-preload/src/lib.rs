@@ -103,7 +103,7 @@ extern "C" fn flush_at_exit() {
         }
     }
     for c in ended {
-        c.closed();
+        c.closed_at_exit();
     }
 }
 

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""PostgreSQL and memcached on the shared-memory fast path against plain TCP, as root.
+
+  scripts/smc-programs.py [--sluice PATH] [--reps 5] [--duration 5] [--base-port 26400]
+
+Two servers of each program in one network namespace of the script's own: one under
+`sluice smc run`, one plain; each client runs the same way as its server. PostgreSQL runs
+as nobody (a member of a group of the script's own, which `sluice smc setup` opens the
+fast path to, in a runtime directory of the script's own), from clusters `initdb` makes
+under a new temporary directory. Workloads: pgbench's select-only transactions (`-S`) on
+one connection and on ten (DURATION seconds each), and memcslap's sets and gets (four
+threads, 20,000 operations each). Paths alternate within each repetition (which goes
+first alternates too), REPS repetitions. Prints a Markdown table: per workload the
+median rate of each path with its (min–max), the median of the per-repetition ratios
+with its (min–max), and the host's CPU steal over the cells (/proc/stat); the host's
+busy share is measured for 2 s just before and just after the cells, the servers idle. A
+run with more than 2% steal in a cell, or a host more than 10% busy before or after, is
+NOISY and proves nothing.
+
+Every wait is bounded; everything the script started is stopped and removed at the end,
+whatever happens.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("--sluice", default="sluice")
+ap.add_argument("--reps", type=int, default=5)
+ap.add_argument("--duration", type=int, default=5)
+ap.add_argument("--base-port", type=int, default=26400, help="four ports from here (outside ip_local_port_range)")
+a = ap.parse_args()
+
+NOBODY = 65534
+PATHS = ["smc", "tcp"]
+bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+if os.geteuid() != 0:
+    sys.exit("smc-programs.py: run it as root (it makes a network namespace and a group)")
+if not bins or not shutil.which("memcached") or not shutil.which("memcslap"):
+    sys.exit("smc-programs.py: needs postgresql, memcached and libmemcached-tools (apt-get install them)")
+PG = bins[-1]
+sluice = shutil.which(a.sluice) or a.sluice
+
+tmp = tempfile.mkdtemp(prefix="sluice-programs.")
+os.chmod(tmp, 0o755)
+ns = f"sluice-programs-{os.getpid()}"
+group = f"sluiceprog{os.getpid() % 100000}"
+run_dir = os.path.join(tmp, "run")
+env = dict(os.environ, SLUICE_RUN_DIR=run_dir)
+servers = []
+
+
+def sh(*argv, **kw):
+    return subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, **kw).stdout
+
+
+def in_ns(path, argv, user=None):
+    """argv in the namespace, under the launcher for path `smc`, as root or `nobody`."""
+    cmd = ["ip", "netns", "exec", ns]
+    if user:
+        gid = sh("getent", "group", group).split(":")[2]
+        cmd += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={gid}"]
+    if path == "smc":
+        cmd += [sluice, "smc", "run", "--"]
+    return cmd + argv
+
+
+def port(path, program):
+    return a.base_port + PATHS.index(path) + (2 if program == "memcached" else 0)
+
+
+def cpu():
+    """(steal, total) jiffies of the whole host."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[7], sum(v)
+
+
+def busy(secs=2.0):
+    """The host's busy share over `secs` (steal excluded), measured while this script waits."""
+    with open("/proc/stat") as f:
+        v0 = [int(x) for x in f.readline().split()[1:]]
+    time.sleep(secs)
+    with open("/proc/stat") as f:
+        v1 = [int(x) for x in f.readline().split()[1:]]
+    d = [y - x for x, y in zip(v0, v1)]
+    return (sum(d) - d[3] - d[4] - d[7]) / max(1, sum(d))
+
+
+def pgbench(path, clients):
+    out = sh(*in_ns(path, [f"{PG}/pgbench", "-n", "-S", "-c", str(clients), "-j", str(min(clients, 2)),
+                           "-T", str(a.duration), "-h", "127.0.0.1", "-p", str(port(path, "postgres")),
+                           "-U", "postgres", "postgres"]), env=env)
+    if "number of failed transactions: 0 " not in out:
+        raise SystemExit(f"pgbench on {path} failed:\n{out}")
+    return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+
+
+def memcslap(path, test):
+    out = sh(*in_ns(path, ["memcslap", f"--servers=127.0.0.1:{port(path, 'memcached')}", "--concurrency=4",
+                           "--execute-number=20000", f"--test={test}"]), env=env)
+    m = re.search(rf"Time to {test}\s+(\d+) keys by\s+\d+ threads:\s+([0-9.]+) seconds", out)
+    if not m:
+        raise SystemExit(f"memcslap on {path} said:\n{out}")
+    return int(m.group(1)) / float(m.group(2))
+
+
+WORKLOADS = {
+    "pgbench select-only, 1 connection (tps)": lambda p: pgbench(p, 1),
+    "pgbench select-only, 10 connections (tps)": lambda p: pgbench(p, 10),
+    "memcslap set, 4 threads (ops/s)": lambda p: memcslap(p, "set"),
+    "memcslap get, 4 threads (ops/s)": lambda p: memcslap(p, "get"),
+}
+
+
+def wait_for(what, ok, secs=30):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        if ok():
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"smc-programs.py: {what} within {secs} s")
+
+
+try:
+    sh("groupadd", group)
+    sh("ip", "netns", "add", ns)
+    sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh(sluice, "smc", "setup", "--group", group, env=env)
+    for path in PATHS:
+        data = os.path.join(tmp, f"pg-{path}")
+        os.mkdir(data)
+        os.chown(data, NOBODY, NOBODY)
+        sh("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", f"{PG}/initdb", "-D", data,
+           "-A", "trust", "-U", "postgres")
+        p = str(port(path, "postgres"))
+        servers.append(subprocess.Popen(
+            in_ns(path, [f"{PG}/postgres", "-D", data, "-k", data, "-p", p, "-c", "listen_addresses=127.0.0.1"],
+                  user=True), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        wait_for(f"postgres ({path}) accepting on port {p}", lambda: subprocess.run(
+            ["ip", "netns", "exec", ns, f"{PG}/pg_isready", "-h", "127.0.0.1", "-p", p],
+            stdout=subprocess.DEVNULL).returncode == 0)
+        sh(*in_ns(path, [f"{PG}/pgbench", "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", p, "-U", "postgres",
+                         "postgres"]), env=env)
+        m = str(port(path, "memcached"))
+        servers.append(subprocess.Popen(
+            in_ns(path, ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", m, "-t", "2"]), env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        wait_for(f"memcached ({path}) listening on port {m}", lambda: f"127.0.0.1:{m} " in sh(
+            "ip", "netns", "exec", ns, "ss", "-ltn"))
+    before = busy()
+    got = {w: {p: [] for p in PATHS} for w in WORKLOADS}
+    steal = {w: [] for w in WORKLOADS}
+    for rep in range(a.reps):
+        for w, fn in WORKLOADS.items():
+            for path in (PATHS if rep % 2 == 0 else PATHS[::-1]):
+                s0, t0 = cpu()
+                got[w][path].append(fn(path))
+                s1, t1 = cpu()
+                steal[w].append((s1 - s0) / max(1, t1 - t0))
+                print(f"rep {rep + 1}/{a.reps}  {w}  {path}: {got[w][path][-1]:,.0f}", file=sys.stderr, flush=True)
+    worst = max(max(v) for v in steal.values())
+    after = busy()
+    quiet = worst <= 0.02 and max(before, after) <= 0.10
+    print(f"{'QUIET' if quiet else 'NOISY'}: {a.reps} repetitions, paths interleaved; the host's steal at most "
+          f"{worst:.1%} in any cell; the host {before:.1%} busy just before the cells and {after:.1%} just after "
+          f"(with the servers idle; more than 10% is others' load).\n")
+    print("| workload | sluice smc | TCP | smc / TCP | steal |")
+    print("|---|--:|--:|--:|--:|")
+
+    def cell(v):
+        return f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"
+
+    for w in WORKLOADS:
+        r = [s / t for s, t in zip(got[w]["smc"], got[w]["tcp"])]
+        print(f"| {w} | {cell(got[w]['smc'])} | {cell(got[w]['tcp'])} | "
+              f"{statistics.median(r):.2f}× ({min(r):.2f}–{max(r):.2f}) | {max(steal[w]):.1%} |")
+finally:
+    for s in servers:
+        try:
+            os.killpg(s.pid, 15)
+            s.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(s.pid, 9)
+            except ProcessLookupError:
+                pass
+    subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+    subprocess.run(["groupdel", group], stderr=subprocess.DEVNULL)
+    shutil.rmtree(tmp, ignore_errors=True)
