@@ -89,59 +89,48 @@ fn env(name: &CStr) -> Option<String> {
 /// reads end of file after the last bytes, or a reset for bytes left unread, and its
 /// client may use the slot again.
 extern "C" fn flush_at_exit() {
-    let mut ended: Vec<Arc<Conn>> = Vec::new();
-    // (try_lock: a thread that held the lock when exit began must not hang the exit.)
-    for (fd, slot) in SLOTS.iter().enumerate() {
-        if marked(fd as c_int)
-            && let Ok(c) = slot.try_lock()
-            && let Some(c) = c.as_ref()
-        {
-            c.tally.flush();
-            if !c.is_pending() && !ended.iter().any(|e| Arc::ptr_eq(e, c)) {
-                ended.push(c.clone());
-            }
+    // (Without waiting: a thread that held a lock when exit began must not hang the exit.)
+    for c in held(false) {
+        c.tally.flush();
+        if !c.is_pending() {
+            c.closed_at_exit();
         }
     }
-    for c in ended {
-        c.closed_at_exit();
+}
+
+/// The connections this process's descriptors name, each once however many descriptors
+/// name it. `wait`: take each descriptor's lock; else pass over one another thread
+/// holds.
+fn held(wait: bool) -> Vec<Arc<Conn>> {
+    let mut out: Vec<Arc<Conn>> = Vec::new();
+    for (fd, slot) in SLOTS.iter().enumerate() {
+        if !marked(fd as c_int) {
+            continue;
+        }
+        let guard = if wait { Some(slot.lock().unwrap_or_else(|p| p.into_inner())) } else { slot.try_lock().ok() };
+        if let Some(c) = guard.as_ref().and_then(|g| g.as_ref())
+            && !out.iter().any(|e| Arc::ptr_eq(e, c))
+        {
+            out.push(c.clone());
+        }
     }
+    out
 }
 
 /// In a child just forked: it names itself a holder of each connection it inherited. (A
 /// descriptor's lock held by a thread of the parent at the fork stays held here: its
 /// connection stays counted as a fork under way, never ended under this child.)
 extern "C" fn forked() {
-    if spin::LIVE.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let mut seen: Vec<Arc<Conn>> = Vec::new();
-    for (fd, slot) in SLOTS.iter().enumerate() {
-        if marked(fd as c_int)
-            && let Ok(c) = slot.try_lock()
-            && let Some(c) = c.as_ref()
-            && !seen.iter().any(|e| Arc::ptr_eq(e, c))
-        {
-            c.forked_child();
-            seen.push(c.clone());
-        }
+    if spin::LIVE.load(Ordering::Relaxed) > 0 {
+        held(false).iter().for_each(|c| c.forked_child());
     }
 }
 
 /// Before a fork: the child holds every connection this process holds (counted once per
 /// connection, however many descriptors name it).
 pub(crate) fn forking() {
-    if spin::LIVE.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let mut seen: Vec<Arc<Conn>> = Vec::new();
-    for (fd, slot) in SLOTS.iter().enumerate() {
-        if marked(fd as c_int)
-            && let Some(c) = slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
-            && !seen.iter().any(|e| Arc::ptr_eq(e, c))
-        {
-            c.forking();
-            seen.push(c.clone());
-        }
+    if spin::LIVE.load(Ordering::Relaxed) > 0 {
+        held(true).iter().for_each(|c| c.forking());
     }
 }
 
