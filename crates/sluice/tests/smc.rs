@@ -210,6 +210,35 @@ fn an_epoll_server_serves_250_connections_on_shared_memory() {
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(250), Some(250)), "{st}");
 }
 
+/// An epoll event loop looks at the rings of the connections it registered itself: bytes
+/// that arrive while it is awake ring no doorbell, and it finds them before it sleeps.
+/// Whatever else then waits on such a connection — a one-event epoll wait beside an
+/// always-ready descriptor, `poll`, `select`, a blocking read — meets every message, and
+/// none of it is told "readable" for nothing.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn an_event_loop_finds_bytes_on_its_rings_and_other_waits_still_see_every_message() {
+    let p = Peers::new("looks");
+    let loops = "epoll/epoll/epoll/epoll/epoll/epoll";
+    let modes: Vec<String> =
+        ["epoll1/epoll1/epoll1/epoll1", "poll/epoll/poll", "select/epoll/select", "recv/epoll/recv"]
+            .iter()
+            .map(|then| format!("echo-waits:{loops}/{then}/{loops}"))
+            .collect();
+    let (s, out) = p.serve(true, &["serve-seq", &port(10), &modes.join(",")]);
+    let counts: Vec<usize> = modes.iter().map(|m| m.matches('/').count() + 1).collect();
+    for n in &counts {
+        assert_eq!(p.run(true, &["connect", "127.0.0.1", &port(10), &format!("pings:{n}")]), format!("answered {n}"));
+    }
+    let _ = s.wait_with_output();
+    let want: Vec<String> = counts.iter().map(|n| format!("echoed {n}")).collect();
+    assert_eq!(rest(out), want.join("\n"));
+    let st = p.stats();
+    assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(4), Some(4)), "{st}");
+    assert!(st["ring_events"].as_u64() > Some(0), "bytes found on the rings without a doorbell: {st}");
+    assert!(st["doorbells"].as_u64() > Some(0), "and doorbells for the waits that sleep: {st}");
+}
+
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_connection_survives_fork_after_connect() {

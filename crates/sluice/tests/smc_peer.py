@@ -73,6 +73,15 @@ MODE:
   mmsg-sink        as sink, with recvmmsg(2) into eight 4 KiB buffers (MSG_WAITFORONE)
   vec:COUNT        send COUNT sendmsg(2) calls of five buffers (1 to 60,000 bytes) each,
                    print "<bytes> <sha256>"
+  echo-waits:W/W/…
+                   echo one message ("N\\n") per waiter W in turn, waiting for it with W:
+                   epoll (the connection registered once, level-triggered), epoll1 (one
+                   event at most, beside an always-writable pipe), poll, select, or recv
+                   (a blocking read); print "echoed <count>", "spurious" if a read after a
+                   wait found nothing, or "hung at <i> <W>" after 20 s without the message
+  pings:COUNT      send COUNT messages ("N\\n"), each after reading the answer to the one
+                   before — every other one at once, the rest after 50 ms — and print
+                   "answered <count>", or "no answer to <i>" after 30 s
   trunc:BYTES      (before sink) wait for data, then throw BYTES away with
                    recv(MSG_TRUNC); print "trunc <what recv returned>"
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
@@ -432,6 +441,82 @@ def vec_send(c, count):
     return f"{sent} {h.hexdigest()}"
 
 
+def echo_waits(c, waiters):
+    """Echoes one message per waiter, each waited for with that waiter (see MODE)."""
+    ep = select.epoll()
+    ep.register(c.fileno(), select.EPOLLIN)
+    # An always-ready descriptor in the instance: a one-event wait must still meet the
+    # connection's bytes in turn.
+    pr, pw = os.pipe()
+    done = 0
+    buf = b""
+    for i, w in enumerate(waiters):
+        while b"\n" not in buf:
+            c.setblocking(w != "recv")
+            if w == "epoll":
+                ready = bool(ep.poll(20))
+            elif w == "epoll1":
+                ep.register(pw, select.EPOLLOUT)
+                deadline, ready = time.monotonic() + 20, False
+                while not ready and time.monotonic() < deadline:
+                    ready = any(fd == c.fileno() for fd, _ in ep.poll(20, 1))
+                ep.unregister(pw)
+            elif w == "poll":
+                p = select.poll()
+                p.register(c.fileno(), select.POLLIN)
+                ready = bool(p.poll(20000))
+            elif w == "select":
+                ready = bool(select.select([c], [], [], 20)[0])
+            else:
+                c.settimeout(20)
+                ready = True
+            if not ready:
+                print(f"hung at {i} {w}", flush=True)
+                return None
+            try:
+                b = c.recv(4096)
+            except BlockingIOError:
+                print("spurious", flush=True)
+                return None
+            except socket.timeout:
+                print(f"hung at {i} {w}", flush=True)
+                return None
+            if not b:
+                return f"echoed {done} (end of file)"
+            buf += b
+        line, _, buf = buf.partition(b"\n")
+        c.setblocking(True)
+        c.sendall(line + b"\n")
+        done += 1
+    os.close(pr)
+    os.close(pw)
+    ep.close()
+    return f"echoed {done}"
+
+
+def pings(c, count):
+    """Sends COUNT messages, each after the answer to the one before (see MODE)."""
+    c.settimeout(30)
+    got = b""
+    for i in range(count):
+        if i % 2:
+            time.sleep(0.05)
+        c.sendall(f"{i}\n".encode())
+        want = f"{i}\n".encode()
+        try:
+            while not got.endswith(b"\n"):
+                b = c.recv(64)
+                if not b:
+                    break
+                got += b
+        except socket.timeout:
+            return f"no answer to {i}"
+        if got != want:
+            return f"no answer to {i}: {got!r}"
+        got = b""
+    return f"answered {count}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -498,6 +583,10 @@ def run_mode(c, mode):
             print(out, flush=True)
             out = None
             time.sleep(float(arg))
+        elif kind == "echo-waits":
+            out = echo_waits(c, arg.split("/"))
+        elif kind == "pings":
+            out = pings(c, int(arg))
         elif kind == "sink-or-error":
             try:
                 out = sink(c)

@@ -185,6 +185,12 @@ pub fn render(v: &serde_json::Value) -> String {
     let pct = if txc > 0 { 100.0 * full as f64 / txc as f64 } else { 0.0 };
     out.push_str(&format!("  {:<24}{:>12} ({pct:.2}% of sends)\n", "buffer full", full));
     out.push_str(&format!("  {:<24}{:>12}\n", "buffers grown", n("buffers_grown")));
+    out.push_str(&format!(
+        "  {:<24}{:>12} doorbells, {} from the rings\n",
+        "wake-ups",
+        n("doorbells"),
+        n("ring_events")
+    ));
     out.push_str(&format!("  {:<24}{:>12}\n", "reset by a broken peer", n("peer_faults")));
     for (k, title) in [("rmem_histogram", "receive buffers"), ("tmem_histogram", "send buffers")] {
         let parts: Vec<String> =

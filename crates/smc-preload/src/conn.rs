@@ -263,6 +263,12 @@ pub struct Conn {
     /// garbled its count (or died between its two steps); later reads do not wait for
     /// them again.
     count_waited_out: AtomicBool,
+    /// Registered in an event loop's epoll instance that may watch the receive ring
+    /// (crate::looks): any other wait on the descriptor takes the promise back first.
+    looked: AtomicBool,
+    /// Not watched again (crate::looks): waited on outside the event loop, or its ring
+    /// counted bytes the event loop waited for and never published.
+    no_look: AtomicBool,
     /// A write found the peer's ring full: its window doubles the next time a write finds
     /// it empty (only then may it change: sluice_smc::ring, "The window").
     grow_wanted: AtomicBool,
@@ -464,6 +470,8 @@ impl Conn {
             rd_shut: AtomicBool::new(false),
             wr_shut: AtomicBool::new(false),
             count_waited_out: AtomicBool::new(false),
+            looked: AtomicBool::new(false),
+            no_look: AtomicBool::new(false),
             grow_wanted: AtomicBool::new(false),
             grew: AtomicBool::new(false),
             reader_waits: crate::spin::Adaptive::new(),
@@ -495,6 +503,26 @@ impl Conn {
     /// The slot's control line.
     pub fn control(&self) -> &Control {
         &self.control
+    }
+
+    /// An event loop registered the descriptor (crate::looks).
+    pub fn mark_looked(&self) {
+        self.looked.store(true, Ordering::Relaxed);
+    }
+
+    /// True once an event loop registered the descriptor.
+    pub fn looked(&self) -> bool {
+        self.looked.load(Ordering::Relaxed)
+    }
+
+    /// The receive ring is never watched again (crate::looks).
+    pub fn stop_looking(&self) {
+        self.no_look.store(true, Ordering::Relaxed);
+    }
+
+    /// True once [`Conn::stop_looking`] was called.
+    pub fn no_look(&self) -> bool {
+        self.no_look.load(Ordering::Relaxed)
     }
 
     /// True while a client's server has not decided.
@@ -644,6 +672,9 @@ impl Conn {
         // SAFETY: one byte from a live buffer.
         let n =
             unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
+        if n == 1 {
+            self.tally.bell();
+        }
         // EAGAIN: the peer's doorbell is already full of wake-ups; it will look.
         n == 1 || cabi::errno() == sys::EAGAIN
     }
@@ -941,6 +972,12 @@ impl Conn {
             // took it as TCP and waits for what we wrote neither decides nor writes).
             let (tcp, left) = if self.is_pending() { (self.tcp_fd, self.decision_left_ms()) } else { (-1, -1) };
             let wait_ms = if left >= 0 && (timeout < 0 || left < timeout) { left } else { timeout };
+            // An event loop may have promised to look at the ring (crate::looks): its epochs
+            // ring no doorbell. The promise is taken back for good — this connection is
+            // waited on elsewhere too — and bytes counted meanwhile are read first.
+            if self.looked() && crate::looks::give_up(self) {
+                continue;
+            }
             match sys::wait2(fd, tcp, sys::POLLIN, wait_ms) {
                 Ok(true) => woke = true,
                 Ok(false) if wait_ms != timeout => woke = true,

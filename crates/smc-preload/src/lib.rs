@@ -28,6 +28,7 @@ mod door;
 mod foreign;
 mod handshake;
 mod info;
+mod looks;
 mod pending;
 mod real;
 mod registry;
@@ -213,7 +214,7 @@ pub extern "C" fn sluice_smc_version() -> *const c_char {
 
 // ---- which descriptors are ours ----
 
-const MAX_FD: usize = 65536;
+pub(crate) const MAX_FD: usize = 65536;
 static MARK: [AtomicBool; MAX_FD] = [const { AtomicBool::new(false) }; MAX_FD];
 
 /// The connection behind each moved descriptor: a lock per descriptor, so calls on
@@ -694,6 +695,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if active() {
         guard(
             || {
+                looks::closed(fd);
                 forget(fd, true);
                 unregister(fd);
             },
@@ -722,6 +724,7 @@ fn settle(fd: c_int) {
 }
 
 fn dup_conn(old: c_int, new: c_int) {
+    looks::duplicated(old);
     if new >= 0
         && (new as usize) < MAX_FD
         && let Some(c) = conn_of(old)
@@ -764,6 +767,7 @@ fn duplicated_onto(fd: c_int, to: c_int, r: c_int) {
     if active() && fd != to && r >= 0 {
         guard(
             || {
+                looks::closed(to);
                 forget(to, false);
                 dup_conn(fd, r);
             },
@@ -871,7 +875,8 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 }
 
 /// `epoll_ctl(2)`: a pending connection's registrations are remembered, to be made again
-/// on its TCP socket if it stays there (crate::pending).
+/// on its TCP socket if it stays there (crate::pending), and a connection's registration
+/// for input lets the event loop look at its ring itself (crate::looks).
 ///
 /// # Safety
 /// As for `epoll_ctl(2)`.
@@ -888,11 +893,17 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
         unsafe { std::ptr::copy_nonoverlapping(event.cast::<u8>(), ev.as_mut_ptr(), sys::EPOLL_EVENT.0) };
         ev
     });
-    recorded(fd, call, |c, r| {
+    let r = recorded(fd, call, |c, r| {
         if r == 0 && c.is_pending() {
             c.note_epoll(epfd, op, ev);
         }
-    })
+    });
+    if r == 0
+        && let Some(c) = conn_of(fd)
+    {
+        guard(|| looks::ctl(epfd, op, fd, &c, ev), || ());
+    }
+    r
 }
 
 // ---- addresses and options come from the TCP socket ----

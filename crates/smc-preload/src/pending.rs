@@ -231,6 +231,7 @@ pub fn sweep(since: u64) -> Vec<Fallen> {
 pub extern "C" fn before_fork() {
     crate::conn::FORKS.fetch_add(1, Ordering::Relaxed);
     crate::forking();
+    crate::looks::before_fork();
     if WATCHING.load(Ordering::Relaxed) == 0 {
         return;
     }

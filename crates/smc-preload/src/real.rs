@@ -80,6 +80,7 @@ real! {
     epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
     epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, mask: *const c_void) -> c_int;
     epoll_create1(flags: c_int) -> c_int;
+    epoll_create(size: c_int) -> c_int;
     epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut c_void) -> c_int;
     select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, timeout: *mut c_void) -> c_int;
     socket(domain: c_int, kind: c_int, proto: c_int) -> c_int;

@@ -109,6 +109,8 @@ pub struct Tally {
     rx_bytes: AtomicU64,
     tx_calls: AtomicU64,
     rx_calls: AtomicU64,
+    bells: AtomicU64,
+    ring_events: AtomicU64,
     pending: AtomicU64,
     /// Bytes moved either way, and the transfers that moved them, over the connection's
     /// life (never flushed: what the automatic rule is told when it ends).
@@ -130,6 +132,16 @@ impl Tally {
     pub fn rx_call(&self) {
         self.rx_calls.fetch_add(1, Ordering::Relaxed);
         self.tick();
+    }
+
+    /// A doorbell byte written to the peer.
+    pub fn bell(&self) {
+        self.bells.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An event loop took this connection's readiness from its ring (crate::looks).
+    pub fn ring_event(&self) {
+        self.ring_events.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Bytes written into shared memory.
@@ -170,6 +182,8 @@ impl Tally {
             (Counter::RxBytes, &self.rx_bytes),
             (Counter::TxCalls, &self.tx_calls),
             (Counter::RxCalls, &self.rx_calls),
+            (Counter::Doorbells, &self.bells),
+            (Counter::RingEvents, &self.ring_events),
         ] {
             let n = v.swap(0, Ordering::Relaxed);
             if n > 0 {

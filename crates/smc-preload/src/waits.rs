@@ -3,7 +3,8 @@
 //! waits have lately been short, a wait looks (without sleeping: a zero timeout) for up
 //! to the adaptive budget before it sleeps with what is left of the caller's timeout
 //! (crate::spin). The doorbell byte a peer writes makes the descriptor ready at once, so
-//! a looking wait sees it without a wake-up. Everything else is the real call's.
+//! a looking wait sees it without a wake-up; `epoll_wait` looks at the rings its instance
+//! watches itself, without a doorbell (crate::looks). Everything else is the real call's.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cabi::PollFd;
 use crate::spin::{self, Adaptive};
-use crate::{active, pending, real, sys};
+use crate::{active, looks, pending, real, sys};
 
 /// This process's event-loop waits.
 static LOOP: Adaptive = Adaptive::new();
@@ -173,10 +174,35 @@ pub unsafe extern "C" fn epoll_wait(epfd: c_int, events: *mut c_void, max: c_int
     // SAFETY (both closures): the caller's arguments, with a timeout of our choosing.
     wait(
         timeout,
-        || unsafe { real::epoll_wait(epfd, events, max, 0) },
-        |t| unsafe { real::epoll_wait(epfd, events, max, t) },
+        || unsafe { looks::now(epfd, events, max, &mut |e, m| real::epoll_wait(epfd, e, m, 0)) },
+        |t| unsafe { looks::sleep(epfd, events, max, t, &mut |e, m, t| real::epoll_wait(epfd, e, m, t)) },
         |r, fallen| unsafe { forget_epoll(epfd, events, r, fallen) },
     )
+}
+
+/// `epoll_create1(2)`: an instance made in this process since its last fork may look at
+/// rings itself (crate::looks).
+///
+/// # Safety
+/// As for `epoll_create1(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    // SAFETY: the caller's argument.
+    let fd = unsafe { real::epoll_create1(flags) };
+    looks::created(fd);
+    fd
+}
+
+/// `epoll_create(2)`, as [`epoll_create1`].
+///
+/// # Safety
+/// As for `epoll_create(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
+    // SAFETY: the caller's argument.
+    let fd = unsafe { real::epoll_create(size) };
+    looks::created(fd);
+    fd
 }
 
 /// `epoll_pwait(2)`.
@@ -194,8 +220,8 @@ pub unsafe extern "C" fn epoll_pwait(
     // SAFETY (both closures): the caller's arguments, with a timeout of our choosing.
     wait(
         timeout,
-        || unsafe { real::epoll_pwait(epfd, events, max, 0, mask) },
-        |t| unsafe { real::epoll_pwait(epfd, events, max, t, mask) },
+        || unsafe { looks::now(epfd, events, max, &mut |e, m| real::epoll_pwait(epfd, e, m, 0, mask)) },
+        |t| unsafe { looks::sleep(epfd, events, max, t, &mut |e, m, t| real::epoll_pwait(epfd, e, m, t, mask)) },
         |r, fallen| unsafe { forget_epoll(epfd, events, r, fallen) },
     )
 }
@@ -210,7 +236,28 @@ pub unsafe extern "C" fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int
     wait(
         timeout,
         || unsafe { real::poll(fds, n, 0) },
-        |t| unsafe { real::poll(fds, n, t) },
+        |t| {
+            // Connections an event loop watches ring no doorbell: not watched from now
+            // on, and one whose ring holds bytes is reported at once (crate::looks).
+            // SAFETY: the caller's array of `n` pollfds.
+            let all = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+            let ready: Vec<usize> = (0..all.len())
+                .filter(|&i| all[i].events & sys::POLLIN != 0 && looks::readable_after_giving_up(all[i].fd))
+                .collect();
+            if ready.is_empty() {
+                // SAFETY: the caller's arguments.
+                return unsafe { real::poll(fds, n, t) };
+            }
+            // SAFETY: the caller's arguments, without waiting.
+            let mut r = unsafe { real::poll(fds, n, 0) }.max(0);
+            for i in ready {
+                if all[i].revents == 0 {
+                    r += 1;
+                }
+                all[i].revents |= sys::POLLIN;
+            }
+            r
+        },
         |r, fallen| unsafe { forget_poll(fds, n, r, fallen) },
     )
 }
@@ -267,6 +314,34 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         },
         |left| {
             restore();
+            // Connections an event loop watches ring no doorbell: not watched from now
+            // on, and one whose ring holds bytes is reported at once (crate::looks).
+            let ready: Vec<c_int> = if r.is_null() {
+                Vec::new()
+            } else {
+                (0..n.max(0))
+                    .filter(|&fd| {
+                        // SAFETY: a set the caller passed holds at least `n` bits.
+                        let word = unsafe { *r.cast::<u64>().add(fd as usize / 64) };
+                        word & (1u64 << (fd as usize % 64)) != 0 && looks::readable_after_giving_up(fd)
+                    })
+                    .collect()
+            };
+            if !ready.is_empty() {
+                let mut zero = TimeVal { sec: 0, usec: 0 };
+                // SAFETY: the caller's sets, and a zero timeval of ours.
+                let mut count = unsafe { real::select(n, r, w, e, (&raw mut zero).cast()) }.max(0);
+                for fd in ready {
+                    // SAFETY: as above.
+                    let set = unsafe { &mut *r.cast::<u64>().add(fd as usize / 64) };
+                    let bit = 1u64 << (fd as usize % 64);
+                    if *set & bit == 0 {
+                        *set |= bit;
+                        count += 1;
+                    }
+                }
+                return count;
+            }
             if tv.is_null() || left == timeout_ms {
                 // Nothing spent looking: the caller's own timeout, to the microsecond.
                 // SAFETY: the caller's arguments.

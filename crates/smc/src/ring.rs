@@ -17,15 +17,18 @@
 //! is a sparse file), as TCP's buffers grow only when a connection needs them.
 //!
 //! The *state word* — 32 bits: the bytes published and not yet consumed (`avail`) and
-//! four flags — changes only by atomic read-modify-write, so its transitions between
+//! five flags — changes only by atomic read-modify-write, so its transitions between
 //! empty and non-empty alternate in one total order. An *epoch* is a non-empty stretch.
 //! The producer's add that finds the ring empty opens an epoch and decides how the reader
 //! hears of it: by a doorbell byte (`BELL`: the reader may be in poll/epoll, which only a
 //! descriptor can wake), or — when the reader is asleep in the library on this very word
 //! (`SLEEPER`) and the bytes fit the buffer it is reading into — by a futex wake alone
-//! (`QUIET`). A quiet epoch turns into a bell epoch the moment its bytes exceed that
-//! buffer, so a quiet epoch is always emptied by the read that slept, and the descriptor
-//! is readable exactly while a bell epoch lasts. The consumer's subtract that empties the
+//! (`QUIET`), or not at all (a *looked-for* epoch) while the reader's event loop is awake
+//! and has promised to look at the ring before it sleeps (`WATCHED`, which the reader
+//! takes back, and looks once more, before any wait on its descriptor). A quiet epoch
+//! turns into a bell epoch the moment its bytes exceed that buffer, so a quiet epoch is
+//! always emptied by the read that slept, and the descriptor is readable exactly while a
+//! bell epoch lasts. The consumer's subtract that empties the
 //! ring closes the epoch and is told whether a doorbell byte is to be taken
 //! ([`Pop::take_bell`]). The producer adds *before* it publishes its cursor, so the
 //! consumer, which only consumes what the cursor published, never takes `avail` below 0.
@@ -47,7 +50,7 @@ pub const HEADER_LEN: usize = 256;
 /// "SLUICERG" in ASCII.
 pub const MAGIC: u64 = 0x5352_4543_4955_4c53;
 /// Layout version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// The reader's peer has shut down writing: after the data, EOF.
 pub const FLAG_SHUTDOWN_WR: u32 = 1;
@@ -57,7 +60,11 @@ pub const FLAG_WRITER_WAITING: u32 = 2;
 pub const FLAG_WRITER_SLEEPING: u32 = 8;
 
 /// State word: bytes published and not yet consumed.
-const AVAIL: u32 = (1 << 28) - 1;
+const AVAIL: u32 = (1 << 27) - 1;
+/// State word: the reader's event loop is awake and looks at the ring before it sleeps;
+/// an epoch it opens needs no doorbell byte (one for a reader asleep in the library still
+/// gets its futex wake).
+const WATCHED: u32 = 1 << 27;
 /// State word: this epoch's readers hear of it by a doorbell byte.
 const BELL: u32 = 1 << 28;
 /// State word: this epoch was announced by a futex wake only.
@@ -68,7 +75,7 @@ const SLEEPER: u32 = 1 << 30;
 const POKED: u32 = 1 << 31;
 
 /// The largest ring: `avail` must fit its bits of the state word.
-pub const MAX_SIZE: usize = 1 << 27;
+pub const MAX_SIZE: usize = 1 << 26;
 
 #[repr(C, align(64))]
 struct Line<T>(T);
@@ -123,7 +130,7 @@ pub enum RingError {
     BadRegion,
     /// Not a sluice ring, or another layout version.
     BadHeader,
-    /// The data size is not a power of two between 4 KiB and 128 MiB.
+    /// The data size is not a power of two between 4 KiB and 64 MiB.
     BadSize,
 }
 
@@ -132,7 +139,7 @@ impl std::fmt::Display for RingError {
         f.write_str(match self {
             RingError::BadRegion => "the shared region is misaligned or too short",
             RingError::BadHeader => "the shared region holds no sluice ring of this version",
-            RingError::BadSize => "the ring size is not a power of two from 4 KiB to 128 MiB",
+            RingError::BadSize => "the ring size is not a power of two from 4 KiB to 64 MiB",
         })
     }
 }
@@ -396,6 +403,10 @@ impl Ring {
                         return Some(new | QUIET);
                     }
                 }
+                if old & WATCHED != 0 && !p.wake_sleeper {
+                    // Looked for: the reader's event loop finds it before it sleeps.
+                    return Some(new);
+                }
                 new |= BELL;
                 p.ring_bell = true;
             } else if old & QUIET != 0 {
@@ -495,6 +506,25 @@ impl Ring {
             Some(old | SLEEPER)
         });
         out
+    }
+
+    /// Consumer: the reader's event loop is awake and will look at this ring before it
+    /// sleeps: epochs opened from now on ring no doorbell (until [`Ring::unwatch`]).
+    pub fn watch(&self) {
+        self.header().state.0.word.fetch_or(WATCHED, Ordering::AcqRel);
+    }
+
+    /// Consumer: about to wait on the descriptor (or no longer looking): epochs opened
+    /// from now on ring the doorbell again. Returns true when bytes are counted — an
+    /// epoch may have opened unrung — so the caller must not sleep on its descriptor but
+    /// read (or report the ring readable) first.
+    pub fn unwatch(&self) -> bool {
+        self.header().state.0.word.fetch_and(!WATCHED, Ordering::AcqRel) & AVAIL != 0
+    }
+
+    /// Consumer: whether the event loop's promise stands ([`Ring::watch`]).
+    pub fn watched(&self) -> bool {
+        self.header().state.0.word.load(Ordering::Relaxed) & WATCHED != 0
     }
 
     /// Consumer: no longer sleeping (a producer that saw `SLEEPER` took it already).
@@ -700,6 +730,37 @@ mod tests {
         assert_eq!(ring.prepare_sleep(50), Err(Awake::Poked));
         assert!(ring.push(&[7; 5]).unwrap().ring_bell, "bytes still count");
         assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 5, take_bell: true, emptied: true });
+    }
+
+    #[test]
+    fn a_watched_ring_opens_epochs_without_a_bell_until_the_reader_takes_its_promise_back() {
+        let mut mem = region(4096);
+        let len = mem.len() * 64;
+        let ptr = mem.as_mut_ptr().cast::<u8>();
+        // SAFETY: `mem` outlives the view.
+        let ring = unsafe { Ring::create(ptr, len, 4096, 4096) }.unwrap();
+        let mut out = [0u8; 100];
+        ring.watch();
+        assert!(ring.watched());
+        // Looked for: no byte to send, none to take.
+        assert_eq!(ring.push(&[1; 10]).unwrap(), Push { n: 10, ring_bell: false, wake_sleeper: false });
+        assert!(!ring.bell_open() && !ring.quiet());
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 10, take_bell: false, emptied: true });
+        // A reader asleep in the library is still woken, by its futex.
+        let _ = ring.prepare_sleep(100).unwrap();
+        assert_eq!(ring.push(&[2; 10]).unwrap(), Push { n: 10, ring_bell: false, wake_sleeper: true });
+        assert!(ring.quiet());
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 10, take_bell: false, emptied: true });
+        // An epoch opened unrung is reported to the reader that takes its promise back
+        // before waiting on its descriptor — it must read first.
+        assert!(!ring.push(&[3; 10]).unwrap().ring_bell);
+        assert!(ring.unwatch(), "bytes counted: do not sleep");
+        assert!(!ring.watched());
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 10, take_bell: false, emptied: true });
+        // No longer watched: the next epoch rings again, and an empty ring is nothing to read.
+        assert!(!ring.unwatch());
+        assert_eq!(ring.push(&[4; 10]).unwrap(), Push { n: 10, ring_bell: true, wake_sleeper: false });
+        assert_eq!(ring.pop(&mut out, false).unwrap(), Pop { n: 10, take_bell: true, emptied: true });
     }
 
     #[test]

@@ -7,10 +7,11 @@
 
 use crate::msg::Reason;
 
-/// First word of the segment: "SLSMCST7" (the layout of this build; "…6" had no `rule`
-/// and `short` reasons, "…5" no `taken_as_tcp`, `io_uring` and `closed_early` reasons,
-/// "…4" no `zerocopy`, "…3" no `buffers_grown`, "…2" one fallback reason fewer, "…1" two).
-pub const MAGIC: u64 = 0x3754_5343_4d53_4c53;
+/// First word of the segment: "SLSMCST8" (the layout of this build; "…7" had no
+/// `doorbells` and `ring_events`, "…6" no `rule` and `short` reasons, "…5" no
+/// `taken_as_tcp`, `io_uring` and `closed_early` reasons, "…4" no `zerocopy`, "…3" no
+/// `buffers_grown`, "…2" one fallback reason fewer, "…1" two).
+pub const MAGIC: u64 = 0x3854_5343_4d53_4c53;
 /// Size of the segment file.
 pub const LEN: usize = 4096;
 
@@ -42,11 +43,15 @@ pub enum Counter {
     PeerFaults,
     /// Times a connection that kept finding the peer's receive ring full doubled it.
     BuffersGrown,
+    /// Doorbell bytes written: wake-ups a reader got through its descriptor.
+    Doorbells,
+    /// Readiness an event loop took from the rings it watches, with no doorbell.
+    RingEvents,
 }
 
 impl Counter {
     /// Every counter, in segment order.
-    pub const ALL: [Counter; 12] = [
+    pub const ALL: [Counter; 14] = [
         Counter::ConnsClient,
         Counter::ConnsServer,
         Counter::SmcClient,
@@ -59,6 +64,8 @@ impl Counter {
         Counter::BufferFull,
         Counter::PeerFaults,
         Counter::BuffersGrown,
+        Counter::Doorbells,
+        Counter::RingEvents,
     ];
 
     /// Its name in `sluice smc stats --json`.
@@ -76,6 +83,8 @@ impl Counter {
             Counter::BufferFull => "buffer_full",
             Counter::PeerFaults => "peer_faults",
             Counter::BuffersGrown => "buffers_grown",
+            Counter::Doorbells => "doorbells",
+            Counter::RingEvents => "ring_events",
         }
     }
 }
