@@ -22,7 +22,9 @@
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
                                          each result, or the error that ended it
-  smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit
+  smc_peer.py echo-epoll PORT N [ADDR]   an epoll server echoing N connections, then exit;
+                                         counts reads that find nothing after epoll said
+                                         readable
   smc_peer.py many ADDR PORT N           open N connections at once, each sends its index
                                          and reads it back; prints "ok N"
   smc_peer.py connect-seq ADDR PORT N MODE
@@ -776,7 +778,7 @@ def main():
         s.setblocking(False)
         ep = select.epoll()
         ep.register(s.fileno(), select.EPOLLIN)
-        conns, done = {}, 0
+        conns, done, spurious = {}, 0, 0
         while done < n:
             for fd, ev in ep.poll(10):
                 if fd == s.fileno():
@@ -793,6 +795,8 @@ def main():
                     try:
                         b = c.recv(4096)
                     except BlockingIOError:
+                        # epoll said readable: a read that finds nothing is a fault.
+                        spurious += 1
                         continue
                     if b:
                         c.sendall(b)
@@ -801,7 +805,7 @@ def main():
                         c.close()
                         del conns[fd]
                         done += 1
-        print(f"echoed {done}", flush=True)
+        print(f"echoed {done}" + (f" ({spurious} reads found nothing after epoll said readable)" if spurious else ""), flush=True)
     elif cmd == "connect-seq":
         addr, port, n, mode = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         for _ in range(n):

@@ -274,13 +274,13 @@ unsafe fn look(epfd: c_int, events: *mut c_void, max: usize) -> usize {
     let (size, _) = sys::EPOLL_EVENT;
     TABLE.with(|t| {
         let Some(i) = t.iter_mut().find(|i| i.epfd == epfd && !i.forked) else { return 0 };
-        let len = i.watches.len();
+        let (len, start) = (i.watches.len(), i.next);
         let mut k = 0;
         for step in 0..len {
             if k == max {
                 break;
             }
-            let at = (i.next + step) % len;
+            let at = (start + step) % len;
             let w = &i.watches[at];
             let Some(c) = w.eligible() else { continue };
             if i.asleep == 0 && !c.rx.watched() {
