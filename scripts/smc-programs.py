@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""PostgreSQL and memcached on the shared-memory fast path against plain TCP, as root.
+"""PostgreSQL, memcached, nginx and redis on the shared-memory fast path against plain TCP,
+and against the fast path with every wake-up by doorbell, as root.
 
   scripts/smc-programs.py [--sluice PATH] [--reps 5] [--duration 5] [--base-port 26400]
 
-Two servers of each program in one network namespace of the script's own: one under
-`sluice smc run`, one plain; each client runs the same way as its server. PostgreSQL runs
-as nobody (a member of a group of the script's own, which `sluice smc setup` opens the
-fast path to, in a runtime directory of the script's own), from clusters `initdb` makes
-under a new temporary directory. Workloads: pgbench's select-only transactions (`-S`) on
-one connection and on ten (DURATION seconds each), and memcslap's sets and gets (four
-threads, 20,000 operations each). Paths alternate within each repetition (which goes
-first alternates too), REPS repetitions. Prints a Markdown table: per workload the
-median rate of each path with its (min–max), the median of the per-repetition ratios
-with its (min–max), and the host's CPU steal over the cells (/proc/stat); the host's
-busy share is measured for 2 s just before and just after the cells, the servers idle. A
-run with more than 2% steal in a cell, or a host more than 10% busy before or after, is
-NOISY and proves nothing.
+Three servers of each program in one network namespace of the script's own: one under
+`sluice smc run`, one under `sluice smc run --doorbells` (event loops do not look at the
+shared buffers themselves), one plain; each client runs the same way as its server.
+PostgreSQL runs as nobody (a member of a group of the script's own, which `sluice smc
+setup` opens the fast path to, in a runtime directory of the script's own), from
+clusters `initdb` makes under a new temporary directory; nginx serves a 1 KB file from
+another. Workloads: pgbench's select-only transactions (`-S`) on one connection and on
+ten (DURATION seconds each), memcslap's sets and gets (four threads, 20,000 operations
+each), wrk fetching the 1 KB file on 50 connections (DURATION seconds) and
+redis-benchmark's GET on 50 connections (100,000 requests). Paths alternate within each
+repetition (the order turns each time), REPS repetitions. Prints a Markdown table: per
+workload the median rate of each path with its (min–max), the medians of the
+per-repetition ratios with their (min–max), and the host's CPU steal over the cells
+(/proc/stat); the host's busy share is measured for 2 s just before and just after the
+cells, the servers idle. A run with more than 2% steal in a cell, or a host more than
+10% busy before or after, is NOISY and proves nothing.
 
 Every wait is bounded; everything the script started is stopped and removed at the end,
 whatever happens.
@@ -35,16 +39,19 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--sluice", default="sluice")
 ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--duration", type=int, default=5)
-ap.add_argument("--base-port", type=int, default=26400, help="four ports from here (outside ip_local_port_range)")
+ap.add_argument("--base-port", type=int, default=26400, help="twelve ports from here (outside ip_local_port_range)")
 a = ap.parse_args()
 
 NOBODY = 65534
-PATHS = ["smc", "tcp"]
+PATHS = ["smc", "smc-doorbells", "tcp"]
+PROGRAMS = ["postgres", "memcached", "nginx", "redis"]
 bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
 if os.geteuid() != 0:
     sys.exit("smc-programs.py: run it as root (it makes a network namespace and a group)")
-if not bins or not shutil.which("memcached") or not shutil.which("memcslap"):
-    sys.exit("smc-programs.py: needs postgresql, memcached and libmemcached-tools (apt-get install them)")
+NEEDS = ["memcached", "memcslap", "nginx", "wrk", "redis-server", "redis-benchmark"]
+if not bins or not all(shutil.which(n) for n in NEEDS):
+    sys.exit("smc-programs.py: needs postgresql, memcached, libmemcached-tools, nginx, wrk and redis "
+             "(apt-get install them)")
 PG = bins[-1]
 sluice = shutil.which(a.sluice) or a.sluice
 
@@ -69,11 +76,13 @@ def in_ns(path, argv, user=None):
         cmd += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={gid}"]
     if path == "smc":
         cmd += [sluice, "smc", "run", "--"]
+    elif path == "smc-doorbells":
+        cmd += [sluice, "smc", "run", "--doorbells", "--"]
     return cmd + argv
 
 
 def port(path, program):
-    return a.base_port + PATHS.index(path) + (2 if program == "memcached" else 0)
+    return a.base_port + PROGRAMS.index(program) * len(PATHS) + PATHS.index(path)
 
 
 def cpu():
@@ -112,11 +121,30 @@ def memcslap(path, test):
     return int(m.group(1)) / float(m.group(2))
 
 
+def wrk(path):
+    out = sh(*in_ns(path, ["wrk", "-t", "2", "-c", "50", "-d", f"{a.duration}s", "--timeout", "2s",
+                           f"http://127.0.0.1:{port(path, 'nginx')}/1k"]), env=env)
+    if "Socket errors" in out or "Non-2xx" in out:
+        raise SystemExit(f"wrk on {path} counted errors:\n{out}")
+    return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+
+
+def redis_get(path):
+    out = sh(*in_ns(path, ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port(path, "redis")), "-c", "50",
+                           "-n", "100000", "-t", "get", "-q"]), env=env)
+    m = re.search(r"GET: ([0-9.]+) requests per second", out)
+    if not m:
+        raise SystemExit(f"redis-benchmark on {path} said:\n{out}")
+    return float(m.group(1))
+
+
 WORKLOADS = {
     "pgbench select-only, 1 connection (tps)": lambda p: pgbench(p, 1),
     "pgbench select-only, 10 connections (tps)": lambda p: pgbench(p, 10),
     "memcslap set, 4 threads (ops/s)": lambda p: memcslap(p, "set"),
     "memcslap get, 4 threads (ops/s)": lambda p: memcslap(p, "get"),
+    "wrk against nginx, 1 KB, 50 connections (requests/s)": wrk,
+    "redis-benchmark GET, 50 connections (requests/s)": redis_get,
 }
 
 
@@ -155,12 +183,38 @@ try:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         wait_for(f"memcached ({path}) listening on port {m}", lambda: f"127.0.0.1:{m} " in sh(
             "ip", "netns", "exec", ns, "ss", "-ltn"))
+        n = str(port(path, "nginx"))
+        www = os.path.join(tmp, f"www-{path}")
+        os.makedirs(os.path.join(www, "files"))
+        with open(os.path.join(www, "files", "1k"), "wb") as f:
+            f.write(os.urandom(1024))
+        for d in (www, os.path.join(www, "files")):
+            os.chmod(d, 0o755)
+        os.chmod(os.path.join(www, "files", "1k"), 0o644)
+        with open(os.path.join(www, "nginx.conf"), "w") as f:
+            f.write(f"daemon off;\nworker_processes auto;\npid {www}/nginx.pid;\nerror_log {www}/error.log;\n"
+                    f"events {{ worker_connections 4096; }}\nhttp {{\n sendfile on;\n tcp_nopush on;\n"
+                    f" access_log off;\n client_body_temp_path {www}/tmp;\n proxy_temp_path {www}/tmp;\n"
+                    f" fastcgi_temp_path {www}/tmp;\n uwsgi_temp_path {www}/tmp;\n scgi_temp_path {www}/tmp;\n"
+                    f" server {{ listen 127.0.0.1:{n}; root {www}/files; }}\n}}\n")
+        servers.append(subprocess.Popen(in_ns(path, ["nginx", "-c", os.path.join(www, "nginx.conf")]), env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        r = str(port(path, "redis"))
+        servers.append(subprocess.Popen(
+            in_ns(path, ["redis-server", "--port", r, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                         "--dir", tmp]), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+        for what, q in (("nginx", n), ("redis", r)):
+            wait_for(f"{what} ({path}) listening on port {q}", lambda: f"127.0.0.1:{q} " in sh(
+                "ip", "netns", "exec", ns, "ss", "-ltn"))
+        sh(*in_ns(path, ["redis-cli", "-p", r, "set", "key:__rand_int__", "x" * 3]), env=env)
     before = busy()
     got = {w: {p: [] for p in PATHS} for w in WORKLOADS}
     steal = {w: [] for w in WORKLOADS}
     for rep in range(a.reps):
         for w, fn in WORKLOADS.items():
-            for path in (PATHS if rep % 2 == 0 else PATHS[::-1]):
+            turn = rep % len(PATHS)
+            for path in PATHS[turn:] + PATHS[:turn]:
                 s0, t0 = cpu()
                 got[w][path].append(fn(path))
                 s1, t1 = cpu()
@@ -172,16 +226,19 @@ try:
     print(f"{'QUIET' if quiet else 'NOISY'}: {a.reps} repetitions, paths interleaved; the host's steal at most "
           f"{worst:.1%} in any cell; the host {before:.1%} busy just before the cells and {after:.1%} just after "
           f"(with the servers idle; more than 10% is others' load).\n")
-    print("| workload | sluice smc | TCP | smc / TCP | steal |")
-    print("|---|--:|--:|--:|--:|")
+    print("| workload | sluice smc | smc --doorbells | TCP | smc / TCP | smc / smc --doorbells | steal |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
 
     def cell(v):
         return f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"
 
+    def ratio(w, x, y):
+        r = [s / t for s, t in zip(got[w][x], got[w][y])]
+        return f"{statistics.median(r):.2f}× ({min(r):.2f}–{max(r):.2f})"
+
     for w in WORKLOADS:
-        r = [s / t for s, t in zip(got[w]["smc"], got[w]["tcp"])]
-        print(f"| {w} | {cell(got[w]['smc'])} | {cell(got[w]['tcp'])} | "
-              f"{statistics.median(r):.2f}× ({min(r):.2f}–{max(r):.2f}) | {max(steal[w]):.1%} |")
+        print(f"| {w} | {cell(got[w]['smc'])} | {cell(got[w]['smc-doorbells'])} | {cell(got[w]['tcp'])} | "
+              f"{ratio(w, 'smc', 'tcp')} | {ratio(w, 'smc', 'smc-doorbells')} | {max(steal[w]):.1%} |")
 finally:
     for s in servers:
         try:

@@ -237,6 +237,22 @@ fn an_event_loop_finds_bytes_on_its_rings_and_other_waits_still_see_every_messag
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(4), Some(4)), "{st}");
     assert!(st["ring_events"].as_u64() > Some(0), "bytes found on the rings without a doorbell: {st}");
     assert!(st["doorbells"].as_u64() > Some(0), "and doorbells for the waits that sleep: {st}");
+
+    // `--doorbells`: the same exchanges, every wake-up a doorbell.
+    let q = Peers::new("looksoff");
+    let off: &[&str] = &["--doorbells"];
+    let (s, out) = q.serve_cmd(q.cmd_with(None, Some(off), &["serve", &port(10), &modes[0]]));
+    let n = counts[0].to_string();
+    let pings = format!("pings:{n}");
+    assert_eq!(
+        q.run_cmd(q.cmd_with(None, Some(off), &["connect", "127.0.0.1", &port(10), &pings])),
+        format!("answered {n}")
+    );
+    let _ = s.wait_with_output();
+    assert_eq!(rest(out), format!("echoed {n}"));
+    let st = q.stats();
+    assert_eq!(st["smc_server"], 1, "{st}");
+    assert_eq!(st["ring_events"], 0, "nothing from the rings: {st}");
 }
 
 #[test]

@@ -40,7 +40,9 @@ pub enum SmcCmd {
     /// Nothing busy-polls for long: a wait for the peer looks for its answer for a few
     /// microseconds first (--spin: twice the recent wait, at most 50 µs, and only while
     /// answers have lately come that fast), then blocking reads and writes sleep on a
-    /// futex in the shared buffer, poll/epoll programs on the socket itself.
+    /// futex in the shared buffer, poll/epoll programs on the socket itself. An awake epoll
+    /// event loop finds its sockets' bytes in the shared buffers without being woken
+    /// (--doorbells turns that off).
     ///
     /// Both ends must run under the launcher; `sluice smc stats` shows what happened.
     ///
@@ -127,6 +129,11 @@ pub struct RunArgs {
     /// 0 never looks.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub spin: u32,
+    /// Every wake-up by doorbell: event loops (epoll) do not look at the shared buffers of
+    /// the sockets they registered themselves, and writers always write the reader a byte
+    /// (slower under load; for comparison, or to rule the looks out).
+    #[arg(long)]
+    pub doorbells: bool,
     /// Connections that stay on TCP (repeatable): a port (5432), a port range
     /// (8000-8099), an address or network (10.1.0.0/16, fd00::/8), one with a port
     /// (10.1.0.0/16:443, [fd00::1]:443), or a program (prog:psql, by its executable's
@@ -297,8 +304,13 @@ fn run(a: RunArgs) -> Result<()> {
     let grow_to = |given: Option<usize>, start: usize, max: usize| {
         given.unwrap_or_else(|| a.max_buffer.unwrap_or(max).max(start))
     };
-    let mut settings =
-        format!("r={r},t={t},rmax={},tmax={},spin={}", grow_to(a.rmem, r, r_max), grow_to(a.tmem, t, t_max), a.spin);
+    let mut settings = format!(
+        "r={r},t={t},rmax={},tmax={},spin={},looks={}",
+        grow_to(a.rmem, r, r_max),
+        grow_to(a.tmem, t, t_max),
+        a.spin,
+        u8::from(!a.doorbells)
+    );
     settings.push(',');
     settings.push_str(&choice::settings(&choice));
     // The program's file, read once (a missing or unreadable one, or a script, says

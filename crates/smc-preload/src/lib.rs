@@ -149,6 +149,7 @@ extern "C" fn init() {
             Some(("r", v)) => RMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
             Some(("t", v)) => TMEM.store(v.parse().unwrap_or(sluice_smc::size::MIN), Ordering::Relaxed),
             Some(("spin", v)) => spin::set_limit_us(v.parse().unwrap_or(spin::DEFAULT_US)),
+            Some(("looks", "0")) => looks::turn_off(),
             Some(("rmax", v)) => RMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             Some(("tmax", v)) => TMAX.store(v.parse().unwrap_or(0), Ordering::Relaxed),
             Some(("uring", "1")) => IO_URING.store(true, Ordering::Relaxed),

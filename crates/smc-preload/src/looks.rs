@@ -21,7 +21,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::conn::Conn;
@@ -167,9 +167,20 @@ fn recount(t: &[Instance]) {
     WATCHES.store(t.iter().map(|i| i.watches.len()).sum(), Ordering::Relaxed);
 }
 
+/// `sluice smc run --doorbells`: no instance ever watches.
+static OFF: AtomicBool = AtomicBool::new(false);
+
+/// Every wake-up by doorbell from now on (read at load, before any connection).
+pub fn turn_off() {
+    OFF.store(true, Ordering::Relaxed);
+}
+
 /// The program's `epoll_ctl` (`op` on `fd`, connection `c`, with the event it passed)
 /// succeeded: the registration is noted, and its ring watched if it may be.
 pub fn ctl(epfd: c_int, op: c_int, fd: c_int, c: &Arc<Conn>, event: Option<[u8; 16]>) {
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
     let (size, off) = sys::EPOLL_EVENT;
     TABLE.with(|t| {
         if let Some(i) = t.iter_mut().find(|i| i.epfd == epfd) {

@@ -30,13 +30,20 @@ impl Peers {
 
     /// A peer in network namespace `ns` (as root), under the launcher or not.
     pub fn cmd_in(&self, ns: Option<&str>, launcher: bool, args: &[&str]) -> std::process::Command {
+        self.cmd_with(ns, launcher.then_some(&[]), args)
+    }
+
+    /// A peer in network namespace `ns`, under the launcher with `flags` (`None`: not).
+    pub fn cmd_with(&self, ns: Option<&str>, flags: Option<&[&str]>, args: &[&str]) -> std::process::Command {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/smc_peer.py");
         let mut argv: Vec<&str> = Vec::new();
         if let Some(ns) = ns {
             argv.extend(["ip", "netns", "exec", ns]);
         }
-        if launcher {
-            argv.extend([BIN, "smc", "run", "--"]);
+        if let Some(flags) = flags {
+            argv.extend([BIN, "smc", "run"]);
+            argv.extend(flags);
+            argv.push("--");
         }
         argv.extend(["python3", script]);
         argv.extend(args);
