@@ -78,8 +78,10 @@ MODE:
   echo-waits:W/W/…
                    echo one message ("N\\n") per waiter W in turn, waiting for it with W:
                    epoll (the connection registered once, level-triggered), epoll1 (one
-                   event at most, beside an always-writable pipe), poll, select, or recv
-                   (a blocking read); print "echoed <count>", "spurious" if a read after a
+                   event at most, beside an always-writable pipe), epoll2 (epoll_pwait2),
+                   poll, ppoll, select, pselect, or recv (a blocking read) — the libc calls
+                   themselves, through ctypes, where Python has no wrapper; print
+                   "echoed <count>", "spurious" if a read after a
                    wait found nothing, or "hung at <i> <W>" after 20 s without the message
   pings:COUNT      send COUNT messages ("N\\n"), each after reading the answer to the one
                    before — every other one at once, the rest after 50 ms — and print
@@ -443,6 +445,39 @@ def vec_send(c, count):
     return f"{sent} {h.hexdigest()}"
 
 
+def _libc_waits():
+    """ppoll, pselect and epoll_pwait2 as the program's own calls (the global scope, where
+    a preloaded library's come first)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class PollFd(ctypes.Structure):
+        _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+    class TimeSpec(ctypes.Structure):
+        _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    def ppoll(fd, secs):
+        p = PollFd(fd, select.POLLIN, 0)
+        return libc.ppoll(ctypes.byref(p), 1, ctypes.byref(TimeSpec(secs, 0)), None) > 0
+
+    def pselect(fd, secs):
+        bits = (ctypes.c_uint64 * 16)()
+        bits[fd // 64] |= 1 << (fd % 64)
+        return libc.pselect(fd + 1, bits, None, None, ctypes.byref(TimeSpec(secs, 0)), None) > 0
+
+    def epoll2(epfd, fd, secs):
+        import struct
+        size = 12 if os.uname().machine == "x86_64" else 16
+        buf = ctypes.create_string_buffer(size * 4)
+        n = libc.epoll_pwait2(epfd, buf, 4, ctypes.byref(TimeSpec(secs, 0)), None)
+        off = 4 if size == 12 else 8
+        return any(struct.unpack_from("<I", buf.raw, i * size + off)[0] == fd for i in range(max(n, 0)))
+
+    return ppoll, pselect, epoll2
+
+
 def echo_waits(c, waiters):
     """Echoes one message per waiter, each waited for with that waiter (see MODE)."""
     ep = select.epoll()
@@ -463,6 +498,14 @@ def echo_waits(c, waiters):
                 while not ready and time.monotonic() < deadline:
                     ready = any(fd == c.fileno() for fd, _ in ep.poll(20, 1))
                 ep.unregister(pw)
+            elif w in ("ppoll", "pselect", "epoll2"):
+                ppoll, pselect, epoll2 = _libc_waits()
+                if w == "ppoll":
+                    ready = ppoll(c.fileno(), 20)
+                elif w == "pselect":
+                    ready = pselect(c.fileno(), 20)
+                else:
+                    ready = epoll2(ep.fileno(), c.fileno(), 20)
             elif w == "poll":
                 p = select.poll()
                 p.register(c.fileno(), select.POLLIN)

@@ -12,7 +12,8 @@
 //! the last sleeper wakes, the rings are watched again.
 //!
 //! Anything else that waits on such a descriptor — a blocking read's wait on it, `poll`,
-//! `select` (crate::conn, crate::waits) — takes the promise back for good first
+//! `ppoll`, `select`, `pselect` (crate::conn, crate::waits) — takes the promise back for
+//! good first
 //! ([`give_up`]: the connection rings its doorbell from then on, as before it was
 //! registered), and reports the bytes an unrung epoch holds. An instance that existed
 //! when the process forked is never watched again (parent and child may both wait in it),
@@ -116,10 +117,17 @@ impl Table {
                 Err(_) => std::thread::yield_now(),
             }
         }
-        // SAFETY: the lock is ours until the store below.
-        let r = f(unsafe { &mut *self.inner.get() });
-        self.word.store(0, Ordering::Release);
-        r
+        // Let go however `f` ends (the hooks catch a panic and go on: the lock must not
+        // stay held).
+        struct Held<'a>(&'a AtomicU32);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
+            }
+        }
+        let _held = Held(&self.word);
+        // SAFETY: the lock is ours until `_held` goes.
+        f(unsafe { &mut *self.inner.get() })
     }
 }
 
@@ -181,7 +189,7 @@ pub fn ctl(epfd: c_int, op: c_int, fd: c_int, c: &Arc<Conn>, event: Option<[u8; 
     if OFF.load(Ordering::Relaxed) {
         return;
     }
-    let (size, off) = sys::EPOLL_EVENT;
+    let (_, off) = sys::EPOLL_EVENT;
     TABLE.with(|t| {
         if let Some(i) = t.iter_mut().find(|i| i.epfd == epfd) {
             i.watches.retain(|w| w.fd != fd);
@@ -192,7 +200,6 @@ pub fn ctl(epfd: c_int, op: c_int, fd: c_int, c: &Arc<Conn>, event: Option<[u8; 
             let events = u32::from_ne_bytes([ev[0], ev[1], ev[2], ev[3]]);
             let mut data = [0u8; 8];
             data.copy_from_slice(&ev[off..off + 8]);
-            debug_assert!(off + 8 <= size);
             // In another instance as well: neither may watch it (each would need the
             // other's sleepers).
             let mut twice = false;

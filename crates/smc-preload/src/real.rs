@@ -79,6 +79,9 @@ real! {
     poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
     epoll_wait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int) -> c_int;
     epoll_pwait(epfd: c_int, events: *mut c_void, max: c_int, timeout: c_int, mask: *const c_void) -> c_int;
+    epoll_pwait2(epfd: c_int, events: *mut c_void, max: c_int, timeout: *const c_void, mask: *const c_void) -> c_int;
+    ppoll(fds: *mut PollFd, n: u64, timeout: *const c_void, mask: *const c_void) -> c_int;
+    pselect(n: c_int, r: *mut c_void, w: *mut c_void, e: *mut c_void, timeout: *const c_void, mask: *const c_void) -> c_int;
     epoll_create1(flags: c_int) -> c_int;
     epoll_create(size: c_int) -> c_int;
     epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut c_void) -> c_int;

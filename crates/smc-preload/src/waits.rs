@@ -3,8 +3,10 @@
 //! waits have lately been short, a wait looks (without sleeping: a zero timeout) for up
 //! to the adaptive budget before it sleeps with what is left of the caller's timeout
 //! (crate::spin). The doorbell byte a peer writes makes the descriptor ready at once, so
-//! a looking wait sees it without a wake-up; `epoll_wait` looks at the rings its instance
-//! watches itself, without a doorbell (crate::looks). Everything else is the real call's.
+//! a looking wait sees it without a wake-up; `epoll_wait` (and `epoll_pwait2`) looks at
+//! the rings its instance watches itself, without a doorbell, and `poll`, `ppoll`,
+//! `select` and `pselect` take such rings' promise back first (crate::looks). Everything
+//! else is the real call's.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -232,34 +234,156 @@ pub unsafe extern "C" fn epoll_pwait(
 /// As for `poll(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int {
+    // SAFETY: the caller's array of `n` pollfds.
+    if let Some(r) = unsafe { rings_first(fds, n, &mut |t| real::poll(fds, n, t)) } {
+        return r;
+    }
     // SAFETY (both closures): the caller's arguments; poll only writes `revents`.
     wait(
         timeout,
         || unsafe { real::poll(fds, n, 0) },
-        |t| {
-            // Connections an event loop watches ring no doorbell: not watched from now
-            // on, and one whose ring holds bytes is reported at once (crate::looks).
-            // SAFETY: the caller's array of `n` pollfds.
-            let all = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-            let ready: Vec<usize> = (0..all.len())
-                .filter(|&i| all[i].events & sys::POLLIN != 0 && looks::readable_after_giving_up(all[i].fd))
-                .collect();
-            if ready.is_empty() {
-                // SAFETY: the caller's arguments.
-                return unsafe { real::poll(fds, n, t) };
-            }
-            // SAFETY: the caller's arguments, without waiting.
-            let mut r = unsafe { real::poll(fds, n, 0) }.max(0);
-            for i in ready {
-                if all[i].revents == 0 {
-                    r += 1;
-                }
-                all[i].revents |= sys::POLLIN;
-            }
-            r
-        },
+        |t| unsafe { real::poll(fds, n, t) },
         |r, fallen| unsafe { forget_poll(fds, n, r, fallen) },
     )
+}
+
+/// Before `poll`/`ppoll` look at descriptors `fds`: connections an event loop watches
+/// ring no doorbell (crate::looks), so each asked for input is not watched from now on,
+/// and one whose ring holds bytes makes the call answer at once — `zero(0)`, the call
+/// without waiting, with those descriptors readable too. `None`: the call is the caller's.
+///
+/// # Safety
+/// `fds` holds `n` pollfds.
+unsafe fn rings_first(fds: *mut PollFd, n: u64, zero: &mut dyn FnMut(c_int) -> c_int) -> Option<c_int> {
+    if !active() || fds.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's array of `n` pollfds.
+    let all = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
+    let ready: Vec<usize> = (0..all.len())
+        .filter(|&i| all[i].events & sys::POLLIN != 0 && looks::readable_after_giving_up(all[i].fd))
+        .collect();
+    if ready.is_empty() {
+        return None;
+    }
+    let mut r = zero(0).max(0);
+    for i in ready {
+        if all[i].revents == 0 {
+            r += 1;
+        }
+        all[i].revents |= sys::POLLIN;
+    }
+    Some(r)
+}
+
+/// As [`rings_first`], for `select`/`pselect`'s input set `r` of `n` descriptors.
+///
+/// # Safety
+/// `r` is null or a set of at least `n` bits, as are `w` and `e`.
+unsafe fn rings_first_in_sets(n: c_int, r: *mut c_void, zero: &mut dyn FnMut() -> c_int) -> Option<c_int> {
+    if !active() || r.is_null() {
+        return None;
+    }
+    let bit = |fd: c_int| (fd as usize / 64, 1u64 << (fd as usize % 64));
+    let ready: Vec<c_int> = (0..n.max(0))
+        .filter(|&fd| {
+            let (word, b) = bit(fd);
+            // SAFETY: a set the caller passed holds at least `n` bits.
+            let set = unsafe { *r.cast::<u64>().add(word) };
+            set & b != 0 && looks::readable_after_giving_up(fd)
+        })
+        .collect();
+    if ready.is_empty() {
+        return None;
+    }
+    let mut count = zero().max(0);
+    for fd in ready {
+        let (word, b) = bit(fd);
+        // SAFETY: as above.
+        let set = unsafe { &mut *r.cast::<u64>().add(word) };
+        if *set & b == 0 {
+            *set |= b;
+            count += 1;
+        }
+    }
+    Some(count)
+}
+
+/// `struct timespec`.
+#[repr(C)]
+struct TimeSpec {
+    sec: i64,
+    nsec: i64,
+}
+
+static ZERO: TimeSpec = TimeSpec { sec: 0, nsec: 0 };
+
+/// `ppoll(2)`: as the kernel's, after [`rings_first`].
+///
+/// # Safety
+/// As for `ppoll(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ppoll(fds: *mut PollFd, n: u64, timeout: *const c_void, mask: *const c_void) -> c_int {
+    // SAFETY: the caller's arguments (with a zero timeout of ours for the look).
+    if let Some(r) = unsafe { rings_first(fds, n, &mut |_| real::ppoll(fds, n, (&raw const ZERO).cast(), mask)) } {
+        return r;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::ppoll(fds, n, timeout, mask) }
+}
+
+/// `pselect(2)`: as the kernel's, after the rings are looked at ([`rings_first`]).
+///
+/// # Safety
+/// As for `pselect(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pselect(
+    n: c_int,
+    r: *mut c_void,
+    w: *mut c_void,
+    e: *mut c_void,
+    timeout: *const c_void,
+    mask: *const c_void,
+) -> c_int {
+    // SAFETY: the caller's sets (with a zero timeout of ours for the look).
+    let first = unsafe { rings_first_in_sets(n, r, &mut || real::pselect(n, r, w, e, (&raw const ZERO).cast(), mask)) };
+    if let Some(count) = first {
+        return count;
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::pselect(n, r, w, e, timeout, mask) }
+}
+
+/// `epoll_pwait2(2)`: the rings first, then the kernel's wait with the caller's timeout
+/// (crate::looks).
+///
+/// # Safety
+/// As for `epoll_pwait2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut c_void,
+    max: c_int,
+    timeout: *const c_void,
+    mask: *const c_void,
+) -> c_int {
+    if !active() || spin::LIVE.load(Ordering::Relaxed) == 0 {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::epoll_pwait2(epfd, events, max, timeout, mask) };
+    }
+    let zero: *const c_void = (&raw const ZERO).cast();
+    // SAFETY: the caller's arguments, without waiting.
+    let r = unsafe { looks::now(epfd, events, max, &mut |ev, m| real::epoll_pwait2(epfd, ev, m, zero, mask)) };
+    // SAFETY: `timeout` is null or the caller's timespec.
+    if r != 0
+        || (!timeout.is_null()
+            && unsafe { (*timeout.cast::<TimeSpec>()).sec == 0 && (*timeout.cast::<TimeSpec>()).nsec == 0 })
+    {
+        return r;
+    }
+    // SAFETY: the caller's arguments; `1` only says "may sleep" (the caller's own timeout
+    // is the one the kernel gets).
+    unsafe { looks::sleep(epfd, events, max, 1, &mut |ev, m, _| real::epoll_pwait2(epfd, ev, m, timeout, mask)) }
 }
 
 /// `struct timeval`.
@@ -284,6 +408,12 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         let t = unsafe { *tv.cast::<TimeVal>() };
         (t.sec.saturating_mul(1000).saturating_add(t.usec / 1000)).clamp(0, c_int::MAX as i64) as c_int
     };
+    let mut zero = TimeVal { sec: 0, usec: 0 };
+    // SAFETY: the caller's sets, and a zero timeval of ours.
+    if let Some(count) = unsafe { rings_first_in_sets(n, r, &mut || real::select(n, r, w, e, (&raw mut zero).cast())) }
+    {
+        return count;
+    }
     let watching = pending::WATCHING.load(Ordering::Relaxed) > 0;
     if !active() || (!watching && (timeout_ms == 0 || spin::LIVE.load(Ordering::Relaxed) == 0)) {
         // SAFETY: the caller's arguments.
@@ -314,34 +444,6 @@ pub unsafe extern "C" fn select(n: c_int, r: *mut c_void, w: *mut c_void, e: *mu
         },
         |left| {
             restore();
-            // Connections an event loop watches ring no doorbell: not watched from now
-            // on, and one whose ring holds bytes is reported at once (crate::looks).
-            let ready: Vec<c_int> = if r.is_null() {
-                Vec::new()
-            } else {
-                (0..n.max(0))
-                    .filter(|&fd| {
-                        // SAFETY: a set the caller passed holds at least `n` bits.
-                        let word = unsafe { *r.cast::<u64>().add(fd as usize / 64) };
-                        word & (1u64 << (fd as usize % 64)) != 0 && looks::readable_after_giving_up(fd)
-                    })
-                    .collect()
-            };
-            if !ready.is_empty() {
-                let mut zero = TimeVal { sec: 0, usec: 0 };
-                // SAFETY: the caller's sets, and a zero timeval of ours.
-                let mut count = unsafe { real::select(n, r, w, e, (&raw mut zero).cast()) }.max(0);
-                for fd in ready {
-                    // SAFETY: as above.
-                    let set = unsafe { &mut *r.cast::<u64>().add(fd as usize / 64) };
-                    let bit = 1u64 << (fd as usize % 64);
-                    if *set & bit == 0 {
-                        *set |= bit;
-                        count += 1;
-                    }
-                }
-                return count;
-            }
             if tv.is_null() || left == timeout_ms {
                 // Nothing spent looking: the caller's own timeout, to the microsecond.
                 // SAFETY: the caller's arguments.
