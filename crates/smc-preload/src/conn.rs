@@ -1009,18 +1009,29 @@ impl Conn {
         if self.count_waited_out.load(Ordering::Relaxed) || sys::pending(fd).unwrap_or(0) == 0 {
             return false;
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(BELL_WAIT_MS as u64);
+        if self.until_published(BELL_WAIT_MS as u64) {
+            return true;
+        }
+        if self.rx.counted() {
+            self.count_waited_out.store(true, Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// Waits in sleeps of 50 µs, for at most `ms`, for bytes counted in the receive ring
+    /// and not yet published: true once they are; false when the time is up, or nothing
+    /// is counted any more (nothing to wait for).
+    pub fn until_published(&self, ms: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
         while std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_micros(50));
-            if published() {
+            if !self.rx.is_empty() {
                 return true;
             }
             if !self.rx.counted() {
-                // Nothing counted any more: nothing to wait for.
                 return false;
             }
         }
-        self.count_waited_out.store(true, Ordering::Relaxed);
         false
     }
 

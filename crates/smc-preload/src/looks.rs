@@ -230,16 +230,9 @@ pub fn ctl(epfd: c_int, op: c_int, fd: c_int, c: &Arc<Conn>, event: Option<[u8; 
         } else if op == EPOLL_CTL_DEL {
             c.rx.unwatch();
         }
-        if twice_anywhere(t, c) {
-            c.rx.unwatch();
-        }
         t.retain(|i| !i.watches.is_empty() || i.asleep > 0);
         recount(t);
     });
-}
-
-fn twice_anywhere(t: &[Instance], c: &Arc<Conn>) -> bool {
-    t.iter().flat_map(|i| &i.watches).any(|w| w.twice && w.conn.upgrade().is_some_and(|o| Arc::ptr_eq(&o, c)))
 }
 
 /// Descriptor `fd` is being closed (or replaced): its registrations go (the kernel drops
@@ -328,11 +321,6 @@ fn kernel_turn(epfd: c_int) -> bool {
     })
 }
 
-/// True while instance `epfd` has registrations in the table.
-fn known(epfd: c_int) -> bool {
-    WATCHES.load(Ordering::Relaxed) > 0 && TABLE.with(|t| t.iter().any(|i| i.epfd == epfd && !i.forked))
-}
-
 /// One look without sleeping: the watched rings with bytes, then what the kernel reports
 /// (`kernel(events, max)`, a zero-timeout wait) in the room left, one event per
 /// registration (the kernel's merged into the ring's).
@@ -350,7 +338,8 @@ pub unsafe fn now(
     }
     // The kernel's events are never crowded out by the rings': one slot is kept for
     // them, and a one-event wait gives it to them every other time.
-    if max == 1 && kernel_turn(epfd) {
+    let asked = max == 1 && kernel_turn(epfd);
+    if asked {
         let r = kernel(events, max);
         if r != 0 {
             return r;
@@ -360,7 +349,8 @@ pub unsafe fn now(
     // SAFETY: the caller's array, `room` ≤ `max`.
     let k = unsafe { look(epfd, events, room) };
     if k == 0 {
-        return kernel(events, max);
+        // (The kernel, if just asked, had nothing.)
+        return if asked { 0 } else { kernel(events, max) };
     }
     let (size, off) = sys::EPOLL_EVENT;
     let base = events.cast::<u8>();
@@ -379,11 +369,11 @@ pub unsafe fn now(
         // SAFETY: event `j` of those written, `size` bytes; `n ≤ j`.
         let (ev_j, data_j) = unsafe {
             let p = base.add(j * size);
-            (u32::from_ne_bytes(*p.cast::<[u8; 4]>()), std::slice::from_raw_parts(p.add(off), 8).to_vec())
+            (u32::from_ne_bytes(p.cast::<[u8; 4]>().read_unaligned()), p.add(off).cast::<[u8; 8]>().read_unaligned())
         };
         let same = (0..k).find(|&i| {
             // SAFETY: event `i` < k of ours.
-            unsafe { std::slice::from_raw_parts(base.add(i * size + off), 8) == data_j.as_slice() }
+            unsafe { base.add(i * size + off).cast::<[u8; 8]>().read_unaligned() == data_j }
         });
         match same {
             Some(i) => {
@@ -420,16 +410,16 @@ pub unsafe fn sleep(
     timeout: c_int,
     kernel: &mut dyn FnMut(*mut c_void, c_int, c_int) -> c_int,
 ) -> c_int {
-    if max <= 0 || timeout == 0 || !known(epfd) {
+    if max <= 0 || timeout == 0 || WATCHES.load(Ordering::Relaxed) == 0 {
         return kernel(events, max, timeout);
     }
-    let counted = TABLE.with(|t| match t.iter_mut().find(|i| i.epfd == epfd) {
-        Some(i) => {
+    let counted = TABLE.with(|t| {
+        t.iter_mut().find(|i| i.epfd == epfd && !i.forked).map(|i| {
             i.asleep += 1;
             i.unwatch_all()
-        }
-        None => false,
+        })
     });
+    let Some(counted) = counted else { return kernel(events, max, timeout) };
     let r = if counted {
         // SAFETY: the caller's array.
         unsafe { published(epfd, events, max, timeout, kernel) }
@@ -510,9 +500,5 @@ pub fn readable_after_giving_up(fd: c_int) -> bool {
     if !c.looked() || !give_up(&c) {
         return false;
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(PUBLISH_WAIT_MS);
-    while c.rx.is_empty() && c.rx.counted() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_micros(50));
-    }
-    !c.rx.is_empty()
+    !c.rx.is_empty() || c.rx.counted() && c.until_published(PUBLISH_WAIT_MS)
 }
