@@ -54,7 +54,7 @@ fn settled(stats: &Value) -> bool {
 /// The accounting rules, once the counters settled (at most 5 s).
 fn assert_settled_and_conserved(lab: &Lab) {
     wait_for(5, || settled(&lab.stats()));
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
 }
 
 fn drops(lab: &Lab, port: &str, cause: &str) -> u64 {

@@ -99,7 +99,7 @@ both_datapaths! {
         let ports = lab.stats()["ports"].as_array().unwrap().len();
         assert_eq!(ports, 2, "the extra ports are gone");
         assert!(!ns_ok(&extra_ns, "ip -o link").contains("-x"), "their TAPs are gone");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }
 
@@ -545,7 +545,7 @@ fn a_tcp_connection_between_tap_guests_survives_a_restart_and_a_kill() {
         assert_eq!((ifindex(1), ifindex(2)), before, "the guests' TAPs outlive the switch");
     });
     assert_eq!((ifindex(1), ifindex(2)), before, "the same TAPs, adopted");
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     // A clean stop takes the TAPs with it.
     sluice_ok(&["switch", "stop", "--switch", &lab.name]);
     let _ = again.take().wait();

@@ -28,7 +28,7 @@ fn a_transfer_through_the_kernel_datapath_survives_a_restart_and_a_kill_and_stop
     // The restart in place takes the kernel's state over; the kernel keeps forwarding
     // while no daemon runs.
     let again = transfers_cross_a_restart_and_a_kill(&lab, &dir, || {});
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     // A clean stop leaves nothing: no pins, no bpffs, no upcall TAP.
     sluice_ok(&["switch", "stop", "--switch", &lab.name]);
     let _ = again.take().wait();
@@ -63,7 +63,7 @@ fn a_veth_deleted_behind_the_switchs_back_stops_its_port_and_nothing_else() {
     ns_ok(&lab.ns(1), &format!("ping -c 2 -W 2 {}", lab.ip4(2)));
     let g1 = lab.port(&lab.tap(1));
     assert!(g1["counters"]["rx_drops"]["unknown_port"].as_u64().unwrap() > 0, "frames for it counted: {g1}");
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     sluice_ok(&["port", "del", &port, "--switch", &lab.name]);
 }
 
@@ -95,7 +95,7 @@ fn tap_and_veth_guests_on_one_kernel_switch_reach_each_other() {
     let v = lab.port(&lab.tap(1));
     assert_eq!(v["kind"], "veth");
     assert_eq!(lab.port(&tap)["kind"], "tap");
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     let _ = &mut lab;
 }
 
@@ -148,10 +148,10 @@ fn a_veth_whose_peer_is_in_the_switchs_namespace_is_reached_in_the_kernel() {
     send_raw("", &peer, &vec![frame(gmac, pmac, None, 0x88b5, b"to the guest"); 20]);
     let got = received(l);
     assert_eq!(got.iter().filter(|(_, f)| f[6..12] == pmac).count(), 20);
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     // Deleted, its counters (the kernel's part too) join the departed ports' totals.
     sluice_ok(&["port", "del", &port, "--switch", &lab.name]);
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
 }
 
 #[test]
@@ -231,7 +231,7 @@ fn nothing_but_the_switch_reaches_a_guest_through_its_veth() {
     sluice_ok(&["port", "add", &tap, "--netns", &ns, "--switch", &lab.name]);
     ns_ok(&ns, &format!("ip link set lo up && ip addr add 10.77.0.60/24 dev {tap}"));
     ns_ok(&ns, &format!("ping -c 2 -W 2 {}", lab.ip4(1)));
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
 }
 
 /// Floods the upcall TAP `tap` as an unprivileged user (`nobody`): UDP to the limited
@@ -314,7 +314,7 @@ fn only_the_kernel_datapath_reaches_the_upcall_tap() {
         lab.stats()["kernel"]
     );
     assert_eq!(read_refused_now, read_refused, "frames the daemon read and refused: {}", lab.stats()["kernel"]);
-    assert_conserved(&lab.stats());
+    assert_conserved(&lab.settled_stats());
     // A restart in place keeps the guard: the new daemon takes its link over.
     let pid = lab.stats()["switch"]["pid"].as_u64().unwrap();
     sluice_ok(&["switch", "restart", "--switch", &lab.name]);

@@ -69,7 +69,7 @@ both_datapaths! {
         assert!(wait_for(5, || drops(&t1) == 15 && drops(&t2) == 5), "link_local counted at the inputs: {} {}", lab.port(&t1), lab.port(&t2));
         let stats = sluice_ok(&["stats", &t1, "--switch", &lab.name]);
         assert!(stats.contains("link_local"), "`sluice stats` names the cause: {stats}");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }
 
@@ -105,6 +105,6 @@ both_datapaths! {
         assert_eq!(uc, 100, "unicast is not storm controlled");
         let p = || lab.port(&stap)["counters"]["rx_drops"]["storm"].as_u64().unwrap_or(0);
         assert!(wait_for(5, || p() == SENT - bc), "the rest counted `storm`: {} (want {})", lab.port(&stap), SENT - bc);
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }

@@ -39,7 +39,7 @@ both_datapaths! {
             let g1 = lab.port(&lab.tap(1));
             assert!(g1["kernel"]["forwarded"].as_u64().unwrap() >= 2, "{g1}");
         }
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
         let o = sluice(&["port", "add", "dup-m", "--mirror", &lab.tap(1), "--netns", &m, "--switch", &lab.name]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("already has a mirror"), "{err}");

@@ -146,6 +146,6 @@ both_datapaths! {
         }
         drop(outs);
         drop((s1, s3));
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }

@@ -32,7 +32,7 @@ both_datapaths! {
             assert_mostly_in_kernel(&lab.port(&lab.tap(1)));
             assert_mostly_in_kernel(&up);
         }
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
 
         // Offloads off on the uplink: the switch cuts the guest's GSO frames itself.
         lan.reattach(&lab, &["--no-offload"]);
@@ -74,7 +74,7 @@ both_datapaths! {
         let got = received(ll);
         assert!(got.contains(&(Some(10), frame([0xff; 6], a10mac, None, 0x88b5, payload))), "{got:?}");
         assert!(got.contains(&(None, frame([0xff; 6], g1mac, None, 0x88b5, payload))), "{got:?}");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }
 
@@ -105,7 +105,7 @@ both_datapaths! {
         assert!(!ns_sh(&iso, &format!("ping -c 2 -W 1 {}", lab.ip4(1))).status.success(), "isolated guest reached g1");
         assert!(!ns_sh(&lab.ns(1), "ping -c 2 -W 1 10.77.0.11").status.success(), "g1 reached the isolated guest");
         ns_ok(&lab.ns(1), "ping -c 2 -W 2 10.77.0.200");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }
 
@@ -127,7 +127,7 @@ both_datapaths! {
         assert!(!ns_sh(&sp, &format!("ping -c 2 -W 1 {}", lab.ip4(1))).status.success(), "forged MAC passed");
         let dropped = lab.port(&tap)["counters"]["rx_drops"]["spoofed_mac"].as_u64().unwrap();
         assert!(dropped >= before + 2, "forged frames counted: {before} → {dropped}");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
         let o = sluice(&["port", "add", "bad0", "--mac", "zz", "--switch", &lab.name]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("not a MAC address"), "{err}");
@@ -152,7 +152,7 @@ both_datapaths! {
         let after = lab.port(&tap)["counters"]["rx_drops"]["spoofed_ip"].as_u64().unwrap();
         assert!(after >= before + 2, "forged packets counted: {before} → {after}");
         ns_ok(&g, &format!("ping -c 1 -W 2 -I 10.77.0.13 {}", lab.ip4(1)));
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
         let o = sluice(&["port", "add", "bad1", "--ip", "10.0.0.1/24", "--switch", &lab.name]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("not an IPv4 or IPv6 address"), "{err}");
@@ -209,6 +209,6 @@ both_datapaths! {
         assert_eq!(up["counters"]["failovers"], 1, "{up}");
         // The guest was announced through the backup (a RARP from its MAC), before it sent.
         assert!(up["counters"]["generated"].as_u64().unwrap() >= 1, "{up}");
-        assert_conserved(&lab.stats());
+        assert_conserved(&lab.settled_stats());
     }
 }

@@ -378,6 +378,36 @@ impl Lab {
         serde_json::from_str(&sluice_ok(&["stats", "--json", "--switch", &self.name])).unwrap()
     }
 
+    /// The switch's counters once they are at rest: read until two readings 200 ms apart
+    /// agree on every port's frames in and out (up to 10 s; then the last reading). A
+    /// reading taken while a frame is being counted can be off by that frame — the
+    /// kernel's per-CPU counters are copied word by word while its programs run — so the
+    /// accounting rules are checked on a reading at rest.
+    pub fn settled_stats(&self) -> Value {
+        let moving = |s: &Value| -> Vec<(u64, u64, u64)> {
+            let ports = s["ports"].as_array().cloned().unwrap_or_default();
+            let n = |c: &Value, k: &str| c[k].as_u64().unwrap_or(0);
+            ports
+                .iter()
+                .map(|p| {
+                    (n(&p["counters"], "rx_frames"), n(&p["counters"], "tx_offered"), n(&p["counters"], "tx_frames"))
+                })
+                .collect()
+        };
+        let mut last = self.stats();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = self.stats();
+            if moving(&now) == moving(&last) {
+                return now;
+            }
+            last = now;
+        }
+        eprintln!("the counters of {} did not come to rest in 10 s; checking the last reading", self.name);
+        last
+    }
+
     pub fn port(&self, name: &str) -> Value {
         self.stats()["ports"]
             .as_array()
