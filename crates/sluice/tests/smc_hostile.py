@@ -24,6 +24,13 @@ hostile local user would:
                   the ring the server reads
         bad-cons  an honest connection; then write an out-of-range consumer cursor into
                   the ring the server writes into
+        late-bell:N
+                  an honest connection, written as a writer that is descheduled between
+                  publishing and ringing: N messages (a 4-byte length, then the body),
+                  each written whole while the server sleeps in a read of the length
+                  (more than it reads, so a doorbell epoch, and its futex woken), its
+                  doorbell byte sent 5 ms later; prints "<bytes> <sha256>" of the
+                  bodies, or "server gone after N messages"
         slow-publish:N
                   an honest connection, written as a writer that is descheduled between
                   its two steps: N messages of 3,000 bytes, each counted whole, its first
@@ -245,6 +252,8 @@ def client(rundir, ip, port, attack):
         print("wrote bad producer cursor", flush=True)
     elif attack.startswith("slow-publish:"):
         slow_publish(m, to_them, int(attack.partition(":")[2]))
+    elif attack.startswith("late-bell:"):
+        late_bell(m, to_them, int(attack.partition(":")[2]))
     elif attack == "bad-cons":
         # Wait until the server has filled the ring a little, then lie about our cursor.
         for _ in range(500):
@@ -300,6 +309,55 @@ def slow_publish(m, to_them, count):
         struct.pack_into("<Q", m, CS + PROD, prod + len(msg))
         h.update(msg)
         total += len(msg)
+    print(f"{total} {h.hexdigest()}", flush=True)
+
+
+SLEEPER = 1 << 30
+
+
+def futex_wake(m, offset):
+    """Wakes whoever sleeps on the 32-bit word at OFFSET of mapping M (FUTEX_WAKE, shared)."""
+    import ctypes
+    word = ctypes.c_uint32.from_buffer(m, offset)
+    try:
+        ctypes.CDLL(None, use_errno=True).syscall(202, ctypes.c_void_p(ctypes.addressof(word)), 1, 1 << 30, None,
+                                                  None, 0)
+    finally:
+        del word
+
+
+def late_bell(m, to_them, count):
+    """Writes COUNT messages into the ring the server reads as the library's writer does
+    when the reader sleeps in a read smaller than what comes — bytes copied, counted in
+    the state word (a new epoch: BELL, the sleeper mark taken), the producer cursor
+    published, the futex woken, the doorbell rung — but with the doorbell byte sent 5 ms
+    after the rest, as when the writer loses its CPU between its last two steps. Each
+    message waits until the server has read the one before and sleeps in its next read."""
+    h, total = hashlib.sha256(), 0
+    for i in range(count):
+        prod = struct.unpack_from("<Q", m, CS + PROD)[0]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            w = struct.unpack_from("<I", m, CS + STATE)[0]
+            if struct.unpack_from("<Q", m, CS + CONS)[0] == prod and w & AVAIL == 0 and w & SLEEPER:
+                break
+            time.sleep(0.0002)
+        body = bytes((i * 13 + j) % 251 for j in range(100 + i % 50))
+        msg = len(body).to_bytes(4, "big") + body
+        for j, b in enumerate(msg):
+            m[CS + HEADER + (prod + j) % AREA] = b
+        w = struct.unpack_from("<I", m, CS + STATE)[0]
+        struct.pack_into("<I", m, CS + STATE, (w & ~(AVAIL | SLEEPER) & 0xFFFFFFFF) | BELL | len(msg))
+        struct.pack_into("<Q", m, CS + PROD, prod + len(msg))
+        futex_wake(m, CS + STATE)
+        time.sleep(0.005)
+        try:
+            to_them.send(b"\x01")
+        except BrokenPipeError:
+            print(f"server gone after {i} messages", flush=True)
+            return
+        h.update(body)
+        total += len(body)
     print(f"{total} {h.hexdigest()}", flush=True)
 
 

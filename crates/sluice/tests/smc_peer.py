@@ -86,6 +86,11 @@ MODE:
   pings:COUNT      send COUNT messages ("N\\n"), each after reading the answer to the one
                    before — every other one at once, the rest after 50 ms — and print
                    "answered <count>", or "no answer to <i>" after 30 s
+  block-then-select
+                   blocking reads of a 4-byte length and its body, then a select that must
+                   not say readable (smc_hostile.py's late-bell writes the next message only
+                   once this side sleeps in its next read); print "<bytes> <sha256>" of the
+                   bodies, or "readable for nothing after <n>"
   trunc:BYTES      (before sink) wait for data, then throw BYTES away with
                    recv(MSG_TRUNC); print "trunc <what recv returned>"
 Plain blocking sockets: every byte goes through libc's send/recv, which the preload
@@ -562,6 +567,36 @@ def pings(c, count):
     return f"answered {count}"
 
 
+def recv_exact(c, n):
+    b = b""
+    while len(b) < n:
+        more = c.recv(n - len(b))
+        if not more:
+            return None
+        b += more
+    return b
+
+
+def block_then_select(c):
+    """Blocking reads of a 4-byte length and its body, then a select that must not say
+    readable: the peer (smc_hostile.py's late-bell) writes the next message only once this
+    side sleeps in its next read. Prints "<bytes> <sha256>" of the bodies at the end of
+    the stream, or "readable for nothing after <n>"."""
+    h, total, n = hashlib.sha256(), 0, 0
+    while True:
+        head = recv_exact(c, 4)
+        if head is None:
+            return f"{total} {h.hexdigest()}"
+        body = recv_exact(c, int.from_bytes(head, "big"))
+        if body is None:
+            return f"cut after {n}"
+        h.update(body)
+        total += len(body)
+        n += 1
+        if select.select([c], [], [], 0.02)[0]:
+            return f"readable for nothing after {n}"
+
+
 def run_mode(c, mode):
     parts = mode.split("+")
     out = ""
@@ -632,6 +667,8 @@ def run_mode(c, mode):
             out = echo_waits(c, arg.split("/"))
         elif kind == "pings":
             out = pings(c, int(arg))
+        elif kind == "block-then-select":
+            out = block_then_select(c)
         elif kind == "sink-or-error":
             try:
                 out = sink(c)

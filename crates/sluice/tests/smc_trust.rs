@@ -174,6 +174,25 @@ fn a_read_after_readable_waits_for_bytes_counted_and_not_yet_published() {
     assert_eq!(server.output(), lines[1], "every byte, and no read said EAGAIN after epoll said readable");
 }
 
+/// A writer that loses its CPU between publishing bytes and ringing their doorbell: the
+/// reader, woken on its futex, has taken the bytes before the doorbell byte lands. That
+/// byte must come off the descriptor before the program's next `select`, or the select
+/// says readable with nothing to read — and a program that then reads a blocking
+/// descriptor waits for a message that never comes (iperf3's server did, on its control
+/// connection).
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn a_doorbell_byte_that_lands_after_its_bytes_were_read_never_makes_the_descriptor_readable() {
+    let p = Peers::new("latebell");
+    let port = port(30);
+    let server = Server::start(&p, true, &["serve", &port, "block-then-select"]);
+    let out = run(hostile(&p, None, &["client", "127.0.0.1", &port, "late-bell:20"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0], "decision commit");
+    assert_eq!(server.output(), lines[1], "every byte, and no select said readable with nothing to read");
+}
+
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_peer_that_breaks_the_shared_memory_loses_only_its_own_connection() {

@@ -88,6 +88,13 @@ impl<'a> SharedLock<'a> {
     }
 }
 
+impl<'a> SharedLock<'a> {
+    /// The lock if nobody holds it now.
+    fn try_take(word: &'a AtomicU32) -> Option<SharedLock<'a>> {
+        word.compare_exchange(0, sys::pid(), Ordering::Acquire, Ordering::Relaxed).ok().map(|_| SharedLock(word))
+    }
+}
+
 impl Drop for SharedLock<'_> {
     fn drop(&mut self) {
         if self.0.swap(0, Ordering::Release) & WAITERS != 0 {
@@ -269,6 +276,13 @@ pub struct Conn {
     /// Not watched again (crate::looks): waited on outside the event loop, or its ring
     /// counted bytes the event loop waited for and never published.
     no_look: AtomicBool,
+    /// The program waits for this descriptor's input with poll, select or epoll: a read
+    /// that empties a bell epoch waits for its doorbell byte even when the descriptor
+    /// blocks ([`Conn::take_doorbell`]).
+    polled: AtomicBool,
+    /// A wait for an owed doorbell byte ran out ([`Conn::waited_for_input`]): the peer
+    /// garbled its word or died between its two steps; later waits do not wait for it.
+    owed_waited_out: AtomicBool,
     /// A write found the peer's ring full: its window doubles the next time a write finds
     /// it empty (only then may it change: sluice_smc::ring, "The window").
     grow_wanted: AtomicBool,
@@ -472,6 +486,8 @@ impl Conn {
             count_waited_out: AtomicBool::new(false),
             looked: AtomicBool::new(false),
             no_look: AtomicBool::new(false),
+            polled: AtomicBool::new(false),
+            owed_waited_out: AtomicBool::new(false),
             grow_wanted: AtomicBool::new(false),
             grew: AtomicBool::new(false),
             reader_waits: crate::spin::Adaptive::new(),
@@ -518,6 +534,36 @@ impl Conn {
     /// The receive ring is never watched again (crate::looks).
     pub fn stop_looking(&self) {
         self.no_look.store(true, Ordering::Relaxed);
+    }
+
+    /// The program is about to wait for input on descriptor `fd` (poll, select, epoll):
+    /// from now on a read that empties a bell epoch waits for its doorbell byte, blocking
+    /// descriptor or not, and bytes owed by earlier reads come off the descriptor now (a
+    /// moment's wait if one is still on its way) — so the wait is never told "readable"
+    /// with nothing to read. A program that then reads a blocking descriptor would wait
+    /// for a message that never comes: iperf3's server, reading its control connection
+    /// after `select`, did. (When another thread is reading, it takes them itself.)
+    pub fn waited_for_input(&self, fd: c_int) {
+        self.polled.store(true, Ordering::Relaxed);
+        let owed = self.side.owed();
+        if owed.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(_g) = SharedLock::try_take(self.side.reader_lock()) else { return };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(BELL_WAIT_MS as u64);
+        loop {
+            self.settle_doorbell(fd);
+            // Bytes in the ring: the descriptor may well be readable; the program reads them.
+            if owed.load(Ordering::Relaxed) == 0 || !self.rx.is_empty() || self.owed_waited_out.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                self.owed_waited_out.store(true, Ordering::Relaxed);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
     }
 
     /// True once [`Conn::stop_looking`] was called.
@@ -710,7 +756,9 @@ impl Conn {
     /// blocking reader does not (it does not poll; waiting cost sockperf a wake-up in most
     /// of its round trips): the byte is owed, and comes off with the next. So is a byte
     /// that does not come within [`BELL_WAIT_MS`] (a writer preempted between its two
-    /// steps on a busy machine: 1 ms was not always enough for wrk against nginx).
+    /// steps on a busy machine: 1 ms was not always enough for wrk against nginx). A
+    /// blocking descriptor the program also polls (iperf3 reads its control connection
+    /// after `select`) is waited for as a non-blocking one is.
     ///
     /// The wait is only for a descriptor with no byte at all: bytes owed from earlier
     /// epochs are taken as they come, never waited for — a byte that never comes (a peer
@@ -868,7 +916,7 @@ impl Conn {
                 }
                 idle = Backoff::default();
                 if p.take_bell {
-                    self.take_doorbell(fd, nonblock);
+                    self.take_doorbell(fd, nonblock || self.polled.load(Ordering::Relaxed));
                 }
                 if !peek {
                     self.release_writer();

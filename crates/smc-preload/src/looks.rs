@@ -488,16 +488,12 @@ pub fn give_up(c: &Conn) -> bool {
     })
 }
 
-/// For `poll` and `select`, before they sleep on descriptor `fd` for input: if it is a
-/// connection an event loop may watch, the promise is taken back ([`give_up`]), and true
-/// when its ring has bytes to read (waited for a moment if counted and not yet
+/// For `poll` and `select`, before they sleep on connection `c`'s descriptor for input:
+/// if an event loop may watch the connection, the promise is taken back ([`give_up`]),
+/// and true when its ring has bytes to read (waited for a moment if counted and not yet
 /// published) — the descriptor is then to be reported readable: no doorbell may say so.
-pub fn readable_after_giving_up(fd: c_int) -> bool {
-    if WATCHES.load(Ordering::Relaxed) == 0 {
-        return false;
-    }
-    let Some(c) = crate::conn_of(fd) else { return false };
-    if !c.looked() || !give_up(&c) {
+pub fn readable_after_giving_up(c: &Conn) -> bool {
+    if WATCHES.load(Ordering::Relaxed) == 0 || !c.looked() || !give_up(c) {
         return false;
     }
     !c.rx.is_empty() || c.rx.counted() && c.until_published(PUBLISH_WAIT_MS)

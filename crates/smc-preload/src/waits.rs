@@ -247,9 +247,20 @@ pub unsafe extern "C" fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int
     )
 }
 
-/// Before `poll`/`ppoll` look at descriptors `fds`: connections an event loop watches
-/// ring no doorbell (crate::looks), so each asked for input is not watched from now on,
-/// and one whose ring holds bytes makes the call answer at once — `zero(0)`, the call
+/// Before a poll-family call waits for input on descriptor `fd`: a connection's owed
+/// doorbell bytes come off ([`crate::conn::Conn::waited_for_input`]), and an event loop's
+/// promise to look at its ring is taken back (crate::looks); true when its ring has bytes
+/// to read — the descriptor is then to be reported readable.
+fn before_input_wait(fd: c_int) -> bool {
+    let Some(c) = crate::conn_of(fd) else { return false };
+    c.waited_for_input(fd);
+    looks::readable_after_giving_up(&c)
+}
+
+/// Before `poll`/`ppoll` look at descriptors `fds`: each connection asked for input has
+/// its owed doorbell bytes taken off ([`before_input_wait`]); connections an event loop
+/// watches ring no doorbell (crate::looks), so each is not watched from now on, and one
+/// whose ring holds bytes makes the call answer at once — `zero(0)`, the call
 /// without waiting, with those descriptors readable too. `None`: the call is the caller's.
 ///
 /// # Safety
@@ -260,9 +271,8 @@ unsafe fn rings_first(fds: *mut PollFd, n: u64, zero: &mut dyn FnMut(c_int) -> c
     }
     // SAFETY: the caller's array of `n` pollfds.
     let all = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
-    let ready: Vec<usize> = (0..all.len())
-        .filter(|&i| all[i].events & sys::POLLIN != 0 && looks::readable_after_giving_up(all[i].fd))
-        .collect();
+    let ready: Vec<usize> =
+        (0..all.len()).filter(|&i| all[i].events & sys::POLLIN != 0 && before_input_wait(all[i].fd)).collect();
     if ready.is_empty() {
         return None;
     }
@@ -290,7 +300,7 @@ unsafe fn rings_first_in_sets(n: c_int, r: *mut c_void, zero: &mut dyn FnMut() -
             let (word, b) = bit(fd);
             // SAFETY: a set the caller passed holds at least `n` bits.
             let set = unsafe { *r.cast::<u64>().add(word) };
-            set & b != 0 && looks::readable_after_giving_up(fd)
+            set & b != 0 && before_input_wait(fd)
         })
         .collect();
     if ready.is_empty() {
