@@ -392,7 +392,8 @@ pub fn build(
             t
         }
         // "smc": the lab's two guests, both ends under `sluice smc run` — the TCP
-        // handshake crosses the switch, the data goes through shared memory.
+        // handshake crosses the switch (the kernel datapath, the lab's default), the data
+        // goes through shared memory.
         "sluice-l2"
         | "sluice-l2-lossless"
         | "sluice-l2-poll"
@@ -442,7 +443,8 @@ pub fn build(
                 } else {
                     guests::ModeArg::L2
                 },
-                datapath: Some(if path.starts_with("sluice-kernel") {
+                // "smc" on the lab's default datapath: veths forwarded in the kernel.
+                datapath: Some(if path.starts_with("sluice-kernel") || path == "smc" {
                     sluice_api::config::DatapathArg::Kernel
                 } else {
                     sluice_api::config::DatapathArg::User
@@ -924,7 +926,10 @@ pub const PATHS: &[(&str, &str)] = &[
         "a sluice host (user-space datapath) and a kernel vxlan host (`lab up --hosts 2 --peer-kernel --datapath user`)",
     ),
     ("loopback", "client and server in one namespace, TCP over its loopback interface"),
-    ("smc", "both ends under `sluice smc run` in two guests of a sluice switch: shared memory"),
+    (
+        "smc",
+        "both ends under `sluice smc run` in two guests of a sluice switch (veths on the kernel datapath, as `sluice lab up` makes them): shared memory",
+    ),
     ("vm-sluice", "two QEMU VMs on vhost-user ports of a sluice switch (`lab up --vm 2`); iperf3 runs inside them"),
     ("vm-bridge", "two QEMU VMs on QEMU's TAP backend and a Linux bridge; iperf3 runs inside them"),
     ("smc-loopback", "both ends under `sluice smc run` in one namespace: shared memory against TCP loopback"),
