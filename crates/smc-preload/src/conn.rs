@@ -281,7 +281,8 @@ pub struct Conn {
     /// blocks ([`Conn::take_doorbell`]).
     polled: AtomicBool,
     /// A wait for an owed doorbell byte ran out ([`Conn::waited_for_input`]): the peer
-    /// garbled its word or died between its two steps; later waits do not wait for it.
+    /// garbled its word or died between its two steps; later waits do not wait again
+    /// until the connection owes nothing.
     owed_waited_out: AtomicBool,
     /// A write found the peer's ring full: its window doubles the next time a write finds
     /// it empty (only then may it change: sluice_smc::ring, "The window").
@@ -542,11 +543,19 @@ impl Conn {
     /// moment's wait if one is still on its way) — so the wait is never told "readable"
     /// with nothing to read. A program that then reads a blocking descriptor would wait
     /// for a message that never comes: iperf3's server, reading its control connection
-    /// after `select`, did. (When another thread is reading, it takes them itself.)
+    /// after `select`, did. Not done while another thread reads the connection (it takes
+    /// them when its read ends), and a byte more than [`BELL_WAIT_MS`] late stays owed
+    /// (the next read takes it); a byte that never came is not waited for again until
+    /// the connection owes nothing.
     pub fn waited_for_input(&self, fd: c_int) {
-        self.polled.store(true, Ordering::Relaxed);
+        if !self.polled.load(Ordering::Relaxed) {
+            self.polled.store(true, Ordering::Relaxed);
+        }
         let owed = self.side.owed();
         if owed.load(Ordering::Relaxed) == 0 {
+            if self.owed_waited_out.load(Ordering::Relaxed) {
+                self.owed_waited_out.store(false, Ordering::Relaxed);
+            }
             return;
         }
         let Some(_g) = SharedLock::try_take(self.side.reader_lock()) else { return };
@@ -874,7 +883,10 @@ impl Conn {
         let took = sink(&buf[..n])?.min(n);
         let p = self.rx.skip(took).map_err(|Corrupt| self.fault(fd))?;
         if p.take_bell {
-            self.take_doorbell(fd, self.nonblock.load(Ordering::Relaxed) || flags & sys::MSG_DONTWAIT != 0);
+            let wait = self.nonblock.load(Ordering::Relaxed)
+                || flags & sys::MSG_DONTWAIT != 0
+                || self.polled.load(Ordering::Relaxed);
+            self.take_doorbell(fd, wait);
         }
         self.release_writer();
         self.tally.rx(p.n);

@@ -902,7 +902,8 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
     if r == 0
         && let Some(c) = conn_of(fd)
     {
-        if ev.is_some_and(|e| u32::from_ne_bytes([e[0], e[1], e[2], e[3]]) & 1 /* EPOLLIN */ != 0) {
+        let for_input = ev.is_some_and(|e| u32::from_ne_bytes([e[0], e[1], e[2], e[3]]) & looks::EPOLLIN != 0);
+        if for_input && (op == looks::EPOLL_CTL_ADD || op == looks::EPOLL_CTL_MOD) {
             c.waited_for_input(fd);
         }
         guard(|| looks::ctl(epfd, op, fd, &c, ev), || ());

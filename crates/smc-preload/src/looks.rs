@@ -28,12 +28,12 @@ use std::sync::{Arc, Weak};
 use crate::conn::Conn;
 use crate::sys;
 
-const EPOLLIN: u32 = 0x001;
+pub(crate) const EPOLLIN: u32 = 0x001;
 const EPOLLEXCLUSIVE: u32 = 1 << 28;
 const EPOLLONESHOT: u32 = 1 << 30;
-const EPOLL_CTL_ADD: c_int = 1;
+pub(crate) const EPOLL_CTL_ADD: c_int = 1;
 const EPOLL_CTL_DEL: c_int = 2;
-const EPOLL_CTL_MOD: c_int = 3;
+pub(crate) const EPOLL_CTL_MOD: c_int = 3;
 
 /// One registration of a connection's descriptor in an instance.
 struct Watch {
