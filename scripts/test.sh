@@ -99,9 +99,11 @@ tracked_changes() {
 }
 $in_git && before="$(tracked_changes)"
 
-echo "== cargo fmt --check"
+# Each step's header says when it began (seconds since the run started): where CI's time goes.
+step() { echo "== $1 (at ${SECONDS} s)"; }
+step "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
+step "cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets --release -- -D warnings
 
 # The tests run in a cgroup v2 of their own (a new one, mkdtemp's name), so that every
@@ -150,7 +152,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== cargo test (release, both tiers)"
+step "cargo test (release, both tiers)"
 if [ -n "$cg" ]; then
     echo "(in cgroup ${cg#"$cg_mount"})"
     set +e
@@ -176,11 +178,11 @@ fi
 
 # Every parser that faces the outside, 20 s per target (skipped, and said so, without a
 # nightly toolchain); the long runs are in docs/results/*-fuzz.md.
-echo "== fuzz (20 s per target)"
+step "fuzz (20 s per target)"
 bash scripts/fuzz.sh --time 20
 
 if $in_git; then
-    echo "== tracked files unchanged"
+    step "tracked files unchanged"
     after="$(tracked_changes)"
     if [ "$after" != "$before" ]; then
         mapfile -t changed < <(diff <(echo "$before") <(echo "$after") | sed -n 's/^[<>] [^ ]* //p' | sort -u)
@@ -189,3 +191,4 @@ if $in_git; then
         exit 1
     fi
 fi
+step "done"
