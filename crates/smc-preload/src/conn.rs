@@ -86,9 +86,7 @@ impl<'a> SharedLock<'a> {
             }
         }
     }
-}
 
-impl<'a> SharedLock<'a> {
     /// The lock if nobody holds it now.
     fn try_take(word: &'a AtomicU32) -> Option<SharedLock<'a>> {
         word.compare_exchange(0, sys::pid(), Ordering::Acquire, Ordering::Relaxed).ok().map(|_| SharedLock(word))
