@@ -742,7 +742,13 @@ fn nginx_with_its_default_layout_serves_on_shared_memory() {
     let moved = st["smc_client"].as_u64().unwrap();
     let short = st["fallback_client"]["short"].as_u64().unwrap();
     assert!(moved >= 2002 && short > 0, "curl's, ab's and the pipelined client's connections: {st}");
-    assert_eq!(moved + short, st["connections_client"].as_u64().unwrap(), "{st}");
+    // Every connection either moved or stayed on TCP for a reason counted: the automatic
+    // rule's, or a close with nothing written before its server decided (`closed_early`:
+    // 2 of 4,055 connections in one CI run, none in the runs before). Nothing else.
+    let fell = st["fallback_client"].as_object().unwrap();
+    let fell_total: u64 = fell.values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(moved + fell_total, st["connections_client"].as_u64().unwrap(), "{st}");
+    assert_eq!(fell_total, short + fell["closed_early"].as_u64().unwrap(), "no other reason: {st}");
     assert_eq!(st["smc_server"].as_u64(), Some(moved), "the workers took every connection: {st}");
     assert_eq!(st["handshake_errors"], 0, "{st}");
 }
