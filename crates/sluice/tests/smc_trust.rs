@@ -164,14 +164,21 @@ fn a_process_that_does_not_hold_a_connection_cannot_take_it_over() {
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_read_after_readable_waits_for_bytes_counted_and_not_yet_published() {
-    let p = Peers::new("slowpub");
-    let port = port(34);
-    let server = Server::start(&p, true, &["serve", &port, "strict-sink:epoll"]);
-    let out = run(hostile(&p, None, &["client", "127.0.0.1", &port, "slow-publish:20"]));
+    let (sent, got) = against_an_odd_writer("slowpub", &port(34), "strict-sink:epoll", "slow-publish:20");
+    assert_eq!(got, sent, "every byte, and no read said EAGAIN after epoll said readable");
+}
+
+/// A server in MODE on PORT under the launcher, and smc_hostile.py's client writing an
+/// honest connection to it in its odd way (ATTACK), once the server committed: what the
+/// client says it sent ("<bytes> <sha256>"), and what the server printed.
+fn against_an_odd_writer(name: &str, port: &str, mode: &str, attack: &str) -> (String, String) {
+    let p = Peers::new(name);
+    let server = Server::start(&p, true, &["serve", port, mode]);
+    let out = run(hostile(&p, None, &["client", "127.0.0.1", port, attack]));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert_eq!(lines[0], "decision commit");
-    assert_eq!(server.output(), lines[1], "every byte, and no read said EAGAIN after epoll said readable");
+    (lines[1].to_string(), server.output())
 }
 
 /// A writer that loses its CPU between publishing bytes and ringing their doorbell: the
@@ -183,14 +190,8 @@ fn a_read_after_readable_waits_for_bytes_counted_and_not_yet_published() {
 #[test]
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_doorbell_byte_that_lands_after_its_bytes_were_read_never_makes_the_descriptor_readable() {
-    let p = Peers::new("latebell");
-    let port = port(30);
-    let server = Server::start(&p, true, &["serve", &port, "block-then-select"]);
-    let out = run(hostile(&p, None, &["client", "127.0.0.1", &port, "late-bell:20"]));
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 2, "{out}");
-    assert_eq!(lines[0], "decision commit");
-    assert_eq!(server.output(), lines[1], "every byte, and no select said readable with nothing to read");
+    let (sent, got) = against_an_odd_writer("latebell", &port(30), "block-then-select", "late-bell:20");
+    assert_eq!(got, sent, "every byte, and no select said readable with nothing to read");
 }
 
 #[test]

@@ -557,19 +557,13 @@ impl Conn {
             return;
         }
         let Some(_g) = SharedLock::try_take(self.side.reader_lock()) else { return };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(BELL_WAIT_MS as u64);
-        loop {
+        let settled = crate::spin::nap_until(BELL_WAIT_MS as u64, || {
             self.settle_doorbell(fd);
             // Bytes in the ring: the descriptor may well be readable; the program reads them.
-            if owed.load(Ordering::Relaxed) == 0 || !self.rx.is_empty() || self.owed_waited_out.load(Ordering::Relaxed)
-            {
-                return;
-            }
-            if std::time::Instant::now() >= deadline {
-                self.owed_waited_out.store(true, Ordering::Relaxed);
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(50));
+            owed.load(Ordering::Relaxed) == 0 || !self.rx.is_empty() || self.owed_waited_out.load(Ordering::Relaxed)
+        });
+        if !settled {
+            self.owed_waited_out.store(true, Ordering::Relaxed);
         }
     }
 
@@ -1080,17 +1074,12 @@ impl Conn {
     /// and not yet published: true once they are; false when the time is up, or nothing
     /// is counted any more (nothing to wait for).
     pub fn until_published(&self, ms: u64) -> bool {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
-        while std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_micros(50));
-            if !self.rx.is_empty() {
-                return true;
-            }
-            if !self.rx.counted() {
-                return false;
-            }
-        }
-        false
+        let mut published = false;
+        crate::spin::nap_until(ms, || {
+            published = !self.rx.is_empty();
+            published || !self.rx.counted()
+        });
+        published
     }
 
     /// `write`/`send` on descriptor `fd`.

@@ -452,17 +452,13 @@ unsafe fn published(
     timeout: c_int,
     kernel: &mut dyn FnMut(*mut c_void, c_int, c_int) -> c_int,
 ) -> c_int {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(PUBLISH_WAIT_MS);
-    loop {
+    let mut r = 0;
+    if crate::spin::nap_until(PUBLISH_WAIT_MS, || {
         // SAFETY: the caller's array.
-        let r = unsafe { now(epfd, events, max, &mut |e, m| kernel(e, m, 0)) };
-        if r != 0 {
-            return r;
-        }
-        if std::time::Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(50));
+        r = unsafe { now(epfd, events, max, &mut |e, m| kernel(e, m, 0)) };
+        r != 0
+    }) {
+        return r;
     }
     TABLE.with(|t| {
         if let Some(i) = t.iter().find(|i| i.epfd == epfd) {

@@ -87,6 +87,21 @@ pub fn spin_until(budget: Duration, mut ready: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Looks for `done` every 50 µs, first at once, for up to `ms` milliseconds — a peer is
+/// between two steps and may need this CPU to take the second; true if it came.
+pub fn nap_until(ms: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_millis(ms);
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
