@@ -26,7 +26,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "sockmap.bpf.c")
 # The order of the counters in sockmap.bpf.c's `counters` map.
-COUNTERS = ["sockets_added", "sockets_not_added", "msgs_redirected", "bytes_redirected", "msgs_passed"]
+COUNTERS = ["sockets_added", "sockets_not_added", "msgs_redirected", "bytes_redirected", "msgs_on_stack",
+            "peers_not_found", "sockets_skipped", "msgs_dropped"]
 
 
 class SetupError(Exception):
@@ -141,11 +142,15 @@ class Redirection:
         """The program's counters, by name."""
         out = {}
         for entry in json.loads(run("bpftool", "-j", "map", "dump", "pinned", self.counter_map)):
-            if "formatted" in entry:  # the object has BTF: bpftool decodes key and value
-                key, value = entry["formatted"]["key"], entry["formatted"]["value"]
+            # A per-CPU array: one value for each CPU, summed.
+            if "formatted" in entry:  # the object has BTF: bpftool decodes key and values
+                key = entry["formatted"]["key"]
+                value = sum(v["value"] for v in entry["formatted"]["values"])
             else:
-                key, value = (int.from_bytes(bytes(int(b, 16) for b in entry[k]), "little")
-                              for k in ("key", "value"))
+                def number(b):
+                    return int.from_bytes(bytes(int(x, 16) for x in b), "little")
+                key = number(entry["key"])
+                value = sum(number(v["value"]) for v in entry["values"])
             out[COUNTERS[key]] = value
         return out
 
