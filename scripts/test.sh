@@ -152,18 +152,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# `cargo test --workspace --release -- --include-ignored`, with the test binaries two at a
+# time (the ones that load both CPUs or need prompt scheduling alone): scripts/test-lanes.py.
 step "cargo test (release, both tiers)"
 if [ -n "$cg" ]; then
     echo "(in cgroup ${cg#"$cg_mount"})"
     set +e
-    (echo "$BASHPID" >"$cg/cgroup.procs" && exec cargo test --locked --workspace --release -- --include-ignored)
+    (echo "$BASHPID" >"$cg/cgroup.procs" && exec python3 scripts/test-lanes.py)
     status=$?
     set -e
 else
     echo "(no writable cgroup v2 here: the tests run in a session of their own; a daemon that leaves it is not seen)"
     set +e
     setsid --wait bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sid_file" \
-        cargo test --locked --workspace --release -- --include-ignored
+        python3 scripts/test-lanes.py
     status=$?
     set -e
 fi
