@@ -157,7 +157,7 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
     vm_ok(
         &lab,
         "vm3",
-        "for p in 5201 5202 5203; do iperf3 -s -D -p $p >/dev/null 2>&1; done; \
+        "mkdir -p /tmp; for p in 5201 5202 5203; do iperf3 -s -D -p $p --logfile /tmp/iperf3-$p.log --forceflush >/dev/null 2>&1; done; \
          i=0; while [ $(netstat -ltn | grep -c ':520[123] ') -lt 3 ] && [ $i -lt 200 ]; do usleep 50000; i=$((i+1)); done; \
          [ $i -lt 200 ]",
     );
@@ -187,8 +187,15 @@ fn lossless_incast_of_two_vms_and_a_namespace_into_a_vm_drops_nothing_in_the_swi
         let o = c.wait_with_output().unwrap();
         let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         if !o.status.success() {
-            // What the receiving VM saw (an iperf3 server that died says why in its kernel's log).
-            let seen = vm_exec(&lab, "vm3", "dmesg | tail -n 30; ps; free");
+            // What the receiving VM saw: its servers' logs (a server that ended a test early
+            // says why), its TCP counters (resets sent and why), its kernel's log (a server
+            // that died), its processes and memory.
+            let seen = vm_exec(
+                &lab,
+                "vm3",
+                "for f in /tmp/iperf3-*.log; do echo \"== $f\"; tail -n 15 $f; done; \
+                 grep -E '^(Tcp|TcpExt):' /proc/net/snmp /proc/net/netstat; dmesg | tail -n 30; ps; free",
+            );
             panic!(
                 "{who}'s iperf3 failed ({}): {out}\nvm3:\n{}{}",
                 o.status,
