@@ -87,19 +87,22 @@ def binaries():
 
 def run(entry, results):
     name, exe, pkg_dir, pkg, version = entry
-    env = dict(os.environ, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg, CARGO_PKG_VERSION=version,
-               CARGO_CRATE_NAME=name.split(":", 1)[1])
+    env = dict(os.environ, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg, CARGO_PKG_VERSION=version)
     t0 = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as out:
-        p = subprocess.Popen([exe, *test_args], cwd=pkg_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
         try:
-            code = p.wait(timeout=a.bound)
-            why = "" if code == 0 else f"exit {code}"
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            code, why = -1, f"killed: still running after {a.bound:.0f} s"
+            p = subprocess.Popen([exe, *test_args], cwd=pkg_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+        except OSError as e:
+            p, code, why = None, -1, f"could not start it: {e}"
+        if p:
+            try:
+                code = p.wait(timeout=a.bound)
+                why = "" if code == 0 else f"exit {code}"
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                code, why = -1, f"killed: still running after {a.bound:.0f} s"
         out.seek(0)
         text = out.read()
     took = time.monotonic() - t0
@@ -112,6 +115,8 @@ def run(entry, results):
 
 lock = threading.Lock()
 found = binaries()
+if not found:
+    sys.exit("test-lanes: cargo built no test binaries")
 say(f"test-lanes: {len(found)} test binaries, {a.lanes} at a time (alone: the ones that load both CPUs "
     f"or depend on being scheduled promptly)")
 found.sort(key=lambda e: -SECONDS.get(e[0], 10))
