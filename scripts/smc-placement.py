@@ -7,7 +7,8 @@ Why a stream study's repetitions are now and then half as fast as the others: th
 scheduler sometimes leaves the writer and the reader on one CPU. Each repetition runs, in
 this order, `sluice smc run -- iperf3` with server and client pinned (taskset) to CPU 0
 both, then to CPUs 0 and 1, then the same on plain TCP loopback; prints each rate (GB/s,
-the receiver's) and the medians. As root or any user; needs iperf3, taskset, ss and two CPUs.
+the receiver's) and the medians. As root (`sluice smc run` sets the fast path up as root;
+another user's programs could quietly run on TCP); needs iperf3, taskset, ss and two CPUs.
 About 20 s per repetition. Every wait is bounded; the servers end with their one client.
 """
 import argparse
@@ -25,6 +26,8 @@ ap.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
 ap.add_argument("--duration", type=int, default=4, help="seconds of each stream (default 4)")
 ap.add_argument("--sluice", default=os.path.join(REPO, "target", "release", "sluice"), help="the sluice binary")
 a = ap.parse_args()
+if os.geteuid() != 0:
+    sys.exit("smc-placement: run it as root (as another user the smc cases might run on plain TCP)")
 if os.cpu_count() < 2:
     sys.exit("smc-placement: needs two CPUs")
 if not os.access(a.sluice, os.X_OK):
@@ -65,7 +68,16 @@ def stream(path, server_cpu, client_cpu):
         out = subprocess.run(["taskset", "-c", client_cpu, *pre, "iperf3", "-c", "127.0.0.1", "-p", str(port),
                               "-t", str(a.duration), "-J"], capture_output=True, text=True,
                              timeout=a.duration + 30)
-        rate = json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 8e9
+        try:
+            result = json.loads(out.stdout)
+        except ValueError:
+            result = {}
+        if out.returncode != 0 or "error" in result or "sum_received" not in result.get("end", {}):
+            sys.exit(f"smc-placement: iperf3's client failed on {path} (exit {out.returncode}): "
+                     f"{result.get('error') or out.stderr.strip()[-400:]}")
+        if path == "smc" and "plain TCP" in out.stderr:
+            sys.exit(f"smc-placement: the launcher ran iperf3 on plain TCP: {out.stderr.strip()[-400:]}")
+        rate = result["end"]["sum_received"]["bits_per_second"] / 8e9
     finally:
         try:
             server.wait(timeout=10)

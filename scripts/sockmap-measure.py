@@ -32,10 +32,10 @@ About 3.5 minutes at the defaults (30 runs of 5 s, plus a second or two each to 
 redirected cgroup arrive intact (sha256 of what was sent and received), the program
 redirected at least that many bytes, and the same transfer in the plain cgroup redirected
 nothing. Then the same transfer read with splice(2), and 4 MiB through a TCP relay written
-in Go (scripts/sockmap/goproxy.go: io.Copy between two TCP connections, which Go does with
-splice; built with `go` when it is on PATH), each in both cgroups. It exits non-zero when
-any transfer loses bytes — which, on kernels whose sockmap cannot splice (6.18 cannot),
-the splice reader and the Go relay do in the redirected cgroup.
+in Go (scripts/sockmap/goproxy.go: io.Copy between two TCP connections, which Go has done
+with splice since Go 1.11; built with `go` when it is on PATH), each in both cgroups. It
+exits non-zero when any transfer loses bytes — which, on kernels whose sockmap cannot
+splice (6.18 cannot), the splice reader and the Go relay do in the redirected cgroup.
 
 Every wait is bounded; everything (programs, pins, bpffs, cgroups, processes) is taken down
 at the end, whatever happens.
@@ -311,7 +311,7 @@ try:
         answer += b
 except socket.timeout:
     pass
-k, digest = answer.decode().split() if answer else ("0", "-")
+k, digest = answer.decode().split() if answer else ("-", "-")
 print(len(data), hashlib.sha256(data).hexdigest(), k, digest)
 """
 
@@ -323,7 +323,7 @@ def transfer(r, mode, how):
                  f"check-{mode}-{how}")
     if child.wait(180) != 0:
         raise RunFailed("the check's transfer failed: " + child.output()[-800:])
-    got, sent, received = child.output().split()
+    got, sent, received = child.output().strip().splitlines()[-1].split()
     after = r.counters()
     moved = after["bytes_redirected"] - before["bytes_redirected"]
     added = after["sockets_added"] - before["sockets_added"]
@@ -355,13 +355,13 @@ def relayed(r, mode, relay_bin):
             raise RunFailed("the relayed transfer failed: " + child.output()[-800:])
     finally:
         relay.stop()
-    n, digest, k, got = child.output().split()
+    n, digest, k, got = child.output().strip().splitlines()[-1].split()
     moved = r.counters()["bytes_redirected"] - before["bytes_redirected"]
     intact = n == k and digest == got
-    print(f"{mode}, through a Go relay (io.Copy between TCP connections): the server received "
-          f"{int(k):,} of {int(n):,} bytes, sha256 {'matches' if intact else 'DIFFERS'}; "
-          f"{moved:,} bytes redirected")
-    return intact
+    received = "no answer came back" if k == "-" else f"the server received {int(k):,} of {int(n):,} bytes"
+    print(f"{mode}, through a Go relay (io.Copy between TCP connections): {received}, sha256 "
+          f"{'matches' if intact else 'DIFFERS'}; {moved:,} bytes redirected")
+    return intact, moved
 
 
 def go_relay(scratch):
@@ -395,14 +395,20 @@ def check(r):
             failures.append("tcp: the plain cgroup's transfer was redirected")
     # Reading with splice(2): the kernel's splice reads the socket's receive queue and
     # knows nothing of the queue redirected bytes wait in.
+    # A transfer in the redirected cgroup proves something only if it was redirected.
     for mode in ("tcp", "sockmap"):
-        intact, _, _ = transfer(r, mode, "splice")
+        intact, _, moved = transfer(r, mode, "splice")
+        if mode == "sockmap" and moved < 64 << 20:
+            failures.append("sockmap: the splice reader's transfer was not redirected (proves nothing)")
         if not intact:
             (limits if mode == "sockmap" else failures).append(f"{mode}: a splice(2) reader lost bytes")
     relay = go_relay(r.scratch)
     if relay:
         for mode in ("tcp", "sockmap"):
-            if not relayed(r, mode, relay):
+            intact, moved = relayed(r, mode, relay)
+            if mode == "sockmap" and moved < 4 << 20:
+                failures.append("sockmap: the Go relay's transfer was not redirected (proves nothing)")
+            if not intact:
                 (limits if mode == "sockmap" else failures).append(f"{mode}: bytes through the Go relay were lost")
     for what in limits:
         print("limit of this kernel: " + what)

@@ -3,25 +3,30 @@
 
   scripts/test-lanes.py [--lanes 2] [--bound SECONDS] [-- TEST ARGS...]
 
-Builds every test binary (`cargo test --locked --workspace --release --no-run`), then runs
-them the way `cargo test` would — each in its package's directory, with cargo's run-time
-variables — but LANES binaries at a time instead of one, the longest first. Most of the
+Builds every test binary (`cargo test --locked --workspace --release --no-run`, up to an
+hour), then runs them the way `cargo test` would — each in its package's directory, with
+CARGO_MANIFEST_DIR, CARGO_PKG_NAME and CARGO_PKG_VERSION set — but LANES binaries at a
+time instead of one, the longest first. Most of the
 suite's time is spent waiting on things outside the test process (BGP sessions, guests
 booting, links coming up), so two binaries side by side finish sooner on two cores.
 
 Some binaries run alone, nothing beside them (SOLO): the ones whose programs keep both CPUs
 busy (QEMU guests under TCG, the studies and benchmarks, load on the shared-memory path),
 and the ones whose behaviour depends on a peer being scheduled within milliseconds (rate
-limits, a late doorbell byte). Then the documentation tests, with cargo.
+limits, a late doorbell byte), or that change a setting of the host's for a while (IPv4
+forwarding). Then the documentation tests, with cargo (up to 20 minutes).
 
 Each binary's output is printed whole when it ends (never interleaved), with its time.
-A binary that runs longer than --bound (default 1,200 s) is killed and counts as failed.
+A binary that runs longer than --bound (default 1,200 s) is ended with what it started
+(its process group) and counts as failed; so does one that cannot start or never reports.
 Every binary runs whatever the others did; the exit status is 0 only if all passed.
+Ctrl-C or SIGTERM ends the binaries running and runs no more.
 TEST ARGS go to every binary (default: --include-ignored).
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,9 @@ SECONDS = {
 SOLO = {
     "sluice:vm", "sluice:libvirt", "sluice:study", "sluice:bench", "sluice:bench_lab", "sluice:rate",
     "sluice:smc", "sluice:smc_trust", "sluice:smc_load",
+    # It sets the host's net.ipv4.ip_forward for a while (and puts it back), which new
+    # namespaces copy when they are made.
+    "sluice:gateway",
 }
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -61,93 +69,155 @@ def say(text):
     print(text, flush=True)
 
 
+BUILD_BOUND = 3600  # seconds for the optimized build of every test binary
+DOC_BOUND = 1200  # seconds for the documentation tests, their build included
+
+
 def binaries():
     """(name, executable, package directory, package name, version) of every test binary."""
     cmd = ["cargo", "test", "--locked", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"]
     p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    found = []
-    for line in p.stdout:
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
-            continue
-        pkg_dir = os.path.dirname(m["manifest_path"])
-        # package_id: "path+file:///…/crates/x#name@0.1.0" (or "…#0.1.0" when the directory
-        # is the package's name); the name and version cargo would export.
-        tail = m["package_id"].rsplit("#", 1)[-1]
-        pkg, _, version = tail.rpartition("@")
-        pkg = pkg or os.path.basename(pkg_dir)
-        found.append((f"{pkg}:{m['target']['name']}", m["executable"], pkg_dir, pkg, version))
-    if p.wait() != 0:
-        sys.exit(f"test-lanes: `{' '.join(cmd)}` failed (exit {p.returncode})")
+    timer = threading.Timer(BUILD_BOUND, p.kill)
+    timer.start()
+    found, names = [], set()
+    try:
+        for line in p.stdout:
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+                continue
+            pkg_dir = os.path.dirname(m["manifest_path"])
+            # package_id: "path+file:///…/crates/x#name@0.1.0" (or "…#0.1.0" when the
+            # directory is the package's name); the name and version cargo would export.
+            tail = m["package_id"].rsplit("#", 1)[-1]
+            pkg, _, version = tail.rpartition("@")
+            pkg = pkg or os.path.basename(pkg_dir)
+            name = f"{pkg}:{m['target']['name']}"
+            if name in names:  # a package's lib and bin of the same name
+                name += f" ({'/'.join(m['target']['kind'])})"
+            names.add(name)
+            found.append((name, m["executable"], pkg_dir, pkg, version))
+    finally:
+        code = p.wait()
+        timer.cancel()
+    if code != 0:
+        why = f"not done within {BUILD_BOUND} s" if code == -9 else f"exit {code}"
+        sys.exit(f"test-lanes: building the test binaries (`{' '.join(cmd)}`) failed: {why}")
     return found
 
 
-def run(entry, results):
+def end_group(p):
+    """TERM to the binary's process group (its daemons, guests, load generators), KILL
+    after 10 s; the binary reaped."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+running = {}  # name → Popen, so that an interrupt can end them
+
+
+def run_one(entry):
+    """Runs one binary; (passed, why, output)."""
     name, exe, pkg_dir, pkg, version = entry
     env = dict(os.environ, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg, CARGO_PKG_VERSION=version)
-    t0 = time.monotonic()
-    with tempfile.TemporaryFile(mode="w+") as out:
+    with tempfile.TemporaryFile() as out:
         try:
+            # A process group of its own (same session), so that a binary killed for
+            # running too long takes what it started with it.
             p = subprocess.Popen([exe, *test_args], cwd=pkg_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL)
+                                 stdin=subprocess.DEVNULL, process_group=0)
         except OSError as e:
-            p, code, why = None, -1, f"could not start it: {e}"
-        if p:
-            try:
-                code = p.wait(timeout=a.bound)
-                why = "" if code == 0 else f"exit {code}"
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                code, why = -1, f"killed: still running after {a.bound:.0f} s"
+            return False, f"could not start it: {e}", ""
+        running[name] = p
+        try:
+            code = p.wait(timeout=a.bound)
+            why = "" if code == 0 else f"exit {code}"
+        except subprocess.TimeoutExpired:
+            end_group(p)
+            code, why = -1, f"killed: still running after {a.bound:.0f} s"
+        # (Left in `running` when interrupted: the interrupt's handler ends it.)
+        running.pop(name, None)
         out.seek(0)
-        text = out.read()
+        return code == 0, why, out.read().decode(errors="replace")
+
+
+def run(entry):
+    name, exe = entry[0], entry[1]
+    t0 = time.monotonic()
+    try:
+        ok, why, text = run_one(entry)
+    except Exception as e:  # whatever went wrong, the binary counts as failed
+        ok, why, text = False, f"the runner failed: {e!r}", ""
     took = time.monotonic() - t0
     with lock:
-        say(f"\n── {name} ({os.path.relpath(exe, REPO)}): {'passed' if code == 0 else 'FAILED, ' + why} "
+        say(f"\n── {name} ({os.path.relpath(exe, REPO)}): {'passed' if ok else 'FAILED, ' + why} "
             f"in {took:.0f} s (at {time.monotonic() - started:.0f} s)")
         say(text.rstrip())
-        results[name] = code == 0
-
-
-lock = threading.Lock()
-found = binaries()
-if not found:
-    sys.exit("test-lanes: cargo built no test binaries")
-say(f"test-lanes: {len(found)} test binaries, {a.lanes} at a time (alone: the ones that load both CPUs "
-    f"or depend on being scheduled promptly)")
-found.sort(key=lambda e: -SECONDS.get(e[0], 10))
-shared = [e for e in found if e[0] not in SOLO]
-alone = [e for e in found if e[0] in SOLO]
-results = {}
-
-queue = list(shared)
+        results[name] = ok
 
 
 def lane():
-    while True:
+    while not stopping.is_set():
         with lock:
             if not queue:
                 return
             entry = queue.pop(0)
-        run(entry, results)
+        run(entry)
 
 
-threads = [threading.Thread(target=lane) for _ in range(a.lanes)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-for entry in alone:
-    run(entry, results)
+def interrupted(signum, frame):
+    raise KeyboardInterrupt
 
-say(f"\n── documentation tests (at {time.monotonic() - started:.0f} s)")
-doc = subprocess.run(["cargo", "test", "--locked", "--workspace", "--release", "--doc", "--", *test_args], cwd=REPO)
-results["doc tests"] = doc.returncode == 0
 
+lock = threading.Lock()
+stopping = threading.Event()
+results = {}
+signal.signal(signal.SIGTERM, interrupted)
+try:
+    found = binaries()
+    if not found:
+        sys.exit("test-lanes: cargo built no test binaries")
+    say(f"test-lanes: {len(found)} test binaries, {a.lanes} at a time (alone: the ones that load both CPUs "
+        f"or depend on being scheduled promptly)")
+    found.sort(key=lambda e: -SECONDS.get(e[0], 10))
+    queue = [e for e in found if e[0] not in SOLO]
+    alone = [e for e in found if e[0] in SOLO]
+
+    threads = [threading.Thread(target=lane, daemon=True) for _ in range(a.lanes)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        time.sleep(0.2)
+    for entry in alone:
+        run(entry)
+
+    say(f"\n── documentation tests (at {time.monotonic() - started:.0f} s)")
+    try:
+        doc = subprocess.run(["cargo", "test", "--locked", "--workspace", "--release", "--doc", "--", *test_args],
+                             cwd=REPO, timeout=DOC_BOUND)
+        results["doc tests"] = doc.returncode == 0
+    except subprocess.TimeoutExpired:
+        say(f"the documentation tests did not finish within {DOC_BOUND} s")
+        results["doc tests"] = False
+except KeyboardInterrupt:
+    stopping.set()
+    for p in list(running.values()):
+        end_group(p)
+    sys.exit("test-lanes: interrupted; the binaries running were ended")
+
+# A binary that never reported (whatever the reason) counts as failed.
+for entry in found:
+    results.setdefault(entry[0], False)
 failed = [n for n, ok in results.items() if not ok]
 say(f"\ntest-lanes: {len(results) - len(failed)} of {len(results)} passed in {time.monotonic() - started:.0f} s"
     + (": FAILED " + ", ".join(failed) if failed else ""))

@@ -1,6 +1,7 @@
-// A TCP relay as Go programs commonly write one: io.Copy between two *net.TCPConn, which
-// Go (1.22 and later) carries out with splice(2). scripts/sockmap-measure.py --check
-// builds it and sends bytes through it with and without the sockmap redirection.
+// A TCP relay as Go programs commonly write one: io.Copy between two *net.TCPConn,
+// which Go (since 1.11: TCPConn.ReadFrom) carries out with splice(2).
+// scripts/sockmap-measure.py --check builds it and sends bytes through it with and
+// without the sockmap redirection.
 //
 //	goproxy LISTEN_ADDR UPSTREAM_ADDR
 package main

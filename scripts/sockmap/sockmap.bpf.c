@@ -67,7 +67,7 @@ enum {
 	MSGS_REDIRECTED,   // sends handed to the other end's socket
 	BYTES_REDIRECTED,  // their bytes
 	MSGS_ON_STACK,     // sends that went through the stack
-	PEERS_NOT_FOUND,   // sockets that found no other end at their first send
+	PEERS_NOT_FOUND,   // sockets that found no other end (then on the stack for good)
 	SOCKETS_SKIPPED,   // established with bytes already moved (TCP Fast Open): not added
 	MSGS_DROPPED,      // sends refused: no memory to remember a socket is on the stack
 	COUNTERS,
