@@ -187,8 +187,8 @@ try:
     found = binaries()
     if not found:
         sys.exit("test-lanes: cargo built no test binaries")
-    say(f"test-lanes: {len(found)} test binaries, {a.lanes} at a time (alone: the ones that load both CPUs "
-        f"or depend on being scheduled promptly)")
+    say(f"test-lanes: {len(found)} test binaries, {a.lanes} at a time (alone: the ones that load both CPUs, "
+        f"depend on being scheduled promptly or change a host setting)")
     found.sort(key=lambda e: -SECONDS.get(e[0], 10))
     queue = [e for e in found if e[0] not in SOLO]
     alone = [e for e in found if e[0] in SOLO]
