@@ -2,7 +2,7 @@
 """The shared-memory fast path's stream rate against its ring size (docs/smc.md), as root.
 
   scripts/smc-ring-size.py [--sluice PATH] [--sizes 64k,256k,1m,4m,grow] [--reps 5]
-                           [--duration 5] [--port 5299]
+                           [--duration 5] [--port 5299] [--placement]
 
 For each ring size, iperf3 (one stream, loopback, one namespace) with both ends under
 `sluice smc run -r SIZE -t SIZE` (fixed rings; `grow` is the default, rings that start
@@ -13,6 +13,10 @@ both iperf3 processes per GB, and the host's CPU steal and other processes' CPU 
 the run (/proc/stat; other processes' CPU is the host's busy time less the iperf3
 processes'), so that a noisy run is seen as one: QUIET at most 2% steal and 10% others,
 as the study runner judges.
+
+--placement runs every case twice, with both iperf3 processes pinned (taskset) to CPU 0,
+then to CPUs 0 and 1 — whether writer and reader share a CPU, which the scheduler
+otherwise decides run by run; each case's ratio is to TCP placed alike. Needs two CPUs.
 
 Every wait is bounded; the servers are stopped at the end, whatever happens.
 """
@@ -31,7 +35,12 @@ ap.add_argument("--sizes", default="64k,256k,1m,4m,grow")
 ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--duration", type=int, default=5)
 ap.add_argument("--port", type=int, default=5299, help="iperf3's port (outside ip_local_port_range)")
+ap.add_argument("--placement", action="store_true", help="each case with both ends on one CPU, then on two")
 a = ap.parse_args()
+# Where the server and the client run: (None, None) leaves it to the scheduler.
+PLACEMENTS = {"one CPU": ("0", "0"), "two CPUs": ("0", "1")} if a.placement else {"": (None, None)}
+if a.placement and (os.cpu_count() or 1) < 2:
+    raise SystemExit("--placement needs two CPUs")
 
 
 def cpu_times():
@@ -42,23 +51,25 @@ def cpu_times():
     return v[7], sum(v) - idle - v[7], sum(v)
 
 
-def launcher(size):
+def launcher(size, cpu=None):
+    pin = ["taskset", "-c", cpu] if cpu else []
     if size == "tcp":
-        return []
+        return pin
     if size == "grow":
         opts = []
     elif size.startswith("grow:"):
         opts = ["--max-buffer", size[len("grow:"):]]
     else:
         opts = ["-r", size, "-t", size]
-    return [a.sluice, "smc", "run", *opts, "--"]
+    return [*pin, a.sluice, "smc", "run", *opts, "--"]
 
 
-def one(size):
+def one(size, placement):
     """One iperf3 run: (GB/s, CPU seconds of both processes per GB)."""
+    server_cpu, client_cpu = PLACEMENTS[placement]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     srv = subprocess.Popen(
-        launcher(size) + ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(a.port)],
+        launcher(size, server_cpu) + ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(a.port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -69,7 +80,7 @@ def one(size):
                 raise SystemExit("iperf3 -s did not listen within 10 s")
             time.sleep(0.05)
         out = subprocess.run(
-            launcher(size) + ["iperf3", "-c", "127.0.0.1", "-p", str(a.port), "-t", str(a.duration), "-J"],
+            launcher(size, client_cpu) + ["iperf3", "-c", "127.0.0.1", "-p", str(a.port), "-t", str(a.duration), "-J"],
             capture_output=True,
             timeout=a.duration + 30,
         )
@@ -88,18 +99,20 @@ def one(size):
 
 
 sizes = ["tcp"] + a.sizes.split(",")
+cases = [(s, p) for p in PLACEMENTS for s in sizes]
 r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-rates = {s: [] for s in sizes}
-cpus = {s: [] for s in sizes}
+rates = {c: [] for c in cases}
+cpus = {c: [] for c in cases}
 s0, b0, t0 = cpu_times()
 for rep in range(a.reps):
     # Interleaved, in a different order each repetition.
-    order = sizes[rep % len(sizes):] + sizes[: rep % len(sizes)]
-    for s in order:
-        g, c = one(s)
-        rates[s].append(g)
-        cpus[s].append(c)
-        print(f"rep {rep + 1}/{a.reps} {s}: {g:.2f} GB/s", file=sys.stderr, flush=True)
+    order = cases[rep % len(cases):] + cases[: rep % len(cases)]
+    for c in order:
+        g, per_gb = one(*c)
+        rates[c].append(g)
+        cpus[c].append(per_gb)
+        print(f"rep {rep + 1}/{a.reps} {c[0]}{', ' + c[1] if c[1] else ''}: {g:.2f} GB/s", file=sys.stderr,
+              flush=True)
 s1, b1, t1 = cpu_times()
 r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
 
@@ -110,11 +123,13 @@ def med(v):
 
 print(f"iperf3, one stream, loopback, {a.reps} interleaved repetitions of {a.duration} s")
 print()
-print("| rings | GB/s | / TCP | CPU s per GB (both ends) |")
-print("|---|--:|--:|--:|")
-for s in sizes:
-    ratios = [x / y for x, y in zip(rates[s], rates["tcp"])]
-    print(f"| {'TCP loopback' if s == 'tcp' else s} | {med(rates[s])} | {med(ratios)} | {med(cpus[s])} |")
+print("| rings | ends on | GB/s | / TCP | CPU s per GB (both ends) |" if a.placement else
+      "| rings | GB/s | / TCP | CPU s per GB (both ends) |")
+print("|---|---|--:|--:|--:|" if a.placement else "|---|--:|--:|--:|")
+for s, p in cases:
+    ratios = [x / y for x, y in zip(rates[s, p], rates["tcp", p])]
+    where = f" {p} |" if a.placement else ""
+    print(f"| {'TCP loopback' if s == 'tcp' else s} |{where} {med(rates[s, p])} | {med(ratios)} | {med(cpus[s, p])} |")
 print()
 steal = 100 * (s1 - s0) / max(1, t1 - t0)
 hz = os.sysconf("SC_CLK_TCK")
@@ -122,4 +137,5 @@ ours = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * hz
 others = 100 * max(0, (b1 - b0) - ours) / max(1, t1 - t0)
 verdict = "QUIET" if steal <= 2 and others <= 10 else "NOISY: not to be trusted"
 print(f"Host CPU steal over the run {steal:.1f}%, other processes' CPU {others:.1f}% of the machine: {verdict}.")
-print(f"Reproduce: `scripts/smc-ring-size.py --sizes {a.sizes} --reps {a.reps} --duration {a.duration}`")
+print(f"Reproduce: `scripts/smc-ring-size.py --sizes {a.sizes} --reps {a.reps} --duration {a.duration}"
+      f"{' --placement' if a.placement else ''}`")

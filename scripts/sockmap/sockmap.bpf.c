@@ -108,6 +108,16 @@ static __always_inline void mapped(__u32 *to, __u32 ip4)
 	to[3] = ip4;
 }
 
+// Copies an IPv6 address out of a program's context one 32-bit word at a time, as the
+// verifier lets these context fields be read.
+#define COPY_IP6(to, from)                \
+	do {                              \
+		(to)[0] = (from)[0];      \
+		(to)[1] = (from)[1];      \
+		(to)[2] = (from)[2];      \
+		(to)[3] = (from)[3];      \
+	} while (0)
+
 SEC("sockops")
 int add_local(struct bpf_sock_ops *ops)
 {
@@ -127,14 +137,8 @@ int add_local(struct bpf_sock_ops *ops)
 		mapped(key.local_ip, ops->local_ip4);
 		mapped(key.remote_ip, ops->remote_ip4);
 	} else if (ops->family == AF_INET6) {
-		key.local_ip[0] = ops->local_ip6[0];
-		key.local_ip[1] = ops->local_ip6[1];
-		key.local_ip[2] = ops->local_ip6[2];
-		key.local_ip[3] = ops->local_ip6[3];
-		key.remote_ip[0] = ops->remote_ip6[0];
-		key.remote_ip[1] = ops->remote_ip6[1];
-		key.remote_ip[2] = ops->remote_ip6[2];
-		key.remote_ip[3] = ops->remote_ip6[3];
+		COPY_IP6(key.local_ip, ops->local_ip6);
+		COPY_IP6(key.remote_ip, ops->remote_ip6);
 	} else {
 		return 1;
 	}
@@ -169,14 +173,8 @@ int redirect_to_peer(struct sk_msg_md *msg)
 		mapped(peer.local_ip, msg->remote_ip4);
 		mapped(peer.remote_ip, msg->local_ip4);
 	} else if (msg->family == AF_INET6) {
-		peer.local_ip[0] = msg->remote_ip6[0];
-		peer.local_ip[1] = msg->remote_ip6[1];
-		peer.local_ip[2] = msg->remote_ip6[2];
-		peer.local_ip[3] = msg->remote_ip6[3];
-		peer.remote_ip[0] = msg->local_ip6[0];
-		peer.remote_ip[1] = msg->local_ip6[1];
-		peer.remote_ip[2] = msg->local_ip6[2];
-		peer.remote_ip[3] = msg->local_ip6[3];
+		COPY_IP6(peer.local_ip, msg->remote_ip6);
+		COPY_IP6(peer.remote_ip, msg->local_ip6);
 	} else {
 		return SK_PASS;
 	}
