@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries two at a time, as scripts/test.sh does.
 
-  scripts/test-lanes.py [--lanes 2] [--bound SECONDS] [-- TEST ARGS...]
+  scripts/test-lanes.py [--lanes 2] [--bound SECONDS] [--beside COMMAND] [-- TEST ARGS...]
 
 Builds every test binary (`cargo test --locked --workspace --release --no-run`, up to an
 hour), then runs them the way `cargo test` would — each in its package's directory, with
@@ -20,6 +20,12 @@ Each binary's output is printed whole when it ends (never interleaved), with its
 A binary that runs longer than --bound (default 1,200 s) is ended with what it started
 (its process group) and counts as failed; so does one that cannot start or never reports.
 Every binary runs whatever the others did; the exit status is 0 only if all passed.
+
+--beside COMMAND runs a shell command of other checks (scripts/test.sh: the lints and the
+fuzz targets' build) while the binaries run side by side, at the scheduler's idle priority
+(SCHED_IDLE: it gets a CPU only when no test wants one), stopped while the binaries that
+run alone run, and waited for after them; its output is printed when it ends, and its
+failure fails the run.
 Ctrl-C or SIGTERM ends the binaries running and runs no more.
 TEST ARGS go to every binary (default: --include-ignored).
 """
@@ -56,6 +62,8 @@ SOLO = {
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--lanes", type=int, default=2, help="binaries at a time (default 2)")
 ap.add_argument("--bound", type=float, default=1200, help="seconds one binary may run (default 1200)")
+ap.add_argument("--beside", metavar="COMMAND",
+                help="a shell command run at idle priority while binaries run side by side (see above)")
 ap.add_argument("test_args", nargs="*", help="arguments for every test binary (after --)")
 a = ap.parse_args()
 test_args = a.test_args or ["--include-ignored"]
@@ -126,6 +134,46 @@ def end_group(p):
 running = {}  # name → Popen, so that an interrupt can end them
 
 
+def idle_priority():
+    """In the child before exec: the scheduler's idle class (inherited by what it starts)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+class Beside:
+    """The --beside command: started, stopped and continued as a process group, then
+    waited for and reported like a binary."""
+
+    def __init__(self, command):
+        self.command = command
+        self.out = tempfile.TemporaryFile()
+        self.t0 = time.monotonic()
+        self.p = subprocess.Popen(["bash", "-c", command], cwd=REPO, stdout=self.out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, process_group=0, preexec_fn=idle_priority)
+
+    def signal(self, sig):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def finish(self):
+        """Waits for it (bounded as a build is) and reports it; True if it passed."""
+        self.signal(signal.SIGCONT)
+        try:
+            code = self.p.wait(timeout=BUILD_BOUND)
+            why = "" if code == 0 else f"exit {code}"
+        except subprocess.TimeoutExpired:
+            end_group(self.p)
+            code, why = -1, f"killed: still running after {BUILD_BOUND} s"
+        self.out.seek(0)
+        with lock:
+            say(f"\n── beside the tests: `{self.command}`: {'passed' if code == 0 else 'FAILED, ' + why} "
+                f"in {time.monotonic() - self.t0:.0f} s (at {time.monotonic() - started:.0f} s)")
+            say(self.out.read().decode(errors="replace").rstrip())
+        return code == 0
+
+
 def run_one(entry):
     """Runs one binary; (passed, why, output)."""
     name, exe, pkg_dir, pkg, version = entry
@@ -183,6 +231,7 @@ lock = threading.Lock()
 stopping = threading.Event()
 results = {}
 signal.signal(signal.SIGTERM, interrupted)
+beside = None
 try:
     found = binaries()
     if not found:
@@ -193,13 +242,19 @@ try:
     queue = [e for e in found if e[0] not in SOLO]
     alone = [e for e in found if e[0] in SOLO]
 
+    if a.beside:
+        beside = Beside(a.beside)
     threads = [threading.Thread(target=lane, daemon=True) for _ in range(a.lanes)]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
         time.sleep(0.2)
+    if beside:
+        beside.signal(signal.SIGSTOP)  # nothing beside the binaries that run alone
     for entry in alone:
         run(entry)
+    if beside:
+        results["beside the tests"] = beside.finish()
 
     say(f"\n── documentation tests (at {time.monotonic() - started:.0f} s)")
     try:
@@ -213,6 +268,9 @@ except KeyboardInterrupt:
     stopping.set()
     for p in list(running.values()):
         end_group(p)
+    if beside:
+        beside.signal(signal.SIGCONT)
+        end_group(beside.p)
     sys.exit("test-lanes: interrupted; the binaries running were ended")
 
 # A binary that never reported (whatever the reason) counts as failed.

@@ -103,8 +103,6 @@ $in_git && before="$(tracked_changes)"
 step() { echo "== $1 (at ${SECONDS} s)"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
-step "cargo clippy -D warnings"
-cargo clippy --locked --workspace --all-targets --release -- -D warnings
 
 # The tests run in a cgroup v2 of their own (a new one, mkdtemp's name), so that every
 # process they start — however it was detached — is found when they end. Without a
@@ -154,18 +152,22 @@ trap cleanup EXIT
 
 # `cargo test --workspace --release -- --include-ignored`, with the test binaries two at a
 # time (the ones that load both CPUs or need prompt scheduling alone): scripts/test-lanes.py.
-step "cargo test (release, both tiers)"
+# Beside them, at the scheduler's idle priority, the lints (clippy, warnings denied) and the
+# fuzz targets' build: the binaries that run side by side mostly wait on things outside
+# them, and these use the CPU they leave (they stop while the binaries that run alone run).
+BESIDE="cargo clippy --locked --workspace --all-targets --release -- -D warnings && bash scripts/fuzz.sh --build-only"
+step "cargo test (release, both tiers), with clippy -D warnings and the fuzz build beside it"
 if [ -n "$cg" ]; then
     echo "(in cgroup ${cg#"$cg_mount"})"
     set +e
-    (echo "$BASHPID" >"$cg/cgroup.procs" && exec python3 scripts/test-lanes.py)
+    (echo "$BASHPID" >"$cg/cgroup.procs" && exec python3 scripts/test-lanes.py --beside "$BESIDE")
     status=$?
     set -e
 else
     echo "(no writable cgroup v2 here: the tests run in a session of their own; a daemon that leaves it is not seen)"
     set +e
     setsid --wait bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sid_file" \
-        python3 scripts/test-lanes.py
+        python3 scripts/test-lanes.py --beside "$BESIDE"
     status=$?
     set -e
 fi
@@ -178,10 +180,10 @@ if [ -n "$left" ]; then
 fi
 [ $status = 0 ] || exit $status
 
-# Every parser that faces the outside, 20 s per target (skipped, and said so, without a
-# nightly toolchain); the long runs are in docs/results/*-fuzz.md.
-step "fuzz (20 s per target)"
-bash scripts/fuzz.sh --time 20
+# Every parser that faces the outside, 20 s per target, two at a time (skipped, and said
+# so, without a nightly toolchain); the long runs are in docs/results/*-fuzz.md.
+step "fuzz (20 s per target, two at a time)"
+bash scripts/fuzz.sh --time 20 --jobs 2
 
 if $in_git; then
     step "tracked files unchanged"

@@ -36,7 +36,10 @@ macro_rules! real {
         $(
             #[doc = concat!("The real `", stringify!($name), "`.\n\n# Safety\nAs for the C function.")]
             pub unsafe fn $name($($arg: $ty),*) -> $ret {
-                let f = lookup(&slot::$name, name_of(concat!(stringify!($name), "\0")));
+                // The name is made a C string only when the slot is empty (before the
+                // constructor ran): on every other call one load.
+                let f = slot::$name.load(Ordering::Relaxed);
+                let f = if f.is_null() { lookup(&slot::$name, name_of(concat!(stringify!($name), "\0"))) } else { f };
                 if f.is_null() {
                     crate::cabi::set_errno(38); // ENOSYS
                     return -1 as $ret;
