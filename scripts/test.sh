@@ -58,6 +58,10 @@ PACKAGES+=(postgresql)
 # memccp, memccat) on the shared-memory fast path.
 PACKAGES+=(memcached libmemcached-tools)
 TOOLS+=(memcached memcslap memccp memccat)
+# git: git's daemon hands each connection to other programs (inetd-style) on the
+# shared-memory fast path.
+PACKAGES+=(git)
+TOOLS+=(git)
 # gobgpd, frr: EVPN — each sluice host's switch starts Debian's gobgpd; FRR's bgpd and zebra
 # are the route reflector and the Linux EVPN host the tests interoperate with (vtysh reads
 # their tables back).
@@ -155,7 +159,8 @@ trap cleanup EXIT
 # Beside them, at the scheduler's idle priority, the lints (clippy, warnings denied) and the
 # fuzz targets' build: the binaries that run side by side mostly wait on things outside
 # them, and these use the CPU they leave (they stop while the binaries that run alone run).
-BESIDE="cargo clippy --locked --workspace --all-targets --release -- -D warnings && bash scripts/fuzz.sh --build-only"
+# (ionice: their disk work waits for the tests' too.)
+BESIDE="exec ionice -c 3 bash -c 'cargo clippy --locked --workspace --all-targets --release -- -D warnings && bash scripts/fuzz.sh --build-only'"
 step "cargo test (release, both tiers), with clippy -D warnings and the fuzz build beside it"
 if [ -n "$cg" ]; then
     echo "(in cgroup ${cg#"$cg_mount"})"

@@ -860,6 +860,68 @@ fn a_close_after_running_another_program_ends_the_connection() {
     assert_eq!((st["smc_client"].as_u64(), st["smc_server"].as_u64()), (Some(1), Some(1)), "{st}");
 }
 
+/// An inetd-style server hands each connection to another program: it forks, puts the
+/// connection on the child's standard input and output and runs the program there. The
+/// connection goes along on shared memory, whether the program reads and writes its
+/// descriptors (`cat`) or through C stdio (`sed`: `getdelim` on stdin, `fwrite` to stdout,
+/// which glibc does with its own internal calls) — and every byte comes back.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3, cat, sed; scripts/test.sh runs it"]
+fn a_connection_handed_to_another_program_goes_along_on_shared_memory() {
+    for (tag, prog) in [("inetdcat", &["cat"][..]), ("inetdsed", &["sed", "-e", ""][..])] {
+        let p = Peers::new(tag);
+        let port = port(19);
+        let mut args = vec!["serve-inetd", &port];
+        args.extend(prog);
+        let (s, mut out) = p.serve(true, &args);
+        let s = Killed(s);
+        let got = p.run(true, &["connect", "127.0.0.1", &port, "source:60000+hold:0+sink"]);
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines.len(), 2, "{prog:?}: {got}");
+        assert_eq!(lines[1], lines[0], "{prog:?}: the bytes came back whole");
+        let mut child = String::new();
+        std::io::BufRead::read_line(&mut out, &mut child).unwrap();
+        assert_eq!(child.trim(), "child 0", "{prog:?}");
+        drop(s);
+        every_connection_moved(&p, 1, &format!("{prog:?}'s"));
+    }
+}
+
+/// git's daemon hands each connection to `git-daemon --serve`, which hands it on to
+/// `git upload-pack` (two `exec`s, the second from a process that took the connection over
+/// from the first): a clone through it is whole, and on shared memory.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), git; scripts/test.sh runs it"]
+fn git_daemon_serves_a_clone_on_shared_memory() {
+    have("git");
+    let p = Peers::new("gitd");
+    let dir = p.dir.join("git");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    sh_ok(&format!(
+        "set -e; cd {d}; git init -q src; cd src; head -c 3000000 /dev/urandom > blob.bin; \
+         for i in $(seq 100); do echo \"line $i\" > f$i.txt; done; git add -A; \
+         git -c user.name=sluice -c user.email=sluice@localhost commit -qm one; \
+         cd ..; git clone -q --bare src repo.git"
+    ));
+    let port = port(29);
+    let base = format!("--base-path={d}");
+    let listen = format!("--port={port}");
+    let _daemon = Killed(
+        launched(&p, &["git", "daemon", "--reuseaddr", "--export-all", &base, &listen, "--listen=127.0.0.1"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port} "))), "git daemon did not listen");
+    let url = format!("git://127.0.0.1:{port}/repo.git");
+    let into = format!("{d}/clone");
+    let o = launched(&p, &["timeout", "120", "git", "clone", "-q", &url, &into]).output().unwrap();
+    assert!(o.status.success(), "git clone: {}", String::from_utf8_lossy(&o.stderr));
+    sh_ok(&format!("diff -r --exclude=.git {d}/src {d}/clone"));
+    every_connection_moved(&p, 1, "git clone's");
+}
+
 /// memcached (worker threads on libevent's epoll) and libmemcached's tools under the
 /// launcher: memcslap's sets and gets complete (memcached answers a get with one `sendmsg`
 /// of three buffers), a 500 KB value stored with memccp comes back intact through

@@ -18,6 +18,10 @@
   smc_peer.py pipeline ADDR PORT PATH…   one connection, every HTTP GET sent at once
                                          (pipelined), then each response read in turn: print
                                          "<path> <status> <body bytes> <body sha256>" each
+  smc_peer.py serve-inetd PORT PROG [ARG…]
+                                         accept one connection and hand it to PROG as inetd
+                                         does: fork, the connection on the child's standard
+                                         input and output, exec; print "child <exit status>"
   smc_peer.py serve-zc PORT MODE         as serve, on a listener with SO_ZEROCOPY set
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
@@ -709,6 +713,17 @@ def main():
             time.sleep(float(late))
         c, _ = s.accept()
         run_mode(c, mode)
+    elif cmd == "serve-inetd":
+        s = listener("127.0.0.1", int(sys.argv[2]))
+        c, _ = s.accept()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(c.fileno(), 0)
+            os.dup2(c.fileno(), 1)
+            os.execvp(sys.argv[3], sys.argv[3:])
+        c.close()
+        _, status = os.waitpid(pid, 0)
+        print(f"child {os.waitstatus_to_exitcode(status)}", flush=True)
     elif cmd == "serve-zc":
         # A listener with SO_ZEROCOPY: its connections are to stay on TCP.
         port, mode = int(sys.argv[2]), sys.argv[3]

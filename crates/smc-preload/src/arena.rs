@@ -17,6 +17,9 @@ pub struct Arena {
     /// The memfd's identity (device, inode): how a server knows an arena it mapped
     /// before when the client sends it again.
     pub id: (u64, u64),
+    /// A server's close-on-exec descriptor of the memfd it mapped, kept so that a
+    /// connection can go along to a program this one runs (crate::carry); -1 if none.
+    kept: c_int,
 }
 
 impl Arena {
@@ -28,7 +31,7 @@ impl Arena {
         // Kept for the association's life: among the library's high descriptors.
         shm.fd = sys::move_high(shm.fd);
         let id = sys::file_id(shm.fd).ok_or(Reason::NoMemory)?;
-        Ok(Arena { shm, geometry, id })
+        Ok(Arena { shm, geometry, id, kept: -1 })
     }
 
     /// Server: maps the arena in memfd `fd` (which stays the caller's) — only once the
@@ -42,12 +45,17 @@ impl Arena {
             && sys::file_len(fd) == Some(len as u64);
         let id = sys::file_id(fd).filter(|_| ok).ok_or(Reason::BadSegment)?;
         let shm = Shm::map_borrowed(fd, len).map_err(|_| Reason::BadSegment)?;
-        Ok(Arena { shm, geometry, id })
+        Ok(Arena { shm, geometry, id, kept: sys::dup_high(fd) })
     }
 
     /// The memfd (client arenas only; -1 on the server).
     pub fn fd(&self) -> c_int {
         self.shm.fd
+    }
+
+    /// A descriptor of the memfd on either side (-1 if none is kept).
+    pub fn memfd(&self) -> c_int {
+        if self.shm.fd >= 0 { self.shm.fd } else { self.kept }
     }
 
     fn at(&self, off: usize) -> *mut u8 {
@@ -115,6 +123,14 @@ impl Arena {
             if len > keep {
                 sys::punch(self.shm.fd, (off + keep) as u64, (len - keep) as u64);
             }
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if self.kept >= 0 {
+            sys::close(self.kept);
         }
     }
 }

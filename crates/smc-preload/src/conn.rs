@@ -102,13 +102,17 @@ impl Drop for SharedLock<'_> {
 }
 
 /// This side's own shared words of a connection (its fork-wide locks): in memory shared
-/// with the processes this one forks (anonymous `MAP_SHARED`, inherited as shared), never
-/// reachable by the peer. Carved from chunks that are kept and reused, so a connection
-/// maps nothing: a slot goes back to the pool when its connection ends — unless the
-/// process forked meanwhile (a child may still hold the connection, and its locks).
+/// with the processes this one forks (a memfd of this process's, mapped `MAP_SHARED` and
+/// inherited as shared, and handed to a program it runs with the connection:
+/// crate::carry), never reachable by the peer. Carved from chunks that are kept and
+/// reused, so a connection maps nothing: a slot goes back to the pool when its connection
+/// ends — unless the process forked meanwhile (a child may still hold the connection, and
+/// its locks), or the words came from the program that ran this one.
 pub struct Side {
     at: *mut u8,
     fork_epoch: u64,
+    /// Taken from the pool, not carried in: its maker is named when the connection is made.
+    fresh: bool,
 }
 
 // SAFETY: a pointer into a mapping that is never unmapped; only atomics touch it.
@@ -123,6 +127,11 @@ const SIDE_CHUNK: usize = 48 * 1024;
 
 /// Free slots, and the process they belong to (a forked child starts a pool of its own).
 static SIDES: std::sync::Mutex<(u32, Vec<usize>)> = std::sync::Mutex::new((0, Vec::new()));
+/// A chunk mapped in this process: its address, its memfd (a close-on-exec descriptor
+/// among the library's) and the file's identity (device, inode).
+type Chunk = (usize, c_int, (u64, u64));
+/// Every chunk mapped in this process.
+static CHUNKS: std::sync::Mutex<Vec<Chunk>> = std::sync::Mutex::new(Vec::new());
 /// Forks so far in this process (a slot made before one is not reused).
 pub static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -137,14 +146,55 @@ impl Side {
             *pool = (me, Vec::new());
         }
         if pool.1.is_empty() {
-            let chunk = Shm::anonymous(SIDE_CHUNK)?;
-            let base = chunk.ptr as usize;
+            let chunk = Shm::create(SIDE_CHUNK)?;
+            let (base, fd) = (chunk.ptr as usize, chunk.fd);
             // Kept for the life of the process (its slots are reused, never unmapped).
             std::mem::forget(chunk);
+            let fd = sys::move_high(fd);
+            let id = sys::file_id(fd).unwrap_or_default();
+            CHUNKS.lock().unwrap_or_else(|p| p.into_inner()).push((base, fd, id));
             pool.1.extend((0..SIDE_CHUNK / SIDE_LEN).rev().map(|i| base + i * SIDE_LEN));
         }
         let at = pool.1.pop().unwrap_or_default() as *mut u8;
-        Ok(Side { at, fork_epoch: FORKS.load(Ordering::Relaxed) })
+        Ok(Side { at, fork_epoch: FORKS.load(Ordering::Relaxed), fresh: true })
+    }
+
+    /// Where the words are: their chunk's memfd and their offset in it.
+    pub fn place(&self) -> Option<(c_int, usize)> {
+        let at = self.at as usize;
+        let chunks = CHUNKS.lock().unwrap_or_else(|p| p.into_inner());
+        chunks.iter().find(|c| (c.0..c.0 + SIDE_CHUNK).contains(&at)).map(|c| (c.1, at - c.0))
+    }
+
+    /// The words at `offset` of chunk memfd `fd` (which it takes), carried in from the
+    /// program that ran this one: the chunk mapped once it is shown to be a memfd of a
+    /// chunk's size. Never given back to the pool (the processes that forked the program
+    /// may still use them).
+    pub fn carried(fd: c_int, offset: usize) -> Option<Side> {
+        let id = sys::file_id(fd);
+        let ok = offset.is_multiple_of(SIDE_LEN)
+            && offset + SIDE_LEN <= SIDE_CHUNK
+            && sys::is_shmem(fd)
+            && sys::file_len(fd) == Some(SIDE_CHUNK as u64);
+        let (Some(id), true) = (id, ok) else {
+            sys::close(fd);
+            return None;
+        };
+        let mut chunks = CHUNKS.lock().unwrap_or_else(|p| p.into_inner());
+        let base = match chunks.iter().find(|c| c.2 == id) {
+            Some(c) => {
+                sys::close(fd);
+                c.0
+            }
+            None => {
+                let Ok(chunk) = Shm::map(fd, SIDE_CHUNK) else { return None };
+                let (base, fd) = (chunk.ptr as usize, chunk.fd);
+                std::mem::forget(chunk);
+                chunks.push((base, sys::move_high(fd), id));
+                base
+            }
+        };
+        Some(Side { at: (base + offset) as *mut u8, fork_epoch: u64::MAX, fresh: false })
     }
 
     fn word(&self, line: usize) -> &AtomicU32 {
@@ -243,6 +293,8 @@ pub struct Conn {
     /// The slot's control line, and this connection's generation of it.
     control: Control,
     pub generation: u32,
+    /// The slot in the arena.
+    pub slot: u32,
     pub role: Role,
     side: Side,
     /// The peer broke a ring: every call answers a reset.
@@ -463,13 +515,17 @@ impl Conn {
         };
         let sizes = (rx.capacity(), tx.capacity());
         // Its maker holds it (the side's words are fresh: no fork since they were taken).
-        side.holder(0).store(sys::pid(), Ordering::Release);
+        // Words carried in already name this process (crate::carry).
+        if side.fresh {
+            side.holder(0).store(sys::pid(), Ordering::Release);
+        }
         Some(Conn {
             rx,
             tx,
             _arena: arena,
             control,
             generation,
+            slot,
             role,
             side,
             broken: AtomicBool::new(false),
@@ -585,6 +641,22 @@ impl Conn {
             // Another generation, or a word no side writes: the peer garbled it.
             _ => Some((State::Abandoned, 0)),
         }
+    }
+
+    /// What goes along with the connection to a program this process runs
+    /// (crate::carry): its arena, its side's words, and which directions were shut.
+    pub fn carried_parts(&self) -> (&Arc<Arena>, &Side, (bool, bool)) {
+        let shut = (self.rd_shut.load(Ordering::Relaxed), self.wr_shut.load(Ordering::Relaxed));
+        (&self._arena, &self.side, shut)
+    }
+
+    /// A connection carried in from the program that ran this one (crate::carry): decided
+    /// (a client's was committed before it came), its directions shut as they were.
+    pub fn carried_in(&mut self, shut: (bool, bool)) {
+        self.pending.store(false, Ordering::Release);
+        self.moved.store(self.role == Role::Client, Ordering::Relaxed);
+        self.rd_shut.store(shut.0, Ordering::Relaxed);
+        self.wr_shut.store(shut.1, Ordering::Relaxed);
     }
 
     /// A pending client's server committed: the connection is on shared memory.

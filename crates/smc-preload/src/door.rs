@@ -354,7 +354,7 @@ impl Door {
     /// those that have some; lets go of what went stale. Answers how many of the door's
     /// descriptors were ready.
     fn pump(&mut self) -> usize {
-        self.held = self.peers.values().map(|p| 1 + 3 * p.announces.len() + p.proofs.len()).sum();
+        self.held = self.peers.values().map(|p| 1 + p.arenas.len() + 3 * p.announces.len() + p.proofs.len()).sum();
         let mut ready = [0u64; 64];
         let n = sys::epoll_ready(self.epfd, &mut ready, 0);
         for &fd in &ready[..n] {
@@ -453,7 +453,7 @@ impl Door {
                         p.across = true;
                         sys::epoll_rearm(self.watch_epfd, fd);
                     }
-                    match p.arena_for(fds[0], geometry) {
+                    match p.arena_for(fds[0], geometry, self.held < budget()) {
                         Some(arena) if slot < geometry.slots => {
                             if p.announces.len() >= MAX_PENDING {
                                 drop_announce(p.announces.remove(0), Reason::NoMemory);
@@ -652,13 +652,14 @@ enum Found {
 
 impl Peer {
     /// The arena in memfd `fd`: one this association sent before (the same file), or a
-    /// new one, mapped once it is shown to be sealed and of the arena's length.
-    fn arena_for(&mut self, fd: c_int, geometry: Geometry) -> Option<Arc<Arena>> {
+    /// new one, mapped once it is shown to be sealed and of the arena's length — if there
+    /// is `room` among the door's descriptors (a mapped arena keeps one, crate::carry).
+    fn arena_for(&mut self, fd: c_int, geometry: Geometry, room: bool) -> Option<Arc<Arena>> {
         let id = sys::file_id(fd)?;
         if let Some(a) = self.arenas.iter().find(|a| a.id == id) {
             return (a.geometry == geometry).then(|| a.clone());
         }
-        if self.arenas.len() >= MAX_ARENAS {
+        if self.arenas.len() >= MAX_ARENAS || !room {
             return None;
         }
         let a = Arc::new(Arena::map_shared(fd, geometry).ok()?);

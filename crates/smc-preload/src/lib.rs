@@ -20,6 +20,7 @@ use sluice_smc::stats::Counter;
 mod arena;
 mod assoc;
 mod cabi;
+mod carry;
 mod choose;
 mod claim;
 mod conn;
@@ -34,6 +35,7 @@ mod real;
 mod registry;
 mod spin;
 mod stats;
+mod stdio;
 mod sys;
 
 use cabi::IoVec;
@@ -51,8 +53,19 @@ static FAULT: OnceLock<String> = OnceLock::new();
 
 unsafe extern "C" {
     fn getenv(name: *const c_char) -> *const c_char;
+    fn unsetenv(name: *const c_char) -> c_int;
     fn raise(sig: c_int) -> c_int;
     fn atexit(f: extern "C" fn()) -> c_int;
+    static environ: *const *const c_char;
+}
+
+/// What loaded the library in this program (`LD_PRELOAD`, `SLUICE_SMC`, as the
+/// constructor found them): put back into the environment of a program it runs with a
+/// connection, if that `exec` left them out (crate::carry).
+static LOADED_BY: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+
+pub(crate) fn loaded_by() -> &'static [(&'static str, String)] {
+    LOADED_BY.get().map(|v| v.as_slice()).unwrap_or(&[])
 }
 
 /// At a normal exit this process's door, listener and connection entries go with it. (A process a
@@ -159,6 +172,11 @@ extern "C" fn init() {
         }
     }
     choose::set_up(&rules, short);
+    let mut by = vec![("SLUICE_SMC", s.clone())];
+    if let Some(p) = env(c"LD_PRELOAD") {
+        by.push(("LD_PRELOAD", p));
+    }
+    let _ = LOADED_BY.set(by);
     ACTIVE.store(true, Ordering::Relaxed);
     sys::pid_after_fork();
     sys::before_fork(pending::before_fork);
@@ -169,6 +187,18 @@ extern "C" fn init() {
     unsafe {
         atexit(flush_at_exit);
         atexit(pending::at_exit);
+    }
+    // Connections the program that ran this one handed over with its descriptors.
+    if let Some(v) = env(c"SLUICE_SMC_CARRY") {
+        // SAFETY: a NUL-terminated name; the constructor runs before the program's threads.
+        unsafe { unsetenv(c"SLUICE_SMC_CARRY".as_ptr()) };
+        guard(
+            || {
+                carry::adopt(&v);
+                stdio::take_over_standard_streams();
+            },
+            || (),
+        );
     }
 }
 
@@ -685,6 +715,100 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut c_void, len: *mut u32, fl
     r
 }
 
+// ---- running another program ----
+
+/// Runs `exec` with the connections that go along (crate::carry): `run` is the real call
+/// given the environment to use; if it fails, what was made for the new program goes.
+fn exec_with(envp: *const *const c_char, run: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+    let prepared = if active() { guard(|| carry::prepare(envp), || None) } else { None };
+    let Some(p) = prepared else { return run(envp) };
+    let r = run(p.envp());
+    let e = cabi::errno();
+    p.failed();
+    cabi::set_errno(e);
+    r
+}
+
+/// `execve(2)`: a moved connection whose descriptor survives goes along.
+///
+/// # Safety
+/// As for `execve(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, with an environment as valid as theirs.
+    exec_with(envp, |env| unsafe { real::execve(path, argv, env) })
+}
+
+/// `execv(3)`.
+///
+/// # Safety
+/// As for `execv(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: the process's environment, as execv uses it.
+    let envp = unsafe { environ };
+    if !active() {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::execv(path, argv) };
+    }
+    // SAFETY: the caller's arguments, with an environment as valid as theirs.
+    exec_with(envp, |env| unsafe { real::execve(path, argv, env) })
+}
+
+/// `execvp(3)`.
+///
+/// # Safety
+/// As for `execvp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    if !active() {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::execvp(file, argv) };
+    }
+    // SAFETY: the process's environment, as execvp uses it.
+    let envp = unsafe { environ };
+    // SAFETY: the caller's arguments, with an environment as valid as theirs.
+    exec_with(envp, |env| unsafe { real::execvpe(file, argv, env) })
+}
+
+/// `execvpe(3)`.
+///
+/// # Safety
+/// As for `execvpe(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, with an environment as valid as theirs.
+    exec_with(envp, |env| unsafe { real::execvpe(file, argv, env) })
+}
+
+/// `fexecve(3)`.
+///
+/// # Safety
+/// As for `fexecve(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: the caller's arguments, with an environment as valid as theirs.
+    exec_with(envp, |env| unsafe { real::fexecve(fd, argv, env) })
+}
+
+/// `fdopen(3)`: a stream on a moved connection reads and writes through the hooks
+/// (crate::stdio).
+///
+/// # Safety
+/// As for `fdopen(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
+    if active() && !mode.is_null() {
+        // SAFETY: the caller's NUL-terminated mode.
+        let m = unsafe { CStr::from_ptr(mode) };
+        if let Some(f) = guard(|| stdio::fdopen(fd, m), || None) {
+            return f;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::fdopen(fd, mode) }
+}
+
 // ---- descriptors ----
 
 /// `close(2)`.
@@ -710,7 +834,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// Before a call that copies or ends a descriptor's connection as a whole (`dup`,
 /// `shutdown`): a pending connection's outcome is waited for, so the copy is of what the
 /// connection is (a descriptor back on TCP is plain TCP's, its copies too).
-fn settle(fd: c_int) {
+pub(crate) fn settle(fd: c_int) {
     if active()
         && let Some(c) = conn_of(fd)
         && c.is_pending()

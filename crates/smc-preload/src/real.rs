@@ -107,6 +107,11 @@ real! {
     lseek64(fd: c_int, offset: i64, whence: c_int) -> i64;
     sendmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int) -> c_int;
     recvmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int;
+    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+    execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
 }
 
 /// The real `ioctl` (variadic: one integer or pointer argument).
@@ -141,4 +146,21 @@ pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(f) };
     // SAFETY: the caller's arguments.
     unsafe { f(fd, cmd, arg) }
+}
+
+/// The real `fdopen`.
+///
+/// # Safety
+/// As for `fdopen(3)`.
+pub unsafe fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
+    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let f = lookup(&SLOT, c"fdopen");
+    if f.is_null() {
+        crate::cabi::set_errno(38);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: libc's fdopen, whose C signature this is.
+    let f: unsafe extern "C" fn(c_int, *const c_char) -> *mut c_void = unsafe { std::mem::transmute(f) };
+    // SAFETY: the caller's arguments.
+    unsafe { f(fd, mode) }
 }

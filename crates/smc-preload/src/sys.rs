@@ -247,18 +247,6 @@ impl Shm {
         }
         Ok(Shm { fd: -1, ptr: p.cast(), len })
     }
-
-    /// `len` zeroed bytes shared with the processes this one forks, and with nobody else
-    /// (an anonymous shared mapping: no file, no descriptor).
-    pub fn anonymous(len: usize) -> io::Result<Shm> {
-        // PROT_READ|PROT_WRITE, MAP_SHARED|MAP_ANONYMOUS.
-        // SAFETY: a fresh anonymous mapping; the result is checked.
-        let p = unsafe { mmap(std::ptr::null_mut(), len, 0x1 | 0x2, 0x01 | 0x20, -1, 0) };
-        if p as isize == -1 {
-            return Err(io::Error::from_raw_os_error(errno()));
-        }
-        Ok(Shm { fd: -1, ptr: p.cast(), len })
-    }
 }
 
 impl Shm {
@@ -441,7 +429,7 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
 /// (at most 4096) up, away from the low numbers a program's own descriptors get, so the
 /// program's numbering stays as it would be on TCP (event loops sized by connection count,
 /// `select`'s 1024).
-fn high_base() -> c_int {
+pub(crate) fn high_base() -> c_int {
     // Asked once (a program that raises its limit later only gets a lower base).
     static BASE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
     *BASE.get_or_init(|| (fd_limit() / 2).clamp(3, 4096) as c_int)
