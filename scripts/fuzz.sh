@@ -19,8 +19,9 @@
 # AddressSanitizer; the others drive safe Rust (overflow checks and debug assertions on).
 #
 # Each target's corpus grows in fuzz/corpus/TARGET (seeded from fuzz/seeds/TARGET). A
-# crash stops the run: its input is saved in fuzz/artifacts/TARGET/ and the command that
-# replays it is printed. Ends with one line per target: executions, coverage, corpus size.
+# crash ends its target's run: its input is saved in fuzz/artifacts/TARGET/ and the
+# command that replays it is printed; the other targets run on, and the script fails after
+# them. Ends with one line per target: executions, coverage, corpus size.
 set -euo pipefail
 me="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/../fuzz"
@@ -106,7 +107,7 @@ run_target() {
         return 1
     fi
     runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
-    cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)"
+    cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2 || true)"
     corpus="$(find "corpus/$t" -type f | wc -l)"
     printf '%-8s %12s executions  coverage %6s  corpus %6s  ok\n' "$t" "$runs" "${cov:-?}" "$corpus" \
         >"artifacts/$t/last-run.summary"
@@ -116,12 +117,18 @@ run_target() {
 # end, and the script fails after them. (Every target's summary file is written only by a
 # run that passed: a missing one is a failure, whichever way its run ended.)
 for t in "${targets[@]}"; do rm -f "artifacts/$t/last-run.summary"; done
-trap 'kill $(jobs -p) 2>/dev/null; exit 130' INT TERM
+# Each target's run in a process group of its own (job control on), so an interrupt ends
+# its fuzzer with it.
+set -m
+stop_all() { for p in $(jobs -p); do kill -TERM -- "-$p" 2>/dev/null || true; done; }
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
 for t in "${targets[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     run_target "$t" &
 done
 wait
+set +m
 failed=()
 for t in "${targets[@]}"; do [ -s "artifacts/$t/last-run.summary" ] || failed+=("$t"); done
 if [ ${#failed[@]} -gt 0 ]; then

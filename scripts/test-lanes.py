@@ -134,11 +134,6 @@ def end_group(p):
 running = {}  # name → Popen, so that an interrupt can end them
 
 
-def idle_priority():
-    """In the child before exec: the scheduler's idle class (inherited by what it starts)."""
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
 class Beside:
     """The --beside command: started, stopped and continued as a process group, then
     waited for and reported like a binary."""
@@ -147,8 +142,9 @@ class Beside:
         self.command = command
         self.out = tempfile.TemporaryFile()
         self.t0 = time.monotonic()
-        self.p = subprocess.Popen(["bash", "-c", command], cwd=REPO, stdout=self.out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, process_group=0, preexec_fn=idle_priority)
+        # chrt: the scheduler's idle class, which what it starts inherits.
+        self.p = subprocess.Popen(["chrt", "--idle", "0", "bash", "-c", command], cwd=REPO, stdout=self.out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
 
     def signal(self, sig):
         if self.p.poll() is None:

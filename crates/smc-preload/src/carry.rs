@@ -52,11 +52,9 @@ impl Prepared {
     }
 }
 
-/// A duplicate of `fd` that survives `exec`, among the library's high numbers; -1 if none.
+/// A duplicate of `fd` that survives `exec` (kept in `dups`); -1 if none.
 fn inheritable(fd: c_int, dups: &mut Vec<c_int>) -> c_int {
-    const F_DUPFD: c_int = 0;
-    // SAFETY: fcntl on a descriptor of ours.
-    let n = unsafe { real::fcntl(fd, F_DUPFD, sys::high_base() as usize) };
+    let n = sys::dup_high_inheritable(fd);
     if n >= 0 {
         dups.push(n);
     }
@@ -73,8 +71,9 @@ fn survives(fd: c_int) -> bool {
 
 /// Before an `exec` with environment `envp` (NULL-terminated; may be null): `None` when
 /// no connection goes along (the `exec` runs as asked), else the environment to run the
-/// new program with.
-pub fn prepare(envp: *const *const c_char) -> Option<Prepared> {
+/// new program with; an errno when a connection that must go along cannot (too many, or
+/// no descriptor left for it), so that the `exec` fails rather than the new program.
+pub fn prepare(envp: *const *const c_char) -> Result<Option<Prepared>, c_int> {
     // The connections named by descriptors that survive, each with those descriptors.
     let mut carried: Vec<(Arc<Conn>, Vec<c_int>)> = Vec::new();
     for fd in 0..MAX_FD as c_int {
@@ -87,33 +86,34 @@ pub fn prepare(envp: *const *const c_char) -> Option<Prepared> {
         let Some(c) = conn_of(fd).filter(|c| !c.is_pending()) else { continue };
         match carried.iter().position(|(k, _)| Arc::ptr_eq(k, &c)) {
             Some(i) if carried[i].1.len() < MAX_NAMES => carried[i].1.push(fd),
-            Some(_) => {}
             None if carried.len() < MAX_CARRIED => carried.push((c, vec![fd])),
-            None => {}
+            _ => return Err(sys::E2BIG),
         }
     }
     if carried.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut dups = Vec::new();
     let mut records = Vec::new();
+    let me = sys::pid();
     for (c, fds) in &carried {
         let (arena, side, shut) = c.carried_parts();
-        let Some((side_fd, side_off)) = side.place() else { continue };
         let mut made = Vec::new();
+        let place = side.place();
+        let (side_fd, side_off) = place.unwrap_or((-1, 0));
         let tcp = inheritable(c.tcp_fd, &mut made);
         let bell = inheritable(c.peer_bell, &mut made);
         let memfd = inheritable(arena.memfd(), &mut made);
         let side = inheritable(side_fd, &mut made);
-        if made.len() < 4 {
-            made.iter().for_each(|&d| sys::close(d));
-            continue;
-        }
         dups.extend(made);
+        if place.is_none() || tcp < 0 || bell < 0 || memfd < 0 || side < 0 {
+            dups.iter().for_each(|&d| sys::close(d));
+            return Err(sys::EMFILE);
+        }
         let g = arena.geometry;
         let names: Vec<String> = fds.iter().map(|f| f.to_string()).collect();
         records.push(format!(
-            "{}:{}:{tcp}:{bell}:{memfd}:{side}:{side_off}:{}:{}:{}:{}:{}:{}:{}:{}",
+            "{me}:{}:{}:{tcp}:{bell}:{memfd}:{side}:{side_off}:{}:{}:{}:{}:{}:{}:{}:{}",
             if c.role == Role::Server { 's' } else { 'c' },
             names.join("/"),
             c.slot,
@@ -129,11 +129,12 @@ pub fn prepare(envp: *const *const c_char) -> Option<Prepared> {
     let env = environment(envp, &records.join(";"));
     let mut ptrs: Vec<*const c_char> = env.iter().map(|v| v.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    Some(Prepared { _env: env, ptrs, dups })
+    Ok(Some(Prepared { _env: env, ptrs, dups }))
 }
 
 /// `envp` with the variable set to `records`, and with what loads the library in the new
-/// program (`LD_PRELOAD`, `SLUICE_SMC`, as this program got them) where `envp` left it out.
+/// program (`LD_PRELOAD`, `SLUICE_SMC`, `SLUICE_RUN_DIR`, as this program got them) where
+/// `envp` left it out — and the library in front of an `LD_PRELOAD` of the program's own.
 fn environment(envp: *const *const c_char, records: &str) -> Vec<CString> {
     let mut env: Vec<CString> = Vec::new();
     let prefix = format!("{VAR}=");
@@ -153,10 +154,24 @@ fn environment(envp: *const *const c_char, records: &str) -> Vec<CString> {
     }
     for (name, value) in crate::loaded_by() {
         let head = format!("{name}=");
-        if !env.iter().any(|v| v.to_bytes().starts_with(head.as_bytes()))
-            && let Ok(v) = CString::new(format!("{head}{value}"))
-        {
-            env.push(v);
+        match env.iter().position(|v| v.to_bytes().starts_with(head.as_bytes())) {
+            None => {
+                if let Ok(v) = CString::new(format!("{head}{value}")) {
+                    env.push(v);
+                }
+            }
+            Some(i) if *name == "LD_PRELOAD" => {
+                // The program's own preload list: the library goes first if it is not in it.
+                let theirs = String::from_utf8_lossy(&env[i].to_bytes()[head.len()..]).into_owned();
+                let ours: Vec<&str> = value.split([':', ' ']).filter(|l| l.contains("libsluice_smc")).collect();
+                if !ours.is_empty()
+                    && !theirs.split([':', ' ']).any(|l| ours.contains(&l))
+                    && let Ok(v) = CString::new(format!("{head}{}:{theirs}", ours.join(":")))
+                {
+                    env[i] = v;
+                }
+            }
+            Some(_) => {}
         }
     }
     if !records.is_empty()
@@ -175,17 +190,15 @@ pub fn adopt(value: &str) {
     }
 }
 
-/// True when `fd` is a socket of `domain` and `SOCK_STREAM`.
-fn stream_of(fd: c_int, domain: c_int) -> bool {
-    sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
-        && sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN) == Some(domain)
-}
-
 fn adopt_one(record: &str) -> Option<()> {
-    let f: Vec<&str> = record.split(':').collect();
-    if f.len() != 15 {
+    let all: Vec<&str> = record.split(':').collect();
+    // Made by this very process before its `exec` (which keeps the pid): a record that
+    // came down from further up — through a program the library was not loaded into —
+    // names descriptors that are not the library's, and is left alone.
+    if all.len() != 16 || all[0].parse::<u32>().ok() != Some(sys::pid()) {
         return None;
     }
+    let f = &all[1..];
     let role = match f[0] {
         "s" => Role::Server,
         "c" => Role::Client,
@@ -201,22 +214,27 @@ fn adopt_one(record: &str) -> Option<()> {
     let shut = num(14)?;
     // The program's descriptors must be one connection's end of a socket pair; the
     // library's must be none of them, and each what it says it is.
-    let ino = names.first().and_then(|&n| sys::file_id(n)).map(|(_, ino)| ino)?;
     let own = [tcp, bell, memfd, side_fd];
+    // The four were made for this program by the library before the `exec` (the record is
+    // this process's own): whatever is wrong with the rest, they go.
+    let close = |fds: &[c_int]| fds.iter().filter(|&&d| d > 2 && !names.contains(&d)).for_each(|&d| sys::close(d));
+    let Some(ino) = names.first().and_then(|&n| sys::file_id(n)).map(|(_, ino)| ino) else {
+        close(&own);
+        return None;
+    };
     let fine = names.iter().all(|&n| {
         (0..MAX_FD as c_int).contains(&n)
             && !own.contains(&n)
-            && stream_of(n, sys::AF_UNIX)
+            && sys::is_stream(n, &[sys::AF_UNIX])
             && sys::file_id(n).map(|(_, i)| i) == Some(ino)
     }) && crate::is_tcp(tcp)
-        && stream_of(bell, sys::AF_UNIX)
+        && sys::is_stream(bell, &[sys::AF_UNIX])
         && own.iter().all(|&d| d > 2);
     if !fine {
-        // Not what this library makes: nothing is touched.
+        close(&own);
         return None;
     }
-    // From here the four are the library's: each is taken over, or closed.
-    let close = |fds: &[c_int]| fds.iter().for_each(|&d| sys::close(d));
+    // From here each of the four is taken over, or closed.
     let Ok(arena) = crate::door::child_arena(memfd, geometry) else {
         close(&[tcp, bell, side_fd]);
         return None;
@@ -235,6 +253,7 @@ fn adopt_one(record: &str) -> Option<()> {
         return None;
     };
     conn.carried_in((shut & 1 != 0, shut & 2 != 0));
+    conn.name_this_holder();
     conn.tcp_fd = sys::move_high(tcp);
     conn.app_ino = Some(ino);
     const F_GETFL: c_int = 3;

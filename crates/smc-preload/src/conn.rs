@@ -175,6 +175,7 @@ impl Side {
         let ok = offset.is_multiple_of(SIDE_LEN)
             && offset + SIDE_LEN <= SIDE_CHUNK
             && sys::is_shmem(fd)
+            && sys::seals(fd).is_some_and(|s| s & sys::SEALS == sys::SEALS)
             && sys::file_len(fd) == Some(SIDE_CHUNK as u64);
         let (Some(id), true) = (id, ok) else {
             sys::close(fd);
@@ -1353,6 +1354,17 @@ impl Conn {
             .any(|i| self.side.holder(i).compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire).is_ok())
         {
             let _ = self.side.forks().fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// A connection carried in (crate::carry): this process is named among its holders —
+    /// it is already when the program that ran it was forked (the fork handler named it),
+    /// not when that was a `vfork`, which runs no fork handler.
+    pub fn name_this_holder(&self) {
+        let me = sys::pid();
+        if !(0..HOLDERS).any(|i| self.side.holder(i).load(Ordering::Acquire) == me) {
+            let _ = (0..HOLDERS)
+                .any(|i| self.side.holder(i).compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire).is_ok());
         }
     }
 

@@ -56,7 +56,14 @@ unsafe extern "C" {
     fn unsetenv(name: *const c_char) -> c_int;
     fn raise(sig: c_int) -> c_int;
     fn atexit(f: extern "C" fn()) -> c_int;
-    static environ: *const *const c_char;
+    static mut environ: *const *const c_char;
+}
+
+/// The process's environment as `execv` and `execvp` use it.
+fn environment() -> *const *const c_char {
+    // SAFETY: read once, by value, through a raw pointer (C changes `environ` with
+    // setenv and putenv; no reference to it is made).
+    unsafe { std::ptr::addr_of!(environ).read() }
 }
 
 /// What loaded the library in this program (`LD_PRELOAD`, `SLUICE_SMC`, as the
@@ -103,6 +110,9 @@ fn env(name: &CStr) -> Option<String> {
 /// reads end of file after the last bytes, or a reset for bytes left unread, and its
 /// client may use the slot again.
 extern "C" fn flush_at_exit() {
+    // glibc flushes its streams only after every atexit handler: streams of ours
+    // (crate::stdio) are flushed now, while their connections still take bytes.
+    stdio::flush_ours();
     // (Without waiting: a thread that held a lock when exit began must not hang the exit.)
     for c in held(false) {
         c.tally.flush();
@@ -175,6 +185,9 @@ extern "C" fn init() {
     let mut by = vec![("SLUICE_SMC", s.clone())];
     if let Some(p) = env(c"LD_PRELOAD") {
         by.push(("LD_PRELOAD", p));
+    }
+    if let Some(d) = env(c"SLUICE_RUN_DIR") {
+        by.push(("SLUICE_RUN_DIR", d));
     }
     let _ = LOADED_BY.set(by);
     ACTIVE.store(true, Ordering::Relaxed);
@@ -395,9 +408,7 @@ fn convert(
 }
 
 pub(crate) fn is_tcp(fd: c_int) -> bool {
-    let dom = sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_DOMAIN);
-    sys::sockopt_int(fd, sys::SOL_SOCKET, sys::SO_TYPE) == Some(sys::SOCK_STREAM)
-        && matches!(dom, Some(sys::AF_INET | sys::AF_INET6))
+    sys::is_stream(fd, &[sys::AF_INET, sys::AF_INET6])
 }
 
 // ---- connect, listen, accept ----
@@ -720,8 +731,17 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut c_void, len: *mut u32, fl
 /// Runs `exec` with the connections that go along (crate::carry): `run` is the real call
 /// given the environment to use; if it fails, what was made for the new program goes.
 fn exec_with(envp: *const *const c_char, run: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
-    let prepared = if active() { guard(|| carry::prepare(envp), || None) } else { None };
-    let Some(p) = prepared else { return run(envp) };
+    let prepared = if active() { guard(|| carry::prepare(envp), || Ok(None)) } else { Ok(None) };
+    let p = match prepared {
+        Ok(Some(p)) => p,
+        Ok(None) => return run(envp),
+        Err(e) => {
+            // A connection that must go along cannot: the new program would find only
+            // the doorbell socket behind its descriptor. The exec fails instead.
+            cabi::set_errno(e);
+            return -1;
+        }
+    };
     let r = run(p.envp());
     let e = cabi::errno();
     p.failed();
@@ -745,8 +765,7 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// As for `execv(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    // SAFETY: the process's environment, as execv uses it.
-    let envp = unsafe { environ };
+    let envp = environment();
     if !active() {
         // SAFETY: the caller's arguments.
         return unsafe { real::execv(path, argv) };
@@ -765,8 +784,7 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
         // SAFETY: the caller's arguments.
         return unsafe { real::execvp(file, argv) };
     }
-    // SAFETY: the process's environment, as execvp uses it.
-    let envp = unsafe { environ };
+    let envp = environment();
     // SAFETY: the caller's arguments, with an environment as valid as theirs.
     exec_with(envp, |env| unsafe { real::execvpe(file, argv, env) })
 }

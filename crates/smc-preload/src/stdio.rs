@@ -12,7 +12,7 @@
 //! Each stream's `fileno` is its descriptor, as a file stream's is.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use crate::{cabi, marked, sys};
 
@@ -28,6 +28,7 @@ unsafe extern "C" {
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut c_void;
     fn setvbuf(f: *mut c_void, buf: *mut c_char, mode: c_int, size: usize) -> c_int;
     fn fileno(f: *mut c_void) -> c_int;
+    fn fflush(f: *mut c_void) -> c_int;
     static mut stdin: *mut c_void;
     static mut stdout: *mut c_void;
     static mut stderr: *mut c_void;
@@ -50,6 +51,14 @@ extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: usize) -> is
     unsafe { crate::read(fd_of(cookie), buf.cast(), n) }
 }
 
+fn nonblocking(fd: c_int) -> bool {
+    const F_GETFL: c_int = 3;
+    // SAFETY: F_GETFL reads the descriptor's flags (through the hook, which knows a
+    // moved descriptor's).
+    let fl = unsafe { crate::fcntl(fd, F_GETFL, 0) };
+    fl >= 0 && fl & sys::O_NONBLOCK != 0
+}
+
 /// Writes all of it (stdio takes a short write for an error): a non-blocking
 /// descriptor's `EAGAIN` waits for room.
 extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: usize) -> isize {
@@ -62,9 +71,13 @@ extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: usize) ->
             off += r as usize;
             continue;
         }
+        if r == 0 {
+            break;
+        }
         match cabi::errno() {
             sys::EINTR => {}
-            sys::EAGAIN => {
+            // (On a blocking descriptor `EAGAIN` is its send timeout running out: an error.)
+            sys::EAGAIN if nonblocking(fd) => {
                 let mut p = [cabi::PollFd { fd, events: 0x4, revents: 0 }];
                 // SAFETY: one pollfd, through the library's own hook.
                 unsafe { crate::waits::poll(p.as_mut_ptr(), 1, 1000) };
@@ -107,11 +120,24 @@ fn stream(fd: c_int, mode: &CStr) -> *mut c_void {
     // SAFETY: a cookie that is the descriptor's number (never dereferenced).
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode.as_ptr(), io) };
     if !f.is_null() {
+        MADE.store(true, Ordering::Relaxed);
         // SAFETY: a stream glibc just made (a cookie file begins with struct _IO_FILE,
         // whose `_fileno` is at FILENO_AT, as checked): `fileno` answers the descriptor.
         unsafe { f.cast::<u8>().add(FILENO_AT).cast::<c_int>().write_unaligned(fd) };
     }
     f
+}
+
+/// Whether any stream of ours was made.
+static MADE: AtomicBool = AtomicBool::new(false);
+
+/// At exit, before the connections end: glibc flushes its streams only after every
+/// `atexit` handler, when a connection would no longer take the bytes.
+pub fn flush_ours() {
+    if MADE.load(Ordering::Relaxed) {
+        // SAFETY: fflush(NULL) flushes every open stream, as exit would.
+        unsafe { fflush(std::ptr::null_mut()) };
+    }
 }
 
 /// `fdopen` of descriptor `fd`: a stream through the hooks if it is a moved connection's;
@@ -135,8 +161,9 @@ pub fn take_over_standard_streams() {
         if f.is_null() {
             continue;
         }
-        // SAFETY: the constructor runs before `main` and before any other thread: nothing
-        // uses the standard streams yet; glibc's own stay valid (and empty).
+        // SAFETY: the constructor runs before `main`, when the program has not used its
+        // standard streams yet (a thread another library's constructor started is not
+        // expected to); glibc's own stay valid, and empty.
         unsafe {
             match fd {
                 0 => stdin = f,

@@ -34,6 +34,8 @@ pub const F_DUPFD_CLOEXEC: c_int = 1030;
 pub const O_NONBLOCK: c_int = 0o4000;
 pub const O_CLOEXEC: c_int = 0o2000000;
 pub const EAGAIN: c_int = 11;
+pub const E2BIG: c_int = 7;
+pub const EMFILE: c_int = 24;
 pub const EINTR: c_int = 4;
 pub const EACCES: c_int = 13;
 pub const EINPROGRESS: c_int = 115;
@@ -429,7 +431,7 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
 /// (at most 4096) up, away from the low numbers a program's own descriptors get, so the
 /// program's numbering stays as it would be on TCP (event loops sized by connection count,
 /// `select`'s 1024).
-pub(crate) fn high_base() -> c_int {
+fn high_base() -> c_int {
     // Asked once (a program that raises its limit later only gets a lower base).
     static BASE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
     *BASE.get_or_init(|| (fd_limit() / 2).clamp(3, 4096) as c_int)
@@ -449,6 +451,20 @@ pub fn dup_high(fd: c_int) -> c_int {
     let n = unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, high_base() as usize) };
     // SAFETY: as above.
     if n >= 0 { n } else { unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, 3) } }
+}
+
+/// A duplicate of `fd` among the library's high descriptors that survives `exec`
+/// (crate::carry); -1 if none is left.
+pub fn dup_high_inheritable(fd: c_int) -> c_int {
+    const F_DUPFD: c_int = 0;
+    // SAFETY: fcntl on a descriptor the caller owns.
+    unsafe { crate::real::fcntl(fd, F_DUPFD, high_base() as usize) }
+}
+
+/// True when `fd` is a `SOCK_STREAM` socket of one of `domains`.
+pub fn is_stream(fd: c_int, domains: &[c_int]) -> bool {
+    sockopt_int(fd, SOL_SOCKET, SO_TYPE) == Some(SOCK_STREAM)
+        && sockopt_int(fd, SOL_SOCKET, SO_DOMAIN).is_some_and(|d| domains.contains(&d))
 }
 
 /// Moves `fd` (which it takes) among the library's high descriptors; the descriptor it
