@@ -95,7 +95,8 @@ pub fn prepare(envp: *const *const c_char) -> Result<Option<Prepared>, c_int> {
     }
     let mut dups = Vec::new();
     let mut records = Vec::new();
-    let me = sys::pid();
+    // (The kernel's answer: after a `vfork` the library's cached pid is the parent's.)
+    let me = sys::pid_now();
     for (c, fds) in &carried {
         let (arena, side, shut) = c.carried_parts();
         let mut made = Vec::new();
@@ -195,7 +196,7 @@ fn adopt_one(record: &str) -> Option<()> {
     // Made by this very process before its `exec` (which keeps the pid): a record that
     // came down from further up — through a program the library was not loaded into —
     // names descriptors that are not the library's, and is left alone.
-    if all.len() != 16 || all[0].parse::<u32>().ok() != Some(sys::pid()) {
+    if all.len() != 16 || all[0].parse::<u32>().ok() != Some(sys::pid_now()) {
         return None;
     }
     let f = &all[1..];

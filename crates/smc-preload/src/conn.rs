@@ -1361,7 +1361,7 @@ impl Conn {
     /// it is already when the program that ran it was forked (the fork handler named it),
     /// not when that was a `vfork`, which runs no fork handler.
     pub fn name_this_holder(&self) {
-        let me = sys::pid();
+        let me = sys::pid_now();
         if !(0..HOLDERS).any(|i| self.side.holder(i).load(Ordering::Acquire) == me) {
             let _ = (0..HOLDERS)
                 .any(|i| self.side.holder(i).compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire).is_ok());

@@ -131,6 +131,13 @@ pub fn euid() -> u32 {
     unsafe { geteuid() }
 }
 
+/// This process's id, asked of the kernel now: in a `vfork`ed child (which runs no fork
+/// handler) [`pid`] still answers the parent's.
+pub fn pid_now() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { getpid() as u32 }
+}
+
 /// This process's id.
 pub fn pid() -> u32 {
     // Asked of the kernel once per process: every read and write takes a lock that names
