@@ -20,14 +20,14 @@ Each binary's output is printed whole when it ends (never interleaved), with its
 A binary that runs longer than --bound (default 1,200 s) is ended with what it started
 (its process group) and counts as failed; so does one that cannot start or never reports.
 Every binary runs whatever the others did; the exit status is 0 only if all passed.
+Ctrl-C or SIGTERM ends the binaries running and runs no more.
+TEST ARGS go to every binary (default: --include-ignored).
 
 --beside COMMAND runs a shell command of other checks (scripts/test.sh: the lints and the
 fuzz targets' build) while the binaries run side by side, at the scheduler's idle priority
 (SCHED_IDLE: it gets a CPU only when no test wants one), stopped while the binaries that
 run alone run, and waited for after them; its output is printed when it ends, and its
 failure fails the run.
-Ctrl-C or SIGTERM ends the binaries running and runs no more.
-TEST ARGS go to every binary (default: --include-ignored).
 """
 import argparse
 import json
@@ -131,6 +131,24 @@ def end_group(p):
             continue
 
 
+def wait_bounded(p, bound):
+    """Waits for `p` at most `bound` seconds, then ends its process group; (passed, why)."""
+    try:
+        code = p.wait(timeout=bound)
+        return code == 0, "" if code == 0 else f"exit {code}"
+    except subprocess.TimeoutExpired:
+        end_group(p)
+        return False, f"killed: still running after {bound:.0f} s"
+
+
+def report(title, ok, why, took, text):
+    """Prints one finished binary's (or command's) header and output, whole."""
+    with lock:
+        say(f"\n── {title}: {'passed' if ok else 'FAILED, ' + why} "
+            f"in {took:.0f} s (at {time.monotonic() - started:.0f} s)")
+        say(text.rstrip())
+
+
 running = {}  # name → Popen, so that an interrupt can end them
 
 
@@ -156,18 +174,11 @@ class Beside:
     def finish(self):
         """Waits for it (bounded as a build is) and reports it; True if it passed."""
         self.signal(signal.SIGCONT)
-        try:
-            code = self.p.wait(timeout=BUILD_BOUND)
-            why = "" if code == 0 else f"exit {code}"
-        except subprocess.TimeoutExpired:
-            end_group(self.p)
-            code, why = -1, f"killed: still running after {BUILD_BOUND} s"
+        ok, why = wait_bounded(self.p, BUILD_BOUND)
         self.out.seek(0)
-        with lock:
-            say(f"\n── beside the tests: `{self.command}`: {'passed' if code == 0 else 'FAILED, ' + why} "
-                f"in {time.monotonic() - self.t0:.0f} s (at {time.monotonic() - started:.0f} s)")
-            say(self.out.read().decode(errors="replace").rstrip())
-        return code == 0
+        report(f"beside the tests: `{self.command}`", ok, why, time.monotonic() - self.t0,
+               self.out.read().decode(errors="replace"))
+        return ok
 
 
 def run_one(entry):
@@ -183,16 +194,11 @@ def run_one(entry):
         except OSError as e:
             return False, f"could not start it: {e}", ""
         running[name] = p
-        try:
-            code = p.wait(timeout=a.bound)
-            why = "" if code == 0 else f"exit {code}"
-        except subprocess.TimeoutExpired:
-            end_group(p)
-            code, why = -1, f"killed: still running after {a.bound:.0f} s"
+        ok, why = wait_bounded(p, a.bound)
         # (Left in `running` when interrupted: the interrupt's handler ends it.)
         running.pop(name, None)
         out.seek(0)
-        return code == 0, why, out.read().decode(errors="replace")
+        return ok, why, out.read().decode(errors="replace")
 
 
 def run(entry):
@@ -202,11 +208,8 @@ def run(entry):
         ok, why, text = run_one(entry)
     except Exception as e:  # whatever went wrong, the binary counts as failed
         ok, why, text = False, f"the runner failed: {e!r}", ""
-    took = time.monotonic() - t0
+    report(f"{name} ({os.path.relpath(exe, REPO)})", ok, why, time.monotonic() - t0, text)
     with lock:
-        say(f"\n── {name} ({os.path.relpath(exe, REPO)}): {'passed' if ok else 'FAILED, ' + why} "
-            f"in {took:.0f} s (at {time.monotonic() - started:.0f} s)")
-        say(text.rstrip())
         results[name] = ok
 
 

@@ -40,10 +40,7 @@ impl Arena {
     /// map more.
     pub fn map_shared(fd: c_int, geometry: Geometry) -> Result<Arena, Reason> {
         let len = geometry.arena_len().filter(|_| geometry.valid()).ok_or(Reason::BadSegment)?;
-        let ok = sys::is_shmem(fd)
-            && sys::seals(fd).is_some_and(|s| s & sys::SEALS == sys::SEALS)
-            && sys::file_len(fd) == Some(len as u64);
-        let id = sys::file_id(fd).filter(|_| ok).ok_or(Reason::BadSegment)?;
+        let id = sys::file_id(fd).filter(|_| sys::is_sealed_shm(fd, len)).ok_or(Reason::BadSegment)?;
         let shm = Shm::map_borrowed(fd, len).map_err(|_| Reason::BadSegment)?;
         Ok(Arena { shm, geometry, id, kept: sys::dup_high(fd) })
     }

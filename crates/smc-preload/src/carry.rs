@@ -14,12 +14,11 @@
 //! in its constructor ([`adopt`]), after the checks a server makes of what a client sends.
 
 use std::ffi::{CStr, CString, c_char, c_int};
-use std::sync::Arc;
 
 use sluice_smc::slot::Geometry;
 
 use crate::conn::{Conn, Role, Side};
-use crate::{MAX_FD, conn_of, marked, real, set_conn, sys};
+use crate::{MAX_FD, real, sys};
 
 /// The variable that describes the connections carried into a program.
 pub const VAR: &str = "SLUICE_SMC_CARRY";
@@ -63,9 +62,8 @@ fn inheritable(fd: c_int, dups: &mut Vec<c_int>) -> c_int {
 
 /// Whether descriptor `fd` survives `exec`.
 fn survives(fd: c_int) -> bool {
-    const F_GETFD: c_int = 1;
     // SAFETY: F_GETFD reads the descriptor's flags.
-    let fl = unsafe { real::fcntl(fd, F_GETFD, 0) };
+    let fl = unsafe { real::fcntl(fd, sys::F_GETFD, 0) };
     fl >= 0 && fl & 1 == 0
 }
 
@@ -74,21 +72,17 @@ fn survives(fd: c_int) -> bool {
 /// new program with; an errno when a connection that must go along cannot (too many, or
 /// no descriptor left for it), so that the `exec` fails rather than the new program.
 pub fn prepare(envp: *const *const c_char) -> Result<Option<Prepared>, c_int> {
+    // A pending connection is decided first, as for `dup`; one that went back to TCP is
+    // plain TCP's, and goes as it is.
+    for (c, fds) in crate::by_connection(true, survives) {
+        if c.is_pending() {
+            crate::settle(fds[0]);
+        }
+    }
     // The connections named by descriptors that survive, each with those descriptors.
-    let mut carried: Vec<(Arc<Conn>, Vec<c_int>)> = Vec::new();
-    for fd in 0..MAX_FD as c_int {
-        if !marked(fd) || !survives(fd) {
-            continue;
-        }
-        // A pending connection is decided first, as for `dup`; one that went back to TCP
-        // is plain TCP's, and goes as it is.
-        crate::settle(fd);
-        let Some(c) = conn_of(fd).filter(|c| !c.is_pending()) else { continue };
-        match carried.iter().position(|(k, _)| Arc::ptr_eq(k, &c)) {
-            Some(i) if carried[i].1.len() < MAX_NAMES => carried[i].1.push(fd),
-            None if carried.len() < MAX_CARRIED => carried.push((c, vec![fd])),
-            _ => return Err(sys::E2BIG),
-        }
+    let carried: Vec<_> = crate::by_connection(true, survives).into_iter().filter(|(c, _)| !c.is_pending()).collect();
+    if carried.len() > MAX_CARRIED || carried.iter().any(|(_, fds)| fds.len() > MAX_NAMES) {
+        return Err(sys::E2BIG);
     }
     if carried.is_empty() {
         return Ok(None);
@@ -257,20 +251,10 @@ fn adopt_one(record: &str) -> Option<()> {
     conn.name_this_holder();
     conn.tcp_fd = sys::move_high(tcp);
     conn.app_ino = Some(ino);
-    const F_GETFL: c_int = 3;
     // SAFETY: F_GETFL reads a descriptor's flags.
-    let fl = unsafe { real::fcntl(names[0], F_GETFL, 0) };
+    let fl = unsafe { real::fcntl(names[0], sys::F_GETFL, 0) };
     conn.nonblock.store(fl >= 0 && fl & sys::O_NONBLOCK != 0, std::sync::atomic::Ordering::Relaxed);
-    let peer = sys::sock_addr(conn.tcp_fd, true);
-    let local = sys::sock_addr(conn.tcp_fd, false);
-    conn.peer = peer.filter(|_| role == Role::Client);
-    conn.settle_in();
-    conn.rcvtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_RCVTIMEO), std::sync::atomic::Ordering::Relaxed);
-    conn.sndtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_SNDTIMEO), std::sync::atomic::Ordering::Relaxed);
-    conn.info = crate::info::add(role == Role::Server, local, peer, conn.sizes.0, conn.sizes.1);
-    let c = Arc::new(conn);
-    for &n in &names {
-        set_conn(n, c.clone());
-    }
+    let (local, peer) = (sys::sock_addr(conn.tcp_fd, false), sys::sock_addr(conn.tcp_fd, true));
+    crate::install(conn, &names, local, peer);
     Some(())
 }

@@ -147,12 +147,8 @@ impl Side {
         }
         if pool.1.is_empty() {
             let chunk = Shm::create(SIDE_CHUNK)?;
-            let (base, fd) = (chunk.ptr as usize, chunk.fd);
-            // Kept for the life of the process (its slots are reused, never unmapped).
-            std::mem::forget(chunk);
-            let fd = sys::move_high(fd);
-            let id = sys::file_id(fd).unwrap_or_default();
-            CHUNKS.lock().unwrap_or_else(|p| p.into_inner()).push((base, fd, id));
+            let id = sys::file_id(chunk.fd).unwrap_or_default();
+            let base = keep(&mut CHUNKS.lock().unwrap_or_else(|p| p.into_inner()), chunk, id);
             pool.1.extend((0..SIDE_CHUNK / SIDE_LEN).rev().map(|i| base + i * SIDE_LEN));
         }
         let at = pool.1.pop().unwrap_or_default() as *mut u8;
@@ -171,13 +167,9 @@ impl Side {
     /// chunk's size. Never given back to the pool (the processes that forked the program
     /// may still use them).
     pub fn carried(fd: c_int, offset: usize) -> Option<Side> {
-        let id = sys::file_id(fd);
-        let ok = offset.is_multiple_of(SIDE_LEN)
-            && offset + SIDE_LEN <= SIDE_CHUNK
-            && sys::is_shmem(fd)
-            && sys::seals(fd).is_some_and(|s| s & sys::SEALS == sys::SEALS)
-            && sys::file_len(fd) == Some(SIDE_CHUNK as u64);
-        let (Some(id), true) = (id, ok) else {
+        let ok =
+            offset.is_multiple_of(SIDE_LEN) && offset + SIDE_LEN <= SIDE_CHUNK && sys::is_sealed_shm(fd, SIDE_CHUNK);
+        let Some(id) = sys::file_id(fd).filter(|_| ok) else {
             sys::close(fd);
             return None;
         };
@@ -187,13 +179,7 @@ impl Side {
                 sys::close(fd);
                 c.0
             }
-            None => {
-                let Ok(chunk) = Shm::map(fd, SIDE_CHUNK) else { return None };
-                let (base, fd) = (chunk.ptr as usize, chunk.fd);
-                std::mem::forget(chunk);
-                chunks.push((base, sys::move_high(fd), id));
-                base
-            }
+            None => keep(&mut chunks, Shm::map(fd, SIDE_CHUNK).ok()?, id),
         };
         Some(Side { at: (base + offset) as *mut u8, fork_epoch: u64::MAX, fresh: false })
     }
@@ -238,6 +224,15 @@ impl Side {
         // aligned, inside the slot, written only through atomics.
         unsafe { &*self.at.add(2 * 64 + 4 * word).cast::<AtomicU32>() }
     }
+}
+
+/// Keeps `chunk` (memfd identity `id`) mapped for the life of the process — its slots are
+/// reused, never unmapped — its memfd among the library's descriptors; its address.
+fn keep(chunks: &mut Vec<Chunk>, chunk: Shm, id: (u64, u64)) -> usize {
+    let (base, fd) = (chunk.ptr as usize, chunk.fd);
+    std::mem::forget(chunk);
+    chunks.push((base, sys::move_high(fd), id));
+    base
 }
 
 /// Processes a connection's holder table names.

@@ -126,16 +126,23 @@ extern "C" fn flush_at_exit() {
 /// name it. `wait`: take each descriptor's lock; else pass over one another thread
 /// holds.
 fn held(wait: bool) -> Vec<Arc<Conn>> {
-    let mut out: Vec<Arc<Conn>> = Vec::new();
+    by_connection(wait, |_| true).into_iter().map(|(c, _)| c).collect()
+}
+
+/// The connections named by this process's descriptors that `keep` keeps, each with
+/// those descriptors (in order). `wait` as for [`held`].
+pub(crate) fn by_connection(wait: bool, keep: impl Fn(c_int) -> bool) -> Vec<(Arc<Conn>, Vec<c_int>)> {
+    let mut out: Vec<(Arc<Conn>, Vec<c_int>)> = Vec::new();
     for (fd, slot) in SLOTS.iter().enumerate() {
-        if !marked(fd as c_int) {
+        let fd = fd as c_int;
+        if !marked(fd) || !keep(fd) {
             continue;
         }
         let guard = if wait { Some(slot.lock().unwrap_or_else(|p| p.into_inner())) } else { slot.try_lock().ok() };
-        if let Some(c) = guard.as_ref().and_then(|g| g.as_ref())
-            && !out.iter().any(|e| Arc::ptr_eq(e, c))
-        {
-            out.push(c.clone());
+        let Some(c) = guard.as_ref().and_then(|g| g.as_ref()) else { continue };
+        match out.iter_mut().find(|(e, _)| Arc::ptr_eq(e, c)) {
+            Some((_, fds)) => fds.push(fd),
+            None => out.push((c.clone(), vec![fd])),
         }
     }
     out
@@ -385,7 +392,7 @@ fn convert(
     // SAFETY: fcntl and dup3 on descriptors this call owns or the caller passed.
     unsafe {
         let fl = real::fcntl(fd, sys::F_GETFL, 0);
-        let fdfl = real::fcntl(fd, 1 /* F_GETFD */, 0);
+        let fdfl = real::fcntl(fd, sys::F_GETFD, 0);
         conn.tcp_fd = sys::dup_high(fd);
         let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
         real::dup3(app_end, fd, cloexec);
@@ -396,6 +403,12 @@ fn convert(
             conn.nonblock.store(true, Ordering::Relaxed);
         }
     }
+    install(conn, &[fd], local, peer)
+}
+
+/// The connection is the application's from now on, named by descriptors `fds`: counted
+/// live, its TCP socket's timeouts taken over, listed for `sluice smc info`.
+pub(crate) fn install(mut conn: Conn, fds: &[c_int], local: Option<SocketAddr>, peer: Option<SocketAddr>) -> Arc<Conn> {
     conn.peer = peer;
     conn.settle_in();
     // Timeouts set before the connection moved to shared memory are the TCP socket's.
@@ -403,7 +416,9 @@ fn convert(
     conn.sndtimeo.store(sys::timeout_ms(conn.tcp_fd, sys::SO_SNDTIMEO), Ordering::Relaxed);
     conn.info = info::add(conn.role == conn::Role::Server, local, peer, conn.sizes.0, conn.sizes.1);
     let c = Arc::new(conn);
-    set_conn(fd, c.clone());
+    for &fd in fds {
+        set_conn(fd, c.clone());
+    }
     c
 }
 
@@ -765,13 +780,9 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 /// As for `execv(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    let envp = environment();
-    if !active() {
-        // SAFETY: the caller's arguments.
-        return unsafe { real::execv(path, argv) };
-    }
-    // SAFETY: the caller's arguments, with an environment as valid as theirs.
-    exec_with(envp, |env| unsafe { real::execve(path, argv, env) })
+    // SAFETY: the caller's arguments and the process's environment (execv is execve with
+    // it), or an environment as valid as theirs.
+    exec_with(environment(), |env| unsafe { real::execve(path, argv, env) })
 }
 
 /// `execvp(3)`.
@@ -780,13 +791,8 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 /// As for `execvp(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    if !active() {
-        // SAFETY: the caller's arguments.
-        return unsafe { real::execvp(file, argv) };
-    }
-    let envp = environment();
-    // SAFETY: the caller's arguments, with an environment as valid as theirs.
-    exec_with(envp, |env| unsafe { real::execvpe(file, argv, env) })
+    // SAFETY: as for execv (execvp is execvpe with the process's environment).
+    exec_with(environment(), |env| unsafe { real::execvpe(file, argv, env) })
 }
 
 /// `execvpe(3)`.

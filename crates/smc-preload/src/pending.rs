@@ -75,7 +75,7 @@ fn move_back(fd: c_int, c: &Conn, wait: bool) -> (Result<(), c_int>, bool) {
     drop(handover);
     // SAFETY: fcntl and dup3 on the caller's descriptor and the connection's TCP socket.
     unsafe {
-        let fdfl = real::fcntl(fd, 1 /* F_GETFD */, 0);
+        let fdfl = real::fcntl(fd, sys::F_GETFD, 0);
         let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
         let fl = real::fcntl(c.tcp_fd, sys::F_GETFL, 0);
         if fl >= 0 {

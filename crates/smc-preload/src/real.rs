@@ -25,6 +25,27 @@ fn lookup(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     p
 }
 
+/// What a C function answers when it fails: -1, or a null pointer.
+trait Failed {
+    const FAILED: Self;
+}
+
+impl Failed for c_int {
+    const FAILED: Self = -1;
+}
+
+impl Failed for isize {
+    const FAILED: Self = -1;
+}
+
+impl Failed for i64 {
+    const FAILED: Self = -1;
+}
+
+impl Failed for *mut c_void {
+    const FAILED: Self = std::ptr::null_mut();
+}
+
 macro_rules! real {
     ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
         mod slot {
@@ -42,7 +63,7 @@ macro_rules! real {
                 let f = if f.is_null() { lookup(&slot::$name, name_of(concat!(stringify!($name), "\0"))) } else { f };
                 if f.is_null() {
                     crate::cabi::set_errno(38); // ENOSYS
-                    return -1 as $ret;
+                    return <$ret as Failed>::FAILED;
                 }
                 // SAFETY: `f` is libc's function of this name, whose C signature this is.
                 let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(f) };
@@ -108,10 +129,9 @@ real! {
     sendmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int) -> c_int;
     recvmmsg(fd: c_int, msgs: *mut MMsgHdr, n: u32, flags: c_int, timeout: *mut c_void) -> c_int;
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
-    execv(path: *const c_char, argv: *const *const c_char) -> c_int;
-    execvp(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    fdopen(fd: c_int, mode: *const c_char) -> *mut c_void;
 }
 
 /// The real `ioctl` (variadic: one integer or pointer argument).
@@ -146,21 +166,4 @@ pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(f) };
     // SAFETY: the caller's arguments.
     unsafe { f(fd, cmd, arg) }
-}
-
-/// The real `fdopen`.
-///
-/// # Safety
-/// As for `fdopen(3)`.
-pub unsafe fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
-    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let f = lookup(&SLOT, c"fdopen");
-    if f.is_null() {
-        crate::cabi::set_errno(38);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: libc's fdopen, whose C signature this is.
-    let f: unsafe extern "C" fn(c_int, *const c_char) -> *mut c_void = unsafe { std::mem::transmute(f) };
-    // SAFETY: the caller's arguments.
-    unsafe { f(fd, mode) }
 }

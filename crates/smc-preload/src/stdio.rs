@@ -12,7 +12,8 @@
 //! Each stream's `fileno` is its descriptor, as a file stream's is.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{cabi, marked, sys};
 
@@ -52,10 +53,9 @@ extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: usize) -> is
 }
 
 fn nonblocking(fd: c_int) -> bool {
-    const F_GETFL: c_int = 3;
     // SAFETY: F_GETFL reads the descriptor's flags (through the hook, which knows a
     // moved descriptor's).
-    let fl = unsafe { crate::fcntl(fd, F_GETFL, 0) };
+    let fl = unsafe { crate::fcntl(fd, sys::F_GETFL, 0) };
     fl >= 0 && fl & sys::O_NONBLOCK != 0
 }
 
@@ -107,13 +107,9 @@ fn layout_known() -> bool {
 
 /// A stream of mode `mode` on moved descriptor `fd`; null if none could be made.
 fn stream(fd: c_int, mode: &CStr) -> *mut c_void {
-    static KNOWN: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // (1 known, 2 unknown; looked at once, on the standard streams as they were.)
-    if KNOWN.load(Ordering::Relaxed).is_null() {
-        let v = if layout_known() { 1 } else { 2 };
-        KNOWN.store(v as *mut c_void, Ordering::Relaxed);
-    }
-    if KNOWN.load(Ordering::Relaxed) as usize != 1 {
+    // Looked at once, on the standard streams as they were.
+    static KNOWN: OnceLock<bool> = OnceLock::new();
+    if !*KNOWN.get_or_init(layout_known) {
         return std::ptr::null_mut();
     }
     let io = CookieIo { read: Some(cookie_read), write: Some(cookie_write), seek: None, close: Some(cookie_close) };

@@ -29,6 +29,7 @@ pub const MSG_CMSG_CLOEXEC: c_int = 0x40000000;
 pub const POLLIN: i16 = 0x1;
 pub const POLLOUT: i16 = 0x4;
 pub const F_GETFL: c_int = 3;
+pub const F_GETFD: c_int = 1;
 pub const F_SETFL: c_int = 4;
 pub const F_DUPFD_CLOEXEC: c_int = 1030;
 pub const O_NONBLOCK: c_int = 0o4000;
@@ -277,6 +278,12 @@ impl Drop for Shm {
             close(self.fd);
         }
     }
+}
+
+/// True when `fd` is a shared-memory file (not hugetlbfs) whose size can no longer change
+/// and is exactly `len`: safe to map whole, whatever its maker does next.
+pub fn is_sealed_shm(fd: c_int, len: usize) -> bool {
+    is_shmem(fd) && seals(fd).is_some_and(|s| s & SEALS == SEALS) && file_len(fd) == Some(len as u64)
 }
 
 /// The seals of memfd `fd` (`None`: not a file that can carry seals).
