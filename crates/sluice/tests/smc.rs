@@ -887,6 +887,40 @@ fn a_connection_handed_to_another_program_goes_along_on_shared_memory() {
     }
 }
 
+/// Python hands a connection to another program with `subprocess`: a `vfork`ed child
+/// `dup2`s it onto its standard input and output, closes every other descriptor
+/// (`close_range`) and runs `cat`. The connection goes along on shared memory, every byte
+/// comes back, and the server's own standard output is still its own afterwards (the
+/// child's `dup2`, in its parent's memory, changed nothing of the parent's). And a server
+/// that closes every descriptor above its connection's (a daemon's tidy-up) keeps its
+/// connection: the library's descriptors are not the program's to close.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3, cat; scripts/test.sh runs it"]
+fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
+    let p = Peers::new("subproc");
+    let (first, second) = (port(17), port(22));
+    let (s, mut out) = p.serve(true, &["serve-subprocess", &first, "cat"]);
+    let s = Killed(s);
+    let got = p.run(true, &["connect", "127.0.0.1", &first, "source:60000+hold:0+sink"]);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(lines.len(), 2, "{got}");
+    assert_eq!(lines[1], lines[0], "the bytes came back whole through the child");
+    let mut child = String::new();
+    std::io::BufRead::read_line(&mut out, &mut child).unwrap();
+    assert_eq!(child.trim(), "child 0", "the server's standard output after handing the connection on");
+    drop(s);
+
+    let (s, mut out) = p.serve(true, &["serve", &second, "closerange+source:200000"]);
+    let s = Killed(s);
+    let got = p.run(true, &["connect", "127.0.0.1", &second, "sink"]);
+    let mut sent = String::new();
+    std::io::BufRead::read_line(&mut out, &mut sent).unwrap();
+    assert_eq!(got.trim(), sent.trim(), "the bytes sent after the server closed every other descriptor");
+    assert!(sent.starts_with("200000 "), "{sent}");
+    drop(s);
+    every_connection_moved(&p, 2, "the two servers'");
+}
+
 /// git's daemon hands each connection to `git-daemon --serve`, which hands it on to
 /// `git upload-pack` (two `exec`s, the second from a process that took the connection over
 /// from the first): a clone through it is whole, and on shared memory.

@@ -22,6 +22,9 @@
                                          accept one connection and hand it to PROG as inetd
                                          does: fork, the connection on the child's standard
                                          input and output, exec; print "child <exit status>"
+  smc_peer.py serve-subprocess PORT PROG [ARG…]
+                                         as serve-inetd, with Python's subprocess.run (the
+                                         connection as the child's stdin and stdout)
   smc_peer.py serve-zc PORT MODE         as serve, on a listener with SO_ZEROCOPY set
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
@@ -47,6 +50,8 @@ MODE:
                    PATH exists (at most 60 s), then connect: "pregate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
   sink-or-error    as sink, but an error ends it: print the error's name
+  closerange       close every descriptor above the connection's (os.closerange, which is
+                   close_range), then pause 0.3 s: "closerange+source:1000"
   exec-child[:S]   run `sleep S` (default 2) in a child, forked then exec'd, not waited for
   bursts:COUNT     send COUNT bursts of ten 30-byte writes with a pause after each (so
                    the reader falls asleep between them), print "<bytes> <sha256>"
@@ -105,6 +110,7 @@ import os
 import random
 import select
 import socket
+import subprocess
 import sys
 import time
 
@@ -678,6 +684,11 @@ def run_mode(c, mode):
                 out = sink(c)
             except OSError as e:
                 out = type(e).__name__
+        elif kind == "closerange":
+            # A daemon's tidy-up: every descriptor above the connection's is closed
+            # (close_range). Then a pause, so that the peer is asleep when bytes come.
+            os.closerange(c.fileno() + 1, 1 << 20)
+            time.sleep(0.3)
         elif kind == "exec-child":
             # Another program in a child (fork, then exec), left running: the connection
             # is close-on-exec, as Python makes every descriptor, so it is not the child's.
@@ -724,6 +735,14 @@ def main():
         c.close()
         _, status = os.waitpid(pid, 0)
         print(f"child {os.waitstatus_to_exitcode(status)}", flush=True)
+    elif cmd == "serve-subprocess":
+        # As serve-inetd, the way a Python program does it: subprocess (vfork, dup2 onto
+        # the child's standard input and output, close_range of the rest, exec).
+        s = listener("127.0.0.1", int(sys.argv[2]))
+        c, _ = s.accept()
+        r = subprocess.run(sys.argv[3:], stdin=c, stdout=c)
+        c.close()
+        print(f"child {r.returncode}", flush=True)
     elif cmd == "serve-zc":
         # A listener with SO_ZEROCOPY: its connections are to stay on TCP.
         port, mode = int(sys.argv[2]), sys.argv[3]

@@ -14,6 +14,7 @@
 //! in its constructor ([`adopt`]), after the checks a server makes of what a client sends.
 
 use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::Arc;
 
 use sluice_smc::slot::Geometry;
 
@@ -43,10 +44,12 @@ impl Prepared {
         self.ptrs.as_ptr()
     }
 
-    /// The `exec` failed: the descriptors made for the new program go.
+    /// The `exec` failed: the descriptors made for the new program go. (Never marked the
+    /// library's: after a `vfork` the marks are the parent's.)
     pub fn failed(self) {
         for fd in &self.dups {
-            sys::close(*fd);
+            // SAFETY: descriptors `prepare` made.
+            unsafe { real::close(*fd) };
         }
     }
 }
@@ -67,20 +70,54 @@ fn survives(fd: c_int) -> bool {
     fl >= 0 && fl & 1 == 0
 }
 
+/// The connections named by descriptors that survive `exec`, each with those descriptors
+/// (in order). In a `vfork`ed child the library's table is the parent's — the child's
+/// `dup2` of a connection onto its standard input went unrecorded, and its `close_range`
+/// closed what the table names — so there each open descriptor is matched by the file
+/// it names (a connection's descriptors all name its socket pair's end).
+fn surviving(vforked: bool) -> Vec<(Arc<Conn>, Vec<c_int>)> {
+    if !vforked {
+        return crate::by_connection(true, survives);
+    }
+    let conns = crate::by_connection(true, |_| true);
+    let mut open = sys::open_fds();
+    open.sort_unstable();
+    let mut out: Vec<(Arc<Conn>, Vec<c_int>)> = Vec::new();
+    for fd in open.into_iter().filter(|&fd| !sys::is_own(fd) && survives(fd)) {
+        let Some((_, ino)) = sys::file_id(fd) else { continue };
+        let Some((c, _)) = conns.iter().find(|(c, _)| c.app_ino == Some(ino)) else { continue };
+        match out.iter_mut().find(|(e, _)| Arc::ptr_eq(e, c)) {
+            Some((_, fds)) => fds.push(fd),
+            None => out.push((c.clone(), vec![fd])),
+        }
+    }
+    out
+}
+
 /// Before an `exec` with environment `envp` (NULL-terminated; may be null): `None` when
 /// no connection goes along (the `exec` runs as asked), else the environment to run the
 /// new program with; an errno when a connection that must go along cannot (too many, or
 /// no descriptor left for it), so that the `exec` fails rather than the new program.
 pub fn prepare(envp: *const *const c_char) -> Result<Option<Prepared>, c_int> {
-    // A pending connection is decided first, as for `dup`; one that went back to TCP is
-    // plain TCP's, and goes as it is.
-    for (c, fds) in crate::by_connection(true, survives) {
-        if c.is_pending() {
-            crate::settle(fds[0]);
+    let vforked = sys::vforked();
+    if vforked {
+        // Its own descriptors are not in the library's table (which is the parent's): a
+        // pending connection cannot be decided here, so the `exec` fails rather than
+        // start a program that could not read it.
+        if surviving(true).iter().any(|(c, _)| c.is_pending()) {
+            return Err(sys::EAGAIN);
+        }
+    } else {
+        // A pending connection is decided first, as for `dup`; one that went back to TCP
+        // is plain TCP's, and goes as it is.
+        for (c, fds) in crate::by_connection(true, survives) {
+            if c.is_pending() {
+                crate::settle(fds[0]);
+            }
         }
     }
     // The connections named by descriptors that survive, each with those descriptors.
-    let carried: Vec<_> = crate::by_connection(true, survives).into_iter().filter(|(c, _)| !c.is_pending()).collect();
+    let carried: Vec<_> = surviving(vforked).into_iter().filter(|(c, _)| !c.is_pending()).collect();
     if carried.len() > MAX_CARRIED || carried.iter().any(|(_, fds)| fds.len() > MAX_NAMES) {
         return Err(sys::E2BIG);
     }
@@ -243,7 +280,7 @@ fn adopt_one(record: &str) -> Option<()> {
         close(&[tcp, bell]);
         return None;
     };
-    let Some(mut conn) = Conn::new(arena, slot, generation, rx, tx, side, bell, role, None) else {
+    let Some(mut conn) = Conn::new(arena, slot, generation, rx, tx, side, sys::own(bell), role, None) else {
         close(&[tcp]);
         return None;
     };

@@ -396,7 +396,7 @@ fn convert(
         conn.tcp_fd = sys::dup_high(fd);
         let cloexec = if fdfl >= 0 && fdfl & 1 != 0 { sys::O_CLOEXEC } else { 0 };
         real::dup3(app_end, fd, cloexec);
-        real::close(app_end);
+        sys::close(app_end);
         conn.app_ino = sys::file_id(fd).map(|(_, ino)| ino);
         if fl >= 0 && fl & sys::O_NONBLOCK != 0 {
             real::fcntl(fd, sys::F_SETFL, (fl & sys::O_NONBLOCK) as usize);
@@ -841,18 +841,64 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
 /// As for `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if active() {
+    if tables_mine() {
+        guard(|| closing(fd), || ());
+    }
+    // SAFETY: the caller's descriptor.
+    unsafe { real::close(fd) }
+}
+
+/// The program is closing descriptor `fd`: what the library knew of it goes (a
+/// connection it named ends with its last descriptor; a listener is unregistered).
+fn closing(fd: c_int) {
+    sys::disown(fd);
+    looks::closed(fd);
+    forget(fd, true);
+    unregister(fd);
+}
+
+/// True when the library runs and this process may change its tables: not in a `vfork`ed
+/// child, which runs in its parent's memory until it runs `exec` (sys::vforked).
+fn tables_mine() -> bool {
+    active() && !sys::vforked()
+}
+
+/// `close_range(2)`: the program's descriptors in the range are closed as `close` closes
+/// them (a connection among them ends with its last descriptor, a listener is
+/// unregistered); the library's own — a moved connection's TCP socket and doorbell, its
+/// side door, its arenas — stay open: the program never opened them, and a daemon that
+/// closes everything above its own descriptors, or a child that does before `exec`
+/// (Python's `subprocess`), would otherwise take them from under its connections.
+///
+/// # Safety
+/// As for `close_range(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: c_int) -> c_int {
+    if !active() || first > last {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::close_range(first, last, flags) };
+    }
+    if flags & sys::CLOSE_RANGE_CLOEXEC == 0 && tables_mine() {
         guard(
             || {
-                looks::closed(fd);
-                forget(fd, true);
-                unregister(fd);
+                let top = last.min(MAX_FD as u32 - 1) as c_int;
+                let open = sys::open_fds();
+                open.into_iter().filter(|&fd| fd >= first as c_int && fd <= top && !sys::is_own(fd)).for_each(closing);
             },
             || (),
         );
     }
-    // SAFETY: the caller's descriptor.
-    unsafe { real::close(fd) }
+    sys::close_range_but_ours(first, last, flags)
+}
+
+/// `closefrom(3)`: as `close_range(first, ~0U, 0)`.
+///
+/// # Safety
+/// As for `closefrom(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    // SAFETY: the caller's argument.
+    unsafe { close_range(first.max(0) as u32, u32::MAX, 0) };
 }
 
 /// Before a call that copies or ends a descriptor's connection as a whole (`dup`,
@@ -862,6 +908,7 @@ pub(crate) fn settle(fd: c_int) {
     if active()
         && let Some(c) = conn_of(fd)
         && c.is_pending()
+        && !sys::vforked()
     {
         guard(
             || {
@@ -891,7 +938,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     settle(fd);
     // SAFETY: the caller's descriptor.
     let r = unsafe { real::dup(fd) };
-    if active() {
+    if tables_mine() {
         guard(|| dup_conn(fd, r), || ());
     }
     r
@@ -913,9 +960,10 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
 /// After `dup2`/`dup3` of `fd` onto `to` returned `r`: `to` now names `fd`'s file, and
 /// what it named before is closed. (`dup2(fd, fd)` changes nothing.)
 fn duplicated_onto(fd: c_int, to: c_int, r: c_int) {
-    if active() && fd != to && r >= 0 {
+    if fd != to && r >= 0 && tables_mine() {
         guard(
             || {
+                sys::disown(to);
                 looks::closed(to);
                 forget(to, false);
                 dup_conn(fd, r);
@@ -955,7 +1003,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     }
     // SAFETY: the caller's arguments.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
-    if active() && r >= 0 && (cmd == 0 || cmd == sys::F_DUPFD_CLOEXEC) {
+    if r >= 0 && (cmd == 0 || cmd == sys::F_DUPFD_CLOEXEC) && tables_mine() {
         guard(|| dup_conn(fd, r), || ());
     }
     r

@@ -121,6 +121,7 @@ real! {
     dup(fd: c_int) -> c_int;
     dup2(fd: c_int, to: c_int) -> c_int;
     dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
+    close_range(first: u32, last: u32, flags: c_int) -> c_int;
     sendfile(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
     sendfile64(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
     splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, n: usize, flags: u32) -> isize;

@@ -156,7 +156,107 @@ pub fn pid() -> u32 {
 static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 extern "C" fn forget_pid() {
-    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+    // Stored now, not asked later: a `vfork`ed child of this child shares its memory, and
+    // an answer it cached would be the parent's from then on.
+    PID.store(pid_now(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True in a child made by `vfork` (or `posix_spawn`, or a raw `clone` that shares
+/// memory) that has not yet run `exec`: it runs in its parent's memory and runs no fork
+/// handler, so nothing of the library's tables may change here — they are the parent's
+/// (a `dup2` onto standard input here would otherwise name the parent's standard input a
+/// connection). One system call.
+pub fn vforked() -> bool {
+    pid() != pid_now()
+}
+
+/// The library's own descriptors (a bit each, below `MAX_FD`): a program that closes
+/// every descriptor above a number (`closefrom`, `close_range`) closes its own and leaves
+/// these, which it never opened. Marked where the library makes or receives a descriptor,
+/// cleared where it closes one or the program closes or overwrites that number.
+static OURS: [std::sync::atomic::AtomicU64; crate::MAX_FD / 64] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; crate::MAX_FD / 64];
+
+/// Marks `fd` the library's; answers it.
+pub fn own(fd: c_int) -> c_int {
+    if fd >= 0 && (fd as usize) < crate::MAX_FD {
+        OURS[fd as usize / 64].fetch_or(1 << (fd % 64), std::sync::atomic::Ordering::Relaxed);
+    }
+    fd
+}
+
+/// `fd` is no longer the library's.
+pub fn disown(fd: c_int) {
+    if fd >= 0 && (fd as usize) < crate::MAX_FD {
+        OURS[fd as usize / 64].fetch_and(!(1 << (fd % 64)), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether `fd` is the library's.
+pub fn is_own(fd: c_int) -> bool {
+    fd >= 0
+        && (fd as usize) < crate::MAX_FD
+        && OURS[fd as usize / 64].load(std::sync::atomic::Ordering::Relaxed) & (1 << (fd % 64)) != 0
+}
+
+/// `CLOSE_RANGE_UNSHARE`.
+pub const CLOSE_RANGE_UNSHARE: c_int = 1 << 1;
+/// `CLOSE_RANGE_CLOEXEC`.
+pub const CLOSE_RANGE_CLOEXEC: c_int = 1 << 2;
+
+/// `close_range(first, last, flags)` on every descriptor of the range but the library's:
+/// one call per run of the program's descriptors between ours. `CLOSE_RANGE_UNSHARE`
+/// goes with the first call only (it unshares the table once). A kernel without the call
+/// (before 5.9) gets a `close` per descriptor, up to the descriptor limit.
+pub fn close_range_but_ours(first: u32, last: u32, flags: c_int) -> c_int {
+    let mut flags = flags;
+    let mut from = first;
+    let run = |from: u32, to: u32, flags: c_int| -> c_int {
+        // SAFETY: the program's descriptors, as it asked.
+        let r = unsafe { crate::real::close_range(from, to, flags) };
+        if r < 0 && errno() == 38 /* ENOSYS */ && flags & CLOSE_RANGE_CLOEXEC == 0 {
+            let top = (to as u64).min(fd_limit().saturating_sub(1)) as u32;
+            for fd in from..=top.max(from) {
+                // SAFETY: as above.
+                unsafe { crate::real::close(fd as c_int) };
+            }
+            return 0;
+        }
+        r
+    };
+    let top = last.min(crate::MAX_FD as u32 - 1);
+    let mut fd = first;
+    while fd <= top {
+        if is_own(fd as c_int) {
+            if fd > from {
+                let r = run(from, fd - 1, flags);
+                if r < 0 {
+                    return r;
+                }
+                flags &= !CLOSE_RANGE_UNSHARE;
+            }
+            from = fd + 1;
+        }
+        // (A word without marks is skipped whole.)
+        if fd.is_multiple_of(64)
+            && fd + 63 <= top
+            && OURS[fd as usize / 64].load(std::sync::atomic::Ordering::Relaxed) == 0
+        {
+            fd += 64;
+        } else {
+            fd += 1;
+        }
+    }
+    if from <= last {
+        return run(from, last, flags);
+    }
+    0
+}
+
+/// The descriptors open in this process now (from `/proc/self/fd`), in no order.
+pub fn open_fds() -> Vec<c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
 /// Runs `f` in the parent before every fork (registered once, at load).
@@ -193,6 +293,7 @@ pub fn token() -> [u8; 16] {
 
 /// Closes a descriptor the library owns.
 pub fn close(fd: c_int) {
+    disown(fd);
     // SAFETY: the caller owns `fd`.
     unsafe { crate::real::close(fd) };
 }
@@ -242,7 +343,7 @@ impl Shm {
             close(fd);
             return Err(e);
         }
-        Ok(Shm { fd, ptr: p.cast(), len })
+        Ok(Shm { fd: own(fd), ptr: p.cast(), len })
     }
 }
 
@@ -437,7 +538,7 @@ pub fn socketpair(kind: c_int) -> io::Result<(c_int, c_int)> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: `fds` has room for two descriptors.
     cvt(unsafe { crate::real::socketpair(AF_UNIX, kind | SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
-    Ok((fds[0], fds[1]))
+    Ok((own(fds[0]), own(fds[1])))
 }
 
 /// Where the library keeps the descriptors a moved connection needs besides the
@@ -464,7 +565,7 @@ pub fn dup_high(fd: c_int) -> c_int {
     // SAFETY: fcntl on a descriptor the caller owns.
     let n = unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, high_base() as usize) };
     // SAFETY: as above.
-    if n >= 0 { n } else { unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, 3) } }
+    own(if n >= 0 { n } else { unsafe { crate::real::fcntl(fd, F_DUPFD_CLOEXEC, 3) } })
 }
 
 /// A duplicate of `fd` among the library's high descriptors that survives `exec`
@@ -581,7 +682,7 @@ fn rights(mut ctl: &[u8]) -> Vec<c_int> {
             break;
         }
         if level == SOL_SOCKET && kind == SCM_RIGHTS {
-            fds.extend(ctl[16..clen].chunks_exact(4).map(|b| c_int::from_ne_bytes([b[0], b[1], b[2], b[3]])));
+            fds.extend(ctl[16..clen].chunks_exact(4).map(|b| own(c_int::from_ne_bytes([b[0], b[1], b[2], b[3]]))));
         }
         ctl = &ctl[clen.next_multiple_of(8).min(ctl.len())..];
     }
@@ -879,5 +980,27 @@ mod tests {
         let mut bad = ctl.clone();
         bad[..8].copy_from_slice(&4u64.to_ne_bytes());
         assert_eq!(rights(&bad), Vec::<c_int>::new(), "a length below a header stops the walk");
+    }
+
+    #[test]
+    fn a_range_is_closed_around_the_library_s_descriptors() {
+        // Descriptors 960–1099 (across three words of the bitmap, one of them without a
+        // mark in range), three of them the library's.
+        let ours = [961, 1030, 1099];
+        // SAFETY: duplicates of this test's standard error, at numbers nothing else uses.
+        unsafe {
+            for fd in 960..1100 {
+                assert_eq!(crate::real::dup2(2, fd), fd);
+            }
+        }
+        ours.iter().for_each(|&fd| {
+            own(fd);
+        });
+        assert_eq!(close_range_but_ours(960, 1099, 0), 0);
+        // SAFETY: F_GETFD only reads a descriptor's flags.
+        let open: Vec<c_int> = (960..1100).filter(|&fd| unsafe { crate::real::fcntl(fd, F_GETFD, 0) } >= 0).collect();
+        assert_eq!(open, ours);
+        ours.iter().for_each(|&fd| close(fd));
+        assert!(!is_own(961));
     }
 }
