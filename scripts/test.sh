@@ -62,6 +62,11 @@ TOOLS+=(memcached memcslap memccp memccat)
 # shared-memory fast path.
 PACKAGES+=(git)
 TOOLS+=(git)
+# openssh-server, openssh-client: sshd re-executes itself per connection after closing
+# every other descriptor and sandboxes its pre-authentication child with seccomp — a
+# session through it on the shared-memory fast path.
+PACKAGES+=(openssh-server openssh-client)
+TOOLS+=(sshd ssh ssh-keygen)
 # gobgpd, frr: EVPN — each sluice host's switch starts Debian's gobgpd; FRR's bgpd and zebra
 # are the route reflector and the Linux EVPN host the tests interoperate with (vtysh reads
 # their tables back).

@@ -956,6 +956,80 @@ fn git_daemon_serves_a_clone_on_shared_memory() {
     every_connection_moved(&p, 1, "git clone's");
 }
 
+/// OpenSSH's sshd, the way it runs every connection: it forks, the child re-executes
+/// sshd with the connection on its standard input and output after closing every other
+/// descriptor (`closefrom`), and that one forks a pre-authentication child that puts
+/// itself under a seccomp filter which kills the process for any call outside its list.
+/// Under the launcher at both ends a session runs on shared memory: 20 MB each way come
+/// through intact.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), openssh-server and openssh-client; scripts/test.sh runs it"]
+fn openssh_runs_a_session_on_shared_memory() {
+    have("sshd");
+    have("ssh");
+    let p = Peers::new("sshd");
+    let dir = p.dir.join("ssh");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let port = port(23);
+    sh_ok(&format!(
+        "set -e; cd {d}; ssh-keygen -q -t ed25519 -N '' -f host_key; ssh-keygen -q -t ed25519 -N '' -f user_key; \
+         cp user_key.pub authorized_keys; head -c 20000000 /dev/urandom > blob; \
+         printf 'Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
+AuthorizedKeysFile {d}/authorized_keys\nPermitRootLogin yes\nPasswordAuthentication no\nUsePAM no\n\
+StrictModes no\n' > sshd_config"
+    ));
+    // sshd's privilege separation directory (the package's; made here if missing).
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let config = format!("{d}/sshd_config");
+    let _sshd = Killed(
+        launched(&p, &["/usr/sbin/sshd", "-D", "-e", "-f", &config])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port} "))), "sshd did not listen");
+    let key = format!("{d}/user_key");
+    let ssh = |cmd: &str| {
+        let mut c = launched(
+            &p,
+            &[
+                "timeout",
+                "120",
+                "ssh",
+                "-F",
+                "none",
+                "-i",
+                &key,
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-p",
+                &port,
+                "root@127.0.0.1",
+                cmd,
+            ],
+        );
+        c.stdin(std::fs::File::open(format!("{d}/blob")).unwrap());
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "ssh {cmd}: {}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let want = sh_ok(&format!("sha256sum < {d}/blob"));
+    let down = ssh(&format!("cat {d}/blob"));
+    assert_eq!(down.len(), 20_000_000, "the bytes sshd sent");
+    std::fs::write(dir.join("down"), &down).unwrap();
+    assert_eq!(sh_ok(&format!("sha256sum < {d}/down")), want, "the file came down intact");
+    let up = ssh("sha256sum");
+    assert_eq!(String::from_utf8_lossy(&up), want, "the file went up intact");
+    every_connection_moved(&p, 2, "ssh's");
+}
+
 /// memcached (worker threads on libevent's epoll) and libmemcached's tools under the
 /// launcher: memcslap's sets and gets complete (memcached answers a get with one `sendmsg`
 /// of three buffers), a 500 KB value stored with memccp comes back intact through

@@ -23,8 +23,9 @@
                                          does: fork, the connection on the child's standard
                                          input and output, exec; print "child <exit status>"
   smc_peer.py serve-subprocess PORT PROG [ARG…]
-                                         as serve-inetd, with Python's subprocess.run (the
-                                         connection as the child's stdin and stdout)
+                                         as serve-inetd, with Python's subprocess.Popen (the
+                                         connection as the child's stdin and stdout, closed
+                                         here at once); one subprocess runs before listening
   smc_peer.py serve-zc PORT MODE         as serve, on a listener with SO_ZEROCOPY set
   smc_peer.py serve-seq PORT M1,M2,… [ADDR]
                                          accept one connection per MODE in turn; print
@@ -738,11 +739,15 @@ def main():
     elif cmd == "serve-subprocess":
         # As serve-inetd, the way a Python program does it: subprocess (vfork, dup2 onto
         # the child's standard input and output, close_range of the rest, exec).
+        # A program run before anything else (its vfork'ed child is the first to use the
+        # library in this process), then the connection's: closed here at once, while
+        # the child may not have started the program yet.
+        subprocess.run(["true"], check=True)
         s = listener("127.0.0.1", int(sys.argv[2]))
         c, _ = s.accept()
-        r = subprocess.run(sys.argv[3:], stdin=c, stdout=c)
+        child = subprocess.Popen(sys.argv[3:], stdin=c, stdout=c)
         c.close()
-        print(f"child {r.returncode}", flush=True)
+        print(f"child {child.wait()}", flush=True)
     elif cmd == "serve-zc":
         # A listener with SO_ZEROCOPY: its connections are to stay on TCP.
         port, mode = int(sys.argv[2]), sys.argv[3]

@@ -139,8 +139,19 @@ pub fn prepare(envp: *const *const c_char) -> Result<Option<Prepared>, c_int> {
         let side = inheritable(side_fd, &mut made);
         dups.extend(made);
         if place.is_none() || tcp < 0 || bell < 0 || memfd < 0 || side < 0 {
-            dups.iter().for_each(|&d| sys::close(d));
+            // SAFETY: descriptors made here (never marked: see `Prepared::failed`).
+            dups.iter().for_each(|&d| unsafe {
+                real::close(d);
+            });
             return Err(sys::EMFILE);
+        }
+        if vforked {
+            // The parent runs on as soon as this child's `exec` succeeds and may close its
+            // copy at once (`Popen(…, stdin=conn)`, then `conn.close()`): the child is named
+            // a holder now — the table is shared memory, not the parent's private state —
+            // or the parent's close would end the connection before the new program names
+            // itself. (If the `exec` fails, the entry names a process without it: let go.)
+            c.name_this_holder();
         }
         let g = arena.geometry;
         let names: Vec<String> = fds.iter().map(|f| f.to_string()).collect();

@@ -783,10 +783,7 @@ impl Conn {
 
     /// Wakes the peer's reader. False when the peer is gone.
     fn ring_peer(&self) -> bool {
-        let b = [1u8];
-        // SAFETY: one byte from a live buffer.
-        let n =
-            unsafe { crate::real::send(self.peer_bell, b.as_ptr().cast(), 1, sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL) };
+        let n = sys::send_nowait(self.peer_bell, &[1u8]);
         if n == 1 {
             self.tally.bell();
         }
@@ -1289,10 +1286,7 @@ impl Conn {
         let junk = [0u8; 1024];
         // Until the socket is full — bounded, in case the reader drains as fast as we fill.
         for _ in 0..64 {
-            // SAFETY: writes from a live buffer.
-            let n = unsafe {
-                crate::real::send(fd, junk.as_ptr().cast(), junk.len(), sys::MSG_DONTWAIT | sys::MSG_NOSIGNAL)
-            };
+            let n = sys::send_nowait(fd, &junk);
             if n <= 0 {
                 break;
             }

@@ -395,6 +395,8 @@ impl Door {
             if c < 0 {
                 return;
             }
+            // The library's from now on (a program's `closefrom` leaves it).
+            let c = sys::own(c);
             let cred = sys::peer_cred(c).map(|(_, cred)| cred);
             let room = self.peers.len() < MAX_PEERS && self.held < budget();
             let Some(cred) = cred.filter(|c| policy.allows(c) && room) else {

@@ -79,6 +79,11 @@ pub(crate) fn loaded_by() -> &'static [(&'static str, String)] {
 /// signal kills leaves them; the next `sluice smc run` sweeps them, and clients pass by
 /// entries of processes that are gone.) A forked child that exits removes only its own.
 extern "C" fn remove_entries_at_exit() {
+    if sys::sandboxed() {
+        // Under a seccomp filter (sshd's pre-authentication child): `unlink` is not among
+        // the calls such filters allow, and this process made no door or listener entry.
+        return;
+    }
     let me = sys::pid();
     let _ = std::fs::remove_file(registry::door_path(me));
     // (try_lock: a thread that held the lock when exit began must not hang the exit.)
@@ -170,6 +175,8 @@ extern "C" fn init() {
     real::resolve();
     let dir = env(c"SLUICE_RUN_DIR").filter(|d| !d.is_empty()).unwrap_or_else(|| "/run/sluice".into());
     let _ = RUN_DIR.set(PathBuf::from(dir));
+    // The pid, cached now: a `vfork`ed child must never be the first to ask (sys::vforked).
+    sys::pid();
     let _ = FAULT.set(env(c"SLUICE_SMC_FAULT").unwrap_or_default());
     let Some(s) = env(c"SLUICE_SMC") else { return };
     let mut rules = Vec::new();
@@ -874,21 +881,40 @@ fn tables_mine() -> bool {
 /// As for `close_range(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: c_int) -> c_int {
-    if !active() || first > last {
+    let known = sys::CLOSE_RANGE_UNSHARE | sys::CLOSE_RANGE_CLOEXEC;
+    if !active() || first > last || flags & !known != 0 {
+        // (Flags this library does not know: the kernel's answer, EINVAL or its own.)
         // SAFETY: the caller's arguments.
         return unsafe { real::close_range(first, last, flags) };
     }
     if flags & sys::CLOSE_RANGE_CLOEXEC == 0 && tables_mine() {
         guard(
             || {
-                let top = last.min(MAX_FD as u32 - 1) as c_int;
                 let open = sys::open_fds();
-                open.into_iter().filter(|&fd| fd >= first as c_int && fd <= top && !sys::is_own(fd)).for_each(closing);
+                let within = |fd: c_int| fd >= 0 && (first..=last).contains(&(fd as u32));
+                open.into_iter().filter(|&fd| within(fd) && !sys::is_own(fd)).for_each(closing);
             },
             || (),
         );
     }
     sys::close_range_but_ours(first, last, flags)
+}
+
+/// `prctl(2)` (declared with its four optional arguments, which travel in registers as
+/// for the variadic C function): a program that puts itself under a seccomp filter
+/// (`PR_SET_SECCOMP`) makes the library move doorbell bytes with calls such filters allow
+/// from then on (sys::sandboxed).
+///
+/// # Safety
+/// As for `prctl(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int {
+    const PR_SET_SECCOMP: c_int = 22;
+    if option == PR_SET_SECCOMP && active() {
+        sys::set_sandboxed();
+    }
+    // SAFETY: the caller's arguments.
+    unsafe { real::prctl(option, a2, a3, a4, a5) }
 }
 
 /// `closefrom(3)`: as `close_range(first, ~0U, 0)`.

@@ -122,6 +122,7 @@ real! {
     dup2(fd: c_int, to: c_int) -> c_int;
     dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
     close_range(first: u32, last: u32, flags: c_int) -> c_int;
+    prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int;
     sendfile(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
     sendfile64(out: c_int, input: c_int, offset: *mut i64, n: usize) -> isize;
     splice(input: c_int, off_in: *mut i64, out: c_int, off_out: *mut i64, n: usize, flags: u32) -> isize;
