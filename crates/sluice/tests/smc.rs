@@ -921,6 +921,31 @@ fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
     every_connection_moved(&p, 2, "the two servers'");
 }
 
+/// A client that writes everything before it reads a byte, to a server that answers each
+/// byte as it reads it (an echo — inetd's `cat`, a streaming filter): with TCP the kernel's
+/// buffers take megabytes (8 MB here; 16 MB stop both), and on shared memory the rings
+/// grow although full once their reader has let them stay full (it waits on its own
+/// writes) — 8 MB come back whole instead of both programs waiting forever, as they
+/// did beyond about 300 KB.
+#[test]
+#[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
+fn a_client_that_writes_everything_before_it_reads_gets_its_echo_back() {
+    let p = Peers::new("echoall");
+    let port = port(24);
+    let (s, mut out) = p.serve(true, &["serve", &port, "echo"]);
+    let s = Killed(s);
+    let got = p.run(true, &["connect", "127.0.0.1", &port, "source:8000000+hold:0+sink"]);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(lines.len(), 2, "{got}");
+    assert_eq!(lines[1], lines[0], "the bytes came back whole");
+    assert!(lines[0].starts_with("8000000 "), "{got}");
+    let mut echoed = String::new();
+    std::io::BufRead::read_line(&mut out, &mut echoed).unwrap();
+    assert_eq!(echoed.trim(), "echoed 8000000");
+    drop(s);
+    every_connection_moved(&p, 1, "the client's");
+}
+
 /// git's daemon hands each connection to `git-daemon --serve`, which hands it on to
 /// `git upload-pack` (two `exec`s, the second from a process that took the connection over
 /// from the first): a clone through it is whole, and on shared memory.

@@ -51,6 +51,8 @@ MODE:
                    PATH exists (at most 60 s), then connect: "pregate:/tmp/go+source:1000"
   forever          send until the peer goes away; print the error's name
   sink-or-error    as sink, but an error ends it: print the error's name
+  echo             send every byte back as it comes (blocking writes) until the peer's
+                   end; print "echoed <bytes>"
   closerange       close every descriptor above the connection's (os.closerange, which is
                    close_range), then pause 0.3 s: "closerange+source:1000"
   exec-child[:S]   run `sleep S` (default 2) in a child, forked then exec'd, not waited for
@@ -685,6 +687,18 @@ def run_mode(c, mode):
                 out = sink(c)
             except OSError as e:
                 out = type(e).__name__
+        elif kind == "echo":
+            # Every byte back as it comes, in blocking writes, until the peer's end;
+            # prints how many.
+            n = 0
+            while True:
+                b = c.recv(131072)
+                if not b:
+                    break
+                c.sendall(b)
+                n += len(b)
+            c.shutdown(socket.SHUT_WR)
+            out = f"echoed {n}"
         elif kind == "closerange":
             # A daemon's tidy-up: every descriptor above the connection's is closed
             # (close_range). Then a pause, so that the peer is asleep when bytes come.

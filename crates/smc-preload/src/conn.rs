@@ -42,6 +42,9 @@ pub const FLAG_RESET: u32 = 4;
 /// How long a blocking read or write sleeps on the ring's futex before it waits on its
 /// descriptor instead — where an idle connection costs nothing and a dead peer shows.
 const FUTEX_SLICE_MS: i32 = 50;
+/// How long a blocking writer waits on its descriptor for room before the full ring
+/// grows (Conn::write_from).
+const STALL_MS: i32 = 50;
 /// How long a non-blocking reader that emptied a bell epoch waits for its doorbell byte.
 const BELL_WAIT_MS: i32 = 20;
 /// The same while the server has not decided: between slices the read looks whether it
@@ -1171,6 +1174,9 @@ impl Conn {
         let mut counted_full = false;
         let mut waited_to_grow = false;
         let mut on_descriptor = timeout >= 0;
+        // The ring stayed full for a whole wait (crate::conn's FUTEX_SLICE_MS or
+        // STALL_MS): its reader may be waiting on us.
+        let mut stalled = false;
         while off < max {
             let mut used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
             if used > 0 && !waited_to_grow && self.grow_wanted.load(Ordering::Relaxed) {
@@ -1236,6 +1242,18 @@ impl Conn {
                     self.grow_wanted.store(true, Ordering::Relaxed);
                 }
             }
+            if stalled {
+                // A reader that lets the ring stay full may itself be stuck writing to us
+                // (a program that writes everything before it reads, talking to one that
+                // answers as it reads): TCP's buffers would take more, so the ring grows
+                // although full (sluice_smc::ring's grow_full), up to its area.
+                stalled = false;
+                let before = self.tx.capacity();
+                if self.tx.grow_full().map_err(|Corrupt| self.fault(fd))? > before {
+                    crate::stats::count(Counter::BuffersGrown);
+                    continue;
+                }
+            }
             if !nonblock && !on_descriptor {
                 let v = self.tx.flags_word().fetch_or(FLAG_WRITER_SLEEPING, Ordering::SeqCst) | FLAG_WRITER_SLEEPING;
                 // Pairs with the reader's fence between taking bytes and looking for us.
@@ -1247,6 +1265,7 @@ impl Conn {
                 if sys::futex_wait(self.tx.flags_word(), v, FUTEX_SLICE_MS) == sys::Woke::TimedOut {
                     self.tx.take_flags(FLAG_WRITER_SLEEPING);
                     on_descriptor = true;
+                    stalled = true;
                 }
                 continue;
             }
@@ -1267,8 +1286,11 @@ impl Conn {
             if nonblock {
                 return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) };
             }
-            match sys::wait(fd, sys::POLLOUT, timeout) {
+            // Without a send timeout, in slices: a ring that stays full grows (above).
+            let grows = timeout < 0 && self.tx.capacity() < self.tx.max_capacity();
+            match sys::wait(fd, sys::POLLOUT, if grows { STALL_MS } else { timeout }) {
                 Ok(true) => {}
+                Ok(false) if grows => stalled = true,
                 Ok(false) => return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) },
                 Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
             }

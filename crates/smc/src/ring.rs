@@ -319,6 +319,53 @@ impl Ring {
         Ok(2 * w)
     }
 
+    /// Producer: doubles the window although the ring holds bytes, if the area has room —
+    /// for a ring its reader has let stay full (a program that writes everything before
+    /// it reads, talking to one that answers as it reads: TCP's buffers would take more).
+    /// Returns the window it has now.
+    ///
+    /// A byte at position `p` lies at `p mod w` under window `w` and at `p mod 2w` under
+    /// the doubled one: the same place for a byte of an even block of the old window, `w`
+    /// further for one of an odd block. Those are copied to their new place first — into
+    /// the half the old window never used, where no reader under it looks — and only then
+    /// is the doubled window published. A reader that copied under the old window while
+    /// the producer went on writing under the new one sees the window changed after its
+    /// copy and copies again ([`Ring::pop`]); the new places of unread bytes are never
+    /// written before the reader passes them.
+    pub fn grow_full(&self) -> Result<usize, Corrupt> {
+        let h = self.header();
+        let w = self.window()?;
+        if w >= self.size {
+            return Ok(w);
+        }
+        let prod = h.prod.0.prod.load(Ordering::Relaxed);
+        let cons = h.cons.0.cons.load(Ordering::Acquire);
+        self.used(prod, cons, w)?;
+        let shift = w.trailing_zeros();
+        // The unread bytes [cons, prod): at most w of them, so at most two blocks.
+        let mut pos = cons;
+        for _ in 0..2 {
+            if pos == prod {
+                break;
+            }
+            let next_block = ((pos >> shift) + 1) << shift;
+            let end = if prod.wrapping_sub(pos) < next_block.wrapping_sub(pos) { prod } else { next_block };
+            let n = end.wrapping_sub(pos) as usize;
+            if (pos >> shift) & 1 == 1 {
+                let at = (pos as usize) & (w - 1);
+                // SAFETY: the run lies in one block, so at + n ≤ w; its copy lands in
+                // [w + at, w + at + n) ⊆ [w, 2w), and 2w ≤ size: both inside the data
+                // area, which stays mapped. Raw pointers only (the peer may write there).
+                unsafe { std::ptr::copy_nonoverlapping(self.data().add(at), self.data().add(w + at), n) };
+            }
+            pos = end;
+        }
+        h.prod.0.window_log2.store((2 * w).trailing_zeros(), Ordering::Release);
+        // The window before any byte written under it (a reader checks it after copying).
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(2 * w)
+    }
+
     /// The data size this view was attached with (never re-read from shared memory).
     pub fn size_log2(&self) -> u32 {
         self.size.trailing_zeros()
@@ -434,21 +481,34 @@ impl Ring {
         let cons = h.cons.0.cons.load(Ordering::Relaxed);
         let prod = h.prod.0.prod.load(Ordering::Acquire);
         // After the cursor: the window these bytes were written under.
-        let w = self.window()?;
+        let mut w = self.window()?;
         let n = out.len().min(self.used(prod, cons, w)?);
         if n == 0 {
             return Ok(Pop::default());
         }
-        let at = (cons as usize) & (w - 1);
-        let first = n.min(w - at);
-        // SAFETY: n ≤ used ≤ w ≤ size (checked above) and `at` < w, so both copies read
-        // inside the data area (mapped) and write inside `out`. An honest producer does not
-        // touch the bytes below `prod` (acquired) until `cons` passes them; a hostile one
-        // may write them during the copy, through raw pointers only (no reference to them
-        // exists), which garbles the bytes `out` receives and nothing else.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.data().add(at), out.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.data(), out.as_mut_ptr().add(first), n - first);
+        // Bounded: the window only doubles, up to the area (a producer that claims more
+        // doublings than that is garbling its own connection).
+        for _ in 0..64 {
+            let at = (cons as usize) & (w - 1);
+            let first = n.min(w - at);
+            // SAFETY: n ≤ used ≤ w ≤ size (checked) and `at` < w, so both copies read
+            // inside the data area (mapped) and write inside `out`. An honest producer does
+            // not touch the bytes below `prod` (acquired) until `cons` passes them; a
+            // hostile one may write them during the copy, through raw pointers only (no
+            // reference to them exists), which garbles the bytes `out` receives and nothing
+            // else.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.data().add(at), out.as_mut_ptr(), first);
+                std::ptr::copy_nonoverlapping(self.data(), out.as_mut_ptr().add(first), n - first);
+            }
+            // A window doubled while the ring held bytes (Ring::grow_full): what was
+            // copied under the old one may have been overwritten since; copy again.
+            std::sync::atomic::fence(Ordering::Acquire);
+            let now = self.window()?;
+            if now == w {
+                break;
+            }
+            w = now;
         }
         if peek {
             return Ok(Pop { n, ..Pop::default() });
@@ -894,6 +954,52 @@ mod tests {
         });
         assert!(r.capacity() > 8192, "it grew: {}", r.capacity());
         assert!(r.capacity() <= size);
+    }
+
+    #[test]
+    fn a_full_window_doubles_and_its_bytes_stay_in_order() {
+        let size = 4 * 4096;
+        let mut mem = region(size);
+        let len = region_len(size);
+        // SAFETY: `mem` outlives both views and holds `len` bytes.
+        let (tx, rx) = unsafe {
+            let p = mem.as_mut_ptr().cast();
+            (Ring::create(p, len, size, 4096).unwrap(), Ring::attach(p, len).unwrap())
+        };
+        let mut next = 0u8;
+        let mut want = 0u8;
+        let mut fill = |tx: &Ring, n: usize| {
+            let data: Vec<u8> = (1..=n).map(|i| next.wrapping_add((7 * i) as u8)).collect();
+            let pushed = tx.push(&data).unwrap().n;
+            next = next.wrapping_add((7 * pushed) as u8);
+            pushed
+        };
+        let mut take = |rx: &Ring, n: usize| {
+            let mut out = vec![0u8; n];
+            let got = rx.pop(&mut out, false).unwrap().n;
+            for &b in &out[..got] {
+                want = want.wrapping_add(7);
+                assert_eq!(b, want);
+            }
+            got
+        };
+        // Full, its bytes straddling a block (positions 3000..7096: blocks 0 and 1).
+        assert_eq!(fill(&tx, 3000), 3000);
+        assert_eq!(take(&rx, 3000), 3000);
+        assert_eq!(fill(&tx, 5000), 4096);
+        assert_eq!(tx.grow_full().unwrap(), 8192);
+        assert_eq!(fill(&tx, 5000), 4096, "the doubled window takes as much again");
+        // Full again, at an odd place: it doubles once more, then not past the area.
+        assert_eq!(take(&rx, 1000), 1000);
+        assert_eq!(fill(&tx, 1000), 1000);
+        assert_eq!(tx.grow_full().unwrap(), 16384);
+        assert_eq!(tx.grow_full().unwrap(), 16384);
+        assert_eq!(fill(&tx, 9000), 8192);
+        let mut left = 16384;
+        while left > 0 {
+            left -= take(&rx, 1500);
+        }
+        assert!(rx.is_empty());
     }
 
     #[test]
