@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PostgreSQL, memcached, nginx and redis on the shared-memory fast path against plain TCP,
-and against the fast path with every wake-up by doorbell, as root.
+"""PostgreSQL, memcached, nginx, redis, OpenSSH and rsync's daemon on the shared-memory fast
+path against plain TCP, and against the fast path with every wake-up by doorbell, as root.
 
   scripts/smc-programs.py [--sluice PATH] [--reps 5] [--duration 5] [--base-port 26400]
 
@@ -13,7 +13,9 @@ clusters `initdb` makes under a new temporary directory; nginx serves a 1 KB fil
 another. Workloads: pgbench's select-only transactions (`-S`) on one connection and on
 ten (DURATION seconds each), memcslap's sets and gets (four threads, 20,000 operations
 each), wrk fetching the 1 KB file on 50 connections (DURATION seconds) and
-redis-benchmark's GET on 50 connections (100,000 requests). Paths alternate within each
+redis-benchmark's GET on 50 connections (100,000 requests), a 64 MB file through ssh (`ssh
+… cat FILE`, sshd with a key of the script's own) and pulled from rsync's daemon (`rsync
+rsync://…`, into a fresh directory each time). Paths alternate within each
 repetition (the order turns each time), REPS repetitions. Prints a Markdown table: per
 workload the median rate of each path with its (min–max), the medians of the
 per-repetition ratios with their (min–max), and the host's CPU steal over the cells
@@ -39,19 +41,19 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--sluice", default="sluice")
 ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--duration", type=int, default=5)
-ap.add_argument("--base-port", type=int, default=26400, help="twelve ports from here (outside ip_local_port_range)")
+ap.add_argument("--base-port", type=int, default=26400, help="eighteen ports from here (outside ip_local_port_range)")
 a = ap.parse_args()
 
 NOBODY = 65534
 PATHS = ["smc", "smc-doorbells", "tcp"]
-PROGRAMS = ["postgres", "memcached", "nginx", "redis"]
+PROGRAMS = ["postgres", "memcached", "nginx", "redis", "sshd", "rsync"]
 bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
 if os.geteuid() != 0:
     sys.exit("smc-programs.py: run it as root (it makes a network namespace and a group)")
-NEEDS = ["memcached", "memcslap", "nginx", "wrk", "redis-server", "redis-benchmark"]
+NEEDS = ["memcached", "memcslap", "nginx", "wrk", "redis-server", "redis-benchmark", "sshd", "ssh", "rsync"]
 if not bins or not all(shutil.which(n) for n in NEEDS):
-    sys.exit("smc-programs.py: needs postgresql, memcached, libmemcached-tools, nginx, wrk and redis "
-             "(apt-get install them)")
+    sys.exit("smc-programs.py: needs postgresql, memcached, libmemcached-tools, nginx, wrk, redis, "
+             "openssh-server, openssh-client and rsync (apt-get install them)")
 PG = bins[-1]
 sluice = shutil.which(a.sluice) or a.sluice
 
@@ -138,6 +140,34 @@ def redis_get(path):
     return float(m.group(1))
 
 
+BIG = 64 * 1024 * 1024
+
+
+def ssh_cat(path):
+    key = os.path.join(tmp, "ssh", "user_key")
+    t0 = time.monotonic()
+    out = subprocess.run(in_ns(path, ["ssh", "-F", "none", "-i", key, "-o", "BatchMode=yes", "-o",
+                                      "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+                                      "LogLevel=ERROR", "-p", str(port(path, "sshd")), "root@127.0.0.1",
+                                      f"cat {tmp}/big"]),
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=True).stdout
+    secs = time.monotonic() - t0
+    if len(out) != BIG:
+        raise SystemExit(f"ssh on {path} brought {len(out)} bytes of {BIG}")
+    return BIG / secs / 1e6
+
+
+def rsync_pull(path):
+    into = os.path.join(tmp, f"pulled-{path}")
+    shutil.rmtree(into, ignore_errors=True)
+    t0 = time.monotonic()
+    sh(*in_ns(path, ["rsync", "-a", f"rsync://127.0.0.1:{port(path, 'rsync')}/m/big", into + "/"]), env=env)
+    secs = time.monotonic() - t0
+    if os.path.getsize(os.path.join(into, "big")) != BIG:
+        raise SystemExit(f"rsync on {path} pulled a short file")
+    return BIG / secs / 1e6
+
+
 WORKLOADS = {
     "pgbench select-only, 1 connection (tps)": lambda p: pgbench(p, 1),
     "pgbench select-only, 10 connections (tps)": lambda p: pgbench(p, 10),
@@ -145,6 +175,8 @@ WORKLOADS = {
     "memcslap get, 4 threads (ops/s)": lambda p: memcslap(p, "get"),
     "wrk against nginx, 1 KB, 50 connections (requests/s)": wrk,
     "redis-benchmark GET, 50 connections (requests/s)": redis_get,
+    "ssh cat of a 64 MB file (MB/s)": ssh_cat,
+    "rsync daemon pull of a 64 MB file (MB/s)": rsync_pull,
 }
 
 
@@ -162,6 +194,15 @@ try:
     sh("ip", "netns", "add", ns)
     sh("ip", "-n", ns, "link", "set", "lo", "up")
     sh(sluice, "smc", "setup", "--group", group, env=env)
+    with open(os.path.join(tmp, "big"), "wb") as f:
+        f.write(os.urandom(BIG))
+    keys = os.path.join(tmp, "ssh")
+    os.mkdir(keys)
+    for k in ("host_key", "user_key"):
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(keys, k))
+    shutil.copy(os.path.join(keys, "user_key.pub"), os.path.join(keys, "authorized_keys"))
+    # sshd's privilege separation directory (the package's; made if missing).
+    os.makedirs("/run/sshd", exist_ok=True)
     for path in PATHS:
         data = os.path.join(tmp, f"pg-{path}")
         os.mkdir(data)
@@ -208,6 +249,25 @@ try:
             wait_for(f"{what} ({path}) listening on port {q}", lambda: f"127.0.0.1:{q} " in sh(
                 "ip", "netns", "exec", ns, "ss", "-ltn"))
         sh(*in_ns(path, ["redis-cli", "-p", r, "set", "key:__rand_int__", "x" * 3]), env=env)
+        q = str(port(path, "sshd"))
+        with open(os.path.join(keys, f"sshd-{path}.conf"), "w") as f:
+            f.write(f"Port {q}\nListenAddress 127.0.0.1\nHostKey {keys}/host_key\nPidFile {keys}/sshd-{path}.pid\n"
+                    f"AuthorizedKeysFile {keys}/authorized_keys\nPermitRootLogin yes\nPasswordAuthentication no\n"
+                    f"UsePAM no\nStrictModes no\n")
+        servers.append(subprocess.Popen(in_ns(path, ["/usr/sbin/sshd", "-D", "-f", f"{keys}/sshd-{path}.conf"]),
+                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True))
+        y = str(port(path, "rsync"))
+        with open(os.path.join(tmp, f"rsyncd-{path}.conf"), "w") as f:
+            f.write(f"port = {y}\naddress = 127.0.0.1\nuse chroot = no\npid file = {tmp}/rsyncd-{path}.pid\n"
+                    f"[m]\npath = {tmp}\nread only = true\nuid = root\ngid = root\n")
+        servers.append(subprocess.Popen(in_ns(path, ["rsync", "--daemon", "--no-detach",
+                                                     f"--config={tmp}/rsyncd-{path}.conf"]),
+                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True))
+        for what, q in (("sshd", q), ("rsync", y)):
+            wait_for(f"{what} ({path}) listening on port {q}", lambda: f"127.0.0.1:{q} " in sh(
+                "ip", "netns", "exec", ns, "ss", "-ltn"))
     before = busy()
     got = {w: {p: [] for p in PATHS} for w in WORKLOADS}
     steal = {w: [] for w in WORKLOADS}

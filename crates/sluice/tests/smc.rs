@@ -932,9 +932,16 @@ fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
 fn a_client_that_writes_everything_before_it_reads_gets_its_echo_back() {
     let p = Peers::new("echoall");
     let port = port(24);
-    let (s, mut out) = p.serve(true, &["serve", &port, "echo"]);
+    // Rings that may grow to 8 MiB whatever this machine's cache (the default cap is an
+    // eighth of it: 4 MiB here, less on a smaller cache).
+    let big: &[&str] = &["--max-buffer", "8m"];
+    let (s, mut out) = p.serve_cmd(p.cmd_with(None, Some(big), &["serve", &port, "echo"]));
     let s = Killed(s);
-    let got = p.run(true, &["connect", "127.0.0.1", &port, "source:8000000+hold:0+sink"]);
+    let got = Peers::run_cmd_static(p.cmd_with(
+        None,
+        Some(big),
+        &["connect", "127.0.0.1", &port, "source:8000000+hold:0+sink"],
+    ));
     let lines: Vec<&str> = got.lines().collect();
     assert_eq!(lines.len(), 2, "{got}");
     assert_eq!(lines[1], lines[0], "the bytes came back whole");

@@ -89,7 +89,7 @@ F_ADD_SEALS, SEALS = 1033, 0x1 | 0x2 | 0x4
 
 # The ring (sluice_smc::ring): a 256-byte header, lines of 64 bytes.
 RING_MAGIC = 0x5352_4543_4955_4C53
-RING_VERSION = 5
+RING_VERSION = 6
 HEADER = 256
 PROD, CONS, STATE = 64, 128, 192
 # The slot (sluice_smc::slot): a control page, then the client-to-server ring, then the

@@ -334,7 +334,8 @@ pub struct Conn {
     /// until the connection owes nothing.
     owed_waited_out: AtomicBool,
     /// A write found the peer's ring full: its window doubles the next time a write finds
-    /// it empty (only then may it change: sluice_smc::ring, "The window").
+    /// it empty (sluice_smc::ring, "The window"; a ring that stays full while the peer
+    /// waits on us grows although full: Conn::write_from).
     grow_wanted: AtomicBool,
     /// A ring grew past its first window (the slot is trimmed before its next use).
     grew: AtomicBool,
@@ -1217,6 +1218,7 @@ impl Conn {
             };
             if p.n > 0 {
                 off += p.n;
+                stalled = false;
                 self.tally.tx(p.n);
                 if p.wake_sleeper {
                     sys::futex_wake(self.tx.state_word());
@@ -1242,11 +1244,12 @@ impl Conn {
                     self.grow_wanted.store(true, Ordering::Relaxed);
                 }
             }
-            if stalled {
-                // A reader that lets the ring stay full may itself be stuck writing to us
-                // (a program that writes everything before it reads, talking to one that
+            if stalled && self.peer_waits_on_us() {
+                // The reader lets the ring stay full because it is stuck writing to us (a
+                // program that writes everything before it reads, talking to one that
                 // answers as it reads): TCP's buffers would take more, so the ring grows
-                // although full (sluice_smc::ring's grow_full), up to its area.
+                // although full (sluice_smc::ring's grow_full), up to its area. (A reader
+                // that is merely slow, or stopped, does not make it grow.)
                 stalled = false;
                 let before = self.tx.capacity();
                 if self.tx.grow_full().map_err(|Corrupt| self.fault(fd))? > before {
@@ -1296,6 +1299,13 @@ impl Conn {
             }
         }
         Ok(off)
+    }
+
+    /// True when the peer is waiting for room in the ring it writes to us: its writer's
+    /// flags are set, or that ring is full.
+    fn peer_waits_on_us(&self) -> bool {
+        self.rx.has_flags(FLAG_WRITER_WAITING | FLAG_WRITER_SLEEPING)
+            || matches!(self.rx.len(), Ok(n) if n >= self.rx.capacity())
     }
 
     /// True when the peer's ring has room (or is broken: the next push says so).

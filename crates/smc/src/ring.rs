@@ -9,10 +9,12 @@
 //!
 //! **The window.** The data area is the most the ring may ever hold; the bytes in use are
 //! a *window* at its start, a power of two the producer may double (up to the whole area)
-//! when it keeps finding the ring full — and only while the ring is empty, so no byte is
-//! ever addressed under two windows: the producer stores the new window before it
-//! publishes the bytes written under it, and the consumer reads the window after it has
-//! acquired the cursor, never before. Pages past the window are never touched, so a
+//! when it keeps finding the ring full — while the ring is empty ([`Ring::grow`]), or, for
+//! a ring its reader lets stay full, with bytes in it ([`Ring::grow_full`]: those whose
+//! place moves are copied to it first, and a reader that copied under the old window
+//! copies again). The producer stores the new window before it publishes the bytes
+//! written under it, and the consumer reads the window after it has acquired the cursor,
+//! never before, and again after its copy. Pages past the window are never touched, so a
 //! connection that never fills its ring costs only its first window in memory (the area
 //! is a sparse file), as TCP's buffers grow only when a connection needs them.
 //!
@@ -50,7 +52,7 @@ pub const HEADER_LEN: usize = 256;
 /// "SLUICERG" in ASCII.
 pub const MAGIC: u64 = 0x5352_4543_4955_4c53;
 /// Layout version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// The reader's peer has shut down writing: after the data, EOF.
 pub const FLAG_SHUTDOWN_WR: u32 = 1;
@@ -173,7 +175,10 @@ pub struct Ring {
 
 // SAFETY: the ring's shared state is atomics and a data area whose bytes are written only
 // by the producer before a release store and read only by the consumer after the matching
-// acquire load; a `Ring` is a pointer into memory that outlives it (see `from_raw`).
+// acquire load — save the old places of bytes a full window's doubling moved, which the
+// producer may overwrite while a consumer copies them (that copy is thrown away: `pop`
+// sees the window changed and copies again, seqlock-fashion, through raw pointers only);
+// a `Ring` is a pointer into memory that outlives it (see `from_raw`).
 unsafe impl Send for Ring {}
 // SAFETY: as above; `&Ring` methods touch only atomics and their own side's bytes.
 unsafe impl Sync for Ring {}
@@ -502,11 +507,16 @@ impl Ring {
                 std::ptr::copy_nonoverlapping(self.data(), out.as_mut_ptr().add(first), n - first);
             }
             // A window doubled while the ring held bytes (Ring::grow_full): what was
-            // copied under the old one may have been overwritten since; copy again.
+            // copied under the old one may have been overwritten since; copy again. (A
+            // plain copy racing the producer's writes, as in a seqlock: the bytes are
+            // thrown away, never trusted. A window that shrank is a lying producer's.)
             std::sync::atomic::fence(Ordering::Acquire);
             let now = self.window()?;
             if now == w {
                 break;
+            }
+            if now < w {
+                return Err(Corrupt);
             }
             w = now;
         }
@@ -1000,6 +1010,50 @@ mod tests {
             left -= take(&rx, 1500);
         }
         assert!(rx.is_empty());
+    }
+
+    #[test]
+    fn bytes_cross_in_order_while_a_full_window_doubles_under_a_reading_consumer() {
+        // A 4 KiB window in a 64 KiB area: the producer doubles it whenever it finds the
+        // ring full, while the consumer on another thread reads in odd sizes (its copies
+        // race the doublings: `pop` must copy again when the window changed under it).
+        let mut grew = 0;
+        for round in 0..20u64 {
+            let size = 16 * 4096;
+            let mut mem = region(size);
+            let len = region_len(size);
+            let p = mem.as_mut_ptr() as usize;
+            // SAFETY: `mem` outlives both views (the threads are joined below).
+            let (tx, rx) = unsafe {
+                (Ring::create(p as *mut u8, len, size, 4096).unwrap(), Ring::attach(p as *mut u8, len).unwrap())
+            };
+            const TOTAL: u64 = 1 << 20;
+            let producer = std::thread::spawn(move || {
+                let mut sent = 0u64;
+                while sent < TOTAL {
+                    let chunk: Vec<u8> = (sent..(sent + 3001).min(TOTAL)).map(|i| (i * 131 + round) as u8).collect();
+                    let n = tx.push(&chunk).unwrap().n;
+                    if n == 0 {
+                        tx.grow_full().unwrap();
+                        std::thread::yield_now();
+                    }
+                    sent += n as u64;
+                }
+                tx.capacity()
+            });
+            let mut got = 0u64;
+            let mut buf = vec![0u8; 1777];
+            while got < TOTAL {
+                let n = rx.pop(&mut buf, false).unwrap().n;
+                for (k, &b) in buf[..n].iter().enumerate() {
+                    assert_eq!(b, ((got + k as u64) * 131 + round) as u8, "byte {} of round {round}", got + k as u64);
+                }
+                got += n as u64;
+            }
+            grew += usize::from(producer.join().unwrap() > 4096);
+            drop(mem);
+        }
+        assert!(grew > 0, "a window grew in some round (the consumer checks every byte: it falls behind)");
     }
 
     #[test]
