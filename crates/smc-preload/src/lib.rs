@@ -848,7 +848,9 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut c_void {
 /// As for `close(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if tables_mine() {
+    // (The pid is asked only when there is something to change: most closes are of
+    // descriptors the library knows nothing of.)
+    if active() && concerns(fd) && !sys::vforked() {
         guard(|| closing(fd), || ());
     }
     // SAFETY: the caller's descriptor.
@@ -862,6 +864,15 @@ fn closing(fd: c_int) {
     looks::closed(fd);
     forget(fd, true);
     unregister(fd);
+}
+
+/// Whether closing `fd` changes anything the library knows: its own descriptor, a
+/// connection's, a listener, an epoll instance it watches for.
+fn concerns(fd: c_int) -> bool {
+    sys::is_own(fd)
+        || marked(fd)
+        || looks::concerns(fd)
+        || listeners().lock().unwrap_or_else(|p| p.into_inner()).contains_key(&fd)
 }
 
 /// True when the library runs and this process may change its tables: not in a `vfork`ed
