@@ -149,7 +149,7 @@ def ssh_cat(path):
     out = subprocess.run(in_ns(path, ["ssh", "-F", "none", "-i", key, "-o", "BatchMode=yes", "-o",
                                       "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
                                       "LogLevel=ERROR", "-p", str(port(path, "sshd")), "root@127.0.0.1",
-                                      f"cat {tmp}/big"]),
+                                      f"cat {tmp}/share/big"]),
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=True).stdout
     secs = time.monotonic() - t0
     if len(out) != BIG:
@@ -194,7 +194,10 @@ try:
     sh("ip", "netns", "add", ns)
     sh("ip", "-n", ns, "link", "set", "lo", "up")
     sh(sluice, "smc", "setup", "--group", group, env=env)
-    with open(os.path.join(tmp, "big"), "wb") as f:
+    # What rsync's module serves: this directory, the big file alone.
+    share = os.path.join(tmp, "share")
+    os.mkdir(share)
+    with open(os.path.join(share, "big"), "wb") as f:
         f.write(os.urandom(BIG))
     keys = os.path.join(tmp, "ssh")
     os.mkdir(keys)
@@ -260,7 +263,7 @@ try:
         y = str(port(path, "rsync"))
         with open(os.path.join(tmp, f"rsyncd-{path}.conf"), "w") as f:
             f.write(f"port = {y}\naddress = 127.0.0.1\nuse chroot = no\npid file = {tmp}/rsyncd-{path}.pid\n"
-                    f"[m]\npath = {tmp}\nread only = true\nuid = root\ngid = root\n")
+                    f"[m]\npath = {share}\nread only = true\nuid = root\ngid = root\n")
         servers.append(subprocess.Popen(in_ns(path, ["rsync", "--daemon", "--no-detach",
                                                      f"--config={tmp}/rsyncd-{path}.conf"]),
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

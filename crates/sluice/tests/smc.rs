@@ -898,7 +898,7 @@ fn a_connection_handed_to_another_program_goes_along_on_shared_memory() {
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3, cat; scripts/test.sh runs it"]
 fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
     let p = Peers::new("subproc");
-    let (first, second) = (port(17), port(22));
+    let (first, second) = (port(50), port(51));
     let (s, mut out) = p.serve(true, &["serve-subprocess", &first, "cat"]);
     let s = Killed(s);
     let got = p.run(true, &["connect", "127.0.0.1", &first, "source:60000+hold:0+sink"]);
@@ -931,7 +931,7 @@ fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
 #[ignore = "system tier: needs root (`sluice smc run` sets the fast path up only as root), python3; scripts/test.sh runs it"]
 fn a_client_that_writes_everything_before_it_reads_gets_its_echo_back() {
     let p = Peers::new("echoall");
-    let port = port(24);
+    let port = port(52);
     // Rings that may grow to 8 MiB whatever this machine's cache (the default cap is an
     // eighth of it: 4 MiB here, less on a smaller cache).
     let big: &[&str] = &["--max-buffer", "8m"];
@@ -951,6 +951,8 @@ fn a_client_that_writes_everything_before_it_reads_gets_its_echo_back() {
     assert_eq!(echoed.trim(), "echoed 8000000");
     drop(s);
     every_connection_moved(&p, 1, "the client's");
+    let st = p.stats();
+    assert!(st["buffers_grown"].as_u64() > Some(0), "the full rings grew: {st}");
 }
 
 /// git's daemon hands each connection to `git-daemon --serve`, which hands it on to
@@ -1003,7 +1005,7 @@ fn openssh_runs_a_session_on_shared_memory() {
     let dir = p.dir.join("ssh");
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display();
-    let port = port(23);
+    let port = port(53);
     sh_ok(&format!(
         "set -e; cd {d}; ssh-keygen -q -t ed25519 -N '' -f host_key; ssh-keygen -q -t ed25519 -N '' -f user_key; \
          cp user_key.pub authorized_keys; head -c 20000000 /dev/urandom > blob; \
@@ -1022,7 +1024,7 @@ StrictModes no\n' > sshd_config"
     );
     assert!(wait_for(10, || sh_ok("ss -ltn").contains(&format!("127.0.0.1:{port} "))), "sshd did not listen");
     let key = format!("{d}/user_key");
-    let ssh = |cmd: &str| {
+    let ssh = |cmd: &str, input: std::process::Stdio| {
         let mut c = launched(
             &p,
             &[
@@ -1047,17 +1049,17 @@ StrictModes no\n' > sshd_config"
                 cmd,
             ],
         );
-        c.stdin(std::fs::File::open(format!("{d}/blob")).unwrap());
+        c.stdin(input);
         let o = c.output().unwrap();
         assert!(o.status.success(), "ssh {cmd}: {}", String::from_utf8_lossy(&o.stderr));
         o.stdout
     };
     let want = sh_ok(&format!("sha256sum < {d}/blob"));
-    let down = ssh(&format!("cat {d}/blob"));
+    let down = ssh(&format!("cat {d}/blob"), std::process::Stdio::null());
     assert_eq!(down.len(), 20_000_000, "the bytes sshd sent");
     std::fs::write(dir.join("down"), &down).unwrap();
     assert_eq!(sh_ok(&format!("sha256sum < {d}/down")), want, "the file came down intact");
-    let up = ssh("sha256sum");
+    let up = ssh("sha256sum", std::fs::File::open(format!("{d}/blob")).unwrap().into());
     assert_eq!(String::from_utf8_lossy(&up), want, "the file went up intact");
     every_connection_moved(&p, 2, "ssh's");
 }

@@ -83,7 +83,7 @@ fn surviving(vforked: bool) -> Vec<(Arc<Conn>, Vec<c_int>)> {
     let mut open = sys::open_fds();
     open.sort_unstable();
     let mut out: Vec<(Arc<Conn>, Vec<c_int>)> = Vec::new();
-    for fd in open.into_iter().filter(|&fd| !sys::is_own(fd) && survives(fd)) {
+    for fd in open.into_iter().filter(|&fd| !sys::is_own(fd) && survives(fd) && sys::is_stream(fd, &[sys::AF_UNIX])) {
         let Some((_, ino)) = sys::file_id(fd) else { continue };
         let Some((c, _)) = conns.iter().find(|(c, _)| c.app_ino == Some(ino)) else { continue };
         match out.iter_mut().find(|(e, _)| Arc::ptr_eq(e, c)) {

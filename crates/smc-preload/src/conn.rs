@@ -1178,6 +1178,9 @@ impl Conn {
         // The ring stayed full for a whole wait (crate::conn's FUTEX_SLICE_MS or
         // STALL_MS): its reader may be waiting on us.
         let mut stalled = false;
+        // Slices of the wait on the descriptor: 50 ms, longer while the peer does not wait
+        // on us (at most a second), so a writer blocked long wakes rarely.
+        let mut stall_ms = STALL_MS;
         while off < max {
             let mut used = self.tx.len().map_err(|Corrupt| self.fault(fd))?;
             if used > 0 && !waited_to_grow && self.grow_wanted.load(Ordering::Relaxed) {
@@ -1254,6 +1257,9 @@ impl Conn {
                 let before = self.tx.capacity();
                 if self.tx.grow_full().map_err(|Corrupt| self.fault(fd))? > before {
                     crate::stats::count(Counter::BuffersGrown);
+                    // (Grown already: not again when it next empties.)
+                    self.grow_wanted.store(false, Ordering::Relaxed);
+                    stall_ms = STALL_MS;
                     continue;
                 }
             }
@@ -1291,9 +1297,14 @@ impl Conn {
             }
             // Without a send timeout, in slices: a ring that stays full grows (above).
             let grows = timeout < 0 && self.tx.capacity() < self.tx.max_capacity();
-            match sys::wait(fd, sys::POLLOUT, if grows { STALL_MS } else { timeout }) {
+            match sys::wait(fd, sys::POLLOUT, if grows { stall_ms } else { timeout }) {
                 Ok(true) => {}
-                Ok(false) if grows => stalled = true,
+                Ok(false) if grows => {
+                    stalled = true;
+                    if !self.peer_waits_on_us() {
+                        stall_ms = (stall_ms * 2).min(1000);
+                    }
+                }
                 Ok(false) => return if off > 0 { Ok(off) } else { Err(sys::EAGAIN) },
                 Err(e) => return Err(e.raw_os_error().unwrap_or(sys::EINVAL)),
             }

@@ -901,8 +901,18 @@ pub unsafe extern "C" fn close_range(first: u32, last: u32, flags: c_int) -> c_i
     if flags & sys::CLOSE_RANGE_CLOEXEC == 0 && tables_mine() {
         guard(
             || {
-                let open = sys::open_fds();
                 let within = |fd: c_int| fd >= 0 && (first..=last).contains(&(fd as u32));
+                let mut open = sys::open_fds();
+                if open.is_empty() {
+                    // No /proc (a chroot): what the library knows of, in the range.
+                    let listening: Vec<c_int> =
+                        listeners().lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+                    let top = last.min(MAX_FD as u32 - 1);
+                    open = (first..=top)
+                        .map(|fd| fd as c_int)
+                        .filter(|&fd| marked(fd) || listening.contains(&fd))
+                        .collect();
+                }
                 open.into_iter().filter(|&fd| within(fd) && !sys::is_own(fd)).for_each(closing);
             },
             || (),

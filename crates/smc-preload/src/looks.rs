@@ -235,9 +235,6 @@ pub fn ctl(epfd: c_int, op: c_int, fd: c_int, c: &Arc<Conn>, event: Option<[u8; 
     });
 }
 
-/// Descriptor `fd` is being closed (or replaced): its registrations go (the kernel drops
-/// them with the last descriptor of the file; the ring then rings its doorbell again), and
-/// so does the instance, if `fd` was one.
 /// Whether closing descriptor `fd` changes anything here (it was born an epoll instance
 /// the library watches for, or some registration exists).
 pub fn concerns(fd: c_int) -> bool {
@@ -245,6 +242,9 @@ pub fn concerns(fd: c_int) -> bool {
         || WATCHES.load(Ordering::Relaxed) != 0
 }
 
+/// Descriptor `fd` is being closed (or replaced): its registrations go (the kernel drops
+/// them with the last descriptor of the file; the ring then rings its doorbell again), and
+/// so does the instance, if `fd` was one.
 pub fn closed(fd: c_int) {
     if fd >= 0 && (fd as usize) < crate::MAX_FD {
         BORN[fd as usize].store(0, Ordering::Relaxed);

@@ -114,14 +114,15 @@ pub fn rest(out: Out) -> String {
     s.trim().to_string()
 }
 
-/// Port `n` (0–49) of this test process: below the ephemeral range (32768-), so no
-/// client socket of another test holds it, and apart from other test processes'. Tests
-/// of one process run in parallel, so each `n` belongs to one test (tests/smc.rs: 0–9,
-/// 13–14, 20–21 and 25–49 fixed; 10–11, 15–17 and 22–24 in loops; 12 the MSG_TRUNC case;
-/// 18 the many declines; 19 free).
+/// Port `n` (0–99) of this test process: below the ephemeral range (32768-), so no
+/// client socket of another test holds it, and apart from other test processes' (125
+/// blocks of 100 from 20000, by pid). Tests of one process run in parallel, so each `n`
+/// belongs to one test (tests/smc.rs: 0–9, 13–14, 20–21 and 25–49 fixed; 10–11, 15–17
+/// and 22–24 in loops; 12 the MSG_TRUNC case; 18 the many declines; 19 the inetd-style
+/// hand-over; 50–53 the programs that close every other descriptor, the echo, sshd).
 pub fn port(n: u16) -> String {
-    assert!(n < 50);
-    (20000 + (std::process::id() % 250) as u16 * 50 + n).to_string()
+    assert!(n < 100);
+    (20000 + (std::process::id() % 125) as u16 * 100 + n).to_string()
 }
 
 /// A background process killed when the test ends, even on failure.
