@@ -27,7 +27,7 @@ fn tcp_through_the_library_arrives_intact() {
     let src = dir.join("src");
     sh_ok(&format!("head -c 20000000 /dev/urandom > {}", src.display()));
     let want = sh_ok(&format!("sha256sum < {}", src.display()));
-    // Outside the ephemeral range (issue 15: 30000 + pid % 20000 sometimes lay inside it).
+    // From the kernel, kept for this test (common::smc::port).
     let port = port(47);
     let server = std::process::Command::new(BIN)
         .args(["smc", "run", "--", "sh", "-c", &format!("timeout 60 nc -l -N 127.0.0.1 {port} | sha256sum")])
@@ -873,18 +873,25 @@ fn a_connection_handed_to_another_program_goes_along_on_shared_memory() {
         let port = port(19);
         let mut args = vec!["serve-inetd", &port];
         args.extend(prog);
-        let (s, mut out) = p.serve(true, &args);
-        let s = Killed(s);
-        let got = p.run(true, &["connect", "127.0.0.1", &port, "source:60000+hold:0+sink"]);
-        let lines: Vec<&str> = got.lines().collect();
-        assert_eq!(lines.len(), 2, "{prog:?}: {got}");
-        assert_eq!(lines[1], lines[0], "{prog:?}: the bytes came back whole");
-        let mut child = String::new();
-        std::io::BufRead::read_line(&mut out, &mut child).unwrap();
-        assert_eq!(child.trim(), "child 0", "{prog:?}");
-        drop(s);
+        handed_over_and_back(&p, &args, &port, &format!("{prog:?}"));
         every_connection_moved(&p, 1, &format!("{prog:?}'s"));
     }
+}
+
+/// A server started with `args` (one that hands its connection to another program and
+/// prints "child <status>") on `port`: a client's 60,000 bytes come back whole through
+/// that program, and the server reports it exited 0 on its own standard output.
+fn handed_over_and_back(p: &Peers, args: &[&str], port: &str, what: &str) {
+    let (s, mut out) = p.serve(true, args);
+    let s = Killed(s);
+    let got = p.run(true, &["connect", "127.0.0.1", port, "source:60000+hold:0+sink"]);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(lines.len(), 2, "{what}: {got}");
+    assert_eq!(lines[1], lines[0], "{what}: the bytes came back whole through the program");
+    let mut child = String::new();
+    std::io::BufRead::read_line(&mut out, &mut child).unwrap();
+    assert_eq!(child.trim(), "child 0", "{what}: the server's standard output after handing the connection on");
+    drop(s);
 }
 
 /// Python hands a connection to another program with `subprocess`: a `vfork`ed child
@@ -899,16 +906,7 @@ fn a_connection_handed_to_another_program_goes_along_on_shared_memory() {
 fn a_program_that_closes_every_other_descriptor_keeps_its_connection() {
     let p = Peers::new("subproc");
     let (first, second) = (port(50), port(51));
-    let (s, mut out) = p.serve(true, &["serve-subprocess", &first, "cat"]);
-    let s = Killed(s);
-    let got = p.run(true, &["connect", "127.0.0.1", &first, "source:60000+hold:0+sink"]);
-    let lines: Vec<&str> = got.lines().collect();
-    assert_eq!(lines.len(), 2, "{got}");
-    assert_eq!(lines[1], lines[0], "the bytes came back whole through the child");
-    let mut child = String::new();
-    std::io::BufRead::read_line(&mut out, &mut child).unwrap();
-    assert_eq!(child.trim(), "child 0", "the server's standard output after handing the connection on");
-    drop(s);
+    handed_over_and_back(&p, &["serve-subprocess", &first, "cat"], &first, "subprocess");
 
     let (s, mut out) = p.serve(true, &["serve", &second, "closerange+source:200000"]);
     let s = Killed(s);

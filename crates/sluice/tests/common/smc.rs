@@ -114,15 +114,33 @@ pub fn rest(out: Out) -> String {
     s.trim().to_string()
 }
 
-/// Port `n` (0–99) of this test process: below the ephemeral range (32768-), so no
-/// client socket of another test holds it, and apart from other test processes' (125
-/// blocks of 100 from 20000, by pid). Tests of one process run in parallel, so each `n`
-/// belongs to one test (tests/smc.rs: 0–9, 13–14, 20–21 and 25–49 fixed; 10–11, 15–17
-/// and 22–24 in loops; 12 the MSG_TRUNC case; 18 the many declines; 19 the inetd-style
-/// hand-over; 50–53 the programs that close every other descriptor, the echo, sshd).
+/// Port `n` (0–99) of this test process, from the kernel: the first time a test asks for
+/// `n`, a socket bound to 127.0.0.1 port 0 gets one, which is kept for `n` (the server and
+/// its clients ask for the same `n`) and never given to another `n`; the socket closes at
+/// once, so the test's server can bind it. Tests of one process run in parallel, so each
+/// `n` belongs to one test (tests/smc.rs: 0–9, 13–14, 20–21 and 25–49 fixed; 10–11,
+/// 15–17 and 22–24 in loops; 12 the MSG_TRUNC case; 18 the many declines; 19 the
+/// inetd-style hand-over; 50–53 the programs that close every other descriptor, the echo,
+/// sshd).
 pub fn port(n: u16) -> String {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<BTreeMap<u16, u16>> = Mutex::new(BTreeMap::new());
     assert!(n < 100);
-    (20000 + (std::process::id() % 125) as u16 * 100 + n).to_string()
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = given.get(&n) {
+        return p.to_string();
+    }
+    // Bounded: the kernel hands out ports at random, rarely one already given.
+    for _ in 0..100 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port from the kernel");
+        let p = l.local_addr().unwrap().port();
+        if !given.values().any(|&v| v == p) {
+            given.insert(n, p);
+            return p.to_string();
+        }
+    }
+    panic!("the kernel gave only ports already given");
 }
 
 /// A background process killed when the test ends, even on failure.
